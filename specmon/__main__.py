@@ -1,0 +1,3 @@
+from specmon.cli import main
+
+raise SystemExit(main())

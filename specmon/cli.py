@@ -1,0 +1,58 @@
+"""The `specmon` command line: global options and the list of subcommands.
+
+Each subcommand lives in its own module under `specmon.commands` and exposes
+`register(subparsers)`, which adds its parser and sets `func` to a callable taking
+the parsed namespace and returning an exit code. A UserError anywhere becomes one
+line on stderr and exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from specmon import __version__
+from specmon.errors import UserError
+
+# Subcommand modules, in the order `specmon --help` lists them.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specmon",
+        description="Terminal monitor for LLM inference servers (SGLang, vLLM): launch, "
+        "watch loads, run throughput sweeps, compare speculative decoding.",
+    )
+    parser.add_argument("--version", action="version", version=f"specmon {__version__}")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="profiles file (default: $SPECMON_CONFIG, ./profiles.toml, "
+        "$XDG_CONFIG_HOME/specmon/profiles.toml, else the built-in demo profiles)",
+    )
+    parser.add_argument("--profile", metavar="NAME", help="preselect this profile in the TUI")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"specmon.commands.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    try:
+        if func is None:
+            from specmon.ui.app import run_tui  # Textual is imported only for the TUI
+
+            return run_tui(args)
+        return int(func(args) or 0)
+    except UserError as exc:
+        print(f"specmon: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("specmon: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,1 @@
+"""Headless command front ends, one module per `specmon` subcommand."""

@@ -1,0 +1,1 @@
+"""Orchestration: run controller, sweep runner. Uses sources and model."""

@@ -1,0 +1,1 @@
+"""`specmon sim`: a simulated SGLang/vLLM server for machines with no GPU."""

@@ -1,0 +1,1 @@
+"""I/O sources: transports, log tailer, HTTP probes, GPU/env probes. Plain asyncio, no Textual."""

@@ -1,0 +1,1 @@
+"""The Textual app. The only layer that imports Textual."""
