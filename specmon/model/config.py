@@ -1,22 +1,55 @@
-"""profiles.toml: named server profiles and sweep defaults.
+"""profiles.toml: named server profiles, sweep defaults and key bindings.
 
-CONTRACT (other modules code against these names; the loader/validator is filled in by the config work):
-    load_config(path: str | os.PathLike | None, env: Mapping[str, str] | None = None) -> Config
-        discovery when path is None: $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml,
-        else the built-in demo profiles (Config.source == "built-in demo profiles").
+    load_config(path=None, env=None) -> Config
+        Discovery when path is None: $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml
+        (default ~/.config), else the built-in demo profiles (Config.source == BUILTIN_SOURCE).
         Every user error raises specmon.errors.UserError("FILE:LINE: key: what is wrong").
+
+tomllib reports no positions for the values it returns, so a small locator (`locate_keys`) re-scans the
+already-valid text and maps every key path to the line it is written on; each problem found by validation is
+reported at the line of its key (or of the enclosing table when the key is missing).
 """
 
 from __future__ import annotations
 
+import bisect
+import difflib
+import math
+import os
+import re
+import shlex
+import sys
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from specmon.errors import UserError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 SERVER_KINDS = ("sglang", "vllm", "other")
+SWEEP_APIS = ("chat", "completions")
 DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
+BUILTIN_SOURCE = "built-in demo profiles"
+# Set by the lifecycle engine on every server it starts; a profile must not override it.
+RESERVED_ENV = ("SPECMON_RUN_ID",)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
+_IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 
 
 @dataclass(frozen=True)
 class Profile:
+    """One way of starting one inference server on one host."""
+
     name: str
     command: tuple[str, ...]          # argv; a string in TOML is split with shlex
     host: str = "local"               # "local", an ssh alias, or user@host[:port]
@@ -42,6 +75,8 @@ class Profile:
 
 @dataclass(frozen=True)
 class SweepDefaults:
+    """Defaults for `specmon sweep` and the TUI's sweep form; command-line options override them."""
+
     levels: tuple[int, ...] = DEFAULT_LEVELS
     requests_per_level: int | None = None   # None => 4*C, at least 16 (see sweep docs)
     duration_s: float | None = None
@@ -53,17 +88,551 @@ class SweepDefaults:
 
 @dataclass(frozen=True)
 class Config:
-    source: str                              # file path, or "built-in demo profiles"
+    """Everything read from one profiles file (or the built-in demo profiles)."""
+
+    source: str                              # file path, or BUILTIN_SOURCE
     profiles: dict[str, Profile] = field(default_factory=dict)
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     keys: dict[str, str] = field(default_factory=dict)   # binding id -> key, from a [keys] table (TUI remaps)
+    found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.source == BUILTIN_SOURCE
 
     def profile(self, name: str) -> Profile:
         """The named profile, or a UserError listing the known names."""
-        from specmon.errors import UserError
-
         try:
             return self.profiles[name]
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
             raise UserError(f"{self.source}: unknown profile {name!r} (known: {known})") from None
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    """The parts of a profile's `host` other than "local"; user and port are None when not given."""
+
+    hostname: str
+    user: str | None = None
+    port: int | None = None
+
+
+def parse_host(host: str) -> SshTarget:
+    """Split `[user@]host[:port]` (host may be an ssh alias, a DNS name, IPv4 or [IPv6]); ValueError if malformed.
+
+    Leading dashes and whitespace are refused outright so a host can never be read as an ssh option.
+    """
+    user: str | None = None
+    rest = host
+    if "@" in rest:
+        user, rest = rest.split("@", 1)
+        if not _SSH_USER.fullmatch(user):
+            raise ValueError(f"bad user name {user!r}")
+    port: int | None = None
+    if rest.startswith("["):
+        close = rest.find("]")
+        name, tail = rest[: close + 1], rest[close + 1:]
+        if close < 0 or not _IPV6.fullmatch(name):
+            raise ValueError("bad [IPv6] address")
+    else:
+        name, sep, tail = rest.partition(":")
+        tail = sep + tail
+        if not _HOSTNAME.fullmatch(name):
+            raise ValueError(f"bad host name {name!r}")
+    if tail:
+        digits = tail[1:]
+        if not tail.startswith(":") or not digits.isdigit() or not 1 <= int(digits) <= 65535:
+            raise ValueError("bad port (expected :1..65535)")
+        port = int(digits)
+    # asyncssh and ssh(1) want a bare IPv6 address; the brackets only delimit it from the port here.
+    return SshTarget(hostname=name.strip("[]"), user=user, port=port)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Discovery and loading
+
+
+def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
+    """Find, read and validate the profiles file (see the module docstring for the discovery order)."""
+    env = os.environ if env is None else env
+    if path is not None:
+        return _load_file(Path(path), "--config")
+    if env.get("SPECMON_CONFIG"):
+        return _load_file(Path(env["SPECMON_CONFIG"]), "$SPECMON_CONFIG")
+    cwd_file = Path("profiles.toml")
+    if cwd_file.is_file():
+        return _load_file(cwd_file, "./profiles.toml")
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    # The XDG spec says relative values are to be ignored.
+    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or Path.home()) / ".config"
+    xdg_file = base / "specmon" / "profiles.toml"
+    if xdg_file.is_file():
+        return _load_file(xdg_file, "$XDG_CONFIG_HOME/specmon/profiles.toml")
+    return builtin_config()
+
+
+def builtin_config() -> Config:
+    """The demo profiles shipped inside the package (two `specmon sim` servers)."""
+    text = resources.files("specmon").joinpath("demo_profiles.toml").read_text(encoding="utf-8")
+    return parse_config(text, BUILTIN_SOURCE, found_by="built-in")
+
+
+def _load_file(path: Path, found_by: str) -> Config:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise UserError(f"{path}: no such file (named by {found_by})") from None
+    except IsADirectoryError:
+        raise UserError(f"{path}: is a directory, expected a profiles.toml file (named by {found_by})") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise UserError(f"{path}:{line}: not valid UTF-8 text (byte {exc.start})") from None
+    return parse_config(text, str(path), found_by=found_by)
+
+
+_TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column \d+|at end of document)\)$")
+
+
+def parse_config(text: str, source: str, found_by: str = "") -> Config:
+    """Parse and validate profiles.toml text; `source` names the file in error messages."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        message = str(exc)
+        match = _TOML_POSITION.search(message)
+        if match:
+            message = message[: match.start()]
+            line = int(match.group(1)) if match.group(1) else text.count("\n") + 1
+        else:
+            line = 1
+        raise UserError(f"{source}:{line}: invalid TOML: {message}") from None
+    validator = _Validator()
+    config = validator.config(data, source, found_by)
+    if validator.problems:
+        lines = locate_keys(text)
+        located = sorted(((_line_of(lines, p), p, m) for p, m in validator.problems), key=lambda t: t[0])
+        line, path, message = located[0]
+        more = len(located) - 1
+        suffix = f" (and {more} more problem{'s' if more > 1 else ''} after this one)" if more else ""
+        raise UserError(f"{source}:{line}: {format_key(path)}: {message}{suffix}")
+    assert config is not None
+    return config
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Validation
+
+_PROFILE_KEYS = (
+    "host", "server", "command", "env", "workdir", "port", "health_path", "python",
+    "expected_load_s", "notify_cmd", "stall_timeout_s",
+)
+_SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
+_TOP_KEYS = ("profiles", "sweep", "keys")
+
+_KeyPath = tuple[str, ...]
+
+
+def _toml_type(value: object) -> str:
+    """The TOML name of a parsed value's type, for messages."""
+    names = {bool: "boolean", int: "integer", float: "float", str: "string", list: "array", dict: "table"}
+    return names.get(type(value), "date/time")
+
+
+def _shown(value: object) -> str:
+    text = repr(value) if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+class _Validator:
+    """Turns the parsed TOML document into a Config, collecting (key path, problem) pairs instead of stopping."""
+
+    def __init__(self) -> None:
+        self.problems: list[tuple[_KeyPath, str]] = []
+
+    def problem(self, path: _KeyPath, message: str) -> None:
+        self.problems.append((path, message))
+
+    def wrong_type(self, path: _KeyPath, expected: str, value: object) -> None:
+        self.problem(path, f"must be {expected}, got {_toml_type(value)} {_shown(value)}")
+
+    def unknown_keys(self, table: Mapping[str, Any], path: _KeyPath, allowed: tuple[str, ...]) -> None:
+        for key in table:
+            if key in allowed:
+                continue
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
+            self.problem(path + (key,), f"unknown key ({hint})")
+
+    def table(self, value: object, path: _KeyPath) -> Mapping[str, Any] | None:
+        if isinstance(value, dict):
+            return value
+        self.wrong_type(path, "a table", value)
+        return None
+
+    # -- scalars --------------------------------------------------------------------------------------------------
+
+    def string(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: str | None) -> str | None:
+        value = table.get(key, default)
+        if value is None or isinstance(value, str) and value:
+            return value
+        if isinstance(value, str):
+            self.problem(path + (key,), "must not be empty")
+        else:
+            self.wrong_type(path + (key,), "a string", value)
+        return default
+
+    def choice(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: str, options: tuple[str, ...]) -> str:
+        value = table.get(key, default)
+        if isinstance(value, str) and value in options:
+            return value
+        self.problem(path + (key,), f"must be one of {', '.join(repr(o) for o in options)}, got {_shown(value)}")
+        return default
+
+    def integer(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: int | None,
+                low: int, high: int | None = None) -> int | None:
+        value = table.get(key, default)
+        if value is None:
+            return None
+        wanted = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
+        if isinstance(value, bool) or not isinstance(value, int):
+            self.wrong_type(path + (key,), wanted, value)
+        elif value < low or high is not None and value > high:
+            self.problem(path + (key,), f"must be {wanted}, got {value}")
+        else:
+            return value
+        return default
+
+    def seconds(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: float | None) -> float | None:
+        value = table.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.wrong_type(path + (key,), "a number of seconds", value)
+        elif not math.isfinite(value) or value <= 0:
+            self.problem(path + (key,), f"must be a number of seconds > 0, got {value}")
+        else:
+            return float(value)
+        return default
+
+    # -- document -------------------------------------------------------------------------------------------------
+
+    def config(self, data: Mapping[str, Any], source: str, found_by: str) -> Config | None:
+        self.unknown_keys(data, (), _TOP_KEYS)
+        profiles: dict[str, Profile] = {}
+        raw_profiles = self.table(data.get("profiles", {}), ("profiles",))
+        if raw_profiles is not None:
+            if not raw_profiles:
+                self.problem(("profiles",), "no profiles defined (add a [profiles.NAME] table with a command)")
+            for name, raw in raw_profiles.items():
+                profile = self.profile(name, raw)
+                if profile is not None:
+                    profiles[name] = profile
+        sweep_table = self.table(data.get("sweep", {}), ("sweep",))
+        sweep = self.sweep(sweep_table) if sweep_table is not None else SweepDefaults()
+        keys = self.keys(data.get("keys", {}))
+        if self.problems:
+            return None
+        return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, found_by=found_by)
+
+    def profile(self, name: str, raw: object) -> Profile | None:
+        path = ("profiles", name)
+        if not _PROFILE_NAME.fullmatch(name):
+            self.problem(path, "profile names use letters, digits, '.', '_' and '-' (at most 64, "
+                               "starting with a letter or digit)")
+        table = self.table(raw, path)
+        if table is None:
+            return None
+        self.unknown_keys(table, path, _PROFILE_KEYS)
+        host = self.string(table, path, "host", "local") or "local"
+        if host != "local":
+            try:
+                parse_host(host)
+            except ValueError as exc:
+                self.problem(path + ("host",), f"must be \"local\", an ssh alias or [user@]host[:port]: {exc}, "
+                                               f"got {_shown(host)}")
+        health_path = self.string(table, path, "health_path", "/health") or "/health"
+        if not health_path.startswith("/"):
+            self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
+        return Profile(
+            name=name,
+            command=self.command(table, path),
+            host=host,
+            server=self.choice(table, path, "server", "sglang", SERVER_KINDS),
+            env=self.env(table.get("env", {}), path + ("env",)),
+            workdir=self.string(table, path, "workdir", None),
+            port=self.integer(table, path, "port", 30000, 1, 65535) or 30000,
+            health_path=health_path,
+            python=self.string(table, path, "python", "python3") or "python3",
+            expected_load_s=self.seconds(table, path, "expected_load_s", None),
+            notify_cmd=self.string(table, path, "notify_cmd", None),
+            stall_timeout_s=self.seconds(table, path, "stall_timeout_s", 300.0) or 300.0,
+        )
+
+    def command(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:
+        key_path = path + ("command",)
+        if "command" not in table:
+            self.problem(key_path, "missing; every profile needs the command that starts its server")
+            return ()
+        value = table["command"]
+        if isinstance(value, str):
+            try:
+                argv = shlex.split(value)
+            except ValueError as exc:
+                self.problem(key_path, f"cannot split into arguments: {exc}")
+                return ()
+        elif isinstance(value, list):
+            bad = next((item for item in value if not isinstance(item, str)), None)
+            if bad is not None:
+                self.problem(key_path, f"each item must be a string, got {_toml_type(bad)} {_shown(bad)}")
+                return ()
+            argv = list(value)
+        else:
+            self.wrong_type(key_path, "a string or an array of strings", value)
+            return ()
+        if not argv or not argv[0]:
+            self.problem(key_path, "must not be empty")
+        return tuple(argv)
+
+    def env(self, raw: object, path: _KeyPath) -> tuple[tuple[str, str], ...]:
+        table = self.table(raw, path)
+        if table is None:
+            return ()
+        pairs: list[tuple[str, str]] = []
+        for name, value in table.items():
+            if not _ENV_NAME.fullmatch(name):
+                self.problem(path + (name,), "bad environment variable name (use letters, digits and _, "
+                                             "not starting with a digit)")
+            elif name in RESERVED_ENV:
+                self.problem(path + (name,), "is reserved: specmon sets it on every server it starts")
+            elif not isinstance(value, str):
+                self.wrong_type(path + (name,), f"a string (write {name} = \"{_shown(value)}\")", value)
+            elif "\0" in value:
+                self.problem(path + (name,), "must not contain a NUL character")
+            else:
+                pairs.append((name, value))
+        return tuple(pairs)
+
+    def sweep(self, table: Mapping[str, Any]) -> SweepDefaults:
+        path = ("sweep",)
+        self.unknown_keys(table, path, _SWEEP_KEYS)
+        defaults = SweepDefaults()
+        requests = self.integer(table, path, "requests_per_level", None, 1)
+        duration = self.seconds(table, path, "duration_s", None)
+        if requests is not None and duration is not None:
+            self.problem(path + ("duration_s",), "set requests_per_level or duration_s, not both")
+        return SweepDefaults(
+            levels=self.levels(table, path),
+            requests_per_level=requests,
+            duration_s=duration,
+            warmup_requests=self.integer(table, path, "warmup_requests", defaults.warmup_requests, 0)
+            or 0,
+            input_len=self.integer(table, path, "input_len", defaults.input_len, 1) or defaults.input_len,
+            output_len=self.integer(table, path, "output_len", defaults.output_len, 1) or defaults.output_len,
+            api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
+        )
+
+    def levels(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[int, ...]:
+        """Concurrency levels: a non-empty array of positive integers in strictly increasing order.
+
+        Strictly increasing (not just unique) because sweeps run the levels in the order written and charts and
+        crossover interpolation read them as an ordered axis; an unordered list is almost always a typo.
+        """
+        key_path = path + ("levels",)
+        value = table.get("levels", list(DEFAULT_LEVELS))
+        if not isinstance(value, list):
+            self.wrong_type(key_path, "an array of concurrency levels such as [1, 2, 5, 10]", value)
+            return DEFAULT_LEVELS
+        if not value:
+            self.problem(key_path, "must list at least one concurrency level")
+            return DEFAULT_LEVELS
+        for item in value:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                self.problem(key_path, f"each level must be a positive integer, got {_shown(item)}")
+                return DEFAULT_LEVELS
+        for before, after in zip(value, value[1:]):
+            if after <= before:
+                self.problem(key_path, f"levels must be strictly increasing ({before} then {after})")
+                return DEFAULT_LEVELS
+        return tuple(value)
+
+    def keys(self, raw: object) -> dict[str, str]:
+        path = ("keys",)
+        table = self.table(raw, path)
+        if table is None:
+            return {}
+        bindings: dict[str, str] = {}
+        for binding, key in table.items():
+            if isinstance(key, str) and key.strip():
+                bindings[binding] = key
+            else:
+                self.wrong_type(path + (binding,), "a non-empty key name such as \"ctrl+l\"", key)
+        return bindings
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Locating keys in the source text
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def format_key(path: Iterable[str]) -> str:
+    """A key path written the way TOML would (`profiles."my model".port`)."""
+    parts = [part if _BARE_KEY.fullmatch(part) else '"' + part.replace('"', '\\"') + '"' for part in path]
+    return ".".join(parts) or "(top level)"
+
+
+def _line_of(lines: Mapping[_KeyPath, int], path: _KeyPath) -> int:
+    """The line of `path`, else of its closest enclosing table that is written down, else 1."""
+    for end in range(len(path), 0, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return 1
+
+
+def locate_keys(text: str) -> dict[_KeyPath, int]:
+    """Map each key path in valid TOML `text` to the 1-based line where it is first written.
+
+    Table headers (`[a.b]`, `[[a]]`), dotted keys (`a.b = 1`) and keys inside inline tables are all recorded, and
+    the implicit parents of each (`a` for `a.b`) map to the first line that mentions them. Array-of-tables entries
+    share their array's path. Only meant for text tomllib has already accepted.
+    """
+    return _KeyScanner(text).scan()
+
+
+class _KeyScanner:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+        self.newlines = [i for i, char in enumerate(text) if char == "\n"]
+        self.found: dict[_KeyPath, int] = {}
+
+    def line(self) -> int:
+        return bisect.bisect_left(self.newlines, self.pos) + 1
+
+    def peek(self, count: int = 1) -> str:
+        return self.text[self.pos: self.pos + count]
+
+    def record(self, path: _KeyPath) -> None:
+        line = self.line()
+        for end in range(1, len(path) + 1):
+            self.found.setdefault(path[:end], line)
+
+    def skip_blank(self, newlines: bool) -> None:
+        """Skip spaces and tabs, and with `newlines` also line breaks and comments."""
+        text = self.text
+        while self.pos < len(text):
+            char = text[self.pos]
+            if char in " \t" or newlines and char in "\r\n":
+                self.pos += 1
+            elif newlines and char == "#":
+                end = text.find("\n", self.pos)
+                self.pos = len(text) if end < 0 else end
+            else:
+                break
+
+    def scan(self) -> dict[_KeyPath, int]:
+        table: _KeyPath = ()
+        while True:
+            self.skip_blank(newlines=True)
+            if self.pos >= len(self.text):
+                return self.found
+            if self.peek() == "[":
+                width = 2 if self.peek(2) == "[[" else 1
+                self.pos += width
+                self.skip_blank(newlines=False)
+                table = self.key()
+                self.record(table)
+                self.skip_blank(newlines=False)
+                self.pos += width
+            else:
+                self.key_value(table)
+
+    def key_value(self, table: _KeyPath) -> None:
+        path = table + self.key()
+        self.record(path)
+        self.skip_blank(newlines=False)
+        self.pos += 1  # "="
+        self.skip_blank(newlines=False)
+        self.value(path)
+
+    def key(self) -> _KeyPath:
+        parts: list[str] = []
+        while True:
+            self.skip_blank(newlines=False)
+            char = self.peek()
+            if char in ("'", '"'):
+                parts.append(self.string())
+            else:
+                match = _BARE_KEY.match(self.text, self.pos)
+                end = match.end() if match else self.pos + 1
+                parts.append(self.text[self.pos: end])
+                self.pos = end
+            self.skip_blank(newlines=False)
+            if self.peek() != ".":
+                return tuple(parts)
+            self.pos += 1
+
+    def string(self) -> str:
+        """Consume a string of any of TOML's four kinds; return its body (escapes decoded for basic strings)."""
+        quote = self.peek()
+        triple = self.peek(3) == quote * 3
+        delimiter = quote * 3 if triple else quote
+        start = self.pos + len(delimiter)
+        index = start
+        while True:
+            end = self.text.find(delimiter, index)
+            if end < 0:
+                end = len(self.text)
+                break
+            backslashes = 0
+            while quote == '"' and end - 1 - backslashes >= start and self.text[end - 1 - backslashes] == "\\":
+                backslashes += 1
+            if backslashes % 2 == 0:
+                break
+            index = end + 1
+        if triple:  # up to two extra quotes may close a multi-line string ('''a''''' is "a''")
+            while self.text[end + 3: end + 4] == quote and end + 3 < len(self.text):
+                end += 1
+        body = self.text[start:end]
+        self.pos = end + len(delimiter)
+        if quote == '"' and "\\" in body:
+            try:
+                body = tomllib.loads(f'k = "{body}"')["k"]
+            except tomllib.TOMLDecodeError:
+                pass  # a name only used to find a line; the raw form is still good enough
+        return body
+
+    def value(self, path: _KeyPath) -> None:
+        char = self.peek()
+        if char in ("'", '"'):
+            self.string()
+        elif char == "[":
+            self.pos += 1
+            while True:
+                self.skip_blank(newlines=True)
+                if self.peek() in ("]", ""):
+                    self.pos += 1
+                    return
+                self.value(path)
+                self.skip_blank(newlines=True)
+                if self.peek() == ",":
+                    self.pos += 1
+        elif char == "{":
+            self.pos += 1
+            while True:
+                self.skip_blank(newlines=True)
+                if self.peek() in ("}", ""):
+                    self.pos += 1
+                    return
+                self.key_value(path)
+                self.skip_blank(newlines=True)
+                if self.peek() == ",":
+                    self.pos += 1
+        else:
+            while self.pos < len(self.text) and self.text[self.pos] not in ",]}\r\n#":
+                self.pos += 1

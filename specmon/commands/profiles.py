@@ -1,0 +1,84 @@
+"""`specmon profiles [--json]`: the profiles specmon would use, and which file they came from."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+from typing import Any
+
+from specmon.model.config import Config, Profile, load_config
+
+# Env values whose names look like credentials are never printed.
+_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
+_DISCOVERY = "--config, $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "profiles",
+        help="list the resolved profiles and where they came from",
+        description="List the profiles specmon would use and the file they came from "
+        f"(searched in order: {_DISCOVERY}; else the built-in demo profiles).",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    if args.json:
+        print(json.dumps(config_to_json(config), indent=2))
+    else:
+        print(render_table(config))
+    return 0
+
+
+def redacted_env(profile: Profile) -> dict[str, str]:
+    """The profile's env with credential-looking values replaced by '***'."""
+    return {name: "***" if _SECRET_NAME.search(name) else value for name, value in profile.env}
+
+
+def config_to_json(config: Config) -> dict[str, Any]:
+    """The resolved configuration as plain JSON data (env credentials redacted)."""
+    return {
+        "source": config.source,
+        "found_by": config.found_by,
+        "profiles": [
+            {
+                "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": p.base_url,
+                "command": list(p.command), "env": redacted_env(p), "workdir": p.workdir,
+                "health_path": p.health_path, "python": p.python, "expected_load_s": p.expected_load_s,
+                "notify_cmd": p.notify_cmd, "stall_timeout_s": p.stall_timeout_s,
+            }
+            for p in config.profiles.values()
+        ],
+        "sweep": {
+            "levels": list(config.sweep.levels), "requests_per_level": config.sweep.requests_per_level,
+            "duration_s": config.sweep.duration_s, "warmup_requests": config.sweep.warmup_requests,
+            "input_len": config.sweep.input_len, "output_len": config.sweep.output_len, "api": config.sweep.api,
+        },
+        "keys": dict(config.keys),
+    }
+
+
+def render_table(config: Config) -> str:
+    """A header naming the source, then one row per profile, the command cut to the terminal width."""
+    if config.is_builtin:
+        header = f"profiles: built-in demo profiles (no profiles file found; searched {_DISCOVERY})"
+    else:
+        header = f"profiles: {config.source} (found by {config.found_by})"
+    titles = ("NAME", "HOST", "SERVER", "PORT", "COMMAND")
+    rows = [(p.name, p.host, p.server, str(p.port), shlex.join(p.command)) for p in config.profiles.values()]
+    widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(4)]
+    width = shutil.get_terminal_size((120, 24)).columns
+    lines = [header]
+    for row in [titles, *rows]:
+        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
+        lines.append(line if len(line) <= width else line[: max(width - 3, 20)] + "...")
+    levels = ",".join(str(level) for level in config.sweep.levels)
+    lines.append(f"sweep: levels {levels}, input {config.sweep.input_len}, output {config.sweep.output_len} tokens, "
+                 f"api {config.sweep.api}")
+    return "\n".join(lines)
