@@ -1,0 +1,358 @@
+"""Sweep result files: one JSONL file per sweep, a meta line then one line per finished level.
+
+Schema (version 1)::
+
+    {"type": "meta", "schema": 1, "specmon_version": "0.1.0", "created_at": "2026-11-29T15:40:00Z",
+     "profile": "eagle3" | null, "url": "http://127.0.0.1:30000", "model": "...",
+     "server": {...what the server exposes: kv_cache_tokens, mem_fraction, speculative {...}, version...},
+     "workload": {"api": "chat", "levels": [1, 2, 5], "requests_per_level": 16 | null, "duration_s": null,
+                  "warmup_requests": 2, "input_len": 128, "output_len": 256, "prompt_file": null},
+     "records": "results/x.requests.jsonl" | null}
+    {"type": "level", "concurrency": 1, "requests_ok": 16, "requests_failed": 0,
+     "errors": {"refused": 0, ...only kinds that happened},
+     "duration_s": 12.3, "input_tokens": 2048, "output_tokens": 4096,
+     "output_throughput": 333.0, "total_throughput": 499.5, "request_throughput": 1.3,
+     "ttft_ms": {"mean", "p50", "p90", "p99"}, "tpot_ms": {...}, "itl_ms": {...}, "e2e_ms": {...},
+     "decode_tok_s": {...}, "tokens_per_chunk": 2.6, "achieved_concurrency": 0.98, "usage_missing": 0,
+     "started_at": "...", "client": {"cpu_s": 0.4, "chunks": 1600, "cpu_us_per_chunk": 250.0,
+                                     "loop_lag_ms_p99": 0.3, "bound": false}}
+
+A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
+finished level. Statistics whose sample is empty are written as null. API keys never reach a file:
+`redact` is applied to everything written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from specmon.errors import UserError
+
+SCHEMA_VERSION = 1
+ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout")
+STAT_KEYS = ("mean", "p50", "p90", "p99")
+REDACTED = "<redacted>"
+
+# Keys whose values are secrets (SGLang's /server_info carries `api_key`, `admin_api_key`...).
+_SECRET_KEY = re.compile(r"(api[_-]?key|secret|passw(or)?d|authorization|(^|_)token$|^hf_token$|access_token)", re.I)
+# Values that look like bearer tokens or provider keys, whatever key holds them.
+_SECRET_VALUE = re.compile(r"(Bearer\s+\S+|\bsk-[A-Za-z0-9_\-]{8,}|\bhf_[A-Za-z0-9]{16,})")
+
+
+def utc_now_iso() -> str:
+    """The current UTC time as ISO-8601 with a Z suffix, to the second."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Mean and percentiles of one metric over a level; None where the sample was empty."""
+
+    mean: float | None = None
+    p50: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {k: (None if v is None else round(v, 4)) for k, v in zip(STAT_KEYS, (self.mean, self.p50, self.p90, self.p99))}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> Stats:
+        if d is None:
+            return cls()
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected an object with {', '.join(STAT_KEYS)}")
+        return cls(*(_opt_float(d.get(k), f"{where}.{k}") for k in STAT_KEYS))
+
+
+@dataclass(frozen=True)
+class ClientHealth:
+    """How hard the load generator itself worked during a level, and whether that makes the level suspect."""
+
+    cpu_s: float = 0.0
+    chunks: int = 0
+    loop_lag_ms_p99: float | None = None
+    bound: bool = False
+
+    @property
+    def cpu_us_per_chunk(self) -> float | None:
+        return self.cpu_s * 1e6 / self.chunks if self.chunks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        per_chunk = self.cpu_us_per_chunk
+        return {
+            "cpu_s": round(self.cpu_s, 4),
+            "chunks": self.chunks,
+            "cpu_us_per_chunk": None if per_chunk is None else round(per_chunk, 2),
+            "loop_lag_ms_p99": None if self.loop_lag_ms_p99 is None else round(self.loop_lag_ms_p99, 3),
+            "bound": self.bound,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> ClientHealth:
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected an object")
+        return cls(
+            cpu_s=_req_float(d, "cpu_s", where),
+            chunks=_req_int(d, "chunks", where),
+            loop_lag_ms_p99=_opt_float(d.get("loop_lag_ms_p99"), f"{where}.loop_lag_ms_p99"),
+            bound=bool(d.get("bound", False)),
+        )
+
+
+@dataclass(frozen=True)
+class LevelResult:
+    """Everything measured at one concurrency level (metric definitions: specmon.model.sweepstats)."""
+
+    concurrency: int
+    requests_ok: int
+    requests_failed: int
+    duration_s: float
+    output_tokens: int
+    output_throughput: float
+    request_throughput: float
+    ttft_ms: Stats
+    tpot_ms: Stats
+    itl_ms: Stats
+    e2e_ms: Stats
+    tokens_per_chunk: float | None
+    client: ClientHealth
+    errors: Mapping[str, int] = field(default_factory=dict)
+    input_tokens: int = 0
+    total_throughput: float = 0.0
+    decode_tok_s: Stats = Stats()
+    achieved_concurrency: float | None = None
+    usage_missing: int = 0
+    started_at: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "level",
+            "concurrency": self.concurrency,
+            "requests_ok": self.requests_ok,
+            "requests_failed": self.requests_failed,
+            "errors": dict(self.errors),
+            "duration_s": round(self.duration_s, 4),
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "output_throughput": round(self.output_throughput, 3),
+            "total_throughput": round(self.total_throughput, 3),
+            "request_throughput": round(self.request_throughput, 4),
+            "ttft_ms": self.ttft_ms.to_dict(),
+            "tpot_ms": self.tpot_ms.to_dict(),
+            "itl_ms": self.itl_ms.to_dict(),
+            "e2e_ms": self.e2e_ms.to_dict(),
+            "decode_tok_s": self.decode_tok_s.to_dict(),
+            "tokens_per_chunk": None if self.tokens_per_chunk is None else round(self.tokens_per_chunk, 4),
+            "achieved_concurrency": None if self.achieved_concurrency is None else round(self.achieved_concurrency, 3),
+            "usage_missing": self.usage_missing,
+            "started_at": self.started_at,
+            "client": self.client.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "level") -> LevelResult:
+        """Parse a level line; raises ValueError naming the bad field."""
+        concurrency = _req_int(d, "concurrency", where)
+        if concurrency < 1:
+            raise ValueError(f"{where}: concurrency must be >= 1, got {concurrency}")
+        errors = d.get("errors") or {}
+        if not isinstance(errors, Mapping) or not all(isinstance(v, int) for v in errors.values()):
+            raise ValueError(f"{where}: errors must map an error kind to a count")
+        tpc = d.get("tokens_per_chunk")
+        ach = d.get("achieved_concurrency")
+        return cls(
+            concurrency=concurrency,
+            requests_ok=_req_int(d, "requests_ok", where),
+            requests_failed=_req_int(d, "requests_failed", where),
+            duration_s=_req_float(d, "duration_s", where),
+            output_tokens=_req_int(d, "output_tokens", where),
+            output_throughput=_req_float(d, "output_throughput", where),
+            request_throughput=_req_float(d, "request_throughput", where),
+            ttft_ms=Stats.from_dict(d.get("ttft_ms"), f"{where}: ttft_ms"),
+            tpot_ms=Stats.from_dict(d.get("tpot_ms"), f"{where}: tpot_ms"),
+            itl_ms=Stats.from_dict(d.get("itl_ms"), f"{where}: itl_ms"),
+            e2e_ms=Stats.from_dict(d.get("e2e_ms"), f"{where}: e2e_ms"),
+            tokens_per_chunk=_opt_float(tpc, f"{where}: tokens_per_chunk"),
+            client=ClientHealth.from_dict(d.get("client", {}), f"{where}: client"),
+            errors=dict(errors),
+            input_tokens=int(d.get("input_tokens") or 0),
+            total_throughput=float(d.get("total_throughput") or 0.0),
+            decode_tok_s=Stats.from_dict(d.get("decode_tok_s"), f"{where}: decode_tok_s"),
+            achieved_concurrency=_opt_float(ach, f"{where}: achieved_concurrency"),
+            usage_missing=int(d.get("usage_missing") or 0),
+            started_at=d.get("started_at"),
+        )
+
+
+@dataclass(frozen=True)
+class SweepMeta:
+    """The first line of a result file: what was measured, against what, and when."""
+
+    url: str
+    model: str | None
+    workload: Mapping[str, Any]
+    profile: str | None = None
+    server: Mapping[str, Any] = field(default_factory=dict)
+    specmon_version: str = ""
+    created_at: str = ""
+    records: str | None = None
+
+    @property
+    def label(self) -> str:
+        """A short name for tables and chart legends: the profile, else the URL."""
+        return self.profile or self.url
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "meta",
+            "schema": SCHEMA_VERSION,
+            "specmon_version": self.specmon_version,
+            "created_at": self.created_at,
+            "profile": self.profile,
+            "url": self.url,
+            "model": self.model,
+            "server": dict(self.server),
+            "workload": dict(self.workload),
+            "records": self.records,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], where: str = "meta") -> SweepMeta:
+        url = d.get("url")
+        if not isinstance(url, str) or not url:
+            raise ValueError(f"{where}: missing url")
+        workload = d.get("workload") or {}
+        server = d.get("server") or {}
+        if not isinstance(workload, Mapping) or not isinstance(server, Mapping):
+            raise ValueError(f"{where}: workload and server must be objects")
+        return cls(
+            url=url,
+            model=d.get("model"),
+            workload=dict(workload),
+            profile=d.get("profile"),
+            server=dict(server),
+            specmon_version=str(d.get("specmon_version") or ""),
+            created_at=str(d.get("created_at") or ""),
+            records=d.get("records"),
+        )
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """A whole result file: its meta line and the levels finished so far, in file order."""
+
+    path: str | None
+    meta: SweepMeta
+    levels: tuple[LevelResult, ...]
+
+    @property
+    def label(self) -> str:
+        return self.meta.label
+
+
+def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
+    """A deep copy of `value` with secret-looking keys/values, and the given secret strings, replaced."""
+    secret_set = {s for s in secrets if s}
+
+    def walk(v: Any, key: str | None) -> Any:
+        if key is not None and _SECRET_KEY.search(key) and v not in (None, "", False):
+            return REDACTED
+        if isinstance(v, Mapping):
+            return {k: walk(x, str(k)) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [walk(x, None) for x in v]
+        if isinstance(v, str):
+            v = _SECRET_VALUE.sub(REDACTED, v)
+            for s in secret_set:
+                if s in v:
+                    v = v.replace(s, REDACTED)
+        return v
+
+    return walk(value, None)
+
+
+def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:
+    """Append one redacted JSON line and fsync it, so a finished level survives a crash right after."""
+    line = json.dumps(redact(obj, secrets), separators=(",", ":"), allow_nan=False) + "\n"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(line)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
+    """Parse result-file lines; a bad line raises UserError naming path:line and the fault."""
+    meta: SweepMeta | None = None
+    levels: list[LevelResult] = []
+    for lineno, text in enumerate(lines, 1):
+        where = f"{path}:{lineno}"
+        if not text.strip():
+            continue
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
+        if not isinstance(obj, dict):
+            raise UserError(f"{where}: expected a JSON object")
+        kind = obj.get("type")
+        try:
+            if kind == "meta":
+                if meta is not None:
+                    raise ValueError("a second meta line")
+                schema = obj.get("schema")
+                if schema != SCHEMA_VERSION:
+                    raise ValueError(f"unsupported schema {schema!r} (this specmon reads {SCHEMA_VERSION})")
+                meta = SweepMeta.from_dict(obj, "meta")
+            elif kind == "level":
+                if meta is None:
+                    raise ValueError("level line before the meta line")
+                levels.append(LevelResult.from_dict(obj, "level"))
+            else:
+                raise ValueError(f"unknown line type {kind!r} (expected 'meta' or 'level')")
+        except (ValueError, TypeError) as exc:
+            raise UserError(f"{where}: {exc}") from None
+    if meta is None:
+        raise UserError(f"{path}:1: no meta line; not a specmon sweep result file")
+    return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+def read_results(path: str | os.PathLike[str]) -> SweepResult:
+    """Read a result file written by `specmon sweep` (finished levels only, in file order)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read ({exc})") from None
+    return parse_results(text.splitlines(), str(p))
+
+
+def _req_int(d: Mapping[str, Any], key: str, where: str) -> int:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{where}: {key} must be an integer, got {v!r}")
+    return v
+
+
+def _req_float(d: Mapping[str, Any], key: str, where: str) -> float:
+    v = d.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where}: {key} must be a number, got {v!r}")
+    return float(v)
+
+
+def _opt_float(v: Any, where: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{where} must be a number or null, got {v!r}")
+    return float(v)

@@ -1,0 +1,311 @@
+"""Per-level sweep statistics from per-request records. Pure and synchronous.
+
+Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so numbers compare):
+
+- TTFT: request sent -> first SSE chunk carrying generated text (content, reasoning or completion text).
+- E2E latency: request sent -> last chunk carrying generated text (the trailing usage-only chunk does not extend it).
+- Output tokens: `usage.completion_tokens` from the final usage chunk (`stream_options.include_usage`), never
+  chunk counts: under speculative decoding one chunk carries several tokens. When a server sends no usage the
+  request falls back to its chunk count and the level's `usage_missing` counts it (the sweep warns).
+- TPOT (time per output token), per request: (E2E - TTFT) / (output_tokens - 1); requests with < 2 tokens have none.
+  Under speculation TPOT amortises bundled tokens, while ITL does not.
+- ITL (inter-token latency as vLLM/SGLang name it): the gaps between consecutive text-carrying chunks, pooled over all
+  successful requests. Under speculation it is a per-*chunk* gap, about accept-length x TPOT.
+  Percentiles of ITL come from a log histogram with 1 % wide buckets (memory stays flat for any sweep size), so they
+  are within 0.5 % of the exact value; its mean is exact.
+- Decode tok/s, per request: (output_tokens - 1) / (E2E - TTFT) = 1000 / TPOT.
+- Output throughput: sum of output tokens of successful requests / level duration; total throughput adds prompt
+  tokens (`usage.prompt_tokens`); request throughput: successful requests / duration. The level duration runs from
+  the first measured request sent to the last one finished (closed loop, drain tail included, as vLLM does).
+- Tokens per chunk: sum of usage output tokens / sum of text chunks over requests that had usage: a client-side
+  accept-length proxy (1.0 without speculation).
+- Achieved concurrency: sum of request busy times / duration (Little's law, SGLang's "Concurrency").
+- Percentiles are linear-interpolated (numpy's default), p50/p90/p99 plus the mean.
+- Client-bound verdict: the level is flagged when the generator's event loop lagged more than
+  LOOP_LAG_BOUND_MS at p99 or it used more than CPU_BOUND_FRACTION of a core: its timings then measure the client.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specmon.model.results import ClientHealth, LevelResult, Stats
+
+LOOP_LAG_BOUND_MS = 10.0
+CPU_BOUND_FRACTION = 0.85
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the load generator saw it. Written one JSON line per request to the records file.
+
+    Times are seconds since the level started (start_s, end_s) or milliseconds (ttft_ms, e2e_ms);
+    itl_us are the gaps between text-carrying chunks in microseconds.
+    """
+
+    concurrency: int
+    index: int
+    start_s: float
+    end_s: float
+    ok: bool
+    error: str | None = None           # one of results.ERROR_KINDS when not ok
+    detail: str | None = None          # short human text for the error
+    status: int | None = None          # HTTP status when one arrived
+    ttft_ms: float | None = None
+    e2e_ms: float | None = None
+    chunks: int = 0                    # chunks that carried generated text
+    output_tokens: int | None = None   # usage.completion_tokens
+    prompt_tokens: int | None = None   # usage.prompt_tokens
+    itl_us: tuple[int, ...] = ()
+    warmup: bool = False
+
+    @property
+    def usage(self) -> bool:
+        return self.output_tokens is not None
+
+    @property
+    def counted_tokens(self) -> int:
+        """Output tokens from usage, else (with usage missing) the chunk count."""
+        return self.output_tokens if self.output_tokens is not None else self.chunks
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "concurrency": self.concurrency, "i": self.index, "start_s": round(self.start_s, 6),
+            "end_s": round(self.end_s, 6), "ok": self.ok,
+        }
+        if self.warmup:
+            d["warmup"] = True
+        if not self.ok:
+            d["error"] = self.error
+            d["detail"] = self.detail
+        if self.status is not None:
+            d["status"] = self.status
+        d["ttft_ms"] = None if self.ttft_ms is None else round(self.ttft_ms, 3)
+        d["e2e_ms"] = None if self.e2e_ms is None else round(self.e2e_ms, 3)
+        d["chunks"] = self.chunks
+        d["output_tokens"] = self.output_tokens
+        d["prompt_tokens"] = self.prompt_tokens
+        d["itl_us"] = list(self.itl_us)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> RequestRecord:
+        return cls(
+            concurrency=int(d["concurrency"]), index=int(d["i"]), start_s=float(d["start_s"]),
+            end_s=float(d["end_s"]), ok=bool(d["ok"]), error=d.get("error"), detail=d.get("detail"),
+            status=d.get("status"), ttft_ms=d.get("ttft_ms"), e2e_ms=d.get("e2e_ms"),
+            chunks=int(d.get("chunks", 0)), output_tokens=d.get("output_tokens"),
+            prompt_tokens=d.get("prompt_tokens"), itl_us=tuple(d.get("itl_us", ())),
+            warmup=bool(d.get("warmup", False)),
+        )
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100) of already sorted values, linear interpolation; None when empty."""
+    n = len(sorted_values)
+    if n == 0:
+        return None
+    pos = (n - 1) * q / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, n - 1)
+    frac = pos - lo
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * frac
+
+
+def stats_of(values: Iterable[float]) -> Stats:
+    """Mean, p50, p90, p99 of the values (all None when there are none)."""
+    s = sorted(values)
+    if not s:
+        return Stats()
+    return Stats(math.fsum(s) / len(s), percentile(s, 50), percentile(s, 90), percentile(s, 99))
+
+
+class LogHistogram:
+    """Counts of non-negative values in 1 %-wide log buckets: constant memory, quantiles within 0.5 %.
+
+    Values below `floor` (e.g. two chunks read in the same socket read) count as zero.
+    """
+
+    _LOG_RATIO = math.log(1.01)
+
+    def __init__(self, floor: float = 1e-3) -> None:
+        self._floor = floor
+        self._buckets: dict[int, int] = {}
+        self._zeros = 0
+        self.count = 0
+        self.total = 0.0
+
+    def add(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        if value < self._floor:
+            self._zeros += 1
+            return
+        idx = math.floor(math.log(value) / self._LOG_RATIO)
+        self._buckets[idx] = self._buckets.get(idx, 0) + 1
+
+    def quantile(self, q: float) -> float | None:
+        """The q-th percentile (0..100): the geometric middle of the bucket holding that rank."""
+        if self.count == 0:
+            return None
+        rank = q / 100.0 * (self.count - 1)
+        seen = self._zeros
+        if rank < seen:
+            return 0.0
+        for idx in sorted(self._buckets):
+            seen += self._buckets[idx]
+            if rank < seen:
+                return math.exp((idx + 0.5) * self._LOG_RATIO)
+        return math.exp((max(self._buckets) + 0.5) * self._LOG_RATIO)
+
+    def stats(self) -> Stats:
+        if self.count == 0:
+            return Stats()
+        return Stats(self.total / self.count, self.quantile(50), self.quantile(90), self.quantile(99))
+
+
+def client_bound(cpu_s: float, duration_s: float, loop_lag_ms_p99: float | None) -> bool:
+    """True when the generator's own load makes a level's timings untrustworthy."""
+    if loop_lag_ms_p99 is not None and loop_lag_ms_p99 > LOOP_LAG_BOUND_MS:
+        return True
+    return duration_s > 0 and cpu_s / duration_s > CPU_BOUND_FRACTION
+
+
+@dataclass
+class LevelAccumulator:
+    """Folds request records of one level into running totals; memory does not grow with chunk counts."""
+
+    concurrency: int
+    requests_ok: int = 0
+    requests_failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    output_tokens: int = 0
+    input_tokens: int = 0
+    usage_missing: int = 0
+    chunks_total: int = 0
+    usage_tokens: int = 0          # tokens and chunks of requests that had usage: tokens/chunk
+    usage_chunks: int = 0
+    busy_s: float = 0.0
+    first_start_s: float | None = None
+    last_end_s: float | None = None
+    itl: LogHistogram = field(default_factory=lambda: LogHistogram())
+    ttft_live: LogHistogram = field(default_factory=lambda: LogHistogram())
+    ttft: array = field(default_factory=lambda: array("d"))
+    e2e: array = field(default_factory=lambda: array("d"))
+    tpot: array = field(default_factory=lambda: array("d"))
+    decode: array = field(default_factory=lambda: array("d"))
+
+    def add(self, r: RequestRecord) -> None:
+        if r.warmup:
+            return
+        self.busy_s += max(0.0, r.end_s - r.start_s)
+        self.first_start_s = r.start_s if self.first_start_s is None else min(self.first_start_s, r.start_s)
+        self.last_end_s = r.end_s if self.last_end_s is None else max(self.last_end_s, r.end_s)
+        self.chunks_total += r.chunks
+        if not r.ok:
+            self.requests_failed += 1
+            kind = r.error or "unknown"
+            self.errors[kind] = self.errors.get(kind, 0) + 1
+            return
+        self.requests_ok += 1
+        tokens = r.counted_tokens
+        self.output_tokens += tokens
+        self.input_tokens += r.prompt_tokens or 0
+        if r.usage:
+            self.usage_tokens += tokens
+            self.usage_chunks += r.chunks
+        else:
+            self.usage_missing += 1
+        for gap in r.itl_us:
+            self.itl.add(gap / 1000.0)
+        if r.ttft_ms is not None:
+            self.ttft.append(r.ttft_ms)
+            self.ttft_live.add(r.ttft_ms)
+        if r.e2e_ms is not None:
+            self.e2e.append(r.e2e_ms)
+            if r.ttft_ms is not None and tokens >= 2 and r.e2e_ms > r.ttft_ms:
+                tpot = (r.e2e_ms - r.ttft_ms) / (tokens - 1)
+                self.tpot.append(tpot)
+                self.decode.append(1000.0 / tpot)
+
+    @property
+    def tokens_per_chunk(self) -> float | None:
+        return self.usage_tokens / self.usage_chunks if self.usage_chunks else None
+
+    def result(
+        self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None
+    ) -> LevelResult:
+        """The finished level. duration_s: first measured request sent -> last one finished."""
+        dur = max(duration_s, 1e-9)
+        client = ClientHealth(
+            cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
+            bound=client_bound(cpu_s, duration_s, loop_lag_ms_p99),
+        )
+        return LevelResult(
+            concurrency=self.concurrency,
+            requests_ok=self.requests_ok,
+            requests_failed=self.requests_failed,
+            errors=dict(sorted(self.errors.items())),
+            duration_s=duration_s,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            output_throughput=self.output_tokens / dur,
+            total_throughput=(self.output_tokens + self.input_tokens) / dur,
+            request_throughput=self.requests_ok / dur,
+            ttft_ms=stats_of(self.ttft),
+            tpot_ms=stats_of(self.tpot),
+            itl_ms=self.itl.stats(),
+            e2e_ms=stats_of(self.e2e),
+            decode_tok_s=stats_of(self.decode),
+            tokens_per_chunk=self.tokens_per_chunk,
+            achieved_concurrency=self.busy_s / dur if duration_s > 0 else None,
+            usage_missing=self.usage_missing,
+            started_at=started_at,
+            client=client,
+        )
+
+
+def level_from_records(
+    records: Iterable[RequestRecord], cpu_s: float = 0.0, loop_lag_ms_p99: float | None = None
+) -> LevelResult:
+    """Recompute one level from its records (e.g. re-read from a records file); duration from their times."""
+    acc: LevelAccumulator | None = None
+    for r in records:
+        if acc is None:
+            acc = LevelAccumulator(r.concurrency)
+        acc.add(r)
+    if acc is None or acc.first_start_s is None or acc.last_end_s is None:
+        raise ValueError("no measured requests")
+    return acc.result(acc.last_end_s - acc.first_start_s, cpu_s, loop_lag_ms_p99)
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """A live summary of the level in progress, sent by the generator about 4 times a second."""
+
+    concurrency: int
+    level_index: int                  # 0-based position in the sweep's levels
+    level_count: int
+    phase: str                        # "warmup" | "level"
+    elapsed_s: float
+    requests_done: int                # finished (ok or failed) measured requests
+    requests_failed: int
+    requests_target: int | None       # None in duration mode
+    duration_target_s: float | None
+    in_flight: int
+    output_tok_s: float               # running estimate: usage tokens, plus in-flight chunks x tokens/chunk
+    ttft_p50_ms: float | None
+    tokens_per_chunk: float | None
+    loop_lag_ms: float | None         # worst loop lag over the last interval
+    cpu_fraction: float | None        # generator CPU over the last interval, fraction of one core
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "progress", **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> SweepProgress:
+        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})

@@ -1,0 +1,42 @@
+"""Aligning sweeps and finding the concurrency where speculation stops paying."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.model.compare import align, crossover, find_crossover
+from specmon.model.results import ClientHealth, LevelResult, Stats
+
+
+def lv(c: int, tput: float) -> LevelResult:
+    return LevelResult(concurrency=c, requests_ok=1, requests_failed=0, duration_s=1.0, output_tokens=int(tput),
+                       output_throughput=tput, request_throughput=1.0, ttft_ms=Stats(), tpot_ms=Stats(),
+                       itl_ms=Stats(), e2e_ms=Stats(), tokens_per_chunk=None, client=ClientHealth())
+
+
+BASE = [lv(1, 90), lv(10, 600), lv(30, 760), lv(100, 770)]
+SPEC = [lv(1, 200), lv(10, 500), lv(30, 350), lv(100, 350)]
+
+
+def test_crossover_interpolates_between_bracketing_levels() -> None:
+    # diff at C=1: +110, at C=10: -100 -> 1 + 9 * 110/210
+    x = find_crossover(BASE, SPEC)
+    assert x is not None and x.b_ahead_before
+    assert x.concurrency == pytest.approx(1 + 9 * 110 / 210)
+    assert crossover(SPEC, BASE) == pytest.approx(x.concurrency)
+
+
+def test_no_crossover_when_one_stays_ahead() -> None:
+    assert crossover(BASE, [lv(c.concurrency, c.output_throughput * 1.2) for c in BASE]) is None
+    assert crossover([], SPEC) is None
+
+
+def test_exact_tie_is_the_crossover() -> None:
+    assert crossover([lv(1, 100), lv(5, 100), lv(9, 100)], [lv(1, 150), lv(5, 100), lv(9, 50)]) == 5.0
+
+
+def test_align_keeps_missing_levels_and_ratio() -> None:
+    rows = align(BASE, SPEC[:2])
+    assert [r.concurrency for r in rows] == [1, 10, 30, 100]
+    assert rows[0].ratio() == pytest.approx(200 / 90)
+    assert rows[2].levels[1] is None and rows[2].ratio() is None

@@ -1,0 +1,89 @@
+"""Result files: a meta line, one level line per finished level; bad files give one line naming file:line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.model.results import (
+    REDACTED,
+    ClientHealth,
+    LevelResult,
+    Stats,
+    SweepMeta,
+    append_line,
+    read_results,
+    redact,
+)
+
+REQUIRED_LEVEL_KEYS = {
+    "concurrency", "requests_ok", "requests_failed", "duration_s", "output_tokens", "output_throughput",
+    "request_throughput", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms", "tokens_per_chunk", "client",
+}
+
+
+def level(c: int, tput: float) -> LevelResult:
+    s = Stats(1.0, 1.0, 2.0, 3.0)
+    return LevelResult(concurrency=c, requests_ok=4, requests_failed=0, duration_s=2.0, output_tokens=int(tput * 2),
+                       output_throughput=tput, request_throughput=2.0, ttft_ms=s, tpot_ms=s, itl_ms=s, e2e_ms=s,
+                       tokens_per_chunk=2.5, client=ClientHealth(0.1, 100, 0.5, False), errors={"timeout": 1})
+
+
+def meta(**kw: object) -> SweepMeta:
+    return SweepMeta(url="http://127.0.0.1:1", model="m", workload={"levels": [1, 2]}, profile="base",
+                     specmon_version="0.1.0", created_at="2026-11-29T00:00:00Z", **kw)  # type: ignore[arg-type]
+
+
+def test_round_trip_with_required_keys(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    append_line(path, meta().to_dict())
+    append_line(path, level(1, 90.0).to_dict())
+    append_line(path, level(2, 170.0).to_dict())
+    lines = [json.loads(x) for x in path.read_text().splitlines()]
+    assert lines[0]["type"] == "meta"
+    assert REQUIRED_LEVEL_KEYS <= set(lines[1])
+    assert set(lines[1]["ttft_ms"]) == {"mean", "p50", "p90", "p99"}
+    assert set(lines[1]["client"]) >= {"cpu_s", "chunks", "loop_lag_ms_p99", "bound"}
+    res = read_results(path)
+    assert res.meta == meta()
+    assert res.levels == (level(1, 90.0), level(2, 170.0))
+    assert res.label == "base"
+
+
+def test_api_keys_never_reach_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "r.jsonl"
+    server = {"api_key": "abc123", "max_total_num_tokens": 1000, "hf_token": "x", "note": "key sk-live-0123456789abc",
+              "args": ["--api-key", "mysecretvalue"]}
+    append_line(path, meta(server=server).to_dict(), secrets=["mysecretvalue"])
+    text = path.read_text()
+    assert "abc123" not in text and "mysecretvalue" not in text and "sk-live" not in text
+    got = read_results(path).meta.server
+    assert got["api_key"] == REDACTED and got["max_total_num_tokens"] == 1000
+    assert redact({"Authorization": "Bearer zz"}) == {"Authorization": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ('{"type":"meta","schema":1,"url":"u"}\nnot json\n', ":2: not JSON"),
+        ('{"type":"level","concurrency":1}\n', ":1: level line before the meta line"),
+        ('{"type":"meta","schema":1,"url":"u"}\n{"type":"level","concurrency":"x"}\n', ":2: level: concurrency must be an integer"),
+        ('{"type":"meta","schema":9,"url":"u"}\n', ":1: unsupported schema 9"),
+        ("", ":1: no meta line"),
+    ],
+)
+def test_bad_files_name_file_and_line(tmp_path: Path, content: str, expect: str) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text(content)
+    with pytest.raises(UserError) as err:
+        read_results(path)
+    msg = str(err.value)
+    assert msg.startswith(str(path)) and expect in msg and "\n" not in msg
+
+
+def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no such file"):
+        read_results(tmp_path / "nope.jsonl")

@@ -1,0 +1,106 @@
+"""Per-level statistics from request records: the definitions users compare against vLLM/SGLang numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.model.sweepstats import (
+    LevelAccumulator,
+    LogHistogram,
+    RequestRecord,
+    SweepProgress,
+    level_from_records,
+    percentile,
+    stats_of,
+)
+
+
+def rec(i: int, *, start: float = 0.0, end: float = 1.0, ttft: float = 100.0, e2e: float = 1000.0,
+        tokens: int | None = 10, chunks: int = 10, itl: tuple[int, ...] = (), ok: bool = True,
+        error: str | None = None, prompt: int | None = 5) -> RequestRecord:
+    return RequestRecord(concurrency=4, index=i, start_s=start, end_s=end, ok=ok, error=error,
+                         ttft_ms=ttft if ok else None, e2e_ms=e2e if ok else None, chunks=chunks,
+                         output_tokens=tokens if ok else None, prompt_tokens=prompt if ok else None, itl_us=itl)
+
+
+def test_percentile_is_linear_like_numpy() -> None:
+    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5
+    assert percentile([10.0], 99) == 10.0
+    assert percentile([], 50) is None
+    assert percentile(list(range(101)), 90) == 90
+    s = stats_of([3.0, 1.0, 2.0])
+    assert (s.mean, s.p50) == (2.0, 2.0)
+
+
+def test_tokens_come_from_usage_not_chunks_under_speculation() -> None:
+    # 3 tokens per chunk, as EAGLE-3 bundles them: throughput must count 90 tokens, not 30 chunks.
+    records = [rec(i, tokens=30, chunks=10, ttft=100.0, e2e=1000.0, itl=(100_000,) * 9) for i in range(3)]
+    lv = level_from_records(records)
+    assert lv.output_tokens == 90
+    assert lv.tokens_per_chunk == pytest.approx(3.0)
+    assert lv.output_throughput == pytest.approx(90 / 1.0)
+    # TPOT amortises bundled tokens, ITL is the chunk gap.
+    assert lv.tpot_ms.p50 == pytest.approx(900 / 29)
+    assert lv.itl_ms.p50 == pytest.approx(100.0, rel=0.006)
+    assert lv.decode_tok_s.mean == pytest.approx(29 / 0.9)
+    assert lv.usage_missing == 0
+
+
+def test_missing_usage_falls_back_to_chunks_and_is_counted() -> None:
+    lv = level_from_records([rec(0, tokens=None, chunks=7), rec(1, tokens=14, chunks=7)])
+    assert lv.output_tokens == 21
+    assert lv.usage_missing == 1
+    assert lv.tokens_per_chunk == 2.0  # only from the request that had usage
+
+
+def test_errors_by_kind_do_not_count_as_output() -> None:
+    records = [rec(0), rec(1, ok=False, error="http_5xx", chunks=0),
+               rec(2, ok=False, error="truncated", chunks=3), rec(3, ok=False, error="http_5xx", chunks=0)]
+    lv = level_from_records(records)
+    assert (lv.requests_ok, lv.requests_failed) == (1, 3)
+    assert lv.errors == {"http_5xx": 2, "truncated": 1}
+    assert lv.output_tokens == 10
+    assert lv.client.chunks == 13
+
+
+def test_duration_throughput_and_achieved_concurrency() -> None:
+    # Two requests of 2 s each, overlapping fully, inside a 2 s level: concurrency 2.
+    records = [rec(0, start=1.0, end=3.0), rec(1, start=1.0, end=3.0)]
+    lv = level_from_records(records)
+    assert lv.duration_s == 2.0
+    assert lv.request_throughput == 1.0
+    assert lv.achieved_concurrency == pytest.approx(2.0)
+    assert lv.total_throughput == pytest.approx((20 + 10) / 2.0)
+
+
+def test_warmup_records_are_excluded() -> None:
+    acc = LevelAccumulator(4)
+    acc.add(RequestRecord(4, 0, 0.0, 1.0, True, ttft_ms=5.0, e2e_ms=9.0, chunks=2, output_tokens=2, warmup=True))
+    assert acc.requests_ok == 0 and acc.first_start_s is None
+
+
+def test_client_bound_verdict() -> None:
+    acc = LevelAccumulator(1)
+    acc.add(rec(0))
+    assert not acc.result(10.0, cpu_s=1.0, loop_lag_ms_p99=1.0).client.bound
+    assert acc.result(10.0, cpu_s=9.5, loop_lag_ms_p99=1.0).client.bound
+    assert acc.result(10.0, cpu_s=1.0, loop_lag_ms_p99=50.0).client.bound
+
+
+def test_log_histogram_quantiles_within_half_percent() -> None:
+    h = LogHistogram()
+    values = [0.0] * 10 + [float(v) for v in range(1, 1001)]
+    for v in values:
+        h.add(v)
+    exact = sorted(values)
+    for q in (50, 90, 99):
+        assert h.quantile(q) == pytest.approx(percentile(exact, q), rel=0.01)
+    assert h.quantile(0) == 0.0
+    assert h.stats().mean == pytest.approx(sum(values) / len(values))
+
+
+def test_record_and_progress_round_trip() -> None:
+    r = rec(3, itl=(1, 2, 3))
+    assert RequestRecord.from_dict(r.to_dict()) == r
+    p = SweepProgress(5, 1, 3, "level", 1.5, 10, 1, 40, None, 5, 123.4, 50.0, 2.5, 0.2, 0.3)
+    assert SweepProgress.from_dict(p.to_dict()) == p
