@@ -290,7 +290,9 @@ class _Validator:
         value = table.get(key, default)
         if isinstance(value, str) and value in options:
             return value
-        self.problem(path + (key,), f"must be one of {', '.join(repr(o) for o in options)}, got {_shown(value)}")
+        close = difflib.get_close_matches(value, options, n=1, cutoff=0.6) if isinstance(value, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.problem(path + (key,), f"must be one of {', '.join(repr(o) for o in options)}, got {_shown(value)}{hint}")
         return default
 
     def integer(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: int | None,

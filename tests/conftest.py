@@ -1,0 +1,54 @@
+"""Shared fixtures only: free loopback ports, and a private HOME/XDG so no test touches the user's files."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+
+def _pick_free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def free_port_factory() -> Callable[[], int]:
+    """A function returning a free 127.0.0.1 TCP port, never the same one twice within a test."""
+    given: set[int] = set()
+
+    def pick() -> int:
+        while True:
+            port = _pick_free_port()
+            if port not in given:
+                given.add(port)
+                return port
+
+    return pick
+
+
+@pytest.fixture
+def free_port(free_port_factory: Callable[[], int]) -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago."""
+    return free_port_factory()
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Point HOME and the XDG directories at a fresh temp dir for every test (and the processes it starts).
+
+    So no test reads or writes the user's ~/.config, ~/.local/state or ~/.ssh, and a stray $SPECMON_CONFIG
+    cannot change which profiles a test sees. The current directory is left alone.
+    """
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    for name, sub in (("XDG_CONFIG_HOME", ".config"), ("XDG_STATE_HOME", ".local/state"),
+                      ("XDG_CACHE_HOME", ".cache"), ("XDG_DATA_HOME", ".local/share")):
+        path = home / sub
+        path.mkdir(parents=True, exist_ok=True)
+        monkeypatch.setenv(name, str(path))
+    monkeypatch.delenv("SPECMON_CONFIG", raising=False)
+    yield home

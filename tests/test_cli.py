@@ -1,0 +1,78 @@
+"""The installed `specmon` command: help, version, bad usage, and `specmon profiles`."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import specmon
+
+
+def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe, "the `specmon` console script is not installed (pip install -e .)"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def test_help_lists_global_options_and_subcommands() -> None:
+    done = _run("--help")
+    assert done.returncode == 0
+    for text in ("usage: specmon", "--config FILE", "--profile NAME", "--version", "profiles"):
+        assert text in done.stdout
+
+
+def test_version() -> None:
+    done = _run("--version")
+    assert done.returncode == 0
+    assert done.stdout.strip() == f"specmon {specmon.__version__}"
+
+
+def test_unknown_subcommand_exits_2_with_one_usage_error() -> None:
+    done = _run("frobnicate")
+    assert done.returncode == 2
+    assert "invalid choice: 'frobnicate'" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_profiles_without_any_file_says_built_in(tmp_path: Path) -> None:
+    done = _run("profiles", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    first, header, *rows = done.stdout.splitlines()
+    assert first.startswith("profiles: built-in demo profiles (no profiles file found;")
+    assert header.split() == ["NAME", "HOST", "SERVER", "PORT", "COMMAND"]
+    assert rows[0].split()[:6] == ["demo-baseline", "local", "sglang", "30001", "specmon", "sim"]
+    assert rows[1].split()[:4] == ["demo-eagle3", "local", "sglang", "30002"]
+
+
+def test_profiles_json_names_the_file_and_redacts_credentials(tmp_path: Path) -> None:
+    path = tmp_path / "mine.toml"
+    path.write_text('[profiles.a]\ncommand = "serve --port 9000"\nport = 9000\n'
+                    'env = { NCCL_DEBUG = "INFO", HF_TOKEN = "hf_secret123", OPENAI_API_KEY = "sk-abc" }\n',
+                    encoding="utf-8")
+    done = _run("--config", str(path), "profiles", "--json")
+    assert done.returncode == 0, done.stderr
+    assert "hf_secret123" not in done.stdout and "sk-abc" not in done.stdout
+    data = json.loads(done.stdout)
+    assert data["source"] == str(path) and data["found_by"] == "--config"
+    (profile,) = data["profiles"]
+    assert profile["name"] == "a" and profile["command"] == ["serve", "--port", "9000"]
+    assert profile["url"] == "http://127.0.0.1:9000"
+    assert profile["env"] == {"NCCL_DEBUG": "INFO", "HF_TOKEN": "***", "OPENAI_API_KEY": "***"}
+    assert data["sweep"]["levels"] == [1, 2, 5, 10, 30, 70, 100, 250]
+
+
+def test_profiles_found_in_xdg_config_home(tmp_path: Path, isolated_home: Path) -> None:
+    xdg_file = isolated_home / ".config" / "specmon" / "profiles.toml"
+    xdg_file.parent.mkdir(parents=True)
+    xdg_file.write_text('[profiles.from-xdg]\ncommand = "true"\n', encoding="utf-8")
+    done = _run("profiles", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == (f"profiles: {xdg_file} (found by $XDG_CONFIG_HOME/specmon/profiles.toml)")
+
+
+def test_missing_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
+    done = _run("--config", str(tmp_path / "nope.toml"), "profiles")
+    assert done.returncode == 2
+    assert done.stderr == f"specmon: error: {tmp_path / 'nope.toml'}: no such file (named by --config)\n"

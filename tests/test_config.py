@@ -1,0 +1,213 @@
+"""profiles.toml: discovery order, a full good file read back, the shipped files, the key locator."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from specmon.model.config import (
+    BUILTIN_SOURCE,
+    DEFAULT_LEVELS,
+    Profile,
+    SshTarget,
+    SweepDefaults,
+    builtin_config,
+    load_config,
+    locate_keys,
+    parse_config,
+    parse_host,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _profile_file(directory: Path, name: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "profiles.toml"
+    path.write_text(f'[profiles.{name}]\ncommand = "true"\n', encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def places(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
+    """One profiles file in each place discovery looks, each defining a differently named profile."""
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return {
+        "explicit": _profile_file(tmp_path / "explicit", "from-explicit"),
+        "env": _profile_file(tmp_path / "envvar", "from-env"),
+        "cwd": _profile_file(work, "from-cwd"),
+        "xdg": _profile_file(tmp_path / "xdg" / "specmon", "from-xdg"),
+        "home": _profile_file(tmp_path / "home" / ".config" / "specmon", "from-home"),
+    }
+
+
+def test_discovery_order(places: dict[str, Path], tmp_path: Path) -> None:
+    env = {"SPECMON_CONFIG": str(places["env"]), "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+           "HOME": str(tmp_path / "home")}
+
+    def names(config_path: Path | None, environ: dict[str, str]) -> tuple[list[str], str]:
+        config = load_config(config_path, env=environ)
+        return list(config.profiles), config.found_by
+
+    assert names(places["explicit"], env) == (["from-explicit"], "--config")
+    assert names(None, env) == (["from-env"], "$SPECMON_CONFIG")
+    del env["SPECMON_CONFIG"]
+    assert names(None, env) == (["from-cwd"], "./profiles.toml")
+    assert load_config(env=env).source == "profiles.toml"
+    places["cwd"].unlink()
+    assert names(None, env) == (["from-xdg"], "$XDG_CONFIG_HOME/specmon/profiles.toml")
+    assert load_config(env=env).source == str(places["xdg"])
+    # Without XDG_CONFIG_HOME (or with a relative one, which the XDG spec says to ignore): ~/.config.
+    assert names(None, {"HOME": env["HOME"]})[0] == ["from-home"]
+    assert names(None, {"HOME": env["HOME"], "XDG_CONFIG_HOME": "relative/dir"})[0] == ["from-home"]
+    places["xdg"].unlink()
+    places["home"].unlink()
+    config = load_config(env=env)
+    assert config.source == BUILTIN_SOURCE and config.is_builtin
+    assert list(config.profiles) == ["demo-baseline", "demo-eagle3"]
+
+
+def test_default_environment_is_isolated_by_conftest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With os.environ (HOME/XDG pointed at a temp dir by conftest) and an empty cwd: the built-in profiles."""
+    monkeypatch.chdir(tmp_path)
+    assert load_config().is_builtin
+
+
+FULL = '''
+[profiles.kimi]
+host = "ml@gpu7.example.internal:2222"
+server = "vllm"
+command = "vllm serve /models/kimi --tensor-parallel-size 8 --port 8000 --served-model-name 'kimi k2'"
+workdir = "/scratch/runs"
+port = 8000
+health_path = "/v1/models"
+python = "/opt/venv/bin/python"
+expected_load_s = 600
+notify_cmd = "notify-send specmon"
+stall_timeout_s = 120.5
+env = { NCCL_DEBUG = "INFO", "_PRIVATE" = "1" }
+
+[profiles.other]
+command = ["./serve.sh", "--flag", ""]
+server = "other"
+
+[sweep]
+levels = [1, 4, 16]
+requests_per_level = 48
+warmup_requests = 0
+input_len = 1024
+output_len = 64
+api = "completions"
+
+[keys]
+launch = "L"
+quit = "ctrl+q"
+'''
+
+
+def test_full_file_read_back(tmp_path: Path) -> None:
+    path = tmp_path / "p.toml"
+    path.write_text(FULL, encoding="utf-8")
+    config = load_config(path, env={})
+    assert config.source == str(path)
+    assert config.profiles["kimi"] == Profile(
+        name="kimi",
+        command=("vllm", "serve", "/models/kimi", "--tensor-parallel-size", "8", "--port", "8000",
+                 "--served-model-name", "kimi k2"),
+        host="ml@gpu7.example.internal:2222", server="vllm", env=(("NCCL_DEBUG", "INFO"), ("_PRIVATE", "1")),
+        workdir="/scratch/runs", port=8000, health_path="/v1/models", python="/opt/venv/bin/python",
+        expected_load_s=600.0, notify_cmd="notify-send specmon", stall_timeout_s=120.5,
+    )
+    assert config.profiles["kimi"].base_url == "http://127.0.0.1:8000"
+    assert not config.profiles["kimi"].is_local
+    assert config.profiles["other"] == Profile(name="other", command=("./serve.sh", "--flag", ""), server="other")
+    assert config.profiles["other"].is_local
+    assert config.sweep == SweepDefaults(levels=(1, 4, 16), requests_per_level=48, duration_s=None,
+                                         warmup_requests=0, input_len=1024, output_len=64, api="completions")
+    assert config.keys == {"launch": "L", "quit": "ctrl+q"}
+
+
+def test_defaults_when_optional_tables_are_absent() -> None:
+    config = parse_config('[profiles.x]\ncommand = ["srv"]\n', "mem.toml")
+    assert config.sweep == SweepDefaults() and config.sweep.levels == DEFAULT_LEVELS
+    assert config.keys == {}
+    assert config.profiles["x"] == Profile(name="x", command=("srv",))
+
+
+def test_shipped_profiles_toml_matches_built_in_demo() -> None:
+    shipped = load_config(REPO / "profiles.toml", env={})
+    builtin = builtin_config()
+    assert shipped.profiles == builtin.profiles
+    assert shipped.sweep == builtin.sweep
+    baseline, eagle = builtin.profiles["demo-baseline"], builtin.profiles["demo-eagle3"]
+    assert (baseline.port, eagle.port) == (30001, 30002)
+
+    def flag(profile: Profile, name: str) -> str:
+        return profile.command[profile.command.index(name) + 1]
+
+    assert baseline.command[:2] == eagle.command[:2] == ("specmon", "sim")
+    assert flag(baseline, "--port") == "30001" and flag(eagle, "--port") == "30002"
+    assert flag(baseline, "--spec") == "none" and flag(eagle, "--spec") == "eagle3"
+    assert flag(baseline, "--mem-fraction-static") == flag(eagle, "--mem-fraction-static")
+
+
+def test_commented_real_profiles_are_valid_when_uncommented(tmp_path: Path) -> None:
+    """The realistic SGLang examples in profiles.toml must work once a user removes the '# '."""
+    lines = (REPO / "profiles.toml").read_text(encoding="utf-8").splitlines()
+    start = lines.index("# [profiles.kimi-baseline]")
+    end = lines.index("[sweep]")
+    block = [line[2:] if line.startswith("# ") else "" for line in lines[start:end] if not line.startswith("# ---")]
+    config = parse_config("\n".join(block), "uncommented")
+    assert set(config.profiles) == {"kimi-baseline", "kimi-eagle3", "gpu7-baseline"}
+    eagle = config.profiles["kimi-eagle3"].command
+    for expected in ("--tp", "--attention-backend", "--enable-flashinfer-allreduce-fusion",
+                     "--speculative-algorithm", "--speculative-num-draft-tokens"):
+        assert expected in eagle
+    assert dict(config.profiles["kimi-baseline"].env) == dict(config.profiles["kimi-eagle3"].env)
+    assert parse_host(config.profiles["gpu7-baseline"].host) == SshTarget("gpu7.example.internal", "ml", 22)
+
+
+def test_locator_handles_headers_dotted_inline_and_arrays() -> None:
+    text = (
+        "# top comment with = and [brackets]\n"      # 1
+        "title = 'x' # trailing [c]\n"               # 2
+        "[a.b]\n"                                    # 3
+        "c.d = { e = 1, 'f g' = [1, {h = 2}] }\n"    # 4
+        "arr = [\n"                                  # 5
+        "  'x]', # comment ]\n"                      # 6
+        "  \"y\\\"\",\n"                             # 7
+        "]\n"                                        # 8
+        "[[list]]\n"                                 # 9
+        "k = '''\n[fake]\nz = 1'''\n"                # 10-12
+        '[ "quoted.part" . sub ]\n'                  # 13
+        "after = 1\n"                                # 14
+    )
+    found = locate_keys(text)
+    assert found[("title",)] == 2
+    assert found[("a",)] == found[("a", "b")] == 3
+    assert found[("a", "b", "c", "d", "e")] == 4
+    assert found[("a", "b", "c", "d", "f g")] == 4
+    assert found[("a", "b", "arr")] == 5
+    assert found[("list",)] == 9 and found[("list", "k")] == 10
+    assert ("fake",) not in found and ("list", "z") not in found
+    assert found[("quoted.part", "sub")] == 13
+    assert found[("quoted.part", "sub", "after")] == 14
+
+
+@pytest.mark.parametrize(("host", "target"), [
+    ("gpu7", SshTarget("gpu7")),
+    ("ml@10.0.0.7", SshTarget("10.0.0.7", "ml")),
+    ("ml@gpu7.example.com:2222", SshTarget("gpu7.example.com", "ml", 2222)),
+    ("root@[fe80::1]:22", SshTarget("fe80::1", "root", 22)),
+])
+def test_parse_host_accepts(host: str, target: SshTarget) -> None:
+    assert parse_host(host) == target
+
+
+@pytest.mark.parametrize("host", ["-oProxyCommand=x", "gpu 7", "@gpu7", "ml@gpu7:0", "gpu7:", "a@b@c", "[::1"])
+def test_parse_host_refuses(host: str) -> None:
+    with pytest.raises(ValueError):
+        parse_host(host)

@@ -1,0 +1,164 @@
+"""Every bad profiles.toml gives one line `FILE:LINE: key: problem`, exit code 2 from the CLI, no traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.model.config import load_config
+
+GOOD = '[profiles.a]\ncommand = "python3 -m http.server"\n'
+
+# (case id, file text, expected line, expected key, a fragment of the problem)
+CASES = [
+    ("malformed-toml", '[profiles.a]\ncommand = "x"\nport = \n', 3, None, "invalid TOML: Invalid value"),
+    ("table-twice", '[profiles.a]\ncommand = "x"\n\n[profiles.a]\nport = 1\n', 4, None, "invalid TOML: Cannot declare"),
+    ("unknown-profile-key", GOOD + "prot = 30001\n", 3, "profiles.a.prot", "unknown key (did you mean 'port'?)"),
+    ("unknown-top-table", "[profile.a]\ncommand = 'x'\n", 1, "profile", "unknown key (did you mean 'profiles'?)"),
+    ("unknown-sweep-key", GOOD + "\n[sweep]\nlevel = [1, 2]\n", 5, "sweep.level", "did you mean 'levels'?"),
+    ("unknown-key-no-hint", GOOD + "gpu_count = 8\n", 3, "profiles.a.gpu_count", "unknown key (allowed: host,"),
+    ("port-wrong-type", GOOD + 'port = "30000"\n', 3, "profiles.a.port",
+     "must be an integer in 1..65535, got string '30000'"),
+    ("port-out-of-range", GOOD + "port = 70000\n", 3, "profiles.a.port", "must be an integer in 1..65535, got 70000"),
+    ("port-boolean", GOOD + "port = true\n", 3, "profiles.a.port", "got boolean true"),
+    ("missing-command", '[profiles.ok]\ncommand = "x"\n\n[profiles.a]\nport = 30001\n', 4, "profiles.a.command",
+     "missing; every profile needs the command"),
+    ("empty-command-list", "[profiles.a]\nport = 1\ncommand = []\n", 3, "profiles.a.command", "must not be empty"),
+    ("command-item-not-string", '[profiles.a]\ncommand = ["specmon", "sim", 30001]\n', 2, "profiles.a.command",
+     "each item must be a string, got integer 30001"),
+    ("command-unbalanced-quote", "[profiles.a]\ncommand = 'python3 -c \"print(1)'\n", 2, "profiles.a.command",
+     "cannot split into arguments: No closing quotation"),
+    ("command-wrong-type", "[profiles.a]\ncommand = 42\n", 2, "profiles.a.command",
+     "must be a string or an array of strings, got integer 42"),
+    ("env-bad-name-subtable", GOOD + '\n[profiles.a.env]\nNCCL_DEBUG = "INFO"\n"1BAD" = "x"\n', 6,
+     'profiles.a.env.1BAD', "bad environment variable name"),
+    ("env-bad-name-inline", GOOD + 'env = { OK = "1", "NCCL-DEBUG" = "INFO" }\n', 3, 'profiles.a.env.NCCL-DEBUG',
+     "bad environment variable name"),
+    ("env-value-not-string", GOOD + "env = { CUDA_DEVICE_MAX_CONNECTIONS = 1 }\n", 3,
+     "profiles.a.env.CUDA_DEVICE_MAX_CONNECTIONS", 'must be a string (write CUDA_DEVICE_MAX_CONNECTIONS = "1")'),
+    ("env-reserved", GOOD + 'env = { SPECMON_RUN_ID = "x" }\n', 3, "profiles.a.env.SPECMON_RUN_ID", "is reserved"),
+    ("env-not-table", GOOD + 'env = "NCCL_DEBUG=INFO"\n', 3, "profiles.a.env", "must be a table"),
+    ("server-unknown", GOOD + 'server = "sglan"\n', 3, "profiles.a.server",
+     "must be one of 'sglang', 'vllm', 'other', got 'sglan' (did you mean 'sglang'?)"),
+    ("host-option-injection", GOOD + 'host = "-oProxyCommand=touch /tmp/x"\n', 3, "profiles.a.host",
+     "bad host name"),
+    ("host-bad-port", GOOD + 'host = "ml@gpu7:99999"\n', 3, "profiles.a.host", "bad port (expected :1..65535)"),
+    ("host-empty", GOOD + 'host = ""\n', 3, "profiles.a.host", "must not be empty"),
+    ("health-path-no-slash", GOOD + 'health_path = "health"\n', 3, "profiles.a.health_path", "must start with '/'"),
+    ("expected-load-zero", GOOD + "expected_load_s = 0\n", 3, "profiles.a.expected_load_s",
+     "must be a number of seconds > 0, got 0"),
+    ("stall-timeout-string", GOOD + 'stall_timeout_s = "5m"\n', 3, "profiles.a.stall_timeout_s",
+     "must be a number of seconds, got string '5m'"),
+    ("profile-name", '[profiles."my model"]\ncommand = "x"\n', 1, 'profiles."my model"', "profile names use letters"),
+    ("profile-not-table", "[profiles]\na = 3\n", 2, "profiles.a", "must be a table, got integer 3"),
+    ("no-profiles", "[sweep]\nlevels = [1]\n", 1, "profiles", "no profiles defined"),
+    ("levels-empty", GOOD + "[sweep]\nlevels = []\n", 4, "sweep.levels", "at least one concurrency level"),
+    ("levels-duplicate", GOOD + "[sweep]\nlevels = [1, 5, 5, 10]\n", 4, "sweep.levels",
+     "strictly increasing (5 then 5)"),
+    ("levels-decreasing-multiline", GOOD + "[sweep]\nlevels = [\n  1,\n  10,\n  5,\n]\n", 4, "sweep.levels",
+     "strictly increasing (10 then 5)"),
+    ("levels-zero", GOOD + "[sweep]\nlevels = [0, 1]\n", 4, "sweep.levels", "must be a positive integer, got 0"),
+    ("levels-string", GOOD + '[sweep]\nlevels = "1,2,5"\n', 4, "sweep.levels", "must be an array of concurrency"),
+    ("api-unknown", GOOD + '[sweep]\napi = "chatt"\n', 4, "sweep.api", "must be one of 'chat', 'completions'"),
+    ("requests-and-duration", GOOD + "[sweep]\nrequests_per_level = 64\nduration_s = 30\n", 5, "sweep.duration_s",
+     "set requests_per_level or duration_s, not both"),
+    ("input-len-zero", GOOD + "[sweep]\ninput_len = 0\n", 4, "sweep.input_len", "must be an integer >= 1, got 0"),
+    ("key-binding-not-string", GOOD + "[keys]\nquit = 5\n", 4, "keys.quit", "must be a non-empty key name"),
+    ("dotted-keys", 'profiles.a.command = "x"\nprofiles.a.port = 0\n', 2, "profiles.a.port",
+     "must be an integer in 1..65535, got 0"),
+    # The locator must skip a multi-line string that looks like TOML and count its lines.
+    ("after-multiline-string", '[profiles.a]\ncommand = """\n[profiles.zzz]\nprot = 1\n"""\nprot = 2\n', 6,
+     "profiles.a.prot", "did you mean 'port'?"),
+]
+
+
+def _write(tmp_path: Path, text: str | bytes) -> Path:
+    path = tmp_path / "profiles.toml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize(("text", "line", "key", "problem"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_config_names_file_line_and_key(tmp_path: Path, text: str, line: int, key: str | None,
+                                            problem: str) -> None:
+    path = _write(tmp_path, text)
+    with pytest.raises(UserError) as caught:
+        load_config(path, env={})
+    message = str(caught.value)
+    prefix = f"{path}:{line}: " + (f"{key}: " if key else "")
+    assert message.startswith(prefix), message
+    assert problem in message
+    assert "\n" not in message
+
+
+def test_several_problems_reports_the_first_in_file_order_and_counts_the_rest(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[profiles.b]\ncommand = "x"\nport = 0\n\n[profiles.a]\nprot = 1\n')
+    with pytest.raises(UserError) as caught:
+        load_config(path, env={})
+    # Problems: b.port (line 3), a.prot (line 6), a.command missing (line 5) -> line 3 first.
+    assert str(caught.value).startswith(f"{path}:3: profiles.b.port: ")
+    assert str(caught.value).endswith("(and 2 more problems after this one)")
+
+
+def test_not_utf8_names_the_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, b'[profiles.a]\ncommand = "x"\nworkdir = "/data/\xff"\n')
+    with pytest.raises(UserError, match=rf"^{path}:3: not valid UTF-8"):
+        load_config(path, env={})
+
+
+def test_missing_file_and_directory(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=r"nope\.toml: no such file \(named by --config\)$"):
+        load_config(tmp_path / "nope.toml", env={})
+    with pytest.raises(UserError, match=r"no such file \(named by \$SPECMON_CONFIG\)$"):
+        load_config(env={"SPECMON_CONFIG": str(tmp_path / "gone.toml")})
+    with pytest.raises(UserError, match="is a directory"):
+        load_config(tmp_path, env={})
+
+
+def test_unknown_profile_lists_known_ones(tmp_path: Path) -> None:
+    path = _write(tmp_path, GOOD + '\n[profiles.b]\ncommand = "y"\n')
+    config = load_config(path, env={})
+    with pytest.raises(UserError) as caught:
+        config.profile("c")
+    assert str(caught.value) == f"{path}: unknown profile 'c' (known: a, b)"
+
+
+def _specmon() -> list[str]:
+    exe = shutil.which("specmon")
+    assert exe, "the `specmon` console script is not installed (pip install -e .)"
+    return [exe]
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (GOOD + "prot = 30001\n", "{path}:3: profiles.a.prot: unknown key (did you mean 'port'?)"),
+    (GOOD + '\n[profiles.a.env]\n"BAD NAME" = "1"\n', '{path}:5: profiles.a.env."BAD NAME": bad environment'),
+    ("[profiles.a\n", "{path}:1: invalid TOML:"),
+])
+def test_cli_prints_one_line_and_exits_2(tmp_path: Path, text: str, expected: str) -> None:
+    path = _write(tmp_path, text)
+    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2
+    assert done.stdout == ""
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
+
+
+def test_cli_unknown_profile_via_python_m(tmp_path: Path) -> None:
+    """`python -m specmon` and a SPECMON_CONFIG-found file behave the same as the script with --config."""
+    path = _write(tmp_path, GOOD.replace("[profiles.a]", "[profiles.demo]") + 'server = "vlm"\n')
+    done = subprocess.run([sys.executable, "-m", "specmon", "profiles"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "SPECMON_CONFIG": str(path)})
+    assert done.returncode == 2
+    assert done.stderr == (f"specmon: error: {path}:3: profiles.demo.server: must be one of 'sglang', 'vllm', "
+                           "'other', got 'vlm' (did you mean 'vllm'?)\n")
