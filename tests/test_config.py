@@ -128,6 +128,10 @@ def test_full_file_read_back(tmp_path: Path) -> None:
     assert config.sweep == SweepDefaults(levels=(1, 4, 16), requests_per_level=48, duration_s=None,
                                          warmup_requests=0, input_len=1024, output_len=64, api="completions")
     assert config.keys == {"launch": "L", "quit": "ctrl+q"}
+    # Later checks (the TUI validates binding ids) can still point at the line.
+    assert config.where("keys", "quit") == f"{path}:29"
+    assert config.where("profiles", "other", "port") == f"{path}:15"
+    assert builtin_config().where("keys", "quit") == BUILTIN_SOURCE
 
 
 def test_defaults_when_optional_tables_are_absent() -> None:

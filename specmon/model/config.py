@@ -20,7 +20,7 @@ import re
 import shlex
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -95,10 +95,18 @@ class Config:
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     keys: dict[str, str] = field(default_factory=dict)   # binding id -> key, from a [keys] table (TUI remaps)
     found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
+    # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
+    key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def is_builtin(self) -> bool:
         return self.source == BUILTIN_SOURCE
+
+    def where(self, *path: str) -> str:
+        """`FILE:LINE` of a key path such as ("keys", "launch") (the closest enclosing table if not written)."""
+        if self.is_builtin or not self.key_lines:
+            return self.source
+        return f"{self.source}:{_line_of(self.key_lines, path)}"
 
     def profile(self, name: str) -> Profile:
         """The named profile, or a UserError listing the known names."""
@@ -213,15 +221,15 @@ def parse_config(text: str, source: str, found_by: str = "") -> Config:
         raise UserError(f"{source}:{line}: invalid TOML: {message}") from None
     validator = _Validator()
     config = validator.config(data, source, found_by)
+    lines = locate_keys(text)
     if validator.problems:
-        lines = locate_keys(text)
         located = sorted(((_line_of(lines, p), p, m) for p, m in validator.problems), key=lambda t: t[0])
         line, path, message = located[0]
         more = len(located) - 1
         suffix = f" (and {more} more problem{'s' if more > 1 else ''} after this one)" if more else ""
         raise UserError(f"{source}:{line}: {format_key(path)}: {message}{suffix}")
     assert config is not None
-    return config
+    return replace(config, key_lines=lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------
