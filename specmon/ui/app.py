@@ -1,0 +1,419 @@
+"""The specmon TUI: Servers, Log, GPU/env and Sweep panes over the lifecycle engine and the sweep runner.
+
+Data flows one way. An engine bridge (`specmon.ui.bridge`) watches runs and sweeps in asyncio tasks and hands the
+app presentation rows through `update_rows`, `add_log`, `set_series` and `set_sweep_status`; the app stores them
+and repaints through two throttles (state ≤ 4 Hz, chart ≤ 1 Hz), so a chatty log or a live sweep never drives the
+frame rate. Key actions call the bridge in workers; the UI never waits on I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.events import Resize
+from textual.theme import Theme
+from textual.markup import escape
+from textual.widget import Widget
+from textual.widgets import Footer, Static
+
+from specmon.model.config import Config
+from specmon.ui import keys
+from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
+from specmon.ui.format import transitions
+from specmon.ui.gpuenv import GpuEnvPane
+from specmon.ui.help import HelpScreen
+from specmon.ui.logview import LogPane
+from specmon.ui.rows import LogEntry, ServerRow
+from specmon.ui.servers import RunCard, ServersPane
+from specmon.ui.sweep import Levels, SweepPane
+from specmon.ui.themes import DEFAULT_THEME, load_themes, load_ui_state, save_ui_state, ui_state_path
+from specmon.ui.throttle import Throttle
+
+if TYPE_CHECKING:
+    import argparse
+
+MIN_WIDTH, MIN_HEIGHT = 80, 24
+STATE_INTERVAL_S = 0.25   # state panes repaint at most 4 times a second
+CHART_INTERVAL_S = 1.0    # the chart (a full plotext rebuild) at most once a second
+LOG_LINES = 2000          # lines kept per run; older ones are dropped
+
+
+class Engine(Protocol):
+    """What the app asks of the engine; `specmon.ui.bridge.EngineBridge` implements it over the RunManager."""
+
+    async def start(self, app: SpecmonApp) -> None:
+        """Begin watching runs; push rows and log lines into `app`."""
+
+    async def launch(self, profile: str) -> None: ...
+
+    async def stop(self, profile: str) -> None: ...
+
+    async def restart(self, profile: str) -> None: ...
+
+    async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
+        """Run the sweep, pushing series and status into `app` as levels finish."""
+
+    async def overlay(self, path: Path, app: SpecmonApp) -> None:
+        """Read a result file and add it to the chart as a series."""
+
+    async def close(self, stop_started: bool) -> None:
+        """Stop watching; with `stop_started`, stop the runs this session launched."""
+
+
+class SpecmonApp(App[int]):
+    """The specmon terminal UI."""
+
+    CSS_PATH = "app.tcss"
+    TITLE = "specmon"
+    BINDINGS = keys.BINDINGS
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        engine: Engine | None = None,
+        preselect: str | None = None,
+        demo: bool = False,
+        state_path: Path | None = None,
+        theme_dirs: list[Path] | None = None,
+        log_lines: int = LOG_LINES,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.engine = engine
+        self.demo = demo
+        self.profiles = list(config.profiles)
+        self.selected: str | None = preselect if preselect in config.profiles else (self.profiles or [None])[0]
+        self.keymap = keys.validate_keymap(config.keys, config.source)
+        self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
+        self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
+        self._pending_log: list[LogEntry] = []
+        self.series: dict[str, list[Mapping[str, object]]] = {}
+        self.crossover: float | None = None
+        self.sweep_status = ""
+        self.sweeping = False
+        self.log_lines = log_lines
+        self._state_path = state_path or ui_state_path()
+        self._custom_themes: list[str] = []
+        for theme in load_themes(theme_dirs).values():
+            self.register_theme(theme)
+            self._custom_themes.append(theme.name)
+        saved = load_ui_state(self._state_path).get("theme")
+        self.theme = saved if isinstance(saved, str) and saved in self.available_themes else (
+            DEFAULT_THEME if DEFAULT_THEME in self.available_themes else "textual-dark"
+        )
+        self._state_throttle = Throttle(self, STATE_INTERVAL_S, self._paint_state)
+        self._chart_throttle = Throttle(self, CHART_INTERVAL_S, self._paint_chart)
+        self.first_frame_at: float | None = None
+
+    # ----------------------------------------------------------------- layout
+    def compose(self) -> ComposeResult:
+        yield Static(self._topbar_text(), id="topbar")
+        with Vertical(id="main"):
+            with Horizontal(id="top"):
+                yield ServersPane(self.profiles, id="servers", classes="pane")
+                yield LogPane(self.log_lines, id="log", classes="pane")
+                yield GpuEnvPane(id="gpuenv", classes="pane")
+            yield SweepPane(id="sweep", classes="pane")
+        yield Static("", id="too-small")
+        yield Footer()
+
+    def _topbar_text(self) -> str:
+        mode = "demo: q stops the servers" if self.demo else "q leaves servers running"
+        return f"[b]specmon[/b] · {escape(self.config.source)} · {mode} · ? help"
+
+    def on_mount(self) -> None:
+        self.set_keymap(self.keymap)
+        self.theme_changed_signal.subscribe(self, self._remember_theme)
+        self._paint_state()
+        self.query_one(SweepPane).show({}, None, "")
+        self._show_log_of_selected()
+        self.call_after_refresh(self._first_frame)
+        if self.engine is not None:
+            self._start_engine()
+
+    def _first_frame(self) -> None:
+        self.first_frame_at = time.monotonic()
+
+    @work(group="engine", exit_on_error=False)
+    async def _start_engine(self) -> None:
+        assert self.engine is not None
+        await self.engine.start(self)
+
+    def on_resize(self, event: Resize) -> None:
+        too_small = event.size.width < MIN_WIDTH or event.size.height < MIN_HEIGHT
+        self.screen.set_class(too_small, "-too-small")
+        self.query_one("#too-small", Static).update(
+            f"Terminal too small: {event.size.width}×{event.size.height}.\n"
+            f"specmon needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\nq quits."
+        )
+
+    # ------------------------------------------------------- data from engine
+    def update_rows(self, rows: Iterable[ServerRow]) -> None:
+        """New state for some profiles; rings and toasts on ready/failed/stalled, repaints (throttled)."""
+        before = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
+        for row in rows:
+            self.rows[row.profile] = row
+        after = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
+        for profile, what in transitions(before, after):
+            row = self.rows[profile]
+            severity = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
+            message = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
+            self.bell()
+            self.notify(message, severity=severity, timeout=8)
+        self._state_throttle.request()
+
+    def add_log(self, profile: str, entries: Sequence[LogEntry]) -> None:
+        """New log lines of a profile's run (kept up to `log_lines`; shown when that profile is selected)."""
+        self.logs.setdefault(profile, deque(maxlen=self.log_lines)).extend(entries)
+        if profile == self.selected:
+            self._pending_log.extend(entries)
+            if len(self._pending_log) > self.log_lines:  # a flood between repaints: keep only what could be shown
+                del self._pending_log[: -self.log_lines]
+            self._state_throttle.request()
+
+    def clear_log(self, profile: str) -> None:
+        """Forget a profile's log (a new run started)."""
+        self.logs[profile] = deque(maxlen=self.log_lines)
+        if profile == self.selected:
+            self._pending_log.clear()
+            self._show_log_of_selected()
+
+    def set_series(self, name: str, levels: Levels, crossover: float | None = None) -> None:
+        """Replace one chart series (a profile's live sweep or a result file) and the crossover."""
+        self.series[name] = list(levels)
+        self.crossover = crossover
+        self._chart_throttle.request()
+
+    def set_sweep_status(self, status: str, running: bool) -> None:
+        """The one-line status of the sweep (shown in the pane title) and whether one is running."""
+        self.sweep_status = status
+        self.sweeping = running
+        self._chart_throttle.request()
+
+    # ---------------------------------------------------------------- painting
+    def _paint_state(self) -> None:
+        self.query_one(ServersPane).show([self.rows[p] for p in self.profiles if p in self.rows], self.selected)
+        if self._pending_log:
+            batch, self._pending_log = self._pending_log, []
+            self.query_one(LogPane).append(batch)
+
+    def _paint_chart(self) -> None:
+        self.query_one(SweepPane).show(self.series, self.crossover, self.sweep_status)
+
+    def _show_log_of_selected(self) -> None:
+        self._pending_log.clear()
+        label = self.selected or ""
+        self.query_one(LogPane).show(label, list(self.logs.get(label, ())))
+
+    # ----------------------------------------------------------------- actions
+    def _selected_row(self) -> ServerRow | None:
+        return self.rows.get(self.selected) if self.selected else None
+
+    def action_select(self, step: int) -> None:
+        if not self.profiles:
+            return
+        index = self.profiles.index(self.selected) if self.selected in self.profiles else 0
+        self.select_profile(self.profiles[(index + step) % len(self.profiles)])
+
+    def select_profile(self, profile: str) -> None:
+        """Make `profile` the selected one: its card highlighted, its log shown."""
+        if profile == self.selected:
+            return
+        self.selected = profile
+        self._paint_state()
+        self._show_log_of_selected()
+
+    @on(RunCard.Clicked)
+    def _card_clicked(self, event: RunCard.Clicked) -> None:
+        self.select_profile(event.profile)
+
+    def _need_engine(self) -> bool:
+        if self.engine is None:
+            self.notify("no engine attached (read-only view)", severity="warning")
+            return False
+        return True
+
+    def action_launch(self) -> None:
+        row = self._selected_row()
+        if row is None or not self._need_engine():
+            return
+        if row.state in ("launching", "loading", "ready", "stopping"):
+            self.notify(f"{row.profile} is already {row.state}", severity="warning")
+            return
+        self._engine_call("launch", row.profile)
+
+    def action_stop(self) -> None:
+        row = self._selected_row()
+        if row is None or not self._need_engine():
+            return
+        if row.run_id is None or row.state in ("stopped", "exited", "failed", "idle"):
+            self.notify(f"{row.profile} has no running server", severity="warning")
+            return
+        self.push_screen(
+            ConfirmScreen(f"Stop {row.profile} (run {row.run_id})?"),
+            lambda yes: self._engine_call("stop", row.profile) if yes else None,
+        )
+
+    def action_restart(self) -> None:
+        row = self._selected_row()
+        if row is None or not self._need_engine():
+            return
+        self.push_screen(
+            ConfirmScreen(f"Restart {row.profile}? The current load is lost."),
+            lambda yes: self._engine_call("restart", row.profile) if yes else None,
+        )
+
+    def _engine_call(self, verb: str, profile: str) -> None:
+        assert self.engine is not None
+        method = getattr(self.engine, verb)
+
+        async def call() -> None:
+            try:
+                await method(profile)
+            except Exception as exc:  # an engine refusal (busy port, ...) is shown, never fatal to the UI
+                self.notify(f"{verb} {profile}: {exc}", severity="error", timeout=10)
+
+        self.run_worker(call(), group=f"server-{profile}", exit_on_error=False, description=f"{verb} {profile}")
+
+    def action_sweep(self) -> None:
+        if not self._need_engine():
+            return
+        if self.sweeping:
+            self.notify("a sweep is already running (c cancels it)", severity="warning")
+            return
+        ready = [p for p in self.profiles if self.rows[p].state == "ready"]
+        if not ready:
+            self.notify("no ready server to sweep", severity="warning")
+            return
+        checked = ready if self.demo or self.selected not in ready else [self.selected]
+        self.push_screen(SweepFormScreen(ready, checked, self.config.sweep), self._start_sweep)
+
+    def _start_sweep(self, request: SweepRequest | None) -> None:
+        if request is None or self.engine is None:
+            return
+        engine = self.engine
+
+        async def sweep() -> None:
+            try:
+                await engine.sweep(request, self)
+            except Exception as exc:
+                self.set_sweep_status(f"failed: {exc}", running=False)
+                self.notify(f"sweep failed: {exc}", severity="error", timeout=10)
+
+        self.sweeping = True
+        self.run_worker(sweep(), group="sweep", exclusive=True, exit_on_error=False, description="sweep")
+
+    def action_cancel_sweep(self) -> None:
+        if not self.sweeping:
+            self.notify("no sweep is running", severity="warning")
+            return
+        self.workers.cancel_group(self, "sweep")
+        self.set_sweep_status("cancelled (finished levels kept)", running=False)
+
+    def action_overlay(self) -> None:
+        if not self._need_engine():
+            return
+        engine = self.engine
+        assert engine is not None
+
+        def load(path: Path | None) -> None:
+            if path is None:
+                return
+
+            async def read() -> None:
+                try:
+                    await engine.overlay(path, self)
+                except Exception as exc:
+                    self.notify(f"{path}: {exc}", severity="error", timeout=10)
+
+            self.run_worker(read(), group="overlay", exit_on_error=False)
+
+        self.push_screen(OverlayScreen(), load)
+
+    def action_filter(self) -> None:
+        self.query_one(LogPane).open_filter()
+
+    @on(LogPane.FilterChanged)
+    def _filter_changed(self) -> None:
+        self._show_log_of_selected()
+
+    def action_toggle_follow(self) -> None:
+        pane = self.query_one(LogPane)
+        pane.set_follow(not pane.follow)
+
+    def _focused_pane(self) -> Widget:
+        node: Any = self.focused
+        while node is not None and not (isinstance(node, Widget) and node.has_class("pane")):
+            node = node.parent
+        return node if node is not None else self.query_one(ServersPane)
+
+    def action_maximize(self) -> None:
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+        else:
+            self.screen.maximize(self._focused_pane(), container=False)
+
+    def action_restore(self) -> None:
+        if self.query_one(LogPane).close_filter():
+            return
+        if self.screen.maximized is not None:
+            self.screen.minimize()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.keymap))
+
+    def action_next_theme(self) -> None:
+        names = self._custom_themes or sorted(self.available_themes)
+        index = names.index(self.theme) if self.theme in names else -1
+        self.theme = names[(index + 1) % len(names)]
+        self.notify(f"theme: {self.theme}", timeout=2)
+
+    def _remember_theme(self, theme: Theme) -> None:
+        state = load_ui_state(self._state_path)
+        state["theme"] = theme.name
+        try:
+            save_ui_state(self._state_path, state)
+        except OSError as exc:  # a read-only home must not break the app; say it once
+            self.notify(f"cannot save theme choice: {exc}", severity="warning")
+
+    async def action_quit(self) -> None:
+        await self._stop_and_exit(stop_started=self.demo)
+
+    async def action_quit_and_stop(self) -> None:
+        await self._stop_and_exit(stop_started=True)
+
+    async def _stop_and_exit(self, stop_started: bool) -> None:
+        self.workers.cancel_group(self, "sweep")
+        if self.engine is not None:
+            if stop_started:
+                self.notify("stopping the servers started here…", timeout=30)
+            try:
+                await self.engine.close(stop_started)
+            except Exception as exc:
+                self.notify(f"shutdown: {exc}", severity="error")
+        self.exit(0)
+
+
+def run_tui(args: argparse.Namespace, demo: bool = False) -> int:
+    """`specmon [--config FILE] [--profile NAME]`: open the TUI on the configured profiles."""
+    from specmon.model.config import load_config
+
+    config = load_config(getattr(args, "config", None))
+    keys.validate_keymap(config.keys, config.source)  # a bad [keys] table fails before the screen opens
+    preselect = getattr(args, "profile", None)
+    if preselect is not None:
+        config.profile(preselect)
+    from specmon.ui.bridge import EngineBridge
+
+    engine = EngineBridge(config, autolaunch=list(config.profiles) if demo else [])
+    app = SpecmonApp(config, engine=engine, preselect=preselect, demo=demo)
+    return app.run() or 0

@@ -1,0 +1,258 @@
+"""Pure formatting for the TUI: numbers, durations and labels as the panes show them.
+
+Nothing here imports Textual or touches the clock; every function takes plain values and returns text,
+so the panes stay presentation-only and these rules are unit-tested on their own.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+NA = "—"
+
+# Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
+_STATE_STYLES: dict[str, str] = {
+    "launching": "busy",
+    "loading": "busy",
+    "ready": "good",
+    "stopping": "busy",
+    "stopped": "idle",
+    "exited": "bad",
+    "failed": "bad",
+    "lost": "bad",
+    "idle": "idle",
+}
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """`0:07`, `12:03`, `1:02:03`; NA when unknown. Negative values clamp to zero."""
+    if seconds is None or math.isnan(seconds):
+        return NA
+    total = max(0, int(round(seconds)))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def fmt_ago(seconds: float | None) -> str:
+    """How long ago something happened, in the coarsest unit that still says something: `3s`, `4m`, `2h`."""
+    if seconds is None:
+        return NA
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s ago"
+    if s < 3600:
+        return f"{s // 60}m ago"
+    return f"{s // 3600}h ago"
+
+
+def fmt_count(n: float | None) -> str:
+    """A count a person can read at a glance: `950`, `12.3k`, `1.25M`."""
+    if n is None:
+        return NA
+    value = float(n)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= limit:
+            scaled = value / limit
+            return f"{scaled:.3g}{suffix}" if scaled < 100 else f"{scaled:.0f}{suffix}"
+    return f"{value:.0f}"
+
+
+def fmt_number(value: float | None, digits: int = 1) -> str:
+    """A fixed-point number, NA when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    return f"{value:,.{digits}f}"
+
+
+def fmt_shards(done: int | None, total: int | None) -> str:
+    """`5/8` shards, or NA before the loader said how many there are."""
+    if not total:
+        return NA
+    return f"{done or 0}/{total}"
+
+
+def shard_fraction(done: int | None, total: int | None) -> float | None:
+    """Shard progress in 0..1, None before the total is known."""
+    if not total:
+        return None
+    return min(1.0, max(0.0, (done or 0) / total))
+
+
+def fmt_spec(algorithm: str | None, steps: int | None, accept_len: float | None = None) -> str:
+    """The speculative-decoding setup: `no spec`, `EAGLE3×3`, `EAGLE3×3 acc 2.41`."""
+    if not algorithm or algorithm.lower() in ("none", "off"):
+        return "no spec"
+    text = algorithm.upper() + (f"×{steps}" if steps else "")
+    if accept_len is not None:
+        text += f" acc {accept_len:.2f}"
+    return text
+
+
+def state_style(state: str, stalled: bool = False) -> str:
+    """The style class of a run state: good, busy, bad, warn (stalled) or idle."""
+    if stalled and state in ("launching", "loading"):
+        return "warn"
+    return _STATE_STYLES.get(state, "idle")
+
+
+def state_label(state: str, stalled: bool = False, phase: str | None = None) -> str:
+    """The upper-case words the Servers pane shows: the load phase while loading; a stalled load says so."""
+    if stalled and state in ("launching", "loading"):
+        return "STALLED"
+    if state == "loading" and phase:
+        return phase.upper()
+    return state.upper()
+
+
+def fmt_elapsed_vs_past(elapsed_s: float | None, past_load_s: float | None) -> str:
+    """`0:41/~1:10` when an earlier load of this profile is known, else just the elapsed time."""
+    if past_load_s:
+        return f"{fmt_duration(elapsed_s)}/~{fmt_duration(past_load_s)}"
+    return fmt_duration(elapsed_s)
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """What a confounded-comparison check needs to know of one run."""
+
+    profile: str
+    mem_fraction_static: float | None
+    kv_cache_tokens: int | None
+
+
+def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
+    """Warnings when runs about to be compared differ in memory settings.
+
+    A speculative profile that reserved a different `mem_fraction_static` or ended up with a different KV cache
+    than its baseline is not a fair comparison: throughput at high concurrency is bounded by KV capacity.
+    """
+    warnings: list[str] = []
+    for label, values in (
+        ("mem_fraction_static", [(r.profile, r.mem_fraction_static) for r in runs]),
+        ("KV tokens", [(r.profile, r.kv_cache_tokens) for r in runs]),
+    ):
+        known = [v for _, v in values if v is not None]
+        if len(set(known)) > 1:
+            warnings.append(f"{label} " + " ≠ ".join(fmt_count(v) if isinstance(v, int) else f"{v:g}" for v in known))
+    return warnings
+
+
+def _stat(level: Mapping[str, object], key: str, field: str) -> float | None:
+    block = level.get(key)
+    if isinstance(block, Mapping):
+        value = block.get(field)
+        return float(value) if isinstance(value, (int, float)) else None
+    return None
+
+
+LEVEL_COLUMNS: tuple[str, ...] = ("series", "C", "out tok/s", "ITL p99", "tok/chunk", "TTFT p50", "TPOT p50", "client")
+
+
+def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
+    """One row of the sweep table from a result-file level record (see specmon sweep's JSONL contract)."""
+    client = level.get("client")
+    bound = isinstance(client, Mapping) and bool(client.get("bound"))
+    tpc = level.get("tokens_per_chunk")
+    if isinstance(tpc, Mapping):  # some writers keep a distribution; the mean is what the table shows
+        tpc = tpc.get("mean")
+    throughput = level.get("output_throughput")
+    return (
+        series,
+        str(level.get("concurrency", NA)),
+        fmt_number(float(throughput) if isinstance(throughput, (int, float)) else None),
+        fmt_ms(_stat(level, "itl_ms", "p99")),
+        fmt_number(float(tpc) if isinstance(tpc, (int, float)) else None, 2),
+        fmt_ms(_stat(level, "ttft_ms", "p50")),
+        fmt_ms(_stat(level, "tpot_ms", "p50")),
+        "BOUND" if bound else "ok",
+    )
+
+
+def fmt_ms(value: float | None) -> str:
+    """Milliseconds with a sensible precision: `8.41ms`, `143ms`, `1.20s`."""
+    if value is None:
+        return NA
+    if value >= 1000:
+        return f"{value / 1000:.2f}s"
+    if value >= 100:
+        return f"{value:.0f}ms"
+    return f"{value:.2f}ms"
+
+
+def downsample(points: Sequence[tuple[float, float]], limit: int = 200) -> list[tuple[float, float]]:
+    """At most `limit` points, evenly picked, always keeping the last: chart build cost grows with points."""
+    if len(points) <= limit:
+        return list(points)
+    step = len(points) / limit
+    picked = [points[int(i * step)] for i in range(limit - 1)]
+    picked.append(points[-1])
+    return picked
+
+
+def log_filter_matches(text: str, pattern: str) -> bool:
+    """The log pane's `/` filter: case-insensitive substring; a leading `!` keeps lines NOT containing it."""
+    if not pattern:
+        return True
+    if pattern.startswith("!"):
+        needle = pattern[1:].lower()
+        return not needle or needle not in text.lower()
+    return pattern.lower() in text.lower()
+
+
+def series_points(levels: Iterable[Mapping[str, object]]) -> list[tuple[float, float]]:
+    """(concurrency, output tok/s) points of a series, sorted by concurrency, skipping incomplete levels."""
+    points: list[tuple[float, float]] = []
+    for level in levels:
+        c, tput = level.get("concurrency"), level.get("output_throughput")
+        if isinstance(c, (int, float)) and isinstance(tput, (int, float)):
+            points.append((float(c), float(tput)))
+    return sorted(points)
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """Concurrency levels typed in the sweep form: `1,2,5,10` -> (1, 2, 5, 10); ValueError saying what is wrong."""
+    levels: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"levels: {part!r} is not a positive whole number")
+        levels.append(int(part))
+    if not levels:
+        raise ValueError("levels: give at least one concurrency, e.g. 1,4,16")
+    return tuple(sorted(set(levels)))
+
+
+def parse_positive(text: str, name: str, allow_empty: bool = False) -> int | None:
+    """A positive integer form field; empty gives None when allowed."""
+    text = text.strip()
+    if not text and allow_empty:
+        return None
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{name}: {text!r} is not a positive whole number")
+    return int(text)
+
+
+def transitions(before: Mapping[str, tuple[str, bool]], after: Mapping[str, tuple[str, bool]]) -> list[tuple[str, str]]:
+    """(profile, what) for every run that just became ready, failed or stalled: the moments worth a bell.
+
+    `before`/`after` map profile -> (state, stalled). A profile seen for the first time already in a final state
+    (reattached, or the app just started) is not news and rings nothing.
+    """
+    events: list[tuple[str, str]] = []
+    for profile, (state, stalled) in after.items():
+        if profile not in before:
+            continue
+        old_state, old_stalled = before[profile]
+        if state == "ready" and old_state != "ready":
+            events.append((profile, "ready"))
+        elif state in ("failed", "exited", "lost") and old_state != state:
+            events.append((profile, state))
+        elif stalled and not old_stalled:
+            events.append((profile, "stalled"))
+    return events

@@ -1,0 +1,150 @@
+"""Modal screens: confirm, the sweep form (prefilled from `[sweep]`), and the result-file picker for overlays."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Static
+
+from specmon.model.config import SweepDefaults
+from specmon.ui import format as fmt
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask a yes/no question; y / enter confirm, n / esc cancel."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str) -> None:
+        super().__init__()
+        self.question = question
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question)
+            with Horizontal(classes="buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no")
+
+    def on_mount(self) -> None:
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, yes: bool) -> None:
+        self.dismiss(yes)
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    """What the user asked for in the sweep form."""
+
+    profiles: tuple[str, ...]
+    levels: tuple[int, ...]
+    requests_per_level: int | None
+    input_len: int
+    output_len: int
+
+
+class SweepFormScreen(ModalScreen["SweepRequest | None"]):
+    """Pick ready profiles and the workload; fields start from the config's `[sweep]` table."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, ready: Sequence[str], checked: Sequence[str], defaults: SweepDefaults) -> None:
+        super().__init__()
+        self.ready = list(ready)
+        self.checked = set(checked)
+        self.defaults = defaults
+
+    def compose(self) -> ComposeResult:
+        d = self.defaults
+        with Vertical(classes="dialog", id="sweep-form"):
+            yield Label("[b]Sweep[/b]: output tok/s against concurrency")
+            for name in self.ready:
+                yield Checkbox(name, value=name in self.checked, name=name)
+            yield Label("levels")
+            yield Input(",".join(map(str, d.levels)), id="levels")
+            yield Label("requests per level (empty: 4×C, at least 16)")
+            yield Input("" if d.requests_per_level is None else str(d.requests_per_level), id="requests")
+            with Horizontal(classes="pair"):
+                yield Input(str(d.input_len), id="input_len", tooltip="input tokens")
+                yield Input(str(d.output_len), id="output_len", tooltip="output tokens")
+            yield Static("", id="form-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Start", id="start", variant="primary")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#start", Button).focus()
+
+    def _value(self, widget_id: str) -> str:
+        return self.query_one(f"#{widget_id}", Input).value
+
+    def _request(self) -> SweepRequest:
+        profiles = tuple(cb.name or "" for cb in self.query(Checkbox) if cb.value)
+        if not profiles:
+            raise ValueError("tick at least one ready profile")
+        return SweepRequest(
+            profiles=profiles,
+            levels=fmt.parse_levels(self._value("levels")),
+            requests_per_level=fmt.parse_positive(self._value("requests"), "requests per level", allow_empty=True),
+            input_len=fmt.parse_positive(self._value("input_len"), "input length") or 1,
+            output_len=fmt.parse_positive(self._value("output_len"), "output length") or 1,
+        )
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "cancel":
+            self.dismiss(None)
+            return
+        self._submit()
+
+    def on_input_submitted(self) -> None:
+        self._submit()
+
+    def _submit(self) -> None:
+        try:
+            request = self._request()
+        except ValueError as exc:
+            self.query_one("#form-error", Static).update(f"[$error]{exc}[/]")
+            return
+        self.dismiss(request)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class OverlayScreen(ModalScreen["Path | None"]):
+    """Ask for a result file (JSONL written by `specmon sweep`) to draw on the chart."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, start: str = "") -> None:
+        super().__init__()
+        self.start = start
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Result file to overlay (enter loads, esc cancels)")
+            yield Input(self.start, id="overlay-path", placeholder="results/….jsonl")
+            yield Static("", id="form-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        path = Path(event.value.strip()).expanduser()
+        if not path.is_file():
+            self.query_one("#form-error", Static).update(f"[$error]{path}: no such file[/]")
+            return
+        self.dismiss(path)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

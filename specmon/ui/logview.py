@@ -1,0 +1,112 @@
+"""Log pane: the selected run's launch log, live, with parsed events highlighted, follow mode and a `/` filter.
+
+The pane holds no history of its own: the app keeps one bounded buffer per run and hands the pane the entries to
+show, so switching runs or changing the filter redraws from that buffer and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.message import Message
+from textual.widgets import Input, RichLog
+
+from specmon.ui import format as fmt
+from specmon.ui.rows import LogEntry
+
+# Which theme colour highlights which parsed event.
+_KIND_COLOURS = {"shard": "primary", "kv": "accent", "ready": "success", "error": "error", "marker": "warning"}
+
+
+class LogPane(Vertical):
+    """The log of one run, in a RichLog bounded to `max_lines`, with a filter input that appears on `/`."""
+
+    BORDER_TITLE = "Log"
+
+    class FilterChanged(Message):
+        """The user applied a filter (empty clears it)."""
+
+        def __init__(self, pattern: str) -> None:
+            super().__init__()
+            self.pattern = pattern
+
+    def __init__(self, max_lines: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.max_lines = max_lines
+        self.pattern = ""
+        self.follow = True
+        self.run_label = ""
+
+    def compose(self) -> ComposeResult:
+        yield RichLog(max_lines=self.max_lines, wrap=False, markup=False, highlight=False, auto_scroll=True)
+        yield Input(placeholder="filter (! inverts, empty clears)", id="log-filter")
+
+    def on_mount(self) -> None:
+        self.query_one("#log-filter").display = False
+        self._retitle()
+
+    def _retitle(self) -> None:
+        parts = [f"Log {self.run_label}".strip(), "follow" if self.follow else "paused"]
+        if self.pattern:
+            parts.append(f"filter {self.pattern!r}")
+        self.border_title = " · ".join(parts)
+
+    def _styled(self, entry: LogEntry) -> Text:
+        colour = _KIND_COLOURS.get(entry.kind)
+        if colour is None:
+            return Text(entry.text)
+        value = self.app.theme_variables.get(colour)
+        style = Style(color=value, bold=entry.kind in ("ready", "error", "marker"))
+        text = entry.text if entry.kind != "marker" else f"──── {entry.text} ────"
+        return Text(text, style=style)
+
+    def show(self, label: str, entries: Iterable[LogEntry]) -> None:
+        """Replace the contents with `entries` (those passing the filter) of the run called `label`."""
+        self.run_label = label
+        log = self.query_one(RichLog)
+        log.clear()
+        self.append(entries)
+        self._retitle()
+
+    def append(self, entries: Iterable[LogEntry]) -> None:
+        """Add new lines (a batch per repaint, never one call per line)."""
+        log = self.query_one(RichLog)
+        for entry in entries:
+            if entry.kind == "marker" or fmt.log_filter_matches(entry.text, self.pattern):
+                log.write(self._styled(entry), scroll_end=self.follow)
+
+    def set_follow(self, follow: bool) -> None:
+        """Follow the end of the log, or hold the view still while lines keep arriving."""
+        self.follow = follow
+        log = self.query_one(RichLog)
+        log.auto_scroll = follow
+        if follow:
+            log.scroll_end(animate=False)
+        self._retitle()
+
+    def open_filter(self) -> None:
+        """Show the filter input with the current pattern and focus it."""
+        box = self.query_one("#log-filter", Input)
+        box.value = self.pattern
+        box.display = True
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()
+        self.pattern = event.value.strip()
+        event.input.display = False
+        self._retitle()
+        self.post_message(self.FilterChanged(self.pattern))
+
+    def close_filter(self) -> bool:
+        """Hide the filter input without changing the filter; True when it was open."""
+        box = self.query_one("#log-filter", Input)
+        if not box.display:
+            return False
+        box.display = False
+        self.query_one(RichLog).focus()
+        return True

@@ -1,0 +1,112 @@
+"""Servers pane: one card per profile with its run's state, shard progress, ETA, memory and speculative setup."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.markup import escape
+from textual.message import Message
+from textual.widgets import ProgressBar, Static
+
+from specmon.ui import format as fmt
+from specmon.ui.rows import ServerRow
+
+
+class RunCard(Vertical):
+    """A profile and its run: a head line, the shard progress bar, and detail lines."""
+
+    class Clicked(Message):
+        """The user clicked a card (selects that profile)."""
+
+        def __init__(self, profile: str) -> None:
+            super().__init__()
+            self.profile = profile
+
+    def __init__(self, profile: str) -> None:
+        super().__init__(classes="run-card")
+        self.profile = profile
+        self._shown: ServerRow | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(classes="card-head")
+        yield ProgressBar(show_eta=False, show_percentage=True, classes="card-bar")
+        yield Static(classes="card-body")
+
+    def show(self, row: ServerRow, selected: bool) -> None:
+        """Draw `row`; does nothing when neither the row nor the selection changed (repaints cost bytes)."""
+        self.set_class(selected, "-selected")
+        if row == self._shown:
+            return
+        self._shown = row
+        style = fmt.state_style(row.state, row.stalled)
+        label = fmt.state_label(row.state, row.stalled, row.phase)
+        head = f"[b]{escape(row.profile)}[/b] [{self._style_var(style)} b]{escape(label)}[/]"
+        where = (f"{row.host}" if row.host != "local" else "") + (f":{row.port}" if row.port else "")
+        if where and row.state != "idle":
+            head += f" [dim]{escape(where)}[/]"
+        self.query_one(".card-head", Static).update(head)
+
+        bar = self.query_one(".card-bar", ProgressBar)
+        fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
+        # Only a known total gets a bar: an indeterminate ProgressBar animates at full frame rate.
+        bar.display = fraction is not None and row.state in ("launching", "loading", "ready")
+        if fraction is not None:
+            bar.update(total=row.shards_total, progress=row.shards_done or 0)
+
+        if row.state == "idle":
+            lines = ["[dim]not running · l launches[/]"]
+        else:
+            eta = fmt.fmt_duration(row.eta_s) if row.state in ("launching", "loading") else fmt.NA
+            lines = [
+                f"{fmt.fmt_shards(row.shards_done, row.shards_total)} ETA {eta}"
+                f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
+                f"KV {fmt.fmt_count(row.kv_cache_tokens)} mem {fmt.fmt_number(row.mem_fraction_static, 2)}"
+                f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
+                f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
+            ]
+        if row.failure:
+            lines.append(f"[$error b]✗ {escape(row.failure)}[/]")
+        self.query_one(".card-body", Static).update("\n".join(lines))
+
+    @staticmethod
+    def _style_var(style: str) -> str:
+        return {"good": "$success", "busy": "$primary", "bad": "$error", "warn": "$warning"}.get(style, "$foreground-muted")
+
+    def on_click(self) -> None:
+        self.post_message(self.Clicked(self.profile))
+
+
+class ServersPane(VerticalScroll):
+    """Profiles and their runs, with a warning when the runs being compared are configured differently."""
+
+    BORDER_TITLE = "Servers"
+
+    def __init__(self, profiles: Sequence[str], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._profiles = list(profiles)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="confound", classes="warning-banner")
+        for name in self._profiles:
+            yield RunCard(name)
+
+    def on_mount(self) -> None:
+        self.query_one("#confound").display = False
+
+    def show(self, rows: Sequence[ServerRow], selected: str | None) -> None:
+        """Draw every card and the confounded-comparison warning."""
+        by_profile = {row.profile: row for row in rows}
+        for card in self.query(RunCard):
+            card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected)
+        compared = [
+            fmt.ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens)
+            for r in rows
+            if r.state in ("loading", "ready")
+        ]
+        warnings = fmt.confound_warnings(compared)
+        banner = self.query_one("#confound", Static)
+        banner.display = bool(warnings)
+        self.border_title = "Servers · ⚠ WARNING: comparison confounded" if warnings else "Servers"
+        banner.update("\n".join(f"⚠ {escape(w)}" for w in warnings))

@@ -1,0 +1,82 @@
+"""Sweep pane: output tok/s against concurrency (one series per profile or result file, crossover marked) and a
+table of the levels. Redraws are throttled by the app; the chart is rebuilt only when its data changed."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.widgets import DataTable
+from textual_plotext import PlotextPlot
+
+from specmon.ui import format as fmt
+
+# Fixed series colours so a series keeps its colour as others are added (and snapshots stay stable).
+_SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red")
+_MAX_POINTS = 200
+
+Levels = Sequence[Mapping[str, object]]
+
+
+class SweepPane(Horizontal):
+    """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
+
+    BORDER_TITLE = "Sweep"
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._drawn: tuple[object, ...] | None = None
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot(id="sweep-chart")
+        table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
+        yield table
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(*fmt.LEVEL_COLUMNS)
+        self._draw_chart({}, None)
+
+    def show(self, series: Mapping[str, Levels], crossover: float | None, status: str) -> None:
+        """Draw every series (name -> level records) and the crossover concurrency, if any."""
+        key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status)
+        if key == self._drawn:
+            return
+        self._drawn = key
+        self.border_title = f"Sweep · {status}" if status else "Sweep"
+        self._draw_chart(series, crossover)
+        table = self.query_one(DataTable)
+        table.clear()
+        for name, levels in series.items():
+            for level in levels:
+                table.add_row(*fmt.level_cells(name, level))
+
+    def _draw_chart(self, series: Mapping[str, Levels], crossover: float | None) -> None:
+        chart = self.query_one(PlotextPlot)
+        plt = chart.plt
+        plt.clear_data()
+        plt.clear_figure()
+        plt.xlabel("concurrency")
+        plt.ylabel("out tok/s")
+        drawn = False
+        ticks: set[float] = set()
+        for index, (name, levels) in enumerate(series.items()):
+            points = fmt.downsample(fmt.series_points(levels), _MAX_POINTS)
+            if not points:
+                continue
+            xs, ys = zip(*points)
+            ticks.update(xs)
+            plt.plot([math.log10(x) for x in xs], list(ys), label=name, marker="dot", color=_SERIES_COLOURS[index % len(_SERIES_COLOURS)])
+            drawn = True
+        if drawn:
+            # Concurrency is drawn on a log axis by hand: plotext's own log scale re-applies itself on every
+            # rebuild of a kept figure (a resize then fails with a math domain error).
+            shown = sorted(ticks)
+            plt.xticks([math.log10(x) for x in shown], [f"{x:g}" for x in shown])
+        if crossover is not None and crossover > 0:
+            plt.vline(math.log10(crossover), "red")
+            plt.title(f"crossover C≈{crossover:.3g}")
+        elif not drawn:
+            plt.title("no sweep yet: s starts one, o overlays a result file")
+        chart.refresh()

@@ -1,0 +1,70 @@
+"""Fixed model states for the TUI's snapshot and layout tests: two demo profiles mid-comparison.
+
+Everything here is frozen data (no clocks, no processes), so a screenshot of the app fed with it is byte-stable.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from specmon.model.config import Config, Profile, SweepDefaults
+from specmon.ui.app import SpecmonApp
+from specmon.ui.rows import LogEntry, ServerRow
+
+PROFILES = ("demo-baseline", "demo-eagle3")
+
+
+def demo_config(keys: dict[str, str] | None = None) -> Config:
+    profiles = {
+        name: Profile(name=name, command=("specmon", "sim"), port=port)
+        for name, port in zip(PROFILES, (30001, 30002))
+    }
+    return Config(source="built-in demo profiles", profiles=profiles, sweep=SweepDefaults(levels=(1, 4, 16)),
+                  keys=keys or {})
+
+
+ROWS = [
+    ServerRow(profile="demo-baseline", run_id="r-0001", state="ready", phase="ready", shards_done=8, shards_total=8,
+              elapsed_s=41.0, past_load_s=44.0, kv_cache_tokens=1_203_456, mem_fraction_static=0.85,
+              last_activity_ago_s=3.0, pid=4242, port=30001),
+    ServerRow(profile="demo-eagle3", run_id="r-0002", state="loading", phase="loading weights", shards_done=5,
+              shards_total=8, eta_s=17.0, elapsed_s=23.0, past_load_s=39.0, kv_cache_tokens=None,
+              mem_fraction_static=0.80, spec_algorithm="EAGLE3", spec_steps=3, last_activity_ago_s=1.0, pid=4243,
+              port=30002),
+]
+
+LOG = [
+    LogEntry("[2026-11-29 15:00:01] server_args=ServerArgs(model_path='demo/llama-8b', tp_size=1, ...)"),
+    LogEntry("Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11,  2.80s/it]", "shard"),
+    LogEntry("3,120 lines skipped", "marker"),
+    LogEntry("Loading safetensors checkpoint shards: 100% Completed | 8/8 [00:22<00:00,  2.77s/it]", "shard"),
+    LogEntry("[2026-11-29 15:00:25] KV Cache is allocated. #tokens: 1203456, K size: 36.73 GB", "kv"),
+    LogEntry("[2026-11-29 15:00:41] The server is fired up and ready to roll!", "ready"),
+]
+
+
+def level(c: int, tput: float, itl99: float, tpc: float, bound: bool = False) -> dict[str, object]:
+    return {"concurrency": c, "output_throughput": tput, "ttft_ms": {"p50": 20.0 + c}, "tpot_ms": {"p50": 1000 / (tput / c)},
+            "itl_ms": {"p99": itl99}, "tokens_per_chunk": tpc, "client": {"bound": bound}}
+
+
+BASELINE = [level(1, 93.0, 11.2, 1.0), level(4, 350.0, 12.0, 1.0), level(16, 690.0, 25.1, 1.0),
+            level(64, 770.0, 80.4, 1.0, bound=False)]
+EAGLE = [level(1, 96.0, 30.5, 2.4), level(4, 300.0, 33.0, 2.4), level(16, 345.0, 60.2, 2.3),
+         level(64, 350.0, 190.0, 2.3)]
+CROSSOVER = 1.5
+
+
+def fed_app(tmp: Path) -> SpecmonApp:
+    """An app with no engine, its panes fed the fixed states above. Themes come from the repo; state in `tmp`."""
+    app = SpecmonApp(demo_config(), state_path=tmp / "ui.json")
+
+    def feed() -> None:
+        app.update_rows(ROWS)
+        app.add_log("demo-baseline", LOG)
+        app.set_series("demo-baseline", BASELINE)
+        app.set_series("demo-eagle3", EAGLE, crossover=CROSSOVER)
+        app.set_sweep_status("done: 2 profiles × 4 levels", running=False)
+
+    app.call_later(feed)
+    return app
