@@ -18,6 +18,7 @@ GOOD = '[profiles.a]\ncommand = "python3 -m http.server"\n'
 # (case id, file text, expected line, expected key, a fragment of the problem)
 CASES = [
     ("malformed-toml", '[profiles.a]\ncommand = "x"\nport = \n', 3, None, "invalid TOML: Invalid value"),
+    ("unclosed-array-at-end", GOOD + "\n[sweep]\nlevels = [1, 2,\n\n", 5, None, "invalid TOML: Invalid value"),
     ("table-twice", '[profiles.a]\ncommand = "x"\n\n[profiles.a]\nport = 1\n', 4, None, "invalid TOML: Cannot declare"),
     ("unknown-profile-key", GOOD + "prot = 30001\n", 3, "profiles.a.prot", "unknown key (did you mean 'port'?)"),
     ("unknown-top-table", "[profile.a]\ncommand = 'x'\n", 1, "profile", "unknown key (did you mean 'profiles'?)"),

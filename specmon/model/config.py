@@ -212,13 +212,14 @@ def parse_config(text: str, source: str, found_by: str = "") -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         message = str(exc)
+        # Python >= 3.14 and tomli >= 2.1 carry the position as attributes; older ones only in the message.
+        line = getattr(exc, "lineno", None)
         match = _TOML_POSITION.search(message)
         if match:
             message = message[: match.start()]
-            line = int(match.group(1)) if match.group(1) else text.count("\n") + 1
-        else:
-            line = 1
-        raise UserError(f"{source}:{line}: invalid TOML: {message}") from None
+            # "at end of document" (an unclosed array or string): point at the last line with text on it.
+            line = line or (int(match.group(1)) if match.group(1) else text.rstrip().count("\n") + 1)
+        raise UserError(f"{source}:{line or 1}: invalid TOML: {getattr(exc, 'msg', message)}") from None
     validator = _Validator()
     config = validator.config(data, source, found_by)
     lines = locate_keys(text)
