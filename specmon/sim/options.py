@@ -1,0 +1,124 @@
+"""Command-line options of `specmon sim` (shared by `specmon sim` and `python -m specmon.sim`)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+from specmon.errors import UserError
+from specmon.sim import model as throughput
+
+FLAVORS = ("sglang", "vllm")
+DESCRIPTION = (
+    "Simulated SGLang/vLLM inference server: real-format launch log on stdout, OpenAI-compatible HTTP API, "
+    "a deterministic continuous-batching throughput model, and fault injection."
+)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Everything the simulated server needs, validated."""
+
+    flavor: str = "sglang"
+    host: str = "127.0.0.1"
+    port: int = 30000
+    tp: int = 1
+    shards: int = 8
+    load_seconds: float = 20.0
+    kv_tokens: int = 400_000
+    mem_fraction_static: float = 0.88
+    spec: str = "none"
+    accept_len: float = throughput.DEFAULT_ACCEPT_LEN
+    spec_steps: int = 3
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    context_length: int = 32768
+    max_running: int = throughput.DEFAULT_MAX_RUNNING
+    time_scale: float = 1.0
+    decode_log_interval: int = 40
+    stats_interval: float = 10.0
+    crash_at_shard: int | None = None
+    oom_at: str | None = None
+    nccl_timeout: bool = False
+    stall_at_shard: int | None = None
+    slow_health: float = 0.0
+    exit_zero_after: float | None = None
+    ignore_sigterm: bool = False
+    spawn_child: bool = False
+
+    @property
+    def speculative(self) -> bool:
+        return self.spec == "eagle3"
+
+    def step_model(self) -> throughput.StepModel:
+        """The throughput model these options select."""
+        if self.speculative:
+            return throughput.eagle3_model(self.accept_len, self.max_running)
+        return throughput.baseline_model(self.max_running)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add every `specmon sim` option to `parser`."""
+    d = SimConfig()
+    p = parser.add_argument
+    p("--flavor", choices=FLAVORS, default=d.flavor, help="which server to imitate: log format, endpoints, metric names")
+    p("--host", default=d.host, help="address to bind (default %(default)s)")
+    p("--port", type=int, default=d.port, help="HTTP port, bound only once the weights are loaded (default %(default)s)")
+    p("--tp", type=int, default=d.tp, help="tensor-parallel size: one log line per rank where the real server prints one")
+    p("--shards", type=int, default=d.shards, help="number of checkpoint shards in the loading progress bar")
+    p("--load-seconds", type=float, default=d.load_seconds, help="total weight-loading time in seconds, spread over the shards")
+    p("--kv-tokens", type=int, default=d.kv_tokens, help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests")
+    p("--mem-fraction-static", type=float, default=d.mem_fraction_static, help="shown in the args dump and server info (0 < F <= 1)")
+    p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
+    p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
+    p("--spec-steps", type=int, default=d.spec_steps, help="EAGLE-3 draft steps (speculative_num_steps; topk 1, so draft tokens = steps+1)")
+    p("--model", default=d.model, help="model name: args dump, /v1/models and responses")
+    p("--context-length", type=int, default=d.context_length, help="max model length (context_len / max_model_len)")
+    p("--max-running-requests", dest="max_running", type=int, default=d.max_running, help="largest decode batch; more requests queue (default %(default)s)")
+    p("--time-scale", type=float, default=d.time_scale, help="multiplies every startup duration (tests use small values)")
+    p("--decode-log-interval", type=int, default=d.decode_log_interval, help="SGLang: a 'Decode batch' line every N decode steps")
+    p("--stats-interval", type=float, default=d.stats_interval, help="vLLM: seconds between 'Engine 000:' stats lines (VLLM_LOG_STATS_INTERVAL)")
+    f = parser.add_argument_group("fault injection")
+    f.add_argument("--crash-at-shard", type=int, metavar="K", help="crash with a Python traceback while loading shard K; exit 1")
+    f.add_argument("--oom-at", choices=("kv", "graph"), help="CUDA out-of-memory traceback at KV-cache allocation or CUDA-graph capture; exit 1")
+    f.add_argument("--nccl-timeout", action="store_true", help="after the weights load, print the NCCL watchdog timeout lines and exit 1")
+    f.add_argument("--stall-at-shard", type=int, metavar="K", help="stop progressing and logging at shard K, but stay alive")
+    f.add_argument("--slow-health", type=float, default=0.0, metavar="S", help="every /health answer takes S seconds")
+    f.add_argument("--exit-zero-after", type=float, metavar="S", help="exit with code 0 S seconds after ready, unasked")
+    f.add_argument("--ignore-sigterm", action="store_true", help="log and ignore SIGTERM (SIGKILL still works)")
+    f.add_argument("--spawn-child", action="store_true", help="start a child process in its own session (setsid) that sleeps forever")
+
+
+def config_from_args(ns: argparse.Namespace) -> SimConfig:
+    """Validate parsed options; a bad value raises UserError naming the option."""
+    cfg = SimConfig(
+        flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
+        kv_tokens=ns.kv_tokens, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
+        spec_steps=ns.spec_steps, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
+        time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
+        crash_at_shard=ns.crash_at_shard, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
+        stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
+        ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,
+    )
+    checks = [
+        (0 <= cfg.port <= 65535, "--port must be 0..65535"),
+        (cfg.tp >= 1, "--tp must be >= 1"),
+        (cfg.shards >= 1, "--shards must be >= 1"),
+        (cfg.load_seconds >= 0, "--load-seconds must be >= 0"),
+        (cfg.kv_tokens >= 1, "--kv-tokens must be >= 1"),
+        (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
+        (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
+        (1.0 <= cfg.accept_len <= cfg.spec_steps + 1, f"--accept-len must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1)"),
+        (cfg.context_length >= 1, "--context-length must be >= 1"),
+        (cfg.max_running >= 1, "--max-running-requests must be >= 1"),
+        (cfg.time_scale >= 0, "--time-scale must be >= 0"),
+        (cfg.decode_log_interval >= 1, "--decode-log-interval must be >= 1"),
+        (cfg.stats_interval > 0, "--stats-interval must be > 0"),
+        (cfg.crash_at_shard is None or 1 <= cfg.crash_at_shard <= cfg.shards, "--crash-at-shard must be in 1..--shards"),
+        (cfg.stall_at_shard is None or 1 <= cfg.stall_at_shard <= cfg.shards, "--stall-at-shard must be in 1..--shards"),
+        (cfg.slow_health >= 0, "--slow-health must be >= 0"),
+        (cfg.exit_zero_after is None or cfg.exit_zero_after >= 0, "--exit-zero-after must be >= 0"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UserError(f"sim: {message}")
+    return cfg
