@@ -1,0 +1,85 @@
+"""LocalTransport: the Transport for this machine, through /bin/sh and asyncio subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+
+from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
+
+_SHELL = "/bin/sh"
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """Kill a helper command (and anything it started in its own group) and reap it."""
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await proc.wait()
+
+
+class LocalTransport(Transport):
+    """Runs commands with /bin/sh -c on this machine.
+
+    Each command gets its own process group so that a timeout or a closed stream ends the whole
+    command (e.g. `tail -F`), never anything the command detached with setsid.
+    """
+
+    def __init__(self, host: str = "local") -> None:
+        self.host = host
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                _SHELL, "-c", command,
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise TransportError(f"{self.host}: cannot run {_SHELL}: {exc}") from exc
+        try:
+            stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
+        except BaseException:
+            # Timeout or cancellation: never leave the command running behind us.
+            await _end(proc)
+            raise
+        assert proc.returncode is not None
+        return CommandResult(proc.returncode, stdout, stderr)
+
+    def stream(self, command: str) -> OutputStream:
+        return _LocalStream(self.host, command)
+
+
+class _LocalStream(OutputStream):
+    def __init__(self, host: str, command: str) -> None:
+        self._host = host
+        self._command = command
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                _SHELL, "-c", self._command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise TransportError(f"{self._host}: cannot run {_SHELL}: {exc}") from exc
+
+    async def read_chunk(self) -> bytes:
+        assert self._proc is not None and self._proc.stdout is not None, "stream not started"
+        chunk = await self._proc.stdout.read(65536)
+        if not chunk:
+            self.exit_code = await self._proc.wait()
+        return chunk
+
+    async def aclose(self) -> None:
+        if self._proc is not None:
+            await _end(self._proc)

@@ -1,0 +1,168 @@
+"""Follow a run's log on its host through a Transport, resumable from a byte offset.
+
+`LogTailer.follow()` streams `tail -c +OFFSET -F` and yields `TailBatch`es of COMPLETE lines only; `offset`
+moves past a line only once its `\\n` has arrived, so a follower that saves `batch.end` after handling a batch
+and later resumes from it neither loses nor repeats a line. Before every (re)attach it checks the file's inode
+and size: a replaced or truncated log restarts at byte 0, and a backlog over `max_backlog` bytes is skipped
+with a note instead of replayed. `drain()` reads what is left once the writer has exited, including a last
+line without a newline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from specmon.sources.transport import Transport, TransportError
+
+MAX_BACKLOG = 4 * 1024 * 1024
+MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anyway (and committed)
+
+
+@dataclass(frozen=True)
+class TailBatch:
+    """Bytes [start, end) of the log: whole lines ending in b"\\n", or empty with a `note` for the reader."""
+
+    data: bytes
+    start: int
+    end: int
+    note: str | None = None
+
+
+class LogTailer:
+    """Follows one log file. `offset` is the end of the last complete line handed out."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        path: str,
+        offset: int = 0,
+        inode: int | None = None,
+        *,
+        max_backlog: int = MAX_BACKLOG,
+        retry_s: float = 0.5,
+    ) -> None:
+        self.transport = transport
+        self.path = path
+        self.offset = offset
+        self.inode = inode
+        self.max_backlog = max_backlog
+        self.retry_s = retry_s
+        self._resync = False   # after a skip: drop bytes up to the first newline
+
+    async def stat(self) -> tuple[int, int] | None:
+        """(inode, size) of the log, or None if it does not exist (yet)."""
+        result = await self.transport.run(f"stat -c '%i %s' -- {shlex.quote(self.path)} 2>/dev/null", timeout=15)
+        fields = result.out.split()
+        if not result.ok or len(fields) != 2:
+            return None
+        return int(fields[0]), int(fields[1])
+
+    async def _attach(self) -> TailBatch | None:
+        """Check inode/size before reading; returns a note batch when the offset had to move."""
+        st = await self.stat()
+        if st is None:
+            return None
+        inode, size = st
+        note = None
+        if (self.inode is not None and inode != self.inode) or size < self.offset:
+            note = "log was replaced or truncated; reading it from the start"
+            self.offset = 0
+        self.inode = inode
+        if size - self.offset > self.max_backlog:
+            old_offset = self.offset
+            # Start one byte early and drop through the first newline: lands on a whole line even when
+            # the cut falls exactly on a line boundary.
+            self.offset = size - self.max_backlog - 1
+            self._resync = True
+            note = f"skipped {self.offset - old_offset} bytes of log"
+        return TailBatch(b"", self.offset, self.offset, note) if note else TailBatch(b"", self.offset, self.offset)
+
+    def _split(self, buf: bytes) -> tuple[TailBatch | None, bytes]:
+        """Cut complete lines off the front of `buf`; returns the batch and the unfinished rest."""
+        start = self.offset
+        if self._resync:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                return None, buf
+            self.offset += nl + 1
+            start = self.offset
+            buf = buf[nl + 1:]
+            self._resync = False
+        cut = buf.rfind(b"\n") + 1
+        if cut == 0 and len(buf) > MAX_LINE:
+            data, rest = buf + b"\n", b""
+            self.offset += len(buf)
+        elif cut == 0:
+            return None, buf
+        else:
+            data, rest = buf[:cut], buf[cut:]
+            self.offset += cut
+        return TailBatch(data, start, self.offset), rest
+
+    async def follow(self) -> AsyncIterator[TailBatch]:
+        """Yield batches forever (until cancelled or closed), re-attaching after a lost link."""
+        while True:
+            try:
+                attached = await self._attach()
+            except TransportError:
+                attached = None
+            if attached is None:
+                await asyncio.sleep(self.retry_s)
+                continue
+            if attached.note:
+                yield attached
+            cmd = f"exec tail -c +{self.offset + 1} -F -- {shlex.quote(self.path)} 2>/dev/null"
+            buf = b""
+            try:
+                async with self.transport.stream(cmd) as out:
+                    async for chunk in out:
+                        batch, buf = self._split(buf + chunk)
+                        if batch is not None:
+                            yield batch
+            except TransportError:
+                pass
+            self._resync = False
+            yield TailBatch(b"", self.offset, self.offset, "log link lost; resuming")
+            await asyncio.sleep(self.retry_s)
+
+    async def drain(self) -> TailBatch:
+        """Everything after `offset` up to the current end, final unterminated line included."""
+        result = await self.transport.run(f"tail -c +{self.offset + 1} -- {shlex.quote(self.path)}", timeout=60)
+        if not result.ok:
+            return TailBatch(b"", self.offset, self.offset)
+        data = result.stdout
+        batch, rest = self._split(data)
+        if batch is None:
+            batch = TailBatch(b"", self.offset, self.offset)
+        if rest:
+            start = batch.start
+            self.offset += len(rest)
+            batch = TailBatch(batch.data + rest + b"\n", start, self.offset)
+        return batch
+
+
+async def read_range(transport: Transport, path: str, start: int, end: int) -> bytes:
+    """Bytes [start, end) of a file on the host (b"" if it cannot be read)."""
+    if end <= start:
+        return b""
+    q = shlex.quote(path)
+    result = await transport.run(f"tail -c +{start + 1} -- {q} | head -c {end - start}", timeout=60)
+    return result.stdout if result.ok else b""
+
+
+async def last_lines(transport: Transport, path: str, n: int) -> tuple[bytes, int]:
+    """The last `n` complete lines of the file and the file size when read (the offset to follow from)."""
+    q = shlex.quote(path)
+    result = await transport.run(
+        f"s=$(stat -c %s -- {q}) && echo \"$s\" && head -c \"$s\" -- {q} | tail -n {int(n) + 1}", timeout=60)
+    if not result.ok:
+        raise TransportError(f"{transport.host}: cannot read {path}: {result.err or 'missing'}")
+    head, _, body = result.stdout.partition(b"\n")
+    size = int(head)
+    # An unfinished last line is left for the follower, which resumes at the end of the last whole line.
+    cut = body.rfind(b"\n") + 1
+    complete = body[:cut].splitlines(keepends=True)[-n:] if n > 0 else []
+    return b"".join(complete), size - (len(body) - cut)
