@@ -65,6 +65,7 @@ def fed_app(tmp: Path) -> SpecmonApp:
         app.set_series("demo-baseline", BASELINE)
         app.set_series("demo-eagle3", EAGLE, crossover=CROSSOVER)
         app.set_sweep_status("done: 2 profiles × 4 levels", running=False)
+        app.flush()
 
     app.call_later(feed)
     return app

@@ -200,6 +200,11 @@ class SpecmonApp(App[int]):
         self._chart_throttle.request()
 
     # ---------------------------------------------------------------- painting
+    def flush(self) -> None:
+        """Paint everything pending now, throttles aside (screenshots and tests want the latest state)."""
+        self._paint_state()
+        self._paint_chart()
+
     def _paint_state(self) -> None:
         self.query_one(ServersPane).show([self.rows[p] for p in self.profiles if p in self.rows], self.selected)
         if self._pending_log:

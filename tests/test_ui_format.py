@@ -1,0 +1,113 @@
+"""The TUI's pure formatting rules: what a person reads in each pane."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.ui import format as fmt
+from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
+
+
+def test_durations_and_ages() -> None:
+    assert fmt.fmt_duration(None) == "—"
+    assert fmt.fmt_duration(7.4) == "0:07"
+    assert fmt.fmt_duration(723) == "12:03"
+    assert fmt.fmt_duration(3723) == "1:02:03"
+    assert fmt.fmt_duration(-5) == "0:00"
+    assert fmt.fmt_ago(3.9) == "3s ago"
+    assert fmt.fmt_ago(125) == "2m ago"
+    assert fmt.fmt_ago(7300) == "2h ago"
+    assert fmt.fmt_elapsed_vs_past(41, 70) == "0:41/~1:10"
+    assert fmt.fmt_elapsed_vs_past(41, None) == "0:41"
+
+
+def test_counts_shards_and_spec() -> None:
+    assert fmt.fmt_count(950) == "950"
+    assert fmt.fmt_count(12_345) == "12.3k"
+    assert fmt.fmt_count(1_203_456) == "1.2M"
+    assert fmt.fmt_count(None) == "—"
+    assert fmt.fmt_shards(5, 8) == "5/8"
+    assert fmt.fmt_shards(None, None) == "—"
+    assert fmt.shard_fraction(5, 8) == pytest.approx(0.625)
+    assert fmt.shard_fraction(9, 8) == 1.0
+    assert fmt.shard_fraction(3, None) is None
+    assert fmt.fmt_spec(None, None) == "no spec"
+    assert fmt.fmt_spec("eagle3", 3) == "EAGLE3×3"
+    assert fmt.fmt_spec("EAGLE3", 3, 2.414) == "EAGLE3×3 acc 2.41"
+
+
+def test_state_labels() -> None:
+    assert fmt.state_label("loading", phase="loading weights") == "LOADING WEIGHTS"
+    assert fmt.state_label("loading", stalled=True, phase="loading weights") == "STALLED"
+    assert fmt.state_style("loading", stalled=True) == "warn"
+    assert fmt.state_label("ready", stalled=True) == "READY"
+    assert fmt.state_style("failed") == "bad"
+    assert fmt.state_style("ready") == "good"
+
+
+def test_confounded_comparison_is_flagged_only_when_settings_differ() -> None:
+    same = [fmt.ComparedRun("a", 0.85, 1000), fmt.ComparedRun("b", 0.85, 1000)]
+    assert fmt.confound_warnings(same) == []
+    mem = [fmt.ComparedRun("a", 0.85, 1000), fmt.ComparedRun("b", 0.8, 1000)]
+    assert fmt.confound_warnings(mem) == ["mem_fraction_static 0.85 ≠ 0.8"]
+    kv = [fmt.ComparedRun("a", 0.85, 1_200_000), fmt.ComparedRun("b", 0.85, 900_000)]
+    assert fmt.confound_warnings(kv) == ["KV tokens 1.2M ≠ 900k"]
+    unknown = [fmt.ComparedRun("a", 0.85, None), fmt.ComparedRun("b", None, 5)]
+    assert fmt.confound_warnings(unknown) == []
+
+
+def test_level_cells_and_series_points() -> None:
+    level = {"concurrency": 16, "output_throughput": 690.04, "ttft_ms": {"p50": 36.0}, "tpot_ms": {"p50": 23.19},
+             "itl_ms": {"p99": 1250.0}, "tokens_per_chunk": 2.345, "client": {"bound": True}}
+    assert fmt.level_cells("base", level) == ("base", "16", "690.0", "1.25s", "2.35", "36.00ms", "23.19ms", "BOUND")
+    partial = {"concurrency": 1, "output_throughput": None, "ttft_ms": None}
+    assert fmt.level_cells("x", partial)[2:5] == ("—", "—", "—")
+    assert fmt.series_points([{"concurrency": 4, "output_throughput": 3.0}, {"concurrency": 1, "output_throughput": 1.0},
+                              {"concurrency": 2}]) == [(1.0, 1.0), (4.0, 3.0)]
+
+
+def test_downsample_keeps_the_last_point() -> None:
+    points = [(float(i), float(i)) for i in range(1000)]
+    picked = fmt.downsample(points, 200)
+    assert len(picked) == 200 and picked[-1] == (999.0, 999.0) and picked[0] == (0.0, 0.0)
+    assert fmt.downsample(points[:5], 200) == points[:5]
+
+
+def test_log_filter() -> None:
+    assert fmt.log_filter_matches("KV Cache is allocated", "kv cache")
+    assert not fmt.log_filter_matches("Loading shards", "kv")
+    assert fmt.log_filter_matches("Loading shards", "!kv")
+    assert not fmt.log_filter_matches("KV Cache", "!KV")
+    assert fmt.log_filter_matches("anything", "")
+
+
+def test_form_fields() -> None:
+    assert fmt.parse_levels("16, 1,4,4") == (1, 4, 16)
+    with pytest.raises(ValueError, match="levels: 'x'"):
+        fmt.parse_levels("1,x")
+    with pytest.raises(ValueError, match="at least one"):
+        fmt.parse_levels(" , ")
+    assert fmt.parse_positive("", "requests", allow_empty=True) is None
+    with pytest.raises(ValueError, match="requests: '0'"):
+        fmt.parse_positive("0", "requests")
+
+
+def test_transitions_ring_only_on_news() -> None:
+    before = {"a": ("loading", False), "b": ("loading", False), "c": ("ready", False)}
+    after = {"a": ("ready", False), "b": ("loading", True), "c": ("ready", False), "d": ("failed", False)}
+    assert fmt.transitions(before, after) == [("a", "ready"), ("b", "stalled")]
+    assert fmt.transitions({"a": ("loading", False)}, {"a": ("failed", False)}) == [("a", "failed")]
+
+
+def test_keymap_validation_names_the_bad_key() -> None:
+    assert validate_keymap({"launch": "L", "quit": "ctrl+x, f10"}, "p.toml") == {"launch": "L", "quit": "ctrl+x,f10"}
+    with pytest.raises(UserError, match=r"p.toml: \[keys\] lanch: unknown binding id"):
+        validate_keymap({"lanch": "L"}, "p.toml")
+    with pytest.raises(UserError, match=r"\[keys\] stop: 'ctrl\+' is not a key name"):
+        validate_keymap({"stop": "ctrl+"}, "p.toml")
+    required = {"launch", "stop", "restart", "sweep", "cancel_sweep", "overlay", "filter", "follow", "maximize",
+                "help", "palette", "theme", "quit", "quit_stop"}
+    assert required <= BINDING_IDS
+    rows = {row[2]: row[0] for row in key_rows({"launch": "L"})}
+    assert rows["launch"] == "L" and rows["filter"] == "/" and rows["help"].startswith("?")
