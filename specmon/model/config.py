@@ -171,13 +171,19 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     cwd_file = Path("profiles.toml")
     if cwd_file.is_file():
         return _load_file(cwd_file, "./profiles.toml")
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    # The XDG spec says relative values are to be ignored.
-    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or Path.home()) / ".config"
-    xdg_file = base / "specmon" / "profiles.toml"
+    xdg_file = config_dir(env) / "profiles.toml"
     if xdg_file.is_file():
         return _load_file(xdg_file, "$XDG_CONFIG_HOME/specmon/profiles.toml")
     return builtin_config()
+
+
+def config_dir(env: Mapping[str, str] | None = None) -> Path:
+    """specmon's per-user config directory: `$XDG_CONFIG_HOME/specmon`, default `~/.config/specmon`."""
+    env = os.environ if env is None else env
+    xdg = env.get("XDG_CONFIG_HOME", "")
+    # The XDG spec says relative values are to be ignored.
+    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or Path.home()) / ".config"
+    return base / "specmon"
 
 
 def builtin_config() -> Config:
