@@ -1,0 +1,167 @@
+"""Cleaning one log piece: colour codes, wrapper prefixes, then the server's own prefix.
+
+`clean(piece)` returns a `Cleaned`: the message body the signal regexes run on, plus what the prefixes
+said (which server's format, rank, timestamp). Order matters: ANSI codes first (they can sit inside a
+prefix), then wrappers added by whatever collected the log (docker-compose `name  | `, journald, a log
+collector's bracketed ISO-8601 timestamp, Ray / process tags `(Name pid=N)`, torch `[rankN]:`), then one
+server prefix (SGLang `[date TPn]`, vLLM `LEVEL MM-DD hh:mm:ss [file.py:N]`, or a host app's Python
+logging format). Formats are from docs/server-formats.md §1 (shared reference).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Real ESC, caret notation from pastes, or ESC lost so only `[36m` remains (then at least one digit, so
+# ordinary text such as `[model]` is left alone).
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|\[[0-9;]*[0-9]m")
+
+_WRAPPER_RE = re.compile(
+    r"(?:"
+    # log collector: [2025-03-08T12:29:04.123Z]
+    r"\[\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:[.,]\d+)?(?:Z|[+-]\d{2}:?\d{2})?\]\s*"
+    # journald: `авг 18 14:15:04 llm python3[28059]: `
+    r"|\w{3,4}\.? {1,2}\d{1,2} \d{2}:\d{2}:\d{2} \S+ [\w.-]+(?:\[\d+\])?: "
+    # docker-compose: `vllm-eb_1  | `
+    r"|[A-Za-z0-9][\w.-]*\s+\| "
+    # torch distributed: `[rank6]:`
+    r"|\[rank(?P<trank>\d+)\]:"
+    # Ray and vLLM process tags, possibly nested and possibly unclosed when a bar was spliced in
+    r"|\((?:(?P<proc>[A-Za-z_][\w:.-]*?)(?: rank=(?P<prank>\d+))? )?pid=\d+(?:, ip=[\d.]+)?\)? ?"
+    r")"
+)
+
+_SGLANG_RE = re.compile(
+    r"\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)"
+    r"(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] ?"
+)
+_VLLM_RE = re.compile(
+    r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) (?P<ts>\d{2}-\d{2} \d{2}:\d{2}:\d{2})(?:\.\d+)? "
+    r"\[?[^\s\]]+\.py:\d+\] ?"
+)
+# A host application's Python logging format, e.g. `2026-06-07 10:59:31,659 [INFO] sglang.srt...: ` or
+# flashinfer's `2025-03-27 21:33:31,320 - INFO - flashinfer.jit: `.
+_PYLOG_RE = re.compile(
+    r"(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),\d{3} (?:\[\w+\]|- \w+ -) "
+    r"(?:(?P<logger>[A-Za-z_][\w.]*)(?: - [\w.]+:\d+ -)?:? )?"
+)
+_TP_RE = re.compile(r"TP(\d+)")
+_PROC_RANK_RE = re.compile(r"(?:TP|rank)(\d+)", re.IGNORECASE)
+
+# Which server a format belongs to; "vllm?" is a weak hint (SGLang imports vllm, whose lines then carry
+# vLLM's format) that any SGLang evidence overrides.
+SGLANG = "sglang"
+VLLM = "vllm"
+VLLM_WEAK = "vllm?"
+
+_VLLM_PROCS = ("APIServer", "EngineCore", "Worker", "VllmWorker", "DPEngineCore", "DPSupervisor",
+               "RayWorkerWrapper")
+
+
+@dataclass(frozen=True, slots=True)
+class Cleaned:
+    """A cleaned piece: `msg` without any prefix, plus what the prefixes told."""
+
+    msg: str
+    server_hint: str | None = None  # SGLANG, VLLM, VLLM_WEAK or None
+    rank: int | None = None
+    ts: str | None = None  # timestamp text as printed; see `ts_seconds`
+    level: str | None = None
+
+
+def strip_ansi(text: str) -> str:
+    """Remove colour codes in all three spellings (ESC, `^[`, lost ESC)."""
+    if "[" not in text:
+        return text
+    return ANSI_RE.sub("", text)
+
+
+def clean(piece: str) -> Cleaned:
+    """Strip colour codes, wrapper prefixes and the server prefix from one piece of a line."""
+    text = strip_ansi(piece) if "[" in piece else piece
+    rank: int | None = None
+    proc: str | None = None
+    # Wrappers can nest (docker-compose around a Ray tag around a vLLM tag); bounded, never loops forever.
+    for _ in range(6):
+        m = _WRAPPER_RE.match(text)
+        if m is None or m.end() == 0:
+            break
+        if m.group("trank") is not None:
+            rank = int(m.group("trank"))
+        elif m.group("proc") is not None or m.group("prank") is not None:
+            proc = m.group("proc")
+            if m.group("prank") is not None:
+                rank = int(m.group("prank"))
+            elif proc:
+                pr = _PROC_RANK_RE.search(proc)
+                if pr:
+                    rank = int(pr.group(1))
+        text = text[m.end():]
+    hint: str | None = None
+    if proc is not None and proc.startswith(_VLLM_PROCS):
+        hint = VLLM
+    if text[:1] == "[":
+        m = _SGLANG_RE.match(text)
+        if m is not None:
+            ranks = m.group("ranks")
+            if ranks:
+                t = _TP_RE.search(ranks)
+                if t:
+                    rank = int(t.group(1))
+            return Cleaned(text[m.end():], SGLANG, rank, m.group("ts"))
+    elif text[:1] in "DIWEC":
+        m = _VLLM_RE.match(text)
+        if m is not None:
+            return Cleaned(text[m.end():], hint or VLLM_WEAK, rank, m.group("ts"), m.group("level"))
+    elif text[:2] == "20":
+        m = _PYLOG_RE.match(text)
+        if m is not None:
+            logger = m.group("logger") or ""
+            if logger.startswith("sglang"):
+                hint = SGLANG
+            elif logger.startswith("vllm"):
+                hint = VLLM
+            return Cleaned(text[m.end():], hint, rank, m.group("ts"))
+    return Cleaned(text, hint, rank)
+
+
+def ts_seconds(ts: str) -> tuple[str, float] | None:
+    """A printed timestamp as (format kind, seconds) so that two of the same kind can be subtracted.
+
+    Kinds: "ymd" (`2025-03-08 12:29:04[.123]`), "md" (vLLM `03-08 12:29:04`, no year), "t" (`12:29:04`).
+    Seconds are counted from an arbitrary origin per kind; callers fix wrap-arounds (midnight, new year).
+    """
+    import datetime as _dt
+
+    try:
+        if len(ts) >= 19 and ts[4] == "-":
+            d = _dt.datetime(int(ts[0:4]), int(ts[5:7]), int(ts[8:10]), int(ts[11:13]), int(ts[14:16]),
+                             int(ts[17:19]))
+            frac = float("0" + ts[19:]) if len(ts) > 20 and ts[19] == "." else 0.0
+            return "ymd", (d - _dt.datetime(2000, 1, 1)).total_seconds() + frac
+        if len(ts) >= 14 and ts[2] == "-":
+            d = _dt.datetime(2000, int(ts[0:2]), int(ts[3:5]), int(ts[6:8]), int(ts[9:11]), int(ts[12:14]))
+            return "md", (d - _dt.datetime(2000, 1, 1)).total_seconds()
+        if len(ts) >= 8 and ts[2] == ":":
+            secs = int(ts[0:2]) * 3600 + int(ts[3:5]) * 60 + int(ts[6:8])
+            frac = float("0" + ts[8:]) if len(ts) > 9 and ts[8] == "." else 0.0
+            return "t", secs + frac
+    except ValueError:
+        return None
+    return None
+
+
+def elapsed_between(first: tuple[str, float], later: tuple[str, float]) -> float | None:
+    """Seconds from `first` to `later` (same kind), fixing midnight / new-year wrap; None across kinds."""
+    if first[0] != later[0]:
+        return None
+    delta = later[1] - first[1]
+    if delta < 0:
+        if first[0] == "t":
+            delta += 86400.0
+        elif first[0] == "md":
+            delta += 366 * 86400.0
+        else:
+            return None
+    return delta

@@ -1,0 +1,369 @@
+"""Incremental, tolerant launch-log parser: bytes in, events out.
+
+    parser = LogParser()            # LogParser(lines=True) also emits a `Line` per cleaned line
+    events = parser.feed(chunk)     # any chunking: partial lines and split UTF-8 are carried over
+    events += parser.close()        # flush the trailing partial line at end of file
+
+How a chunk flows:
+1. bytes -> text with an incremental UTF-8 decoder (bad bytes become U+FFFD, never an exception).
+2. Physical lines end at `\\n` (`\\r\\n` counts once); they are numbered from 1. A `\\r` (tqdm redraw)
+   splits a line into pieces that share its number; pieces of an unfinished line are handled as soon as
+   their `\\r` arrives, so a live bar shows progress before its line ends. A piece longer than
+   MAX_PIECE_CHARS is handled in slices, so memory stays bounded on newline-free input.
+3. Fast path: one regex over the whole chunk finds the lines that contain a trigger word
+   (`signals.TRIGGER_WORDS`); only those are cleaned and parsed. Everything else is skipped in C.
+4. A hit line is split where records were glued together (after a tqdm bar, before a vLLM process tag),
+   each piece is cleaned (`clean.clean`) and its message run through `signals.message_events`.
+5. State across lines: the server seen so far, the log's first timestamp (for load time from the log's
+   own clock), an open traceback (to report the exception line itself), and a wrapped args dump.
+
+The parser never raises on content: garbage, binary, unknown wording all end as "no event".
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections import deque
+from typing import Any
+
+from specmon.model import signals
+from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_seconds
+from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected
+
+MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
+CONTEXT_LINES = 20  # lines kept for failure reports
+_FIRST_TS_SCAN_LINES = 2000  # look this far for the first timestamp when the first hit line has none
+_ARGS_CONTINUATION_LINES = 3  # pastes wrap a 10 KB args dump mid-token; join this many following lines
+
+_TRIGGER_RE = re.compile("|".join(re.escape(w) for w in sorted(set(signals.TRIGGER_WORDS), key=len,
+                                                                  reverse=True)))
+# Records glued onto a tqdm bar (`...4.58it/s](Worker_TP2 pid=1) INFO ...`), or onto each other when a
+# paste lost its newlines (`...(APIServer pid=2960)   File ...`).
+_GLUE_SPLIT_RE = re.compile(
+    r"(?<=it/s\])(?=\S)|(?<=s/it\])(?=\S)"
+    r"|(?<=\S)(?=\((?:APIServer|EngineCore|Worker|VllmWorker|RayWorkerWrapper)\w* (?:rank=\d+ )?pid=\d+\))"
+)
+_SGLANG_WORDS = re.compile(r"sglang|server_args=|Scheduler hit an exception|fired up and ready|"
+                           r"Decode batch|KV Cache is allocated|max_total_num_tokens=|Load weight (?:begin|end)")
+_VLLM_WORDS = re.compile(r"/vllm/|vLLM API server|non-default args|GPU KV cache size|Engine 0\d\d:|"
+                         r"SpecDecoding metrics|Capturing CUDA graphs|EngineCore|Starting vLLM")
+
+
+class LogParser:
+    """Turn a launch log's bytes into events, incrementally (see the module docstring)."""
+
+    def __init__(self, lines: bool = False) -> None:
+        self.lines = lines
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pending = ""  # unfinished piece of the current line (after its last \r)
+        self._line_no = 1  # number of the line now being read
+        self._tail: deque[str] = deque(maxlen=CONTEXT_LINES)  # raw last pieces of recent lines
+        self.server: str | None = None  # "sglang", "vllm", or None; a weak vLLM guess is kept apart
+        self._weak_vllm_line: int | None = None
+        self._first_ts: dict[str, float] = {}
+        self._last_ts: tuple[str, float] | None = None
+        self._ts_scan_left = _FIRST_TS_SCAN_LINES
+        # traceback state
+        self._tb_open = False
+        self._tb_fatal = False
+        self._fatal_marker_line: int | None = None
+        # wrapped args dump
+        self._args_text: str | None = None
+        self._args_line = 0
+        self._args_left = 0
+        self._out: list[Any] = []
+        self._at_top = True  # still inside the leading `# ` metadata lines, if any
+        # where the line being handled sits, for failure context (None: a piece of the unfinished line)
+        self._cur_block: str | None = None
+        self._cur_start = 0
+
+    # ------------------------------------------------------------------ public API
+    def feed(self, data: bytes) -> list[Any]:
+        """Parse the next bytes of the log and return the events they complete."""
+        text = self._decoder.decode(data)
+        return self._feed_text(text)
+
+    def close(self) -> list[Any]:
+        """End of input: handle the trailing partial line and any wrapped args dump still open."""
+        text = self._decoder.decode(b"", final=True)
+        events = self._feed_text(text) if text else []
+        self._out = events
+        if self._pending:
+            piece, self._pending = self._pending, ""
+            self._remember(piece)
+            self._handle_line(piece, self._line_no)
+        self._flush_args()
+        self._out = []
+        return events
+
+    @property
+    def line_no(self) -> int:
+        """Number of the line being read (lines completed so far + 1)."""
+        return self._line_no
+
+    def tail(self) -> tuple[str, ...]:
+        """The last CONTEXT_LINES cleaned lines read so far (for failure reports)."""
+        return tuple(clean(p).msg for p in self._tail)
+
+    # ------------------------------------------------------------------ splitting
+    def _feed_text(self, text: str) -> list[Any]:
+        out: list[Any] = []
+        self._out = out
+        if not text:
+            return out
+        if self._pending:
+            text = self._pending + text
+            self._pending = ""
+        nl = text.rfind("\n")
+        if nl >= 0:
+            self._block(text[: nl + 1])
+            rest = text[nl + 1:]
+        else:
+            rest = text
+        # Pieces of the unfinished line that a \r already closed: handle them now (live tqdm bars).
+        cr = rest.rfind("\r")
+        if cr >= 0:
+            done, rest = rest[:cr], rest[cr + 1:]
+            for piece in done.split("\r"):
+                if piece:
+                    self._remember(piece)
+                    self._handle_line(piece, self._line_no)
+        while len(rest) > MAX_PIECE_CHARS:
+            piece, rest = rest[:MAX_PIECE_CHARS], rest[MAX_PIECE_CHARS:]
+            self._handle_line(piece, self._line_no)
+        self._pending = rest
+        self._out = []
+        return out
+
+    def _block(self, block: str) -> None:
+        """Complete lines (block ends with \\n). Only lines containing a trigger word are parsed."""
+        if self._at_top:
+            block = self._skip_header(block)
+            if not block:
+                return
+        base = self._line_no
+        if self.lines or (self._ts_scan_left > 0 and not self._first_ts):
+            self._block_slow(block, base)
+        else:
+            search = _TRIGGER_RE.search
+            find = block.find
+            rfind = block.rfind
+            count = block.count
+            pos = 0
+            counted_to = 0
+            line_no = base
+            while True:
+                m = search(block, pos)
+                if m is None:
+                    break
+                start = rfind("\n", 0, m.start()) + 1
+                end = find("\n", m.end() - 1)
+                line_no += count("\n", counted_to, start)
+                counted_to = start
+                self._cur_block, self._cur_start = block, start
+                self._handle_line(block[start:end], line_no)
+                pos = end + 1
+                if self._args_text is not None:
+                    pos = self._args_continue(block, pos, line_no)
+        self._line_no = base + block.count("\n")
+        self._cur_block = None
+        self._remember_block(block)
+
+    def _skip_header(self, block: str) -> str:
+        """Metadata lines (`# source: ...`) at the very top of a file are not log lines: count, skip."""
+        pos = 0
+        while block.startswith("# ", pos):
+            pos = block.find("\n", pos) + 1
+            self._line_no += 1
+            if pos >= len(block):
+                return ""
+        self._at_top = False
+        return block[pos:]
+
+    def _block_slow(self, block: str, base: int) -> None:
+        """Every line: used while looking for the first timestamp, and when `Line` events are wanted."""
+        lines = block.split("\n")
+        lines.pop()  # block ends with \n
+        start = 0
+        for i, raw in enumerate(lines):
+            line_no = base + i
+            self._cur_block, self._cur_start = block, start
+            start += len(raw) + 1
+            last = raw.rstrip("\r").rpartition("\r")[2]
+            if self._ts_scan_left > 0 and not self._first_ts:
+                self._ts_scan_left -= 1
+                self._note_ts(clean(last))
+            if self.lines:
+                self._out.append(Line(clean(last).msg, line_no))
+            if self._args_text is not None:
+                self._args_text += raw.rstrip("\r")
+                self._args_left -= 1
+                if self._args_text.rstrip().endswith((")", "}")) or self._args_left <= 0:
+                    self._flush_args()
+                continue
+            if _TRIGGER_RE.search(raw):
+                self._handle_line(raw, line_no)
+
+    def _args_continue(self, block: str, pos: int, line_no: int) -> int:
+        """Join the physical lines that continue a wrapped args dump; returns where to resume."""
+        while self._args_text is not None and pos < len(block):
+            end = block.find("\n", pos)
+            self._args_text += block[pos:end].rstrip("\r")
+            self._args_left -= 1
+            pos = end + 1
+            if self._args_text.rstrip().endswith((")", "}")) or self._args_left <= 0:
+                self._flush_args()
+        return pos
+
+    def _remember(self, piece: str) -> None:
+        self._tail.append(piece)
+
+    def _remember_block(self, block: str) -> None:
+        # Only the last CONTEXT_LINES lines matter; rsplit from the end touches nothing else.
+        last = block.rsplit("\n", CONTEXT_LINES + 1)[-CONTEXT_LINES - 1:-1]
+        for raw in last:
+            piece = raw.rstrip("\r").rpartition("\r")[2]
+            self._tail.append(piece)
+
+    # ------------------------------------------------------------------ one line
+    def _handle_line(self, raw: str, line_no: int) -> None:
+        pieces = raw.split("\r") if "\r" in raw else (raw,)
+        for piece in pieces:
+            if not piece:
+                continue
+            if "it/s]" in piece or "s/it]" in piece or piece.count("pid=") > 1:
+                for sub in _GLUE_SPLIT_RE.split(piece):
+                    if sub:
+                        self._handle_piece(sub, line_no)
+            else:
+                self._handle_piece(piece, line_no)
+
+    def _handle_piece(self, piece: str, line_no: int) -> None:
+        c = clean(piece)
+        msg = c.msg
+        out = self._out
+        self._note_server(c, msg, line_no)
+        if c.ts is not None:
+            self._note_ts(c)
+        if self._failure(msg, line_no, piece):
+            return
+        if "ready to roll" in msg and signals.READY_RE.search(msg):
+            out.append(Ready(self._log_elapsed(c), line_no))
+            return
+        if ("startup complete" in msg or "Uvicorn running" in msg) and signals.HTTP_UP_RE.search(msg):
+            out.append(HttpUp(self._log_elapsed(c), line_no))
+            return
+        if ("args" in msg or "Initializing" in msg) and signals.ARGS_START_RE.search(msg):
+            stripped = msg.rstrip()
+            if not stripped.endswith((")", "}")):
+                # A wrapped dump: collect the continuation lines first (see _args_continue).
+                self._args_text, self._args_line, self._args_left = stripped, line_no, _ARGS_CONTINUATION_LINES
+                return
+        out.extend(signals.message_events(msg, c.rank, line_no))
+
+    def _flush_args(self) -> None:
+        if self._args_text is None:
+            return
+        text, self._args_text = self._args_text, None
+        self._out.append(signals.launch_args(signals.parse_args_dump(text), self._args_line))
+
+    # ------------------------------------------------------------------ server, time
+    def _note_server(self, c: Cleaned, msg: str, line_no: int) -> None:
+        if self.server == SGLANG:
+            return
+        hint = c.server_hint
+        if hint != SGLANG and _SGLANG_WORDS.search(msg):
+            hint = SGLANG
+        if hint is None and self.server is None and _VLLM_WORDS.search(msg):
+            hint = VLLM
+        if hint == SGLANG or (hint == VLLM and self.server is None):
+            self.server = hint
+            self._out.append(ServerDetected(hint, line_no))
+        elif hint == VLLM_WEAK and self.server is None and self._weak_vllm_line is None:
+            self._weak_vllm_line = line_no
+
+    def weak_server(self) -> str | None:
+        """The server when only weak evidence was seen (a bare vLLM-format prefix), else None."""
+        return VLLM if self.server is None and self._weak_vllm_line is not None else None
+
+    def _note_ts(self, c: Cleaned) -> None:
+        if c.ts is None:
+            return
+        parsed = ts_seconds(c.ts)
+        if parsed is None:
+            return
+        self._first_ts.setdefault(parsed[0], parsed[1])
+        self._last_ts = parsed
+
+    def _log_elapsed(self, c: Cleaned) -> float | None:
+        now = ts_seconds(c.ts) if c.ts else self._last_ts
+        if now is None or now[0] not in self._first_ts:
+            return None
+        return elapsed_between((now[0], self._first_ts[now[0]]), now)
+
+    # ------------------------------------------------------------------ failures
+    def _context(self, piece: str) -> tuple[str, ...]:
+        """Up to CONTEXT_LINES cleaned lines ending with the one being handled (whose piece is given)."""
+        before: list[str] = []
+        block, pos = self._cur_block, self._cur_start
+        if block is not None:
+            while pos > 0 and len(before) < CONTEXT_LINES - 1:
+                start = block.rfind("\n", 0, pos - 1) + 1
+                before.append(block[start:pos - 1])
+                pos = start
+        if len(before) < CONTEXT_LINES - 1:
+            older = list(self._tail)
+            before.extend(reversed(older[-(CONTEXT_LINES - 1 - len(before)):]))
+        before.reverse()
+        lines = [clean(raw.rstrip("\r").rpartition("\r")[2]).msg for raw in before]
+        lines.append(clean(piece).msg)
+        return tuple(lines)
+
+    def _fail(self, kind: str, message: str, fatal: bool, provisional: bool, line_no: int, piece: str) -> None:
+        self._out.append(Failure(kind, message, fatal, provisional, line_no, self._context(piece)))
+
+    def _failure(self, msg: str, line_no: int, piece: str) -> bool:
+        """Failure bookkeeping for one message; True when the message was a failure line."""
+        marker = signals.FATAL_MARKER_RE.search(msg)
+        traceback = "Traceback" in msg and signals.TRACEBACK_RE.search(msg) is not None
+        if marker is not None:
+            kind = signals.classify(msg) or "exception"
+            self._fail(kind, msg.strip(), True, kind == "exception", line_no, piece)
+            self._fatal_marker_line = line_no
+            if traceback:
+                self._tb_open, self._tb_fatal = True, True
+            return True
+        if traceback:
+            fatal = self._fatal_marker_line is not None
+            self._tb_open, self._tb_fatal = True, fatal
+            if not fatal:
+                self._fail("exception", msg.strip(), False, True, line_no, piece)
+            return True
+        if msg[:1] in " \t^":
+            if self._tb_open:
+                if signals.FRAME_RE.match(msg):
+                    return True
+            elif signals.FRAME_START_RE.match(msg):
+                # A traceback whose header is not in the log (an excerpt, or a lost line).
+                self._tb_open, self._tb_fatal = True, self._fatal_marker_line is not None
+                if not self._tb_fatal:
+                    self._fail("exception", msg.strip(), False, True, line_no, piece)
+                return True
+        if self._tb_open:
+            m = signals.EXCEPTION_LINE_RE.match(msg)
+            if m is not None:
+                kind = signals.classify(msg) or "exception"
+                self._fail(kind, msg.strip(), self._tb_fatal or kind != "exception", False, line_no, piece)
+                self._tb_open = False
+                self._fatal_marker_line = None
+                return True
+        if ("Killed" in msg and signals.KILLED_RE.match(msg)):
+            self._fail("oom", "Killed (the kernel's OOM killer or a signal ended the server)", True, False,
+                       line_no, piece)
+            return True
+        kind = signals.classify(msg)
+        if kind is not None:
+            self._fail(kind, msg.strip(), True, False, line_no, piece)
+            return True
+        return False

@@ -1,0 +1,290 @@
+"""Run state: a pure reducer over launch-log events, plus ETA and a parser+reducer convenience.
+
+    state = reduce(state, event, now)        # pure; `now` is the caller's monotonic clock
+    eta_seconds(state, now, past_load_seconds=(...))
+    watch = LogWatch(started_at=t0); watch.feed(chunk, now); watch.state
+
+Phases, in launch order: launching -> loading_weights -> allocating_kv -> capturing_graphs -> warming_up
+-> ready, or failed. The progress phase only moves forward: ranks interleave their lines (TP7 may print
+`Load weight end` after TP0 allocated its KV cache), and a draft model loads after the target's KV
+cache; going backwards would make the display flicker without telling the user anything.
+
+Failures (see `events.Failure`): the first fatal failure wins, except that a provisional one (a
+`Scheduler hit an exception: Traceback` header) is replaced by the exception line that follows it. A
+non-fatal failure (a plain traceback) sets phase "failed" only until the launch shows progress again,
+and is ignored once the server is ready (servers log tracebacks of single requests and keep serving).
+
+Ready: SGLang's `The server is fired up and ready to roll!`; for vLLM (or an unknown server) uvicorn's
+`Application startup complete.` / `Uvicorn running on`; for either server, evidence of serving: decode
+or engine stats, or a request to an OpenAI route (`/v1/...`; for vLLM any access line, since vLLM does
+not answer HTTP before it is ready). SGLang's own warm-up requests (`/generate`, `/model_info`) and
+prefill lines come before its ready line and do not count. `ready_evidence` says which one was seen.
+
+Load time: `ready_at - started_at` when the caller gave `started_at` (its clock at launch); otherwise
+the log's own timestamps, first timestamped line to the ready line (the `log_elapsed` of the event).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from specmon.model import events as ev
+from specmon.model.logparse import LogParser
+
+PHASES = ("launching", "loading_weights", "allocating_kv", "capturing_graphs", "warming_up", "ready", "failed")
+_PROGRESS_ORDER = {p: i for i, p in enumerate(PHASES[:-1])}
+SHARD_RATE_ALPHA = 0.3  # weight of the newest sample in the smoothed shard rate
+LAST_LINES = 20
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why the launch failed: kind (see events.FAILURE_KINDS), the message, its 1-based line."""
+
+    kind: str
+    message: str
+    line: int
+    fatal: bool = True
+    provisional: bool = False
+
+
+@dataclass(frozen=True)
+class RunState:
+    """Everything the log told so far about one server launch. Times are the caller's monotonic clock."""
+
+    server: str | None = None
+    phase: str = "launching"
+    shards_done: int | None = None
+    shards_total: int | None = None
+    shard_rate: float | None = None  # smoothed shards/s
+    kv_cache_tokens: int | None = None
+    mem_fraction_static: float | None = None
+    tp: int | None = None
+    model_path: str | None = None
+    speculative_algorithm: str | None = None
+    speculative_num_steps: int | None = None
+    ready: bool = False
+    failure: Failure | None = None
+    started_at: float | None = None
+    last_activity: float | None = None
+    ready_at: float | None = None
+    load_seconds: float | None = None
+    spec_accept_len: float | None = None
+    spec_accept_rate: float | None = None
+    gen_throughput: float | None = None
+    running_reqs: int | None = None
+    queue_reqs: int | None = None
+    token_usage: float | None = None
+    nccl_env: tuple[tuple[str, str], ...] = ()
+    last_lines: tuple[str, ...] = ()  # last ~20 cleaned lines; frozen at a fatal failure (its context)
+    # extras
+    progress_phase: str = "launching"  # furthest launch phase reached, whatever the failure state
+    port: int | None = None
+    kv_cache_dtype: str | None = None
+    kv_cache_gb: float | None = None
+    kv_cache_blocks: int | None = None
+    weights_gb: float | None = None
+    graphs_done: int | None = None
+    graphs_total: int | None = None
+    ready_evidence: str | None = None  # "ready_line" | "startup_complete" | "serving"
+    shards_seen_at: float | None = None  # `now` of the last shard update (for a rate when tqdm has none)
+
+
+def _advance(state: RunState, phase: str) -> dict[str, Any]:
+    """Changes that move the progress phase forward to `phase` (never back) and drop a non-fatal failure."""
+    changes: dict[str, Any] = {}
+    progress = state.progress_phase
+    if _PROGRESS_ORDER[phase] > _PROGRESS_ORDER[progress]:
+        progress = phase
+        changes["progress_phase"] = phase
+    failure = state.failure
+    if failure is not None and not failure.fatal:
+        failure = None
+        changes["failure"] = None
+    if failure is None and state.phase != progress:
+        changes["phase"] = progress
+    return changes
+
+
+def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None) -> RunState:
+    if state.ready:
+        return state
+    changes = _advance(state, "ready")
+    load = None
+    if state.started_at is not None:
+        load = max(0.0, now - state.started_at)
+    elif evidence != "serving":
+        load = log_elapsed
+    return replace(state, ready=True, ready_at=now, ready_evidence=evidence, load_seconds=load, **changes)
+
+
+def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
+    cur = state.failure
+    new = Failure(f.kind, f.message, f.line_no, f.fatal, f.provisional)
+    if cur is None:
+        if state.ready and not f.fatal:
+            return state
+        take = True
+    elif cur.provisional and not f.provisional:
+        take = True
+        if cur.fatal and not new.fatal:
+            new = replace(new, fatal=True)  # the exception line of a fatal header's traceback
+    else:
+        take = not cur.fatal and f.fatal
+    if not take:
+        return state
+    return replace(state, failure=new, phase="failed", last_lines=f.context[-LAST_LINES:] or state.last_lines)
+
+
+def reduce(state: RunState, event: Any, now: float) -> RunState:
+    """The state after `event` (pure: no clock reads, no I/O; `now` only stamps times)."""
+    t = type(event)
+    if t is ev.ShardProgress:
+        done, total = event.done, event.total
+        cur_done, cur_total = state.shards_done, state.shards_total
+        changes = _advance(state, "loading_weights")
+        rate = event.rate_per_s
+        if rate is None and cur_done is not None and state.shards_seen_at is not None and now > state.shards_seen_at \
+                and cur_total == total and done > cur_done:
+            rate = (done - cur_done) / (now - state.shards_seen_at)
+        if rate is not None and rate > 0:
+            old = state.shard_rate
+            changes["shard_rate"] = rate if old is None else SHARD_RATE_ALPHA * rate + (1 - SHARD_RATE_ALPHA) * old
+        # Keep the most advanced bar (highest fraction, then the larger one): interleaved DP engines print
+        # several bars, and a drafter's small bar after the target's must not hide the target's count.
+        if total > 0 and (cur_total is None or cur_done is None or done * cur_total > cur_done * total
+                          or (done * cur_total == cur_done * total and total > cur_total)):
+            changes["shards_done"], changes["shards_total"] = done, total
+        changes["shards_seen_at"] = now
+        return replace(state, **changes)
+    if t is ev.Line:
+        return state
+    if t is ev.DecodeStats:
+        changes = {}
+        for name, value in (("running_reqs", event.running_reqs), ("queue_reqs", event.queue_reqs),
+                            ("token_usage", event.token_usage), ("spec_accept_len", event.accept_len),
+                            ("spec_accept_rate", event.accept_rate), ("gen_throughput", event.gen_throughput)):
+            if value is not None:
+                changes[name] = value
+        state = replace(state, **changes) if changes else state
+        return _ready(state, now, "serving", None)
+    if t is ev.NcclEnv:
+        env = dict(state.nccl_env)
+        if env.get(event.name) == event.value:
+            return state
+        env[event.name] = event.value
+        return replace(state, nccl_env=tuple(env.items()))
+    if t is ev.Failure:
+        return _merge_failure(state, event)
+    if t is ev.ServerDetected:
+        return state if state.server == event.server else replace(state, server=event.server)
+    if t is ev.LaunchArgs:
+        changes = {}
+        for name, value in (("tp", event.tp), ("mem_fraction_static", event.mem_fraction_static),
+                            ("speculative_algorithm", event.speculative_algorithm),
+                            ("speculative_num_steps", event.speculative_num_steps),
+                            ("model_path", event.model_path), ("port", event.port)):
+            if value is not None:
+                changes[name] = value
+        return replace(state, **changes) if changes else state
+    if t is ev.LoadStarted:
+        return replace(state, **_advance(state, "loading_weights"))
+    if t is ev.WeightsLoaded:
+        changes = _advance(state, "loading_weights")
+        if event.mem_gb is not None and state.weights_gb is None:
+            changes["weights_gb"] = event.mem_gb
+        return replace(state, **changes)
+    if t is ev.KVCache:
+        changes = _advance(state, "allocating_kv")
+        for name, value in (("kv_cache_tokens", event.tokens), ("kv_cache_dtype", event.dtype),
+                            ("kv_cache_gb", event.mem_gb), ("kv_cache_blocks", event.blocks)):
+            if value is not None and getattr(state, name) is None:  # the first value is the pool's size
+                changes[name] = value
+        return replace(state, **changes)
+    if t is ev.GraphCapture:
+        changes = _advance(state, "capturing_graphs")
+        if event.stage == "progress" and event.total:
+            changes["graphs_done"], changes["graphs_total"] = event.done, event.total
+        return replace(state, **changes)
+    if t is ev.WarmUp:
+        return replace(state, **_advance(state, "warming_up"))
+    if t is ev.HttpUp:
+        if state.server == "sglang":
+            return replace(state, **_advance(state, "warming_up"))
+        return _ready(state, now, "startup_complete", event.log_elapsed)
+    if t is ev.Ready:
+        return _ready(state, now, "ready_line", event.log_elapsed)
+    if t is ev.HttpRequest:
+        if state.ready:
+            return state
+        if state.server == "sglang":
+            if event.path.startswith("/v1/") and 200 <= event.status < 300:
+                return _ready(state, now, "serving", None)
+            return replace(state, **_advance(state, "warming_up"))
+        return _ready(state, now, "serving", None)
+    return state
+
+
+def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] = ()) -> float | None:
+    """Estimated seconds until the server is ready, or None when nothing supports a guess.
+
+    Two estimates: from shards, `(total - done) / shard_rate` (only while weights load; it covers weight
+    loading, the part of the launch the log can measure); from history, `median(past_load_seconds) -
+    (now - started_at)` (floored at 0; needs `started_at`). With both, they are blended by load progress:
+    `f * shards + (1 - f) * history` with `f = done / total`, since tqdm's rate firms up as shards finish
+    while history knows about the phases after loading. After weight loading only history can answer.
+    """
+    if state.ready or state.phase == "failed":
+        return 0.0 if state.ready else None
+    history: float | None = None
+    past = [p for p in past_load_seconds if p is not None and p >= 0]
+    if past and state.started_at is not None:
+        history = max(0.0, statistics.median(past) - (now - state.started_at))
+    shards: float | None = None
+    fraction = 0.0
+    if (state.progress_phase in ("launching", "loading_weights") and state.shards_total and state.shard_rate
+            and state.shards_done is not None):
+        shards = max(0, state.shards_total - state.shards_done) / state.shard_rate
+        fraction = state.shards_done / state.shards_total
+    if shards is not None and history is not None:
+        return fraction * shards + (1 - fraction) * history
+    return shards if shards is not None else history
+
+
+class LogWatch:
+    """A parser and the reducer together: feed bytes with the time they arrived, read `state`.
+
+    Used by the lifecycle engine, `specmon wait` and `specmon logscan`. `started_at` is the caller's
+    monotonic time at launch (None when unknown, e.g. a finished file: load time then comes from the
+    log's own timestamps).
+    """
+
+    def __init__(self, started_at: float | None = None, lines: bool = False) -> None:
+        self.parser = LogParser(lines=lines)
+        self.state = RunState(started_at=started_at)
+
+    def feed(self, data: bytes, now: float) -> list[Any]:
+        """Parse `data` (arrived at `now`), update `state`, return the events."""
+        return self._apply(self.parser.feed(data), now, bool(data))
+
+    def close(self, now: float) -> list[Any]:
+        """End of input: flush the trailing partial line, update `state`, return the events."""
+        return self._apply(self.parser.close(), now, False)
+
+    def _apply(self, events: list[Any], now: float, activity: bool) -> list[Any]:
+        state = self.state
+        for event in events:
+            state = reduce(state, event, now)
+        if state.server is None and self.parser.weak_server() is not None:
+            state = replace(state, server=self.parser.weak_server())
+        changes: dict[str, Any] = {}
+        if activity:
+            changes["last_activity"] = now
+        if state.failure is None or not state.failure.fatal:
+            # After a fatal failure last_lines keep the lines that led to it (set by the reducer).
+            changes["last_lines"] = self.parser.tail()
+        self.state = replace(state, **changes) if changes else state
+        return events
