@@ -24,6 +24,7 @@ finished level. Statistics whose sample is empty are written as null. API keys n
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -356,3 +357,57 @@ def _opt_float(v: Any, where: str) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{where} must be a number or null, got {v!r}")
     return float(v)
+
+
+# What the meta line keeps from SGLang's /server_info (others: too large or too volatile to be useful later).
+_SGLANG_KEYS = {
+    "max_total_num_tokens": "kv_cache_tokens", "mem_fraction_static": "mem_fraction", "tp_size": "tp_size",
+    "dp_size": "dp_size", "context_length": "context_length", "max_running_requests": "max_running_requests",
+    "chunked_prefill_size": "chunked_prefill_size", "model_path": "model_path", "version": "version",
+    "attention_backend": "attention_backend", "cuda_graph_max_bs": "cuda_graph_max_bs",
+}
+_VLLM_CACHE_INFO = re.compile(r"^vllm:cache_config_info\{([^}]*)\}", re.M)
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def summarize_server(models: Any, server_info: Any, version: Any, metrics_text: str | None) -> dict[str, Any]:
+    """The server facts worth keeping with a sweep: kind, version, KV tokens, mem fraction, speculation.
+
+    Inputs are what /v1/models, /server_info (SGLang), /version (vLLM) and /metrics answered (None if nothing).
+    """
+    out: dict[str, Any] = {"kind": "unknown"}
+    data = models.get("data") if isinstance(models, Mapping) else None
+    if isinstance(data, list) and data and isinstance(data[0], Mapping):
+        if data[0].get("max_model_len") is not None:
+            out["max_model_len"] = data[0]["max_model_len"]
+        if data[0].get("owned_by") == "vllm":
+            out["kind"] = "vllm"
+    if isinstance(server_info, Mapping):
+        out["kind"] = "sglang"
+        for key, name in _SGLANG_KEYS.items():
+            if server_info.get(key) is not None:
+                out[name] = server_info[key]
+        spec = {k[len("speculative_"):]: v for k, v in server_info.items()
+                if k.startswith("speculative_") and v is not None and not isinstance(v, (dict, list))}
+        out["speculative"] = spec if spec.get("algorithm") else None
+        states = server_info.get("internal_states")
+        if isinstance(states, list) and states and isinstance(states[0], Mapping):
+            accept = states[0].get("avg_spec_accept_length")
+            if accept is not None:
+                out["avg_spec_accept_length_at_start"] = accept
+    if isinstance(version, Mapping) and isinstance(version.get("version"), str):
+        out.setdefault("version", version["version"])
+    if metrics_text:
+        m = _VLLM_CACHE_INFO.search(metrics_text)
+        if m:
+            out["kind"] = "vllm"
+            labels = dict(_LABEL.findall(m.group(1)))
+            with_blocks = labels.get("num_gpu_blocks"), labels.get("block_size")
+            if all(v and v.isdigit() for v in with_blocks):
+                out["kv_cache_tokens"] = int(with_blocks[0]) * int(with_blocks[1])  # type: ignore[arg-type]
+            if labels.get("gpu_memory_utilization"):
+                with contextlib.suppress(ValueError):
+                    out["mem_fraction"] = float(labels["gpu_memory_utilization"])
+        if "vllm:spec_decode_num_drafts" in metrics_text:
+            out.setdefault("speculative", {"enabled": True})
+    return out

@@ -1,0 +1,131 @@
+"""`specmon compare FILE FILE... [--json]`: sweeps side by side, ratios, crossover, and a terminal chart.
+
+The first file is the reference: ratios are each other file's output throughput divided by the first's, and
+the crossover is where another file's throughput curve crosses the first's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from typing import Any
+
+import plotext as plt
+
+from specmon.errors import UserError
+from specmon.model.compare import AlignedLevel, align, find_crossover
+from specmon.model.results import SweepResult, read_results
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "compare",
+        help="compare sweep result files: throughput per level, ratio, crossover concurrency",
+        description="Compare sweep result files level by level. The first file is the reference (e.g. the "
+        "baseline); the crossover is the interpolated concurrency where another file's output throughput "
+        "crosses it (where speculation stops paying).",
+    )
+    p.add_argument("files", nargs="+", metavar="FILE", help="result files written by `specmon sweep`")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of table and chart")
+    p.add_argument("--no-chart", action="store_true", help="table only")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if len(args.files) < 2:
+        raise UserError("compare: give at least two result files")
+    sweeps = [read_results(f) for f in args.files]
+    rows = align(*(s.levels for s in sweeps))
+    crossings = _crossings(sweeps)
+    if args.json:
+        print(json.dumps(comparison_json(sweeps, rows, crossings), indent=2))
+        return 0
+    print(render_table(sweeps, rows))
+    for label, c in crossings:
+        print(_crossing_text(sweeps[0].label, label, c))
+    if not args.no_chart:
+        print(render_chart(sweeps, width=min(100, shutil.get_terminal_size((100, 24)).columns),
+                           color=sys.stdout.isatty()))
+    return 0
+
+
+def _labels(sweeps: list[SweepResult]) -> list[str]:
+    """Legend names, made unique (two sweeps of one profile get #2, #3)."""
+    out: list[str] = []
+    for s in sweeps:
+        name = s.label
+        n = 2
+        while name in out:
+            name = f"{s.label}#{n}"
+            n += 1
+        out.append(name)
+    return out
+
+
+def _crossings(sweeps: list[SweepResult]) -> list[tuple[str, Any]]:
+    labels = _labels(sweeps)
+    return [(labels[i], find_crossover(sweeps[0].levels, s.levels)) for i, s in enumerate(sweeps) if i > 0]
+
+
+def _crossing_text(base: str, other: str, c: Any) -> str:
+    if c is None:
+        return f"crossover {other} vs {base}: none in the measured range"
+    lead = other if c.b_ahead_before else base
+    trail = base if c.b_ahead_before else other
+    return f"crossover {other} vs {base}: C = {c.concurrency:.1f} ({lead} ahead below, {trail} ahead above)"
+
+
+def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str:
+    labels = _labels(sweeps)
+    head = ["C"] + [f"{lb} tok/s" for lb in labels] + [f"{lb}/{labels[0]}" for lb in labels[1:]]
+    table = [head]
+    for row in rows:
+        cells = [str(row.concurrency)]
+        for lv in row.levels:
+            cells.append("-" if lv is None else f"{lv.output_throughput:.1f}" + ("*" if lv.client.bound else ""))
+        for i in range(1, len(sweeps)):
+            r = row.ratio(i)
+            cells.append("-" if r is None else f"{r:.2f}x")
+        table.append(cells)
+    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
+    text = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in table)
+    if any(lv is not None and lv.client.bound for row in rows for lv in row.levels):
+        text += "\n* client-bound level: the load generator was the bottleneck"
+    return text
+
+
+def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, color: bool = False) -> str:
+    """Output throughput vs concurrency for every sweep, as plotext text (log x axis)."""
+    plt.clear_figure()
+    plt.plotsize(width, height)
+    plt.theme("default" if color else "clear")
+    for label, s in zip(_labels(sweeps), sweeps):
+        pts = sorted((lv.concurrency, lv.output_throughput) for lv in s.levels)
+        if pts:
+            plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker="hd")
+    plt.xscale("log")
+    plt.title("output tok/s vs concurrency")
+    plt.xlabel("concurrency")
+    text = plt.build()
+    plt.clear_figure()
+    return text if color else plt.uncolorize(text)
+
+
+def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel], crossings: list[tuple[str, Any]]) -> dict[str, Any]:
+    labels = _labels(sweeps)
+    return {
+        "files": [{"path": s.path, "label": lb, "model": s.meta.model, "url": s.meta.url} for s, lb in zip(sweeps, labels)],
+        "levels": [
+            {"concurrency": row.concurrency,
+             "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
+             "ratio": [row.ratio(i) for i in range(1, len(sweeps))]}
+            for row in rows
+        ],
+        "crossover": [
+            {"label": lb, "concurrency": None if c is None else c.concurrency,
+             "ahead_below": None if c is None else (lb if c.b_ahead_before else labels[0])}
+            for lb, c in crossings
+        ],
+    }

@@ -1,0 +1,197 @@
+"""`specmon sweep (PROFILE | --url URL) ...`: a closed-loop concurrency sweep, results to a JSONL file.
+
+Progress goes to stderr (a refreshing line on a terminal, a line per level otherwise), the table (or with --json
+one JSON object) to stdout at the end. Ctrl-C stops cleanly: finished levels stay in the file and are shown.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from specmon.errors import UserError
+from specmon.loadgen.workload import APIS, Workload
+from specmon.model.config import load_config
+from specmon.model.results import LevelResult
+from specmon.model.sweepstats import SweepProgress
+from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "sweep",
+        help="measure throughput and latency at several concurrency levels",
+        description="Run a closed-loop sweep over concurrency levels against an OpenAI-compatible server "
+        "(tokens counted from the server's usage, ITL per chunk and TPOT per token) and write JSONL results.",
+    )
+    p.add_argument("profile_name", nargs="?", metavar="PROFILE", help="profile whose server to sweep")
+    p.add_argument("--url", help="server base URL instead of a profile, e.g. http://127.0.0.1:30000")
+    p.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
+    p.add_argument("--levels", type=_levels, help="comma-separated concurrency levels, e.g. 1,2,5,10")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--requests", type=_positive_int, metavar="N", help="measured requests per level")
+    stop.add_argument("--duration", type=_positive_float, metavar="S", help="seconds per level instead of a count")
+    p.add_argument("--warmup", type=_nonneg_int, metavar="N", help="warm-up requests before the first level")
+    p.add_argument("--input-len", type=_positive_int, metavar="N", help="prompt length in tokens (approximate)")
+    p.add_argument("--output-len", type=_positive_int, metavar="N", help="output tokens per request")
+    p.add_argument("--api", choices=APIS, help="chat or completions endpoint")
+    p.add_argument("--prompt-file", metavar="FILE", help="JSONL/ShareGPT prompts instead of synthetic ones")
+    p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+                   help="a stream silent this long counts as a timeout (default 120)")
+    p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
+                   help="environment variable holding the API key (default OPENAI_API_KEY); never written to files")
+    p.add_argument("--out", type=Path, metavar="FILE", help="results file (default results/<profile>-<UTC time>.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.profile_name is None) == (args.url is None):
+        raise UserError("sweep: give a PROFILE or --url URL (exactly one)")
+    config = load_config(args.config)
+    d = config.sweep
+    if args.profile_name is not None:
+        url = config.profile(args.profile_name).base_url
+        label = args.profile_name
+    else:
+        url = args.url.rstrip("/")
+        if not url.startswith(("http://", "https://")):
+            raise UserError(f"--url: {args.url!r} must start with http:// or https://")
+        label = url.split("://", 1)[1].replace(":", "_")
+    requests = args.requests if args.requests is not None else (None if args.duration is not None else d.requests_per_level)
+    duration = args.duration if args.duration is not None else (None if args.requests is not None else d.duration_s)
+    workload = Workload(
+        levels=args.levels or tuple(d.levels), requests_per_level=requests, duration_s=duration,
+        warmup_requests=d.warmup_requests if args.warmup is None else args.warmup,
+        input_len=args.input_len or d.input_len, output_len=args.output_len or d.output_len,
+        api=args.api or d.api, prompt_file=args.prompt_file, timeout_s=args.timeout,
+    )
+    spec = SweepSpec(url=url, workload=workload, out_path=args.out or default_out_path(label), model=args.model,
+                     profile=args.profile_name, api_key_env=args.api_key_env)
+    view = _StderrProgress(sys.stderr)
+    levels: list[LevelResult] = []
+
+    def on_update(u: SweepUpdate) -> None:
+        if isinstance(u, LevelResult):
+            levels.append(u)
+        view.show(u)
+
+    try:
+        result = asyncio.run(run_sweep(spec, on_update))
+    except KeyboardInterrupt:
+        view.end()
+        print(f"specmon: interrupted; {len(levels)} finished levels kept in {spec.out_path}", file=sys.stderr)
+        if levels:
+            print(render_levels(levels))
+        return 130
+    view.end()
+    if args.json:
+        print(json.dumps({"path": result.path, "meta": result.meta.to_dict(),
+                          "levels": [lv.to_dict() for lv in result.levels]}, indent=2))
+    else:
+        print(f"{result.label} ({result.meta.model}) -> {result.path}")
+        print(render_levels(result.levels))
+    return 0
+
+
+def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
+    """The results table: one row per level."""
+    head = ("C", "ok", "fail", "out tok/s", "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p50", "ITL p99",
+            "E2E p50", "tok/chunk", "conc", "client")
+    rows = [head]
+    for lv in levels:
+        rows.append((
+            str(lv.concurrency), str(lv.requests_ok), str(lv.requests_failed), f"{lv.output_throughput:.1f}",
+            f"{lv.request_throughput:.2f}", _ms(lv.ttft_ms.p50), _ms(lv.ttft_ms.p99), _ms(lv.tpot_ms.p50),
+            _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
+            "-" if lv.tokens_per_chunk is None else f"{lv.tokens_per_chunk:.2f}",
+            "-" if lv.achieved_concurrency is None else f"{lv.achieved_concurrency:.1f}",
+            "BOUND" if lv.client.bound else "ok",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines) + "\n(latencies in ms; tokens from server usage; ITL per chunk, TPOT per token)"
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+class _StderrProgress:
+    """A refreshing status line on a terminal; on a pipe, one line per finished level and per warning."""
+
+    def __init__(self, stream: Any) -> None:
+        self._s = stream
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._live = False
+
+    def show(self, u: SweepUpdate) -> None:
+        if isinstance(u, SweepProgress):
+            if self._tty:
+                self._s.write("\r\x1b[2K" + _progress_line(u))
+                self._s.flush()
+                self._live = True
+            return
+        self.end()
+        if isinstance(u, LevelResult):
+            self._s.write(f"level C={u.concurrency}: {u.output_throughput:.1f} out tok/s, {u.requests_ok} ok, "
+                          f"{u.requests_failed} failed, {u.duration_s:.1f} s\n")
+        elif isinstance(u, SweepNotice):
+            self._s.write(f"warning: {u.message}\n")
+        self._s.flush()
+
+    def end(self) -> None:
+        if self._live:
+            self._s.write("\r\x1b[2K")
+            self._s.flush()
+            self._live = False
+
+
+def _progress_line(p: SweepProgress) -> str:
+    if p.phase == "warmup":
+        return f"warm-up: {p.requests_done}/{p.requests_target} requests"
+    target = f"/{p.requests_target}" if p.requests_target else f" in {p.elapsed_s:.0f}/{p.duration_target_s:.0f} s"
+    ttft = "-" if p.ttft_p50_ms is None else f"{p.ttft_p50_ms:.0f} ms"
+    return (f"level {p.level_index + 1}/{p.level_count} C={p.concurrency}: {p.requests_done}{target} done, "
+            f"{p.in_flight} in flight, {p.output_tok_s:.0f} tok/s, TTFT p50 {ttft}, lag {p.loop_lag_ms or 0:.1f} ms")
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not levels or any(c < 1 for c in levels):
+        raise argparse.ArgumentTypeError(f"levels must be integers >= 1, got {text!r}")
+    return levels
+
+
+def _positive_int(text: str) -> int:
+    v = _nonneg_int(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return v
+
+
+def _nonneg_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    return v

@@ -1,0 +1,204 @@
+"""One streaming request at a time per task: httpx with the aiohttp transport, SSE framed at the byte level.
+
+Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6):
+- httpx's default transport costs 20-95 us of CPU per chunk and grows with concurrency; the httpx-aiohttp
+  transport stays near 6 us, so the client does not measure itself.
+- The connection pool is sized to the concurrency (the 100-connection defaults silently cap C=250).
+- Reads are whatever the socket has (no line iteration: aiohttp's line reader fails on 128 KB+ lines) with a
+  10 MB read buffer; SSE events are split on bytes.
+- The timestamp is taken as soon as a read returns, before any parsing, and shared by every event in that read.
+- Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
+  the final usage chunk, errors) are parsed as JSON.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from time import perf_counter_ns
+from typing import Any
+
+import aiohttp
+import httpx
+from httpx_aiohttp import AiohttpTransport
+
+READ_BUFSIZE = 10 * 1024 * 1024
+_DETAIL_MAX = 200
+
+# A chunk carries generated text when one of these keys holds a non-empty string.
+_TEXT = {
+    "chat": re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"[^"]'),
+    "completions": re.compile(rb'"text"\s*:\s*"[^"]'),
+}
+
+
+class Stream:
+    """The state of one in-flight request; `times` (ns) grows by one per text-carrying chunk."""
+
+    __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns")
+
+    def __init__(self) -> None:
+        self.start_ns = 0
+        self.times: list[int] = []
+        self.output_tokens: int | None = None
+        self.prompt_tokens: int | None = None
+        self.done = False
+        self.error: str | None = None
+        self.detail: str | None = None
+        self.status: int | None = None
+        self.end_ns = 0
+
+    def fail(self, kind: str, detail: str) -> None:
+        if self.error is None:
+            self.error, self.detail = kind, detail[:_DETAIL_MAX]
+
+
+class StreamClient:
+    """Sends OpenAI-compatible streaming requests and times their chunks. Use inside a running event loop."""
+
+    def __init__(self, base_url: str, api: str, max_connections: int, timeout_s: float, api_key: str | None = None) -> None:
+        self.url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
+        self._text = _TEXT[api]
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if api_key:
+            headers["authorization"] = f"Bearer {api_key}"
+
+        def session() -> aiohttp.ClientSession:
+            connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=60)
+            return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE)
+
+        self._client = httpx.AsyncClient(
+            transport=AiohttpTransport(client=session),
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s), pool=None),
+        )
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def send(self, body: bytes, s: Stream) -> Stream:
+        """Run one request to completion; never raises for server or network faults (they land in s.error)."""
+        s.start_ns = perf_counter_ns()
+        try:
+            async with self._client.stream("POST", self.url, content=body) as resp:
+                s.status = resp.status_code
+                if resp.status_code >= 400:
+                    text = (await resp.aread())[:_DETAIL_MAX].decode("utf-8", "replace")
+                    s.fail("http_4xx" if resp.status_code < 500 else "http_5xx", f"HTTP {resp.status_code}: {text}")
+                elif "event-stream" not in resp.headers.get("content-type", ""):
+                    s.fail("malformed_sse", f"content-type {resp.headers.get('content-type')!r}, not text/event-stream")
+                else:
+                    await self._read_events(resp, s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every fault is counted by kind, none may end the sweep
+            kind, detail = classify(exc)
+            s.fail(kind, detail)
+        if not s.end_ns:
+            s.end_ns = perf_counter_ns()
+        return s
+
+    async def _read_events(self, resp: httpx.Response, s: Stream) -> None:
+        times = s.times
+        text_re = self._text
+        buf = b""
+        saw_data = False
+        async for raw in resp.aiter_raw():
+            t = perf_counter_ns()
+            buf = buf + raw if buf else raw
+            if b"\r" in buf:
+                buf = buf.replace(b"\r\n", b"\n")
+            if b"\n\n" not in buf:
+                continue
+            events = buf.split(b"\n\n")
+            buf = events.pop()
+            for ev in events:
+                if ev[:6] == b"data: ":
+                    payload = ev[6:]
+                elif ev[:5] == b"data:":
+                    payload = ev[5:]
+                else:
+                    payload = _data_of(ev)
+                    if payload is None:
+                        continue
+                saw_data = True
+                # Fast path: a text chunk that is a JSON object. Only its arrival time matters.
+                if payload[:1] == b"{" and payload[-1:] == b"}" and text_re.search(payload) is not None:
+                    times.append(t)
+                    if b'"usage":{' in payload or b'"usage": {' in payload:
+                        self._other_event(payload, s, t)  # servers with per-chunk usage
+                    continue
+                if payload == b"[DONE]":
+                    s.done = True
+                    s.end_ns = t
+                    continue
+                self._other_event(payload, s, t)
+                if s.error:
+                    return
+        if buf.strip():
+            # A last event without its blank line: accept [DONE], else the stream was cut.
+            payload = _data_of(buf)
+            if payload is not None and payload.strip() == b"[DONE]":
+                s.done = True
+        if s.error is None and not s.done:
+            if saw_data:
+                s.fail("truncated", f"stream ended after {len(times)} text chunks without [DONE]")
+            else:
+                s.fail("malformed_sse", "no SSE data events in the response")
+
+    @staticmethod
+    def _other_event(payload: bytes, s: Stream, t: int) -> None:
+        """A non-text event: role/finish chunk, usage chunk, or an error object."""
+        try:
+            obj = json.loads(payload)
+        except (ValueError, UnicodeDecodeError):
+            s.fail("malformed_sse", f"data is not JSON: {payload[:80]!r}")
+            return
+        if not isinstance(obj, dict):
+            s.fail("malformed_sse", f"data is not a JSON object: {payload[:80]!r}")
+            return
+        err = obj.get("error")
+        if err:
+            code = err.get("code") if isinstance(err, dict) else None
+            msg = err.get("message") if isinstance(err, dict) else err
+            kind = "http_4xx" if isinstance(code, int) and 400 <= code < 500 else "http_5xx"
+            s.fail(kind, f"error in stream: {msg}")
+            return
+        usage = obj.get("usage")
+        if isinstance(usage, dict):
+            out, inp = usage.get("completion_tokens"), usage.get("prompt_tokens")
+            if isinstance(out, int):
+                s.output_tokens = out
+            if isinstance(inp, int):
+                s.prompt_tokens = inp
+
+
+def _data_of(event: bytes) -> bytes | None:
+    """The data of a multi-line SSE event (data lines joined by newlines), None for comments/other fields."""
+    parts = []
+    for line in event.split(b"\n"):
+        if line.startswith(b"data:"):
+            v = line[5:]
+            parts.append(v[1:] if v[:1] == b" " else v)
+    return b"\n".join(parts) if parts else None
+
+
+def classify(exc: BaseException) -> tuple[str, str]:
+    """An error kind (results.ERROR_KINDS) and a short detail for a failed request.
+
+    httpx-aiohttp maps aiohttp errors onto httpx ones loosely (a server disconnect becomes ConnectTimeout),
+    so the original aiohttp exception, kept as __cause__, decides.
+    """
+    cause: Any = exc.__cause__ or exc
+    detail = f"{type(cause).__name__}: {cause}".strip()
+    if isinstance(cause, aiohttp.ClientConnectorError) or isinstance(cause, ConnectionRefusedError):
+        return "refused", detail
+    if isinstance(cause, (asyncio.TimeoutError, TimeoutError)) or isinstance(exc, httpx.ReadTimeout):
+        return "timeout", detail
+    if isinstance(cause, (aiohttp.ServerDisconnectedError, aiohttp.ClientPayloadError, aiohttp.ClientOSError,
+                          ConnectionError, httpx.ReadError, httpx.RemoteProtocolError)):
+        return "truncated", detail
+    if isinstance(exc, httpx.ConnectError):
+        return "refused", detail
+    return "truncated", detail

@@ -1,0 +1,198 @@
+"""The generator's sweep loop: closed-loop concurrency levels, records on disk, summaries to the parent.
+
+Runs inside the child process (see specmon.loadgen.__main__). Per level: C worker tasks each send a request,
+wait for it to finish and send the next, until the level's request count is issued or its duration has passed
+(in-flight requests then finish and count). A warm-up phase of `warmup_requests` requests runs once before the first
+level and is excluded. Every request is appended to the records file as one JSON line (a RequestRecord), and folded
+into a LevelAccumulator, so memory does not grow with the sweep. The generator measures its own event-loop lag
+(a 10 ms ticker) and process CPU per level, and emits a SweepProgress about 4 times a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+from specmon.loadgen.client import Stream, StreamClient
+from specmon.loadgen.workload import Prompt, RequestFactory, Workload
+from specmon.model.results import utc_now_iso
+from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
+
+PROGRESS_INTERVAL_S = 0.25
+LAG_TICK_S = 0.01
+REFUSED_BACKOFF_S = 0.2   # a refused worker waits, so a dead server is not hammered in duration mode
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+class LoopLagMonitor:
+    """Sleeps LAG_TICK_S in a loop and records how late it wakes: the event loop's own queueing delay."""
+
+    def __init__(self) -> None:
+        self.samples = array("d")     # this level, ms
+        self.window_max = 0.0         # since the last progress summary, ms
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(LAG_TICK_S)
+            lag_ms = max(0.0, (time.perf_counter() - t - LAG_TICK_S) * 1000.0)
+            self.samples.append(lag_ms)
+            self.window_max = max(self.window_max, lag_ms)
+
+    def reset_level(self) -> None:
+        self.samples = array("d")
+        self.window_max = 0.0
+
+    def take_window_max(self) -> float:
+        v, self.window_max = self.window_max, 0.0
+        return v
+
+    def p99(self) -> float | None:
+        return percentile(sorted(self.samples), 99)
+
+
+class RecordsWriter:
+    """Appends one JSON line per request; buffered, flushed at every progress summary and level end."""
+
+    def __init__(self, path: str | None) -> None:
+        self._f: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1 << 20) if path else None
+
+    def write(self, r: RequestRecord) -> None:
+        if self._f is not None:
+            self._f.write(json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
+
+    def flush(self) -> None:
+        if self._f is not None:
+            self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+class SweepRunner:
+    """Runs every level of a workload against one server, emitting progress, level and warning messages."""
+
+    def __init__(self, url: str, model: str, workload: Workload, emit: Emit, records_path: str | None = None,
+                 api_key: str | None = None, prompts: Sequence[Prompt] | None = None) -> None:
+        self.w = workload
+        self.emit = emit
+        self.factory = RequestFactory(workload, model, prompts)
+        self.records = RecordsWriter(records_path)
+        top = max(max(workload.levels), workload.warmup_requests, 1)
+        self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key)
+        self.lag = LoopLagMonitor()
+
+    async def run(self) -> None:
+        self.lag.start()
+        try:
+            if self.w.warmup_requests:
+                await self._phase(0, self.w.warmup_requests, self.w.warmup_requests, None, warmup=True)
+            for idx, c in enumerate(self.w.levels):
+                level = await self._phase(idx, c, self.w.requests_for(c), self.w.duration_s, warmup=False)
+                self.emit({"type": "level", "level": level})
+                if level["requests_ok"] == 0 and set(level["errors"]) == {"refused"}:
+                    self.emit({"type": "warning", "message": f"server refused every request at C={c}; stopping the sweep"})
+                    break
+        finally:
+            await self.lag.stop()
+            self.records.close()
+            await self.client.aclose()
+
+    async def _phase(self, idx: int, c: int, n: int | None, duration_s: float | None, warmup: bool) -> dict[str, Any]:
+        acc = LevelAccumulator(c)
+        in_flight: set[Stream] = set()
+        issued = 0
+        t0_ns = time.perf_counter_ns()
+        deadline = None if duration_s is None else time.perf_counter() + duration_s
+        started_at = utc_now_iso()
+        self.lag.reset_level()
+        cpu0 = time.process_time()
+
+        def take() -> int | None:
+            nonlocal issued
+            if (n is not None and issued >= n) or (deadline is not None and n is None and time.perf_counter() >= deadline):
+                return None
+            issued += 1
+            return issued - 1
+
+        async def worker() -> None:
+            while (i := take()) is not None:
+                s = Stream()
+                in_flight.add(s)
+                try:
+                    await self.client.send(self.factory.body(c, i), s)
+                finally:
+                    in_flight.discard(s)
+                r = _record(c, i, s, t0_ns, warmup)
+                self.records.write(r)
+                acc.add(r)
+                if s.error == "refused":
+                    await asyncio.sleep(REFUSED_BACKOFF_S)
+
+        def progress() -> None:
+            elapsed = (time.perf_counter_ns() - t0_ns) / 1e9
+            tpc = acc.tokens_per_chunk or 1.0
+            live_tokens = acc.output_tokens + tpc * sum(len(s.times) for s in in_flight)
+            cpu_now = time.process_time()
+            nonlocal cpu_mark, wall_mark
+            wall = time.perf_counter()
+            cpu_frac = (cpu_now - cpu_mark) / (wall - wall_mark) if wall > wall_mark else None
+            cpu_mark, wall_mark = cpu_now, wall
+            p = SweepProgress(
+                concurrency=c, level_index=idx, level_count=len(self.w.levels), phase="warmup" if warmup else "level",
+                elapsed_s=round(elapsed, 3), requests_done=acc.requests_ok + acc.requests_failed,
+                requests_failed=acc.requests_failed, requests_target=n, duration_target_s=duration_s,
+                in_flight=len(in_flight), output_tok_s=round(live_tokens / elapsed, 2) if elapsed > 0 else 0.0,
+                ttft_p50_ms=acc.ttft_live.quantile(50), tokens_per_chunk=acc.tokens_per_chunk,
+                loop_lag_ms=round(self.lag.take_window_max(), 3), cpu_fraction=None if cpu_frac is None else round(cpu_frac, 3),
+            )
+            self.records.flush()
+            self.emit(p.to_dict())
+
+        async def ticker() -> None:
+            while True:
+                await asyncio.sleep(PROGRESS_INTERVAL_S)
+                progress()
+
+        cpu_mark, wall_mark = cpu0, time.perf_counter()
+        tick = asyncio.get_running_loop().create_task(ticker())
+        try:
+            await asyncio.gather(*(worker() for _ in range(c)))
+        finally:
+            tick.cancel()
+            await asyncio.gather(tick, return_exceptions=True)
+            self.records.flush()
+        progress()
+        cpu_s = time.process_time() - cpu0
+        first, last = acc.first_start_s, acc.last_end_s
+        duration = (last - first) if first is not None and last is not None else 0.0
+        return acc.result(duration, cpu_s, self.lag.p99(), started_at).to_dict()
+
+
+def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool) -> RequestRecord:
+    times = s.times
+    ok = s.error is None
+    gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
+    return RequestRecord(
+        concurrency=c, index=i, start_s=(s.start_ns - t0_ns) / 1e9, end_s=(s.end_ns - t0_ns) / 1e9, ok=ok,
+        error=s.error, detail=s.detail, status=s.status,
+        ttft_ms=(times[0] - s.start_ns) / 1e6 if ok and times else None,
+        e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
+        chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
+    )

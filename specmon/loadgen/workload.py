@@ -1,0 +1,161 @@
+"""What the load generator sends: the workload description, prompts, and pre-encoded request bodies.
+
+Synthetic prompts are common English words (about one token each in Llama/Qwen-style tokenizers), so a prompt of
+`input_len` words is roughly `input_len` tokens; the server's `usage.prompt_tokens` records the real count. Every
+request starts with its own tag so server prefix caches cannot turn prefill into a cache hit.
+
+Prompt files (for realistic speculative acceptance) are JSONL with one object per line, or one JSON array:
+`{"prompt": "..."}`, `{"text": "..."}`, `{"messages": [{"role": ..., "content": ...}, ...]}`, or ShareGPT-style
+`{"conversations": [{"from": "human", "value": "..."}, ...]}` (the first human turn is used).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from specmon.errors import UserError
+
+APIS = ("chat", "completions")
+API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
+
+# One message list (chat) or one string (completions / synthetic).
+Prompt = Union[str, tuple[Mapping[str, Any], ...]]
+
+_WORDS = (
+    "the of and to in is was for on that with as by at from his her an were are which this be has had not but "
+    "they one all their also new first can more two time after who when year over into other people some only "
+    "state most world work city its many used three made well may between under game part during school team "
+    "before such where later him film known both through since then these life war end north south long group "
+    "music day each while same high about several family national out would around river four main back early "
+    "season name government series against what than second line because until system public however since own "
+    "large five left last place small house based area three history river station number power water general"
+).split()
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One sweep's load: levels, stop rule per level, and request shape. Serialised into the result meta line."""
+
+    levels: tuple[int, ...]
+    requests_per_level: int | None = None   # None and no duration: max(16, 4 * C)
+    duration_s: float | None = None
+    warmup_requests: int = 2
+    input_len: int = 128
+    output_len: int = 256
+    api: str = "chat"
+    prompt_file: str | None = None
+    timeout_s: float = 120.0                # longest silence on one stream before it counts as a timeout
+    fixed_length: bool = True               # send ignore_eos + min_tokens so every request generates output_len
+    temperature: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.levels or any(c < 1 for c in self.levels):
+            raise UserError(f"levels: need concurrency levels >= 1, got {list(self.levels)}")
+        if self.api not in APIS:
+            raise UserError(f"api: must be one of {', '.join(APIS)}, got {self.api!r}")
+        if self.requests_per_level is not None and self.requests_per_level < 1:
+            raise UserError(f"requests: must be >= 1, got {self.requests_per_level}")
+        if self.duration_s is not None and self.duration_s <= 0:
+            raise UserError(f"duration: must be > 0 seconds, got {self.duration_s}")
+        if self.input_len < 1 or self.output_len < 1:
+            raise UserError(f"input/output length must be >= 1, got {self.input_len}/{self.output_len}")
+        if self.warmup_requests < 0:
+            raise UserError(f"warmup requests must be >= 0, got {self.warmup_requests}")
+
+    def requests_for(self, concurrency: int) -> int | None:
+        """Measured requests at this level; None when the level runs for duration_s instead."""
+        if self.duration_s is not None and self.requests_per_level is None:
+            return None
+        return self.requests_per_level if self.requests_per_level is not None else max(16, 4 * concurrency)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Workload:
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        known["levels"] = tuple(int(c) for c in known.get("levels", ()))
+        return cls(**known)
+
+
+def load_prompts(path: str | Path) -> list[Prompt]:
+    """Prompts from a JSONL or JSON-array file; a bad entry raises UserError naming file:line."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read prompt file ({exc})") from None
+    entries: list[tuple[int, Any]] = []
+    if text.lstrip().startswith("["):
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+        entries = [(1, e) for e in data]
+    else:
+        for lineno, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append((lineno, json.loads(line)))
+            except json.JSONDecodeError as exc:
+                raise UserError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
+    prompts: list[Prompt] = []
+    for n, (lineno, entry) in enumerate(entries):
+        where = f"{p}:{lineno}" if lineno > 1 or not text.lstrip().startswith("[") else f"{p}: entry {n + 1}"
+        prompts.append(_prompt_of(entry, where))
+    if not prompts:
+        raise UserError(f"{p}:1: no prompts in file")
+    return prompts
+
+
+def _prompt_of(entry: Any, where: str) -> Prompt:
+    if isinstance(entry, Mapping):
+        for key in ("prompt", "text"):
+            if isinstance(entry.get(key), str) and entry[key]:
+                return entry[key]
+        msgs = entry.get("messages")
+        if isinstance(msgs, list) and msgs and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in msgs):
+            return tuple(dict(m) for m in msgs)
+        conv = entry.get("conversations")
+        if isinstance(conv, list):
+            for turn in conv:
+                if isinstance(turn, Mapping) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str):
+                    return turn["value"]
+    raise UserError(f"{where}: expected {{\"prompt\": ...}}, {{\"messages\": [...]}} or ShareGPT conversations")
+
+
+class RequestFactory:
+    """Builds the encoded JSON body of request i of a level; bodies differ from the very first token."""
+
+    def __init__(self, workload: Workload, model: str, prompts: Sequence[Prompt] | None = None) -> None:
+        self._w = workload
+        self._model = model
+        self._prompts = list(prompts) if prompts else None
+        rng = random.Random(workload.seed)
+        # A small pool of synthetic texts; the per-request tag in front keeps every prompt distinct.
+        self._pool = [" ".join(rng.choices(_WORDS, k=max(1, workload.input_len - 4))) for _ in range(16)]
+
+    def body(self, level: int, i: int) -> bytes:
+        w = self._w
+        tag = f"[{level}-{i}]"
+        if self._prompts is not None:
+            prompt = self._prompts[i % len(self._prompts)]
+        else:
+            prompt = f"{tag} {self._pool[i % len(self._pool)]}"
+        req: dict[str, Any] = {"model": self._model, "max_tokens": w.output_len, "stream": True,
+                               "stream_options": {"include_usage": True}, "temperature": w.temperature}
+        if w.fixed_length:
+            req["ignore_eos"] = True
+            req["min_tokens"] = w.output_len
+        if w.api == "chat":
+            req["messages"] = list(prompt) if isinstance(prompt, tuple) else [{"role": "user", "content": prompt}]
+        else:
+            req["prompt"] = prompt if isinstance(prompt, str) else "\n".join(str(m["content"]) for m in prompt)
+        return json.dumps(req, separators=(",", ":")).encode()

@@ -1,0 +1,235 @@
+"""The sweep runner: probes the server, starts the load-generator child, writes results as levels finish.
+
+API for front ends (CLI and TUI)::
+
+    spec = SweepSpec(url="http://127.0.0.1:30000", workload=Workload(levels=(1, 2, 5)), out_path=Path("r.jsonl"),
+                     profile="eagle3")
+    result = await run_sweep(spec, on_update=callback)   # -> SweepResult(path, meta, levels)
+
+`on_update` is called (in the caller's event loop, never from the generator's) with:
+- `SweepProgress` about 4 times a second (level, phase, requests done/target, live tok/s, TTFT p50 so far,
+  tokens/chunk, in-flight, the generator's loop lag and CPU),
+- `LevelResult` once per finished level, right after its line was appended (and fsynced) to `out_path`,
+- `SweepNotice` for warnings (usage missing, client-bound level, server gone).
+
+Cancel the awaiting task (or press Ctrl-C under asyncio.run) to stop: the generator abandons the level in progress,
+finished levels stay in the file, and CancelledError propagates after the child has exited. `read_results(path)`
+(specmon.model.results) reloads a file; `crossover(a, b)` (specmon.model.compare) compares two.
+The generator runs in its own process (`python -m specmon.loadgen`) in its own session, so a terminal Ctrl-C
+reaches only this process, which then stops the child in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+import httpx
+
+from specmon import __version__
+from specmon.errors import UserError
+from specmon.loadgen.workload import Workload, load_prompts
+from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
+from specmon.model.sweepstats import SweepProgress
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PROBE_TIMEOUT_S = 10.0
+STOP_GRACE_S = 5.0
+
+
+@dataclass(frozen=True)
+class SweepNotice:
+    """A warning worth showing the user while the sweep goes on."""
+
+    message: str
+
+
+SweepUpdate = Union[SweepProgress, LevelResult, SweepNotice]
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """What to sweep, against which server, and where the results go."""
+
+    url: str
+    workload: Workload
+    out_path: Path
+    model: str | None = None              # None: the first model /v1/models lists
+    profile: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    records_path: Path | None = None      # None: next to out_path, "<name>.requests.jsonl"
+
+    @property
+    def records(self) -> Path:
+        if self.records_path is not None:
+            return self.records_path
+        name = self.out_path.name[:-6] if self.out_path.name.endswith(".jsonl") else self.out_path.name
+        return self.out_path.with_name(name + ".requests.jsonl")
+
+
+def default_out_path(label: str, directory: Path = Path("results")) -> Path:
+    """results/<label>-<UTC time>.jsonl, with the label made safe for a file name."""
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", label).strip("_") or "sweep"
+    stamp = utc_now_iso().replace(":", "").replace("-", "")
+    return directory / f"{safe}-{stamp}.jsonl"
+
+
+def api_key_from_env(name: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The API key held in the environment variable `name` (validated), or None."""
+    if name is None:
+        return None
+    if not _ENV_NAME.match(name):
+        raise UserError(f"--api-key-env: {name!r} is not a valid environment variable name")
+    return (os.environ if env is None else env).get(name) or None
+
+
+async def probe_server(url: str, api_key: str | None) -> tuple[list[str], dict[str, Any]]:
+    """Model ids from /v1/models and a summary of what the server exposes about itself.
+
+    Raises UserError when the server cannot be reached or /v1/models fails.
+    """
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=PROBE_TIMEOUT_S) as client:
+        try:
+            r = await client.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise UserError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc or 'no detail'})") from None
+        if r.status_code != 200:
+            raise UserError(f"{url}/v1/models: HTTP {r.status_code} {r.text[:120]!r}")
+        try:
+            models_json = r.json()
+        except ValueError:
+            raise UserError(f"{url}/v1/models: answer is not JSON") from None
+
+        async def get_json(path: str) -> Any:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                resp = await client.get(path)
+                if resp.status_code == 200:
+                    return resp.json()
+            return None
+
+        info = await get_json("/server_info") or await get_json("/get_server_info")
+        version = await get_json("/version")
+        metrics = None
+        if info is None:
+            with contextlib.suppress(httpx.HTTPError):
+                resp = await client.get("/metrics")
+                if resp.status_code == 200:
+                    metrics = resp.text
+    data = models_json.get("data") if isinstance(models_json, dict) else None
+    ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    return ids, summarize_server(models_json, info, version, metrics)
+
+
+async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | None = None) -> SweepResult:
+    """Run the whole sweep; returns the finished levels (also on disk). See the module docstring."""
+    notify = on_update or (lambda _u: None)
+    api_key = api_key_from_env(spec.api_key_env)
+    if spec.workload.prompt_file:
+        load_prompts(spec.workload.prompt_file)  # a bad file fails here, naming file:line, before any load
+    ids, server = await probe_server(spec.url, api_key)
+    model = spec.model or (ids[0] if ids else None)
+    if model is None:
+        raise UserError(f"{spec.url}/v1/models: lists no model; pass --model")
+    if spec.out_path.exists():
+        raise UserError(f"{spec.out_path}: already exists; choose another --out")
+    spec.out_path.parent.mkdir(parents=True, exist_ok=True)
+    secrets = [api_key] if api_key else []
+    meta = SweepMeta(url=spec.url, model=model, workload=spec.workload.to_dict(), profile=spec.profile,
+                     server=server, specmon_version=__version__, created_at=utc_now_iso(), records=str(spec.records))
+    append_line(spec.out_path, meta.to_dict(), secrets)
+    levels: list[LevelResult] = []
+    child_spec = {"url": spec.url, "model": model, "workload": spec.workload.to_dict(),
+                  "records_path": str(spec.records), "api_key_env": spec.api_key_env}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "specmon.loadgen",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        start_new_session=True, limit=1 << 20,
+    )
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    stderr_tail: deque[str] = deque(maxlen=20)
+    drain = asyncio.ensure_future(_drain(proc.stderr, stderr_tail))
+    ending: str | None = None
+    try:
+        proc.stdin.write((json.dumps(child_spec) + "\n").encode())
+        await proc.stdin.drain()
+        async for raw in proc.stdout:
+            try:
+                msg = json.loads(raw)
+            except ValueError:
+                stderr_tail.append(raw.decode("utf-8", "replace").rstrip())  # stray output from a library
+                continue
+            kind = msg.get("type")
+            if kind == "progress":
+                notify(SweepProgress.from_dict(msg))
+            elif kind == "level":
+                level = LevelResult.from_dict(msg["level"])
+                append_line(spec.out_path, level.to_dict(), secrets)
+                levels.append(level)
+                notify(level)
+                for text in level_warnings(level):
+                    notify(SweepNotice(text))
+            elif kind == "warning":
+                notify(SweepNotice(str(msg.get("message"))))
+            elif kind in ("done", "stopped", "fatal"):
+                ending = kind
+                if kind == "fatal":
+                    raise UserError(str(msg.get("message")))
+        rc = await proc.wait()
+        if ending is None:
+            last = stderr_tail[-1] if stderr_tail else "no output"
+            raise UserError(f"load generator exited with code {rc} ({last}); {len(levels)} finished levels kept in {spec.out_path}")
+    finally:
+        await _stop(proc)
+        drain.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await drain
+    return SweepResult(path=str(spec.out_path), meta=meta, levels=tuple(levels))
+
+
+def level_warnings(level: LevelResult) -> list[str]:
+    """What a user must know about a finished level before trusting it."""
+    out = []
+    c = level.concurrency
+    if level.usage_missing:
+        out.append(f"C={c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
+                   "(wrong by the accept length under speculative decoding)")
+    if level.client.bound:
+        out.append(f"C={c}: the load generator was the bottleneck (loop lag p99 {level.client.loop_lag_ms_p99} ms, "
+                   f"{level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s); timings at this level measure the client")
+    if level.requests_failed:
+        kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
+        out.append(f"C={c}: {level.requests_failed} requests failed ({kinds})")
+    return out
+
+
+async def _drain(stream: asyncio.StreamReader, tail: deque[str]) -> None:
+    async for line in stream:
+        tail.append(line.decode("utf-8", "replace").rstrip())
+
+
+async def _stop(proc: asyncio.subprocess.Process) -> None:
+    """Ask the generator to stop (stdin EOF + SIGTERM), then kill it if it does not exit in time."""
+    if proc.returncode is not None:
+        return
+    with contextlib.suppress(Exception):
+        assert proc.stdin is not None
+        proc.stdin.close()
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE_S)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()

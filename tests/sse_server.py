@@ -1,0 +1,152 @@
+"""A small OpenAI-compatible streaming server for load-generator tests and bench/loadgen_overhead.py.
+
+Streams `max_tokens` tokens per request, `tokens_per_chunk` per SSE chunk (several under "speculation"), one chunk
+every `interval_s` (0: back to back), then a usage chunk and [DONE]. It keeps totals of the usage it reported so
+tests can check the generator counted exactly what the server said. A fault schedule (cycled per request) injects
+the failures a sweep must survive: http_400, http_500, malformed, truncate, stall, no_usage, no_done.
+
+Run standalone: python tests/sse_server.py --port P [--interval-s S] [--tokens-per-chunk K] [--cpu N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class ServerState:
+    interval_s: float = 0.0
+    tokens_per_chunk: int = 1
+    faults: list[str] = field(default_factory=list)
+    requests: int = 0
+    completion_tokens: int = 0     # sum of usage.completion_tokens reported
+    prompt_tokens: int = 0
+    running: int = 0
+    max_running: int = 0
+    bodies: list[dict] = field(default_factory=list)
+    keep_bodies: bool = False
+
+
+def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
+    if api == "chat":
+        choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
+        obj = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fixture-model", "choices": [choice]}
+    else:
+        choice = {"index": 0, "text": text, "finish_reason": finish}
+        obj = {"id": "c1", "object": "text_completion", "created": 1, "model": "fixture-model", "choices": [choice]}
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def make_app(state: ServerState) -> web.Application:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "fixture-model", "object": "model", "max_model_len": 4096}]})
+
+    async def server_info(_: web.Request) -> web.Response:
+        return web.json_response({"max_total_num_tokens": 123456, "mem_fraction_static": 0.8, "api_key": "sk-fixturesecret123",
+                                  "speculative_algorithm": "EAGLE3" if state.tokens_per_chunk > 1 else None, "version": "fixture"})
+
+    async def stats(_: web.Request) -> web.Response:
+        return web.json_response({"requests": state.requests, "completion_tokens": state.completion_tokens,
+                                  "prompt_tokens": state.prompt_tokens, "max_running": state.max_running})
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        api = "chat" if request.path.endswith("chat/completions") else "completions"
+        body = await request.json()
+        n = state.requests
+        state.requests += 1
+        if state.keep_bodies:
+            state.bodies.append(body)
+        fault = state.faults[n % len(state.faults)] if state.faults else ""
+        if fault == "http_400":
+            return web.json_response({"error": {"message": "bad request", "code": 400}}, status=400)
+        if fault == "http_500":
+            return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
+        max_tokens = int(body.get("max_tokens", 16))
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        prompt = body.get("prompt") or " ".join(str(m.get("content", "")) for m in body.get("messages", []))
+        prompt_tokens = len(str(prompt).split())
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        state.running += 1
+        state.max_running = max(state.max_running, state.running)
+        try:
+            if api == "chat":
+                await resp.write(b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
+            sent = 0
+            k = max(1, state.tokens_per_chunk)
+            while sent < max_tokens:
+                if fault == "truncate" and sent >= max_tokens // 2:
+                    return resp  # closes mid-stream without [DONE]
+                if fault == "stall" and sent >= 1:
+                    await asyncio.sleep(3600)
+                if fault == "malformed" and sent >= 1:
+                    await resp.write(b"data: {not json\n\n")
+                    await resp.write(b"data: [DONE]\n\n")
+                    return resp
+                step = min(k, max_tokens - sent)
+                sent += step
+                await resp.write(_chunk(api, " tok" * step, "length" if sent >= max_tokens else None))
+                if state.interval_s:
+                    await asyncio.sleep(state.interval_s)
+            if include_usage and fault != "no_usage":
+                usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
+                state.completion_tokens += sent
+                state.prompt_tokens += prompt_tokens
+                await resp.write(b"data: " + json.dumps({"id": "c1", "choices": [], "usage": usage}).encode() + b"\n\n")
+            if fault != "no_done":
+                await resp.write(b"data: [DONE]\n\n")
+            return resp
+        finally:
+            state.running -= 1
+
+    app = web.Application()
+    app.router.add_get("/v1/models", models)
+    app.router.add_get("/server_info", server_info)
+    app.router.add_get("/stats", stats)
+    app.router.add_post("/v1/chat/completions", complete)
+    app.router.add_post("/v1/completions", complete)
+    return app
+
+
+async def serve(state: ServerState, port: int = 0) -> tuple[web.AppRunner, int]:
+    """Start the app on 127.0.0.1 (port 0: a free one); returns the runner (to clean up) and the port."""
+    runner = web.AppRunner(make_app(state), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
+    await site.start()
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    return runner, sock.getsockname()[1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--interval-s", type=float, default=0.0)
+    ap.add_argument("--tokens-per-chunk", type=int, default=1)
+    ap.add_argument("--cpu", type=int, help="pin this server to one CPU core")
+    args = ap.parse_args()
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+    state = ServerState(interval_s=args.interval_s, tokens_per_chunk=args.tokens_per_chunk)
+
+    async def run() -> None:
+        await serve(state, args.port)
+        print("ready", flush=True)
+        while True:
+            await asyncio.sleep(3600)
+
+    try:
+        import uvloop
+        uvloop.run(run())
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()
