@@ -33,7 +33,8 @@ from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports
-_FIRST_TS_SCAN_LINES = 2000  # look this far for the first timestamp when the first hit line has none
+# Every line is looked at until the first timestamp and the server are known, for at most this many lines.
+_SCAN_LINES = 2000
 _ARGS_CONTINUATION_LINES = 3  # pastes wrap a 10 KB args dump mid-token; join this many following lines
 
 _TRIGGER_RE = re.compile("|".join(re.escape(w) for w in sorted(set(signals.TRIGGER_WORDS), key=len,
@@ -63,7 +64,7 @@ class LogParser:
         self._weak_vllm_line: int | None = None
         self._first_ts: dict[str, float] = {}
         self._last_ts: tuple[str, float] | None = None
-        self._ts_scan_left = _FIRST_TS_SCAN_LINES
+        self._scan_left = _SCAN_LINES
         # traceback state
         self._tb_open = False
         self._tb_fatal = False
@@ -143,7 +144,7 @@ class LogParser:
             if not block:
                 return
         base = self._line_no
-        if self.lines or (self._ts_scan_left > 0 and not self._first_ts):
+        if self.lines or self._scanning():
             self._block_slow(block, base)
         else:
             search = _TRIGGER_RE.search
@@ -191,11 +192,14 @@ class LogParser:
             self._cur_block, self._cur_start = block, start
             start += len(raw) + 1
             last = raw.rstrip("\r").rpartition("\r")[2]
-            if self._ts_scan_left > 0 and not self._first_ts:
-                self._ts_scan_left -= 1
-                self._note_ts(clean(last))
-            if self.lines:
-                self._out.append(Line(clean(last).msg, line_no))
+            if self.lines or self._scanning():
+                c = clean(last)
+                if self._scanning():
+                    self._scan_left -= 1
+                    self._note_ts(c)
+                    self._note_server(c, c.msg, line_no)
+                if self.lines:
+                    self._out.append(Line(c.msg, line_no))
             if self._args_text is not None:
                 self._args_text += raw.rstrip("\r")
                 self._args_left -= 1
@@ -204,6 +208,10 @@ class LogParser:
                 continue
             if _TRIGGER_RE.search(raw):
                 self._handle_line(raw, line_no)
+
+    def _scanning(self) -> bool:
+        """Still looking at every line for the first timestamp or for which server speaks."""
+        return self._scan_left > 0 and (not self._first_ts or self.server is None)
 
     def _args_continue(self, block: str, pos: int, line_no: int) -> int:
         """Join the physical lines that continue a wrapped args dump; returns where to resume."""

@@ -288,3 +288,39 @@ class LogWatch:
             changes["last_lines"] = self.parser.tail()
         self.state = replace(state, **changes) if changes else state
         return events
+
+
+def summary(state: RunState) -> dict[str, Any]:
+    """The state as the `specmon logscan --json` contract object (without "file"), plus extra fields."""
+    failure = state.failure
+    return {
+        "server": state.server,
+        "phase": state.phase,
+        "shards": ({"done": state.shards_done, "total": state.shards_total}
+                   if state.shards_total is not None else None),
+        "kv_cache_tokens": state.kv_cache_tokens,
+        "ready": state.ready,
+        "failure": ({"kind": failure.kind, "line": failure.line, "message": failure.message}
+                    if failure is not None else None),
+        "spec_accept_len": state.spec_accept_len,
+        "load_seconds": state.load_seconds,
+        # extras
+        "ready_evidence": state.ready_evidence,
+        "progress_phase": state.progress_phase,
+        "model_path": state.model_path,
+        "tp": state.tp,
+        "mem_fraction_static": state.mem_fraction_static,
+        "speculative_algorithm": state.speculative_algorithm,
+        "speculative_num_steps": state.speculative_num_steps,
+        "port": state.port,
+        "kv_cache_blocks": state.kv_cache_blocks,
+        "kv_cache_gb": state.kv_cache_gb,
+        "graphs": ({"done": state.graphs_done, "total": state.graphs_total}
+                   if state.graphs_total is not None else None),
+        "spec_accept_rate": state.spec_accept_rate,
+        "gen_throughput": state.gen_throughput,
+        "running_reqs": state.running_reqs,
+        "queue_reqs": state.queue_reqs,
+        "token_usage": state.token_usage,
+        "nccl_env": dict(state.nccl_env),
+    }

@@ -310,7 +310,7 @@ def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
         out.append(DecodeStats(
             running_reqs=int(run.group(1)) if run else None,
             queue_reqs=int(wait.group(1)) if wait else None,
-            token_usage=float(usage.group(1)) / 100.0 if usage else None,
+            token_usage=round(float(usage.group(1)) / 100.0, 6) if usage else None,
             gen_throughput=_f(gen.group(1)) if gen else None,
             line_no=line_no,
         ))
@@ -320,7 +320,7 @@ def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
         rate = _VLLM_ACCEPT_RATE_RE.search(msg)
         accept_rate = None
         if rate:
-            accept_rate = float(rate.group(1)) / (100.0 if rate.group(2) else 1.0)
+            accept_rate = round(float(rate.group(1)) / (100.0 if rate.group(2) else 1.0), 6)
         out.append(DecodeStats(accept_len=_f(length.group(1)) if length else None, accept_rate=accept_rate,
                                line_no=line_no))
         return out
