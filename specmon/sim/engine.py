@@ -29,7 +29,6 @@ class Request:
     prompt_tokens: int
     target_tokens: int  # how many tokens this request will produce
     reservation: int  # KV tokens held while running
-    phase: float
     tokens: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     generated: int = 0
     steps: int = 0
@@ -97,8 +96,7 @@ class Engine:
     def submit(self, prompt_tokens: int, target_tokens: int, max_tokens: int) -> Request:
         """Queue a request; its tokens arrive on `request.tokens`, one item per step."""
         n = next(self._numbers)
-        req = Request(n, prompt_tokens, target_tokens, throughput.kv_reservation(prompt_tokens, max_tokens),
-                      throughput.request_phase(n))
+        req = Request(n, prompt_tokens, target_tokens, throughput.kv_reservation(prompt_tokens, max_tokens))
         self.counters.requests += 1
         self.counters.prompt_tokens += prompt_tokens
         self.waiting.append(req)
@@ -194,6 +192,7 @@ class Engine:
 
     def _advance(self) -> None:
         accept_len = self.model.tokens_per_step
+        max_per_step = self.model.max_tokens_per_step
         spec = self.spec_steps is not None
         still: list[Request] = []
         produced = 0
@@ -201,7 +200,8 @@ class Engine:
             if req.cancelled:
                 self._release(req)
                 continue
-            k = throughput.tokens_this_step(accept_len, req.steps, req.phase, req.target_tokens - req.generated)
+            k = throughput.tokens_this_step(accept_len, max_per_step, req.steps, req.number,
+                                            req.target_tokens - req.generated)
             req.steps += 1
             req.generated += k
             produced += k

@@ -20,9 +20,10 @@ KV capacity
 Speculative decoding (EAGLE-3)
     Each step (draft + verify) yields ``accept_len`` tokens per request on average, at a
     heavier per-step cost (larger base and steeper slope: drafting and verifying scale with
-    the batch). Per request and step the integer token count follows a deterministic
-    Bresenham pattern whose long-run mean is exactly ``accept_len``; each request has its
-    own phase so a batch does not move in lock step. One SSE chunk then carries several tokens.
+    the batch). Per request and step the integer token count (1 .. draft tokens) follows a
+    deterministic pattern, floor(n*accept_len + phase + bounded jitter) differenced, whose
+    long-run mean is exactly ``accept_len``; each request has its own phase and jitter so a
+    batch does not move in lock step. One SSE chunk then carries several tokens.
 
 Calibration
     The defaults reproduce the shape of a real measurement (one GPU server, ~1k-token
@@ -56,6 +57,7 @@ class StepModel:
     tokens_per_step: float  # mean tokens per request per step (accept_len; 1.0 without speculation)
     max_running: int
     prefill_s_per_token: float = DEFAULT_PREFILL_S_PER_TOKEN
+    max_tokens_per_step: int = 1  # draft tokens + 1 bonus (spec_steps + 1); 1 without speculation
 
     def step_time(self, batch: int, prefill_tokens: int = 0) -> float:
         """Seconds one step takes with `batch` running requests and `prefill_tokens` newly admitted."""
@@ -87,28 +89,47 @@ def baseline_model(max_running: int = DEFAULT_MAX_RUNNING) -> StepModel:
     return StepModel(base_s=base, slope_s=slope, tokens_per_step=1.0, max_running=max_running)
 
 
-def eagle3_model(accept_len: float = DEFAULT_ACCEPT_LEN, max_running: int = DEFAULT_MAX_RUNNING) -> StepModel:
+def eagle3_model(accept_len: float = DEFAULT_ACCEPT_LEN, max_running: int = DEFAULT_MAX_RUNNING,
+                 spec_steps: int = 3) -> StepModel:
     """The default EAGLE-3 model. Step costs are fixed (calibrated at the default accept_len),
     so a higher `accept_len` gives proportionally more tokens per step."""
     base, slope = calibrate(EAGLE3_C1_TPS, EAGLE3_SATURATED_TPS, DEFAULT_MAX_RUNNING, DEFAULT_ACCEPT_LEN)
-    return StepModel(base_s=base, slope_s=slope, tokens_per_step=accept_len, max_running=max_running)
+    return StepModel(base_s=base, slope_s=slope, tokens_per_step=accept_len, max_running=max_running,
+                     max_tokens_per_step=spec_steps + 1)
 
 
-def tokens_this_step(accept_len: float, step_index: int, phase: float, remaining: int) -> int:
-    """Tokens one request gets at its `step_index`-th step (0-based), capped by `remaining`.
+def _jitter(seed: int, n: int) -> float:
+    """Deterministic pseudo-random value in [-1, 1) for (request, step); 0 at step 0."""
+    if n == 0:
+        return 0.0
+    h = (n * 2654435761 + seed * 97531 + 12345) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 2246822519) & 0xFFFFFFFF
+    h ^= h >> 13
+    return h / 2**31 - 1.0
 
-    A Bresenham pattern: the cumulative count after n steps is floor(n*accept_len + phase),
-    so the long-run mean is exactly `accept_len` and every step yields at least 1 token
-    (accept_len >= 1). `phase` in [0, 1) desynchronises requests.
-    """
-    done = math.floor(step_index * accept_len + phase)
-    upto = math.floor((step_index + 1) * accept_len + phase)
-    return max(0, min(upto - done, remaining))
 
-
-def request_phase(request_number: int) -> float:
+def request_phase(seed: int) -> float:
     """Deterministic per-request phase in [0, 1) (golden-ratio sequence)."""
-    return (request_number * 0.6180339887498949) % 1.0
+    return (seed * 0.6180339887498949) % 1.0
+
+
+def cumulative_tokens(accept_len: float, max_per_step: int, steps: int, seed: int) -> int:
+    """Tokens a request has after `steps` steps: floor(steps*accept_len + phase + spread*jitter).
+
+    The bounded jitter spreads per-step counts over 1..max_per_step (as real acceptance varies) while
+    the long-run mean stays exactly `accept_len`; the spread is small enough that every step yields
+    at least 1 and at most `max_per_step` tokens.
+    """
+    spread = max(0.0, min(accept_len - 1.0, max_per_step - accept_len)) / 2.0
+    return math.floor(steps * accept_len + request_phase(seed) + spread * _jitter(seed, steps))
+
+
+def tokens_this_step(accept_len: float, max_per_step: int, step_index: int, seed: int, remaining: int) -> int:
+    """Tokens one request gets at its `step_index`-th step (0-based), capped by `remaining`."""
+    k = cumulative_tokens(accept_len, max_per_step, step_index + 1, seed) - cumulative_tokens(
+        accept_len, max_per_step, step_index, seed)
+    return max(0, min(k, remaining))
 
 
 def kv_reservation(prompt_tokens: int, max_tokens: int) -> int:

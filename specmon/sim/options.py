@@ -52,7 +52,7 @@ class SimConfig:
     def step_model(self) -> throughput.StepModel:
         """The throughput model these options select."""
         if self.speculative:
-            return throughput.eagle3_model(self.accept_len, self.max_running)
+            return throughput.eagle3_model(self.accept_len, self.max_running, self.spec_steps)
         return throughput.baseline_model(self.max_running)
 
 

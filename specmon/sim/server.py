@@ -124,8 +124,9 @@ class SimServer:
             return 1
         log.engine_ready(loop.time() - t_start)
         await asyncio.sleep(WARMUP_S * scale)
-        log.ready(cfg.host, self.port)
+        # Ready before the line, so whoever reads the ready line finds /health answering 200.
         self.phase = "ready"
+        log.ready(cfg.host, self.port)
         if not log.stats_by_steps:
             self._stats_task = asyncio.create_task(self._timed_stats())
         if cfg.exit_zero_after is not None:
