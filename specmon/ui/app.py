@@ -408,17 +408,23 @@ class SpecmonApp(App[int]):
         self.exit(0)
 
 
-def run_tui(args: argparse.Namespace, demo: bool = False) -> int:
+def run_tui(args: argparse.Namespace) -> int:
     """`specmon [--config FILE] [--profile NAME]`: open the TUI on the configured profiles."""
     from specmon.model.config import load_config
 
     config = load_config(getattr(args, "config", None))
-    keys.validate_keymap(config.keys, config.source)  # a bad [keys] table fails before the screen opens
     preselect = getattr(args, "profile", None)
     if preselect is not None:
-        config.profile(preselect)
+        config.profile(preselect)  # an unknown name is a UserError before the screen opens
+    return run_app(config, preselect=preselect)
+
+
+def run_app(config: Config, *, demo: bool = False, preselect: str | None = None,
+            results_dir: Path = Path("results")) -> int:
+    """Run the TUI on `config` with the real engine; in demo mode every profile is launched at start."""
+    keys.validate_keymap(config.keys, config.source)  # a bad [keys] table fails before the screen opens
     from specmon.ui.bridge import EngineBridge
 
-    engine = EngineBridge(config, autolaunch=list(config.profiles) if demo else [])
+    engine = EngineBridge(config, autolaunch=list(config.profiles) if demo else [], results_dir=results_dir)
     app = SpecmonApp(config, engine=engine, preselect=preselect, demo=demo)
     return app.run() or 0

@@ -6,7 +6,12 @@ mapping from engine state to what a person sees is a pure function tested withou
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from specmon.model import signals
+from specmon.model.events import KVCache, ShardProgress
+from specmon.orchestration.runview import LogLine, RunView
 
 
 @dataclass(frozen=True)
@@ -44,3 +49,71 @@ class LogEntry:
 
     text: str
     kind: str = ""
+
+
+def row_from_view(view: RunView, past_load_s: float | None, now: float) -> ServerRow:
+    """What the Servers pane shows of a run. `now` is epoch seconds, the clock RunView's times use."""
+    rs = view.run_state
+    end = view.ready_at if view.ready_at is not None else (None if view.active else view.started_at + (view.load_seconds or 0))
+    elapsed = view.load_seconds if view.load_seconds is not None else ((end or now) - view.started_at)
+    last = getattr(rs, "last_activity", None)
+    failure = None
+    if view.failure is not None:
+        failure = f"{view.failure.kind}: {view.failure.message}"
+    elif view.stalled and view.stall_reason:
+        failure = view.stall_reason
+    phase = (view.phase or "").replace("_", " ") or None
+    return ServerRow(
+        profile=view.profile,
+        host=view.host,
+        run_id=view.run_id,
+        state=view.state,
+        stalled=view.stalled,
+        phase=phase,
+        shards_done=view.shards[0] if view.shards else None,
+        shards_total=view.shards[1] if view.shards else None,
+        eta_s=view.eta_s,
+        elapsed_s=elapsed,
+        past_load_s=past_load_s,
+        kv_cache_tokens=view.kv_cache_tokens,
+        mem_fraction_static=getattr(rs, "mem_fraction_static", None),
+        spec_algorithm=getattr(rs, "speculative_algorithm", None),
+        spec_steps=getattr(rs, "speculative_num_steps", None),
+        spec_accept_len=getattr(rs, "spec_accept_len", None),
+        last_activity_ago_s=None if last is None else max(0.0, now - last),
+        failure=failure,
+        pid=view.pid,
+        port=view.port,
+    )
+
+
+def past_load(views: Sequence[RunView], profile: str, exclude_run: str | None, expected: float | None) -> float | None:
+    """The load time to compare against: the latest earlier finished load of the profile, else its expected_load_s."""
+    for view in reversed(views):
+        if view.profile == profile and view.run_id != exclude_run and view.load_seconds:
+            return view.load_seconds
+    return expected
+
+
+def entry_from_line(line: LogLine) -> LogEntry:
+    """A log line as the Log pane shows it: specmon's notes become markers, parsed events get their highlight."""
+    if line.kind != "line":
+        return LogEntry(line.text, "marker")
+    text = line.clean
+    return LogEntry(text, line_kind(text))
+
+
+def line_kind(text: str) -> str:
+    """The highlight of one cleaned log line, from the log parser's own recognisers (no regexes of our own)."""
+    if not any(word in text for word in signals.TRIGGER_WORDS):
+        return ""  # the parser's fast path: lines without a trigger word carry no event
+    if signals.READY_RE.search(text) or signals.HTTP_UP_RE.search(text):
+        return "ready"
+    if signals.classify(text) is not None:
+        return "error"
+    for event in signals.message_events(text, None, 0):
+        if isinstance(event, ShardProgress):
+            return "shard"
+        if isinstance(event, KVCache):
+            return "kv"
+    return ""

@@ -1,0 +1,199 @@
+"""The TUI's link to the engine: RunManager views and log lines, and sweeps, turned into presentation rows.
+
+Runs in the app's event loop, in asyncio tasks it owns and cancels on `close`. Engine callbacks only store the
+latest view and hand the app a row; the app decides when to repaint. No engine call ever runs on a timer that
+could pile up: the clock tick that ages "elapsed" and "last log" re-arms after each pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from specmon.loadgen.workload import Workload
+from specmon.model.compare import crossover
+from specmon.model.config import Config
+from specmon.model.results import LevelResult, read_results
+from specmon.model.sweepstats import SweepProgress
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
+from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.ui.forms import SweepRequest
+from specmon.ui.rows import entry_from_line, past_load, row_from_view
+
+if TYPE_CHECKING:
+    from specmon.ui.app import SpecmonApp
+
+TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
+TICK_IDLE_S = 5.0     # ... and while every run is settled
+
+
+def sweep_status(progress: SweepProgress, profile: str) -> str:
+    """One line about the level in progress, for the Sweep pane's title."""
+    done = f"{progress.requests_done}/{progress.requests_target}" if progress.requests_target else f"{progress.elapsed_s:.0f}s"
+    return (f"{profile} C={progress.concurrency} ({progress.level_index + 1}/{progress.level_count}) {progress.phase}"
+            f" {done} req · {progress.output_tok_s:.0f} tok/s")
+
+
+class EngineBridge:
+    """Implements the app's Engine protocol over a RunManager and `run_sweep`."""
+
+    def __init__(self, config: Config, *, autolaunch: Sequence[str] = (), manager: RunManager | None = None,
+                 results_dir: Path = Path("results")) -> None:
+        self.config = config
+        self.manager = manager or RunManager(config)
+        self.autolaunch = list(autolaunch)
+        self.results_dir = results_dir
+        self.started_here: list[str] = []          # run ids launched by this session (stopped by "quit and stop")
+        self._views: dict[str, RunView] = {}       # profile -> its latest run
+        self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._levels: dict[str, list[LevelResult]] = {}
+        self._unsubscribe: object = None
+        self._app: SpecmonApp | None = None
+
+    # --------------------------------------------------------------- watching
+    async def start(self, app: SpecmonApp) -> None:
+        self._app = app
+        self._unsubscribe = self.manager.subscribe(self._on_view)
+        for view in await self.manager.refresh():
+            if view.profile in self.config.profiles:
+                self._views[view.profile] = view
+        for view in list(self._views.values()):
+            if view.active:
+                await self.manager.attach(view.run_id)
+                self._follow_log(view)
+        self._push(list(self._views))
+        self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
+        for profile in self.autolaunch:
+            current = self._views.get(profile)
+            if current is None or not current.active:
+                await self.launch(profile)
+
+    def _on_view(self, view: RunView) -> None:
+        if view.profile not in self.config.profiles:
+            return
+        current = self._views.get(view.profile)
+        if current is not None and current.run_id != view.run_id and current.started_at > view.started_at:
+            return  # a late update of an older run must not hide the newer one
+        self._views[view.profile] = view
+        self._follow_log(view)
+        self._push([view.profile])
+
+    def _push(self, profiles: Sequence[str]) -> None:
+        if self._app is None:
+            return
+        now = time.time()
+        runs = list(self._views.values())
+        rows = []
+        for profile in profiles:
+            view = self._views[profile]
+            expected = self.config.profiles[profile].expected_load_s
+            rows.append(row_from_view(view, past_load(runs, profile, view.run_id, expected), now))
+        self._app.update_rows(rows)
+
+    async def _tick(self) -> None:
+        while True:
+            active = any(v.state in ("launching", "loading", "stopping") for v in self._views.values())
+            await asyncio.sleep(TICK_ACTIVE_S if active else TICK_IDLE_S)
+            self._push(list(self._views))
+
+    def _follow_log(self, view: RunView) -> None:
+        current = self._log_tasks.get(view.profile)
+        if current is not None and current[0] == view.run_id:
+            return
+        if current is not None:
+            current[1].cancel()
+        if self._app is not None:
+            self._app.clear_log(view.profile)
+        task = asyncio.create_task(self._read_log(view.profile, view.run_id), name=f"tui-log-{view.profile}")
+        self._log_tasks[view.profile] = (view.run_id, task)
+
+    async def _read_log(self, profile: str, run_id: str) -> None:
+        # commit=False: the TUI reads the whole log for display; it must not move `specmon logs`' resume point.
+        async for line in self.manager.log_lines(run_id, commit=False):
+            if self._app is not None:
+                self._app.add_log(profile, [entry_from_line(line)])
+
+    # ---------------------------------------------------------------- actions
+    async def launch(self, profile: str) -> None:
+        view = await self.manager.launch(profile, watch=True)
+        self.started_here.append(view.run_id)
+        self._on_view(view)
+
+    async def stop(self, profile: str) -> None:
+        report = await self.manager.stop(profile)
+        if self._app is not None and report.blockers:
+            self._app.notify(f"{profile}: " + "; ".join(report.blockers), severity="warning", timeout=10)
+
+    async def restart(self, profile: str) -> None:
+        view = await self.manager.restart(profile)
+        self.started_here.append(view.run_id)
+        self._on_view(view)
+
+    # ----------------------------------------------------------------- sweeps
+    def _publish_series(self, name: str) -> None:
+        assert self._app is not None
+        names = list(self._levels)
+        cross = crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
+        self._app.set_series(name, [lv.to_dict() for lv in self._levels[name]], crossover=cross)
+
+    async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
+        defaults = self.config.sweep
+        workload = Workload(levels=request.levels, requests_per_level=request.requests_per_level,
+                            duration_s=defaults.duration_s, warmup_requests=defaults.warmup_requests,
+                            input_len=request.input_len, output_len=request.output_len, api=defaults.api)
+        written: list[Path] = []
+        try:
+            for profile in request.profiles:
+                view = self._views.get(profile)
+                if view is None or view.state != "ready":
+                    app.notify(f"{profile} is not ready; skipped", severity="warning")
+                    continue
+                self._levels[profile] = []
+                spec = SweepSpec(url=view.url, workload=workload, out_path=default_out_path(profile, self.results_dir),
+                                 profile=profile)
+                app.set_sweep_status(f"{profile}: starting", running=True)
+
+                def on_update(update: SweepUpdate, profile: str = profile) -> None:
+                    if isinstance(update, SweepProgress):
+                        app.set_sweep_status(sweep_status(update, profile), running=True)
+                    elif isinstance(update, LevelResult):
+                        self._levels[profile].append(update)
+                        self._publish_series(profile)
+                    elif isinstance(update, SweepNotice):
+                        app.notify(f"{profile}: {update.message}", severity="warning", timeout=6)
+
+                result = await run_sweep(spec, on_update=on_update)
+                written.append(result.path)
+            app.set_sweep_status("done: " + ", ".join(str(p) for p in written), running=False)
+        except asyncio.CancelledError:
+            app.set_sweep_status("cancelled (finished levels kept)", running=False)
+            raise
+
+    async def overlay(self, path: Path, app: SpecmonApp) -> None:
+        result = await asyncio.to_thread(read_results, path)
+        name = path.stem
+        self._levels[name] = list(result.levels)
+        self._publish_series(name)
+        app.notify(f"overlaid {path.name}: {len(result.levels)} levels", timeout=4)
+
+    # --------------------------------------------------------------- shutdown
+    async def close(self, stop_started: bool) -> None:
+        if callable(self._unsubscribe):
+            self._unsubscribe()
+        tasks = self._tasks + [task for _, task in self._log_tasks.values()]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if stop_started:
+            for run_id in self.started_here:
+                with contextlib.suppress(Exception):  # already stopped or gone: nothing left to do
+                    await self.manager.stop(run_id)
+        await self.manager.close()
