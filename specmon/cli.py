@@ -17,7 +17,7 @@ from specmon import __version__
 from specmon.errors import UserError
 
 # Subcommand modules, in the order `specmon --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("profiles", "logscan", "sim", "sweep", "compare", "demo")
+COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "wait", "logs", "logscan", "sim", "sweep", "compare", "demo")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,12 +23,16 @@ MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anywa
 
 @dataclass(frozen=True)
 class TailBatch:
-    """Bytes [start, end) of the log: whole lines ending in b"\\n", or empty with a `note` for the reader."""
+    """Bytes [start, end) of the log as whole lines ending in b"\\n" (`data`, for readers and the saved offset),
+    plus `fresh`: every byte that arrived since the previous batch, an unfinished line included (for a parser
+    that shows progress redrawn with `\\r` before the line ends). Each byte is in `fresh` once per tailer.
+    A batch may be empty with a `note` for the reader."""
 
     data: bytes
     start: int
     end: int
     note: str | None = None
+    fresh: bytes = b""
 
 
 class LogTailer:
@@ -50,7 +54,8 @@ class LogTailer:
         self.inode = inode
         self.max_backlog = max_backlog
         self.retry_s = retry_s
-        self._resync = False   # after a skip: drop bytes up to the first newline
+        self._resync = False     # after a skip: drop bytes up to the first newline
+        self._partial = b""      # bytes after `offset` already handed out as `fresh`
 
     async def stat(self) -> tuple[int, int] | None:
         """(inode, size) of the log, or None if it does not exist (yet)."""
@@ -61,46 +66,47 @@ class LogTailer:
         return int(fields[0]), int(fields[1])
 
     async def _attach(self) -> TailBatch | None:
-        """Check inode/size before reading; returns a note batch when the offset had to move."""
+        """Check inode/size before reading; returns a batch (with a note when the offset had to move)."""
         st = await self.stat()
         if st is None:
             return None
         inode, size = st
         note = None
-        if (self.inode is not None and inode != self.inode) or size < self.offset:
+        if (self.inode is not None and inode != self.inode) or size < self.offset + len(self._partial):
             note = "log was replaced or truncated; reading it from the start"
-            self.offset = 0
+            self.offset, self._partial = 0, b""
         self.inode = inode
         if size - self.offset > self.max_backlog:
             old_offset = self.offset
             # Start one byte early and drop through the first newline: lands on a whole line even when
             # the cut falls exactly on a line boundary.
-            self.offset = size - self.max_backlog - 1
+            self.offset, self._partial = size - self.max_backlog - 1, b""
             self._resync = True
             note = f"skipped {self.offset - old_offset} bytes of log"
-        return TailBatch(b"", self.offset, self.offset, note) if note else TailBatch(b"", self.offset, self.offset)
+        return TailBatch(b"", self.offset, self.offset, note)
 
-    def _split(self, buf: bytes) -> tuple[TailBatch | None, bytes]:
-        """Cut complete lines off the front of `buf`; returns the batch and the unfinished rest."""
-        start = self.offset
+    def _take(self, chunk: bytes) -> TailBatch | None:
+        """Account for newly arrived bytes; returns the batch to hand out (None when nothing is new)."""
         if self._resync:
-            nl = buf.find(b"\n")
+            nl = chunk.find(b"\n")
             if nl < 0:
-                return None, buf
+                self.offset += len(chunk)
+                return None
             self.offset += nl + 1
-            start = self.offset
-            buf = buf[nl + 1:]
+            chunk = chunk[nl + 1:]
             self._resync = False
+        if not chunk:
+            return None
+        start = self.offset
+        buf = self._partial + chunk
         cut = buf.rfind(b"\n") + 1
         if cut == 0 and len(buf) > MAX_LINE:
-            data, rest = buf + b"\n", b""
             self.offset += len(buf)
-        elif cut == 0:
-            return None, buf
-        else:
-            data, rest = buf[:cut], buf[cut:]
-            self.offset += cut
-        return TailBatch(data, start, self.offset), rest
+            self._partial = b""
+            return TailBatch(buf + b"\n", start, self.offset, fresh=chunk + b"\n")
+        self.offset += cut
+        self._partial = buf[cut:]
+        return TailBatch(buf[:cut], start, self.offset, fresh=chunk)
 
     async def follow(self) -> AsyncIterator[TailBatch]:
         """Yield batches forever (until cancelled or closed), re-attaching after a lost link."""
@@ -115,16 +121,17 @@ class LogTailer:
             if attached.note:
                 yield attached
             cmd = f"exec tail -c +{self.offset + 1} -F -- {shlex.quote(self.path)} 2>/dev/null"
-            buf = b""
+            skip = len(self._partial)   # already handed out before the link dropped
             try:
                 async with self.transport.stream(cmd) as out:
                     async for chunk in out:
-                        batch, buf = self._split(buf + chunk)
+                        if skip:
+                            chunk, skip = chunk[skip:], max(0, skip - len(chunk))
+                        batch = self._take(chunk)
                         if batch is not None:
                             yield batch
             except TransportError:
                 pass
-            self._resync = False
             yield TailBatch(b"", self.offset, self.offset, "log link lost; resuming")
             await asyncio.sleep(self.retry_s)
 
@@ -133,15 +140,13 @@ class LogTailer:
         result = await self.transport.run(f"tail -c +{self.offset + 1} -- {shlex.quote(self.path)}", timeout=60)
         if not result.ok:
             return TailBatch(b"", self.offset, self.offset)
+        start, seen = self.offset, len(self._partial)
         data = result.stdout
-        batch, rest = self._split(data)
-        if batch is None:
-            batch = TailBatch(b"", self.offset, self.offset)
-        if rest:
-            start = batch.start
-            self.offset += len(rest)
-            batch = TailBatch(batch.data + rest + b"\n", start, self.offset)
-        return batch
+        if data and not data.endswith(b"\n"):
+            data += b"\n"
+        self.offset += len(result.stdout)
+        self._partial = b""
+        return TailBatch(data, start, self.offset, fresh=data[seen:])
 
 
 async def read_range(transport: Transport, path: str, start: int, end: int) -> bytes:

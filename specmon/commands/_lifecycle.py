@@ -1,0 +1,85 @@
+"""Shared by the lifecycle commands (launch, stop, restart, status, wait, logs): config, engine, formatting."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+from specmon.model.config import load_config
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView, StopReport
+
+EXIT_READY, EXIT_FAILED, EXIT_STALLED = 0, 1, 3
+
+
+def manager_for(args: argparse.Namespace) -> RunManager:
+    """A RunManager over the profiles file chosen by --config / discovery."""
+    return RunManager(load_config(getattr(args, "config", None)))
+
+
+def run_with_manager(args: argparse.Namespace, body: Callable[[RunManager], Awaitable[int]]) -> int:
+    """Run `body(manager)` in a fresh event loop; the manager's tasks are always cancelled at the end."""
+
+    async def go() -> int:
+        manager = manager_for(args)
+        try:
+            return await body(manager)
+        finally:
+            await manager.close()
+
+    return asyncio.run(go())
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    return f"{seconds:.0f}s" if seconds < 120 else f"{seconds // 60:.0f}m{seconds % 60:02.0f}s"
+
+
+def progress_text(view: RunView) -> str:
+    """One line: where the load is (phase, shard n/N, ETA) or the verdict."""
+    parts = [f"{view.profile}: {view.state}"]
+    if view.state in ("launching", "loading"):
+        if view.phase:
+            parts.append(view.phase)
+        if view.shards:
+            parts.append(f"shard {view.shards[0]}/{view.shards[1]}")
+        if view.eta_s is not None:
+            parts.append(f"ETA {_duration(view.eta_s)}")
+        parts.append(f"elapsed {_duration(time.time() - view.started_at)}")
+    if view.stalled and view.stall_reason:
+        parts.append(f"STALLED: {view.stall_reason}")
+    if view.state == "ready":
+        parts.append(f"{view.url} after {_duration(view.load_seconds)}")
+    if view.failure is not None:
+        parts.append(f"{view.failure.kind}: {view.failure.message}")
+    return ", ".join(parts)
+
+
+def print_failure(view: RunView) -> None:
+    """The reason and the last log lines, on stderr."""
+    if view.failure is None:
+        return
+    print(f"specmon: {view.profile} {view.state}: {view.failure.kind}: {view.failure.message}", file=sys.stderr)
+    if view.failure.last_lines:
+        print("last log lines:", file=sys.stderr)
+        for line in view.failure.last_lines:
+            print(f"  {line}", file=sys.stderr)
+
+
+def print_report(report: StopReport) -> None:
+    how = "SIGKILL needed" if report.killed else "SIGTERM"
+    state = "stopped" if report.stopped else "NOT fully stopped"
+    print(f"{report.profile} run {report.run_id}: {state} in {report.seconds:.1f}s ({how}; "
+          f"{len(report.pids)} process(es); exit code {report.exit_code})")
+    for blocker in report.blockers:
+        print(f"specmon: still blocking: {blocker}", file=sys.stderr)
+
+
+def status_json(views: list[RunView]) -> str:
+    return json.dumps([v.to_json() for v in views], indent=2)

@@ -1,0 +1,360 @@
+"""RunController: watches one run (log, process, health, readiness, stall) and turns it into RunViews.
+
+One controller per watched run; it owns its tasks and cancels them in `close()`, which never stops the
+server. Verdicts:
+  ready    the server's ready signal from the log (for server = "other": /health 200) AND one real completion
+           (max_tokens 1) answered
+  stalled  a warning flag: no log bytes for the stall time while loading; cleared by the next byte
+  failed   a fatal log signature, or the process ended (exit code recorded, an unasked 0 included) before ready
+  exited   the process ended on its own after it had been ready
+  stopped  the process ended after a stop request
+  lost     the wrapper is gone without an exit code (killed), its pid was reused, or the host rebooted
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import os
+import shlex
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from specmon.model.runstate import LogWatch, eta_seconds
+from specmon.orchestration.hostops import HostOps
+from specmon.orchestration.runstore import RunRecord, RunStore
+from specmon.orchestration.runview import FailureInfo, LogLine, RunView
+from specmon.sources.health import ProbeResult, ServerProbe, poll
+from specmon.sources.tailer import LogTailer, TailBatch, read_range
+from specmon.sources.transport import TransportError
+
+REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
+BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
+
+
+@dataclass(frozen=True)
+class WatchTimings:
+    """Poll periods (seconds). Health polls re-arm after each answer; the process check is one round trip."""
+
+    process_s: float = 0.5
+    health_s: float = 1.0
+    ready_retry_s: float = 0.2
+
+
+def failure_of(run_state: Any) -> FailureInfo | None:
+    """The parser's fatal failure as a FailureInfo (None when the log shows none)."""
+    failure = getattr(run_state, "failure", None) if run_state is not None else None
+    if failure is None or not getattr(failure, "fatal", True) or getattr(failure, "provisional", False):
+        return None
+    return FailureInfo(str(failure.kind), str(failure.message), tuple(getattr(run_state, "last_lines", ()) or ()))
+
+
+def end_verdict(record: RunRecord, run_state: Any, exit_code: int | None, lost: bool,
+                stop_requested: bool) -> tuple[str, FailureInfo | None]:
+    """The terminal (state, failure) of a run whose process has ended."""
+    last = tuple(getattr(run_state, "last_lines", ()) or ()) if run_state is not None else ()
+    if stop_requested or record.stop_requested:
+        return "stopped", None
+    failure = failure_of(run_state) or (FailureInfo(**record.failure) if record.failure else None)
+    if failure is None:
+        if lost:
+            failure = FailureInfo("lost", "the server's wrapper is gone without recording an exit code "
+                                          "(killed by a signal or the OOM killer?)", last)
+        elif exit_code == 0:
+            failure = FailureInfo("exited", "exited unexpectedly with code 0", last)
+        else:
+            failure = FailureInfo("exited", f"exited with code {exit_code}", last)
+    if lost:
+        return "lost", failure
+    return ("exited" if record.ready_at is not None else "failed"), failure
+
+
+class RunController:
+    """Watches one run. Create, `await start()`, read `view()`, subscribe to lines; `await close()` at the end."""
+
+    def __init__(
+        self,
+        record: RunRecord,
+        ops: HostOps,
+        store: RunStore,
+        *,
+        on_view: Callable[[RunView], None],
+        notify: Callable[[RunRecord, str, str], None],
+        timings: WatchTimings = WatchTimings(),
+        stall_timeout_s: float | None = None,
+    ) -> None:
+        self.record = record
+        self.ops = ops
+        self.store = store
+        self.timings = timings
+        self.stall_timeout_s = stall_timeout_s if stall_timeout_s is not None else record.stall_timeout_s
+        self._on_view = on_view
+        self._notify = notify
+        self.watch = LogWatch(record.started_at)
+        self.tailer = LogTailer(ops.transport, record.log_path, record.log_offset, record.log_inode)
+        self.probe = ServerProbe(record.url, record.health_path, timeout_s=5.0)
+        # Measured loads of this profile feed the ETA; the profile's expected_load_s stands in until one exists.
+        self.past_loads = store.past_loads(record.profile) or (
+            (record.expected_load_s,) if record.expected_load_s else ())
+        self.stalled = False
+        self.stall_reason: str | None = None
+        self.last_bytes_at = time.time()
+        self.last_health: ProbeResult | None = None
+        self.finished = asyncio.Event()
+        self._ready_trigger = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._tail_task: asyncio.Task[None] | None = None
+        self._history: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines before the resume offset
+        self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this controller
+        self._readers: set[asyncio.Queue[LogLine | None]] = set()
+        self._last_view: RunView | None = None
+
+    # ---- views -------------------------------------------------------------------------------------------
+    def view(self) -> RunView:
+        """The current snapshot."""
+        r, rs, now = self.record, self.watch.state, time.time()
+        total = getattr(rs, "shards_total", None)
+        shards = (int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None
+        state = r.state
+        if state == "launching" and r.pid is not None:
+            state = "loading"
+        failure = FailureInfo(**r.failure) if r.failure else None
+        eta = None
+        if state in ("launching", "loading"):
+            with contextlib.suppress(Exception):   # an estimate must never break the view
+                eta = eta_seconds(rs, now, self.past_loads)
+        return RunView(
+            run_id=r.run_id, profile=r.profile, host=r.host, state=state,
+            stalled=self.stalled and state in ("launching", "loading"),
+            pid=r.pid, port=r.port, url=r.url, started_at=r.started_at, ready_at=r.ready_at,
+            load_seconds=r.load_seconds, shards=shards, kv_cache_tokens=getattr(rs, "kv_cache_tokens", None),
+            exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
+            stall_reason=self.stall_reason if self.stalled else None,
+            log_path=r.log_path, run_dir=r.run_dir, run_state=rs,
+        )
+
+    def _publish(self) -> None:
+        view = self.view()
+        if view != self._last_view:
+            self._last_view = view
+            self._on_view(view)
+
+    def _update(self, **changes: Any) -> None:
+        stored = self.store.update(self.record.run_id, **changes)
+        self.record = stored if stored is not None else dataclasses.replace(self.record, **changes)
+        self._publish()
+
+    # ---- log lines ---------------------------------------------------------------------------------------
+    def add_reader(self, backlog: bool = True, history: bool = False) -> asyncio.Queue[LogLine | None]:
+        """A queue of LogLines from now on; None marks the end of the run.
+
+        `backlog`: first the lines this controller already read; `history`: before them, the (last
+        BACKLOG_LINES) lines before the saved resume offset, which an earlier reader already showed.
+        """
+        queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
+        if history:
+            for line in self._history:
+                queue.put_nowait(line)
+        if backlog:
+            for line in self._backlog:
+                queue.put_nowait(line)
+        if self.finished.is_set():
+            queue.put_nowait(None)
+        self._readers.add(queue)
+        return queue
+
+    def remove_reader(self, queue: asyncio.Queue[LogLine | None]) -> None:
+        self._readers.discard(queue)
+
+    def commit_offset(self, end: int) -> None:
+        """Remember that a reader has shown every line up to byte `end` (a later process resumes there)."""
+        if end > self.record.log_offset:
+            self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
+                or self.record
+
+    def _emit(self, line: LogLine | None) -> None:
+        if line is not None:
+            self._backlog.append(line)
+        for queue in self._readers:
+            queue.put_nowait(line)
+
+    # ---- life --------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
+        if self.record.log_offset > 0:
+            start = max(0, self.record.log_offset - REPLAY_LIMIT)
+            data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
+            if start > 0:
+                data = data[data.find(b"\n") + 1:]
+            self._feed(data, time.time(), 0)
+            end = self.record.log_offset - len(data)
+            for raw in data.split(b"\n")[:-1]:
+                end += len(raw) + 1
+                self._history.append(LogLine(raw.decode("utf-8", errors="replace"), end))
+        mtime = await self.ops.sh(f"stat -c %Y -- {shlex.quote(self.record.log_path)} 2>/dev/null")
+        if mtime[0] == 0 and mtime[1].strip().isdigit():
+            self.last_bytes_at = min(time.time(), float(mtime[1].strip()))
+        if self.record.terminal:
+            # Nothing runs any more: read the rest once so the view and the readers are complete.
+            self._on_batch(await self.tailer.drain())
+            self._finish_readers()
+            self._publish()
+            return
+        if self.record.state == "ready":
+            self._ready_trigger.set()
+        self._tail_task = asyncio.create_task(self._tail_loop(), name=f"tail {self.record.run_id}")
+        self._tasks += [
+            self._tail_task,
+            asyncio.create_task(self._process_loop(), name=f"process {self.record.run_id}"),
+            asyncio.create_task(self._health_loop(), name=f"health {self.record.run_id}"),
+            asyncio.create_task(self._ready_loop(), name=f"ready {self.record.run_id}"),
+        ]
+        self._publish()
+
+    async def close(self) -> None:
+        """Cancel every task of this controller and wait for them. The server keeps running."""
+        tasks = [t for t in self._tasks if not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.probe.aclose()
+
+    def _finish_readers(self) -> None:
+        self.finished.set()
+        self._emit(None)
+
+    # ---- loops -------------------------------------------------------------------------------------------
+    async def _tail_loop(self) -> None:
+        async with contextlib.aclosing(self.tailer.follow()) as batches:
+            async for batch in batches:
+                self._on_batch(batch)
+
+    def _feed(self, data: bytes, now: float, at: int) -> None:
+        """Feed the parser; a parser bug must not end the babysitting (the lines still reach readers)."""
+        try:
+            if data:
+                self.watch.feed(data, now)
+            else:
+                self.watch.close(now)
+        except Exception as exc:
+            self._emit(LogLine(f"specmon: log parser error: {exc!r}", at, kind="note"))
+
+    def _on_batch(self, batch: TailBatch) -> None:
+        if batch.note:
+            self._emit(LogLine(batch.note, batch.end, kind="note"))
+        if not batch.fresh:
+            return
+        now = time.time()
+        self.last_bytes_at = now
+        self.stalled = False
+        self._feed(batch.fresh, now, batch.start)
+        end = batch.start
+        for raw in batch.data.split(b"\n")[:-1]:
+            end += len(raw) + 1
+            self._emit(LogLine(raw.decode("utf-8", errors="replace"), end))
+        rs = self.watch.state
+        if getattr(rs, "ready", False) and self.record.server != "other":
+            self._ready_trigger.set()
+        failure = failure_of(rs)
+        if failure is not None and self.record.state in ("launching", "loading"):
+            self._update(state="failed", failure=dataclasses.asdict(failure))
+            self._notify(self.record, "failed", failure.message)
+        self._publish()
+
+    async def _process_loop(self) -> None:
+        pid = self.record.pid
+        while True:
+            await asyncio.sleep(self.timings.process_s)
+            if pid is None:
+                continue
+            try:
+                info, exit_code, stop = await self.ops.run_status(self.record.run_dir, pid)
+            except (TransportError, TimeoutError):
+                continue
+            if info is not None and info.alive and info.starttime == self.record.starttime:
+                self._check_stall()
+                continue
+            await self._finish(exit_code, lost=exit_code is None, stop_requested=stop)
+            return
+
+    def _check_stall(self) -> None:
+        if self.record.state not in ("launching", "loading"):
+            return
+        idle = time.time() - self.last_bytes_at
+        if not self.stalled and idle >= self.stall_timeout_s:
+            rs = self.watch.state
+            where = f"phase {getattr(rs, 'phase', '?')}"
+            if getattr(rs, "shards_total", None):
+                where += f", shard {rs.shards_done}/{rs.shards_total}"
+            self.stalled = True
+            self.stall_reason = f"no log output and no progress for {idle:.0f} s ({where})"
+            self._notify(self.record, "stalled", self.stall_reason)
+            self._publish()
+
+    async def _finish(self, exit_code: int | None, *, lost: bool, stop_requested: bool) -> None:
+        """The process has ended: drain the log, record the verdict, end the other loops."""
+        if self._tail_task is not None:
+            self._tail_task.cancel()
+            await asyncio.gather(self._tail_task, return_exceptions=True)
+        with contextlib.suppress(TransportError, TimeoutError):
+            self._on_batch(await self.tailer.drain())
+        self._feed(b"", time.time(), self.tailer.offset)
+        state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
+        already_failed = self.record.state == "failed"
+        self._update(state=state if not (already_failed and state == "exited") else "failed",
+                     exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
+                     failure=None if failure is None else dataclasses.asdict(failure))
+        if failure is not None and not already_failed:
+            self._notify(self.record, self.record.state, failure.message)
+        self._finish_readers()
+        current = asyncio.current_task()
+        for task in self._tasks:
+            if task is not current:
+                task.cancel()
+
+    async def _health_loop(self) -> None:
+        def on_health(result: ProbeResult) -> bool:
+            self.last_health = result
+            if result.ok and self.record.server == "other":
+                self._ready_trigger.set()
+            return False
+
+        await poll(self.probe.health, self.timings.health_s, on_health)
+
+    async def _ready_loop(self) -> None:
+        await self._ready_trigger.wait()
+        if self.record.state == "ready":
+            return
+        while not (await self.probe.completion()).ok:
+            await asyncio.sleep(self.timings.ready_retry_s)
+        if self.record.state not in ("launching", "loading"):
+            return
+        now = time.time()
+        load_seconds = now - self.record.started_at
+        self.stalled = False
+        self._update(state="ready", ready_at=now, load_seconds=load_seconds)
+        self.store.record_load(self.record.profile, load_seconds, now)
+        self._notify(self.record, "ready", f"ready after {load_seconds:.1f} s")
+
+
+def run_notify(command: str, record: RunRecord, state: str, reason: str) -> asyncio.Task[None]:
+    """Start the profile's notify_cmd (locally, where specmon runs) with the run's facts in its env."""
+    env = dict(os.environ, SPECMON_PROFILE=record.profile, SPECMON_STATE=state, SPECMON_REASON=reason,
+               SPECMON_RUN_ID=record.run_id)
+
+    async def go() -> None:
+        proc = await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", command, env=env, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except (asyncio.TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            raise
+
+    return asyncio.create_task(go(), name=f"notify {record.run_id} {state}")

@@ -1,0 +1,413 @@
+"""The server lifecycle engine: launch, watch, stop, restart and reattach runs.
+
+Engine API (used by the CLI commands and the TUI):
+
+    manager = RunManager(config, state_dir=None, transport_factory=None, stop_timings=StopTimings(),
+                         watch_timings=WatchTimings())
+    view = await manager.launch("profile", watch=True)      -> RunView   (UserError before anything starts
+                                                                           on a busy port, missing command,
+                                                                           unwritable run dir, live run)
+    report = await manager.stop("profile" | "run_id", force=False)   -> StopReport
+    view = await manager.restart("profile")                 -> RunView   (stop + preflight + launch)
+    manager.runs()                                          -> list[RunView]  every known run, newest last
+    await manager.refresh()                                 -> list[RunView]  one-shot check of every run
+                                                               (process alive? exit code? log state?)
+    view = await manager.attach(run_id, stall_timeout_s=None)   start watching a run (reattach)
+    unsubscribe = manager.subscribe(callback)               callback(RunView) on every change of any run
+    async for view in manager.watch(run_id): ...            changes of one run until it ends
+    async for line in manager.log_lines(run_id): ...        LogLine(text, end, kind "line" | "note");
+                                                            with commit=True the byte offset of shown lines is
+                                                            saved, so a later process resumes after them
+    manager.find(profile_or_run_id)                         -> RunRecord (latest run of a profile)
+    await manager.close()                                   cancels every task; never stops a server
+
+Every host operation goes through a Transport (shell commands), so SSH hosts need only a transport_factory.
+Times in views are epoch seconds (wall clock), shared by every specmon process; durations use monotonic time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import secrets
+import shlex
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+from specmon.errors import UserError
+from specmon.model.config import Config, Profile
+from specmon.model.runstate import LogWatch
+from specmon.orchestration.controller import RunController, WatchTimings, end_verdict, failure_of, run_notify
+from specmon.orchestration.hostops import HostOps, check_env, wrapper_script
+from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc
+from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
+from specmon.orchestration.stopping import StopTimings, stop_run
+from specmon.sources.health import ServerProbe
+from specmon.sources.local import LocalTransport
+from specmon.sources.tailer import read_range
+from specmon.sources.transport import Transport, TransportError
+
+TransportFactory = Callable[[str], Transport]
+PID_WAIT_S = 10.0
+COMMIT_EVERY_S = 1.0
+
+
+def default_transport(host: str) -> Transport:
+    """LocalTransport for "local"; other hosts need the SSH transport."""
+    if host == "local":
+        return LocalTransport()
+    raise UserError(f"host {host}: remote hosts are not supported yet (no SSH transport)")
+
+
+def new_run_id() -> str:
+    """Sortable, unique enough, safe in paths and shell words: 20261129-154501-3fa9c2."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+class RunManager:
+    """Owns the runs of one specmon process. See the module docstring for the API."""
+
+    def __init__(
+        self,
+        config: Config,
+        state_dir: Path | str | None = None,
+        transport_factory: TransportFactory | None = None,
+        *,
+        stop_timings: StopTimings = StopTimings(),
+        watch_timings: WatchTimings = WatchTimings(),
+    ) -> None:
+        self.config = config
+        self.store = RunStore(state_dir)
+        self._factory = transport_factory or default_transport
+        self._ops: dict[str, HostOps] = {}
+        self._controllers: dict[str, RunController] = {}
+        self._subscribers: list[Callable[[RunView], None]] = []
+        self._side_tasks: set[asyncio.Task[None]] = set()
+        self.stop_timings = stop_timings
+        self.watch_timings = watch_timings
+
+    # ---- helpers -----------------------------------------------------------------------------------------
+    def ops(self, host: str) -> HostOps:
+        if host not in self._ops:
+            self._ops[host] = HostOps(self._factory(host))
+        return self._ops[host]
+
+    def _own(self, task: asyncio.Task[None]) -> None:
+        self._side_tasks.add(task)
+        task.add_done_callback(self._side_tasks.discard)
+
+    def _on_view(self, view: RunView) -> None:
+        for callback in list(self._subscribers):
+            callback(view)
+
+    def _notify(self, record: RunRecord, state: str, reason: str) -> None:
+        if record.notify_cmd:
+            self._own(run_notify(record.notify_cmd, record, state, reason))
+
+    def find(self, target: str) -> RunRecord:
+        """A run by id, or the latest run of a profile (preferring one that may still run)."""
+        record = self.store.load(target) if "/" not in target else None
+        if record is not None:
+            return record
+        runs = [r for r in self.store.all() if r.profile == target]
+        if not runs:
+            raise UserError(f"no run of profile or run id {target!r} is known (see `specmon status`)")
+        active = [r for r in runs if not r.terminal]
+        return (active or runs)[-1]
+
+    def _static_view(self, record: RunRecord) -> RunView:
+        state = "loading" if record.state == "launching" and record.pid else record.state
+        return RunView(
+            run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
+            pid=record.pid, port=record.port, url=record.url, started_at=record.started_at,
+            ready_at=record.ready_at, load_seconds=record.load_seconds, shards=None, kv_cache_tokens=None,
+            exit_code=record.exit_code, failure=FailureInfo(**record.failure) if record.failure else None,
+            eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir)
+
+    # ---- queries -----------------------------------------------------------------------------------------
+    def runs(self) -> list[RunView]:
+        """Every known run (from the state files; watched runs with their live view)."""
+        views = []
+        for record in self.store.all():
+            controller = self._controllers.get(record.run_id)
+            views.append(controller.view() if controller else self._static_view(record))
+        return views
+
+    def view(self, run_id: str) -> RunView:
+        """The current view of one run (live if watched)."""
+        controller = self._controllers.get(run_id)
+        if controller is not None:
+            return controller.view()
+        record = self.store.load(run_id)
+        if record is None:
+            raise UserError(f"unknown run {run_id!r}")
+        return self._static_view(record)
+
+    def subscribe(self, callback: Callable[[RunView], None]) -> Callable[[], None]:
+        """Call `callback(view)` whenever a watched run changes; returns the unsubscribe function."""
+        self._subscribers.append(callback)
+        return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
+
+    async def watch(self, run_id: str) -> AsyncIterator[RunView]:
+        """The views of one run as it changes (attaching if needed), ending after its final view."""
+        queue: asyncio.Queue[RunView] = asyncio.Queue()
+
+        def on_view(view: RunView) -> None:
+            if view.run_id == run_id:
+                queue.put_nowait(view)
+
+        unsubscribe = self.subscribe(on_view)
+        try:
+            controller = await self._attach(run_id)
+            yield controller.view()
+            while True:
+                get = asyncio.ensure_future(queue.get())
+                done_wait = asyncio.ensure_future(controller.finished.wait())
+                await asyncio.wait({get, done_wait}, return_when=asyncio.FIRST_COMPLETED)
+                done_wait.cancel()
+                if get.done():
+                    yield get.result()
+                else:
+                    get.cancel()
+                    while not queue.empty():
+                        yield queue.get_nowait()
+                    yield controller.view()
+                    return
+        finally:
+            unsubscribe()
+
+    async def log_lines(self, run_id: str, *, commit: bool = True, backlog: bool = True,
+                        history: bool | None = None) -> AsyncIterator[LogLine]:
+        """Log lines of a run (attaching if needed), ending when the run has ended and its log is drained.
+
+        With `commit`, the offset of the lines this iterator handed out and the caller came back from is saved
+        (at least once a second and whenever no line is waiting), so a later specmon process resumes after
+        them. `history` (default: `not commit`) first replays up to 5000 lines an earlier reader already
+        showed: what a display wants, never a resuming consumer. `backlog`: lines this process read before
+        the call.
+        """
+        controller = await self._attach(run_id)
+        queue = controller.add_reader(backlog, history=not commit if history is None else history)
+        shown, saved_at = 0, time.monotonic()
+        try:
+            while True:
+                if commit and shown and (queue.empty() or time.monotonic() - saved_at > COMMIT_EVERY_S):
+                    controller.commit_offset(shown)
+                    saved_at = time.monotonic()
+                line = await queue.get()
+                if line is None:
+                    return
+                yield line
+                if line.kind == "line":
+                    shown = line.end
+        finally:
+            controller.remove_reader(queue)
+            if commit and shown:
+                controller.commit_offset(shown)
+
+    # ---- watching ----------------------------------------------------------------------------------------
+    async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
+        """Start watching a run (a no-op if already watched); returns its view."""
+        return (await self._attach(run_id, stall_timeout_s)).view()
+
+    async def _attach(self, run_id: str, stall_timeout_s: float | None = None) -> RunController:
+        controller = self._controllers.get(run_id)
+        if controller is not None:
+            if stall_timeout_s is not None:
+                controller.stall_timeout_s = stall_timeout_s
+            return controller
+        record = self.store.load(run_id)
+        if record is None:
+            raise UserError(f"unknown run {run_id!r}")
+        if not record.terminal:
+            record = await self._reconcile(record)
+        controller = RunController(record, self.ops(record.host), self.store, on_view=self._on_view,
+                                   notify=self._notify, timings=self.watch_timings, stall_timeout_s=stall_timeout_s)
+        self._controllers[run_id] = controller
+        await controller.start()
+        return controller
+
+    async def _reconcile(self, record: RunRecord) -> RunRecord:
+        """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
+        ops = self.ops(record.host)
+        if record.pid is None:
+            return record
+        info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
+        boot_ok = not record.boot_id or record.boot_id == await ops.boot_id()
+        if boot_ok and info is not None and info.alive and info.starttime == record.starttime:
+            return record
+        state, rs = None, None
+        if boot_ok and exit_code is None and info is not None and info.alive and info.starttime != record.starttime:
+            reason = f"pid {record.pid} now belongs to another process (start time differs): the server is gone"
+            failure: FailureInfo | None = FailureInfo("lost", reason)
+            state = "lost"
+        else:
+            rs = await self._replay(record)
+            state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
+            if not boot_ok:
+                failure = FailureInfo("lost", f"host {record.host} rebooted since the launch")
+                state = "lost"
+        return self.store.update(
+            record.run_id, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
+            failure=None if failure is None else dataclasses.asdict(failure)) or record
+
+    async def _replay(self, record: RunRecord) -> object:
+        """The parser's state for the whole log (the last REPLAY_LIMIT bytes of it)."""
+        watch = LogWatch(record.started_at)
+        size_text = await self.ops(record.host).sh(f"stat -c %s -- {shlex.quote(record.log_path)} 2>/dev/null")
+        size = int(size_text[1].strip()) if size_text[0] == 0 and size_text[1].strip().isdigit() else 0
+        data = await read_range(self.ops(record.host).transport, record.log_path, max(0, size - (8 << 20)), size)
+        with contextlib.suppress(Exception):   # a parser bug must not break `status`
+            watch.feed(data, time.time())
+            watch.close(time.time())
+        return watch.state
+
+    async def refresh(self) -> list[RunView]:
+        """Check every run that may still be running, once (for `specmon status`); returns all views."""
+        views = []
+        for record in self.store.all():
+            if record.run_id in self._controllers:
+                views.append(self._controllers[record.run_id].view())
+                continue
+            if not record.terminal:
+                with contextlib.suppress(TransportError, TimeoutError):
+                    record = await self._reconcile(record)
+            if record.terminal:
+                views.append(self._static_view(record))
+                continue
+            rs = await self._replay(record)
+            if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
+                probe = ServerProbe(record.url, record.health_path, timeout_s=3.0)
+                try:
+                    if (await probe.completion()).ok:
+                        record = self.store.update(record.run_id, state="ready", ready_at=time.time()) or record
+                finally:
+                    await probe.aclose()
+            base = self._static_view(record)
+            total = getattr(rs, "shards_total", None)
+            views.append(dataclasses.replace(
+                base, shards=(int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None,
+                kv_cache_tokens=getattr(rs, "kv_cache_tokens", None), phase=getattr(rs, "phase", None),
+                run_state=rs))
+        return views
+
+    # ---- launch / stop / restart -------------------------------------------------------------------------
+    async def _preflight(self, profile: Profile, ops: HostOps) -> None:
+        where = f"profile {profile.name}"
+        check_env(profile.env, where)
+        if not profile.command:
+            raise UserError(f"{where}: command is empty")
+        for record in self.store.all():
+            if record.host == profile.host and record.port == profile.port and not record.terminal:
+                record = await self._reconcile(record)
+                if not record.terminal:
+                    raise UserError(f"{where}: run {record.run_id} (profile {record.profile}) is still {record.state} "
+                                    f"on {ops.host} port {record.port}; stop it first or use `specmon restart`")
+        if profile.port in await ops.listening():
+            raise UserError(f"{ops.host}: port {profile.port} is already in use ({where}); "
+                            "stop whatever listens there or choose another port")
+        if profile.workdir and not await ops.workdir_exists(profile.workdir):
+            raise UserError(f"{ops.host}: workdir {profile.workdir} does not exist ({where})")
+        if not await ops.find_command(profile.command[0], profile.env, profile.workdir):
+            raise UserError(f"{ops.host}: command not found: {profile.command[0]} ({where}: command)")
+
+    async def launch(self, profile_name: str, *, watch: bool = True) -> RunView:
+        """Start a run of the profile, detached from specmon. Returns once its pid is known."""
+        profile = self.config.profile(profile_name)
+        ops = self.ops(profile.host)
+        try:
+            await self._preflight(profile, ops)
+            run_id = new_run_id()
+            run_dir = f"{await ops.runs_root()}/{run_id}"
+            problem = await ops.make_run_dir(run_dir)
+            if problem is not None:
+                raise UserError(f"{ops.host}: cannot create run directory {run_dir}: {problem}")
+            started_at = time.time()
+            await ops.transport.write_file(
+                f"{run_dir}/launch.sh",
+                wrapper_script(run_dir, profile.command, profile.env, profile.workdir, run_id).encode(), 0o700)
+            await ops.write_json(f"{run_dir}/meta.json", {
+                "run_id": run_id, "profile": profile.name, "host": profile.host, "argv": list(profile.command),
+                "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
+                "config": self.config.source,
+            })
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        record = RunRecord(
+            run_id=run_id, profile=profile.name, host=profile.host, run_dir=run_dir, port=profile.port,
+            url=profile.base_url, server=profile.server, health_path=profile.health_path,
+            stall_timeout_s=profile.stall_timeout_s, notify_cmd=profile.notify_cmd,
+            expected_load_s=profile.expected_load_s, started_at=started_at)
+        # Written before the start, so a crash right after still leaves a trace to reconcile.
+        self.store.save(record)
+        await ops.start_detached(run_dir)
+        pid = await self._wait_pid(ops, run_dir)
+        if pid is None:
+            self.store.update(run_id, state="failed", failure={
+                "kind": "exited", "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
+                "last_lines": []})
+        else:
+            info = await ops.proc(pid)
+            self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
+                              boot_id=await ops.boot_id(), state="loading")
+        if watch:
+            return await self.attach(run_id)
+        return self._static_view(self.store.load(run_id) or record)
+
+    async def _wait_pid(self, ops: HostOps, run_dir: str) -> int | None:
+        deadline = time.monotonic() + PID_WAIT_S
+        while time.monotonic() < deadline:
+            text = await ops.read_file(f"{run_dir}/pid")
+            if text and text.strip().isdigit():
+                return int(text.strip())
+            await asyncio.sleep(0.02)
+        return None
+
+    async def stop(self, target: str, force: bool = False) -> StopReport:
+        """Stop a run (by id, or the latest run of a profile); waits for its port and GPUs to be free."""
+        record = self.find(target)
+        ops = self.ops(record.host)
+        controller = self._controllers.get(record.run_id)
+        if not record.terminal:
+            record = self.store.update(record.run_id, state="stopping", stop_requested=True) or record
+            if controller is not None:
+                controller.record = record
+                controller._publish()
+        try:
+            report = await stop_run(ops, record, force=force, timings=self.stop_timings)
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        if controller is not None and not controller.finished.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(controller.finished.wait(), 5.0)
+        current = self.store.load(record.run_id) or record
+        if current.state == "stopping" or (not current.terminal and report.stopped):
+            self.store.update(record.run_id, state="stopped" if report.stopped else "stopping",
+                              exit_code=report.exit_code)
+        return report
+
+    async def restart(self, profile_name: str) -> RunView:
+        """Stop the profile's running run (if any), check the port is free, launch again."""
+        profile = self.config.profile(profile_name)
+        for record in self.store.all():
+            if record.profile == profile.name and not record.terminal:
+                report = await self.stop(record.run_id)
+                if report.blockers:
+                    raise UserError(f"{profile.host}: cannot restart {profile.name}: " + "; ".join(report.blockers))
+        return await self.launch(profile_name)
+
+    async def close(self) -> None:
+        """Cancel every task this manager started. Servers keep running."""
+        for controller in list(self._controllers.values()):
+            await controller.close()
+        self._controllers.clear()
+        tasks = list(self._side_tasks)
+        if tasks:   # let a just-started notify_cmd finish (briefly) before cancelling it
+            await asyncio.wait(tasks, timeout=5.0)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for ops in self._ops.values():
+            await ops.transport.close()

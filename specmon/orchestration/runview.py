@@ -1,0 +1,107 @@
+"""What front ends see of a run: RunView (a frozen snapshot), LogLine, StopReport, and the status JSON shape."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from specmon.orchestration.runstore import iso_utc
+
+RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@dataclass(frozen=True)
+class FailureInfo:
+    """Why a run failed: kind (oom, nccl, port_in_use, model_not_found, exception, exited, lost), one-line
+    message, and the last log lines before it."""
+
+    kind: str
+    message: str
+    last_lines: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunView:
+    """A snapshot of one run. `state` is one of RUN_STATES; `stalled` is a warning flag on top of it."""
+
+    run_id: str
+    profile: str
+    host: str
+    state: str
+    stalled: bool
+    pid: int | None
+    port: int
+    url: str
+    started_at: float                     # epoch seconds
+    ready_at: float | None
+    load_seconds: float | None
+    shards: tuple[int, int] | None        # (done, total)
+    kv_cache_tokens: int | None
+    exit_code: int | None
+    failure: FailureInfo | None
+    eta_s: float | None
+    phase: str | None                     # the log's phase: launching, loading_weights, ..., ready, failed
+    stall_reason: str | None
+    log_path: str
+    run_dir: str
+    run_state: Any = None                 # the parser's RunState (None before any log was read)
+
+    @property
+    def active(self) -> bool:
+        """The server process may still be running."""
+        return self.state in ("launching", "loading", "ready", "stopping")
+
+    def to_json(self) -> dict[str, Any]:
+        """The `specmon status --json` object."""
+        return {
+            "run_id": self.run_id,
+            "profile": self.profile,
+            "host": self.host,
+            "state": self.state,
+            "pid": self.pid,
+            "port": self.port,
+            "url": self.url,
+            "started_at": iso_utc(self.started_at),
+            "ready_at": iso_utc(self.ready_at),
+            "load_seconds": None if self.load_seconds is None else round(self.load_seconds, 3),
+            "shards": None if self.shards is None else {"done": self.shards[0], "total": self.shards[1]},
+            "kv_cache_tokens": self.kv_cache_tokens,
+            "exit_code": self.exit_code,
+            "failure": None if self.failure is None else {"kind": self.failure.kind, "message": self.failure.message},
+        }
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One log line for a reader. `kind` "line" carries server output ending at byte `end`; kind "note" is
+    specmon's own remark (skipped bytes, link lost, log replaced)."""
+
+    text: str
+    end: int
+    kind: str = "line"
+
+    @property
+    def clean(self) -> str:
+        """The line as a terminal showed it last: ANSI codes removed, only the last `\\r`-redrawn part."""
+        parts = [p for p in self.text.split("\r") if p.strip()]
+        return _ANSI.sub("", parts[-1] if parts else "")
+
+
+@dataclass(frozen=True)
+class StopReport:
+    """What `stop` did and what (if anything) still blocks the port or the GPUs."""
+
+    run_id: str
+    profile: str
+    stopped: bool                  # no process of the run is left
+    killed: bool                   # SIGKILL was needed
+    pids: tuple[int, ...]          # every process of the run that was signalled
+    blockers: tuple[str, ...]      # e.g. "port 30000 still has a listener", "pid 123 still holds GPU memory"
+    seconds: float
+    exit_code: int | None
+
+    @property
+    def clean(self) -> bool:
+        return self.stopped and not self.blockers
