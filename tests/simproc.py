@@ -31,6 +31,8 @@ from contextlib import contextmanager
 
 READY_PATTERNS = {"sglang": r"The server is fired up and ready to roll!", "vllm": r"Application startup complete\."}
 _SPLIT = re.compile(r"\r\n|\r|\n")
+# The checkpoint-shard bar (both flavours): groups 1 = percent, 2 = n, 3 = total.
+SHARD_RE = re.compile(r"checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+) \[")
 
 
 def free_port() -> int:
