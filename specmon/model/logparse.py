@@ -37,8 +37,30 @@ CONTEXT_LINES = 20  # lines kept for failure reports
 _SCAN_LINES = 2000
 _ARGS_CONTINUATION_LINES = 3  # pastes wrap a 10 KB args dump mid-token; join this many following lines
 
-_TRIGGER_RE = re.compile("|".join(re.escape(w) for w in sorted(set(signals.TRIGGER_WORDS), key=len,
-                                                                  reverse=True)))
+_NCCL_INFO = " NCCL INFO "
+_NCCL_ENV = "set by environment"
+
+
+def _trie_pattern(words: tuple[str, ...]) -> str:
+    """One regex for "contains any of these words", shaped as a trie so that re tries one branch per
+    character instead of every word at every position (several times faster on long lines)."""
+    trie: dict[str, dict] = {}
+    for word in words:
+        node = trie
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def build(node: dict[str, dict]) -> str:
+        if "" in node:  # a shorter word already matches: the rest of the branch adds nothing
+            return ""
+        alts = [re.escape(ch) + build(sub) for ch, sub in sorted(node.items())]
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    return build(trie)
+
+
+_TRIGGER_RE = re.compile(_trie_pattern(signals.TRIGGER_WORDS))
 # Records glued onto a tqdm bar (`...4.58it/s](Worker_TP2 pid=1) INFO ...`), or onto each other when a
 # paste lost its newlines (`...(APIServer pid=2960)   File ...`).
 _GLUE_SPLIT_RE = re.compile(
@@ -76,8 +98,8 @@ class LogParser:
         self._out: list[Any] = []
         self._at_top = True  # still inside the leading `# ` metadata lines, if any
         # where the line being handled sits, for failure context (None: a piece of the unfinished line)
-        self._cur_block: str | None = None
-        self._cur_start = 0
+        self._cur_lines: list[str] | None = None
+        self._cur_idx = 0
 
     # ------------------------------------------------------------------ public API
     def feed(self, data: bytes) -> list[Any]:
@@ -138,38 +160,61 @@ class LogParser:
         return out
 
     def _block(self, block: str) -> None:
-        """Complete lines (block ends with \\n). Only lines containing a trigger word are parsed."""
+        """Complete lines (block ends with \\n). Only lines that pass the prefilter are parsed.
+
+        Prefilter, per line, cheapest first: an NCCL INFO line (the bulk of an NCCL_DEBUG=INFO log) is
+        skipped unless it says `set by environment`; any other line must contain a trigger word.
+        """
         if self._at_top:
             block = self._skip_header(block)
             if not block:
                 return
         base = self._line_no
+        lines = block.split("\n")
+        lines.pop()  # the block ends with \n
+        self._cur_lines = lines
+        search = _TRIGGER_RE.search
+        handle = self._handle_line
+        careful = self.lines or self._scanning() or self._args_text is not None
+        for i, raw in enumerate(lines):
+            if careful:
+                if self._careful_line(raw, base + i):
+                    continue
+                careful = self.lines or self._scanning() or self._args_text is not None
+            if _NCCL_INFO in raw:
+                if _NCCL_ENV not in raw:
+                    continue
+            elif search(raw) is None:
+                continue
+            self._cur_idx = i
+            handle(raw, base + i)
+            if self._args_text is not None:
+                careful = True
+        self._cur_lines = None
+        self._line_no = base + len(lines)
+        self._remember_block(lines)
+
+    def _careful_line(self, raw: str, line_no: int) -> bool:
+        """The slow per-line work: server/timestamp scan, `Line` events, args-dump continuation.
+
+        Returns True when the line was consumed (a continuation of a wrapped args dump).
+        """
+        last = raw.rstrip("\r").rpartition("\r")[2]
         if self.lines or self._scanning():
-            self._block_slow(block, base)
-        else:
-            search = _TRIGGER_RE.search
-            find = block.find
-            rfind = block.rfind
-            count = block.count
-            pos = 0
-            counted_to = 0
-            line_no = base
-            while True:
-                m = search(block, pos)
-                if m is None:
-                    break
-                start = rfind("\n", 0, m.start()) + 1
-                end = find("\n", m.end() - 1)
-                line_no += count("\n", counted_to, start)
-                counted_to = start
-                self._cur_block, self._cur_start = block, start
-                self._handle_line(block[start:end], line_no)
-                pos = end + 1
-                if self._args_text is not None:
-                    pos = self._args_continue(block, pos, line_no)
-        self._line_no = base + block.count("\n")
-        self._cur_block = None
-        self._remember_block(block)
+            c = clean(last)
+            if self._scanning():
+                self._scan_left -= 1
+                self._note_ts(c)
+                self._note_server(c, c.msg, line_no)
+            if self.lines:
+                self._out.append(Line(c.msg, line_no))
+        if self._args_text is None:
+            return False
+        self._args_text += raw.rstrip("\r")
+        self._args_left -= 1
+        if self._args_text.rstrip().endswith((")", "}")) or self._args_left <= 0:
+            self._flush_args()
+        return True
 
     def _skip_header(self, block: str) -> str:
         """Metadata lines (`# source: ...`) at the very top of a file are not log lines: count, skip."""
@@ -182,57 +227,16 @@ class LogParser:
         self._at_top = False
         return block[pos:]
 
-    def _block_slow(self, block: str, base: int) -> None:
-        """Every line: used while looking for the first timestamp, and when `Line` events are wanted."""
-        lines = block.split("\n")
-        lines.pop()  # block ends with \n
-        start = 0
-        for i, raw in enumerate(lines):
-            line_no = base + i
-            self._cur_block, self._cur_start = block, start
-            start += len(raw) + 1
-            last = raw.rstrip("\r").rpartition("\r")[2]
-            if self.lines or self._scanning():
-                c = clean(last)
-                if self._scanning():
-                    self._scan_left -= 1
-                    self._note_ts(c)
-                    self._note_server(c, c.msg, line_no)
-                if self.lines:
-                    self._out.append(Line(c.msg, line_no))
-            if self._args_text is not None:
-                self._args_text += raw.rstrip("\r")
-                self._args_left -= 1
-                if self._args_text.rstrip().endswith((")", "}")) or self._args_left <= 0:
-                    self._flush_args()
-                continue
-            if _TRIGGER_RE.search(raw):
-                self._handle_line(raw, line_no)
-
     def _scanning(self) -> bool:
         """Still looking at every line for the first timestamp or for which server speaks."""
         return self._scan_left > 0 and (not self._first_ts or self.server is None)
 
-    def _args_continue(self, block: str, pos: int, line_no: int) -> int:
-        """Join the physical lines that continue a wrapped args dump; returns where to resume."""
-        while self._args_text is not None and pos < len(block):
-            end = block.find("\n", pos)
-            self._args_text += block[pos:end].rstrip("\r")
-            self._args_left -= 1
-            pos = end + 1
-            if self._args_text.rstrip().endswith((")", "}")) or self._args_left <= 0:
-                self._flush_args()
-        return pos
-
     def _remember(self, piece: str) -> None:
         self._tail.append(piece)
 
-    def _remember_block(self, block: str) -> None:
-        # Only the last CONTEXT_LINES lines matter; rsplit from the end touches nothing else.
-        last = block.rsplit("\n", CONTEXT_LINES + 1)[-CONTEXT_LINES - 1:-1]
-        for raw in last:
-            piece = raw.rstrip("\r").rpartition("\r")[2]
-            self._tail.append(piece)
+    def _remember_block(self, lines: list[str]) -> None:
+        for raw in lines[-CONTEXT_LINES:]:
+            self._tail.append(raw.rstrip("\r").rpartition("\r")[2])
 
     # ------------------------------------------------------------------ one line
     def _handle_line(self, raw: str, line_no: int) -> None:
@@ -265,7 +269,7 @@ class LogParser:
         if ("args" in msg or "Initializing" in msg) and signals.ARGS_START_RE.search(msg):
             stripped = msg.rstrip()
             if not stripped.endswith((")", "}")):
-                # A wrapped dump: collect the continuation lines first (see _args_continue).
+                # A wrapped dump: collect the continuation lines first (see _careful_line).
                 self._args_text, self._args_line, self._args_left = stripped, line_no, _ARGS_CONTINUATION_LINES
                 return
         out.extend(signals.message_events(msg, c.rank, line_no))
@@ -314,12 +318,9 @@ class LogParser:
     def _context(self, piece: str) -> tuple[str, ...]:
         """Up to CONTEXT_LINES cleaned lines ending with the one being handled (whose piece is given)."""
         before: list[str] = []
-        block, pos = self._cur_block, self._cur_start
-        if block is not None:
-            while pos > 0 and len(before) < CONTEXT_LINES - 1:
-                start = block.rfind("\n", 0, pos - 1) + 1
-                before.append(block[start:pos - 1])
-                pos = start
+        if self._cur_lines is not None:
+            i = self._cur_idx
+            before = self._cur_lines[max(0, i - CONTEXT_LINES + 1):i][::-1]
         if len(before) < CONTEXT_LINES - 1:
             older = list(self._tail)
             before.extend(reversed(older[-(CONTEXT_LINES - 1 - len(before)):]))
