@@ -22,6 +22,13 @@ from specmon.model.config import (
 REPO = Path(__file__).resolve().parent.parent
 
 
+def parse_toml(text: str) -> dict:
+    """The TOML reader the config module uses (tomllib, or tomli before Python 3.11)."""
+    from specmon.model import config
+
+    return config.tomllib.loads(text)
+
+
 def _profile_file(directory: Path, name: str) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "profiles.toml"
@@ -215,3 +222,41 @@ def test_parse_host_accepts(host: str, target: SshTarget) -> None:
 def test_parse_host_refuses(host: str) -> None:
     with pytest.raises(ValueError):
         parse_host(host)
+
+
+def test_locator_with_crlf_escapes_and_multiline_values() -> None:
+    text = (
+        'a = "x\\"y = 2 [not] # no"\r\n'             # 1
+        "b = '''\r\nc = 3\r\n'''\r\n"                  # 2-4
+        'd = """ \\""" e = 4 """\r\n'                  # 5
+        "f = [ { g = 1 },\r\n  { h = 2 } ]\r\n"        # 6-7
+        "i . j = 5\r\n"                                # 8
+        '"k\\u00e9y" = 6\r\n'                          # 9
+    )
+    found = locate_keys(text)
+    assert (found[("a",)], found[("b",)], found[("d",)], found[("f",)]) == (1, 2, 5, 6)
+    assert ("c",) not in found and ("e",) not in found and ("not",) not in found
+    assert found[("f", "g")] == 6 and found[("f", "h")] == 7
+    assert found[("i", "j")] == 8
+    assert found[("k\u00e9y",)] == 9
+
+
+def _key_paths(table: dict, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    paths = []
+    for key, value in table.items():
+        paths.append(prefix + (key,))
+        if isinstance(value, dict):
+            paths += _key_paths(value, prefix + (key,))
+    return paths
+
+
+def test_locator_finds_every_key_of_the_repository_toml_files() -> None:
+    """Every key of every TOML file shipped here is located on a line that names it."""
+    files = [REPO / "pyproject.toml", REPO / "profiles.toml", REPO / "specmon" / "demo_profiles.toml",
+             *sorted((REPO / "themes").glob("*.toml"))]
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        found = locate_keys(text)
+        lines = text.splitlines()
+        for key_path in _key_paths(parse_toml(text)):
+            assert key_path[-1] in lines[found[key_path] - 1], (path, key_path)
