@@ -3,7 +3,7 @@
 Streams `max_tokens` tokens per request, `tokens_per_chunk` per SSE chunk (several under "speculation"), one chunk
 every `interval_s` (0: back to back), then a usage chunk and [DONE]. It keeps totals of the usage it reported so
 tests can check the generator counted exactly what the server said. A fault schedule (cycled per request) injects
-the failures a sweep must survive: http_400, http_500, malformed, truncate, stall, no_usage, no_done.
+the failures a sweep must survive: http_400, http_500, malformed, truncate, abort, stall, no_usage, no_done.
 
 Run standalone: python tests/sse_server.py --port P [--interval-s S] [--tokens-per-chunk K] [--cpu N]
 """
@@ -31,6 +31,7 @@ class ServerState:
     max_running: int = 0
     bodies: list[dict] = field(default_factory=list)
     keep_bodies: bool = False
+    auth_headers: list[str] = field(default_factory=list)
 
 
 def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
@@ -62,6 +63,8 @@ def make_app(state: ServerState) -> web.Application:
         state.requests += 1
         if state.keep_bodies:
             state.bodies.append(body)
+        if "Authorization" in request.headers:
+            state.auth_headers.append(request.headers["Authorization"])
         fault = state.faults[n % len(state.faults)] if state.faults else ""
         if fault == "http_400":
             return web.json_response({"error": {"message": "bad request", "code": 400}}, status=400)
@@ -80,9 +83,19 @@ def make_app(state: ServerState) -> web.Application:
                 await resp.write(b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
             sent = 0
             k = max(1, state.tokens_per_chunk)
+            loop = asyncio.get_running_loop()
+            next_t = loop.time()
             while sent < max_tokens:
+                if sent and state.interval_s:
+                    # Deadline pacing: a late wake-up shortens the next sleep, so gaps average interval_s.
+                    next_t += state.interval_s
+                    await asyncio.sleep(max(0.0, next_t - loop.time()))
                 if fault == "truncate" and sent >= max_tokens // 2:
-                    return resp  # closes mid-stream without [DONE]
+                    return resp  # ends the body cleanly, but without usage or [DONE]
+                if fault == "abort" and sent >= max_tokens // 2:
+                    assert request.transport is not None
+                    request.transport.abort()  # the connection drops mid-stream (a crashed server)
+                    return resp
                 if fault == "stall" and sent >= 1:
                     await asyncio.sleep(3600)
                 if fault == "malformed" and sent >= 1:
@@ -92,8 +105,6 @@ def make_app(state: ServerState) -> web.Application:
                 step = min(k, max_tokens - sent)
                 sent += step
                 await resp.write(_chunk(api, " tok" * step, "length" if sent >= max_tokens else None))
-                if state.interval_s:
-                    await asyncio.sleep(state.interval_s)
             if include_usage and fault != "no_usage":
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}
                 state.completion_tokens += sent
@@ -116,7 +127,7 @@ def make_app(state: ServerState) -> web.Application:
 
 async def serve(state: ServerState, port: int = 0) -> tuple[web.AppRunner, int]:
     """Start the app on 127.0.0.1 (port 0: a free one); returns the runner (to clean up) and the port."""
-    runner = web.AppRunner(make_app(state), access_log=None)
+    runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
     await site.start()

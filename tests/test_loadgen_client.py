@@ -1,0 +1,154 @@
+"""The streaming client against a real local SSE server: token counts, SSE framing, every error kind."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from aiohttp import web
+
+from sse_server import ServerState, serve
+from specmon.loadgen.client import Stream, StreamClient
+from specmon.loadgen.workload import RequestFactory, Workload
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[ServerState, str]]:
+    state = ServerState(tokens_per_chunk=3, interval_s=0.001)
+    runner, port = await serve(state)
+    yield state, f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+def body(api: str = "chat", output_len: int = 20, i: int = 0) -> bytes:
+    return RequestFactory(Workload(levels=(1,), output_len=output_len, input_len=8, api=api), "fixture-model").body(1, i)
+
+
+async def send(url: str, payload: bytes, api: str = "chat", timeout_s: float = 5.0) -> Stream:
+    client = StreamClient(url, api, max_connections=8, timeout_s=timeout_s)
+    try:
+        return await client.send(payload, Stream())
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_counts_usage_tokens_not_chunks(server: tuple[ServerState, str], api: str) -> None:
+    state, url = server
+    s = await send(url, body(api, output_len=20), api)
+    assert s.error is None and s.done
+    assert s.output_tokens == 20 == state.completion_tokens
+    assert len(s.times) == 7          # 3+3+3+3+3+3+2 tokens: seven text chunks, the empty role chunk is not one
+    assert s.prompt_tokens == state.prompt_tokens
+    assert s.times == sorted(s.times) and s.start_ns < s.times[0]
+
+
+async def test_request_body_asks_for_usage_and_fixed_length(server: tuple[ServerState, str]) -> None:
+    state, url = server
+    state.keep_bodies = True
+    await send(url, body("chat", output_len=7, i=3))
+    sent = state.bodies[0]
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert sent["max_tokens"] == 7 and sent["ignore_eos"] is True and sent["min_tokens"] == 7
+    assert sent["messages"][0]["content"].startswith("[1-3] ")
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [("http_400", "http_4xx"), ("http_500", "http_5xx"), ("malformed", "malformed_sse"),
+     ("truncate", "truncated"), ("abort", "truncated"), ("no_done", "truncated")],
+)
+async def test_each_fault_is_one_error_kind(server: tuple[ServerState, str], fault: str, kind: str) -> None:
+    state, url = server
+    state.faults = [fault]
+    s = await send(url, body())
+    assert s.error == kind, s.detail
+    assert s.detail
+
+
+async def test_stalled_stream_is_a_timeout(server: tuple[ServerState, str]) -> None:
+    state, url = server
+    state.faults = ["stall"]
+    s = await send(url, body(), timeout_s=0.3)
+    assert s.error == "timeout", s.detail
+
+
+async def test_missing_usage_leaves_tokens_unknown(server: tuple[ServerState, str]) -> None:
+    state, url = server
+    state.faults = ["no_usage"]
+    s = await send(url, body(output_len=9))
+    assert s.error is None and s.output_tokens is None and len(s.times) == 3
+
+
+async def test_refused_connection(free_port: int) -> None:
+    s = await send(f"http://127.0.0.1:{free_port}", body())
+    assert s.error == "refused", s.detail
+
+
+async def _raw_server(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:  # type: ignore[type-arg]
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", handler)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+
+
+def _event(content: str) -> bytes:
+    return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": content}}]}).encode()
+
+
+async def test_huge_events_split_reads_and_crlf() -> None:
+    """A 300 KB event (over aiohttp's 128 KB line limit), events cut at odd byte boundaries, CRLF framing,
+    a keep-alive comment and a usage chunk with spaces after colons all parse."""
+    big = "x" * 300_000
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8"})
+        await resp.prepare(request)
+        payload = (_event(big) + b"\r\n\r\n" + b": keep-alive\r\n\r\n" + _event("a") + b"\n\n" + _event('"quoted"')
+                   + b"\n\n" + b'data: {"choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 5}}\n\n'
+                   + b"data: [DONE]\n\n")
+        for i in range(0, len(payload), 7919):
+            await resp.write(payload[i:i + 7919])
+            await asyncio.sleep(0)
+        return resp
+
+    runner, url = await _raw_server(handler)
+    try:
+        s = await send(url, body())
+    finally:
+        await runner.cleanup()
+    assert s.error is None, s.detail
+    assert len(s.times) == 3 and s.output_tokens == 5 and s.prompt_tokens == 4
+
+
+async def test_error_object_inside_the_stream() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_event("a") + b"\n\n")
+        await resp.write(b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
+        return resp
+
+    runner, url = await _raw_server(handler)
+    try:
+        s = await send(url, body())
+    finally:
+        await runner.cleanup()
+    assert s.error == "http_5xx" and "out of memory" in (s.detail or "")
+
+
+async def test_not_an_event_stream_is_malformed() -> None:
+    async def handler(request: web.Request) -> web.Response:
+        return web.json_response({"choices": [{"message": {"content": "hi"}}]})
+
+    runner, url = await _raw_server(handler)
+    try:
+        s = await send(url, body())
+    finally:
+        await runner.cleanup()
+    assert s.error == "malformed_sse" and "content-type" in (s.detail or "")

@@ -1,0 +1,174 @@
+"""The sweep runner end to end: generator child process, level lines as they finish, errors, cancel, dead server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from sse_server import ServerState, serve
+from specmon.errors import UserError
+from specmon.loadgen.workload import Workload
+from specmon.model.results import LevelResult, read_results
+from specmon.model.sweepstats import RequestRecord, SweepProgress, level_from_records
+from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[ServerState, str]]:
+    state = ServerState(tokens_per_chunk=2, interval_s=0.002)
+    runner, port = await serve(state)
+    yield state, f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+def spec(url: str, out: Path, levels: tuple[int, ...] = (1, 3), requests: int = 6, output_len: int = 12,
+         **kw: object) -> SweepSpec:
+    wl = Workload(levels=levels, requests_per_level=requests, output_len=output_len, input_len=8,
+                  warmup_requests=kw.pop("warmup", 1), timeout_s=kw.pop("timeout_s", 10.0))  # type: ignore[arg-type]
+    return SweepSpec(url=url, workload=wl, out_path=out, **kw)  # type: ignore[arg-type]
+
+
+def records(path: Path) -> list[RequestRecord]:
+    return [RequestRecord.from_dict(json.loads(x)) for x in path.read_text().splitlines()]
+
+
+def loadgen_children() -> list[int]:
+    """Pids of live `python -m specmon.loadgen` processes started by this test process."""
+    me = os.getpid()
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if b"specmon.loadgen" in cmd and ppid == me and stat.rsplit(")", 1)[1].split()[0] != "Z":
+            out.append(int(entry))
+    return out
+
+
+async def test_sweep_writes_each_level_as_it_ends(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    out = tmp_path / "r.jsonl"
+    seen: list[SweepUpdate] = []
+    lines_when_notified: list[int] = []
+
+    def on_update(u: SweepUpdate) -> None:
+        seen.append(u)
+        if isinstance(u, LevelResult):
+            lines_when_notified.append(len(out.read_text().splitlines()))
+
+    result = await run_sweep(spec(url, out), on_update)
+    assert lines_when_notified == [2, 3]           # the level line was on disk before anyone heard of it
+    assert [lv.concurrency for lv in result.levels] == [1, 3]
+    assert read_results(out).levels == result.levels
+    assert result.meta.model == "fixture-model"    # auto-detected from /v1/models
+    assert result.meta.server["kv_cache_tokens"] == 123456
+    assert any(isinstance(u, SweepProgress) for u in seen)
+    for lv in result.levels:
+        assert lv.requests_ok == 6 and lv.requests_failed == 0
+        assert lv.output_tokens == 6 * 12 and lv.tokens_per_chunk == 2.0
+        assert lv.client.chunks == 6 * 6
+    # Every request, warm-up included, is in the records file; tokens match the server's usage exactly.
+    recs = records(Path(result.meta.records or ""))
+    assert len(recs) == 1 + 12 and sum(r.warmup for r in recs) == 1
+    assert sum(r.output_tokens or 0 for r in recs) == state.completion_tokens
+    # The level line is what its records say.
+    again = level_from_records([r for r in recs if r.concurrency == 3 and not r.warmup])
+    assert again.output_tokens == result.levels[1].output_tokens
+    for key in ("mean", "p50", "p99"):
+        assert getattr(again.ttft_ms, key) == pytest.approx(getattr(result.levels[1].ttft_ms, key), abs=1e-3)
+
+
+async def test_errors_are_counted_by_kind_and_never_stop_the_sweep(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    state.faults = ["", "http_400", "http_500", "malformed", "truncate", "abort", "no_done", "stall"]
+    notices: list[str] = []
+    result = await run_sweep(spec(url, tmp_path / "r.jsonl", levels=(4,), requests=16, warmup=0, timeout_s=0.5),
+                             lambda u: notices.append(u.message) if isinstance(u, SweepNotice) else None)
+    (lv,) = result.levels
+    assert lv.requests_ok == 2 and lv.requests_failed == 14
+    assert lv.errors == {"http_4xx": 2, "http_5xx": 2, "malformed_sse": 2, "timeout": 2, "truncated": 6}
+    assert lv.output_tokens == 2 * 12
+    assert any("14 requests failed" in n for n in notices)
+
+
+async def test_cancel_keeps_finished_levels_and_stops_the_child(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    state.interval_s = 0.02
+    out = tmp_path / "r.jsonl"
+    first_level = asyncio.Event()
+    task = asyncio.ensure_future(run_sweep(
+        spec(url, out, levels=(2, 2), requests=2, output_len=40, warmup=0),
+        lambda u: first_level.set() if isinstance(u, LevelResult) else None))
+    await asyncio.wait_for(first_level.wait(), 20)
+    await asyncio.sleep(0.1)   # the second level is under way
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert len(read_results(out).levels) == 1
+    assert loadgen_children() == []
+
+
+async def test_api_key_is_sent_but_never_written(server: tuple[ServerState, str], tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    state, url = server
+    monkeypatch.setenv("SPECMON_TEST_KEY", "sk-verysecret-0123456789")
+    out = tmp_path / "r.jsonl"
+    result = await run_sweep(spec(url, out, levels=(1,), requests=2, api_key_env="SPECMON_TEST_KEY"))
+    assert state.auth_headers and set(state.auth_headers) == {"Bearer sk-verysecret-0123456789"}
+    for path in (out, Path(result.meta.records or "")):
+        text = path.read_text()
+        assert "verysecret" not in text and "fixturesecret" not in text  # /server_info's api_key is redacted too
+    with pytest.raises(UserError, match="not a valid environment variable"):
+        await run_sweep(spec(url, tmp_path / "x.jsonl", api_key_env="BAD NAME"))
+
+
+async def test_unreachable_server_is_one_clear_error(free_port: int, tmp_path: Path) -> None:
+    with pytest.raises(UserError, match=rf"127.0.0.1:{free_port}: cannot reach the server"):
+        await run_sweep(spec(f"http://127.0.0.1:{free_port}", tmp_path / "r.jsonl"))
+    assert not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.fixture
+def server_process(free_port: int) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    proc = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.02"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield proc, f"http://127.0.0.1:{free_port}"
+    proc.kill()
+    proc.wait()
+
+
+async def test_server_dying_mid_sweep_leaves_partial_results(server_process: tuple[subprocess.Popen[str], str],
+                                                             tmp_path: Path) -> None:
+    proc, url = server_process
+    out = tmp_path / "r.jsonl"
+    notices: list[str] = []
+
+    def on_update(u: SweepUpdate) -> None:
+        if isinstance(u, LevelResult) and u.concurrency == 1:
+            proc.kill()   # the server crashes right after the first level
+        if isinstance(u, SweepNotice):
+            notices.append(u.message)
+
+    result = await asyncio.wait_for(run_sweep(spec(url, out, levels=(1, 2, 4), requests=2, output_len=5), on_update), 60)
+    levels = read_results(out).levels
+    assert levels == result.levels
+    assert levels[0].requests_ok == 2
+    assert levels[1].requests_ok == 0 and set(levels[1].errors) <= {"refused", "truncated"}
+    # The sweep stops at the first level the server refused entirely, instead of running on against nothing.
+    assert levels[-1].requests_ok == 0 and set(levels[-1].errors) == {"refused"}
+    assert any("refused every request" in n for n in notices)
