@@ -136,11 +136,17 @@ class EngineBridge:
         self._on_view(view)
 
     # ----------------------------------------------------------------- sweeps
-    def _publish_series(self, name: str) -> None:
+    def _publish_series(self, name: str, live: SweepProgress | None = None) -> None:
+        """Send one series to the chart: its finished levels, plus the level in progress as a live point."""
         assert self._app is not None
         names = list(self._levels)
         cross = crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
-        self._app.set_series(name, [lv.to_dict() for lv in self._levels[name]], crossover=cross)
+        levels: list[dict[str, object]] = [lv.to_dict() for lv in self._levels[name]]
+        if live is not None and live.phase == "level" and live.requests_done > 0:
+            levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,
+                           "ttft_ms": {"p50": live.ttft_p50_ms}, "tokens_per_chunk": live.tokens_per_chunk,
+                           "live": True})
+        self._app.set_series(name, levels, crossover=cross)
 
     async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
         defaults = self.config.sweep
@@ -162,6 +168,7 @@ class EngineBridge:
                 def on_update(update: SweepUpdate, profile: str = profile) -> None:
                     if isinstance(update, SweepProgress):
                         app.set_sweep_status(sweep_status(update, profile), running=True)
+                        self._publish_series(profile, live=update)
                     elif isinstance(update, LevelResult):
                         self._levels[profile].append(update)
                         self._publish_series(profile)

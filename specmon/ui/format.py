@@ -154,7 +154,10 @@ LEVEL_COLUMNS: tuple[str, ...] = ("series", "C", "out tok/s", "ITL p99", "tok/ch
 
 
 def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
-    """One row of the sweep table from a result-file level record (see specmon sweep's JSONL contract)."""
+    """One row of the sweep table from a result-file level record (see specmon sweep's JSONL contract).
+
+    A record with `"live": true` is the level still running (its figures are running estimates).
+    """
     client = level.get("client")
     bound = isinstance(client, Mapping) and bool(client.get("bound"))
     tpc = level.get("tokens_per_chunk")
@@ -169,7 +172,7 @@ def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
         fmt_number(float(tpc) if isinstance(tpc, (int, float)) else None, 2),
         fmt_ms(_stat(level, "ttft_ms", "p50")),
         fmt_ms(_stat(level, "tpot_ms", "p50")),
-        "BOUND" if bound else "ok",
+        "live" if level.get("live") else ("BOUND" if bound else "ok"),
     )
 
 

@@ -69,21 +69,26 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
 
     def compose(self) -> ComposeResult:
         d = self.defaults
+        # Compact widgets (one row each) so the whole form fits an 80×24 terminal.
         with Vertical(classes="dialog", id="sweep-form"):
-            yield Label("[b]Sweep[/b]: output tok/s against concurrency")
-            for name in self.ready:
-                yield Checkbox(name, value=name in self.checked, name=name)
-            yield Label("levels")
-            yield Input(",".join(map(str, d.levels)), id="levels")
-            yield Label("requests per level (empty: 4×C, at least 16)")
-            yield Input("" if d.requests_per_level is None else str(d.requests_per_level), id="requests")
-            with Horizontal(classes="pair"):
-                yield Input(str(d.input_len), id="input_len", tooltip="input tokens")
-                yield Input(str(d.output_len), id="output_len", tooltip="output tokens")
+            yield Label("[b]Sweep[/b]: output tok/s against concurrency, one profile after the other")
+            with Horizontal(classes="row"):
+                for name in self.ready:
+                    yield Checkbox(name, value=name in self.checked, name=name, compact=True)
+            for label, widget_id, value in (
+                ("levels", "levels", ",".join(map(str, d.levels))),
+                ("requests/level", "requests", "" if d.requests_per_level is None else str(d.requests_per_level)),
+                ("input tokens", "input_len", str(d.input_len)),
+                ("output tokens", "output_len", str(d.output_len)),
+            ):
+                with Horizontal(classes="row"):
+                    yield Label(label, classes="field-label")
+                    yield Input(value, id=widget_id, compact=True,
+                                placeholder="4×C, at least 16" if widget_id == "requests" else "")
             yield Static("", id="form-error")
             with Horizontal(classes="buttons"):
-                yield Button("Start", id="start", variant="primary")
-                yield Button("Cancel", id="cancel")
+                yield Button("Start", id="start", variant="primary", compact=True)
+                yield Button("Cancel", id="cancel", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#start", Button).focus()
@@ -136,7 +141,7 @@ class OverlayScreen(ModalScreen["Path | None"]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Result file to overlay (enter loads, esc cancels)")
-            yield Input(self.start, id="overlay-path", placeholder="results/….jsonl")
+            yield Input(self.start, id="overlay-path", placeholder="results/….jsonl", compact=True)
             yield Static("", id="form-error")
 
     def on_input_submitted(self, event: Input.Submitted) -> None:

@@ -44,7 +44,7 @@ class SweepPane(Horizontal):
         if key == self._drawn:
             return
         self._drawn = key
-        self.border_title = f"Sweep · {status}" if status else "Sweep"
+        self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
         self._draw_chart(series, crossover)
         table = self.query_one(DataTable)
         table.clear()
@@ -77,6 +77,4 @@ class SweepPane(Horizontal):
         if crossover is not None and crossover > 0:
             plt.vline(math.log10(crossover), "red")
             plt.title(f"crossover C≈{crossover:.3g}")
-        elif not drawn:
-            plt.title("no sweep yet: s starts one, o overlays a result file")
         chart.refresh()

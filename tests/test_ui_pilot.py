@@ -1,0 +1,163 @@
+"""The TUI driven by keys (Textual's Pilot) against real `specmon sim` servers through the real engine.
+
+Each test launches fast simulated servers (a few seconds to ready) on free loopback ports, so what is
+asserted is what a person would see: the card going from loading shards to READY, a crash reason, a sweep
+drawing points after `s`, a result file overlaid with `o`, and the log's filter and follow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import RichLog, Static
+
+from specmon.model.config import Config, parse_config
+from specmon.ui.app import SpecmonApp
+from specmon.ui.bridge import EngineBridge
+from specmon.ui.logview import LogPane
+from specmon.ui.servers import RunCard
+from specmon.ui.sweep import SweepPane
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def sim_config(ports: dict[str, int], extra: dict[str, str] | None = None) -> Config:
+    """Profiles on `specmon sim`: 4 shards over ~2 s, then warm-up, so a load is seen in progress."""
+    extra = extra or {}
+    parts = []
+    for name, port in ports.items():
+        args = ["specmon", "sim", "--port", str(port), "--shards", "4", "--load-seconds", "2",
+                "--kv-tokens", "300000", "--mem-fraction-static", "0.85", *extra.get(name, "").split()]
+        parts.append(f"[profiles.{name}]\nport = {port}\nstall_timeout_s = 30\ncommand = {args!r}\n".replace("'", '"'))
+    parts.append("[sweep]\nlevels = [1, 2]\nrequests_per_level = 4\nwarmup_requests = 0\noutput_len = 32\n")
+    return parse_config("\n".join(parts), "test-profiles.toml")
+
+
+def make_app(config: Config, tmp_path: Path) -> SpecmonApp:
+    engine = EngineBridge(config, results_dir=tmp_path / "results")
+    return SpecmonApp(config, engine=engine, state_path=tmp_path / "ui.json")
+
+
+def text(widget: Static) -> str:
+    return str(widget.render())
+
+
+def card_text(app: SpecmonApp, profile: str) -> str:
+    card = next(c for c in app.query(RunCard) if c.profile == profile)
+    return text(card.query_one(".card-head", Static)) + "\n" + text(card.query_one(".card-body", Static))
+
+
+def log_lines(app: SpecmonApp) -> list[str]:
+    return [strip.text for strip in app.query_one(LogPane).query_one(RichLog).lines]
+
+
+async def wait_until(pilot: Pilot, check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await pilot.pause(0.1)
+
+
+async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, free_port: int) -> None:
+    app = make_app(sim_config({"sim-a": free_port}), tmp_path)
+    seen: list[str] = []
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+
+            def record() -> bool:
+                seen.append(card_text(app, "sim-a"))
+                return "READY" in seen[-1]
+
+            await wait_until(pilot, record, 60, "READY on the card")
+            # On its way the card showed the load in progress: shards counted up before READY.
+            in_progress = [s for s in seen if "LOADING" in s and "/4 " in s]
+            assert in_progress, seen
+            assert any(f"{n}/4" in s for s in in_progress for n in (0, 1, 2, 3)), in_progress
+            assert "4/4" in seen[-1] and "KV 300k" in seen[-1] and "mem 0.85" in seen[-1]
+
+            # The log shows the launch, with a READY line.
+            await wait_until(pilot, lambda: any("ready to roll" in line for line in log_lines(app)), 10, "ready line")
+            total = len(log_lines(app))
+
+            # `/` filter: only matching lines stay; an empty filter brings all back.
+            await pilot.press("slash")
+            await pilot.press(*"KV Cache")
+            await pilot.press("enter")
+            await pilot.pause()
+            filtered = log_lines(app)
+            assert filtered and all("kv cache" in line.lower() for line in filtered)
+            assert "filter 'KV Cache'" in app.query_one(LogPane).border_title
+            await pilot.press("slash", "ctrl+a", "ctrl+k", "enter")
+            await pilot.pause()
+            assert len(log_lines(app)) >= total
+
+            # Follow off: the view stays where the user put it while lines arrive (health probes log lines).
+            log = app.query_one(LogPane).query_one(RichLog)
+            await pilot.press("f")
+            assert "paused" in app.query_one(LogPane).border_title
+            log.scroll_to(y=0, animate=False)
+            await pilot.pause()
+            before = len(log.lines)
+            await wait_until(pilot, lambda: len(log.lines) > before, 15, "new log lines")
+            assert log.scroll_y == 0
+            # Follow on again: back at the end, and it stays there.
+            await pilot.press("f")
+            await pilot.pause()
+            assert "follow" in app.query_one(LogPane).border_title
+            assert log.scroll_y == log.max_scroll_y
+        finally:
+            await pilot.press("Q")
+
+
+async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
+    app = make_app(sim_config({"crashy": free_port}, {"crashy": "--crash-at-shard 2"}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "FAILED" in card_text(app, "crashy"), 60, "FAILED on the card")
+            shown = card_text(app, "crashy")
+            assert "✗" in shown and "exception" in shown.lower(), shown
+            # The log pane shows the traceback that killed it.
+            await wait_until(pilot, lambda: any("Traceback" in line for line in log_lines(app)), 10, "traceback")
+        finally:
+            await pilot.press("Q")
+
+
+async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_path: Path, free_port: int) -> None:
+    app = make_app(sim_config({"sim-s": free_port}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "sim-s"), 60, "READY")
+            await pilot.press("s")
+            await pilot.pause()
+            await pilot.press("enter")  # the form's defaults come from [sweep]: levels 1,2, 4 requests each
+            await wait_until(pilot, lambda: not app.sweeping and "done" in app.sweep_status, 60, "sweep done")
+            levels = [lv for lv in app.series["sim-s"] if not lv.get("live")]
+            assert [lv["concurrency"] for lv in levels] == [1, 2]
+            assert all(float(lv["output_throughput"]) > 0 for lv in levels)  # type: ignore[arg-type]
+            await pilot.pause(1.2)  # the chart redraws at most once a second
+            chart = app.query_one(SweepPane).query_one("#sweep-chart")
+            assert "sim-s" in str(chart.render())
+            table = app.query_one(SweepPane).query_one("#sweep-table")
+            assert table.row_count == 2  # type: ignore[attr-defined]
+
+            # Overlay the file the sweep wrote, under its own name.
+            written = sorted((tmp_path / "results").glob("sim-s-*.jsonl"))
+            result = next(p for p in written if not p.name.endswith(".requests.jsonl"))
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press(*str(result))
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: result.stem in app.series, 10, "overlay series")
+            await pilot.pause(1.2)
+            assert table.row_count == 4  # type: ignore[attr-defined]
+            assert result.stem in str(chart.render())
+        finally:
+            await pilot.press("Q")
