@@ -84,6 +84,7 @@ class LogParser:
         self._tail: deque[str] = deque(maxlen=CONTEXT_LINES)  # raw last pieces of recent lines
         self.server: str | None = None  # "sglang", "vllm", or None; a weak vLLM guess is kept apart
         self._weak_vllm_line: int | None = None
+        self._server_by_prefix = False
         self._first_ts: dict[str, float] = {}
         self._last_ts: tuple[str, float] | None = None
         self._scan_left = _SCAN_LINES
@@ -282,18 +283,29 @@ class LogParser:
 
     # ------------------------------------------------------------------ server, time
     def _note_server(self, c: Cleaned, msg: str, line_no: int) -> None:
-        if self.server == SGLANG:
+        """Which server speaks. A prefix only one server prints (SGLang's `[date TPn]`, vLLM's process tags)
+        settles it; wording settles it only while nothing better was seen; a bare vLLM-format prefix is a
+        weak guess (SGLang imports vllm, whose lines keep vLLM's format)."""
+        if self._server_by_prefix:
             return
         hint = c.server_hint
-        if hint != SGLANG and _SGLANG_WORDS.search(msg):
-            hint = SGLANG
-        if hint is None and self.server is None and _VLLM_WORDS.search(msg):
-            hint = VLLM
-        if hint == SGLANG or (hint == VLLM and self.server is None):
+        if hint == SGLANG or hint == VLLM:
+            self._server_by_prefix = True
+        elif self.server is None:
+            if _SGLANG_WORDS.search(msg):
+                hint = SGLANG
+            elif _VLLM_WORDS.search(msg):
+                hint = VLLM
+            elif hint == VLLM_WEAK and self._weak_vllm_line is None:
+                self._weak_vllm_line = line_no
+                return
+            else:
+                return
+        else:
+            return
+        if hint != self.server:
             self.server = hint
             self._out.append(ServerDetected(hint, line_no))
-        elif hint == VLLM_WEAK and self.server is None and self._weak_vllm_line is None:
-            self._weak_vllm_line = line_no
 
     def weak_server(self) -> str | None:
         """The server when only weak evidence was seen (a bare vLLM-format prefix), else None."""

@@ -185,7 +185,8 @@ _VLLM_ACCEPT_LEN_RE = re.compile(r"Mean acceptance length: " + _NUM)
 _VLLM_ACCEPT_RATE_RE = re.compile(r"Draft acceptance rate: " + _NUM + r"(%?)")
 _V0_SPEC_RE = re.compile(r"Speculative metrics: ")
 
-_NCCL_ENV_RE = re.compile(r"NCCL INFO (\w+) set by environment to ?(.*?)\s*$")
+# Some NCCL versions end the line with a period after the value.
+_NCCL_ENV_RE = re.compile(r"NCCL INFO (\w+) set by environment to ?(.*?)\.?\s*$")
 
 
 def _f(text: str | None) -> float | None:
