@@ -1,0 +1,100 @@
+"""Helpers for the lifecycle tests: sim profiles, marker scans, a file watcher that timestamps log events."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from specmon.model.config import Config, Profile
+
+SIM_READY = "The server is fired up and ready to roll!"
+
+
+def sim_profile(port: int, *extra: str, name: str = "sim", stall_timeout_s: float = 30.0,
+                time_scale: float = 0.05, shards: int = 4, load_seconds: float = 4.0,
+                notify_cmd: str | None = None, env: tuple[tuple[str, str], ...] = ()) -> Profile:
+    """A profile that runs `python -m specmon.sim` with this interpreter (no PATH assumptions)."""
+    command = (sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", str(time_scale),
+               "--shards", str(shards), "--load-seconds", str(load_seconds), *extra)
+    return Profile(name=name, command=command, port=port, stall_timeout_s=stall_timeout_s,
+                   notify_cmd=notify_cmd, env=env)
+
+
+def config_of(*profiles: Profile) -> Config:
+    return Config(source="test profiles", profiles={p.name: p for p in profiles})
+
+
+def marked_pids(run_id: str) -> list[int]:
+    """Live (non-zombie) processes whose environment carries SPECMON_RUN_ID=<run_id>."""
+    marker = f"SPECMON_RUN_ID={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if marker in env and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def kill_marked(run_ids: Iterable[str]) -> None:
+    """Last-resort cleanup after a test: SIGKILL whatever still carries one of these markers."""
+    for run_id in run_ids:
+        for pid in marked_pids(run_id):
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+
+
+def port_listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class FileWatch:
+    """Polls a file every 5 ms in a thread and notes when a pattern (or the file) first appears.
+
+    Gives the server-side time of an event (the moment the line hit the log), to measure detection latency.
+    """
+
+    def __init__(self, path: Path, patterns: dict[str, str]) -> None:
+        self.path = path
+        self.patterns = {k: re.compile(v) for k, v in patterns.items()}
+        self.seen: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            for key, rx in self.patterns.items():
+                if key in self.seen:
+                    continue
+                if key == "exists":
+                    if self.path.exists():
+                        self.seen[key] = now
+                    continue
+                try:
+                    text = self.path.read_text(errors="replace")
+                except OSError:
+                    continue
+                if rx.search(text):
+                    self.seen[key] = now
+            time.sleep(0.005)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
