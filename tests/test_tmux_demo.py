@@ -1,0 +1,96 @@
+"""The installed `specmon` command in a real terminal: `specmon demo` in a detached tmux session.
+
+Keys go in with send-keys and the screen is read back with capture-pane, so this checks what a person at an
+80×24 terminal would see: shard progress, READY, a sweep's chart with the crossover, and that quitting the demo
+stops the servers it started. Without tmux the test is skipped, except under CI ($CI set), where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(180)
+
+TMUX = shutil.which("tmux")
+
+
+@pytest.fixture
+def tmux(tmp_path: Path) -> Iterator[Callable[..., str]]:
+    if TMUX is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is required under CI (.ci/run installs it)")
+        pytest.skip("tmux is not installed")
+    socket_name = f"specmon-test-{os.getpid()}-{tmp_path.name}"
+
+    def run(*args: str) -> str:
+        done = subprocess.run([TMUX, "-L", socket_name, *args], capture_output=True, text=True, timeout=20, check=False)
+        return done.stdout
+
+    yield run
+    run("kill-server")
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def wait_screen(tmux: Callable[..., str], pattern: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = tmux("capture-pane", "-p", "-t", "demo")
+        if re.search(pattern, screen):
+            return screen
+        time.sleep(0.3)
+    raise AssertionError(f"{pattern!r} never appeared; last screen:\n{screen}")
+
+
+def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    specmon = shutil.which("specmon")
+    assert specmon, "the specmon command is not installed (pip install -e .)"
+    ports = {"demo-baseline": free_port_factory(), "demo-eagle3": free_port_factory()}
+    # The demo's two profiles, shortened (8 shards over 4 s) and on free ports so parallel runs cannot collide.
+    profiles = []
+    for name, port in ports.items():
+        spec = "eagle3" if "eagle" in name else "none"
+        kv = 400000 if "eagle" in name else 450000
+        profiles.append(
+            f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", "--shards", "8", '
+            f'"--load-seconds", "4", "--kv-tokens", "{kv}", "--spec", "{spec}"]\n'
+        )
+    profiles.append("[sweep]\nlevels = [1, 8]\nrequests_per_level = 8\nwarmup_requests = 0\noutput_len = 32\n")
+    config = tmp_path / "profiles.toml"
+    config.write_text("\n".join(profiles))
+    env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH") if k in os.environ}
+    env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+    command = f"cd {tmp_path} && {specmon} --config {config} demo; echo DEMO-EXIT=$?; sleep 30"
+    tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", *env_args, "sh", "-c", command)
+
+    # Shard progress: a card with n/8 shards part way, then READY on both cards.
+    wait_screen(tmux, r"LOADING.*\n.*\n.*\b[1-7]/8 ", 60)
+    screen = wait_screen(tmux, r"demo-baseline READY(.|\n)*demo-eagle3 READY", 90)
+    assert "KV 450k" in screen and "KV 400k" in screen
+    assert "WARNING" in screen  # the two KV caches differ: the comparison is flagged
+
+    # `s` opens the sweep form with both ready profiles ticked; enter starts it; the chart appears.
+    tmux("send-keys", "-t", "demo", "s")
+    wait_screen(tmux, r"Sweep.*against concurrency", 10)
+    tmux("send-keys", "-t", "demo", "Enter")
+    screen = wait_screen(tmux, r"Sweep · done", 120)
+    assert re.search(r"out tok/s", screen) and re.search(r"┤", screen), screen  # axis ticks of the plotext chart
+    assert re.search(r"demo-eagle3\s+8\s+\d", screen), screen  # the table row of the last level
+
+    # q in the demo stops what it started, then the command exits 0.
+    tmux("send-keys", "-t", "demo", "q")
+    wait_screen(tmux, r"DEMO-EXIT=0", 60)
+    assert all(port_is_free(p) for p in ports.values())
