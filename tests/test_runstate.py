@@ -1,0 +1,169 @@
+"""The run-state reducer: phases, shard progress and rate, ETA, ready/failure rules, LogWatch."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from specmon.model import events as ev
+from specmon.model.runstate import PHASES, SHARD_RATE_ALPHA, LogWatch, RunState, eta_seconds, reduce
+
+
+def run(events: list[object], state: RunState | None = None, now: float = 0.0) -> RunState:
+    state = state or RunState()
+    for e in events:
+        state = reduce(state, e, now)
+    return state
+
+
+def test_phases_in_launch_order() -> None:
+    steps = [
+        (ev.ServerDetected("sglang", line_no=1), "launching"),
+        (ev.LoadStarted(21.6, line_no=2), "loading_weights"),
+        (ev.ShardProgress(1, 2, line_no=3), "loading_weights"),
+        (ev.WeightsLoaded(15.5, None, line_no=4), "loading_weights"),
+        (ev.KVCache(tokens=46611, line_no=5), "allocating_kv"),
+        (ev.GraphCapture("begin", line_no=6), "capturing_graphs"),
+        (ev.GraphCapture("progress", 3, 13, line_no=7), "capturing_graphs"),
+        (ev.HttpUp(None, line_no=8), "warming_up"),  # SGLang: uvicorn up is only the start of warm-up
+        (ev.HttpRequest("POST", "/generate", 200, line_no=9), "warming_up"),
+        (ev.Ready(29.0, line_no=10), "ready"),
+    ]
+    state = RunState()
+    seen = []
+    for event, phase in steps:
+        state = reduce(state, event, 5.0)
+        seen.append(state.phase)
+        assert state.phase == phase, event
+    assert set(seen) == set(PHASES) - {"failed"}
+    assert (state.ready, state.ready_evidence, state.load_seconds, state.kv_cache_tokens) == (True, "ready_line", 29.0,
+                                                                                               46611)
+
+
+def test_phase_never_goes_back_for_interleaved_ranks() -> None:
+    state = run([ev.KVCache(tokens=10, line_no=1), ev.WeightsLoaded(1.0, None, line_no=2),
+                 ev.ShardProgress(1, 2, line_no=3)])
+    assert state.phase == "allocating_kv"
+
+
+def test_vllm_startup_complete_is_ready_but_not_for_sglang() -> None:
+    vllm = run([ev.ServerDetected("vllm"), ev.HttpUp(12.0)])
+    assert (vllm.phase, vllm.ready, vllm.ready_evidence, vllm.load_seconds) == ("ready", True, "startup_complete", 12.0)
+    sglang = run([ev.ServerDetected("sglang"), ev.HttpUp(12.0)])
+    assert (sglang.phase, sglang.ready) == ("warming_up", False)
+
+
+def test_serving_evidence() -> None:
+    # SGLang: its warm-up requests are not evidence; a client's /v1 request or decode stats are.
+    warm = run([ev.ServerDetected("sglang"), ev.HttpRequest("GET", "/get_model_info", 200),
+                ev.HttpRequest("GET", "/health", 200)])
+    assert warm.ready is False
+    served = run([ev.ServerDetected("sglang"), ev.HttpRequest("POST", "/v1/chat/completions", 200)])
+    assert (served.ready, served.ready_evidence, served.load_seconds) == (True, "serving", None)
+    vllm = run([ev.ServerDetected("vllm"), ev.HttpRequest("GET", "/nope", 404)])
+    assert vllm.ready is True
+    stats = run([ev.DecodeStats(running_reqs=4, queue_reqs=1, token_usage=0.2, accept_len=2.5, gen_throughput=99.0)])
+    assert (stats.ready, stats.running_reqs, stats.spec_accept_len, stats.gen_throughput) == (True, 4, 2.5, 99.0)
+
+
+def test_load_seconds_from_the_callers_clock_when_it_knows_the_launch_time() -> None:
+    state = RunState(started_at=100.0)
+    state = reduce(state, ev.Ready(29.0), 160.5)
+    assert (state.ready_at, state.load_seconds) == (160.5, 60.5)
+
+
+def test_decode_stats_keep_the_last_values_and_fill_only_what_a_line_has() -> None:
+    state = run([ev.DecodeStats(running_reqs=8, token_usage=0.1, accept_len=2.9, gen_throughput=171.0),
+                 ev.DecodeStats(accept_len=2.58, accept_rate=0.5)])
+    assert (state.running_reqs, state.token_usage, state.spec_accept_len, state.spec_accept_rate) == (8, 0.1, 2.58, 0.5)
+
+
+def test_shards_keep_the_most_advanced_bar() -> None:
+    state = run([ev.ShardProgress(161, 163), ev.ShardProgress(163, 163), ev.ShardProgress(163, 163),
+                 ev.ShardProgress(0, 2), ev.ShardProgress(1, 2)])  # a drafter's small bar afterwards
+    assert (state.shards_done, state.shards_total) == (163, 163)
+
+
+def test_shard_rate_is_smoothed_from_tqdm_rates() -> None:
+    state = run([ev.ShardProgress(1, 10, rate_per_s=2.0), ev.ShardProgress(2, 10, rate_per_s=1.0)])
+    assert state.shard_rate == pytest.approx(SHARD_RATE_ALPHA * 1.0 + (1 - SHARD_RATE_ALPHA) * 2.0)
+
+
+def test_shard_rate_from_arrival_times_when_the_bar_has_none() -> None:
+    state = reduce(RunState(), ev.ShardProgress(1, 10), 100.0)
+    state = reduce(state, ev.ShardProgress(3, 10), 104.0)
+    assert state.shard_rate == pytest.approx(0.5)
+
+
+def test_eta_from_shards_only() -> None:
+    state = run([ev.ShardProgress(4, 10, rate_per_s=2.0)])
+    assert eta_seconds(state, 0.0) == pytest.approx(3.0)
+
+
+def test_eta_from_history_only_and_none_without_either() -> None:
+    state = RunState(started_at=100.0)
+    assert eta_seconds(state, 130.0) is None
+    assert eta_seconds(state, 130.0, past_load_seconds=[100.0, 120.0, 90.0]) == pytest.approx(70.0)
+    assert eta_seconds(state, 300.0, past_load_seconds=[100.0]) == 0.0  # overdue: history says "any moment"
+    assert eta_seconds(RunState(), 0.0, past_load_seconds=[100.0]) is None  # no launch time: history can't help
+
+
+def test_eta_blends_shards_and_history_by_load_progress() -> None:
+    state = reduce(RunState(started_at=0.0), ev.ShardProgress(3, 4, rate_per_s=1.0), 10.0)
+    shards, history, f = 1.0, 110.0, 0.75
+    assert eta_seconds(state, 10.0, past_load_seconds=[120.0]) == pytest.approx(f * shards + (1 - f) * history)
+
+
+def test_eta_after_weights_uses_history_and_is_zero_when_ready() -> None:
+    state = run([ev.ShardProgress(4, 4, rate_per_s=1.0), ev.KVCache(tokens=5)], RunState(started_at=0.0))
+    assert eta_seconds(state, 50.0) is None
+    assert eta_seconds(state, 50.0, [80.0]) == pytest.approx(30.0)
+    assert eta_seconds(reduce(state, ev.Ready(None), 60.0), 60.0, [80.0]) == 0.0
+    failed = reduce(state, ev.Failure("oom", "CUDA out of memory"), 60.0)
+    assert eta_seconds(failed, 60.0, [80.0]) is None
+
+
+def test_failure_rules() -> None:
+    header = ev.Failure("exception", "Scheduler hit an exception: Traceback", True, True, 3)
+    exc = ev.Failure("model_not_found", "RuntimeError: Cannot find any model weights", True, False, 9)
+    later = ev.Failure("exception", "RuntimeError: Engine core initialization failed.", True, False, 20)
+    state = run([header])
+    assert (state.phase, state.failure.line, state.failure.provisional) == ("failed", 3, True)
+    state = run([header, exc, later])
+    assert (state.failure.kind, state.failure.line, state.failure.provisional) == ("model_not_found", 9, False)
+    # A plain traceback's exception line keeps the fatal mark of the header that opened it.
+    plain = ev.Failure("exception", "ValueError: x", False, False, 5)
+    assert run([header, plain]).failure.fatal is True
+    # Once ready, only fatal failures count.
+    ready = run([ev.Ready(None)])
+    assert run([plain], ready).failure is None
+    assert run([exc], ready).phase == "failed"
+
+
+def test_reduce_is_pure() -> None:
+    state = RunState(started_at=1.0)
+    before = dataclasses.replace(state)
+    reduce(state, ev.ShardProgress(1, 2, rate_per_s=1.0), 5.0)
+    assert state == before
+
+
+def test_logwatch_stamps_activity_and_keeps_a_tail() -> None:
+    watch = LogWatch(started_at=10.0)
+    watch.feed(b"line one\n\x1b[32mline two\x1b[0m\n", 11.0)
+    assert watch.state.last_activity == 11.0
+    assert watch.state.last_lines == ("line one", "line two")
+    watch.feed(b"", 12.0)
+    assert watch.state.last_activity == 11.0  # no bytes, no activity
+    watch.feed(b"[2025-03-08 12:29:33] The server is fired up and ready to roll!\n", 40.0)
+    assert (watch.state.ready, watch.state.load_seconds) == (True, 30.0)
+
+
+def test_logwatch_freezes_last_lines_at_a_fatal_failure() -> None:
+    watch = LogWatch()
+    watch.feed(b"".join(f"noise {i}\n".encode() for i in range(30)), 1.0)
+    watch.feed(b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n", 2.0)
+    watch.feed(b"shutting down\nbye\n", 3.0)
+    lines = watch.state.last_lines
+    assert len(lines) == 20
+    assert lines[-1].startswith("torch.OutOfMemoryError") and lines[0] == "noise 11"
