@@ -302,7 +302,14 @@ class SimServer:
                       created: int) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
+        try:
+            await self._send_tokens(resp, gen, req, rid, created)
+        except ConnectionResetError:
+            pass  # the client hung up; the caller marks the request cancelled so its KV slot frees
+        return resp
 
+    async def _send_tokens(self, resp: web.StreamResponse, gen: api.Generation, req: Request, rid: str,
+                           created: int) -> None:
         async def send(obj: dict[str, Any]) -> None:
             await resp.write(b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n")
 
@@ -324,7 +331,6 @@ class SimServer:
             await send(api.usage_chunk(gen, rid, created, produced))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
-        return resp
 
 
 async def _sleep_until(when: float) -> None:
