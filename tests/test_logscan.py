@@ -1,0 +1,158 @@
+"""`specmon logscan`: human output, --json, --follow on a file another process appends to, bad files."""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from specmon.cli import main
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LOGS = sorted((FIXTURES / "real-logs").glob("*.log"))
+FULL = FIXTURES / "real-logs" / "sglang-full-startup-tp4-ready-health-llms-in-clouds.log"
+OOM = FIXTURES / "real-logs" / "sglang-deepep-2node-cudagraph-oom-5285.log"
+
+
+def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logscan", str(FULL), str(OOM)]) == 0
+    out = capsys.readouterr().out
+    full, oom = out.split(str(OOM))
+    assert "server      sglang (model /home/model/Qwen/QwQ-32B, tp 4, mem fraction 0.85)" in full
+    assert "phase       ready" in full and "shards      14/14" in full
+    assert "kv cache    46,611 tokens" in full and "ready       yes (ready line)" in full
+    assert "load time   29.0 s" in full and "failure     -" in full
+    assert "phase       failed" in oom
+    assert "failure     oom at line 20: Exception: Capture cuda graph failed: CUDA out of memory" in oom
+
+
+def test_json_one_object_per_file_per_line_for_every_real_log(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["logscan", "--json", *map(str, LOGS)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == len(LOGS)
+    for log, line in zip(LOGS, lines):
+        got = json.loads(line)
+        want = json.loads((FIXTURES / "expected" / f"{log.stem}.json").read_text())
+        assert got["file"] == str(log)
+        for key in ("server", "phase", "shards", "kv_cache_tokens", "ready", "spec_accept_len", "load_seconds"):
+            assert got[key] == want[key], (log.name, key)
+        if want["failure"] is None:
+            assert got["failure"] is None
+        else:
+            assert set(got["failure"]) == {"kind", "line", "message"}
+            assert (got["failure"]["kind"], got["failure"]["line"]) == (want["failure"]["kind"], want["failure"]["line"])
+
+
+@pytest.mark.parametrize("make", ["missing", "directory", "unreadable"])
+def test_bad_file_is_one_clear_line_and_exit_2(tmp_path: Path, make: str) -> None:
+    path = tmp_path / "server.log"
+    if make == "directory":
+        path.mkdir()
+    elif make == "unreadable":
+        if os.geteuid() == 0:
+            pytest.skip("root reads any file")
+        path.write_text("x\n")
+        path.chmod(0)
+    proc = subprocess.run([sys.executable, "-m", "specmon", "logscan", str(FULL), str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stdout == ""  # nothing printed before the check of every file
+    assert proc.stderr.count("\n") == 1 and str(path) in proc.stderr and "Traceback" not in proc.stderr
+
+
+class Follower:
+    """`specmon logscan --follow` as a real child process, with its stdout lines in a queue."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "specmon", "logscan", "--follow", *args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+
+    def expect(self, fragment: str, timeout: float = 20.0) -> str:
+        deadline = time.monotonic() + timeout
+        seen = []
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            seen.append(line)
+            if fragment in line:
+                return line
+        raise AssertionError(f"{fragment!r} not printed; got {seen}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+def append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+
+
+def test_follow_prints_each_step_as_the_log_grows_and_exits_at_ready(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("[2025-03-08 12:29:04] server_args=ServerArgs(model_path='/m', tp_size=1, port=30000)\n")
+    follower = Follower(str(log))
+    try:
+        follower.expect("server sglang")
+        # A bar redrawn with \r and no newline yet: each step must show before the line ends.
+        for n in (1, 2):
+            append(log, f"Loading safetensors checkpoint shards:  {n * 50}% Completed | {n}/2 [00:0{n}<00:00,  1.00it/s]\r")
+            follower.expect(f"shards {n}/2")
+        append(log, "\n[2025-03-08 12:29:21 TP0] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n")
+        follower.expect("kv cache 46,611 tokens")
+        assert follower.proc.poll() is None  # still following
+        append(log, "[2025-03-08 12:29:33] The server is fired up and ready to roll!\n")
+        follower.expect("ready after 29.0 s")
+        assert follower.proc.wait(timeout=20) == 0
+    finally:
+        follower.close()
+
+
+def test_follow_exits_1_at_a_failure(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("")
+    follower = Follower(str(log))
+    try:
+        time.sleep(0.3)
+        append(log, "(EngineCore_DP0 pid=7) ERROR 11-19 12:16:36 [core.py:842] EngineCore failed to start.\n")
+        follower.expect("failure exception at line 1")
+        assert follower.proc.poll() is None  # the header only: the error itself is still to come
+        append(log, "(EngineCore_DP0 pid=7) ERROR 11-19 12:16:36 [core.py:842] Traceback (most recent call last):\n"
+                    "(EngineCore_DP0 pid=7) ERROR 11-19 12:16:36 [core.py:842] torch.OutOfMemoryError: CUDA out of "
+                    "memory.\n")
+        follower.expect("failure oom at line 3")
+        assert follower.proc.wait(timeout=20) == 1
+    finally:
+        follower.close()
+
+
+def test_follow_json_and_ctrl_c(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00it/s]\n")
+    follower = Follower("--json", str(log))
+    try:
+        obj = json.loads(follower.expect('"shards"'))
+        assert (obj["file"], obj["phase"], obj["shards"]) == (str(log), "loading_weights", {"done": 1, "total": 2})
+        follower.proc.send_signal(signal.SIGINT)
+        assert follower.proc.wait(timeout=20) == 130
+    finally:
+        follower.close()
