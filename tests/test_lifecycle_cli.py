@@ -1,0 +1,147 @@
+"""`specmon launch/stop/status/wait/logs` as a user runs them: separate processes, kill -9, real sim servers."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lifecycle_support import kill_marked, port_listening
+
+STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
+               "shards", "kv_cache_tokens", "exit_code", "failure"}
+
+
+def _profile(name: str, port: int, *sim_args: str, stall: float = 30, scale: float = 0.05, shards: int = 4,
+             load: float = 4) -> str:
+    argv = [sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", str(scale),
+            "--shards", str(shards), "--load-seconds", str(load), *sim_args]
+    return f"[profiles.{name}]\nport = {port}\nstall_timeout_s = {stall}\ncommand = {json.dumps(argv)}\n\n"
+
+
+class Cli:
+    """Runs `python -m specmon --config FILE ...` with the test's private HOME/XDG dirs."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "specmon", "--config", str(self.config), *args]
+
+    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+    def status(self) -> list[dict[str, object]]:
+        out = self("status", "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(tmp_path / "profiles.toml")
+    yield runner
+    if runner.config.exists():
+        for run in runner.status():
+            if run["state"] in ("launching", "loading", "ready", "stopping"):
+                runner("stop", str(run["run_id"]), "--force")
+        kill_marked(str(r["run_id"]) for r in runner.status())
+
+
+def _wait_until(pred, timeout: float = 20.0, step: float = 0.02) -> None:   # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(step)
+
+
+def test_kill_9_during_load_then_status_and_wait_resume_without_losing_or_repeating_lines(
+        cli: Cli, free_port: int, tmp_path: Path) -> None:
+    cli.config.write_text(_profile("sim", free_port, shards=24, load=12, scale=0.5))
+    out_a = tmp_path / "a.out"
+    with open(out_a, "wb") as fh:
+        first = subprocess.Popen(cli.argv("launch", "sim", "--wait"), stdout=fh, stderr=subprocess.PIPE,
+                                 stdin=subprocess.DEVNULL)
+    state_dir = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
+
+    def committed() -> int:
+        files = list(state_dir.glob("*.json"))
+        return json.loads(files[0].read_text())["log_offset"] if files else -1
+
+    # Kill while loading, at a moment when what was printed has been committed (the usual idle moment).
+    _wait_until(lambda: out_a.read_bytes().count(b"\n") >= 4 and committed() == out_a.stat().st_size)
+    first.send_signal(signal.SIGKILL)
+    first.wait(5)
+    first.stderr.close()   # type: ignore[union-attr]
+
+    [run] = cli.status()
+    assert set(run) == STATUS_KEYS
+    assert run["state"] == "loading" and run["profile"] == "sim" and Path(f"/proc/{run['pid']}").exists()
+    second = cli("wait", "sim", "--timeout", "60")
+    assert second.returncode == 0, second.stderr
+    assert "sim ready" in second.stderr
+    log = Path(os.environ["HOME"]) / ".specmon" / "runs" / str(run["run_id"]) / "server.log"
+    shown = out_a.read_text().splitlines() + second.stdout.splitlines()
+    assert shown == log.read_text().splitlines()   # nothing lost, nothing twice
+    assert out_a.read_text() and second.stdout
+
+    [ready] = cli.status()
+    assert ready["state"] == "ready" and ready["ready_at"] and ready["shards"] == {"done": 24, "total": 24}
+    stopped = cli("stop", "sim")
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert cli.status()[0]["state"] == "stopped" and not port_listening(free_port)
+
+
+def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory) -> None:   # type: ignore[no-untyped-def]
+    p1, p2, p3 = free_port_factory(), free_port_factory(), free_port_factory()
+    cli.config.write_text(_profile("crash", p1, "--crash-at-shard", "2", scale=0.1)
+                          + _profile("stall", p2, "--stall-at-shard", "2", scale=0.1)
+                          + _profile("slow", p3, shards=8, load=40, scale=1))
+    assert cli("launch", "crash").returncode == 0
+    failed = cli("wait", "crash", "--json")
+    assert failed.returncode == 1
+    verdict = json.loads(failed.stdout)
+    assert verdict["verdict"] == "failed" and verdict["failure"]["kind"] == "exception"
+    assert "SafetensorError" in failed.stderr and "last log lines:" in failed.stderr
+
+    assert cli("launch", "stall").returncode == 0
+    stalled = cli("wait", "stall", "--stall-timeout", "1.5", "-q")
+    assert stalled.returncode == 3 and "stalled" in stalled.stderr and "no log output" in stalled.stderr
+
+    t0 = time.monotonic()
+    timed = cli("launch", "slow", "--wait", "--timeout", "2", "-q")
+    assert timed.returncode == 3 and "not ready after 2s" in timed.stderr
+    assert time.monotonic() - t0 < 15
+    states = {r["profile"]: r for r in cli.status()}
+    assert states["crash"]["state"] == "failed" and states["crash"]["failure"]["kind"] == "exception"
+    assert states["stall"]["state"] == "loading" and states["slow"]["state"] == "loading"
+
+
+def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
+    cli.config.write_text(_profile("sim", free_port))
+    assert cli("launch", "sim", "--wait", "-q").returncode == 0
+    logs = cli("logs", "sim", "-n", "2")
+    assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
+    assert cli("stop", "sim").returncode == 0
+    followed = cli("logs", "sim", "-f", "-n", "1000", timeout=20)   # the run has ended: -f returns
+    log = Path(os.environ["HOME"]) / ".specmon" / "runs" / str(cli.status()[0]["run_id"]) / "server.log"
+    assert followed.returncode == 0 and followed.stdout == log.read_text()
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", free_port))
+        listener.listen()
+        busy = cli("launch", "sim")
+    assert busy.returncode == 2 and busy.stdout == ""
+    assert busy.stderr.strip().splitlines() == [
+        f"specmon: error: local: port {free_port} is already in use (profile sim); "
+        "stop whatever listens there or choose another port"]
+    unknown = cli("stop", "nothing-like-this")
+    assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
