@@ -167,3 +167,15 @@ def test_logwatch_freezes_last_lines_at_a_fatal_failure() -> None:
     lines = watch.state.last_lines
     assert len(lines) == 20
     assert lines[-1].startswith("torch.OutOfMemoryError") and lines[0] == "noise 11"
+
+
+def test_last_lines_show_a_redrawn_bar_once_like_a_terminal() -> None:
+    watch = LogWatch()
+    watch.feed(b"before\n", 1.0)
+    for n in range(1, 4):
+        watch.feed(f"Loading safetensors checkpoint shards: {n}/3 [00:0{n}<00:00,  1.00it/s]\r".encode(), 1.0 + n)
+        assert watch.state.last_lines == ("before", f"Loading safetensors checkpoint shards: {n}/3 [00:0{n}<00:00,  "
+                                          "1.00it/s]")
+    watch.feed(b"\nafter\n", 5.0)
+    assert watch.state.last_lines == ("before", "Loading safetensors checkpoint shards: 3/3 [00:03<00:00,  1.00it/s]",
+                                      "after")

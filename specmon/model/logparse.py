@@ -10,8 +10,10 @@ How a chunk flows:
    splits a line into pieces that share its number; pieces of an unfinished line are handled as soon as
    their `\\r` arrives, so a live bar shows progress before its line ends. A piece longer than
    MAX_PIECE_CHARS is handled in slices, so memory stays bounded on newline-free input.
-3. Fast path: one regex over the whole chunk finds the lines that contain a trigger word
-   (`signals.TRIGGER_WORDS`); only those are cleaned and parsed. Everything else is skipped in C.
+3. Prefilter, per line, cheapest first: an `NCCL INFO` line (the bulk of an NCCL_DEBUG=INFO log) is
+   skipped unless it says `set by environment`; any other line must contain a trigger word
+   (`signals.TRIGGER_WORDS`, one trie-shaped regex). Boring lines cost a split and a substring test;
+   no event, no cleaning. (`bench/logscan_speed.py` measures it.)
 4. A hit line is split where records were glued together (after a tqdm bar, before a vLLM process tag),
    each piece is cleaned (`clean.clean`) and its message run through `signals.message_events`.
 5. State across lines: the server seen so far, the log's first timestamp (for load time from the log's
@@ -82,6 +84,7 @@ class LogParser:
         self._pending = ""  # unfinished piece of the current line (after its last \r)
         self._line_no = 1  # number of the line now being read
         self._tail: deque[str] = deque(maxlen=CONTEXT_LINES)  # raw last pieces of recent lines
+        self._tail_has_pending = False  # the tail's last entry is a piece of the unfinished line
         self.server: str | None = None  # "sglang", "vllm", or None; a weak vLLM guess is kept apart
         self._weak_vllm_line: int | None = None
         self._server_by_prefix = False
@@ -115,7 +118,7 @@ class LogParser:
         self._out = events
         if self._pending:
             piece, self._pending = self._pending, ""
-            self._remember(piece)
+            self._remember_piece(piece)
             self._handle_line(piece, self._line_no)
         self._flush_args()
         self._out = []
@@ -151,7 +154,7 @@ class LogParser:
             done, rest = rest[:cr], rest[cr + 1:]
             for piece in done.split("\r"):
                 if piece:
-                    self._remember(piece)
+                    self._remember_piece(piece)
                     self._handle_line(piece, self._line_no)
         while len(rest) > MAX_PIECE_CHARS:
             piece, rest = rest[:MAX_PIECE_CHARS], rest[MAX_PIECE_CHARS:]
@@ -232,10 +235,23 @@ class LogParser:
         """Still looking at every line for the first timestamp or for which server speaks."""
         return self._scan_left > 0 and (not self._first_ts or self.server is None)
 
-    def _remember(self, piece: str) -> None:
-        self._tail.append(piece)
+    def _remember_piece(self, piece: str) -> None:
+        """Tail bookkeeping for a \\r-piece of the unfinished line: like a terminal, keep only its latest."""
+        if self._tail_has_pending:
+            self._tail[-1] = piece
+        else:
+            self._tail.append(piece)
+            self._tail_has_pending = True
 
     def _remember_block(self, lines: list[str]) -> None:
+        """Tail bookkeeping for complete lines (the last piece of each, as a terminal shows it)."""
+        if self._tail_has_pending and lines:
+            # The first line of the block finishes the line whose earlier pieces are already in the tail.
+            last = lines[0].rstrip("\r").rpartition("\r")[2]
+            if last:
+                self._tail[-1] = last
+            lines = lines[1:]
+            self._tail_has_pending = False
         for raw in lines[-CONTEXT_LINES:]:
             self._tail.append(raw.rstrip("\r").rpartition("\r")[2])
 
