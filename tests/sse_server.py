@@ -32,6 +32,7 @@ class ServerState:
     bodies: list[dict] = field(default_factory=list)
     keep_bodies: bool = False
     auth_headers: list[str] = field(default_factory=list)
+    write_gaps_s: list[float] | None = None   # set to [] to record the server's own gaps between token chunks
 
 
 def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
@@ -84,7 +85,7 @@ def make_app(state: ServerState) -> web.Application:
             sent = 0
             k = max(1, state.tokens_per_chunk)
             loop = asyncio.get_running_loop()
-            next_t = loop.time()
+            next_t = last_write = loop.time()
             while sent < max_tokens:
                 if sent and state.interval_s:
                     # Deadline pacing: a late wake-up shortens the next sleep, so gaps average interval_s.
@@ -104,6 +105,11 @@ def make_app(state: ServerState) -> web.Application:
                     return resp
                 step = min(k, max_tokens - sent)
                 sent += step
+                if state.write_gaps_s is not None:
+                    now = loop.time()
+                    if sent > step:
+                        state.write_gaps_s.append(now - last_write)
+                    last_write = now
                 await resp.write(_chunk(api, " tok" * step, "length" if sent >= max_tokens else None))
             if include_usage and fault != "no_usage":
                 usage = {"prompt_tokens": prompt_tokens, "completion_tokens": sent, "total_tokens": prompt_tokens + sent}

@@ -77,6 +77,18 @@ class StreamClient:
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    async def preconnect(self, n: int) -> None:
+        """Open up to n keep-alive connections (GET /v1/models) so a level's start does not pay TCP setup."""
+        models = self.url.rsplit("/v1/", 1)[0] + "/v1/models"
+
+        async def one() -> None:
+            try:
+                await self._client.get(models)
+            except httpx.HTTPError:
+                pass  # a refused or failing server shows up in the level's own requests
+
+        await asyncio.gather(*(one() for _ in range(n)))
+
     async def send(self, body: bytes, s: Stream) -> Stream:
         """Run one request to completion; never raises for server or network faults (they land in s.error)."""
         s.start_ns = perf_counter_ns()
