@@ -126,10 +126,12 @@ async def test_slow_load_of_64_shards_is_never_called_failed_or_stalled(free_por
     assert any(v.eta_s is not None and v.eta_s > 0 for v in seen if v.state == "loading")
 
 
-async def test_stall_is_reported_after_the_stall_time_and_nothing_is_killed(free_port_factory, engine) -> None:
+async def test_stall_is_reported_after_the_stall_time_and_nothing_is_killed(free_port_factory, engine,
+                                                                            tmp_path: Path) -> None:
     port = free_port_factory()
+    notes = tmp_path / "notify.log"
     profile = sim_profile(port, "--stall-at-shard", "2", shards=8, load_seconds=8, time_scale=0.1,
-                          stall_timeout_s=1.5)
+                          stall_timeout_s=1.5, notify_cmd=f'echo "$SPECMON_STATE|$SPECMON_REASON" >> {notes}')
     manager, rec = engine(profile)
     view = await manager.launch("sim")
     watch = FileWatch(Path(view.log_path), {"last": r"\| 1/8 \["})   # the last output before the stall
@@ -142,6 +144,7 @@ async def test_stall_is_reported_after_the_stall_time_and_nothing_is_killed(free
     assert at - watch.seen["last"] < 5.0
     await asyncio.sleep(1.0)
     assert Path(f"/proc/{view.pid}").exists() and manager.view(view.run_id).state == "loading"
+    assert notes.read_text().splitlines() == [f"stalled|{stalled.stall_reason}"]
 
 
 @pytest.mark.parametrize(("fault", "kind", "text"), [
@@ -150,9 +153,11 @@ async def test_stall_is_reported_after_the_stall_time_and_nothing_is_killed(free
     (("--nccl-timeout",), "nccl", "Watchdog caught collective operation timeout"),
 ])
 async def test_failures_are_reported_within_2s_with_kind_and_last_lines(free_port_factory, engine, fault, kind,
-                                                                        text) -> None:
+                                                                        text, tmp_path: Path) -> None:
     port = free_port_factory()
-    manager, rec = engine(sim_profile(port, *fault, shards=6, load_seconds=3, time_scale=0.1))
+    notes = tmp_path / "notify.log"
+    manager, rec = engine(sim_profile(port, *fault, shards=6, load_seconds=3, time_scale=0.1,
+                                      notify_cmd=f'echo "$SPECMON_STATE|$SPECMON_REASON" >> {notes}'))
     view = await manager.launch("sim")
     watch = FileWatch(Path(view.log_path), {"fault": text})
     try:
@@ -164,6 +169,8 @@ async def test_failures_are_reported_within_2s_with_kind_and_last_lines(free_por
     assert failed.failure.last_lines and any(text in line for line in failed.failure.last_lines)
     _, done = await rec.until(lambda v: v.exit_code is not None, timeout=10)
     assert done.state == "failed"
+    await manager.close()   # lets the notify command finish
+    assert notes.read_text().splitlines() == [f"failed|{failed.failure.message}"]   # once, with the reason
 
 
 async def test_a_server_ignoring_sigterm_with_a_setsid_child_is_fully_stopped(free_port_factory, engine) -> None:
@@ -281,3 +288,38 @@ async def test_env_reaches_the_server_with_quotes_and_bad_names_are_refused(free
     assert log.read_text().splitlines()[:2] == [f"FOO={value}", f"MARK={view.run_id}"]
     with pytest.raises(UserError, match=r"profile bad: env: invalid variable name 'FOO;rm'"):
         await manager.launch("bad")
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Fake nvidia-smi: every pid listed in $0.pids is a compute app using 20480 MiB; with $0.leak, even after it died.
+for p in $(cat "$0.pids" 2>/dev/null); do
+  if [ -e "$0.leak" ] || { [ -r /proc/$p/stat ] && ! grep -q ') Z ' /proc/$p/stat; }; then echo "$p, 20480"; fi
+done
+"""
+
+
+async def test_stop_waits_for_gpu_memory_and_reports_a_holder(free_port_factory, engine, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = tmp_path / "bin" / "nvidia-smi"
+    fake.parent.mkdir()
+    fake.write_text(FAKE_NVIDIA_SMI)
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    profile = Profile(name="gpu", command=("/bin/sh", "-c", "sleep 60 & wait"), port=free_port_factory())
+    manager, _ = engine(profile)
+    manager.stop_timings = StopTimings(grace_s=3, port_wait_s=5, gpu_wait_s=1.5)
+
+    view = await manager.launch("gpu")
+    await asyncio.sleep(0.3)
+    Path(f"{fake}.pids").write_text(" ".join(map(str, marked_pids(view.run_id))))
+    released = await manager.stop("gpu")
+    assert released.clean, released.blockers
+
+    view = await manager.launch("gpu")
+    await asyncio.sleep(0.3)
+    held = marked_pids(view.run_id)
+    Path(f"{fake}.pids").write_text(" ".join(map(str, held)))
+    Path(f"{fake}.leak").write_text("")
+    leaked = await manager.stop("gpu")
+    assert leaked.stopped and not leaked.clean
+    assert sorted(leaked.blockers) == sorted(f"pid {p} still holds 20480 MiB of GPU memory" for p in held)

@@ -96,7 +96,8 @@ class RunController:
         self._notify = notify
         self.watch = LogWatch(record.started_at)
         self.tailer = LogTailer(ops.transport, record.log_path, record.log_offset, record.log_inode)
-        self.probe = ServerProbe(record.url, record.health_path, timeout_s=5.0)
+        self.probe: ServerProbe | None = None   # made in start(): the transport says where the port is reached
+        self.url = record.url
         # Measured loads of this profile feed the ETA; the profile's expected_load_s stands in until one exists.
         self.past_loads = store.past_loads(record.profile) or (
             (record.expected_load_s,) if record.expected_load_s else ())
@@ -130,7 +131,7 @@ class RunController:
         return RunView(
             run_id=r.run_id, profile=r.profile, host=r.host, state=state,
             stalled=self.stalled and state in ("launching", "loading"),
-            pid=r.pid, port=r.port, url=r.url, started_at=r.started_at, ready_at=r.ready_at,
+            pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
             load_seconds=r.load_seconds, shards=shards, kv_cache_tokens=getattr(rs, "kv_cache_tokens", None),
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
             stall_reason=self.stall_reason if self.stalled else None,
@@ -142,6 +143,11 @@ class RunController:
         if view != self._last_view:
             self._last_view = view
             self._on_view(view)
+
+    def set_record(self, record: RunRecord) -> None:
+        """Take a record changed elsewhere (e.g. by a stop request) and publish the new view."""
+        self.record = record
+        self._publish()
 
     def _update(self, **changes: Any) -> None:
         stored = self.store.update(self.record.run_id, **changes)
@@ -185,6 +191,8 @@ class RunController:
     # ---- life --------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
+        self.url = await self.ops.transport.local_url(self.record.port)
+        self.probe = ServerProbe(self.url, self.record.health_path, timeout_s=5.0)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
@@ -221,7 +229,8 @@ class RunController:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        await self.probe.aclose()
+        if self.probe is not None:
+            await self.probe.aclose()
 
     def _finish_readers(self) -> None:
         self.finished.set()
@@ -323,11 +332,12 @@ class RunController:
                 self._ready_trigger.set()
             return False
 
+        assert self.probe is not None
         await poll(self.probe.health, self.timings.health_s, on_health)
 
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()
-        if self.record.state == "ready":
+        if self.record.state == "ready" or self.probe is None:
             return
         while not (await self.probe.completion()).ok:
             await asyncio.sleep(self.timings.ready_retry_s)

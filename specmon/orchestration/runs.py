@@ -40,7 +40,7 @@ from specmon.errors import UserError
 from specmon.model.config import Config, Profile
 from specmon.model.runstate import LogWatch
 from specmon.orchestration.controller import RunController, WatchTimings, end_verdict, failure_of, run_notify
-from specmon.orchestration.hostops import HostOps, check_env, wrapper_script
+from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
@@ -108,7 +108,7 @@ class RunManager:
 
     def find(self, target: str) -> RunRecord:
         """A run by id, or the latest run of a profile (preferring one that may still run)."""
-        record = self.store.load(target) if "/" not in target else None
+        record = self.store.load(target) if RUN_ID.match(target) else None
         if record is not None:
             return record
         runs = [r for r in self.store.all() if r.profile == target]
@@ -279,7 +279,8 @@ class RunManager:
                 continue
             rs = await self._replay(record)
             if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
-                probe = ServerProbe(record.url, record.health_path, timeout_s=3.0)
+                url = await self.ops(record.host).transport.local_url(record.port)
+                probe = ServerProbe(url, record.health_path, timeout_s=3.0)
                 try:
                     if (await probe.completion()).ok:
                         record = self.store.update(record.run_id, state="ready", ready_at=time.time()) or record
@@ -342,7 +343,12 @@ class RunManager:
             expected_load_s=profile.expected_load_s, started_at=started_at)
         # Written before the start, so a crash right after still leaves a trace to reconcile.
         self.store.save(record)
-        await ops.start_detached(run_dir)
+        try:
+            await ops.start_detached(run_dir)
+        except TransportError as exc:
+            self.store.update(run_id, state="failed", failure={"kind": "exited", "message": str(exc),
+                                                               "last_lines": []})
+            raise UserError(str(exc)) from None
         pid = await self._wait_pid(ops, run_dir)
         if pid is None:
             self.store.update(run_id, state="failed", failure={
@@ -373,8 +379,7 @@ class RunManager:
         if not record.terminal:
             record = self.store.update(record.run_id, state="stopping", stop_requested=True) or record
             if controller is not None:
-                controller.record = record
-                controller._publish()
+                controller.set_record(record)
         try:
             report = await stop_run(ops, record, force=force, timings=self.stop_timings)
         except TransportError as exc:

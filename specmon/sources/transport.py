@@ -118,5 +118,12 @@ class Transport(ABC):
         if not result.ok:
             raise TransportError(f"{self.host}: cannot write {path}: {result.err or f'exit {result.exit_code}'}")
 
+    async def local_url(self, port: int) -> str:
+        """A base URL, reachable from where specmon runs, for the host's 127.0.0.1:`port`.
+
+        Locally that is the port itself; a remote transport forwards it (on 127.0.0.1 only).
+        """
+        return f"http://127.0.0.1:{port}"
+
     async def close(self) -> None:
         """Release connections. Never stops anything started on the host."""
