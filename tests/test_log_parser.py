@@ -368,6 +368,47 @@ def test_failure_kind_and_line(text: str, kind: str, line: int) -> None:
     assert (state.failure.kind, state.failure.line) == (kind, line)
 
 
+@pytest.mark.parametrize("message,kind", [
+    ("Scheduler hit an exception: Traceback (most recent call last):", "exception"),
+    ("DetokenizerManager hit an exception: Traceback (most recent call last):", "exception"),
+    ("Exception in run_tp_server:", "exception"),
+    ("Initialization failed. warmup error: Traceback (most recent call last):", "exception"),
+    ("EngineCore failed to start.", "exception"),
+    ("WorkerProc failed to start.", "exception"),
+    ("EngineCore encountered an issue. See stack trace (above) for the root cause.", "exception"),
+    ("Received sigquit from a child process. It usually means the child failed.", "exception"),
+    ("Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)", "exception"),
+    ("Worker proc VllmWorker-0 died unexpectedly (exit code: -9), shutting down executor.", "exception"),
+    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB.", "oom"),
+    ("RuntimeError: CUDA error: out of memory", "oom"),
+    ("Not enough memory. Please try to increase --mem-fraction-static.", "oom"),
+    ("To serve at least one request with the model's max seq len (8192), (1.0 GiB KV cache is needed, which is "
+     "larger than the available KV cache memory (0.5 GiB).", "oom"),
+    ("Error executing method 'init_device'. This might cause deadlock in distributed execution.", "nccl"),
+    ("[E207 01:29:36.730311765 ProcessGroupNCCL.cpp:616] [Rank 6] Watchdog caught collective operation timeout",
+     "nccl"),
+    ("nccl_port at 30001 is not available in 60 seconds.", "port_in_use"),
+    ("ValueError: No model weights found in: `/models/x`", "model_not_found"),
+    ("OSError: /m does not appear to have a file named config.json.", "model_not_found"),
+    ("huggingface_hub.errors.HFValidationError: Repo id must be in the form 'repo_name'", "model_not_found"),
+    ("Invalid repository ID or local directory specified: '/nope'", "model_not_found"),
+])
+def test_every_fatal_wording_is_reached_through_the_prefilter(message: str, kind: str) -> None:
+    # Behind an NCCL flood and a vLLM prefix, so the fast path (not the first-lines scan) must find it.
+    flood = "".join(f"node-0:1:1 [0] NCCL INFO Channel {i:02d}/24 : 0 1\n" for i in range(3000))
+    text = flood + f"(EngineCore_DP0 pid=7) ERROR 11-19 12:16:36 [core.py:842] {message}\n"
+    state = state_of(text)
+    assert state.failure is not None, message
+    assert (state.failure.kind, state.failure.line, state.phase) == (kind, 3001, "failed")
+
+
+def test_nccl_warnings_are_not_failures() -> None:
+    text = ("[rank0]:[W1104 10:00:00.000 ProcessGroupNCCL.cpp:4561] [PG ID 0 PG GUID 0 Rank 0] using GPU 0 to "
+            "perform barrier as devices used by this process are currently unknown.\n"
+            "node-0:1:1 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n")
+    assert state_of(text).failure is None
+
+
 def test_traceback_after_ready_does_not_fail_the_server() -> None:
     text = ("[2025-03-08 12:29:33] The server is fired up and ready to roll!\n"
             "[2025-03-08 12:30:00] ERROR:    Exception in ASGI application\n"

@@ -10,6 +10,7 @@ logging format). Formats are from docs/server-formats.md §1 (shared reference).
 
 from __future__ import annotations
 
+import datetime as _dt
 import re
 from dataclasses import dataclass
 
@@ -126,14 +127,19 @@ def clean(piece: str) -> Cleaned:
     return Cleaned(text, hint, rank)
 
 
+def ts_kind(ts: str) -> str:
+    """The format kind of a printed timestamp (see `ts_seconds`), without parsing it."""
+    if len(ts) > 4 and ts[4] == "-":
+        return "ymd"
+    return "md" if len(ts) > 2 and ts[2] == "-" else "t"
+
+
 def ts_seconds(ts: str) -> tuple[str, float] | None:
     """A printed timestamp as (format kind, seconds) so that two of the same kind can be subtracted.
 
     Kinds: "ymd" (`2025-03-08 12:29:04[.123]`), "md" (vLLM `03-08 12:29:04`, no year), "t" (`12:29:04`).
     Seconds are counted from an arbitrary origin per kind; callers fix wrap-arounds (midnight, new year).
     """
-    import datetime as _dt
-
     try:
         if len(ts) >= 19 and ts[4] == "-":
             d = _dt.datetime(int(ts[0:4]), int(ts[5:7]), int(ts[8:10]), int(ts[11:13]), int(ts[14:16]),

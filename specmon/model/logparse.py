@@ -30,7 +30,7 @@ from collections import deque
 from typing import Any
 
 from specmon.model import signals
-from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_seconds
+from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
 from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
@@ -89,7 +89,7 @@ class LogParser:
         self._weak_vllm_line: int | None = None
         self._server_by_prefix = False
         self._first_ts: dict[str, float] = {}
-        self._last_ts: tuple[str, float] | None = None
+        self._last_ts: str | None = None  # the latest timestamp text seen
         self._scan_left = _SCAN_LINES
         # traceback state
         self._tb_open = False
@@ -328,16 +328,18 @@ class LogParser:
         return VLLM if self.server is None and self._weak_vllm_line is not None else None
 
     def _note_ts(self, c: Cleaned) -> None:
+        # Parsing is deferred: only the first timestamp of each format and the one at a ready line matter.
         if c.ts is None:
             return
-        parsed = ts_seconds(c.ts)
-        if parsed is None:
-            return
-        self._first_ts.setdefault(parsed[0], parsed[1])
-        self._last_ts = parsed
+        self._last_ts = c.ts
+        if ts_kind(c.ts) not in self._first_ts:
+            parsed = ts_seconds(c.ts)
+            if parsed is not None:
+                self._first_ts[parsed[0]] = parsed[1]
 
     def _log_elapsed(self, c: Cleaned) -> float | None:
-        now = ts_seconds(c.ts) if c.ts else self._last_ts
+        text = c.ts or self._last_ts
+        now = ts_seconds(text) if text else None
         if now is None or now[0] not in self._first_ts:
             return None
         return elapsed_between((now[0], self._first_ts[now[0]]), now)
@@ -362,6 +364,8 @@ class LogParser:
 
     def _failure(self, msg: str, line_no: int, piece: str) -> bool:
         """Failure bookkeeping for one message; True when the message was a failure line."""
+        if not self._tb_open and signals.FAILURE_HINT_RE.search(msg) is None:
+            return False  # the common case (progress and stats lines): one search, nothing else
         marker = signals.FATAL_MARKER_RE.search(msg)
         traceback = "Traceback" in msg and signals.TRACEBACK_RE.search(msg) is not None
         if marker is not None:

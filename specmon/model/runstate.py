@@ -93,6 +93,17 @@ class RunState:
     shards_seen_at: float | None = None  # `now` of the last shard update (for a rate when tqdm has none)
 
 
+def _evolve(state: RunState, **changes: Any) -> RunState:
+    """`dataclasses.replace` without its per-field overhead (the reducer runs once per event, and a busy
+    serving log has an event per decode line). Only reduce() and LogWatch call it, with field names."""
+    if not changes:
+        return state
+    new = object.__new__(RunState)
+    new.__dict__.update(state.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
 def _advance(state: RunState, phase: str) -> dict[str, Any]:
     """Changes that move the progress phase forward to `phase` (never back) and drop a non-fatal failure."""
     changes: dict[str, Any] = {}
@@ -118,7 +129,7 @@ def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None
         load = max(0.0, now - state.started_at)
     elif evidence != "serving":
         load = log_elapsed
-    return replace(state, ready=True, ready_at=now, ready_evidence=evidence, load_seconds=load, **changes)
+    return _evolve(state, ready=True, ready_at=now, ready_evidence=evidence, load_seconds=load, **changes)
 
 
 def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
@@ -136,7 +147,7 @@ def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
         take = not cur.fatal and f.fatal
     if not take:
         return state
-    return replace(state, failure=new, phase="failed", last_lines=f.context[-LAST_LINES:] or state.last_lines)
+    return _evolve(state, failure=new, phase="failed", last_lines=f.context[-LAST_LINES:] or state.last_lines)
 
 
 def reduce(state: RunState, event: Any, now: float) -> RunState:
@@ -159,7 +170,7 @@ def reduce(state: RunState, event: Any, now: float) -> RunState:
                           or (done * cur_total == cur_done * total and total > cur_total)):
             changes["shards_done"], changes["shards_total"] = done, total
         changes["shards_seen_at"] = now
-        return replace(state, **changes)
+        return _evolve(state, **changes)
     if t is ev.Line:
         return state
     if t is ev.DecodeStats:
@@ -169,18 +180,18 @@ def reduce(state: RunState, event: Any, now: float) -> RunState:
                             ("spec_accept_rate", event.accept_rate), ("gen_throughput", event.gen_throughput)):
             if value is not None:
                 changes[name] = value
-        state = replace(state, **changes) if changes else state
+        state = _evolve(state, **changes)
         return _ready(state, now, "serving", None)
     if t is ev.NcclEnv:
         env = dict(state.nccl_env)
         if env.get(event.name) == event.value:
             return state
         env[event.name] = event.value
-        return replace(state, nccl_env=tuple(env.items()))
+        return _evolve(state, nccl_env=tuple(env.items()))
     if t is ev.Failure:
         return _merge_failure(state, event)
     if t is ev.ServerDetected:
-        return state if state.server == event.server else replace(state, server=event.server)
+        return state if state.server == event.server else _evolve(state, server=event.server)
     if t is ev.LaunchArgs:
         changes = {}
         for name, value in (("tp", event.tp), ("mem_fraction_static", event.mem_fraction_static),
@@ -189,31 +200,31 @@ def reduce(state: RunState, event: Any, now: float) -> RunState:
                             ("model_path", event.model_path), ("port", event.port)):
             if value is not None:
                 changes[name] = value
-        return replace(state, **changes) if changes else state
+        return _evolve(state, **changes)
     if t is ev.LoadStarted:
-        return replace(state, **_advance(state, "loading_weights"))
+        return _evolve(state, **_advance(state, "loading_weights"))
     if t is ev.WeightsLoaded:
         changes = _advance(state, "loading_weights")
         if event.mem_gb is not None and state.weights_gb is None:
             changes["weights_gb"] = event.mem_gb
-        return replace(state, **changes)
+        return _evolve(state, **changes)
     if t is ev.KVCache:
         changes = _advance(state, "allocating_kv")
         for name, value in (("kv_cache_tokens", event.tokens), ("kv_cache_dtype", event.dtype),
                             ("kv_cache_gb", event.mem_gb), ("kv_cache_blocks", event.blocks)):
             if value is not None and getattr(state, name) is None:  # the first value is the pool's size
                 changes[name] = value
-        return replace(state, **changes)
+        return _evolve(state, **changes)
     if t is ev.GraphCapture:
         changes = _advance(state, "capturing_graphs")
         if event.stage == "progress" and event.total:
             changes["graphs_done"], changes["graphs_total"] = event.done, event.total
-        return replace(state, **changes)
+        return _evolve(state, **changes)
     if t is ev.WarmUp:
-        return replace(state, **_advance(state, "warming_up"))
+        return _evolve(state, **_advance(state, "warming_up"))
     if t is ev.HttpUp:
         if state.server == "sglang":
-            return replace(state, **_advance(state, "warming_up"))
+            return _evolve(state, **_advance(state, "warming_up"))
         return _ready(state, now, "startup_complete", event.log_elapsed)
     if t is ev.Ready:
         return _ready(state, now, "ready_line", event.log_elapsed)
@@ -223,7 +234,7 @@ def reduce(state: RunState, event: Any, now: float) -> RunState:
         if state.server == "sglang":
             if event.path.startswith("/v1/") and 200 <= event.status < 300:
                 return _ready(state, now, "serving", None)
-            return replace(state, **_advance(state, "warming_up"))
+            return _evolve(state, **_advance(state, "warming_up"))
         return _ready(state, now, "serving", None)
     return state
 
@@ -279,14 +290,14 @@ class LogWatch:
         for event in events:
             state = reduce(state, event, now)
         if state.server is None and self.parser.weak_server() is not None:
-            state = replace(state, server=self.parser.weak_server())
+            state = _evolve(state, server=self.parser.weak_server())
         changes: dict[str, Any] = {}
         if activity:
             changes["last_activity"] = now
         if state.failure is None or not state.failure.fatal:
             # After a fatal failure last_lines keep the lines that led to it (set by the reducer).
             changes["last_lines"] = self.parser.tail()
-        self.state = replace(state, **changes) if changes else state
+        self.state = _evolve(state, **changes)
         return events
 
 

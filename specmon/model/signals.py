@@ -40,7 +40,7 @@ TRIGGER_WORDS = (
     "Traceback", "File \"", "Error", "Exception", "error", "out of memory", "Errno", "already in use",
     "Killed", "died unexpectedly", "sigquit", "watchdog", "Watchdog", "failed", "Not enough memory",
     "No available memory", "larger than the available", "Repository Not Found", "model weights",
-    "Invalid repository", "does not appear to have a file named", "is not available in",
+    "Invalid repository", "does not appear to have a file named", "is not available in", "encountered an issue",
 )
 
 _NUM = r"(\d+(?:\.\d+)?)"
@@ -193,23 +193,22 @@ def _f(text: str | None) -> float | None:
     return float(text) if text else None
 
 
-def _decode_fields(body: str) -> DecodeStats:
-    """SGLang decode line body: split on `, `, each item on its last `: ` (survives every punctuation era)."""
-    fields: dict[str, str] = {}
-    for item in body.split(", "):
-        key, sep, value = item.rpartition(": ")
-        if sep:
-            fields[key.strip()] = value.strip().rstrip(",")
+_DECODE_ITEM_RE = re.compile(r"(?:^|, )([^,:]+): ([^,]*)")
 
-    def num(*keys: str) -> float | None:
-        for k in keys:
-            v = fields.get(k)
-            if v is not None:
-                try:
-                    return float(v)
-                except ValueError:
-                    return None
-        return None
+
+def _decode_fields(body: str, line_no: int) -> DecodeStats:
+    """SGLang decode line body: `key: value` items split on `, ` (survives every punctuation era and new
+    fields; unknown keys are ignored)."""
+    fields = dict(_DECODE_ITEM_RE.findall(body))
+
+    def num(key: str, alt: str = "", alt2: str = "") -> float | None:
+        v = fields.get(key) or (fields.get(alt) if alt else None) or (fields.get(alt2) if alt2 else None)
+        if v is None:
+            return None
+        try:
+            return float(v)
+        except ValueError:
+            return None
 
     running = num("#running-req")
     queue = num("#queue-req")
@@ -220,6 +219,7 @@ def _decode_fields(body: str) -> DecodeStats:
         accept_len=num("accept len"),
         accept_rate=num("accept rate"),
         gen_throughput=num("gen throughput (token/s)"),
+        line_no=line_no,
     )
 
 
@@ -229,9 +229,7 @@ def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
     if "Decode batch" in msg:
         m = _DECODE_RE.search(msg)
         if m:
-            d = _decode_fields(m.group(1))
-            out.append(DecodeStats(d.running_reqs, d.queue_reqs, d.token_usage, d.accept_len, d.accept_rate,
-                                   d.gen_throughput, line_no))
+            out.append(_decode_fields(m.group(1), line_no))
         return out
     if "HTTP/" in msg:
         m = _ACCESS_RE.search(msg)
@@ -397,6 +395,15 @@ EXCEPTION_LINE_RE = re.compile(
     r"(?:\([^)]*\))?(?::\s*(.*))?$"
 )
 KILLED_RE = re.compile(r"^Killed\s*$")
+
+
+# Words that every failure line above contains (markers, classes, traceback, exception line, Killed):
+# a line without any of them cannot be a failure line, which spares the detailed regexes.
+FAILURE_HINT_RE = re.compile(
+    r"Error|Exception|exception|failed|died|sigquit|watchdog|Watchdog|out of memory|Not enough memory|"
+    r"No available memory|larger than the available|NCCL|init_device|Errno|already in use|not available in|"
+    r"Repository|repository|model weights|does not appear|Traceback|File \"|Killed|encountered an issue"
+)
 
 
 def classify(text: str) -> str | None:
