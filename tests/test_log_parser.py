@@ -147,14 +147,17 @@ def test_ansi_colour_in_all_three_spellings(colour: str) -> None:
     "(pid=858) ",
 ])
 def test_wrapper_prefixes_are_removed_before_the_server_prefix(wrapper: str) -> None:
-    text = (f"{wrapper}[2025-03-08 12:29:21 TP0] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n"
+    text = (f"{wrapper}[2025-03-08 12:29:21] server_args=ServerArgs(model_path='/m', tp_size=1)\n"
+            f"{wrapper}[2025-03-08 12:29:25 TP0] KV Cache is allocated. #tokens: 46611, K size: 1.42 GB, V size: 1.42 GB\n"
             f"{wrapper}[2025-03-08 12:29:33] The server is fired up and ready to roll!\n")
     events = parse(text, lines=True)
     assert of(events, ev.ServerDetected)[0].server == "sglang"
     assert of(events, ev.KVCache)[0].tokens == 46611
-    assert of(events, ev.Line)[1].text == "The server is fired up and ready to roll!"
-    # Load time from the log's own timestamps survives the wrapper.
+    assert of(events, ev.Line)[2].text == "The server is fired up and ready to roll!"
+    # Load time from the log's own timestamps (args dump to ready line) survives the wrapper.
     assert state_of(text).load_seconds == 12.0
+    # An excerpt that starts mid-launch has no load time: its first line is not the launch.
+    assert state_of(text.split("\n", 1)[1]).load_seconds is None
 
 
 @pytest.mark.parametrize("prefix,rank", [

@@ -108,7 +108,9 @@ def describe(path: str, state: RunState) -> str:
         details.append(f"spec {state.speculative_algorithm}{steps}")
     lines.append(f"  server      {server}" + (f" ({', '.join(details)})" if details else ""))
     phase = state.phase.replace("_", " ")
-    if state.phase == "failed" and state.progress_phase != "launching":
+    if state.phase == "failed" and state.progress_phase == "ready":
+        phase += " (after ready)"
+    elif state.phase == "failed" and state.progress_phase != "launching":
         phase += f" (while {state.progress_phase.replace('_', ' ')})"
     lines.append(f"  phase       {phase}")
     shards = f"{state.shards_done}/{state.shards_total}" if state.shards_total is not None else "-"

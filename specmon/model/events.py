@@ -142,7 +142,7 @@ class Ready:
     """The server's own ready line (SGLang `The server is fired up and ready to roll!`).
 
     `log_elapsed` is seconds from the first timestamped line of the log to this one, from the log's own
-    timestamps (None when they are missing).
+    timestamps (None when they are missing, or when the log does not show the launch's args dump).
     """
 
     log_elapsed: float | None = None

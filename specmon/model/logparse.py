@@ -91,6 +91,7 @@ class LogParser:
         self._first_ts: dict[str, float] = {}
         self._last_ts: str | None = None  # the latest timestamp text seen
         self._scan_left = _SCAN_LINES
+        self._launch_seen = False  # an args dump was seen: the log starts at the launch
         # traceback state
         self._tb_open = False
         self._tb_fatal = False
@@ -284,6 +285,7 @@ class LogParser:
             out.append(HttpUp(self._log_elapsed(c), line_no))
             return
         if ("args" in msg or "Initializing" in msg) and signals.ARGS_START_RE.search(msg):
+            self._launch_seen = True
             stripped = msg.rstrip()
             if not stripped.endswith((")", "}")):
                 # A wrapped dump: collect the continuation lines first (see _careful_line).
@@ -338,6 +340,13 @@ class LogParser:
                 self._first_ts[parsed[0]] = parsed[1]
 
     def _log_elapsed(self, c: Cleaned) -> float | None:
+        """Seconds from the log's first timestamp to this line's (or the latest) one, in the same format.
+
+        Only when the log shows the launch itself (an args dump): an excerpt that starts mid-launch
+        would give a duration of nothing in particular.
+        """
+        if not self._launch_seen:
+            return None
         text = c.ts or self._last_ts
         now = ts_seconds(text) if text else None
         if now is None or now[0] not in self._first_ts:

@@ -21,7 +21,8 @@ not answer HTTP before it is ready). SGLang's own warm-up requests (`/generate`,
 prefill lines come before its ready line and do not count. `ready_evidence` says which one was seen.
 
 Load time: `ready_at - started_at` when the caller gave `started_at` (its clock at launch); otherwise
-the log's own timestamps, first timestamped line to the ready line (the `log_elapsed` of the event).
+the log's own timestamps, first timestamped line to the ready line (the `log_elapsed` of the event), and
+only when the log holds the launch itself (an args dump), never for an excerpt or for serving evidence.
 """
 
 from __future__ import annotations
