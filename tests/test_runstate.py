@@ -24,8 +24,8 @@ def test_phases_in_launch_order() -> None:
         (ev.ShardProgress(1, 2, line_no=3), "loading_weights"),
         (ev.WeightsLoaded(15.5, None, line_no=4), "loading_weights"),
         (ev.KVCache(tokens=46611, line_no=5), "allocating_kv"),
-        (ev.GraphCapture("begin", line_no=6), "capturing_graphs"),
-        (ev.GraphCapture("progress", 3, 13, line_no=7), "capturing_graphs"),
+        (ev.GraphCapture(stage="begin", line_no=6), "capturing_graphs"),
+        (ev.GraphCapture(3, 13, line_no=7), "capturing_graphs"),
         (ev.HttpUp(None, line_no=8), "warming_up"),  # SGLang: uvicorn up is only the start of warm-up
         (ev.HttpRequest("POST", "/generate", 200, line_no=9), "warming_up"),
         (ev.Ready(29.0, line_no=10), "ready"),

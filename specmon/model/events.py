@@ -99,11 +99,12 @@ class KVCache:
 
 @dataclass(frozen=True, slots=True)
 class GraphCapture:
-    """CUDA-graph capture: stage "begin", "progress" (done of total batch sizes) or "end"."""
+    """CUDA-graph capture: `done` of `total` bar steps (batch sizes); `stage` is "progress" for a bar
+    update, "begin" / "end" for the lines around it (`seconds`: the capture time an end line states)."""
 
-    stage: str
     done: int | None = None
     total: int | None = None
+    stage: str = "progress"
     seconds: float | None = None
     line_no: int = 0
 

@@ -244,7 +244,7 @@ def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
     if "Capturing" in msg:
         m = _CAPTURE_BAR_RE.search(msg)
         if m:
-            out.append(GraphCapture("progress", int(m.group(1)), int(m.group(2)), None, line_no))
+            out.append(GraphCapture(int(m.group(1)), int(m.group(2)), "progress", None, line_no))
             return out
     if "Capture" in msg:
         m = _CAPTURE_RE.search(msg)
@@ -255,11 +255,11 @@ def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
                 s = _CAPTURE_SECS_RE.search(msg)
                 if s:
                     secs = _f(s.group(1) or s.group(2))
-            out.append(GraphCapture(stage, None, None, secs, line_no))
+            out.append(GraphCapture(None, None, stage, secs, line_no))
             return out
     if "Graph capturing finished" in msg:
         m = _VLLM_CAPTURE_END_RE.search(msg)
-        out.append(GraphCapture("end", None, None, _f(m.group(1)) if m else None, line_no))
+        out.append(GraphCapture(None, None, "end", _f(m.group(1)) if m else None, line_no))
         return out
     if "Load weight" in msg or "Starting to load model" in msg:
         m = _LOAD_BEGIN_RE.search(msg)
