@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-SERVERS = ("sglang", "vllm")
 FAILURE_KINDS = ("oom", "nccl", "port_in_use", "model_not_found", "exception")
 
 
