@@ -46,8 +46,8 @@ def test_specmon_sim_subcommand_serves() -> None:
         assert sim.stop() == 0
 
 
-def test_client_hanging_up_frees_the_running_slot() -> None:
-    with start_sim() as sim:
+def test_client_hanging_up_frees_the_running_slot_and_leaves_the_queue() -> None:
+    with start_sim("--max-running-requests", "1") as sim:
         body = {"messages": [{"role": "user", "content": "long"}], "max_tokens": 5000, "ignore_eos": True, "stream": True}
         with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body, timeout=10) as resp:
             lines = resp.iter_lines()
@@ -55,6 +55,13 @@ def test_client_hanging_up_frees_the_running_slot() -> None:
             assert len(data) == 6
             time.sleep(0.2)
             assert httpx.get(sim.url + "/server_info").json()["sim"]["running"] == 1
+            with httpx.stream("POST", sim.url + "/v1/chat/completions", json=body, timeout=10) as queued:
+                assert queued.status_code == 200
+                time.sleep(0.2)
+                assert httpx.get(sim.url + "/server_info").json()["sim"]["queued"] == 1
+            time.sleep(0.2)  # the queued client hung up: it leaves the queue without ever running
+            info = httpx.get(sim.url + "/server_info").json()["sim"]
+            assert (info["running"], info["queued"]) == (1, 0)
             resp.close()  # hang up mid-stream
         deadline = time.monotonic() + 5
         while httpx.get(sim.url + "/server_info").json()["sim"]["running"] and time.monotonic() < deadline:

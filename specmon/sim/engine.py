@@ -81,6 +81,7 @@ class Engine:
         self.counters = Counters(spec_accepted_per_pos=[0] * (spec_steps or 0))
         self._numbers = itertools.count()
         self._wake = asyncio.Event()
+        self._cancelled_waiting = False
         # interval bookkeeping for the periodic stats lines
         self._iv_start = 0.0
         self._iv_gen = 0
@@ -102,6 +103,11 @@ class Engine:
         self.waiting.append(req)
         self._wake.set()
         return req
+
+    def cancel(self, req: Request) -> None:
+        """The client is gone: drop the request (queued: before admission; running: at the next step)."""
+        req.cancelled = True
+        self._cancelled_waiting = True
 
     def snapshot(self) -> Snapshot:
         return Snapshot(len(self.running), sum(1 for r in self.waiting if not r.cancelled), self.used_tokens,
@@ -169,8 +175,9 @@ class Engine:
 
     # -- step internals -------------------------------------------------------------------
     def _admit(self) -> int:
-        while self.waiting and self.waiting[0].cancelled:
-            self.waiting.popleft()
+        if self._cancelled_waiting:  # O(queue) only after a cancellation
+            self.waiting = deque(r for r in self.waiting if not r.cancelled)
+            self._cancelled_waiting = False
         n = throughput.admit_count([r.reservation for r in itertools.islice(self.waiting, 0, self.model.max_running)],
                                    len(self.running), self.reserved, self.kv_tokens, self.model.max_running)
         if not n:
@@ -183,11 +190,9 @@ class Engine:
             self.used_tokens += req.prompt_tokens
             new_tokens += req.prompt_tokens
         self._iv_prompt += new_tokens
-        if self.log.stats_by_steps:
-            snap = self.snapshot()
-            stats = DecodeStats(snap.running, snap.queued, snap.used_tokens, self.kv_tokens, 0.0, 0.0, None, None)
-            step = self.model.step_time(len(self.running), new_tokens)
-            self.log.prefill(n, new_tokens, stats, new_tokens / step)
+        snap = self.snapshot()
+        stats = DecodeStats(snap.running, snap.queued, snap.used_tokens, self.kv_tokens, 0.0, 0.0, None, None)
+        self.log.prefill(n, new_tokens, stats, new_tokens / self.model.step_time(len(self.running), new_tokens))
         return new_tokens
 
     def _advance(self) -> None:

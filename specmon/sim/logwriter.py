@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TextIO
 
@@ -102,7 +103,7 @@ class DecodeStats:
 
 def server_args(cfg: SimConfig) -> dict[str, object]:
     """SGLang's resolved server arguments for `cfg` (the args dump and /server_info)."""
-    c = cfg
+    c = cfg  # short name: the dict below is long
     spec = c.speculative
     return {
         "model_path": c.model, "tokenizer_path": c.model, "tokenizer_mode": "auto", "skip_tokenizer_init": False,
@@ -130,7 +131,7 @@ def graph_sizes(cfg: SimConfig) -> list[int]:
     return [bs for bs in GRAPH_BATCH_SIZES if bs <= cfg.max_running] or [1]
 
 
-class LaunchLog:
+class LaunchLog(ABC):
     """Common writer; subclasses decide prefixes and wording per flavour."""
 
     # True: stats every --decode-log-interval steps (SGLang); False: every --stats-interval seconds (vLLM).
@@ -166,36 +167,72 @@ class LaunchLog:
     def graph_sizes(self) -> list[int]:
         return graph_sizes(self.cfg)
 
-    # -- hooks the lifecycle calls (overridden) ----------------------------------------
+    # -- hooks the lifecycle calls, one implementation per flavour ------------------------
+    @abstractmethod
     def args_dump(self) -> None: ...
+
+    @abstractmethod
     def dist_init(self) -> None: ...
+
+    @abstractmethod
     def load_begin(self) -> None: ...
+
+    @abstractmethod
     def load_end(self, elapsed: float) -> None: ...
+
+    @abstractmethod
     def kv_allocated(self) -> None: ...
+
+    @abstractmethod
     def graph_begin(self) -> None: ...
+
+    @abstractmethod
     def graph_end(self, elapsed: float) -> None: ...
+
+    @abstractmethod
     def engine_ready(self, init_elapsed: float) -> None: ...
+
+    @abstractmethod
     def ready(self, host: str, port: int) -> None: ...
+
+    @abstractmethod
     def stats(self, s: DecodeStats) -> None: ...
+
+    @abstractmethod
     def prefill(self, new_seqs: int, new_tokens: int, s: DecodeStats, input_tps: float) -> None: ...
+
+    @abstractmethod
     def access(self, peer: str, method: str, path: str, status: int) -> None: ...
+
+    @abstractmethod
     def crash_in_shard(self, shard: int) -> None: ...
+
+    @abstractmethod
     def oom(self, stage: str) -> None: ...
+
+    @abstractmethod
     def nccl_timeout(self) -> None: ...
+
+    @abstractmethod
     def port_in_use(self, host: str, port: int) -> None: ...
+
+    @abstractmethod
     def sigterm_ignored(self) -> None: ...
+
+    @abstractmethod
     def shutdown(self, http_started: bool) -> None: ...
+
+    @abstractmethod
     def child_spawned(self, child_pid: int) -> None: ...
 
-    # -- shard bar (same text in both servers; the line ending differs) ------------------
-    def shard_progress(self, n: int, elapsed: float) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def shard_progress(self, n: int, elapsed: float) -> None: ...
 
-    def shards_done(self, elapsed: float) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def shards_done(self, elapsed: float) -> None: ...
 
-    def graph_progress(self, i: int, total: int, bs: int, elapsed: float) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def graph_progress(self, i: int, total: int, bs: int, elapsed: float) -> None: ...
 
 
 class SglangLog(LaunchLog):
@@ -537,6 +574,9 @@ class VllmLog(LaunchLog):
                 f"Accepted: {s.accepted} tokens, Drafted: {s.drafted} tokens, Per-position acceptance rate: {per_pos}, "
                 f"Avg Draft acceptance rate: {100.0 * s.accepted / s.drafted:.1f}%",
             )
+
+    def prefill(self, new_seqs: int, new_tokens: int, s: DecodeStats, input_tps: float) -> None:
+        pass  # vLLM logs no per-batch prefill line; prompt throughput is part of the "Engine 000:" line
 
     def access(self, peer: str, method: str, path: str, status: int) -> None:
         self.uvicorn(f'INFO:     {peer} - "{method} {path} HTTP/1.1" {status} {_HTTP_REASONS.get(status, "")}'.rstrip())

@@ -155,7 +155,10 @@ class SimServer:
     async def bind(self) -> bool:
         """Start listening; on a busy port log the flavour's uvicorn error and fail."""
         app = self.make_app()
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0)
+        # handler_cancellation: a client that hangs up while its request is queued cancels the handler,
+        # so the engine drops the request instead of running it for nobody.
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=1.0,
+                               handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, self.cfg.host, self.cfg.port, reuse_port=False)
         try:
@@ -296,7 +299,8 @@ class SimServer:
             text = api.token_text(gen.prompt_key, 0, produced)
             return web.json_response(api.full_response(gen, rid, created, text, produced))
         finally:
-            req.cancelled = req.generated < req.target_tokens
+            if req.generated < req.target_tokens:
+                self.engine.cancel(req)
 
     async def _stream(self, request: web.Request, gen: api.Generation, req: Request, rid: str,
                       created: int) -> web.StreamResponse:
