@@ -59,7 +59,10 @@ def run(args: argparse.Namespace) -> int:
         if args.follow:
             return _follow(args.files, handles, args.json, sys.stdout)
         for path, handle in zip(args.files, handles):
-            state = scan(handle)
+            try:
+                state = scan(handle)
+            except OSError as exc:  # opened fine, but reading failed (EIO, a vanished mount, ...)
+                raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
             _print_summary(path, state, args.json, sys.stdout)
         return 0
     finally:
@@ -205,7 +208,10 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                 if f.done:
                     continue
                 _check_truncation(f)
-                data = f.handle.read(CHUNK_BYTES)
+                try:
+                    data = f.handle.read(CHUNK_BYTES)
+                except OSError as exc:
+                    raise UserError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
                 if not data:
                     continue
                 progressed = True
