@@ -471,3 +471,31 @@ def test_line_events_only_when_asked() -> None:
     text = "\x1b[32mhello\x1b[0m\nvllm-1  | world\n"
     assert of(parse(text), ev.Line) == []
     assert [(e.text, e.line_no) for e in of(parse(text, lines=True), ev.Line)] == [("hello", 1), ("world", 2)]
+
+
+def test_vllm_v1_startup_walks_through_every_phase() -> None:
+    p = "(EngineCore_DP0 pid=26283) INFO 11-06 10:50:{s:02d} [x.py:1] "
+    api = "(APIServer pid=1) INFO 11-06 10:5{m}:{s:02d} [api_server.py:1] "
+    steps = [
+        (api.format(m=0, s=0) + "non-default args: {'model': 'Qwen/Qwen3-8B', 'tensor_parallel_size': 2, "
+         "'gpu_memory_utilization': 0.9, 'port': 8000}", "launching"),
+        (p.format(s=5) + "Starting to load model Qwen/Qwen3-8B...", "loading_weights"),
+        ("Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02,  1.00it/s]", "loading_weights"),
+        (p.format(s=9) + "Model loading took 15.27 GiB memory and 9.53 seconds", "loading_weights"),
+        (p.format(s=20) + "Available KV cache memory: 2.30 GiB", "allocating_kv"),
+        (p.format(s=20) + "GPU KV cache size: 75,840 tokens", "allocating_kv"),
+        ("Capturing CUDA graphs (mixed prefill-decode, PIECEWISE):  50%|█████     | 34/67 [00:01<00:01, 30.1it/s]",
+         "capturing_graphs"),
+        (p.format(s=40) + "Graph capturing finished in 4 secs, took 0.45 GiB", "capturing_graphs"),
+        (p.format(s=41) + "init engine (profile, create kv cache, warmup model) took 36.10 s", "warming_up"),
+        (api.format(m=0, s=42) + "Starting vLLM API server 0 on http://0.0.0.0:8000", "warming_up"),
+        ("(APIServer pid=1) INFO:     Application startup complete.", "ready"),
+    ]
+    watch = LogWatch()
+    for line, phase in steps:
+        watch.feed((line + "\n").encode(), 0.0)
+        assert watch.state.phase == phase, line
+    s = watch.state
+    assert (s.server, s.tp, s.mem_fraction_static, s.model_path, s.port) == ("vllm", 2, 0.9, "Qwen/Qwen3-8B", 8000)
+    assert (s.shards_done, s.shards_total, s.kv_cache_tokens, s.kv_cache_gb, s.weights_gb) == (2, 4, 75840, 2.3, 15.27)
+    assert (s.graphs_done, s.graphs_total, s.ready_evidence, s.load_seconds) == (34, 67, "startup_complete", 42.0)

@@ -118,6 +118,8 @@ def describe(path: str, state: RunState) -> str:
     lines.append(f"  phase       {phase}")
     shards = f"{state.shards_done}/{state.shards_total}" if state.shards_total is not None else "-"
     lines.append(f"  shards      {shards}")
+    if state.graphs_total is not None:
+        lines.append(f"  cuda graphs {state.graphs_done}/{state.graphs_total}")
     kv = _fmt_tokens(state.kv_cache_tokens)
     if state.kv_cache_tokens is None and state.kv_cache_blocks is not None:
         kv = f"{state.kv_cache_blocks:,} blocks"
