@@ -103,7 +103,7 @@ def test_kill_9_during_load_then_status_and_wait_resume_without_losing_or_repeat
 def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory) -> None:   # type: ignore[no-untyped-def]
     p1, p2, p3 = free_port_factory(), free_port_factory(), free_port_factory()
     cli.config.write_text(_profile("crash", p1, "--crash-at-shard", "2", scale=0.1)
-                          + _profile("stall", p2, "--stall-at-shard", "2", scale=0.1)
+                          + _profile("stall", p2, "--stall-at-shard", "2", scale=0.1, stall=2)
                           + _profile("slow", p3, shards=8, load=40, scale=1))
     assert cli("launch", "crash").returncode == 0
     failed = cli("wait", "crash", "--json")
@@ -115,6 +115,9 @@ def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory)
     assert cli("launch", "stall").returncode == 0
     stalled = cli("wait", "stall", "--stall-timeout", "1.5", "-q")
     assert stalled.returncode == 3 and "stalled" in stalled.stderr and "no log output" in stalled.stderr
+    time.sleep(0.6)
+    table = cli("status").stdout
+    assert "STALLED: no log output" in next(line for line in table.splitlines() if line.startswith("stall "))
 
     t0 = time.monotonic()
     timed = cli("launch", "slow", "--wait", "--timeout", "2", "-q")
@@ -127,7 +130,11 @@ def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory)
 
 def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     cli.config.write_text(_profile("sim", free_port))
-    assert cli("launch", "sim", "--wait", "-q").returncode == 0
+    launched = cli("launch", "sim")   # nobody watches this load: `status` itself must find it ready
+    assert launched.returncode == 0 and launched.stdout.strip()
+    _wait_until(lambda: cli.status()[0]["state"] == "ready", timeout=40, step=0.3)
+    [ready] = cli.status()
+    assert ready["run_id"] == launched.stdout.strip() and ready["load_seconds"] and ready["ready_at"]
     logs = cli("logs", "sim", "-n", "2")
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
     assert cli("stop", "sim").returncode == 0

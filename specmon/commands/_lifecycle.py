@@ -52,6 +52,8 @@ def progress_text(view: RunView) -> str:
         if view.eta_s is not None:
             parts.append(f"ETA {_duration(view.eta_s)}")
         parts.append(f"elapsed {_duration(time.time() - view.started_at)}")
+    if view.probe_error:
+        parts.append(view.probe_error)
     if view.stalled and view.stall_reason:
         parts.append(f"STALLED: {view.stall_reason}")
     if view.state == "ready":

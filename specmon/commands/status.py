@@ -21,6 +21,8 @@ def _row(v: RunView) -> tuple[str, ...]:
     shards = f"{v.shards[0]}/{v.shards[1]}" if v.shards else "-"
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
     note = f"{v.failure.kind}: {v.failure.message}" if v.failure else (v.url if v.state == "ready" else "")
+    if v.stalled:
+        note = f"STALLED: {v.stall_reason}"
     return (v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, note)
 
 

@@ -34,6 +34,7 @@ from specmon.sources.transport import TransportError
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
+READY_PROBE_PATIENCE = 25        # failed test completions after the ready signal before saying so
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,7 @@ class RunController:
             (record.expected_load_s,) if record.expected_load_s else ())
         self.stalled = False
         self.stall_reason: str | None = None
+        self.probe_error: str | None = None
         self.last_bytes_at = time.time()
         self.last_health: ProbeResult | None = None
         self.finished = asyncio.Event()
@@ -136,6 +138,7 @@ class RunController:
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs,
+            probe_error=self.probe_error if state in ("launching", "loading") else None,
         )
 
     def _publish(self) -> None:
@@ -339,8 +342,16 @@ class RunController:
         await self._ready_trigger.wait()
         if self.record.state == "ready" or self.probe is None:
             return
-        while not (await self.probe.completion()).ok:
-            await asyncio.sleep(self.timings.ready_retry_s)
+        attempts = 0
+        while not (result := await self.probe.completion()).ok:
+            attempts += 1
+            if attempts >= READY_PROBE_PATIENCE:
+                # Say why the run is not called ready, and stop hammering a server that refuses completions.
+                self.probe_error = f"ready signal seen, but the test completion fails: " \
+                                   f"{result.status or result.error} {result.error or ''}".strip()
+                self._publish()
+            await asyncio.sleep(self.timings.ready_retry_s if attempts < READY_PROBE_PATIENCE else 2.0)
+        self.probe_error = None
         if self.record.state not in ("launching", "loading"):
             return
         now = time.time()

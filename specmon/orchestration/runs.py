@@ -35,11 +35,19 @@ import shlex
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile
 from specmon.model.runstate import LogWatch
-from specmon.orchestration.controller import RunController, WatchTimings, end_verdict, failure_of, run_notify
+from specmon.orchestration.controller import (
+    REPLAY_LIMIT,
+    RunController,
+    WatchTimings,
+    end_verdict,
+    failure_of,
+    run_notify,
+)
 from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
@@ -244,7 +252,7 @@ class RunManager:
             failure: FailureInfo | None = FailureInfo("lost", reason)
             state = "lost"
         else:
-            rs = await self._replay(record)
+            rs, _ = await self._replay(record)
             state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
             if not boot_ok:
                 failure = FailureInfo("lost", f"host {record.host} rebooted since the launch")
@@ -253,16 +261,21 @@ class RunManager:
             record.run_id, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
             failure=None if failure is None else dataclasses.asdict(failure)) or record
 
-    async def _replay(self, record: RunRecord) -> object:
-        """The parser's state for the whole log (the last REPLAY_LIMIT bytes of it)."""
-        watch = LogWatch(record.started_at)
-        size_text = await self.ops(record.host).sh(f"stat -c %s -- {shlex.quote(record.log_path)} 2>/dev/null")
-        size = int(size_text[1].strip()) if size_text[0] == 0 and size_text[1].strip().isdigit() else 0
-        data = await read_range(self.ops(record.host).transport, record.log_path, max(0, size - (8 << 20)), size)
+    async def _replay(self, record: RunRecord) -> tuple[Any, float | None]:
+        """The parser's state for the whole log (its last REPLAY_LIMIT bytes) and the log's mtime (epoch s).
+
+        The parser gets no start time: its load time then comes from the log's own timestamps, which is
+        right for a load nobody watched.
+        """
+        watch = LogWatch(None)
+        code, out, _ = await self.ops(record.host).sh(f"stat -c '%s %Y' -- {shlex.quote(record.log_path)} 2>/dev/null")
+        fields = out.split() if code == 0 else []
+        size, mtime = (int(fields[0]), float(fields[1])) if len(fields) == 2 else (0, None)
+        data = await read_range(self.ops(record.host).transport, record.log_path, max(0, size - REPLAY_LIMIT), size)
         with contextlib.suppress(Exception):   # a parser bug must not break `status`
             watch.feed(data, time.time())
             watch.close(time.time())
-        return watch.state
+        return watch.state, mtime
 
     async def refresh(self) -> list[RunView]:
         """Check every run that may still be running, once (for `specmon status`); returns all views."""
@@ -277,22 +290,32 @@ class RunManager:
             if record.terminal:
                 views.append(self._static_view(record))
                 continue
-            rs = await self._replay(record)
+            rs, mtime = await self._replay(record)
             if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
-                url = await self.ops(record.host).transport.local_url(record.port)
-                probe = ServerProbe(url, record.health_path, timeout_s=3.0)
-                try:
-                    if (await probe.completion()).ok:
-                        record = self.store.update(record.run_id, state="ready", ready_at=time.time()) or record
-                finally:
-                    await probe.aclose()
+                record = await self._confirm_ready(record, getattr(rs, "load_seconds", None))
             base = self._static_view(record)
             total = getattr(rs, "shards_total", None)
+            idle = None if mtime is None else time.time() - mtime
+            stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
             views.append(dataclasses.replace(
                 base, shards=(int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None,
                 kv_cache_tokens=getattr(rs, "kv_cache_tokens", None), phase=getattr(rs, "phase", None),
-                run_state=rs))
+                run_state=rs, stalled=stalled,
+                stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None))
         return views
+
+    async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:
+        """An unwatched run whose log says ready: one test completion decides."""
+        url = await self.ops(record.host).transport.local_url(record.port)
+        probe = ServerProbe(url, record.health_path, timeout_s=3.0)
+        try:
+            if not (await probe.completion()).ok:
+                return record
+        finally:
+            await probe.aclose()
+        ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
+        return self.store.update(record.run_id, state="ready", ready_at=ready_at,
+                                 load_seconds=log_load_seconds) or record
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
     async def _preflight(self, profile: Profile, ops: HostOps) -> None:

@@ -47,6 +47,7 @@ class RunView:
     log_path: str
     run_dir: str
     run_state: Any = None                 # the parser's RunState (None before any log was read)
+    probe_error: str | None = None        # why a run whose log says ready is not called ready yet
 
     @property
     def active(self) -> bool:
