@@ -235,6 +235,23 @@ def test_args_dump_dict_forms() -> None:
         ("Qwen/Q", 2, 0.92, "eagle3", 4, 8001)
 
 
+def test_args_dump_secrets_are_redacted() -> None:
+    text = "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='/m', api_key='sk-live-123', hf_token='hf_abc', " \
+        "max_total_tokens=4096, admin_api_key=None, tp_size=1)\n"
+    events = parse(text, lines=True)
+    raw = of(events, ev.LaunchArgs)[0].raw
+    assert (raw["api_key"], raw["hf_token"], raw["max_total_tokens"], raw["admin_api_key"]) == \
+        ("<redacted>", "<redacted>", 4096, None)
+    assert "sk-live-123" not in repr(events) and "hf_abc" not in repr(events)
+    vllm = "(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', 'api_key': " \
+        "'sk-9', 'hf_token': \"hf_x\"}\n"
+    events = parse(vllm, lines=True)
+    assert of(events, ev.LaunchArgs)[0].raw["api_key"] == "<redacted>"
+    assert "sk-9" not in repr(events) and "hf_x" not in repr(events)
+    decode = "[2026-01-01 00:00:00] Decode batch, #running-req: 1, #token: 227, token usage: 0.05, #queue-req: 0\n"
+    assert of(parse(decode, lines=True), ev.Line)[0].text.endswith("#token: 227, token usage: 0.05, #queue-req: 0")
+
+
 def test_runtime_mem_fraction_adjustment() -> None:
     text = "[2025-01-01 00:00:00] server_args=ServerArgs(model_path='/m', mem_fraction_static=0.88)\n" \
         "[2025-01-01 00:00:01] Automatically reduce --mem-fraction-static to 0.760 because this is a multimodal model.\n"

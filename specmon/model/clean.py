@@ -47,6 +47,13 @@ _PYLOG_RE = re.compile(
     r"(?P<ts>\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}),\d{3} (?:\[\w+\]|- \w+ -) "
     r"(?:(?P<logger>[A-Za-z_][\w.]*)(?: - [\w.]+:\d+ -)?:? )?"
 )
+# Secret-looking arguments in args dumps (`api_key='sk-...'`, `'hf_token': 'hf_...'`): old servers print them
+# in clear. The key must end with the secret word, so `max_total_tokens=4096` and `#token: 5` stay.
+_SECRET_ARG_RE = re.compile(
+    r"\b(\w*(?:api_key|_token|secret|password)|token)(=|': )(?!None\b)('[^']*'|\"[^\"]*\"|[^\s,)}]+)",
+    re.IGNORECASE,
+)
+REDACTED = "'<redacted>'"
 _TP_RE = re.compile(r"TP(\d+)")
 _PROC_RANK_RE = re.compile(r"(?:TP|rank)(\d+)", re.IGNORECASE)
 
@@ -78,9 +85,17 @@ def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text)
 
 
+def redact(text: str) -> str:
+    """Replace the values of secret-looking arguments (api keys, tokens, passwords) with '<redacted>'."""
+    return _SECRET_ARG_RE.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
+
+
 def clean(piece: str) -> Cleaned:
-    """Strip colour codes, wrapper prefixes and the server prefix from one piece of a line."""
+    """Strip colour codes, wrapper prefixes and the server prefix from one piece of a line; redact secrets
+    (everything downstream, events, failure context, displayed lines, sees the redacted text)."""
     text = strip_ansi(piece) if "[" in piece else piece
+    if "key" in text or "oken" in text or "ecret" in text or "assword" in text:
+        text = redact(text)
     rank: int | None = None
     proc: str | None = None
     # Wrappers can nest (docker-compose around a Ray tag around a vLLM tag); bounded, never loops forever.

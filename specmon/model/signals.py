@@ -59,7 +59,7 @@ _MODEL_KEYS = ("model_path", "model", "model_tag")
 _TP_KEYS = ("tp_size", "tensor_parallel_size")
 _MEM_KEYS = ("mem_fraction_static", "gpu_memory_utilization")
 _ALGO_KEYS = ("speculative_algorithm", "method", "speculative_method")
-_STEPS_KEYS = ("speculative_num_steps", "num_speculative_tokens")
+_STEPS_KEYS = ("speculative_num_steps", "num_speculative_tokens", "num_spec_tokens")
 
 
 def _value(text: str) -> Any:
@@ -80,7 +80,10 @@ def _value(text: str) -> Any:
 
 
 def parse_args_dump(msg: str) -> dict[str, Any]:
-    """All scalar key/value pairs of an args dump, in either repr; first occurrence of a key wins."""
+    """All scalar key/value pairs of an args dump, in either repr; first occurrence of a key wins.
+
+    Secrets are already redacted by `clean.clean` (their values read `<redacted>`).
+    """
     raw: dict[str, Any] = {}
     for rx in (_KV_DICT_RE, _KV_EQ_RE):
         for m in rx.finditer(msg):
