@@ -42,7 +42,7 @@ class Workload:
     """One sweep's load: levels, stop rule per level, and request shape. Serialised into the result meta line."""
 
     levels: tuple[int, ...]
-    requests_per_level: int | None = None   # None and no duration: max(16, 4 * C)
+    requests_per_level: int | None = None   # None and no duration: max(16, 4 * C), rounded up to a multiple of C
     duration_s: float | None = None
     warmup_requests: int = 2
     input_len: int = 128
@@ -72,7 +72,10 @@ class Workload:
         """Measured requests at this level; None when the level runs for duration_s instead."""
         if self.duration_s is not None and self.requests_per_level is None:
             return None
-        return self.requests_per_level if self.requests_per_level is not None else max(16, 4 * concurrency)
+        if self.requests_per_level is not None:
+            return self.requests_per_level
+        # Whole waves: in a closed loop a last, partial wave runs below C and drags the level's throughput down.
+        return -(-max(16, 4 * concurrency) // concurrency) * concurrency
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
