@@ -109,7 +109,8 @@ def test_sglang_tp2_startup_log_matches_real_formats_line_for_line() -> None:
 
 def test_health_goes_refused_then_503_then_200() -> None:
     seen: list[int | None] = []
-    with start_sim("--load-seconds", "10", "--time-scale", "0.1", wait=None) as sim:
+    # 0.8 s of loading, then 0.8 s of KV/graphs/warm-up answering 503: wide enough for a loaded box
+    with start_sim("--load-seconds", "4", "--time-scale", "0.2", wait=None) as sim:
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             status = sim.health_status()
@@ -195,7 +196,7 @@ async def _load(url: str, n: int, max_tokens: int, path: str = "/v1/chat/complet
 
 
 async def test_eagle3_chunks_carry_several_tokens_and_decode_lines_report_accept_len() -> None:
-    with start_sim("--spec", "eagle3", "--accept-len", "2.5", "--decode-log-interval", "5") as sim:
+    with start_sim("--spec", "eagle3", "--accept-len", "2.5", "--decode-log-interval", "10") as sim:
         results = await _load(sim.url, 4, 60)
         for r in results:
             assert r["usage"]["completion_tokens"] == 60 == sum(r["chunks"])
