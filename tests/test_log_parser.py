@@ -287,9 +287,32 @@ def test_cuda_graph_bar_is_not_a_shard_bar() -> None:
     ("(EngineCore_DP0 pid=1) INFO 11-06 10:51:48 [kv_cache_utils.py:1229] GPU KV cache size: 75,840 tokens", 75840),
     ("(EngineCore pid=1) INFO 01-01 00:00:00 [kv_cache_utils.py:1] GPU + host KV cache size: 1,000 tokens, "
      "Maximum concurrency for 100 tokens per request: 10.00x", 1000),
+    ("[2026-06-01 00:00:00 TP0] KV Cache VA upper bound. dtype: torch.bfloat16, #tokens: 500000, KV size: 30.00 GB",
+     500000),
+    ("[2026-06-01 00:00:00 TP0] Post-capture KV sizing: KV cache allocated. dtype: fp8_e4m3, #tokens: 123, K size: "
+     "1.00 GB, V size: 1.00 GB", 123),
 ])
 def test_kv_cache_sizes(line: str, tokens: int) -> None:
     assert state_of(line + "\n").kv_cache_tokens == tokens
+
+
+@pytest.mark.parametrize("line,stage,done,total,secs", [
+    ("[2026-05-07 05:56:32 TP0] Capture target decode CUDA graph begin. backend=flashinfer, num_tokens_per_req=4, "
+     "avail mem=13.56 GB", "begin", None, None, None),
+    ("[2026-05-07 05:57:32 TP0] Capture draft extend CUDA graph end. bs=[1, 2, 4], elapsed=3.21 s, mem usage=0.50 GB, "
+     "avail mem=12.00 GB.", "end", None, None, 3.21),
+    ("[2025-11-30 12:50:15] Capture cuda graph end. Time elapsed: 5.37 s. mem usage=1.44 GB. avail mem=38.05 GB.",
+     "end", None, None, 5.37),
+    ("[2026-01-15 13:56:50 DP1 TP1] Capture npu graph begin. This can take up to several minutes. avail mem=11.91 GB",
+     "begin", None, None, None),
+    ("Capturing batches (avail_mem=12.55 GB):   0%|          | 0/23 [00:00<?, ?it/s]", "progress", 0, 23, None),
+    ("Capturing CUDA graph shapes: 100%|██████████| 35/35 [00:10<00:00,  3.40it/s]", "progress", 35, 35, None),
+    ("(Worker_TP0 pid=187) INFO 06-09 19:28:10 [gpu_model_runner.py:6456] Graph capturing finished in 2 secs, took "
+     "0.10 GiB", "end", None, None, 2.0),
+])
+def test_cuda_graph_wordings(line: str, stage: str, done: int | None, total: int | None, secs: float | None) -> None:
+    g = of(parse(line + "\n"), ev.GraphCapture)
+    assert [(x.stage, x.done, x.total, x.seconds) for x in g] == [(stage, done, total, secs)]
 
 
 def test_kv_cache_tokens_is_the_first_value() -> None:
