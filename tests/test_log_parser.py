@@ -118,6 +118,13 @@ def test_line_over_a_megabyte_is_bounded_and_later_lines_keep_their_numbers() ->
     assert [r.line_no for r in of(events, ev.Ready)] == [2]
 
 
+def test_a_complete_line_of_megabytes_in_one_read_is_handled_in_slices() -> None:
+    line = "x" * (2 * MAX_PIECE_CHARS) + " Load weight begin. avail mem=3.00 GB " + "y" * MAX_PIECE_CHARS + "\n"
+    events = parse(line + "[2025-01-01 00:00:01] The server is fired up and ready to roll!\n")
+    assert [(type(e).__name__, e.line_no) for e in events if type(e) is not ev.ServerDetected] == \
+        [("LoadStarted", 1), ("Ready", 2)]
+
+
 def test_binary_garbage_is_survived() -> None:
     rnd = random.Random(3)
     garbage = bytes(rnd.randrange(256) for _ in range(200_000))

@@ -258,6 +258,10 @@ class LogParser:
 
     # ------------------------------------------------------------------ one line
     def _handle_line(self, raw: str, line_no: int) -> None:
+        if len(raw) > MAX_PIECE_CHARS:  # bound the work of every regex below
+            for start in range(0, len(raw), MAX_PIECE_CHARS):
+                self._handle_line(raw[start:start + MAX_PIECE_CHARS], line_no)
+            return
         pieces = raw.split("\r") if "\r" in raw else (raw,)
         for piece in pieces:
             if not piece:
