@@ -114,11 +114,13 @@ def parse_request(body: object, chat: bool, served_model: str, context_length: i
         raise BadRequest(f"model '{model_name}' not found; this server serves '{served_model}'")
     text, prompt_tokens = _prompt(body, chat)
     max_name = "max_completion_tokens" if chat and body.get("max_completion_tokens") is not None else "max_tokens"
-    max_tokens = _int_field(body, max_name, DEFAULT_MAX_TOKENS, 1)
+    # like the real servers, an unset limit means "what fits", here capped at DEFAULT_MAX_TOKENS
+    max_tokens = _int_field(body, max_name, max(1, min(DEFAULT_MAX_TOKENS, context_length - prompt_tokens)), 1)
     min_tokens = _int_field(body, "min_tokens", 0, 0)
     if _int_field(body, "n", 1, 1) != 1:
         raise BadRequest("'n' must be 1")
     stream = _bool_field(body, "stream")
+    ignore_eos = _bool_field(body, "ignore_eos")
     options = body.get("stream_options")
     include_usage = False
     if options is not None:
@@ -133,7 +135,7 @@ def parse_request(body: object, chat: bool, served_model: str, context_length: i
             f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the completion)."
         )
     return Generation(chat=chat, prompt_key=zlib.crc32(text.encode()), prompt_tokens=prompt_tokens,
-                      max_tokens=max_tokens, min_tokens=min_tokens, ignore_eos=_bool_field(body, "ignore_eos"),
+                      max_tokens=max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos,
                       stream=stream, include_usage=include_usage, model=served_model)
 
 
