@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 import uuid
-from typing import Any
+from typing import Any, NoReturn
 
 from aiohttp import web
 
@@ -61,7 +61,9 @@ class SimServer:
         life = asyncio.create_task(self.lifecycle())
         stop = asyncio.create_task(self._stop.wait())
         try:
-            await asyncio.wait({life, stop}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({life, stop, engine_task}, return_when=asyncio.FIRST_COMPLETED)
+            if engine_task.done():
+                engine_task.result()  # the scheduler never returns: surface its exception
             if life.done():
                 code = life.result()
             else:
@@ -99,7 +101,7 @@ class SimServer:
         log.shard_progress(0, 0.0)
         for k in range(1, cfg.shards + 1):
             if cfg.stall_at_shard == k:
-                await asyncio.Event().wait()  # silent forever; only a signal ends it
+                await _forever()  # silent; only a signal ends it
             await _sleep_until(t0 + k * per_shard)
             if cfg.crash_at_shard == k:
                 log.crash_in_shard(k)
@@ -133,8 +135,7 @@ class SimServer:
             await asyncio.sleep(cfg.exit_zero_after)
             log.shutdown(True)
             return 0
-        await asyncio.Event().wait()
-        return 0
+        await _forever()  # serve until a signal; main() does the graceful stop
 
     async def capture_graphs(self) -> bool:
         sizes = list(reversed(graph_sizes(self.cfg)))  # SGLang captures the largest batch first
@@ -335,6 +336,11 @@ class SimServer:
             await send(api.usage_chunk(gen, rid, created, produced))
         await resp.write(b"data: [DONE]\n\n")
         await resp.write_eof()
+
+
+async def _forever() -> NoReturn:
+    await asyncio.Event().wait()
+    raise AssertionError("an event nobody sets was set")
 
 
 async def _sleep_until(when: float) -> None:
