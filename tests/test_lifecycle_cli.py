@@ -134,7 +134,7 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     assert launched.returncode == 0 and launched.stdout.strip()
     _wait_until(lambda: cli.status()[0]["state"] == "ready", timeout=40, step=0.3)
     [ready] = cli.status()
-    assert ready["run_id"] == launched.stdout.strip() and ready["load_seconds"] and ready["ready_at"]
+    assert ready["run_id"] == launched.stdout.strip() and ready["load_seconds"] is not None and ready["ready_at"]
     logs = cli("logs", "sim", "-n", "2")
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
     assert cli("stop", "sim").returncode == 0

@@ -58,9 +58,11 @@ def end_verdict(record: RunRecord, run_state: Any, exit_code: int | None, lost: 
                 stop_requested: bool) -> tuple[str, FailureInfo | None]:
     """The terminal (state, failure) of a run whose process has ended."""
     last = tuple(getattr(run_state, "last_lines", ()) or ()) if run_state is not None else ()
+    if record.state == "failed" and record.failure:
+        return "failed", FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
     if stop_requested or record.stop_requested:
         return "stopped", None
-    failure = failure_of(run_state) or (FailureInfo(**record.failure) if record.failure else None)
+    failure = failure_of(run_state) or FailureInfo.from_json(record.failure)
     if failure is None:
         if lost:
             failure = FailureInfo("lost", "the server's wrapper is gone without recording an exit code "
@@ -125,7 +127,7 @@ class RunController:
         state = r.state
         if state == "launching" and r.pid is not None:
             state = "loading"
-        failure = FailureInfo(**r.failure) if r.failure else None
+        failure = FailureInfo.from_json(r.failure)
         eta = None
         if state in ("launching", "loading"):
             with contextlib.suppress(Exception):   # an estimate must never break the view
@@ -317,7 +319,7 @@ class RunController:
         self._feed(b"", time.time(), self.tailer.offset)
         state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
         already_failed = self.record.state == "failed"
-        self._update(state=state if not (already_failed and state == "exited") else "failed",
+        self._update(state=state,
                      exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
                      failure=None if failure is None else dataclasses.asdict(failure))
         if failure is not None and not already_failed:

@@ -131,7 +131,7 @@ class RunManager:
             run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
             pid=record.pid, port=record.port, url=record.url, started_at=record.started_at,
             ready_at=record.ready_at, load_seconds=record.load_seconds, shards=None, kv_cache_tokens=None,
-            exit_code=record.exit_code, failure=FailureInfo(**record.failure) if record.failure else None,
+            exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir)
 
     # ---- queries -----------------------------------------------------------------------------------------
@@ -399,7 +399,7 @@ class RunManager:
         record = self.find(target)
         ops = self.ops(record.host)
         controller = self._controllers.get(record.run_id)
-        if not record.terminal:
+        if record.state in ("launching", "loading", "ready"):
             record = self.store.update(record.run_id, state="stopping", stop_requested=True) or record
             if controller is not None:
                 controller.set_record(record)
@@ -410,10 +410,12 @@ class RunManager:
         if controller is not None and not controller.finished.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(controller.finished.wait(), 5.0)
+        # No watcher recorded the end (none in this process, or it gave up waiting): record it here.
         current = self.store.load(record.run_id) or record
-        if current.state == "stopping" or (not current.terminal and report.stopped):
-            self.store.update(record.run_id, state="stopped" if report.stopped else "stopping",
-                              exit_code=report.exit_code)
+        if current.state == "stopping" and report.stopped:
+            self.store.update(record.run_id, state="stopped", exit_code=report.exit_code)
+        elif current.exit_code is None and report.exit_code is not None:
+            self.store.update(record.run_id, exit_code=report.exit_code)
         return report
 
     async def restart(self, profile_name: str) -> RunView:

@@ -21,6 +21,13 @@ class FailureInfo:
     message: str
     last_lines: tuple[str, ...] = ()
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> FailureInfo | None:
+        """From the dict kept in a RunRecord (None stays None)."""
+        if not data:
+            return None
+        return cls(str(data.get("kind", "")), str(data.get("message", "")), tuple(data.get("last_lines") or ()))
+
 
 @dataclass(frozen=True)
 class RunView:
