@@ -116,8 +116,9 @@ class EngineBridge:
     async def _read_log(self, profile: str, run_id: str) -> None:
         # commit=False: the TUI reads the whole log for display; it must not move `specmon logs`' resume point.
         async for line in self.manager.log_lines(run_id, commit=False):
-            if self._app is not None:
-                self._app.add_log(profile, [entry_from_line(line)])
+            entry = entry_from_line(line)
+            if entry is not None and self._app is not None:
+                self._app.add_log(profile, [entry])
 
     # ---------------------------------------------------------------- actions
     async def launch(self, profile: str) -> None:

@@ -6,6 +6,7 @@ mapping from engine state to what a person sees is a pure function tested withou
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -95,11 +96,21 @@ def past_load(views: Sequence[RunView], profile: str, exclude_run: str | None, e
     return expected
 
 
-def entry_from_line(line: LogLine) -> LogEntry:
-    """A log line as the Log pane shows it: specmon's notes become markers, parsed events get their highlight."""
+# An access-log line of a successful /health poll (specmon's own, once a second per run).
+_HEALTH_OK = re.compile(r'"GET /health(?:_generate)?[ ?][^"]*" 200\b')
+
+
+def entry_from_line(line: LogLine) -> LogEntry | None:
+    """A log line as the Log pane shows it: specmon's notes become markers, parsed events get their highlight.
+
+    None for successful /health polls: specmon's own probes would scroll the log (and repaint the terminal)
+    every second while nothing happens; failed polls are kept, they are news.
+    """
     if line.kind != "line":
         return LogEntry(line.text, "marker")
     text = line.clean
+    if "GET /health" in text and _HEALTH_OK.search(text):
+        return None
     return LogEntry(text, line_kind(text))
 
 

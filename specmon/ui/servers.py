@@ -27,7 +27,7 @@ class RunCard(Vertical):
     def __init__(self, profile: str) -> None:
         super().__init__(classes="run-card")
         self.profile = profile
-        self._shown: ServerRow | None = None
+        self._shown: tuple[str, str] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(classes="card-head")
@@ -35,23 +35,23 @@ class RunCard(Vertical):
         yield Static(classes="card-body")
 
     def show(self, row: ServerRow, selected: bool) -> None:
-        """Draw `row`; does nothing when neither the row nor the selection changed (repaints cost bytes)."""
-        self.set_class(selected, "-selected")
-        if row == self._shown:
-            return
-        self._shown = row
+        """Draw `row`; widgets are touched only where the text changed (every repaint costs terminal bytes)."""
+        if self.has_class("-selected") != selected:
+            self.set_class(selected, "-selected")
         style = fmt.state_style(row.state, row.stalled)
         label = fmt.state_label(row.state, row.stalled, row.phase)
         head = f"[b]{escape(row.profile)}[/b] [{self._style_var(style)} b]{escape(label)}[/]"
         where = (f"{row.host}" if row.host != "local" else "") + (f":{row.port}" if row.port else "")
         if where and row.state != "idle":
             head += f" [dim]{escape(where)}[/]"
-        self.query_one(".card-head", Static).update(head)
 
         bar = self.query_one(".card-bar", ProgressBar)
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar: an indeterminate ProgressBar animates at full frame rate.
-        bar.display = fraction is not None and row.state in ("launching", "loading", "ready")
+        # Assign only on change: setting `display` (even to its current value) asks for a relayout.
+        show_bar = fraction is not None and row.state in ("launching", "loading", "ready")
+        if bar.display != show_bar:
+            bar.display = show_bar
         if fraction is not None:
             bar.update(total=row.shards_total, progress=row.shards_done or 0)
 
@@ -68,7 +68,12 @@ class RunCard(Vertical):
             ]
         if row.failure:
             lines.append(f"[$error b]✗ {escape(row.failure)}[/]")
-        self.query_one(".card-body", Static).update("\n".join(lines))
+        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
+        shown = (head, "\n".join(lines))
+        if shown != self._shown:
+            self._shown = shown
+            self.query_one(".card-head", Static).update(head)
+            self.query_one(".card-body", Static).update(shown[1])
 
     @staticmethod
     def _style_var(style: str) -> str:
@@ -86,6 +91,7 @@ class ServersPane(VerticalScroll):
     def __init__(self, profiles: Sequence[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._profiles = list(profiles)
+        self._warning = ""
 
     def compose(self) -> ComposeResult:
         yield Static(id="confound", classes="warning-banner")
@@ -106,7 +112,10 @@ class ServersPane(VerticalScroll):
             if r.state in ("loading", "ready")
         ]
         warnings = fmt.confound_warnings(compared)
-        banner = self.query_one("#confound", Static)
-        banner.display = bool(warnings)
-        self.border_title = "Servers · ⚠ WARNING: comparison confounded" if warnings else "Servers"
-        banner.update("\n".join(f"⚠ {escape(w)}" for w in warnings))
+        text = "\n".join(f"⚠ {escape(w)}" for w in warnings)
+        if text != self._warning:  # touch the widgets only on change: each touch is a relayout and a repaint
+            self._warning = text
+            banner = self.query_one("#confound", Static)
+            banner.display = bool(warnings)
+            banner.update(text)
+            self.border_title = "Servers · ⚠ WARNING: comparison confounded" if warnings else "Servers"

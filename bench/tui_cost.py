@@ -1,0 +1,151 @@
+"""What the TUI costs the machine it runs on (usually a shared jump box), measured in a real pty.
+
+    python3 bench/tui_cost.py [--size 120x40] [--idle-s 20] [--sweep-s 15]
+
+1. Time to first frame: from spawning the app until the pty has received its first full screen (the Servers
+   pane's title). Target < 1.5 s.
+2. Idle: the app with two ready runs (two `specmon sim` servers launched by the app itself) and the GPU pane
+   updated once a second (the GPU probe is not built yet, so a 1 Hz text update stands in for its repaint).
+   CPU of the app process (% of one core, from /proc) and bytes written to the terminal per second.
+   Target <= 2 % of a core.
+3. Live sweep: `s` + enter in the pty starts a sweep of both servers; the same figures while it runs. The load
+   generator is a separate process and is not counted (its own cost is reported by bench/loadgen_overhead.py).
+
+Prints one line per figure. The numbers depend on the machine's load: run it on a quiet box, or say it was not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import os
+import pty
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+CHILD = r"""
+import sys
+from pathlib import Path
+from specmon.model.config import load_config
+from specmon.ui.app import SpecmonApp
+from specmon.ui.bridge import EngineBridge
+from specmon.ui.gpuenv import GpuEnvPane
+
+config = load_config(sys.argv[1])
+engine = EngineBridge(config, autolaunch=list(config.profiles), results_dir=Path(sys.argv[2]))
+app = SpecmonApp(config, engine=engine, demo=True, state_path=Path(sys.argv[2]) / "ui.json")
+tick = [0]
+
+def gpu_poll():  # stands in for the GPU pane's 1 Hz repaint until the GPU probe exists
+    tick[0] += 1
+    app.query_one(GpuEnvPane).show(f"GPU0 util {tick[0] % 100:3d}%  mem 71.2/80.0 GB\nGPU1 util {(tick[0] * 7) % 100:3d}%")
+
+app.call_later(lambda: app.set_interval(1.0, gpu_poll))
+app.run()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class Terminal:
+    """The app in a pty: counts what it writes, can type into it."""
+
+    def __init__(self, argv: list[str], cols: int, rows: int, env: dict[str, str]) -> None:
+        self.started = time.monotonic()
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execvpe(argv[0], argv, env)
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+        self.total = 0
+        self.tail = b""
+
+    def pump(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            ready, _, _ = select.select([self.fd], [], [], left)
+            if ready:
+                try:
+                    data = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                self.total += len(data)
+                self.tail = (self.tail + data)[-200_000:]
+
+    def wait_for(self, needle: bytes, timeout: float) -> float:
+        end = time.monotonic() + timeout
+        while needle not in self.tail:
+            if time.monotonic() > end:
+                raise SystemExit(f"never saw {needle!r} within {timeout} s")
+            self.pump(0.05)
+        return time.monotonic() - self.started
+
+    def measure(self, seconds: float) -> tuple[float, float]:
+        """(% of one core, bytes/s) of the app over `seconds`."""
+        cpu0, bytes0, t0 = cpu_seconds(self.pid), self.total, time.monotonic()
+        self.pump(seconds)
+        elapsed = time.monotonic() - t0
+        return 100 * (cpu_seconds(self.pid) - cpu0) / elapsed, (self.total - bytes0) / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="120x40")
+    parser.add_argument("--idle-s", type=float, default=20.0)
+    parser.add_argument("--sweep-s", type=float, default=15.0)
+    args = parser.parse_args()
+    cols, rows = (int(v) for v in args.size.split("x"))
+    work = Path(tempfile.mkdtemp(prefix="tui-cost-"))
+    profiles = []
+    for name, spec in (("baseline", "none"), ("eagle3", "eagle3")):
+        port = free_port()
+        profiles.append(f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", '
+                        f'"--shards", "8", "--load-seconds", "3", "--spec", "{spec}"]\n')
+    profiles.append("[sweep]\nlevels = [1, 4, 16, 64, 128]\nrequests_per_level = 200\nwarmup_requests = 0\n")
+    (work / "profiles.toml").write_text("\n".join(profiles))
+    env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor",
+               XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"))
+    term = Terminal([sys.executable, "-c", CHILD, str(work / "profiles.toml"), str(work)], cols, rows, env)
+    try:
+        first = term.wait_for(b"Servers", 30)
+        print(f"time to first frame: {first:.2f} s (target < 1.5 s)")
+        term.wait_for(b"READY", 90)
+        term.pump(15)  # both runs ready, toasts gone
+        cpu, rate = term.measure(args.idle_s)
+        print(f"idle, 2 ready runs, GPU pane 1 Hz: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal "
+              f"(target <= 2 %)")
+        os.write(term.fd, b"s")
+        term.pump(1.0)
+        os.write(term.fd, b"\r")
+        term.wait_for(b"C=", 30)
+        cpu, rate = term.measure(args.sweep_s)
+        print(f"live sweep: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal")
+        os.write(term.fd, b"q")
+        term.pump(10)
+    finally:
+        try:
+            os.kill(term.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        os.waitpid(term.pid, 0)
+    print(f"terminal {cols}x{rows}; load average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
