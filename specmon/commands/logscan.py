@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from specmon.errors import UserError
-from specmon.model.runstate import LogWatch, RunState, eta_seconds, summary
+from specmon.model.runstate import LogWatch, RunState, StepCallback, eta_seconds, summary
 
 CHUNK_BYTES = 1 << 20
 FOLLOW_POLL_S = 0.2
@@ -194,14 +194,20 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
     files = [_Followed(p, h, LogWatch()) for p, h in zip(paths, handles)]
     prefix = len(files) > 1
 
-    def emit(f: _Followed, notes: list[str]) -> None:
-        if as_json:
-            out.write(json.dumps({"file": f.path, **summary(f.watch.state)}) + "\n")
-        else:
-            stamp = f"+{time.monotonic() - started:7.1f}s"
-            for note in notes:
-                out.write(f"{stamp}  {f.path + ': ' if prefix else ''}{note}\n")
-        out.flush()
+    def step_printer(f: _Followed, now: float) -> StepCallback:
+        def on_step(before: RunState, after: RunState) -> None:
+            notes = changes(before, after, now)
+            if not notes:
+                return
+            if as_json:
+                out.write(json.dumps({"file": f.path, **summary(after)}) + "\n")
+            else:
+                stamp = f"+{time.monotonic() - started:7.1f}s"
+                for note in notes:
+                    out.write(f"{stamp}  {f.path + ': ' if prefix else ''}{note}\n")
+            out.flush()
+
+        return on_step
 
     try:
         while True:
@@ -218,12 +224,8 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                     continue
                 progressed = True
                 f.offset += len(data)
-                before = f.watch.state
                 now = time.monotonic()
-                f.watch.feed(data, now)
-                notes = changes(before, f.watch.state, now)
-                if notes:
-                    emit(f, notes)
+                f.watch.feed(data, now, step_printer(f, now))
             if all(f.done for f in files):
                 break
             if not progressed:

@@ -28,7 +28,7 @@ only when the log holds the launch itself (an args dump), never for an excerpt o
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -92,6 +92,9 @@ class RunState:
     graphs_total: int | None = None
     ready_evidence: str | None = None  # "ready_line" | "startup_complete" | "serving"
     shards_seen_at: float | None = None  # `now` of the last shard update (for a rate when tqdm has none)
+
+
+StepCallback = Callable[["RunState", "RunState"], None]
 
 
 def _evolve(state: RunState, **changes: Any) -> RunState:
@@ -278,18 +281,24 @@ class LogWatch:
         self.parser = LogParser(lines=lines)
         self.state = RunState(started_at=started_at)
 
-    def feed(self, data: bytes, now: float) -> list[Any]:
-        """Parse `data` (arrived at `now`), update `state`, return the events."""
-        return self._apply(self.parser.feed(data), now, bool(data))
+    def feed(self, data: bytes, now: float, on_step: StepCallback | None = None) -> list[Any]:
+        """Parse `data` (arrived at `now`), update `state`, return the events.
 
-    def close(self, now: float) -> list[Any]:
+        `on_step(before, after)`, when given, is called after each event with the states around it, so a
+        front end can report every step even when one read holds several (`logscan --follow`).
+        """
+        return self._apply(self.parser.feed(data), now, bool(data), on_step)
+
+    def close(self, now: float, on_step: StepCallback | None = None) -> list[Any]:
         """End of input: flush the trailing partial line, update `state`, return the events."""
-        return self._apply(self.parser.close(), now, False)
+        return self._apply(self.parser.close(), now, False, on_step)
 
-    def _apply(self, events: list[Any], now: float, activity: bool) -> list[Any]:
+    def _apply(self, events: list[Any], now: float, activity: bool, on_step: StepCallback | None) -> list[Any]:
         state = self.state
         for event in events:
-            state = reduce(state, event, now)
+            before, state = state, reduce(state, event, now)
+            if on_step is not None and state is not before:
+                on_step(before, state)
         if state.server is None and self.parser.weak_server() is not None:
             state = _evolve(state, server=self.parser.weak_server())
         changes: dict[str, Any] = {}
