@@ -179,3 +179,12 @@ def test_last_lines_show_a_redrawn_bar_once_like_a_terminal() -> None:
     watch.feed(b"\nafter\n", 5.0)
     assert watch.state.last_lines == ("before", "Loading safetensors checkpoint shards: 3/3 [00:03<00:00,  1.00it/s]",
                                       "after")
+
+
+def test_logwatch_reports_every_step_of_one_read() -> None:
+    watch = LogWatch()
+    steps: list[tuple[int | None, int | None]] = []
+    bars = "".join(f"Loading safetensors checkpoint shards: {n}/3 [00:0{n}<00:00,  1.00it/s]\n" for n in range(4))
+    watch.feed(bars.encode(), 1.0, lambda before, after: steps.append((before.shards_done, after.shards_done)))
+    assert steps == [(None, 0), (0, 1), (1, 2), (2, 3)]
+    assert watch.state.shards_done == 3
