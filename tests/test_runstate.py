@@ -184,7 +184,8 @@ def test_last_lines_show_a_redrawn_bar_once_like_a_terminal() -> None:
 def test_logwatch_reports_every_step_of_one_read() -> None:
     watch = LogWatch()
     steps: list[tuple[int | None, int | None]] = []
-    bars = "".join(f"Loading safetensors checkpoint shards: {n}/3 [00:0{n}<00:00,  1.00it/s]\n" for n in range(4))
+    bars = "".join(f"Loading safetensors checkpoint shards: {n * 33:3d}% Completed | {n}/3 [00:0{n}<00:00,  1.00it/s]\n"
+                   for n in range(4))
     watch.feed(bars.encode(), 1.0, lambda before, after: steps.append((before.shards_done, after.shards_done)))
     assert steps == [(None, 0), (0, 1), (1, 2), (2, 3)]
     assert watch.state.shards_done == 3
