@@ -546,3 +546,19 @@ def test_vllm_v1_startup_walks_through_every_phase() -> None:
     assert (s.server, s.tp, s.mem_fraction_static, s.model_path, s.port) == ("vllm", 2, 0.9, "Qwen/Qwen3-8B", 8000)
     assert (s.shards_done, s.shards_total, s.kv_cache_tokens, s.kv_cache_gb, s.weights_gb) == (2, 4, 75840, 2.3, 15.27)
     assert (s.graphs_done, s.graphs_total, s.ready_evidence, s.load_seconds) == (34, 67, "startup_complete", 42.0)
+
+
+@pytest.mark.parametrize("first,later,seconds", [
+    ("2025-03-08 12:29:04", "2025-03-08 12:29:33", 29.0),
+    ("2025-03-08 12:29:04.250", "2025-03-08 12:29:05.750", 1.5),  # SGLANG_LOG_MS
+    ("23:59:50", "00:00:20", 30.0),  # time-only prefix across midnight
+    ("12-31 23:59:00", "01-01 00:01:00", 120.0),  # vLLM prints no year
+    ("12:00:00", "2025-01-01 12:00:00", None),  # different formats are not compared
+])
+def test_log_timestamps(first: str, later: str, seconds: float | None) -> None:
+    from specmon.model.clean import elapsed_between, ts_seconds
+
+    a, b = ts_seconds(first), ts_seconds(later)
+    assert a is not None and b is not None
+    got = elapsed_between(a, b)
+    assert got == (pytest.approx(seconds) if seconds is not None else None)
