@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -19,10 +20,12 @@ from lifecycle_support import SIM_READY, FileWatch, config_of, kill_marked, mark
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
+from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.stopping import StopTimings
+from specmon.sources.local import LocalTransport
 
 
 class Recorder:
@@ -323,3 +326,35 @@ async def test_stop_waits_for_gpu_memory_and_reports_a_holder(free_port_factory,
     leaked = await manager.stop("gpu")
     assert leaked.stopped and not leaked.clean
     assert sorted(leaked.blockers) == sorted(f"pid {p} still holds 20480 MiB of GPU memory" for p in held)
+
+
+async def test_group_signal_reaches_every_process_of_the_group() -> None:
+    """The group kill works through the host's /bin/sh (dash rejects `kill -TERM -- -PGID`)."""
+    leader = subprocess.Popen(["/bin/sh", "-c", "env -i sleep 30 & env -i sleep 30 & wait"], start_new_session=True)
+    try:
+        await asyncio.sleep(0.3)
+        group = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and
+                 _pgid(int(p.name)) == leader.pid]
+        assert len(group) == 3
+        await HostOps(LocalTransport()).signal("TERM", leader.pid, [])
+        leader.wait(5)
+        await asyncio.sleep(0.3)
+        assert all(not _alive(p) for p in group)
+    finally:
+        if leader.poll() is None:
+            os.killpg(leader.pid, 9)
+            leader.wait()
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False

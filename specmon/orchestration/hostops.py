@@ -215,10 +215,13 @@ class HostOps:
 
     async def signal(self, sig: str, pgid: int | None, pids: Iterable[int]) -> None:
         """Send `sig` to the process group (if any) and to each pid. Pids <= 1 are never signalled."""
-        targets = [f"-- -{int(pgid)}"] if pgid and pgid > 1 else []
+        if not re.fullmatch(r"[A-Z]+", sig):
+            raise ValueError(f"bad signal name {sig!r}")
+        targets = [f"-{int(pgid)}"] if pgid and pgid > 1 else []
         targets += [str(int(p)) for p in pids if int(p) > 1]
         if targets:
-            await self.sh("; ".join(f"kill -{sig} {t} 2>/dev/null" for t in targets) + "; true")
+            # `kill -s SIG -- -PGID`: the POSIX spelling that dash and bash both accept for a group.
+            await self.sh("; ".join(f"kill -s {sig} -- {t} 2>/dev/null" for t in targets) + "; true")
 
     async def compute_apps(self) -> dict[int, int] | None:
         """GPU compute processes (pid -> MiB), or None where nvidia-smi is absent."""
