@@ -1,0 +1,64 @@
+"""`specmon demo --headless`: launch both profiles on `specmon sim`, wait ready, sweep both, print the comparison,
+and stop what it started. Run as the installed command, as a user would."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.timeout(150)
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def fast_profiles(path: Path, ports: dict[str, int], crash: str | None = None) -> Path:
+    text = []
+    for name, port in ports.items():
+        spec = "eagle3" if "eagle" in name else "none"
+        fault = ', "--crash-at-shard", "2"' if name == crash else ""
+        text.append(f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", '
+                    f'"--shards", "4", "--load-seconds", "2", "--spec", "{spec}"{fault}]\n')
+    text.append("[sweep]\nwarmup_requests = 0\noutput_len = 64\n")
+    path.write_text("\n".join(text))
+    return path
+
+
+def test_headless_demo_prints_the_comparison_and_stops_its_servers(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = fast_profiles(tmp_path / "profiles.toml", ports)
+    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+                           "--levels", "1,32", "--requests", "8", "--results-dir", str(tmp_path / "res")],
+                          capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "base: loading shards" in out and "base: ready shards 4/4" in out and "eagle: ready shards 4/4" in out
+    table = [line.split() for line in out.splitlines() if line.startswith(("base ", "eagle "))]
+    assert [(row[0], row[1]) for row in table] == [("base", "1"), ("base", "32"), ("eagle", "1"), ("eagle", "32")]
+    # The sim's model: speculation carries several tokens per chunk; the baseline one.
+    tokens_per_chunk = {(row[0], row[1]): float(row[4]) for row in table}
+    assert tokens_per_chunk[("eagle", "32")] > 1.5 and tokens_per_chunk[("base", "32")] == 1.0
+    # At C=32 the baseline is far ahead of EAGLE-3 (saturation ~770 vs ~350 tok/s in the sim's model).
+    tput = {(row[0], row[1]): float(row[2]) for row in table}
+    assert tput[("base", "32")] > 1.3 * tput[("eagle", "32")]
+    assert "crossover:" in out
+    assert len(list((tmp_path / "res").glob("*.jsonl"))) == 4  # results + per-request records, per profile
+    assert all(port_is_free(p) for p in ports.values())
+
+
+def test_headless_demo_reports_a_failed_load_and_exits_1(tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = fast_profiles(tmp_path / "profiles.toml", ports, crash="eagle")
+    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless"],
+                          capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "eagle: FAILED: exception" in done.stdout
+    assert all(port_is_free(p) for p in ports.values())

@@ -1,0 +1,57 @@
+"""From engine state to what the Servers and Log panes show (pure functions, fixed views and times)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from specmon.model.runstate import RunState
+from specmon.orchestration.runview import FailureInfo, LogLine, RunView
+from specmon.ui.rows import entry_from_line, line_kind, past_load, row_from_view
+
+T0 = 1_790_000_000.0
+
+
+def view(**changes: object) -> RunView:
+    base = RunView(run_id="r1", profile="eagle", host="local", state="loading", stalled=False, pid=42, port=30002,
+                   url="http://127.0.0.1:30002", started_at=T0, ready_at=None, load_seconds=None, shards=(5, 8),
+                   kv_cache_tokens=None, exit_code=None, failure=None, eta_s=17.0, phase="loading_weights",
+                   stall_reason=None, log_path="/x/server.log", run_dir="/x",
+                   run_state=RunState(mem_fraction_static=0.8, speculative_algorithm="EAGLE3",
+                                      speculative_num_steps=3, last_activity=T0 + 20))
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_loading_run_row() -> None:
+    row = row_from_view(view(), past_load_s=39.0, now=T0 + 23)
+    assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == ("loading", "loading weights", 5, 8, 17.0)
+    assert row.elapsed_s == 23 and row.past_load_s == 39.0 and row.last_activity_ago_s == 3
+    assert (row.mem_fraction_static, row.spec_algorithm, row.spec_steps) == (0.8, "EAGLE3", 3)
+
+
+def test_ready_run_keeps_its_load_time_and_failed_run_says_why() -> None:
+    ready = row_from_view(view(state="ready", ready_at=T0 + 41, load_seconds=41.0, shards=(8, 8)), None, now=T0 + 500)
+    assert ready.elapsed_s == 41.0
+    failed = row_from_view(view(state="failed", failure=FailureInfo("oom", "CUDA out of memory")), None, now=T0 + 30)
+    assert failed.failure == "oom: CUDA out of memory"
+    stalled = row_from_view(view(stalled=True, stall_reason="no log output for 300 s"), None, now=T0 + 400)
+    assert stalled.stalled and stalled.failure == "no log output for 300 s"
+
+
+def test_past_load_prefers_an_earlier_run_over_the_profile_estimate() -> None:
+    old = view(run_id="r0", state="stopped", load_seconds=44.0)
+    assert past_load([old, view()], "eagle", "r1", expected=60.0) == 44.0
+    assert past_load([view()], "eagle", "r1", expected=60.0) == 60.0
+
+
+def test_log_entries() -> None:
+    assert entry_from_line(LogLine("lines 10-4000 skipped (log rotated)", 0, kind="note")).kind == "marker"  # type: ignore[union-attr]
+    shard = entry_from_line(LogLine("\x1b[32mLoading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11]", 10))
+    assert shard is not None and shard.kind == "shard" and not shard.text.startswith("\x1b")
+    # specmon's own successful health polls are not shown; a failing one is.
+    ok = '[2026-11-29 15:47:31] INFO:     127.0.0.1:40954 - "GET /health HTTP/1.1" 200 OK'
+    assert entry_from_line(LogLine(ok, 20)) is None
+    assert entry_from_line(LogLine(ok.replace("200 OK", "503 Service Unavailable"), 30)) is not None
+    assert line_kind("[2026] KV Cache is allocated. #tokens: 450000, K size: 1 GB") == "kv"
+    assert line_kind("[2026] The server is fired up and ready to roll!") == "ready"
+    assert line_kind("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == "error"
+    assert line_kind("Prefill batch, #new-seq: 1") == ""
