@@ -76,7 +76,7 @@ class Follower:
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen([sys.executable, "-m", "specmon", "logscan", "--follow", *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -157,5 +157,40 @@ def test_follow_json_and_ctrl_c(tmp_path: Path) -> None:
         assert (obj["file"], obj["phase"], obj["shards"]) == (str(log), "loading_weights", {"done": 1, "total": 2})
         follower.proc.send_signal(signal.SIGINT)
         assert follower.proc.wait(timeout=20) == 130
+    finally:
+        follower.close()
+
+
+def test_standard_input(capsys: pytest.CaptureFixture[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "specmon", "logscan", "--json", "-"], input=FULL.read_bytes(),
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 0
+    got = json.loads(proc.stdout)
+    assert main(["logscan", "--json", str(FULL)]) == 0
+    want = json.loads(capsys.readouterr().out)
+    assert got == {**want, "file": "-"}
+
+
+def test_follow_a_pipe_until_ready_or_its_end() -> None:
+    follower = Follower("-")
+    assert follower.proc.stdin is not None
+    try:
+        follower.proc.stdin.write("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  "
+                                  "1.00it/s]\n")
+        follower.proc.stdin.flush()
+        follower.expect("shards 1/2")
+        follower.proc.stdin.write("[2025-03-08 12:29:33] The server is fired up and ready to roll!\n")
+        follower.proc.stdin.flush()
+        follower.expect("ready")
+        assert follower.proc.wait(timeout=20) == 0  # ready ends the follow; the writer is still there
+    finally:
+        follower.close()
+    follower = Follower("-")
+    assert follower.proc.stdin is not None
+    try:
+        follower.proc.stdin.write("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01, ")
+        follower.proc.stdin.close()  # the writer goes away before ready: the partial line still counts
+        follower.expect("shards 1/2")
+        assert follower.proc.wait(timeout=20) == 1
     finally:
         follower.close()

@@ -3,8 +3,9 @@
 Default: a short human summary per file (server, phase, shards, KV cache, ready, failure, accept len,
 load time). `--json`: one object per file per line (the contract in `runstate.summary`, plus "file").
 `--follow`: tail growing files and print each phase change and progress step as it happens; exits 0
-when every file reached ready, 1 when one failed, 130 on Ctrl-C. Files are streamed in chunks, so memory
-does not grow with their size.
+when every file reached ready, 1 when one failed (or a piped input ended first), 130 on Ctrl-C.
+`-` reads standard input (`kubectl logs -f pod | specmon logscan --follow -`). Input is streamed in
+chunks, so memory does not grow with the log's size.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         description="Read SGLang or vLLM launch logs and say how far the launch got: server, phase, "
         "checkpoint shards, KV cache size, ready or not, and why it failed (kind and line).",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="launch log file(s)")
+    p.add_argument("files", nargs="+", metavar="FILE", help="launch log file(s); - reads standard input")
     p.add_argument("--json", action="store_true", help="one JSON object per file per line")
     p.add_argument("--follow", "-f", action="store_true",
                    help="keep reading growing files; print phase changes and progress as they happen; "
@@ -42,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 
 def _open(path: str) -> IO[bytes]:
+    if path == "-":
+        return sys.stdin.buffer
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the caller
         if os.path.isdir(path):
@@ -70,12 +73,18 @@ def run(args: argparse.Namespace) -> int:
             handle.close()
 
 
+def _read(handle: IO[bytes]) -> bytes:
+    """Up to CHUNK_BYTES: whatever a pipe has now (read1), or the next piece of a file."""
+    read1 = getattr(handle, "read1", None)
+    return read1(CHUNK_BYTES) if read1 is not None and not handle.seekable() else handle.read(CHUNK_BYTES)
+
+
 def scan(handle: IO[bytes]) -> RunState:
     """The final state of a whole (finished) log, read in CHUNK_BYTES pieces."""
     watch = LogWatch()
     now = time.monotonic()
     while True:
-        data = handle.read(CHUNK_BYTES)
+        data = _read(handle)
         if not data:
             break
         watch.feed(data, now)
@@ -151,10 +160,13 @@ class _Followed:
     watch: LogWatch = field(default_factory=LogWatch)
     offset: int = 0
 
+    ended: bool = False  # a pipe reached end of input
+
     @property
     def done(self) -> bool:
         state = self.watch.state
-        return state.ready or (state.failure is not None and state.failure.fatal and not state.failure.provisional)
+        return self.ended or state.ready or (state.failure is not None and state.failure.fatal
+                                             and not state.failure.provisional)
 
 
 def changes(before: RunState, after: RunState, now: float) -> list[str]:
@@ -215,12 +227,17 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
             for f in files:
                 if f.done:
                     continue
-                _check_truncation(f)
+                pipe = not f.handle.seekable()
+                if not pipe:
+                    _check_truncation(f)
                 try:
-                    data = f.handle.read(CHUNK_BYTES)
+                    data = _read(f.handle)
                 except OSError as exc:
                     raise UserError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
                 if not data:
+                    if pipe:  # the writer is gone: nothing more will come
+                        f.ended = True
+                        f.watch.close(time.monotonic(), step_printer(f, time.monotonic()))
                     continue
                 progressed = True
                 f.offset += len(data)
@@ -236,8 +253,7 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                 out.write(describe(f.path, f.watch.state) + "\n")
         out.flush()
         return 130
-    failed = any(f.watch.state.failure is not None for f in files)
-    return 1 if failed else 0
+    return 0 if all(f.watch.state.ready and f.watch.state.failure is None for f in files) else 1
 
 
 def _check_truncation(f: _Followed) -> None:
