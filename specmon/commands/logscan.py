@@ -15,7 +15,6 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -155,11 +154,12 @@ def describe(path: str, state: RunState) -> str:
 # ---------------------------------------------------------------------------------------------- follow
 @dataclass
 class _Followed:
+    """One followed input: where it is read up to and what it said so far."""
+
     path: str
     handle: IO[bytes]
     watch: LogWatch = field(default_factory=LogWatch)
     offset: int = 0
-
     ended: bool = False  # a pipe reached end of input
 
     @property
@@ -200,10 +200,9 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
     return notes
 
 
-def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[str],
-            sleep: Callable[[float], None] = time.sleep) -> int:
+def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[str]) -> int:
     started = time.monotonic()
-    files = [_Followed(p, h, LogWatch()) for p, h in zip(paths, handles)]
+    files = [_Followed(p, h) for p, h in zip(paths, handles)]
     prefix = len(files) > 1
 
     def step_printer(f: _Followed, now: float) -> StepCallback:
@@ -246,7 +245,7 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
             if all(f.done for f in files):
                 break
             if not progressed:
-                sleep(FOLLOW_POLL_S)
+                time.sleep(FOLLOW_POLL_S)
     except KeyboardInterrupt:
         for f in files:
             if not as_json:
