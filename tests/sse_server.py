@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import heapq
 import json
 import os
 from dataclasses import dataclass, field
@@ -45,7 +47,70 @@ def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+class Pacer:
+    """Writes paced token chunks for every stream from one task, on absolute deadlines.
+
+    One timer for the whole server instead of a sleeping task per stream keeps the server's own CPU per chunk
+    small, so at C=256 the gaps it produces stay close to interval_s and a test measures the client, not us.
+    """
+
+    def __init__(self, state: ServerState) -> None:
+        self._state = state
+        self._heap: list[tuple[float, int, list]] = []
+        self._seq = 0
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def stream(self, resp: web.StreamResponse, api: str, max_tokens: int, k: int) -> int:
+        """Send max_tokens tokens, k per chunk, the first now and then one chunk every interval_s."""
+        loop = asyncio.get_running_loop()
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        done: asyncio.Future[int] = loop.create_future()
+        # entry: [resp, api, remaining, k, sent, last_write, done]
+        entry = [resp, api, max_tokens, k, 0, 0.0, done]
+        self._seq += 1
+        heapq.heappush(self._heap, (loop.time(), self._seq, entry))
+        self._wake.set()
+        return await done
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self._state.interval_s
+        gaps = self._state.write_gaps_s
+        while True:
+            if not self._heap:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            delay = self._heap[0][0] - loop.time()
+            if delay > 0:
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+                continue
+            deadline, seq, entry = heapq.heappop(self._heap)
+            resp, api, remaining, k, sent, last, done = entry
+            step = min(k, remaining)
+            now = loop.time()
+            if gaps is not None and sent:
+                gaps.append(now - last)
+            try:
+                await resp.write(_chunk(api, " tok" * step, "length" if step == remaining else None))
+            except (ConnectionError, RuntimeError) as exc:
+                if not done.done():
+                    done.set_exception(exc)
+                continue
+            entry[2], entry[4], entry[5] = remaining - step, sent + step, now
+            if remaining - step > 0:
+                heapq.heappush(self._heap, (deadline + interval, seq, entry))
+            elif not done.done():
+                done.set_result(sent + step)
+
+
 def make_app(state: ServerState) -> web.Application:
+    pacer = Pacer(state)
+
     async def models(_: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": "fixture-model", "object": "model", "max_model_len": 4096}]})
 
@@ -84,6 +149,8 @@ def make_app(state: ServerState) -> web.Application:
                 await resp.write(b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
             sent = 0
             k = max(1, state.tokens_per_chunk)
+            if state.interval_s and fault in ("", "no_usage", "no_done"):
+                sent = await pacer.stream(resp, api, max_tokens, k)
             loop = asyncio.get_running_loop()
             next_t = last_write = loop.time()
             while sent < max_tokens:

@@ -17,6 +17,7 @@ import asyncio
 import json
 import re
 from time import perf_counter_ns
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -116,7 +117,7 @@ class StreamClient:
         text_re = self._text
         buf = b""
         saw_data = False
-        async for raw in resp.aiter_raw():
+        async for raw in _raw_chunks(resp):
             t = perf_counter_ns()
             buf = buf + raw if buf else raw
             if b"\r" in buf:
@@ -184,6 +185,24 @@ class StreamClient:
                 s.output_tokens = out
             if isinstance(inp, int):
                 s.prompt_tokens = inp
+
+
+async def _raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
+    """The response body as the socket delivers it.
+
+    httpx's aiter_raw stacks four async generators per read on top of aiohttp's (a third of the per-chunk CPU,
+    measured); when the body comes from the aiohttp transport, read its StreamReader directly instead.
+    """
+    inner = getattr(resp.stream, "_stream", None)
+    aio = getattr(inner, "_aiohttp_response", None)
+    content = getattr(aio, "content", None)
+    if not isinstance(content, aiohttp.StreamReader):
+        async for raw in resp.aiter_raw():
+            yield raw
+        return
+    readany = content.readany
+    while raw := await readany():
+        yield raw
 
 
 def _data_of(event: bytes) -> bytes | None:

@@ -26,6 +26,7 @@ from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgr
 PROGRESS_INTERVAL_S = 0.25
 LAG_TICK_S = 0.01
 REFUSED_BACKOFF_S = 0.2
+START_SPACING_S = 0.0002  # level start ramp: 256 streams start within ~50 ms
 GC_EVERY_REQUESTS = 2000  # ~45 cyclic objects each: a few tens of MB between collections   # a refused worker waits, so a dead server is not hammered in duration mode
 
 Emit = Callable[[dict[str, Any]], None]
@@ -138,6 +139,7 @@ class SweepRunner:
         started_at = utc_now_iso()
         self.lag.reset_level()
         cpu0 = time.process_time()
+        wait0 = cpu_wait_s()
 
         def take() -> int | None:
             nonlocal issued
@@ -146,7 +148,10 @@ class SweepRunner:
             issued += 1
             return issued - 1
 
-        async def worker() -> None:
+        async def worker(k: int) -> None:
+            # Workers start START_SPACING_S apart: sending C requests in one loop iteration would hold back the
+            # first streams' chunks (~0.1 ms of client work per request start) and show up as client-made ITL.
+            await asyncio.sleep(k * START_SPACING_S)
             while (i := take()) is not None:
                 s = Stream()
                 in_flight.add(s)
@@ -193,7 +198,7 @@ class SweepRunner:
         cpu_mark, wall_mark = cpu0, time.perf_counter()
         tick = asyncio.get_running_loop().create_task(ticker())
         try:
-            await asyncio.gather(*(worker() for _ in range(c)))
+            await asyncio.gather(*(worker(k) for k in range(c)))
         finally:
             tick.cancel()
             await asyncio.gather(tick, return_exceptions=True)
@@ -201,9 +206,11 @@ class SweepRunner:
             gc.enable()
         progress()
         cpu_s = time.process_time() - cpu0
+        wait1 = cpu_wait_s()
         first, last = acc.first_start_s, acc.last_end_s
         duration = (last - first) if first is not None and last is not None else 0.0
-        return acc.result(duration, cpu_s, self.lag.p99(), started_at).to_dict()
+        waited = None if wait0 is None or wait1 is None else wait1 - wait0
+        return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited).to_dict()
 
 
 def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool) -> RequestRecord:
@@ -217,3 +224,15 @@ def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool) -> RequestRecor
         e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
         chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
     )
+
+
+def cpu_wait_s() -> float | None:
+    """Seconds this process's main thread has spent runnable but waiting for a CPU (Linux), else None.
+
+    Loop lag with little CPU used and a large wait here means the box is overloaded, not the generator slow.
+    """
+    try:
+        with open("/proc/self/schedstat", encoding="ascii") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):
+        return None

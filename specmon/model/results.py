@@ -15,7 +15,8 @@ Schema (version 1)::
      "ttft_ms": {"mean", "p50", "p90", "p99"}, "tpot_ms": {...}, "itl_ms": {...}, "e2e_ms": {...},
      "decode_tok_s": {...}, "tokens_per_chunk": 2.6, "achieved_concurrency": 0.98, "usage_missing": 0,
      "started_at": "...", "client": {"cpu_s": 0.4, "chunks": 1600, "cpu_us_per_chunk": 250.0,
-                                     "loop_lag_ms_p99": 0.3, "bound": false}}
+                                     "loop_lag_ms_p99": 0.3, "bound": false,
+                                     "cpu_wait_s": 0.01}}
 
 A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
 finished level. Statistics whose sample is empty are written as null. API keys never reach a file:
@@ -81,6 +82,7 @@ class ClientHealth:
     chunks: int = 0
     loop_lag_ms_p99: float | None = None
     bound: bool = False
+    cpu_wait_s: float | None = None   # runnable but waiting for a CPU (Linux schedstat): a busy box, not us
 
     @property
     def cpu_us_per_chunk(self) -> float | None:
@@ -94,6 +96,7 @@ class ClientHealth:
             "cpu_us_per_chunk": None if per_chunk is None else round(per_chunk, 2),
             "loop_lag_ms_p99": None if self.loop_lag_ms_p99 is None else round(self.loop_lag_ms_p99, 3),
             "bound": self.bound,
+            "cpu_wait_s": None if self.cpu_wait_s is None else round(self.cpu_wait_s, 4),
         }
 
     @classmethod
@@ -105,6 +108,7 @@ class ClientHealth:
             chunks=_req_int(d, "chunks", where),
             loop_lag_ms_p99=_opt_float(d.get("loop_lag_ms_p99"), f"{where}.loop_lag_ms_p99"),
             bound=bool(d.get("bound", False)),
+            cpu_wait_s=_opt_float(d.get("cpu_wait_s"), f"{where}.cpu_wait_s"),
         )
 
 

@@ -237,13 +237,14 @@ class LevelAccumulator:
         return self.usage_tokens / self.usage_chunks if self.usage_chunks else None
 
     def result(
-        self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None
+        self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None,
+        cpu_wait_s: float | None = None,
     ) -> LevelResult:
         """The finished level. duration_s: first measured request sent -> last one finished."""
         dur = max(duration_s, 1e-9)
         client = ClientHealth(
             cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
-            bound=client_bound(cpu_s, duration_s, loop_lag_ms_p99),
+            bound=client_bound(cpu_s, duration_s, loop_lag_ms_p99), cpu_wait_s=cpu_wait_s,
         )
         return LevelResult(
             concurrency=self.concurrency,

@@ -205,8 +205,10 @@ def level_warnings(level: LevelResult) -> list[str]:
         out.append(f"C={c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
     if level.client.bound:
-        out.append(f"C={c}: the load generator was the bottleneck (loop lag p99 {level.client.loop_lag_ms_p99} ms, "
-                   f"{level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s); timings at this level measure the client")
+        why = f"loop lag p99 {level.client.loop_lag_ms_p99} ms, {level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s"
+        if level.client.cpu_wait_s:
+            why += f", {level.client.cpu_wait_s:.2f} s waiting for a CPU: the machine is busy"
+        out.append(f"C={c}: the load generator was the bottleneck ({why}); timings at this level measure the client")
     if level.requests_failed:
         kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
         out.append(f"C={c}: {level.requests_failed} requests failed ({kinds})")
