@@ -244,12 +244,13 @@ def test_args_dump_dict_forms() -> None:
 
 def test_args_dump_secrets_are_redacted() -> None:
     text = "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='/m', api_key='sk-live-123', hf_token='hf_abc', " \
-        "max_total_tokens=4096, admin_api_key=None, tp_size=1)\n"
+        "max_total_tokens=4096, admin_api_key=None, watermark_secret_key='wm-1', tp_size=1)\n"
     events = parse(text, lines=True)
     raw = of(events, ev.LaunchArgs)[0].raw
     assert (raw["api_key"], raw["hf_token"], raw["max_total_tokens"], raw["admin_api_key"]) == \
         ("<redacted>", "<redacted>", 4096, None)
-    assert "sk-live-123" not in repr(events) and "hf_abc" not in repr(events)
+    assert raw["watermark_secret_key"] == "<redacted>"
+    assert "sk-live-123" not in repr(events) and "hf_abc" not in repr(events) and "wm-1" not in repr(events)
     vllm = "(APIServer pid=1) INFO 01-01 00:00:00 [utils.py:1] non-default args: {'model': 'm', 'api_key': " \
         "'sk-9', 'hf_token': \"hf_x\"}\n"
     events = parse(vllm, lines=True)

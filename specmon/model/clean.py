@@ -50,7 +50,7 @@ _PYLOG_RE = re.compile(
 # Secret-looking arguments in args dumps (`api_key='sk-...'`, `'hf_token': 'hf_...'`): old servers print them
 # in clear. The key must end with the secret word, so `max_total_tokens=4096` and `#token: 5` stay.
 _SECRET_ARG_RE = re.compile(
-    r"\b(\w*(?:api_key|_token|secret|password)|token)(=|': )(?!None\b)('[^']*'|\"[^\"]*\"|[^\s,)}]+)",
+    r"\b(\w*(?:_key|_token|secret|password)|key|token)(=|': )(?!None\b)('[^']*'|\"[^\"]*\"|[^\s,)}]+)",
     re.IGNORECASE,
 )
 REDACTED = "'<redacted>'"
