@@ -5,7 +5,8 @@ said (which server's format, rank, timestamp). Order matters: ANSI codes first (
 prefix), then wrappers added by whatever collected the log (docker-compose `name  | `, journald, a log
 collector's bracketed ISO-8601 timestamp, Ray / process tags `(Name pid=N)`, torch `[rankN]:`), then one
 server prefix (SGLang `[date TPn]`, vLLM `LEVEL MM-DD hh:mm:ss [file.py:N]`, or a host app's Python
-logging format). Formats are from docs/server-formats.md §1 (shared reference).
+logging format). Values of secret-looking arguments are redacted on the way. Formats: the project's
+shared reference `server-formats.md` §1.
 """
 
 from __future__ import annotations

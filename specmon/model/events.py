@@ -1,7 +1,7 @@
 """Events read from an SGLang or vLLM launch log.
 
-Every event is a small frozen dataclass whose last field is `line_no`: the 1-based physical line of the log
-it came from (lines are counted on `\\n`; the pieces of a tqdm bar redrawn with `\\r` share their line's
+Every event is a small frozen dataclass with a `line_no`: the 1-based physical line of the log it came
+from (lines are counted on `\\n`; the pieces of a tqdm bar redrawn with `\\r` share their line's
 number, so the numbers match `grep -n`). Fields a given server version does not print are None: the
 parser is tolerant field by field, so a partial answer is still an answer.
 
