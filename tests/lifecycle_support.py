@@ -47,6 +47,22 @@ def marked_pids(run_id: str) -> list[int]:
     return found
 
 
+def tail_pids(log: Path) -> list[int]:
+    """Live `tail` processes following `log` (one per follower)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"tail") and str(log).encode() in argv and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def kill_marked(run_ids: Iterable[str]) -> None:
     """Last-resort cleanup after a test: SIGKILL whatever still carries one of these markers."""
     for run_id in run_ids:

@@ -16,7 +16,16 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import SIM_READY, FileWatch, config_of, kill_marked, marked_pids, port_listening, sim_profile
+from lifecycle_support import (
+    SIM_READY,
+    FileWatch,
+    config_of,
+    kill_marked,
+    marked_pids,
+    port_listening,
+    sim_profile,
+    tail_pids,
+)
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -168,7 +177,7 @@ async def test_failures_are_reported_within_2s_with_kind_and_last_lines(free_por
     finally:
         watch.close()
     assert failed.state == "failed" and failed.failure is not None and failed.failure.kind == kind, failed.failure
-    assert at - watch.seen["fault"] < 2.0
+    assert at - watch.seen["fault"] < 2.0, f"failure reported {at - watch.seen['fault']:.2f}s after its log line"
     assert failed.failure.last_lines and any(text in line for line in failed.failure.last_lines)
     _, done = await rec.until(lambda v: v.exit_code is not None, timeout=10)
     assert done.state == "failed"
@@ -219,7 +228,9 @@ async def test_reattach_in_a_new_manager_and_pid_reuse_is_lost(free_port_factory
     second, rec = engine(profile)
     [loading] = await second.refresh()
     assert loading.run_id == view.run_id and loading.state == "loading"
-    await second.attach(view.run_id)
+    await asyncio.gather(second.attach(view.run_id), second.attach(view.run_id))   # e.g. a view and a log pane
+    await asyncio.sleep(0.3)
+    assert len(tail_pids(Path(view.log_path))) == 1, "one run, one tail -F"
     await rec.until(lambda v: v.state == "ready", timeout=40)
 
     # PID reuse: a record whose pid is alive but started at another time (this test process) is lost.
@@ -358,3 +369,4 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
     except OSError:
         return False
+

@@ -9,6 +9,7 @@ import signal
 import time
 from pathlib import Path
 
+from lifecycle_support import tail_pids
 from simproc import start_sim
 
 from specmon.sources.health import ProbeResult, ServerProbe, poll
@@ -67,20 +68,6 @@ async def test_polls_never_overlap_even_when_answers_are_slow() -> None:
         assert time.monotonic() - t0 >= 4 * 0.4   # each poll waited for the previous answer
 
 
-def _tail_pids(path: Path) -> list[int]:
-    """Our `tail -F` processes following `path`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv and argv[0].endswith(b"tail") and str(path).encode() in argv:
-                found.append(int(entry.name))
-    return found
-
-
 async def test_partial_line_bytes_reach_the_parser_once_across_a_lost_link(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_bytes(b"")
@@ -101,7 +88,7 @@ async def test_partial_line_bytes_reach_the_parser_once_across_a_lost_link(tmp_p
             await until(lambda: b"shards 2/4" in b"".join(b.fresh for b in batches))
             # The progress line is unfinished: readers got "start" only, the parser got the redraws.
             assert b"".join(b.data for b in batches) == b"start\n" and tailer.offset == 6
-            for pid in _tail_pids(log):   # the link drops
+            for pid in tail_pids(log):   # the link drops
                 os.kill(pid, signal.SIGKILL)
             await until(lambda: any(b.note and "lost" in b.note for b in batches))
             fh.write(pieces[3] + pieces[4] + pieces[5])

@@ -13,6 +13,7 @@ Engine API (used by the CLI commands and the TUI):
     await manager.refresh()                                 -> list[RunView]  one-shot check of every run
                                                                (process alive? exit code? log state?)
     view = await manager.attach(run_id, stall_timeout_s=None)   start watching a run (reattach)
+    manager.view(run_id)                                    -> RunView   current view (live if watched)
     unsubscribe = manager.subscribe(callback)               callback(RunView) on every change of any run
     async for view in manager.watch(run_id): ...            changes of one run until it ends
     async for line in manager.log_lines(run_id): ...        LogLine(text, end, kind "line" | "note");
@@ -30,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 import secrets
 import shlex
 import time
@@ -57,6 +59,7 @@ from specmon.sources.local import LocalTransport
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import Transport, TransportError
 
+log = logging.getLogger(__name__)
 TransportFactory = Callable[[str], Transport]
 PID_WAIT_S = 10.0
 COMMIT_EVERY_S = 1.0
@@ -91,6 +94,7 @@ class RunManager:
         self._factory = transport_factory or default_transport
         self._ops: dict[str, HostOps] = {}
         self._controllers: dict[str, RunController] = {}
+        self._attaching: dict[str, asyncio.Future[RunController]] = {}
         self._subscribers: list[Callable[[RunView], None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()
         self.stop_timings = stop_timings
@@ -108,7 +112,10 @@ class RunManager:
 
     def _on_view(self, view: RunView) -> None:
         for callback in list(self._subscribers):
-            callback(view)
+            try:
+                callback(view)
+            except Exception:   # a front end's bug must not stop the babysitting
+                log.exception("run view subscriber failed")
 
     def _notify(self, record: RunRecord, state: str, reason: str) -> None:
         if record.notify_cmd:
@@ -222,17 +229,26 @@ class RunManager:
 
     async def _attach(self, run_id: str, stall_timeout_s: float | None = None) -> RunController:
         controller = self._controllers.get(run_id)
-        if controller is not None:
-            if stall_timeout_s is not None:
-                controller.stall_timeout_s = stall_timeout_s
-            return controller
+        if controller is None:
+            # Concurrent callers (a view and a log pane) share one controller being set up.
+            pending = self._attaching.get(run_id)
+            if pending is None:
+                pending = asyncio.ensure_future(self._new_controller(run_id))
+                self._attaching[run_id] = pending
+                pending.add_done_callback(lambda _: self._attaching.pop(run_id, None))
+            controller = await asyncio.shield(pending)
+        if stall_timeout_s is not None:
+            controller.stall_timeout_s = stall_timeout_s
+        return controller
+
+    async def _new_controller(self, run_id: str) -> RunController:
         record = self.store.load(run_id)
         if record is None:
             raise UserError(f"unknown run {run_id!r}")
         if not record.terminal:
             record = await self._reconcile(record)
         controller = RunController(record, self.ops(record.host), self.store, on_view=self._on_view,
-                                   notify=self._notify, timings=self.watch_timings, stall_timeout_s=stall_timeout_s)
+                                   notify=self._notify, timings=self.watch_timings)
         self._controllers[run_id] = controller
         await controller.start()
         return controller
