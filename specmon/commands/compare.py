@@ -19,6 +19,9 @@ from specmon.model.compare import AlignedLevel, align, find_crossover
 from specmon.model.results import SweepResult, read_results
 
 
+_MARKERS = ("*", "o", "x", "+", "#")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "compare",
@@ -101,12 +104,20 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("default" if color else "clear")
-    for label, s in zip(_labels(sweeps), sweeps):
+    for i, (label, s) in enumerate(zip(_labels(sweeps), sweeps)):
         pts = sorted((lv.concurrency, lv.output_throughput) for lv in s.levels)
         if pts:
-            plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker="hd")
+            # Without colour only the glyph tells the series apart.
+            marker = "hd" if color else _MARKERS[i % len(_MARKERS)]
+            plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker=marker)
     plt.xscale("log")
-    plt.title("output tok/s vs concurrency")
+    title = "output tok/s vs concurrency"
+    if len(sweeps) == 2:
+        x = find_crossover(sweeps[0].levels, sweeps[1].levels)
+        if x is not None:
+            plt.vline(x.concurrency)
+            title += f" (crossover C = {x.concurrency:.1f})"
+    plt.title(title)
     plt.xlabel("concurrency")
     text = plt.build()
     plt.clear_figure()

@@ -1,0 +1,78 @@
+"""`specmon compare`: side-by-side table, ratio per level, crossover, terminal chart, JSON, bad files."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, append_line
+
+
+def write_sweep(path: Path, profile: str, tputs: dict[int, float], bound_at: int | None = None) -> Path:
+    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="m", workload={}, profile=profile,
+                                specmon_version="0.1.0", created_at="2026-11-29T00:00:00Z").to_dict())
+    for c, t in tputs.items():
+        append_line(path, LevelResult(concurrency=c, requests_ok=4, requests_failed=0, duration_s=1.0,
+                                      output_tokens=int(t), output_throughput=t, request_throughput=1.0,
+                                      ttft_ms=Stats(), tpot_ms=Stats(), itl_ms=Stats(), e2e_ms=Stats(),
+                                      tokens_per_chunk=1.0, client=ClientHealth(bound=c == bound_at)).to_dict())
+    return path
+
+
+def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> tuple[Path, Path]:
+    base = write_sweep(tmp_path / "base.jsonl", "baseline", {1: 93.0, 2: 172.0, 4: 298.0, 8: 471.0})
+    spec = write_sweep(tmp_path / "spec.jsonl", "eagle3", {1: 128.0, 2: 206.0, 4: 280.0, 8: 379.0}, bound_at=8)
+    return base, spec
+
+
+def test_table_ratio_crossover_and_chart(files: tuple[Path, Path], tmp_path: Path) -> None:
+    done = specmon("compare", *map(str, files), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    lines = out.splitlines()
+    assert lines[0].split() == ["C", "baseline", "tok/s", "eagle3", "tok/s", "eagle3/baseline"]
+    assert lines[1].split() == ["1", "93.0", "128.0", "1.38x"]
+    assert lines[4].split() == ["8", "471.0", "379.0*", "0.80x"]
+    assert "* client-bound level" in out
+    # diff +34 at C=2, -18 at C=4: 2 + 2 * 34/52
+    assert "crossover eagle3 vs baseline: C = 3.3 (eagle3 ahead below, baseline ahead above)" in out
+    assert "output tok/s vs concurrency" in out and "baseline" in out.split("output tok/s vs concurrency")[1]
+    assert "\x1b[" not in out   # no colour codes when stdout is not a terminal
+
+
+def test_json(files: tuple[Path, Path], tmp_path: Path) -> None:
+    done = specmon("compare", "--json", *map(str, files), cwd=tmp_path)
+    data = json.loads(done.stdout)
+    assert [f["label"] for f in data["files"]] == ["baseline", "eagle3"]
+    assert data["crossover"][0]["concurrency"] == pytest.approx(2 + 2 * 34 / 52)
+    assert data["crossover"][0]["ahead_below"] == "eagle3"
+    assert data["levels"][0] == {"concurrency": 1, "output_throughput": [93.0, 128.0], "ratio": [pytest.approx(128 / 93)]}
+
+
+def test_no_crossover_and_same_profile_twice(tmp_path: Path) -> None:
+    a = write_sweep(tmp_path / "a.jsonl", "base", {1: 10.0, 2: 20.0})
+    b = write_sweep(tmp_path / "b.jsonl", "base", {1: 11.0, 2: 22.0})
+    done = specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
+    assert done.returncode == 0
+    assert "crossover base#2 vs base: none in the measured range" in done.stdout
+
+
+def test_bad_file_names_file_and_line(files: tuple[Path, Path], tmp_path: Path) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(files[0].read_text().splitlines()[0] + "\n{\"type\": \"level\", \"concurrency\": 0}\n")
+    done = specmon("compare", str(files[0]), str(bad), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"specmon: error: {bad}:2: level: concurrency must be >= 1, got 0"
+    done = specmon("compare", str(files[0]), cwd=tmp_path)
+    assert done.returncode == 2 and "at least two result files" in done.stderr

@@ -1,0 +1,112 @@
+"""`specmon sweep` as a user runs it: a real fixture server, the installed command, files on disk, Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from specmon.model.results import read_results
+
+TESTS = Path(__file__).parent
+
+
+@pytest.fixture
+def server(free_port: int) -> Iterator[str]:
+    proc = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port),
+                             "--interval-s", "0.002", "--tokens-per-chunk", "3"], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield f"http://127.0.0.1:{free_port}"
+    proc.kill()
+    proc.wait()
+
+
+def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=90, cwd=cwd)
+
+
+def test_sweep_url_writes_default_results_file_and_prints_table(server: str, tmp_path: Path) -> None:
+    done = specmon("sweep", "--url", server, "--levels", "1,3", "--requests", "3", "--output-len", "9",
+                   "--input-len", "8", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (out,) = (tmp_path / "results").glob("127.0.0.1_*-*Z.jsonl")
+    res = read_results(out)
+    assert [lv.concurrency for lv in res.levels] == [1, 3]
+    assert res.levels[0].output_tokens == 27 and res.levels[0].tokens_per_chunk == 3.0
+    assert "level C=1:" in done.stderr and "level C=3:" in done.stderr   # progress on stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].endswith(str(out.relative_to(tmp_path)))
+    assert lines[1].split()[:4] == ["C", "ok", "fail", "out"]
+    assert lines[2].split()[:3] == ["1", "3", "0"]
+
+
+def test_sweep_profile_and_json(server: str, tmp_path: Path) -> None:
+    port = server.rsplit(":", 1)[1]
+    (tmp_path / "profiles.toml").write_text(
+        f'[profiles.fix]\nserver = "other"\nport = {port}\ncommand = ["true"]\n\n'
+        '[sweep]\nlevels = [2]\nrequests_per_level = 4\noutput_len = 6\ninput_len = 8\nwarmup_requests = 0\n')
+    done = specmon("sweep", "fix", "--json", "--out", "r.jsonl", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    data = json.loads(done.stdout)
+    assert data["meta"]["profile"] == "fix" and data["meta"]["model"] == "fixture-model"
+    assert data["meta"]["workload"]["levels"] == [2]                   # sweep defaults from the config
+    assert [lv["requests_ok"] for lv in data["levels"]] == [4]
+    assert read_results(tmp_path / "r.jsonl").meta.profile == "fix"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--levels", "1,x"], "--levels: expected comma-separated integers"),
+        (["--requests", "0"], "--requests: must be >= 1"),
+        (["--requests", "2", "--duration", "3"], "not allowed with argument"),
+        (["--api-key-env", "A B"], "'A B' is not a valid environment variable name"),
+    ],
+)
+def test_bad_arguments_are_one_line(server: str, tmp_path: Path, args: list[str], message: str) -> None:
+    done = specmon("sweep", "--url", server, *args, cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_unreachable_url_and_unknown_profile(free_port: int, tmp_path: Path) -> None:
+    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", cwd=tmp_path)
+    assert done.returncode == 2 and f"127.0.0.1:{free_port}: cannot reach the server" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = specmon("sweep", "nosuch", cwd=tmp_path)
+    assert done.returncode == 2 and "unknown profile 'nosuch'" in done.stderr
+
+
+def test_ctrl_c_keeps_finished_levels(free_port: int, tmp_path: Path) -> None:
+    srv = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.05"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        exe = shutil.which("specmon")
+        assert exe
+        proc = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "1,2,4",
+                                 "--requests", "2", "--output-len", "6", "--warmup", "0", "--out", "r.jsonl"],
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        out = tmp_path / "r.jsonl"
+        deadline = time.monotonic() + 60
+        while not (out.exists() and len(out.read_text().splitlines()) >= 2):   # meta + first level
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        srv.kill()
+        srv.wait()
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    levels = read_results(out).levels
+    assert 1 <= len(levels) < 3 and levels[0].requests_ok == 2
+    assert stdout.splitlines()[1].split()[0] == "1"    # the finished levels' table
