@@ -133,7 +133,9 @@ def make_app(state: ServerState) -> web.Application:
             state.auth_headers.append(request.headers["Authorization"])
         fault = state.faults[n % len(state.faults)] if state.faults else ""
         if fault == "http_400":
-            return web.json_response({"error": {"message": "bad request", "code": 400}}, status=400)
+            # Echoes the credentials, as some servers' "invalid key" errors do: they must not reach the records.
+            who = request.headers.get("Authorization", "anonymous")
+            return web.json_response({"error": {"message": f"bad request from {who}", "code": 400}}, status=400)
         if fault == "http_500":
             return web.json_response({"error": {"message": "boom", "code": 500}}, status=500)
         max_tokens = int(body.get("max_tokens", 16))

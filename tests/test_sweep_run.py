@@ -136,6 +136,23 @@ async def test_api_key_is_sent_but_never_written(server: tuple[ServerState, str]
         await run_sweep(spec(url, tmp_path / "x.jsonl", api_key_env="BAD NAME"))
 
 
+async def test_a_level_without_successes_stops_the_sweep(server: tuple[ServerState, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    state, url = server
+    state.faults = ["http_400"]
+    monkeypatch.setenv("SPECMON_TEST_KEY", "plainsecretvalue")
+    notices: list[str] = []
+    result = await run_sweep(spec(url, tmp_path / "r.jsonl", levels=(1, 2, 4), api_key_env="SPECMON_TEST_KEY"),
+                             lambda u: notices.append(u.message) if isinstance(u, SweepNotice) else None)
+    assert [lv.concurrency for lv in result.levels] == [1]
+    assert result.levels[0].errors == {"http_4xx": 6}
+    (stop,) = [n for n in notices if "stopping the sweep" in n]
+    assert "no request succeeded at C=1 (http_4xx 6; first: http_4xx: HTTP 400" in stop
+    assert "plainsecretvalue" not in stop
+    text = Path(result.meta.records or "").read_text()
+    assert "bad request from <redacted>" in text and "plainsecretvalue" not in text
+
+
 async def test_unreachable_server_is_one_clear_error(free_port: int, tmp_path: Path) -> None:
     with pytest.raises(UserError, match=rf"127.0.0.1:{free_port}: cannot reach the server"):
         await run_sweep(spec(f"http://127.0.0.1:{free_port}", tmp_path / "r.jsonl"))
@@ -169,6 +186,6 @@ async def test_server_dying_mid_sweep_leaves_partial_results(server_process: tup
     assert levels == result.levels
     assert levels[0].requests_ok == 2
     assert levels[1].requests_ok == 0 and set(levels[1].errors) <= {"refused", "truncated"}
-    # The sweep stops at the first level the server refused entirely, instead of running on against nothing.
+    # The sweep stops at the first level without a single success, instead of running on against nothing.
     assert levels[-1].requests_ok == 0 and set(levels[-1].errors) == {"refused"}
-    assert any("refused every request" in n for n in notices)
+    assert any("no request succeeded at C=" in n and "refused" in n for n in notices)

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import Prompt, RequestFactory, Workload
-from specmon.model.results import utc_now_iso
+from specmon.model.results import redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
 
 PROGRESS_INTERVAL_S = 0.25
@@ -105,6 +105,8 @@ class SweepRunner:
         top = max(max(workload.levels), workload.warmup_requests, 1)
         self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key)
         self.lag = LoopLagMonitor()
+        self._secrets = [api_key] if api_key else []
+        self._first_error: str | None = None
 
     async def run(self) -> None:
         self.lag.start()
@@ -114,8 +116,12 @@ class SweepRunner:
             for idx, c in enumerate(self.w.levels):
                 level = await self._phase(idx, c, self.w.requests_for(c), self.w.duration_s, warmup=False)
                 self.emit({"type": "level", "level": level})
-                if level["requests_ok"] == 0 and set(level["errors"]) == {"refused"}:
-                    self.emit({"type": "warning", "message": f"server refused every request at C={c}; stopping the sweep"})
+                if level["requests_ok"] == 0:
+                    # A dead server, a bad key or model, or a server drowning at this load: higher levels would
+                    # only repeat it.
+                    kinds = ", ".join(f"{k} {n}" for k, n in level["errors"].items())
+                    self.emit({"type": "warning", "message": f"no request succeeded at C={c} ({kinds}; first: "
+                               f"{self._first_error}); stopping the sweep"})
                     break
         finally:
             await self.lag.stop()
@@ -132,6 +138,7 @@ class SweepRunner:
         gc.freeze()
         gc.disable()
         acc = LevelAccumulator(c)
+        self._first_error = None
         in_flight: set[Stream] = set()
         issued = 0
         t0_ns = time.perf_counter_ns()
@@ -159,6 +166,10 @@ class SweepRunner:
                     await self.client.send(self.factory.body(c, i), s)
                 finally:
                     in_flight.discard(s)
+                if s.detail is not None:
+                    s.detail = redact(s.detail, self._secrets)  # error bodies may echo the key
+                    if self._first_error is None:
+                        self._first_error = f"{s.error}: {s.detail}"
                 r = _record(c, i, s, t0_ns, warmup)
                 self.records.write(r)
                 acc.add(r)
