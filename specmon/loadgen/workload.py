@@ -94,25 +94,22 @@ def load_prompts(path: str | Path) -> list[Prompt]:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read prompt file ({exc})") from None
-    entries: list[tuple[int, Any]] = []
+    entries: list[tuple[str, Any]] = []   # (where, entry)
     if text.lstrip().startswith("["):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        entries = [(1, e) for e in data]
+        entries = [(f"{p}: entry {n}", e) for n, e in enumerate(data, 1)]
     else:
         for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                entries.append((lineno, json.loads(line)))
+                entries.append((f"{p}:{lineno}", json.loads(line)))
             except json.JSONDecodeError as exc:
                 raise UserError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-    prompts: list[Prompt] = []
-    for n, (lineno, entry) in enumerate(entries):
-        where = f"{p}:{lineno}" if lineno > 1 or not text.lstrip().startswith("[") else f"{p}: entry {n + 1}"
-        prompts.append(_prompt_of(entry, where))
+    prompts = [_prompt_of(entry, where) for where, entry in entries]
     if not prompts:
         raise UserError(f"{p}:1: no prompts in file")
     return prompts

@@ -1,0 +1,70 @@
+"""What the generator sends: synthetic prompts, prompt files, request counts per level."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.loadgen.workload import RequestFactory, Workload, load_prompts
+
+
+def test_synthetic_prompts_have_the_length_and_differ_from_the_first_token() -> None:
+    f = RequestFactory(Workload(levels=(4,), input_len=100, output_len=7), "m")
+    bodies = [json.loads(f.body(4, i)) for i in range(40)]
+    prompts = [b["messages"][0]["content"] for b in bodies]
+    assert all(len(p.split()) == 100 - 4 + 1 for p in prompts)     # tag + words: about input_len tokens
+    assert len({p.split()[0] for p in prompts}) == 40                # no two share a prefix-cache entry
+    assert bodies[0]["max_tokens"] == 7 and bodies[0]["stream_options"] == {"include_usage": True}
+
+
+def test_completions_api_and_free_length() -> None:
+    wl = Workload(levels=(1,), api="completions", fixed_length=False, output_len=5)
+    body = json.loads(RequestFactory(wl, "m").body(1, 0))
+    assert isinstance(body["prompt"], str) and "messages" not in body
+    assert "ignore_eos" not in body and "min_tokens" not in body
+
+
+def test_requests_per_level_default_is_whole_waves() -> None:
+    wl = Workload(levels=(1, 3, 5, 30))
+    assert [wl.requests_for(c) for c in wl.levels] == [16, 18, 20, 120]
+    assert Workload(levels=(3,), requests_per_level=7).requests_for(3) == 7
+    assert Workload(levels=(3,), duration_s=5.0).requests_for(3) is None
+    assert Workload.from_dict(wl.to_dict()) == wl
+
+
+def test_prompt_files_jsonl_messages_and_sharegpt(tmp_path: Path) -> None:
+    jl = tmp_path / "p.jsonl"
+    jl.write_text('{"prompt": "Tell me"}\n\n{"messages": [{"role": "user", "content": "Hi"}]}\n'
+                  '{"conversations": [{"from": "gpt", "value": "x"}, {"from": "human", "value": "Why?"}]}\n')
+    prompts = load_prompts(jl)
+    assert prompts == ["Tell me", ({"role": "user", "content": "Hi"},), "Why?"]
+    sg = tmp_path / "sharegpt.json"
+    sg.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "Q1"}]}]))
+    assert load_prompts(sg) == ["Q1"]
+    f = RequestFactory(Workload(levels=(1,)), "m", prompts)
+    assert json.loads(f.body(1, 1))["messages"] == [{"role": "user", "content": "Hi"}]
+    assert json.loads(f.body(1, 3))["messages"] == [{"role": "user", "content": "Tell me"}]   # cycles
+
+
+@pytest.mark.parametrize(
+    ("content", "where"),
+    [('{"prompt": "a"}\n{"prompt": \n', ":2: not valid JSON"),
+     ('{"prompt": "a"}\n\n{"question": "b"}\n', ":3: expected"),
+     ("", ":1: no prompts")],
+)
+def test_bad_prompt_file_names_file_and_line(tmp_path: Path, content: str, where: str) -> None:
+    p = tmp_path / "bad.jsonl"
+    p.write_text(content)
+    with pytest.raises(UserError) as err:
+        load_prompts(p)
+    assert str(err.value).startswith(str(p)) and where in str(err.value)
+
+
+def test_workload_rejects_nonsense() -> None:
+    with pytest.raises(UserError, match="levels"):
+        Workload(levels=(0,))
+    with pytest.raises(UserError, match="api"):
+        Workload(levels=(1,), api="grpc")
