@@ -180,12 +180,15 @@ class RunManager:
             while True:
                 get = asyncio.ensure_future(queue.get())
                 done_wait = asyncio.ensure_future(controller.finished.wait())
-                await asyncio.wait({get, done_wait}, return_when=asyncio.FIRST_COMPLETED)
-                done_wait.cancel()
-                if get.done():
+                try:
+                    await asyncio.wait({get, done_wait}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    done_wait.cancel()
+                    if not get.done():
+                        get.cancel()
+                if get.done() and not get.cancelled():
                     yield get.result()
                 else:
-                    get.cancel()
                     while not queue.empty():
                         yield queue.get_nowait()
                     yield controller.view()
