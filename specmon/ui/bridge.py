@@ -177,8 +177,10 @@ class EngineBridge:
                         app.notify(f"{profile}: {update.message}", severity="warning", timeout=6)
 
                 result = await run_sweep(spec, on_update=on_update)
-                written.append(result.path)
-            app.set_sweep_status("done: " + ", ".join(str(p) for p in written), running=False)
+                if result.path:
+                    written.append(Path(result.path))
+            where = f" in {written[0].parent}" if written else ""
+            app.set_sweep_status("done: " + ", ".join(p.name for p in written) + where, running=False)
         except asyncio.CancelledError:
             app.set_sweep_status("cancelled (finished levels kept)", running=False)
             raise
