@@ -15,7 +15,7 @@ from typing import Any
 import plotext as plt
 
 from specmon.errors import UserError
-from specmon.model.compare import AlignedLevel, align, find_crossover
+from specmon.model.compare import AlignedLevel, Crossover, align, find_crossover
 from specmon.model.results import SweepResult, read_results
 
 
@@ -67,12 +67,12 @@ def _labels(sweeps: list[SweepResult]) -> list[str]:
     return out
 
 
-def _crossings(sweeps: list[SweepResult]) -> list[tuple[str, Any]]:
+def _crossings(sweeps: list[SweepResult]) -> list[tuple[str, Crossover | None]]:
     labels = _labels(sweeps)
     return [(labels[i], find_crossover(sweeps[0].levels, s.levels)) for i, s in enumerate(sweeps) if i > 0]
 
 
-def _crossing_text(base: str, other: str, c: Any) -> str:
+def _crossing_text(base: str, other: str, c: Crossover | None) -> str:
     if c is None:
         return f"crossover {other} vs {base}: none in the measured range"
     lead = other if c.b_ahead_before else base
@@ -124,7 +124,8 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
     return text if color else plt.uncolorize(text)
 
 
-def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel], crossings: list[tuple[str, Any]]) -> dict[str, Any]:
+def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
+                    crossings: list[tuple[str, Crossover | None]]) -> dict[str, Any]:
     labels = _labels(sweeps)
     return {
         "files": [{"path": s.path, "label": lb, "model": s.meta.model, "url": s.meta.url} for s, lb in zip(sweeps, labels)],
