@@ -10,6 +10,7 @@ class GpuEnvPane(Static):
     """Placeholder for GPU utilisation, memory and the server's NCCL/CUDA environment."""
 
     BORDER_TITLE = "GPU / env"
+    ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("[dim]GPU and NCCL environment: not available yet[/]", **kwargs)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="help"):
-            yield Label("[b]specmon keys[/b]  (remap in profiles.toml: [keys] id = \"key\"; esc closes)")
+            yield Label("[b]specmon keys[/b]  (remap in profiles.toml: \\[keys] id = \"key\"; esc closes)")
             table: DataTable[str] = DataTable(cursor_type="none", zebra_stripes=True)
             table.add_columns("key", "does", "id")
             for keys, text, binding_id in key_rows(self.keymap):

@@ -26,6 +26,7 @@ class LogPane(Vertical):
     """The log of one run, in a RichLog bounded to `max_lines`, with a filter input that appears on `/`."""
 
     BORDER_TITLE = "Log"
+    ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
 
     class FilterChanged(Message):
         """The user applied a filter (empty clears it)."""

@@ -87,6 +87,7 @@ class ServersPane(VerticalScroll):
     """Profiles and their runs, with a warning when the runs being compared are configured differently."""
 
     BORDER_TITLE = "Servers"
+    ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
 
     def __init__(self, profiles: Sequence[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ class SweepPane(Horizontal):
     """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
 
     BORDER_TITLE = "Sweep"
+    ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
