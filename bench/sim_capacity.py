@@ -8,8 +8,8 @@ ignore_eos as soon as the previous one ends) for a warm-up plus a measuring wind
   finished or cut at the end of the window: those tokens divided by the time from first to last chunk) vs the model's per-request rate at batch min(C, max_running);
 - total tok/s (tokens received by the client during the window, counted from the chunks; the sim's
   tokenizer is one word per token) vs the model's total;
-- the per-step timing error over the window, from the sim's own step counters in /server_info
-  (mean |actual - planned| / mean planned, and the bias of the sum).
+- the per-step timing error over the level, from the sim's own step counters in /server_info
+  (mean |actual - planned| / mean planned, the bias of the sum, and the share of steps within 5 %).
 
 Usage: python bench/sim_capacity.py [--levels 1,2,4,...] [--seconds 6] [--max-tokens 128] [--modes baseline,eagle3]
 """
@@ -136,7 +136,7 @@ async def bench_mode(mode: str, levels: list[int], max_tokens: int, seconds: flo
         print(f"\n== {mode}: step t(b) = {model.base_s * 1e3:.2f} ms + {model.slope_s * 1e3:.3f} ms*b, "
               f"{model.tokens_per_step:g} tok/step, max running {model.max_running}")
         print(f"{'C':>5} {'req tok/s':>10} {'model':>8} {'err':>7} {'total tok/s':>12} {'model':>8} {'err':>7} "
-              f"{'steps':>6} {'step |err|':>10} {'step bias':>10}")
+              f"{'steps':>6} {'step |err|':>10} {'step bias':>10} {'<=5%':>6}")
         for c in levels:
             before = await step_counters(url)
             w = await closed_loop(url, c, max_tokens, warmup=1.0 + max_tokens / 200, seconds=seconds)
@@ -145,12 +145,13 @@ async def bench_mode(mode: str, levels: list[int], max_tokens: int, seconds: flo
             planned = after["step_planned_s"] - before["step_planned_s"]
             abs_err = (after["step_abs_error_s"] - before["step_abs_error_s"]) / planned if planned else 0.0
             bias = (after["step_actual_s"] - before["step_actual_s"]) / planned - 1 if planned else 0.0
+            within5 = (after["steps_within_5pct"] - before["steps_within_5pct"]) / steps if steps else 0.0
             req = statistics.median(w.per_request_tps) if w.per_request_tps else float("nan")
             req_model = model.per_request_tps(min(c, model.max_running))
             total = w.tokens / (w.end - w.start)
             total_model = model.total_tps(c)
             print(f"{c:>5} {req:>10.1f} {req_model:>8.1f} {req / req_model - 1:>+7.1%} {total:>12.1f} {total_model:>8.1f} "
-                  f"{total / total_model - 1:>+7.1%} {int(steps):>6} {abs_err:>10.2%} {bias:>+10.2%}", flush=True)
+                  f"{total / total_model - 1:>+7.1%} {int(steps):>6} {abs_err:>10.2%} {bias:>+10.2%} {within5:>6.0%}", flush=True)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -178,14 +178,13 @@ class SimServer:
 
     async def _timed_stats(self) -> None:
         # vLLM logs engine stats on a wall-clock cadence, and only when something happened.
-        loop = asyncio.get_running_loop()
-        self.engine.log_stats_reset(loop.time())
+        self.engine.log_stats_reset(time.perf_counter())  # the engine's clock
         while True:
             await asyncio.sleep(self.cfg.stats_interval)
             if self.engine.busy_since_last_stats():
-                self.engine.log_stats(loop.time())
+                self.engine.log_stats(time.perf_counter())
             else:
-                self.engine.log_stats_reset(loop.time())
+                self.engine.log_stats_reset(time.perf_counter())
 
     # -- HTTP --------------------------------------------------------------------------------
     def make_app(self) -> web.Application:
@@ -263,7 +262,8 @@ class SimServer:
                           "tokens_per_step": step_model.tokens_per_step, "max_running": step_model.max_running,
                           "prefill_s_per_token": step_model.prefill_s_per_token},
                 "steps": c.steps, "step_planned_s": c.step_planned_s, "step_actual_s": c.step_actual_s,
-                "step_abs_error_s": c.step_abs_error_s, "generation_tokens": c.generation_tokens,
+                "step_abs_error_s": c.step_abs_error_s, "steps_within_1pct": c.steps_within_1pct,
+                "steps_within_5pct": c.steps_within_5pct, "generation_tokens": c.generation_tokens,
             },
         })
         return info
