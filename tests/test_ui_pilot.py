@@ -25,14 +25,15 @@ from specmon.ui.sweep import SweepPane
 pytestmark = pytest.mark.timeout(120)
 
 
-def sim_config(ports: dict[str, int], extra: dict[str, str] | None = None) -> Config:
+def sim_config(ports: dict[str, int], extra: dict[str, str] | None = None, stall_s: float = 30) -> Config:
     """Profiles on `specmon sim`: 4 shards over ~2 s, then warm-up, so a load is seen in progress."""
     extra = extra or {}
     parts = []
     for name, port in ports.items():
         args = ["specmon", "sim", "--port", str(port), "--shards", "4", "--load-seconds", "2",
                 "--kv-tokens", "300000", "--mem-fraction-static", "0.85", *extra.get(name, "").split()]
-        parts.append(f"[profiles.{name}]\nport = {port}\nstall_timeout_s = 30\ncommand = {args!r}\n".replace("'", '"'))
+        parts.append(f"[profiles.{name}]\nport = {port}\nstall_timeout_s = {stall_s}\ncommand = {args!r}\n"
+                     .replace("'", '"'))
     parts.append("[sweep]\nlevels = [1, 2]\nrequests_per_level = 4\nwarmup_requests = 0\noutput_len = 32\n")
     return parse_config("\n".join(parts), "test-profiles.toml")
 
@@ -125,6 +126,19 @@ async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
             assert "✗" in shown and "exception" in shown.lower(), shown
             # The log pane shows the traceback that killed it.
             await wait_until(pilot, lambda: any("Traceback" in line for line in log_lines(app)), 10, "traceback")
+        finally:
+            await pilot.press("Q")
+
+
+async def test_stalled_load_is_flagged_with_a_toast(tmp_path: Path, free_port: int) -> None:
+    app = make_app(sim_config({"stuck": free_port}, {"stuck": "--stall-at-shard 2"}, stall_s=2), tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "STALLED" in card_text(app, "stuck"), 60, "STALLED on the card")
+            await wait_until(pilot, lambda: any("stuck: STALLED" in str(n.message) for n in app._notifications),
+                             5, "a stalled toast")
+            assert "/4" in card_text(app, "stuck")  # where it stopped stays visible
         finally:
             await pilot.press("Q")
 

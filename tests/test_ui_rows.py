@@ -55,3 +55,8 @@ def test_log_entries() -> None:
     assert line_kind("[2026] The server is fired up and ready to roll!") == "ready"
     assert line_kind("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == "error"
     assert line_kind("Prefill batch, #new-seq: 1") == ""
+
+
+def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:
+    died = view(state="failed", failure=FailureInfo("exception", "SafetensorError"))
+    assert row_from_view(died, None, now=T0 + 500).elapsed_s == 20  # its last log line came 20 s in

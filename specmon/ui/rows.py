@@ -55,9 +55,10 @@ class LogEntry:
 def row_from_view(view: RunView, past_load_s: float | None, now: float) -> ServerRow:
     """What the Servers pane shows of a run. `now` is epoch seconds, the clock RunView's times use."""
     rs = view.run_state
-    end = view.ready_at if view.ready_at is not None else (None if view.active else view.started_at + (view.load_seconds or 0))
-    elapsed = view.load_seconds if view.load_seconds is not None else ((end or now) - view.started_at)
     last = getattr(rs, "last_activity", None)
+    # How long the load took or has taken: until ready; for a run that ended before ready, until its last log line.
+    end = view.ready_at if view.ready_at is not None else (now if view.active else (last or view.started_at))
+    elapsed = view.load_seconds if view.load_seconds is not None else max(0.0, end - view.started_at)
     failure = None
     if view.failure is not None:
         failure = f"{view.failure.kind}: {view.failure.message}"
