@@ -96,3 +96,22 @@ async def test_ready_and_failed_transitions_ring_and_toast(tmp_path: Path) -> No
         assert "demo-eagle3: READY" in messages
         assert "demo-baseline: FAILED: oom: CUDA out of memory" in messages
         assert len(rang) == 2
+
+
+async def test_command_palette_selects_a_profile_and_switches_theme(tmp_path: Path) -> None:
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.selected == "demo-baseline"
+        await pilot.press("ctrl+p")
+        await pilot.press(*"select demo-eagle3")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.selected == "demo-eagle3"
+        assert "demo-eagle3" in app.query_one(LogPane).border_title
+        await pilot.press("ctrl+p")
+        await pilot.press(*"theme specmon-high")
+        await pilot.pause(0.5)
+        await pilot.press("enter")
+        await pilot.pause()
+        assert app.theme == "specmon-high-contrast"

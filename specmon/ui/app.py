@@ -30,6 +30,7 @@ from specmon.ui.format import transitions
 from specmon.ui.gpuenv import GpuEnvPane
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
+from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import LogEntry, ServerRow
 from specmon.ui.servers import RunCard, ServersPane
 from specmon.ui.sweep import Levels, SweepPane
@@ -73,6 +74,7 @@ class SpecmonApp(App[int]):
     CSS_PATH = "app.tcss"
     TITLE = "specmon"
     BINDINGS = keys.BINDINGS
+    COMMANDS = App.COMMANDS | {SpecmonCommands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
 
     def __init__(
@@ -376,8 +378,13 @@ class SpecmonApp(App[int]):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))
 
+    @property
+    def theme_names(self) -> list[str]:
+        """The themes `t` cycles through: specmon's own (themes/*.toml), else Textual's."""
+        return self._custom_themes or sorted(self.available_themes)
+
     def action_next_theme(self) -> None:
-        names = self._custom_themes or sorted(self.available_themes)
+        names = self.theme_names
         index = names.index(self.theme) if self.theme in names else -1
         self.theme = names[(index + 1) % len(names)]
         self.notify(f"theme: {self.theme}", timeout=2)
