@@ -58,7 +58,7 @@ async def test_request_body_asks_for_usage_and_fixed_length(server: tuple[Server
 @pytest.mark.parametrize(
     ("fault", "kind"),
     [("http_400", "http_4xx"), ("http_500", "http_5xx"), ("malformed", "malformed_sse"),
-     ("truncate", "truncated"), ("abort", "truncated"), ("no_done", "truncated")],
+     ("truncate", "truncated"), ("abort", "truncated")],
 )
 async def test_each_fault_is_one_error_kind(server: tuple[ServerState, str], fault: str, kind: str) -> None:
     state, url = server
@@ -66,6 +66,14 @@ async def test_each_fault_is_one_error_kind(server: tuple[ServerState, str], fau
     s = await send(url, body())
     assert s.error == kind, s.detail
     assert s.detail
+
+
+async def test_finished_stream_without_done_is_complete(server: tuple[ServerState, str]) -> None:
+    # transformers serve ends with its usage/finish chunk and never sends [DONE].
+    state, url = server
+    state.faults = ["no_done"]
+    s = await send(url, body(output_len=9))
+    assert s.error is None and s.output_tokens == 9
 
 
 async def test_stalled_stream_is_a_timeout(server: tuple[ServerState, str]) -> None:

@@ -40,6 +40,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--output-len", type=_positive_int, metavar="N", help="output tokens per request")
     p.add_argument("--api", choices=APIS, help="chat or completions endpoint")
     p.add_argument("--prompt-file", metavar="FILE", help="JSONL/ShareGPT prompts instead of synthetic ones")
+    p.add_argument("--no-ignore-eos", action="store_true",
+                   help="do not send ignore_eos/min_tokens (for servers that reject them, e.g. transformers serve); "
+                   "outputs may then end before --output-len")
     p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
                    help="a stream silent this long counts as a timeout (default 120)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
@@ -68,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         levels=args.levels or tuple(d.levels), requests_per_level=requests, duration_s=duration,
         warmup_requests=d.warmup_requests if args.warmup is None else args.warmup,
         input_len=args.input_len or d.input_len, output_len=args.output_len or d.output_len,
-        api=args.api or d.api, prompt_file=args.prompt_file, timeout_s=args.timeout,
+        api=args.api or d.api, prompt_file=args.prompt_file, timeout_s=args.timeout, fixed_length=not args.no_ignore_eos,
     )
     spec = SweepSpec(url=url, workload=workload, out_path=args.out or default_out_path(label), model=args.model,
                      profile=args.profile_name, api_key_env=args.api_key_env)

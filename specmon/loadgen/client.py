@@ -116,7 +116,7 @@ class StreamClient:
         times = s.times
         text_re = self._text
         buf = b""
-        saw_data = False
+        last = None   # the last data payload: at end of stream it tells a finished generation from a cut one
         async for raw in _raw_chunks(resp):
             t = perf_counter_ns()
             buf = buf + raw if buf else raw
@@ -135,7 +135,7 @@ class StreamClient:
                     payload = _data_of(ev)
                     if payload is None:
                         continue
-                saw_data = True
+                last = payload
                 # Fast path: a text chunk that is a JSON object. Only its arrival time matters.
                 if payload[:1] == b"{" and payload[-1:] == b"}" and text_re.search(payload) is not None:
                     times.append(t)
@@ -155,10 +155,13 @@ class StreamClient:
             if payload is not None and payload.strip() == b"[DONE]":
                 s.done = True
         if s.error is None and not s.done:
-            if saw_data:
-                s.fail("truncated", f"stream ended after {len(times)} text chunks without [DONE]")
-            else:
+            # Some servers (transformers serve) end with the usage/finish chunk and no [DONE]: complete.
+            if last is None:
                 s.fail("malformed_sse", "no SSE data events in the response")
+            elif s.output_tokens is not None or _has_finish_reason(last):
+                s.done = True
+            else:
+                s.fail("truncated", f"stream ended after {len(times)} text chunks, without a finish reason or [DONE]")
 
     @staticmethod
     def _other_event(payload: bytes, s: Stream, t: int) -> None:
@@ -203,6 +206,16 @@ async def _raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
     readany = content.readany
     while raw := await readany():
         yield raw
+
+
+def _has_finish_reason(payload: bytes) -> bool:
+    """Whether a chunk says its choice finished (finish_reason set)."""
+    try:
+        obj = json.loads(payload)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    choices = obj.get("choices") if isinstance(obj, dict) else None
+    return bool(choices) and isinstance(choices[0], dict) and bool(choices[0].get("finish_reason"))
 
 
 def _data_of(event: bytes) -> bytes | None:
