@@ -7,6 +7,7 @@ and readiness are real HTTP requests to the sim on 127.0.0.1, stops send real si
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import socket
@@ -370,3 +371,12 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
 
+
+
+async def test_server_other_is_ready_on_health_200_plus_a_completion(free_port_factory, engine) -> None:
+    # A vLLM-flavoured sim declared as server "other": readiness may come only from /health + a completion.
+    profile = dataclasses.replace(sim_profile(free_port_factory(), "--flavor", "vllm"), server="other")
+    manager, rec = engine(profile)
+    view = await manager.launch("sim")
+    _, ready = await rec.until(lambda v: v.state == "ready", timeout=40)
+    assert ready.run_id == view.run_id and ready.load_seconds
