@@ -16,6 +16,7 @@ Defaults keep startups short: `--time-scale 0.05`, 4 shards, 4 s of (scaled) loa
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 import signal
@@ -50,7 +51,9 @@ class SimProcess:
         self.port = port
         self.flavor = flavor
         self.url = f"http://127.0.0.1:{port}"
-        self._chunks: list[bytes] = []
+        self._text: list[str] = []
+        self._pieces: list[str] = []  # complete log pieces (split on \r, \n, \r\n), empty ones dropped
+        self._tail = ""  # the piece still being written (a bar waiting for its next redraw, a partial line)
         self._lock = threading.Lock()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -58,12 +61,17 @@ class SimProcess:
     def _read(self) -> None:
         assert self.process.stdout is not None
         fd = self.process.stdout.fileno()
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")  # bars hold multi-byte block characters
         while True:
             data = os.read(fd, 65536)
+            text = decoder.decode(data, final=not data)
+            with self._lock:
+                self._text.append(text)
+                parts = _SPLIT.split(self._tail + text)
+                self._pieces.extend(p for p in parts[:-1] if p)
+                self._tail = parts[-1]
             if not data:
                 return
-            with self._lock:
-                self._chunks.append(data)
 
     @property
     def pid(self) -> int:
@@ -72,28 +80,34 @@ class SimProcess:
     def text(self) -> str:
         """Everything the sim wrote to stdout so far, byte for byte (decoded as UTF-8)."""
         with self._lock:
-            return b"".join(self._chunks).decode("utf-8", "replace")
+            return "".join(self._text)
 
     def lines(self) -> list[str]:
-        """The log split as a tailer does (on \\r\\n, \\r and \\n), without empty pieces."""
-        return [piece for piece in _SPLIT.split(self.text()) if piece]
+        """The log split as a tailer does (on \r\n, \r and \n), without empty pieces."""
+        with self._lock:
+            return self._pieces + ([self._tail] if self._tail else [])
 
     def wait_for(self, pattern: str, timeout: float = 10.0) -> re.Match[str]:
         """First match of `pattern` in a log piece, waiting up to `timeout` seconds."""
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
+        scanned = 0  # complete pieces already searched
         while True:
-            for piece in self.lines():
+            exited = self.process.poll() is not None
+            if exited:
+                self._reader.join(1.0)
+            with self._lock:
+                fresh = self._pieces[scanned:] + ([self._tail] if self._tail else [])
+                scanned = len(self._pieces)
+            for piece in fresh:
                 m = rx.search(piece)
                 if m:
                     return m
+            if exited:
+                raise RuntimeError(f"sim exited ({self.process.returncode}) before {pattern!r}; tail:\n"
+                                   + "\n".join(self.lines()[-15:]))
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no {pattern!r} in sim output after {timeout} s; tail:\n" + "\n".join(self.lines()[-15:]))
-            if self.process.poll() is not None:
-                self._reader.join(1.0)
-                if not any(rx.search(p) for p in self.lines()):
-                    raise RuntimeError(f"sim exited ({self.process.returncode}) before {pattern!r}; tail:\n"
-                                       + "\n".join(self.lines()[-15:]))
             time.sleep(0.02)
 
     def wait_exit(self, timeout: float = 10.0) -> int:
