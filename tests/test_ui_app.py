@@ -87,7 +87,8 @@ async def test_ready_and_failed_transitions_ring_and_toast(tmp_path: Path) -> No
     rang: list[int] = []
     async with app.run_test(size=(100, 30), notifications=True) as pilot:
         app.bell = lambda: rang.append(1)  # type: ignore[method-assign]
-        await pilot.pause()
+        while app.rows["demo-eagle3"].run_id is None:  # the fixed states are fed once the app runs
+            await pilot.pause(0.05)
         eagle = ROWS[1]
         app.update_rows([ServerRow(**{**eagle.__dict__, "state": "ready", "shards_done": 8})])
         app.update_rows([ServerRow(**{**ROWS[0].__dict__, "state": "failed", "failure": "oom: CUDA out of memory"})])

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import RichLog, Static
@@ -98,13 +99,17 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             await pilot.pause()
             assert len(log_lines(app)) >= total
 
-            # Follow off: the view stays where the user put it while lines arrive (health probes log lines).
+            # Follow off: the view stays where the user put it while lines arrive (a completion makes the server log).
             log = app.query_one(LogPane).query_one(RichLog)
             await pilot.press("f")
             assert "paused" in app.query_one(LogPane).border_title
             log.scroll_to(y=0, animate=False)
             await pilot.pause()
             before = len(log.lines)
+            async with httpx.AsyncClient() as client:
+                answer = await client.post(f"http://127.0.0.1:{free_port}/v1/completions", timeout=20,
+                                           json={"model": "default", "prompt": "hi", "max_tokens": 8})
+                assert answer.status_code == 200
             await wait_until(pilot, lambda: len(log.lines) > before, 15, "new log lines")
             assert log.scroll_y == 0
             # Follow on again: back at the end, and it stays there.
