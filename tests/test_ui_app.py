@@ -116,3 +116,11 @@ async def test_command_palette_selects_a_profile_and_switches_theme(tmp_path: Pa
         await pilot.press("enter")
         await pilot.pause()
         assert app.theme == "specmon-high-contrast"
+
+
+def test_unknown_preselected_profile_is_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    from specmon.cli import main
+
+    assert main(["--profile", "nope"]) == 2  # no profiles.toml: the built-in demo profiles
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("specmon: error:") and "'nope'" in err and "demo-baseline" in err and "\n" not in err

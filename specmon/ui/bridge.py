@@ -50,6 +50,7 @@ class EngineBridge:
         self.results_dir = results_dir
         self.started_here: list[str] = []          # run ids launched by this session (stopped by "quit and stop")
         self._views: dict[str, RunView] = {}       # profile -> its latest run
+        self._earlier: list[RunView] = []          # every run known at start, oldest first (for past load times)
         self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._levels: dict[str, list[LevelResult]] = {}
@@ -63,6 +64,7 @@ class EngineBridge:
         for view in await self.manager.refresh():
             if view.profile in self.config.profiles:
                 self._views[view.profile] = view
+                self._earlier.append(view)
         for view in list(self._views.values()):
             if view.active:
                 await self.manager.attach(view.run_id)
@@ -88,7 +90,7 @@ class EngineBridge:
         if self._app is None:
             return
         now = time.time()
-        runs = list(self._views.values())
+        runs = self._earlier + list(self._views.values())
         rows = []
         for profile in profiles:
             view = self._views[profile]
