@@ -52,7 +52,8 @@ async def run_specmon(url: str, c: int, n: int, output_len: int) -> dict[str, fl
         await runner.run()
     lv = levels[0]
     return {"cpu_s": lv["client"]["cpu_s"], "chunks": lv["client"]["chunks"], "wall_s": lv["duration_s"],
-            "ok": lv["requests_ok"], "itl_p50_ms": lv["itl_ms"]["p50"], "itl_p99_ms": lv["itl_ms"]["p99"]}
+            "ok": lv["requests_ok"], "itl_p50_ms": lv["itl_ms"]["p50"], "itl_p99_ms": lv["itl_ms"]["p99"],
+            "lag_p99_ms": lv["client"]["loop_lag_ms_p99"], "cpu_wait_s": lv["client"]["cpu_wait_s"]}
 
 
 async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> dict[str, float]:
@@ -120,8 +121,10 @@ def row(case: str, kind: str, c: int, r: dict[str, float]) -> str:
     us = r["cpu_s"] * 1e6 / r["chunks"] if r["chunks"] else float("nan")
     p50 = "-" if r["itl_p50_ms"] is None else f"{r['itl_p50_ms']:.1f}"
     p99 = "-" if r["itl_p99_ms"] is None else f"{r['itl_p99_ms']:.1f}"
+    lag = "-" if r.get("lag_p99_ms") is None else f"{r['lag_p99_ms']:.1f}"
+    wait = "-" if r.get("cpu_wait_s") is None else f"{r['cpu_wait_s']:.2f}"
     return (f"{case:<13} {kind:<12} {c:>5} {int(r['chunks']):>9} {r['cpu_s']:>8.2f} {us:>9.1f} "
-            f"{r['chunks'] / r['wall_s']:>10.0f} {r['wall_s']:>7.1f} {p50:>8} {p99:>8}")
+            f"{r['chunks'] / r['wall_s']:>10.0f} {r['wall_s']:>7.1f} {p50:>8} {p99:>8} {lag:>8} {wait:>9}")
 
 
 def main() -> None:
@@ -137,7 +140,8 @@ def main() -> None:
         sys.exit("needs 2 CPUs (server on CPU 0, client on CPU 1)")
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (other work on the box inflates CPU figures)")
     print(f"{'case':<13} {'client':<12} {'C':>5} {'chunks':>9} {'cpu_s':>8} {'us/chunk':>9} {'chunks/s':>10} "
-          f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8}")
+          f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8} {'lag p99':>8} {'cpu wait':>9}")
+    print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU)")
     server, url = start_server(0.0)
     try:
         for c in (1, 64, 256, 1024):
