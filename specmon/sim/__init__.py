@@ -37,7 +37,7 @@ Faults and outcomes:
     --oom-at kv|graph    torch.OutOfMemoryError / "Capture cuda graph failed: CUDA out of memory" traceback, exit 1
     --nccl-timeout       after the weights: torch ProcessGroupNCCL watchdog timeout lines, exit 1, never binds
     --stall-at-shard K   stops at shard K with no further output and stays alive (SIGTERM still ends it)
-    port already bound   after the weights: uvicorn "[Errno 98] error while attempting to bind ... address
+    port not bindable    after the weights: uvicorn "[Errno 98] error while attempting to bind ... address
                          already in use" (flavour's prefix), exit 1
     --slow-health S      every /health answer takes S seconds
     --exit-zero-after S  uvicorn shutdown lines and exit 0, S seconds after ready

@@ -83,6 +83,12 @@ def nccl_watchdog_lines(tp: int, now: float) -> list[str]:
     return out
 
 
+def uvicorn_bind_error(err: OSError) -> str:
+    """uvicorn's bind failure: `ERROR:    [Errno 98] error while attempting to bind on address
+    ('127.0.0.1', 8000): address already in use` (asyncio and uvloop word the OSError; uvicorn logs it)."""
+    return f"ERROR:    {err}"
+
+
 @dataclass(frozen=True)
 class DecodeStats:
     """What one periodic stats line reports."""
@@ -214,7 +220,7 @@ class LaunchLog(ABC):
     def nccl_timeout(self) -> None: ...
 
     @abstractmethod
-    def port_in_use(self, host: str, port: int) -> None: ...
+    def bind_failed(self, host: str, port: int, err: OSError) -> None: ...
 
     @abstractmethod
     def sigterm_ignored(self) -> None: ...
@@ -418,11 +424,11 @@ class SglangLog(LaunchLog):
         self.lines(nccl_watchdog_lines(self.cfg.tp, time.time()))
         self.info("Received sigquit from a child process. It usually means the child failed.")
 
-    def port_in_use(self, host: str, port: int) -> None:
+    def bind_failed(self, host: str, port: int, err: OSError) -> None:
         self.info(f"INFO:     Started server process [{self.pid}]")
         self.info("INFO:     Waiting for application startup.")
         self.info("INFO:     Application startup complete.")
-        self.info(f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): address already in use")
+        self.info(uvicorn_bind_error(err))
         self.info("INFO:     Waiting for application shutdown.")
         self.info("INFO:     Application shutdown complete.")
 
@@ -630,12 +636,12 @@ class VllmLog(LaunchLog):
         self.log("engine", "multiproc_executor.py:154",
                  "Worker proc VllmWorker-0 died unexpectedly (exit code: -6), shutting down executor.", level="ERROR")
 
-    def port_in_use(self, host: str, port: int) -> None:
+    def bind_failed(self, host: str, port: int, err: OSError) -> None:
         self.routes(host, port)
         self.uvicorn(f"INFO:     Started server process [{self.pid}]")
         self.uvicorn("INFO:     Waiting for application startup.")
         self.uvicorn("INFO:     Application startup complete.")
-        self.uvicorn(f"ERROR:    [Errno 98] error while attempting to bind on address ('{host}', {port}): address already in use")
+        self.uvicorn(uvicorn_bind_error(err))
         self.uvicorn("INFO:     Waiting for application shutdown.")
         self.uvicorn("INFO:     Application shutdown complete.")
 

@@ -12,7 +12,6 @@ SIGTERM/SIGINT: graceful stop (uvicorn shutdown lines once HTTP is up), exit 0. 
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
 import signal
 import subprocess
@@ -154,7 +153,7 @@ class SimServer:
         return True
 
     async def bind(self) -> bool:
-        """Start listening; on a busy port log the flavour's uvicorn error and fail."""
+        """Start listening; when the port cannot be bound (e.g. already in use) log uvicorn's error and fail."""
         app = self.make_app()
         # handler_cancellation: a client that hangs up while its request is queued cancels the handler,
         # so the engine drops the request instead of running it for nobody.
@@ -164,12 +163,10 @@ class SimServer:
         site = web.TCPSite(runner, self.cfg.host, self.cfg.port, reuse_port=False)
         try:
             await site.start()
-        except OSError as exc:
+        except OSError as exc:  # in use, not permitted, address not local: uvicorn's one-line error
             await runner.cleanup()
-            if exc.errno in (errno.EADDRINUSE, errno.EACCES, errno.EADDRNOTAVAIL):
-                self.log.port_in_use(self.cfg.host, self.cfg.port)
-                return False
-            raise
+            self.log.bind_failed(self.cfg.host, self.cfg.port, exc)
+            return False
         self._runner = runner
         server = getattr(site, "_server", None)
         if server is not None and server.sockets:
