@@ -92,6 +92,23 @@ async def test_sweep_writes_each_level_as_it_ends(server: tuple[ServerState, str
         assert getattr(again.ttft_ms, key) == pytest.approx(getattr(result.levels[1].ttft_ms, key), abs=1e-3)
 
 
+async def test_duration_mode_runs_each_level_for_its_time(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    state.interval_s = 0.01
+    wl = Workload(levels=(1, 4), duration_s=0.6, output_len=10, input_len=8, warmup_requests=1)
+    progress: list[SweepProgress] = []
+    result = await run_sweep(SweepSpec(url=url, workload=wl, out_path=tmp_path / "d.jsonl"),
+                             lambda u: progress.append(u) if isinstance(u, SweepProgress) else None)
+    for lv in result.levels:
+        # Requests are issued for 0.6 s; those in flight then finish (about 0.1 s each) and count.
+        assert 0.6 <= lv.duration_s < 1.5 and lv.requests_failed == 0
+        assert lv.requests_ok >= 2 * lv.concurrency
+    assert {p.phase for p in progress} == {"warmup", "level"}
+    live = [p for p in progress if p.phase == "level" and p.concurrency == 4 and p.requests_done > 0]
+    assert live and all(p.requests_target is None and p.duration_target_s == 0.6 and p.level_count == 2 for p in live)
+    assert max(p.in_flight for p in live) == 4 and live[-1].output_tok_s > 0
+
+
 async def test_errors_are_counted_by_kind_and_never_stop_the_sweep(server: tuple[ServerState, str], tmp_path: Path) -> None:
     state, url = server
     state.faults = ["", "http_400", "http_500", "malformed", "truncate", "abort", "no_done", "stall"]
