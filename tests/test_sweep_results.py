@@ -87,3 +87,21 @@ def test_bad_files_name_file_and_line(tmp_path: Path, content: str, expect: str)
 def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no such file"):
         read_results(tmp_path / "nope.jsonl")
+
+
+def test_server_summary_keeps_kind_kv_tokens_and_speculation() -> None:
+    from specmon.model.results import summarize_server
+
+    sglang = summarize_server({"data": [{"id": "m", "max_model_len": 4096}]},
+                              {"max_total_num_tokens": 1000, "mem_fraction_static": 0.8, "speculative_algorithm": "EAGLE3",
+                               "speculative_num_steps": 3, "api_key": "k", "internal_states": [{"avg_spec_accept_length": 2.5}]},
+                              None, None)
+    assert sglang["kind"] == "sglang" and sglang["kv_cache_tokens"] == 1000 and sglang["mem_fraction"] == 0.8
+    assert sglang["speculative"] == {"algorithm": "EAGLE3", "num_steps": 3}
+    assert sglang["avg_spec_accept_length_at_start"] == 2.5 and "api_key" not in sglang
+    metrics = ('vllm:cache_config_info{block_size="16",gpu_memory_utilization="0.9",num_gpu_blocks="2000"} 1.0\n'
+               'vllm:spec_decode_num_drafts_total{engine="0"} 5.0\n')
+    vllm = summarize_server({"data": [{"id": "m", "owned_by": "vllm"}]}, None, {"version": "0.11.0"}, metrics)
+    assert vllm == {"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 32000, "mem_fraction": 0.9,
+                    "speculative": {"enabled": True}}
+    assert summarize_server({}, None, None, None) == {"kind": "unknown"}

@@ -387,7 +387,8 @@ def summarize_server(models: Any, server_info: Any, version: Any, metrics_text: 
         if data[0].get("owned_by") == "vllm":
             out["kind"] = "vllm"
     if isinstance(server_info, Mapping):
-        out["kind"] = "sglang"
+        if out["kind"] == "unknown" and "mem_fraction_static" in server_info:
+            out["kind"] = "sglang"   # vLLM answers /server_info only in dev mode, with another shape
         for key, name in _SGLANG_KEYS.items():
             if server_info.get(key) is not None:
                 out[name] = server_info[key]
