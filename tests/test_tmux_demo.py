@@ -84,7 +84,7 @@ def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_por
 
     # `s` opens the sweep form with both ready profiles ticked; enter starts it; the chart appears.
     tmux("send-keys", "-t", "demo", "s")
-    wait_screen(tmux, r"Sweep.*against concurrency", 10)
+    wait_screen(tmux, r"Sweep.*vs concurrency", 10)
     tmux("send-keys", "-t", "demo", "Enter")
     screen = wait_screen(tmux, r"Sweep · done", 120)
     assert re.search(r"out tok/s", screen) and re.search(r"┤", screen), screen  # axis ticks of the plotext chart

@@ -71,7 +71,7 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
         d = self.defaults
         # Compact widgets (one row each) so the whole form fits an 80×24 terminal.
         with Vertical(classes="dialog", id="sweep-form"):
-            yield Label("[b]Sweep[/b]: output tok/s against concurrency, one profile after the other")
+            yield Label("[b]Sweep[/b]: output tok/s vs concurrency, profiles in turn")
             with Horizontal(classes="row"):
                 for name in self.ready:
                     yield Checkbox(name, value=name in self.checked, name=name, compact=True)
