@@ -203,7 +203,8 @@ class RunController:
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
             if start > 0:
                 data = data[data.find(b"\n") + 1:]
-            self._feed(data, time.time(), 0)
+            if data:
+                self._feed(data, time.time(), 0)
             end = self.record.log_offset - len(data)
             for raw in data.split(b"\n")[:-1]:
                 end += len(raw) + 1
