@@ -7,6 +7,8 @@ drawing points after `s`, a result file overlaid with `o`, and the log's filter 
 
 from __future__ import annotations
 
+import os
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from textual.widgets import RichLog, Static
 from specmon.model.config import Config, parse_config
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
+from specmon.ui.forms import SweepRequest
 from specmon.ui.logview import LogPane
 from specmon.ui.servers import RunCard
 from specmon.ui.sweep import SweepPane
@@ -42,6 +45,12 @@ def sim_config(ports: dict[str, int], extra: dict[str, str] | None = None, stall
 def make_app(config: Config, tmp_path: Path) -> SpecmonApp:
     engine = EngineBridge(config, results_dir=tmp_path / "results")
     return SpecmonApp(config, engine=engine, state_path=tmp_path / "ui.json")
+
+
+def children() -> str:
+    """Command lines of this process's children (the load generator runs as one)."""
+    return subprocess.run(["ps", "--ppid", str(os.getpid()), "-o", "args="], capture_output=True, text=True,
+                          check=False).stdout
 
 
 def text(widget: Static) -> str:
@@ -178,5 +187,14 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await pilot.pause(1.2)
             assert table.row_count == 4  # type: ignore[attr-defined]
             assert result.stem in str(chart.render())
+
+            # A long sweep, cancelled with `c`: the status says so and the load generator is gone.
+            app._start_sweep(SweepRequest(("sim-s",), (64,), 5000, 128, 256))  # what the form returns
+            await wait_until(pilot, lambda: "C=64" in app.sweep_status, 30, "the long sweep running")
+            assert "specmon.loadgen" in children()
+            await pilot.press("c")
+            await wait_until(pilot, lambda: not app.sweeping, 10, "the sweep to stop")
+            assert "cancelled" in app.sweep_status
+            await wait_until(pilot, lambda: "specmon.loadgen" not in children(), 10, "the load generator to exit")
         finally:
             await pilot.press("Q")
