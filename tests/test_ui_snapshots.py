@@ -10,9 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_states import fed_app
+from ui_states import PROFILES, fed_app
 
 from textual.pilot import Pilot
+
+from specmon.ui.forms import SweepFormScreen
 
 
 async def _settle(pilot: Pilot) -> None:
@@ -37,3 +39,18 @@ def test_light_theme_160x48(snap_compare, tmp_path: Path) -> None:
 
 def test_too_small_notice(snap_compare, tmp_path: Path) -> None:
     assert snap_compare(fed_app(tmp_path), terminal_size=(60, 20), run_before=_settle)
+
+
+def test_high_contrast_theme_80x24(snap_compare, tmp_path: Path) -> None:
+    (tmp_path / "ui.json").write_text('{"theme": "specmon-high-contrast"}')
+    assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), run_before=_settle)
+
+
+def test_sweep_form_80x24(snap_compare, tmp_path: Path) -> None:
+    async def open_form(pilot: Pilot) -> None:
+        await _settle(pilot)
+        app = pilot.app
+        await app.push_screen(SweepFormScreen(list(PROFILES), list(PROFILES), app.config.sweep))  # type: ignore[attr-defined]
+        await pilot.pause()
+
+    assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), run_before=open_form)
