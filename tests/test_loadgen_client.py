@@ -160,3 +160,20 @@ async def test_not_an_event_stream_is_malformed() -> None:
     finally:
         await runner.cleanup()
     assert s.error == "malformed_sse" and "content-type" in (s.detail or "")
+
+
+async def test_last_event_without_blank_line_still_counts() -> None:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_event("a") + b"\n\n" + _event("b") + b"\n\n")
+        await resp.write(b'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], '
+                         b'"usage": {"prompt_tokens": 2, "completion_tokens": 2}}')
+        return resp
+
+    runner, url = await _raw_server(handler)
+    try:
+        s = await send(url, body())
+    finally:
+        await runner.cleanup()
+    assert s.error is None and s.output_tokens == 2 and len(s.times) == 2

@@ -37,7 +37,8 @@ _TEXT = {
 class Stream:
     """The state of one in-flight request; `times` (ns) grows by one per text-carrying chunk."""
 
-    __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns")
+    __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns",
+                 "last")
 
     def __init__(self) -> None:
         self.start_ns = 0
@@ -49,6 +50,7 @@ class Stream:
         self.detail: str | None = None
         self.status: int | None = None
         self.end_ns = 0
+        self.last: bytes | None = None   # the last data payload: tells a finished stream from a cut one
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -113,10 +115,8 @@ class StreamClient:
         return s
 
     async def _read_events(self, resp: httpx.Response, s: Stream) -> None:
-        times = s.times
-        text_re = self._text
         buf = b""
-        last = None   # the last data payload: at end of stream it tells a finished generation from a cut one
+        t = 0
         async for raw in _raw_chunks(resp):
             t = perf_counter_ns()
             buf = buf + raw if buf else raw
@@ -127,44 +127,46 @@ class StreamClient:
             events = buf.split(b"\n\n")
             buf = events.pop()
             for ev in events:
-                if ev[:6] == b"data: ":
-                    payload = ev[6:]
-                elif ev[:5] == b"data:":
-                    payload = ev[5:]
-                else:
-                    payload = _data_of(ev)
-                    if payload is None:
-                        continue
-                last = payload
-                # Fast path: a text chunk that is a JSON object. Only its arrival time matters.
-                if payload[:1] == b"{" and payload[-1:] == b"}" and text_re.search(payload) is not None:
-                    times.append(t)
-                    if b'"usage":{' in payload or b'"usage": {' in payload:
-                        self._other_event(payload, s, t)  # servers with per-chunk usage
-                    continue
-                if payload == b"[DONE]":
-                    s.done = True
-                    s.end_ns = t
-                    continue
-                self._other_event(payload, s, t)
-                if s.error:
+                if self._event(ev, s, t):
                     return
         if buf.strip():
-            # A last event without its blank line: accept [DONE], else the stream was cut.
-            payload = _data_of(buf)
-            if payload is not None and payload.strip() == b"[DONE]":
-                s.done = True
+            self._event(buf.strip(), s, t)   # a last event without its blank line
         if s.error is None and not s.done:
             # Some servers (transformers serve) end with the usage/finish chunk and no [DONE]: complete.
-            if last is None:
+            if s.last is None:
                 s.fail("malformed_sse", "no SSE data events in the response")
-            elif s.output_tokens is not None or _has_finish_reason(last):
+            elif s.output_tokens is not None or _has_finish_reason(s.last):
                 s.done = True
             else:
-                s.fail("truncated", f"stream ended after {len(times)} text chunks, without a finish reason or [DONE]")
+                s.fail("truncated", f"stream ended after {len(s.times)} text chunks, without a finish reason or [DONE]")
+
+    def _event(self, ev: bytes, s: Stream, t: int) -> bool:
+        """Handle one SSE event read at time t; True when the stream must stop (an error event)."""
+        if ev.startswith(b"data: "):
+            payload = ev[6:]
+        elif ev.startswith(b"data:"):
+            payload = ev[5:]
+        else:
+            data = _data_of(ev)
+            if data is None:
+                return False   # a comment (keep-alive) or another field
+            payload = data
+        s.last = payload
+        # Fast path: a text chunk that is a JSON object. Only its arrival time matters.
+        if payload[:1] == b"{" and payload[-1:] == b"}" and self._text.search(payload) is not None:
+            s.times.append(t)
+            if b'"usage":{' in payload or b'"usage": {' in payload:
+                self._other_event(payload, s)  # servers that put usage in every chunk
+            return False
+        if payload == b"[DONE]":
+            s.done = True
+            s.end_ns = t
+            return False
+        self._other_event(payload, s)
+        return s.error is not None
 
     @staticmethod
-    def _other_event(payload: bytes, s: Stream, t: int) -> None:
+    def _other_event(payload: bytes, s: Stream) -> None:
         """A non-text event: role/finish chunk, usage chunk, or an error object."""
         try:
             obj = json.loads(payload)
