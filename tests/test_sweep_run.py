@@ -139,6 +139,22 @@ async def test_cancel_keeps_finished_levels_and_stops_the_child(server: tuple[Se
     assert loadgen_children() == []
 
 
+async def test_generator_crash_keeps_finished_levels(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    state.interval_s = 0.02
+    out = tmp_path / "r.jsonl"
+
+    def on_update(u: SweepUpdate) -> None:
+        if isinstance(u, LevelResult):
+            for pid in loadgen_children():
+                os.kill(pid, 9)
+        raise RuntimeError("a broken view")   # must not end the sweep either
+
+    with pytest.raises(UserError, match=r"load generator exited with code -9 .*1 finished levels kept in"):
+        await run_sweep(spec(url, out, levels=(1, 2), requests=2, output_len=10), on_update)
+    assert [lv.concurrency for lv in read_results(out).levels] == [1]
+
+
 async def test_api_key_is_sent_but_never_written(server: tuple[ServerState, str], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     state, url = server

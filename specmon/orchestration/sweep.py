@@ -10,7 +10,8 @@ API for front ends (CLI and TUI)::
 - `SweepProgress` about 4 times a second (level, phase, requests done/target, live tok/s, TTFT p50 so far,
   tokens/chunk, in-flight, the generator's loop lag and CPU),
 - `LevelResult` once per finished level, right after its line was appended (and fsynced) to `out_path`,
-- `SweepNotice` for warnings (usage missing, client-bound level, server gone).
+- `SweepNotice` for warnings (usage missing, client-bound level, failed requests, sweep stopped early).
+An exception raised by `on_update` is logged and ignored: a broken view never ends a sweep.
 
 Cancel the awaiting task (or press Ctrl-C under asyncio.run) to stop: the generator abandons the level in progress,
 finished levels stay in the file, and CancelledError propagates after the child has exited. `read_results(path)`
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import re
 import signal
@@ -42,6 +44,7 @@ from specmon.loadgen.workload import Workload, load_prompts
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
 
+log = logging.getLogger(__name__)
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
@@ -133,7 +136,13 @@ async def probe_server(url: str, api_key: str | None) -> tuple[list[str], dict[s
 
 async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | None = None) -> SweepResult:
     """Run the whole sweep; returns the finished levels (also on disk). See the module docstring."""
-    notify = on_update or (lambda _u: None)
+    def notify(update: SweepUpdate) -> None:
+        if on_update is None:
+            return
+        try:
+            on_update(update)
+        except Exception:  # noqa: BLE001 - a broken view must not cost the user a running sweep
+            log.exception("sweep update callback failed")
     api_key = api_key_from_env(spec.api_key_env)
     if spec.workload.prompt_file:
         load_prompts(spec.workload.prompt_file)  # a bad file fails here, naming file:line, before any load
