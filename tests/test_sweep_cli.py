@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -110,3 +111,52 @@ def test_ctrl_c_keeps_finished_levels(free_port: int, tmp_path: Path) -> None:
     levels = read_results(out).levels
     assert 1 <= len(levels) < 3 and levels[0].requests_ok == 2
     assert stdout.splitlines()[1].split()[0] == "1"    # the finished levels' table
+
+
+def _children_running_loadgen(ppid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if b"specmon.loadgen" in cmd and int(fields[1]) == ppid:
+                out.append(int(entry))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_generator_stops_when_specmon_is_killed(free_port: int, tmp_path: Path) -> None:
+    """The generator runs in its own session (a terminal's Ctrl-C reaches only specmon), so it must notice on its
+    own that specmon died (its stdin closes) and stop instead of loading the server forever."""
+    srv = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.05"],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
+        exe = shutil.which("specmon")
+        assert exe
+        proc = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "4",
+                                 "--duration", "60", "--output-len", "20", "--out", "r.jsonl"],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not (children := _children_running_loadgen(proc.pid)):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.05)
+        proc.kill()
+        proc.wait()
+        deadline = time.monotonic() + 10
+        while any(_alive(pid) for pid in children):
+            assert time.monotonic() < deadline, "the load generator outlived specmon"
+            time.sleep(0.05)
+    finally:
+        srv.kill()
+        srv.wait()
