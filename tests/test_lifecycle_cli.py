@@ -125,6 +125,7 @@ def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory)
     assert time.monotonic() - t0 < 15
     states = {r["profile"]: r for r in cli.status()}
     assert states["crash"]["state"] == "failed" and states["crash"]["failure"]["kind"] == "exception"
+    assert states["crash"]["shards"] == {"done": 1, "total": 4}   # where it crashed, kept after the end
     assert states["stall"]["state"] == "loading" and states["slow"]["state"] == "loading"
 
 

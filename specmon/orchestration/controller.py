@@ -27,7 +27,7 @@ from typing import Any
 from specmon.model.runstate import LogWatch, eta_seconds
 from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore
-from specmon.orchestration.runview import FailureInfo, LogLine, RunView
+from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import TransportError
@@ -52,6 +52,13 @@ def failure_of(run_state: Any) -> FailureInfo | None:
     if failure is None or not getattr(failure, "fatal", True) or getattr(failure, "provisional", False):
         return None
     return FailureInfo(str(failure.kind), str(failure.message), tuple(getattr(run_state, "last_lines", ()) or ()))
+
+
+def progress_of(run_state: Any) -> dict[str, Any]:
+    """The record fields that keep a finished run's progress: shards (done, total) and KV cache tokens."""
+    total = getattr(run_state, "shards_total", None)
+    shards = (int(getattr(run_state, "shards_done", 0) or 0), int(total)) if total else None
+    return {"shards": shards, "kv_cache_tokens": getattr(run_state, "kv_cache_tokens", None)}
 
 
 def end_verdict(record: RunRecord, run_state: Any, exit_code: int | None, lost: bool,
@@ -122,8 +129,7 @@ class RunController:
     def view(self) -> RunView:
         """The current snapshot."""
         r, rs, now = self.record, self.watch.state, time.time()
-        total = getattr(rs, "shards_total", None)
-        shards = (int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None
+        progress = progress_of(rs)
         state = r.state
         if state == "launching" and r.pid is not None:
             state = "loading"
@@ -136,11 +142,14 @@ class RunController:
             run_id=r.run_id, profile=r.profile, host=r.host, state=state,
             stalled=self.stalled and state in ("launching", "loading"),
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
-            load_seconds=r.load_seconds, shards=shards, kv_cache_tokens=getattr(rs, "kv_cache_tokens", None),
+            load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
+            kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs,
             probe_error=self.probe_error if state in ("launching", "loading") else None,
+            health=None if self.last_health is None or state not in ACTIVE_STATES else
+            str(self.last_health.status or self.last_health.error),
         )
 
     def _publish(self) -> None:
@@ -276,7 +285,7 @@ class RunController:
             self._ready_trigger.set()
         failure = failure_of(rs)
         if failure is not None and self.record.state in ("launching", "loading"):
-            self._update(state="failed", failure=dataclasses.asdict(failure))
+            self._update(state="failed", failure=dataclasses.asdict(failure), **progress_of(rs))
             self._notify(self.record, "failed", failure.message)
         self._publish()
 
@@ -322,6 +331,7 @@ class RunController:
         already_failed = self.record.state == "failed"
         self._update(state=state,
                      exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
+                     **progress_of(self.watch.state),
                      failure=None if failure is None else dataclasses.asdict(failure))
         if failure is not None and not already_failed:
             self._notify(self.record, self.record.state, failure.message)
@@ -333,7 +343,11 @@ class RunController:
 
     async def _health_loop(self) -> None:
         def on_health(result: ProbeResult) -> bool:
+            changed = self.last_health is None or (result.status, result.error) != (
+                self.last_health.status, self.last_health.error)
             self.last_health = result
+            if changed:
+                self._publish()
             if result.ok and self.record.server == "other":
                 self._ready_trigger.set()
             return False
@@ -360,7 +374,7 @@ class RunController:
         now = time.time()
         load_seconds = now - self.record.started_at
         self.stalled = False
-        self._update(state="ready", ready_at=now, load_seconds=load_seconds)
+        self._update(state="ready", ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
         self.store.record_load(self.record.profile, load_seconds, now)
         self._notify(self.record, "ready", f"ready after {load_seconds:.1f} s")
 

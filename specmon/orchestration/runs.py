@@ -48,6 +48,7 @@ from specmon.orchestration.controller import (
     WatchTimings,
     end_verdict,
     failure_of,
+    progress_of,
     run_notify,
 )
 from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_script
@@ -137,7 +138,8 @@ class RunManager:
         return RunView(
             run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
             pid=record.pid, port=record.port, url=record.url, started_at=record.started_at,
-            ready_at=record.ready_at, load_seconds=record.load_seconds, shards=None, kv_cache_tokens=None,
+            ready_at=record.ready_at, load_seconds=record.load_seconds, shards=record.shards,
+            kv_cache_tokens=record.kv_cache_tokens,
             exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir)
 
@@ -278,6 +280,7 @@ class RunManager:
                 state = "lost"
         return self.store.update(
             record.run_id, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
+            **(progress_of(rs) if rs is not None else {}),
             failure=None if failure is None else dataclasses.asdict(failure)) or record
 
     async def _replay(self, record: RunRecord) -> tuple[Any, float | None]:

@@ -66,6 +66,8 @@ class RunRecord:
     exit_code: int | None = None
     failure: dict[str, Any] | None = None   # {"kind", "message", "last_lines"}
     stop_requested: bool = False
+    shards: tuple[int, int] | None = None   # (done, total) when the run ended, for status of finished runs
+    kv_cache_tokens: int | None = None
     log_offset: int = 0                # end of the last complete log line delivered to a reader
     log_inode: int | None = None
 
@@ -83,7 +85,10 @@ class RunRecord:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
+        fields = {k: v for k, v in data.items() if k in names}
+        if isinstance(fields.get("shards"), list):   # JSON has no tuples
+            fields["shards"] = tuple(fields["shards"])
+        return cls(**fields)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from specmon.orchestration.runstore import iso_utc
 
 RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
+ACTIVE_STATES = RUN_STATES[:4]   # the server process may still be running
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
@@ -55,11 +56,12 @@ class RunView:
     run_dir: str
     run_state: Any = None                 # the parser's RunState (None before any log was read)
     probe_error: str | None = None        # why a run whose log says ready is not called ready yet
+    health: str | None = None             # last /health answer of a watched run: "200", "503", "connection refused"
 
     @property
     def active(self) -> bool:
         """The server process may still be running."""
-        return self.state in ("launching", "loading", "ready", "stopping")
+        return self.state in ACTIVE_STATES
 
     def to_json(self) -> dict[str, Any]:
         """The `specmon status --json` object."""
