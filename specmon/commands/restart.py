@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from specmon.commands._lifecycle import run_with_manager
+from specmon.commands._lifecycle import print_report, run_with_manager
 from specmon.orchestration.runs import RunManager
 
 
@@ -17,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def run(args: argparse.Namespace) -> int:
     async def body(manager: RunManager) -> int:
-        view = await manager.restart(args.profile)
+        view = await manager.restart(args.profile, on_stop=print_report)
         print(f"launched {view.profile} run {view.run_id} (pid {view.pid}, port {view.port}); log: {view.log_path}",
               file=sys.stderr)
         print(view.run_id)

@@ -440,12 +440,18 @@ class RunManager:
             self.store.update(record.run_id, exit_code=report.exit_code)
         return report
 
-    async def restart(self, profile_name: str) -> RunView:
-        """Stop the profile's running run (if any), check the port is free, launch again."""
+    async def restart(self, profile_name: str,
+                      on_stop: Callable[[StopReport], None] | None = None) -> RunView:
+        """Stop the profile's running run (if any), check the port is free, launch again.
+
+        `on_stop` gets the report of each stop before the launch starts.
+        """
         profile = self.config.profile(profile_name)
         for record in self.store.all():
             if record.profile == profile.name and not record.terminal:
                 report = await self.stop(record.run_id)
+                if on_stop is not None:
+                    on_stop(report)
                 if report.blockers:
                     raise UserError(f"{profile.host}: cannot restart {profile.name}: " + "; ".join(report.blockers))
         return await self.launch(profile_name)
