@@ -380,3 +380,15 @@ async def test_server_other_is_ready_on_health_200_plus_a_completion(free_port_f
     view = await manager.launch("sim")
     _, ready = await rec.until(lambda v: v.state == "ready", timeout=40)
     assert ready.run_id == view.run_id and ready.load_seconds
+
+
+async def test_stall_warning_clears_when_output_resumes(free_port_factory, engine) -> None:
+    script = "echo loading; sleep 2.5; echo 'still loading'; sleep 60"
+    profile = Profile(name="pause", command=("/bin/sh", "-c", script), port=free_port_factory(), server="other",
+                      stall_timeout_s=1.0)
+    manager, rec = engine(profile)
+    await manager.launch("pause")
+    _, stalled = await rec.until(lambda v: v.stalled, timeout=10)
+    assert stalled.state == "loading"
+    _, resumed = await rec.until(lambda v: not v.stalled, timeout=10)
+    assert resumed.state == "loading" and resumed.stall_reason is None
