@@ -34,7 +34,7 @@ async def test_run_returns_code_stdout_stderr_and_takes_input() -> None:
 async def test_run_timeout_ends_the_command(tmp_path: Path) -> None:
     t = LocalTransport()
     pidfile = tmp_path / "pid"
-    with pytest.raises(asyncio.TimeoutError):
+    with pytest.raises(TimeoutError):
         await t.run(f"sleep 30 & echo $! > {pidfile}; wait", timeout=0.5)
     pid = int(pidfile.read_text())
     for _ in range(50):

@@ -44,8 +44,12 @@ class LocalTransport(Transport):
             raise TransportError(f"{self.host}: cannot run {_SHELL}: {exc}") from exc
         try:
             stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
+        except asyncio.TimeoutError:
+            await _end(proc)
+            # The builtin TimeoutError (asyncio's is a different class before Python 3.11).
+            raise TimeoutError(f"{self.host}: command ran past {timeout} s") from None
         except BaseException:
-            # Timeout or cancellation: never leave the command running behind us.
+            # Cancellation: never leave the command running behind us.
             await _end(proc)
             raise
         assert proc.returncode is not None
