@@ -8,7 +8,8 @@ Engine API (used by the CLI commands and the TUI):
                                                                            on a busy port, missing command,
                                                                            unwritable run dir, live run)
     report = await manager.stop("profile" | "run_id", force=False)   -> StopReport
-    view = await manager.restart("profile")                 -> RunView   (stop + preflight + launch)
+    view = await manager.restart("profile", on_stop=None)   -> RunView   (stop + preflight + launch;
+                                                                           on_stop(StopReport) per stop)
     manager.runs()                                          -> list[RunView]  every known run, newest last
     await manager.refresh()                                 -> list[RunView]  one-shot check of every run
                                                                (process alive? exit code? log state?)
@@ -16,11 +17,19 @@ Engine API (used by the CLI commands and the TUI):
     manager.view(run_id)                                    -> RunView   current view (live if watched)
     unsubscribe = manager.subscribe(callback)               callback(RunView) on every change of any run
     async for view in manager.watch(run_id): ...            changes of one run until it ends
-    async for line in manager.log_lines(run_id): ...        LogLine(text, end, kind "line" | "note");
-                                                            with commit=True the byte offset of shown lines is
-                                                            saved, so a later process resumes after them
+    async for line in manager.log_lines(run_id, commit=True, backlog=True, history=None): ...
+                                                            LogLine(text, end, kind "line" | "note"), `.clean`
+                                                            for display; with commit=True the byte offset of
+                                                            shown lines is saved, so a later process resumes
+                                                            after them; commit=False also replays history
     manager.find(profile_or_run_id)                         -> RunRecord (latest run of a profile)
     await manager.close()                                   cancels every task; never stops a server
+
+RunView.state: launching | loading | ready | stopping | stopped | exited | failed | lost, plus the `stalled`
+warning flag (with stall_reason); failure = FailureInfo(kind, message, last_lines); run_state = the parser's
+RunState. A verdict needs: ready = the log's ready signal (server "other": /health 200) and one completion
+answered; failed = a fatal log signature, or the process ended before ready (an unasked exit 0 included);
+exited = it ended on its own after ready; lost = gone without an exit code, PID reused, or host rebooted.
 
 Every host operation goes through a Transport (shell commands), so SSH hosts need only a transport_factory.
 Times in views are epoch seconds (wall clock), shared by every specmon process; durations use monotonic time.
