@@ -42,6 +42,7 @@ class WatchTimings:
     """Poll periods (seconds). Health polls re-arm after each answer; the process check is one round trip."""
 
     process_s: float = 0.5
+    process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
     ready_retry_s: float = 0.2
 
@@ -292,7 +293,8 @@ class RunController:
     async def _process_loop(self) -> None:
         pid = self.record.pid
         while True:
-            await asyncio.sleep(self.timings.process_s)
+            ready = self.record.state == "ready"
+            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
             if pid is None:
                 continue
             try:

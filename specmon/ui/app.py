@@ -75,7 +75,7 @@ class SpecmonApp(App[int]):
     TITLE = "specmon"
     BINDINGS = keys.BINDINGS
     COMMANDS = App.COMMANDS | {SpecmonCommands}
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (150, "-wide")]
 
     def __init__(
         self,
