@@ -26,7 +26,7 @@ from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgr
 PROGRESS_INTERVAL_S = 0.25
 LAG_TICK_S = 0.01
 REFUSED_BACKOFF_S = 0.2
-START_SPACING_S = 0.0002  # level start ramp: 256 streams start within ~50 ms
+START_SPACING_S = 0.0005  # level start ramp: 256 streams start within 128 ms
 GC_EVERY_REQUESTS = 2000  # ~45 cyclic objects each: a few tens of MB between collections   # a refused worker waits, so a dead server is not hammered in duration mode
 
 Emit = Callable[[dict[str, Any]], None]
