@@ -3,6 +3,8 @@
 Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6):
 - httpx's default transport costs 20-95 us of CPU per chunk and grows with concurrency; the httpx-aiohttp
   transport stays near 6 us, so the client does not measure itself.
+- Streaming requests are built once-parsed (URL, headers) and handed straight to the transport, skipping
+  httpx's client pipeline (auth, redirects, cookies, hooks): that halved the per-request CPU.
 - The connection pool is sized to the concurrency (the 100-connection defaults silently cap C=250).
 - Reads are whatever the socket has (no line iteration: aiohttp's line reader fails on 128 KB+ lines) with a
   10 MB read buffer; SSE events are split on bytes.

@@ -16,7 +16,8 @@ Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so n
 - Decode tok/s, per request: (output_tokens - 1) / (E2E - TTFT) = 1000 / TPOT.
 - Output throughput: sum of output tokens of successful requests / level duration; total throughput adds prompt
   tokens (`usage.prompt_tokens`); request throughput: successful requests / duration. The level duration runs from
-  the first measured request sent to the last one finished (closed loop, drain tail included, as vLLM does).
+  the first measured request sent to the last one finished (closed loop, drain tail included, as vLLM does; the
+  generator starts a level's C streams 0.5 ms apart, so at C=256 the first wave ramps up over 128 ms).
 - Tokens per chunk: sum of usage output tokens / sum of text chunks over requests that had usage: a client-side
   accept-length proxy (1.0 without speculation).
 - Achieved concurrency: sum of request busy times / duration (Little's law, SGLang's "Concurrency").
