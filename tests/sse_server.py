@@ -35,6 +35,7 @@ class ServerState:
     keep_bodies: bool = False
     auth_headers: list[str] = field(default_factory=list)
     write_gaps_s: list[float] | None = None   # set to [] to record the server's own gaps between token chunks
+    models_status: int = 200                   # e.g. 500, as transformers serve answers without an HF cache dir
 
 
 def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
@@ -112,6 +113,8 @@ def make_app(state: ServerState) -> web.Application:
     pacer = Pacer(state)
 
     async def models(_: web.Request) -> web.Response:
+        if state.models_status != 200:
+            return web.Response(status=state.models_status, text="Internal Server Error")
         return web.json_response({"object": "list", "data": [{"id": "fixture-model", "object": "model", "max_model_len": 4096}]})
 
     async def server_info(_: web.Request) -> web.Response:

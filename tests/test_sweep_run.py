@@ -92,6 +92,17 @@ async def test_sweep_writes_each_level_as_it_ends(server: tuple[ServerState, str
         assert getattr(again.ttft_ms, key) == pytest.approx(getattr(result.levels[1].ttft_ms, key), abs=1e-3)
 
 
+async def test_a_named_model_needs_no_working_model_list(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    state.models_status = 500
+    with pytest.raises(UserError, match=r"/v1/models: HTTP 500.*pass --model"):
+        await run_sweep(spec(url, tmp_path / "none.jsonl"))
+    assert not (tmp_path / "none.jsonl").exists()
+    result = await run_sweep(spec(url, tmp_path / "named.jsonl", model="fixture-model"))
+    assert result.meta.model == "fixture-model"
+    assert [lv.requests_ok for lv in result.levels] == [6, 6]
+
+
 async def test_duration_mode_runs_each_level_for_its_time(server: tuple[ServerState, str], tmp_path: Path) -> None:
     state, url = server
     state.interval_s = 0.01

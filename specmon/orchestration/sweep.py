@@ -96,10 +96,12 @@ def api_key_from_env(name: str | None, env: Mapping[str, str] | None = None) -> 
     return (os.environ if env is None else env).get(name) or None
 
 
-async def probe_server(url: str, api_key: str | None) -> tuple[list[str], dict[str, Any]]:
+async def probe_server(url: str, api_key: str | None, need_models: bool = True) -> tuple[list[str], dict[str, Any]]:
     """Model ids from /v1/models and a summary of what the server exposes about itself.
 
-    Raises UserError when the server cannot be reached or /v1/models fails.
+    Raises UserError when the server cannot be reached, or when /v1/models fails and `need_models` (no --model
+    given). With a model named, a failing /v1/models is tolerated: transformers serve, for one, answers 500 there
+    when its HF cache directory does not exist.
     """
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
     async with httpx.AsyncClient(base_url=url, headers=headers, timeout=PROBE_TIMEOUT_S) as client:
@@ -107,12 +109,16 @@ async def probe_server(url: str, api_key: str | None) -> tuple[list[str], dict[s
             r = await client.get("/v1/models")
         except httpx.HTTPError as exc:
             raise UserError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc or 'no detail'})") from None
+        models_json: Any = None
         if r.status_code != 200:
-            raise UserError(f"{url}/v1/models: HTTP {r.status_code} {r.text[:120]!r}")
-        try:
-            models_json = r.json()
-        except ValueError:
-            raise UserError(f"{url}/v1/models: answer is not JSON") from None
+            if need_models:
+                raise UserError(f"{url}/v1/models: HTTP {r.status_code} {r.text[:120]!r}; pass --model to skip it")
+        else:
+            try:
+                models_json = r.json()
+            except ValueError:
+                if need_models:
+                    raise UserError(f"{url}/v1/models: answer is not JSON; pass --model to skip it") from None
 
         async def get_json(path: str) -> Any:
             with contextlib.suppress(httpx.HTTPError, ValueError):
@@ -146,7 +152,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     api_key = api_key_from_env(spec.api_key_env)
     if spec.workload.prompt_file:
         load_prompts(spec.workload.prompt_file)  # a bad file fails here, naming file:line, before any load
-    ids, server = await probe_server(spec.url, api_key)
+    ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None)
     model = spec.model or (ids[0] if ids else None)
     if model is None:
         raise UserError(f"{spec.url}/v1/models: lists no model; pass --model")
