@@ -129,6 +129,19 @@ def test_wait_exit_codes_failed_stalled_and_timeout(cli: Cli, free_port_factory)
     assert states["stall"]["state"] == "loading" and states["slow"]["state"] == "loading"
 
 
+def test_wait_outlasts_a_silent_phase_longer_than_its_heartbeat(cli: Cli, free_port: int) -> None:
+    """Seen on a GPU host: a server silent for over 10 s (the progress heartbeat) made `launch --wait` end with
+    'run is loading' and exit 1 while the load went on. The wait must last until the verdict."""
+    sim = " ".join([sys.executable, "-m", "specmon.sim", "--port", str(free_port), "--time-scale", "0.05",
+                    "--shards", "2", "--load-seconds", "2"])
+    argv = ["sh", "-c", f"sleep 11; exec {sim}"]
+    cli.config.write_text(f"[profiles.quiet]\nport = {free_port}\ncommand = {json.dumps(argv)}\n")
+    done = cli("launch", "quiet", "--wait", "-q", timeout=90)
+    assert done.returncode == 0, done.stderr
+    assert "quiet ready" in done.stderr
+    assert cli.status()[0]["state"] == "ready"
+
+
 def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     cli.config.write_text(_profile("sim", free_port))
     launched = cli("launch", "sim")   # nobody watches this load: `status` itself must find it ready

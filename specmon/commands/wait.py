@@ -56,6 +56,7 @@ async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -
     printer = asyncio.create_task(_print_lines(manager, run_id)) if show_lines else None
     last_text, last_print = "", 0.0
     timed_out = False
+    nxt: asyncio.Future[RunView] | None = None
     try:
         async with contextlib.aclosing(manager.watch(run_id)) as views:
             iterator = views.__aiter__()
@@ -70,13 +71,22 @@ async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -
                 if left is not None and left <= 0:
                     timed_out = True
                     break
-                try:
-                    view = await asyncio.wait_for(iterator.__anext__(), min(left or HEARTBEAT_S, HEARTBEAT_S))
-                except asyncio.TimeoutError:
+                # One pending __anext__ lives across heartbeats: cancelling it (as wait_for does on a timeout)
+                # would close the watch generator and end the wait with no verdict while the load goes on.
+                if nxt is None:
+                    nxt = asyncio.ensure_future(iterator.__anext__())
+                done, _ = await asyncio.wait({nxt}, timeout=min(left or HEARTBEAT_S, HEARTBEAT_S))
+                if not done:
                     continue
+                arrived, nxt = nxt, None
+                try:
+                    view = arrived.result()
                 except StopAsyncIteration:
                     view = manager.view(run_id)
                     break
+            if nxt is not None:
+                nxt.cancel()
+                await asyncio.gather(nxt, return_exceptions=True)
     finally:
         if printer is not None:
             # Let the lines that led to the verdict reach the screen (and be committed) first.
