@@ -9,7 +9,6 @@ Run: python bench/loadgen_memory.py [--requests N] [--concurrency C] [--output-l
 from __future__ import annotations
 
 import argparse
-import asyncio
 import resource
 import subprocess
 import sys

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 from textual.theme import Theme
 
 from specmon.errors import UserError
+from specmon.model.config import config_dir
 
 try:
     import tomllib
@@ -24,18 +26,17 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT_THEME = "specmon-dark"
-BUNDLED_THEMES_DIR = Path(__file__).resolve().parent.parent.parent / "themes"
+# The project's top-level themes/: beside the package in a checkout (editable install), or copied to
+# <prefix>/share/specmon/themes by a wheel install (pyproject's data-files).
+BUNDLED_THEMES_DIR = next(
+    (d for d in (Path(__file__).resolve().parent.parent.parent / "themes", Path(sys.prefix) / "share/specmon/themes")
+     if d.is_dir()),
+    Path(sys.prefix) / "share/specmon/themes",
+)
 
 _COLOUR_FIELDS = ("primary", "secondary", "warning", "error", "success", "accent", "foreground", "background",
                   "surface", "panel", "boost")
 _ALLOWED = {"name", "dark", "luminosity_spread", "text_alpha", "variables", *_COLOUR_FIELDS}
-
-
-def config_dir(env: Mapping[str, str] | None = None) -> Path:
-    """`$XDG_CONFIG_HOME/specmon`, or `~/.config/specmon`."""
-    env = os.environ if env is None else env
-    base = env.get("XDG_CONFIG_HOME") or str(Path(env.get("HOME", str(Path.home()))) / ".config")
-    return Path(base) / "specmon"
 
 
 def theme_from_toml(path: Path) -> Theme:
