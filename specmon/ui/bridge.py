@@ -154,7 +154,8 @@ class EngineBridge:
     async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
         defaults = self.config.sweep
         workload = Workload(levels=request.levels, requests_per_level=request.requests_per_level,
-                            duration_s=defaults.duration_s, warmup_requests=defaults.warmup_requests,
+                            duration_s=None if request.requests_per_level else defaults.duration_s,
+                            warmup_requests=defaults.warmup_requests,
                             input_len=request.input_len, output_len=request.output_len, api=defaults.api)
         written: list[Path] = []
         try:

@@ -84,11 +84,16 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
                 with Horizontal(classes="row"):
                     yield Label(label, classes="field-label")
                     yield Input(value, id=widget_id, compact=True,
-                                placeholder="4×C, at least 16" if widget_id == "requests" else "")
+                                placeholder=self._requests_hint() if widget_id == "requests" else "")
             yield Static("", id="form-error")
             with Horizontal(classes="buttons"):
                 yield Button("Start", id="start", variant="primary", compact=True)
                 yield Button("Cancel", id="cancel", compact=True)
+
+    def _requests_hint(self) -> str:
+        """What an empty requests field means: [sweep]'s duration per level, else whole waves of C."""
+        d = self.defaults
+        return f"empty: {d.duration_s:g} s per level" if d.duration_s else "4×C, at least 16"
 
     def on_mount(self) -> None:
         self.query_one("#start", Button).focus()
