@@ -1,6 +1,6 @@
 """Regenerate docs/demo.svg (the README's screenshot) from the app itself, driving the real demo.
 
-    python3 docs/make_demo_svg.py [--out docs/demo.svg] [--size 140x42]
+    python3 docs/make_demo_svg.py [--out docs/demo.svg] [--size 160x48]
 
 It runs the built-in demo profiles on `specmon sim` (moved to free ports, state in a temp dir), waits until both
 are READY, presses `s` and starts the sweep from the form, waits for it to finish, and saves the screen as SVG
@@ -73,7 +73,7 @@ async def shoot(out: Path, cols: int, rows: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(__file__).with_name("demo.svg"))
-    parser.add_argument("--size", default="140x42")
+    parser.add_argument("--size", default="160x48")
     args = parser.parse_args()
     cols, rows = (int(v) for v in args.size.split("x"))
     with tempfile.TemporaryDirectory() as home:
