@@ -93,24 +93,30 @@ class FileWatch:
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _scan(self) -> None:
+        now = time.time()
+        for key, rx in self.patterns.items():
+            if key in self.seen:
+                continue
+            if key == "exists":
+                if self.path.exists():
+                    self.seen[key] = now
+                continue
+            try:
+                text = self.path.read_text(errors="replace")
+            except OSError:
+                continue
+            if rx.search(text):
+                self.seen[key] = now
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            now = time.time()
-            for key, rx in self.patterns.items():
-                if key in self.seen:
-                    continue
-                if key == "exists":
-                    if self.path.exists():
-                        self.seen[key] = now
-                    continue
-                try:
-                    text = self.path.read_text(errors="replace")
-                except OSError:
-                    continue
-                if rx.search(text):
-                    self.seen[key] = now
+            self._scan()
             time.sleep(0.005)
 
     def close(self) -> None:
+        """Stop polling, after one last look: on a loaded machine the engine can beat this thread to a line,
+        which then counts as seen now (an upper bound on when it was written, so latencies only shrink)."""
         self._stop.set()
         self._thread.join(2)
+        self._scan()
