@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specmon.errors import UserError
+from specmon.model.config import parse_config
 from specmon.ui import format as fmt
 from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
 
@@ -100,12 +101,15 @@ def test_transitions_ring_only_on_news() -> None:
     assert fmt.transitions({"a": ("loading", False)}, {"a": ("failed", False)}) == [("a", "failed")]
 
 
-def test_keymap_validation_names_the_bad_key() -> None:
-    assert validate_keymap({"launch": "L", "quit": "ctrl+x, f10"}, "p.toml") == {"launch": "L", "quit": "ctrl+x,f10"}
-    with pytest.raises(UserError, match=r"p.toml: \[keys\] lanch: unknown binding id"):
-        validate_keymap({"lanch": "L"}, "p.toml")
-    with pytest.raises(UserError, match=r"\[keys\] stop: 'ctrl\+' is not a key name"):
-        validate_keymap({"stop": "ctrl+"}, "p.toml")
+def test_keymap_validation_names_the_bad_key_with_its_line() -> None:
+    config = parse_config('[profiles.x]\ncommand = ["srv"]\n\n[keys]\nlaunch = "L"\nlanch = "L"\nstop = "ctrl+"\n',
+                          "p.toml")
+    where = lambda binding_id: config.where("keys", binding_id)  # noqa: E731
+    assert validate_keymap({"launch": "L", "quit": "ctrl+x, f10"}, where) == {"launch": "L", "quit": "ctrl+x,f10"}
+    with pytest.raises(UserError, match=r"^p.toml:6: \[keys\] lanch: unknown binding id"):
+        validate_keymap({"lanch": "L"}, where)
+    with pytest.raises(UserError, match=r"^p.toml:7: \[keys\] stop: 'ctrl\+' is not a key name"):
+        validate_keymap({"stop": "ctrl+"}, where)
     required = {"launch", "stop", "restart", "sweep", "cancel_sweep", "overlay", "filter", "follow", "maximize",
                 "help", "palette", "theme", "quit", "quit_stop"}
     assert required <= BINDING_IDS

@@ -94,7 +94,7 @@ class SpecmonApp(App[int]):
         self.demo = demo
         self.profiles = list(config.profiles)
         self.selected: str | None = preselect if preselect in config.profiles else (self.profiles or [None])[0]
-        self.keymap = keys.validate_keymap(config.keys, config.source)
+        self.keymap = keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))
         self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
         self._pending_log: list[LogEntry] = []
@@ -429,7 +429,7 @@ def run_tui(args: argparse.Namespace) -> int:
 def run_app(config: Config, *, demo: bool = False, preselect: str | None = None,
             results_dir: Path = Path("results")) -> int:
     """Run the TUI on `config` with the real engine; in demo mode every profile is launched at start."""
-    keys.validate_keymap(config.keys, config.source)  # a bad [keys] table fails before the screen opens
+    keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))  # a bad [keys] table fails before the screen opens
     from specmon.ui.bridge import EngineBridge
 
     engine = EngineBridge(config, autolaunch=list(config.profiles) if demo else [], results_dir=results_dir)

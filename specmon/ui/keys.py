@@ -9,7 +9,7 @@ The help screen and the footer are generated from this one list, so they can nev
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from textual.binding import Binding
 
@@ -41,19 +41,20 @@ BINDING_IDS: frozenset[str] = frozenset(b.id for b in BINDINGS if b.id)
 _KEY_RE = re.compile(r"^(?:(?:ctrl|shift|alt|super|meta)\+)*(?:[A-Za-z0-9]|[a-z][a-z0-9_]+)$")
 
 
-def validate_keymap(keys: Mapping[str, str], source: str) -> dict[str, str]:
+def validate_keymap(keys: Mapping[str, str], where: Callable[[str], str]) -> dict[str, str]:
     """Check a `[keys]` table: every id must be a known binding id and every key well formed.
 
-    Raises UserError naming the offending key, e.g. `profiles.toml: [keys] lanch: unknown binding id`.
+    `where(binding_id)` gives the `FILE:LINE` to blame (Config.where). Raises UserError naming the offending
+    key, e.g. `profiles.toml:12: [keys] lanch: unknown binding id`.
     """
     checked: dict[str, str] = {}
     for binding_id, key in keys.items():
         if binding_id not in BINDING_IDS:
             known = ", ".join(sorted(BINDING_IDS))
-            raise UserError(f"{source}: [keys] {binding_id}: unknown binding id (known: {known})")
+            raise UserError(f"{where(binding_id)}: [keys] {binding_id}: unknown binding id (known: {known})")
         parts = [p.strip() for p in str(key).split(",")]
         if not parts or any(not _KEY_RE.match(p) for p in parts):
-            raise UserError(f"{source}: [keys] {binding_id}: {key!r} is not a key name (e.g. \"L\", \"ctrl+l\", \"f5\")")
+            raise UserError(f"{where(binding_id)}: [keys] {binding_id}: {key!r} is not a key name (e.g. \"L\", \"ctrl+l\", \"f5\")")
         checked[binding_id] = ",".join(parts)
     return checked
 
