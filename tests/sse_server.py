@@ -122,8 +122,15 @@ def make_app(state: ServerState) -> web.Application:
                                   "speculative_algorithm": "EAGLE3" if state.tokens_per_chunk > 1 else None, "version": "fixture"})
 
     async def stats(_: web.Request) -> web.Response:
+        # The server's own p99 gap between chunks since the last /stats call (then forgotten): shows when the
+        # machine, not the client, delayed tokens.
+        gaps = sorted(state.write_gaps_s or ())
+        if state.write_gaps_s:
+            state.write_gaps_s.clear()
+        p99 = round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 3) if gaps else None
         return web.json_response({"requests": state.requests, "completion_tokens": state.completion_tokens,
-                                  "prompt_tokens": state.prompt_tokens, "max_running": state.max_running})
+                                  "prompt_tokens": state.prompt_tokens, "max_running": state.max_running,
+                                  "write_gap_ms_p99": p99})
 
     async def complete(request: web.Request) -> web.StreamResponse:
         api = "chat" if request.path.endswith("chat/completions") else "completions"
@@ -222,7 +229,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
-    state = ServerState(interval_s=args.interval_s, tokens_per_chunk=args.tokens_per_chunk)
+    state = ServerState(interval_s=args.interval_s, tokens_per_chunk=args.tokens_per_chunk,
+                        write_gaps_s=[] if args.interval_s > 0 else None)
 
     async def run() -> None:
         await serve(state, args.port)
