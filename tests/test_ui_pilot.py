@@ -198,3 +198,27 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await wait_until(pilot, lambda: "specmon.loadgen" not in children(), 10, "the load generator to exit")
         finally:
             await pilot.press("Q")
+
+
+async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_path: Path, free_port: int) -> None:
+    """A demo killed by a signal leaves its servers running (as every launch does); the next demo shows them
+    rather than failing on busy ports, and its `q` ("demo: q stops the servers") stops them too."""
+    from specmon.orchestration.runs import RunManager
+
+    config = sim_config({"demo-a": free_port})
+    earlier = RunManager(config)
+    left = await earlier.launch("demo-a")
+    await earlier.close()   # the earlier specmon is gone; its server is not
+    engine = EngineBridge(config, autolaunch=["demo-a"], results_dir=tmp_path / "results")
+    app = SpecmonApp(config, engine=engine, demo=True, state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "READY" in card_text(app, "demo-a"), 60, "READY on the card")
+        assert app.rows["demo-a"].run_id == left.run_id   # the same run, not a second launch
+        await pilot.press("q")
+    later = RunManager(config)
+    try:
+        assert later.view(left.run_id).state == "stopped"
+    finally:
+        if later.view(left.run_id).active:
+            await later.stop(left.run_id, force=True)
+        await later.close()

@@ -75,6 +75,8 @@ class EngineBridge:
             current = self._views.get(profile)
             if current is None or not current.active:
                 await self.launch(profile)
+            else:   # left running by an earlier demo that was killed: this one adopts it, and its quit stops it
+                self.started_here.append(current.run_id)
 
     def _on_view(self, view: RunView) -> None:
         if view.profile not in self.config.profiles:
