@@ -67,7 +67,7 @@ def test_sweep_profile_and_json(server: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--levels", "1,x"], "--levels: expected comma-separated integers"),
+        (["--levels", "1,x"], "--levels: levels: 'x' is not a positive whole number"),
         (["--requests", "0"], "--requests: must be >= 1"),
         (["--requests", "2", "--duration", "3"], "not allowed with argument"),
         (["--api-key-env", "A B"], "'A B' is not a valid environment variable name"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specmon.errors import UserError
-from specmon.model.config import parse_config
+from specmon.model.config import parse_config, parse_levels
 from specmon.ui import format as fmt
 from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
 
@@ -84,11 +84,11 @@ def test_log_filter() -> None:
 
 
 def test_form_fields() -> None:
-    assert fmt.parse_levels("16, 1,4,4") == (1, 4, 16)
+    assert parse_levels("16, 1,4,4") == (1, 4, 16)
     with pytest.raises(ValueError, match="levels: 'x'"):
-        fmt.parse_levels("1,x")
+        parse_levels("1,x")
     with pytest.raises(ValueError, match="at least one"):
-        fmt.parse_levels(" , ")
+        parse_levels(" , ")
     assert fmt.parse_positive("", "requests", allow_empty=True) is None
     with pytest.raises(ValueError, match="requests: '0'"):
         fmt.parse_positive("0", "requests")

@@ -15,7 +15,8 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from specmon.model.config import Config, builtin_config, load_config
+from specmon.errors import UserError
+from specmon.model.config import Config, builtin_config, load_config, parse_levels
 
 HEADLESS_LEVELS = (1, 4, 16, 64)
 HEADLESS_REQUESTS = 16
@@ -46,13 +47,9 @@ def demo_config(args: argparse.Namespace) -> Config:
 def run(args: argparse.Namespace) -> int:
     config = demo_config(args)
     if args.headless:
-        from specmon.ui.format import parse_levels
-
         try:
             levels = parse_levels(args.levels)
         except ValueError as exc:
-            from specmon.errors import UserError
-
             raise UserError(f"--levels: {exc}") from None
         return asyncio.run(headless(config, levels, args.requests, Path(args.results_dir), sys.stdout))
     from specmon.ui.app import run_app

@@ -15,7 +15,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS, Workload
-from specmon.model.config import load_config
+from specmon.model.config import load_config, parse_levels
 from specmon.model.results import LevelResult
 from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
@@ -165,12 +165,9 @@ def _progress_line(p: SweepProgress) -> str:
 
 def _levels(text: str) -> tuple[int, ...]:
     try:
-        levels = tuple(int(x) for x in text.split(",") if x.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not levels or any(c < 1 for c in levels):
-        raise argparse.ArgumentTypeError(f"levels must be integers >= 1, got {text!r}")
-    return levels
+        return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_int(text: str) -> int:

@@ -653,3 +653,18 @@ class _KeyScanner:
         else:
             while self.pos < len(self.text) and self.text[self.pos] not in ",]}\r\n#":
                 self.pos += 1
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    """Concurrency levels typed by a user (`--levels`, the sweep form): `1,2,5,10` -> (1, 2, 5, 10), sorted and
+    without repeats; ValueError saying what is wrong."""
+    levels: list[int] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        if not part.isdigit() or int(part) < 1:
+            raise ValueError(f"levels: {part!r} is not a positive whole number")
+        levels.append(int(part))
+    if not levels:
+        raise ValueError("levels: give at least one concurrency, e.g. 1,4,16")
+    return tuple(sorted(set(levels)))

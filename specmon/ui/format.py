@@ -217,20 +217,6 @@ def series_points(levels: Iterable[Mapping[str, object]]) -> list[tuple[float, f
     return sorted(points)
 
 
-def parse_levels(text: str) -> tuple[int, ...]:
-    """Concurrency levels typed in the sweep form: `1,2,5,10` -> (1, 2, 5, 10); ValueError saying what is wrong."""
-    levels: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        if not part.isdigit() or int(part) < 1:
-            raise ValueError(f"levels: {part!r} is not a positive whole number")
-        levels.append(int(part))
-    if not levels:
-        raise ValueError("levels: give at least one concurrency, e.g. 1,4,16")
-    return tuple(sorted(set(levels)))
-
-
 def parse_positive(text: str, name: str, allow_empty: bool = False) -> int | None:
     """A positive integer form field; empty gives None when allowed."""
     text = text.strip()

@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from specmon.model.config import SweepDefaults
+from specmon.model.config import SweepDefaults, parse_levels
 from specmon.ui import format as fmt
 
 
@@ -107,7 +107,7 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
             raise ValueError("tick at least one ready profile")
         return SweepRequest(
             profiles=profiles,
-            levels=fmt.parse_levels(self._value("levels")),
+            levels=parse_levels(self._value("levels")),
             requests_per_level=fmt.parse_positive(self._value("requests"), "requests per level", allow_empty=True),
             input_len=fmt.parse_positive(self._value("input_len"), "input length") or 1,
             output_len=fmt.parse_positive(self._value("output_len"), "output length") or 1,
