@@ -142,15 +142,21 @@ class SweepRunner:
         in_flight: set[Stream] = set()
         issued = 0
         t0_ns = time.perf_counter_ns()
-        deadline = None if duration_s is None else time.perf_counter() + duration_s
+        deadline: float | None = None   # duration mode: armed by the first request, where the level's time starts
         started_at = utc_now_iso()
         self.lag.reset_level()
         cpu0 = time.process_time()
         wait0 = cpu_wait_s()
 
         def take() -> int | None:
-            nonlocal issued
-            if (n is not None and issued >= n) or (deadline is not None and n is None and time.perf_counter() >= deadline):
+            nonlocal issued, deadline
+            if duration_s is not None and n is None:
+                now = time.perf_counter()
+                if deadline is None:
+                    deadline = now + duration_s
+                elif now >= deadline:
+                    return None
+            elif n is not None and issued >= n:
                 return None
             issued += 1
             return issued - 1

@@ -8,6 +8,7 @@ frame rate. Key actions call the bridge in workers; the UI never waits on I/O.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.events import Resize
 from textual.theme import Theme
 from textual.markup import escape
@@ -208,13 +210,16 @@ class SpecmonApp(App[int]):
         self._paint_chart()
 
     def _paint_state(self) -> None:
-        self.query_one(ServersPane).show([self.rows[p] for p in self.profiles if p in self.rows], self.selected)
-        if self._pending_log:
-            batch, self._pending_log = self._pending_log, []
-            self.query_one(LogPane).append(batch)
+        # A throttled repaint can fire while the app shuts down, after the panes are gone: nothing to paint then.
+        with contextlib.suppress(NoMatches):
+            self.query_one(ServersPane).show([self.rows[p] for p in self.profiles if p in self.rows], self.selected)
+            if self._pending_log:
+                batch, self._pending_log = self._pending_log, []
+                self.query_one(LogPane).append(batch)
 
     def _paint_chart(self) -> None:
-        self.query_one(SweepPane).show(self.series, self.crossover, self.sweep_status)
+        with contextlib.suppress(NoMatches):
+            self.query_one(SweepPane).show(self.series, self.crossover, self.sweep_status)
 
     def _show_log_of_selected(self) -> None:
         self._pending_log.clear()
