@@ -105,6 +105,15 @@ async def _raw_server(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
 
 
+async def send_to(handler: web.RequestHandler) -> Stream:  # type: ignore[type-arg]
+    """One request from the client to a one-off server answering with `handler`."""
+    runner, url = await _raw_server(handler)
+    try:
+        return await send(url, body())
+    finally:
+        await runner.cleanup()
+
+
 def _event(content: str) -> bytes:
     return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": content}}]}).encode()
 
@@ -125,11 +134,7 @@ async def test_huge_events_split_reads_and_crlf() -> None:
             await asyncio.sleep(0)
         return resp
 
-    runner, url = await _raw_server(handler)
-    try:
-        s = await send(url, body())
-    finally:
-        await runner.cleanup()
+    s = await send_to(handler)
     assert s.error is None, s.detail
     assert len(s.times) == 3 and s.output_tokens == 5 and s.prompt_tokens == 4
 
@@ -142,11 +147,7 @@ async def test_error_object_inside_the_stream() -> None:
         await resp.write(b'data: {"error": {"message": "out of memory", "code": 500}}\n\n')
         return resp
 
-    runner, url = await _raw_server(handler)
-    try:
-        s = await send(url, body())
-    finally:
-        await runner.cleanup()
+    s = await send_to(handler)
     assert s.error == "http_5xx" and "out of memory" in (s.detail or "")
 
 
@@ -154,11 +155,7 @@ async def test_not_an_event_stream_is_malformed() -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
 
-    runner, url = await _raw_server(handler)
-    try:
-        s = await send(url, body())
-    finally:
-        await runner.cleanup()
+    s = await send_to(handler)
     assert s.error == "malformed_sse" and "content-type" in (s.detail or "")
 
 
@@ -171,9 +168,5 @@ async def test_last_event_without_blank_line_still_counts() -> None:
                          b'"usage": {"prompt_tokens": 2, "completion_tokens": 2}}')
         return resp
 
-    runner, url = await _raw_server(handler)
-    try:
-        s = await send(url, body())
-    finally:
-        await runner.cleanup()
+    s = await send_to(handler)
     assert s.error is None and s.output_tokens == 2 and len(s.times) == 2
