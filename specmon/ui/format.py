@@ -101,10 +101,13 @@ def state_style(state: str, stalled: bool = False) -> str:
 
 
 def state_label(state: str, stalled: bool = False, phase: str | None = None) -> str:
-    """The upper-case words the Servers pane shows: the load phase while loading; a stalled load says so."""
+    """The upper-case words the Servers pane shows: the load phase while loading; a stalled load says so.
+
+    READY and FAILED are the engine's verdicts (ready needs a real completion too), never the log's phase alone.
+    """
     if stalled and state in ("launching", "loading"):
         return "STALLED"
-    if state == "loading" and phase:
+    if state == "loading" and phase and phase not in ("ready", "failed"):
         return phase.upper()
     return state.upper()
 
