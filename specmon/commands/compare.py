@@ -18,11 +18,10 @@ from specmon.errors import UserError
 from specmon.model.compare import AlignedLevel, Crossover, align, find_crossover
 from specmon.model.results import SweepResult, read_results
 
-
 _MARKERS = ("*", "o", "x", "+", "#")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "compare",
         help="compare sweep result files: throughput per level, ratio, crossover concurrency",

@@ -63,7 +63,7 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
     from specmon.model.compare import crossover
     from specmon.orchestration.runs import RunManager
     from specmon.orchestration.sweep import SweepSpec, default_out_path, run_sweep
-    from specmon.ui.format import fmt_shards, level_cells, LEVEL_COLUMNS
+    from specmon.ui.format import LEVEL_COLUMNS, fmt_shards, level_cells
 
     manager = RunManager(config)
     started: list[str] = []

@@ -10,7 +10,7 @@ from specmon.commands.wait import add_wait_options, wait_for
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("launch", help="start a profile's server (detached)", description=__doc__)
     parser.add_argument("profile", metavar="PROFILE")
     parser.add_argument("--wait", action="store_true",

@@ -15,7 +15,7 @@ from specmon.sources.transport import TransportError
 CHECK_S = 0.5
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("logs", help="show (and follow) a run's server log", description=__doc__)
     parser.add_argument("target", metavar="PROFILE|RUN_ID")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")

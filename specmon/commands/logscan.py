@@ -25,7 +25,7 @@ CHUNK_BYTES = 1 << 20
 FOLLOW_POLL_S = 0.2
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the `logscan` subcommand."""
     p = subparsers.add_parser(
         "logscan",

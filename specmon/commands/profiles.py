@@ -16,7 +16,7 @@ _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
 _DISCOVERY = "--config, $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml"
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "profiles",
         help="list the resolved profiles and where they came from",

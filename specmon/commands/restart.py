@@ -9,7 +9,7 @@ from specmon.commands._lifecycle import print_report, run_with_manager
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("restart", help="stop and launch a profile again", description=__doc__)
     parser.add_argument("profile", metavar="PROFILE")
     parser.set_defaults(func=run)

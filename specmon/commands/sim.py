@@ -7,7 +7,7 @@ import argparse
 from specmon.sim.options import DESCRIPTION, add_arguments, config_from_args
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("sim", help="run the simulated SGLang/vLLM server", description=DESCRIPTION)
     add_arguments(parser)
     parser.set_defaults(func=run)

@@ -9,7 +9,7 @@ from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("status", help="list runs and their state", description=__doc__)
     parser.add_argument("--json", action="store_true",
                         help="a JSON list of {run_id, profile, host, state, pid, port, url, started_at, ready_at, "

@@ -9,7 +9,7 @@ from specmon.commands._lifecycle import print_report, run_with_manager
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("stop", help="stop a run (SIGTERM, grace, SIGKILL, sweep)", description=__doc__)
     parser.add_argument("target", metavar="PROFILE|RUN_ID")
     parser.add_argument("--force", action="store_true", help="SIGKILL at once, no grace period")

@@ -21,7 +21,7 @@ from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "sweep",
         help="measure throughput and latency at several concurrency levels",

@@ -36,7 +36,7 @@ def add_wait_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the server's log lines")
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("wait", help="wait until a launch is ready, failed or stalled",
                                    description=__doc__)
     parser.add_argument("target", metavar="PROFILE", help="profile name (its latest run) or run id")

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from time import perf_counter_ns
 from collections.abc import AsyncIterator
+from time import perf_counter_ns
 from typing import Any
 
 import aiohttp
@@ -226,7 +226,9 @@ def _has_finish_reason(payload: bytes) -> bool:
     except (ValueError, UnicodeDecodeError):
         return False
     choices = obj.get("choices") if isinstance(obj, dict) else None
-    return bool(choices) and isinstance(choices[0], dict) and bool(choices[0].get("finish_reason"))
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        return False
+    return bool(choices[0].get("finish_reason"))
 
 
 def _data_of(event: bytes) -> bytes | None:

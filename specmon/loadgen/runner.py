@@ -147,6 +147,7 @@ class SweepRunner:
         self.lag.reset_level()
         cpu0 = time.process_time()
         wait0 = cpu_wait_s()
+        cpu_mark, wall_mark = cpu0, time.perf_counter()
 
         def take() -> int | None:
             nonlocal issued, deadline
@@ -212,7 +213,6 @@ class SweepRunner:
                     gc.collect()
                     collected_at = done
 
-        cpu_mark, wall_mark = cpu0, time.perf_counter()
         tick = asyncio.get_running_loop().create_task(ticker())
         try:
             await asyncio.gather(*(worker(k) for k in range(c)))

@@ -16,7 +16,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 from specmon.errors import UserError
 
@@ -24,7 +24,7 @@ APIS = ("chat", "completions")
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 # One message list (chat) or one string (completions / synthetic).
-Prompt = Union[str, tuple[Mapping[str, Any], ...]]
+Prompt = str | tuple[Mapping[str, Any], ...]
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which this be has had not but "

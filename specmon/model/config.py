@@ -293,7 +293,7 @@ class _Validator:
 
     def string(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: str | None) -> str | None:
         value = table.get(key, default)
-        if value is None or isinstance(value, str) and value:
+        if value is None or (isinstance(value, str) and value):
             return value
         if isinstance(value, str):
             self.problem(path + (key,), "must not be empty")
@@ -318,7 +318,7 @@ class _Validator:
         wanted = f"an integer >= {low}" if high is None else f"an integer in {low}..{high}"
         if isinstance(value, bool) or not isinstance(value, int):
             self.wrong_type(path + (key,), wanted, value)
-        elif value < low or high is not None and value > high:
+        elif value < low or (high is not None and value > high):
             self.problem(path + (key,), f"must be {wanted}, got {value}")
         else:
             return value
@@ -544,7 +544,7 @@ class _KeyScanner:
         text = self.text
         while self.pos < len(text):
             char = text[self.pos]
-            if char in " \t" or newlines and char in "\r\n":
+            if char in " \t" or (newlines and char in "\r\n"):
                 self.pos += 1
             elif newlines and char == "#":
                 end = text.find("\n", self.pos)

@@ -12,7 +12,7 @@ for consumers that show the log) are emitted only when the parser is built with 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 FAILURE_KINDS = ("oom", "nccl", "port_in_use", "model_not_found", "exception")
 
@@ -195,20 +195,20 @@ class Failure:
     context: tuple[str, ...] = ()
 
 
-Event = Union[
-    Line,
-    ServerDetected,
-    LaunchArgs,
-    LoadStarted,
-    ShardProgress,
-    WeightsLoaded,
-    KVCache,
-    GraphCapture,
-    WarmUp,
-    HttpUp,
-    HttpRequest,
-    Ready,
-    DecodeStats,
-    NcclEnv,
-    Failure,
-]
+Event = (
+    Line
+    | ServerDetected
+    | LaunchArgs
+    | LoadStarted
+    | ShardProgress
+    | WeightsLoaded
+    | KVCache
+    | GraphCapture
+    | WarmUp
+    | HttpUp
+    | HttpRequest
+    | Ready
+    | DecodeStats
+    | NcclEnv
+    | Failure
+)

@@ -416,8 +416,8 @@ class LogParser:
             self._fail("oom", "Killed (the kernel's OOM killer or a signal ended the server)", True, False,
                        line_no, piece)
             return True
-        kind = signals.classify(msg)
-        if kind is not None:
-            self._fail(kind, msg.strip(), True, False, line_no, piece)
+        named = signals.classify(msg)
+        if named is not None:
+            self._fail(named, msg.strip(), True, False, line_no, piece)
             return True
         return False

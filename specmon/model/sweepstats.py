@@ -310,4 +310,5 @@ class SweepProgress:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SweepProgress:
-        return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+        fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
+        return cls(**fields)

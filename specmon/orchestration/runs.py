@@ -44,7 +44,7 @@ import logging
 import secrets
 import shlex
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +176,7 @@ class RunManager:
         self._subscribers.append(callback)
         return lambda: self._subscribers.remove(callback) if callback in self._subscribers else None
 
-    async def watch(self, run_id: str) -> AsyncIterator[RunView]:
+    async def watch(self, run_id: str) -> AsyncGenerator[RunView, None]:
         """The views of one run as it changes (attaching if needed), ending after its final view."""
         queue: asyncio.Queue[RunView] = asyncio.Queue()
 

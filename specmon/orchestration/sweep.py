@@ -34,7 +34,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Union
+from typing import Any
 
 import httpx
 
@@ -57,7 +57,7 @@ class SweepNotice:
     message: str
 
 
-SweepUpdate = Union[SweepProgress, LevelResult, SweepNotice]
+SweepUpdate = SweepProgress | LevelResult | SweepNotice
 
 
 @dataclass(frozen=True)

@@ -553,7 +553,7 @@ class VllmLog(LaunchLog):
 
     def ready(self, host: str, port: int) -> None:
         self.routes(host, port)
-        self.uvicorn("INFO:     Started server process [%d]" % self.pid)
+        self.uvicorn(f"INFO:     Started server process [{self.pid}]")
         self.uvicorn("INFO:     Waiting for application startup.")
         self.uvicorn("INFO:     Application startup complete.")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from specmon.sources.transport import Transport, TransportError
@@ -108,7 +108,7 @@ class LogTailer:
         self._partial = buf[cut:]
         return TailBatch(buf[:cut], start, self.offset, fresh=chunk)
 
-    async def follow(self) -> AsyncIterator[TailBatch]:
+    async def follow(self) -> AsyncGenerator[TailBatch, None]:
         """Yield batches forever (until cancelled or closed), re-attaching after a lost link."""
         while True:
             try:

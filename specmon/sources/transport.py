@@ -125,5 +125,5 @@ class Transport(ABC):
         """
         return f"http://127.0.0.1:{port}"
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - optional hook: most transports hold nothing to release
         """Release connections. Never stops anything started on the host."""

@@ -13,22 +13,24 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from textual import on, work
 from textual.app import App, ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.events import Resize
-from textual.theme import Theme
 from textual.markup import escape
+from textual.notifications import SeverityLevel
+from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from specmon.model.config import Config
 from specmon.ui import keys
-from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
 from specmon.ui.format import transitions
+from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
 from specmon.ui.gpuenv import GpuEnvPane
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
@@ -75,7 +77,7 @@ class SpecmonApp(App[int]):
 
     CSS_PATH = "app.tcss"
     TITLE = "specmon"
-    BINDINGS = keys.BINDINGS
+    BINDINGS: ClassVar[list[BindingType]] = [*keys.BINDINGS]
     COMMANDS = App.COMMANDS | {SpecmonCommands}
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (150, "-wide")]
 
@@ -95,7 +97,7 @@ class SpecmonApp(App[int]):
         self.engine = engine
         self.demo = demo
         self.profiles = list(config.profiles)
-        self.selected: str | None = preselect if preselect in config.profiles else (self.profiles or [None])[0]
+        self.selected: str | None = preselect if preselect in config.profiles else (self.profiles[0] if self.profiles else None)
         self.keymap = keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))
         self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
@@ -169,7 +171,7 @@ class SpecmonApp(App[int]):
         after = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
         for profile, what in transitions(before, after):
             row = self.rows[profile]
-            severity = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
+            severity: SeverityLevel = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
             message = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
             self.bell()
             self.notify(message, severity=severity, timeout=8)

@@ -20,10 +20,10 @@ from textual.theme import Theme
 from specmon.errors import UserError
 from specmon.model.config import config_dir
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 DEFAULT_THEME = "specmon-dark"
 # The project's top-level themes/: beside the package in a checkout (editable install), or copied to
