@@ -12,9 +12,11 @@ import pytest
 from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, append_line
 
 
-def write_sweep(path: Path, profile: str, tputs: dict[int, float], bound_at: int | None = None) -> Path:
-    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="m", workload={}, profile=profile,
-                                specmon_version="0.1.0", created_at="2026-11-29T00:00:00Z").to_dict())
+def write_sweep(path: Path, profile: str, tputs: dict[int, float], bound_at: int | None = None,
+                server: dict[str, object] | None = None, workload: dict[str, object] | None = None) -> Path:
+    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="m", workload=workload or {}, profile=profile,
+                                server=server or {}, specmon_version="0.1.0",
+                                created_at="2026-11-29T00:00:00Z").to_dict())
     for c, t in tputs.items():
         append_line(path, LevelResult(concurrency=c, requests_ok=4, requests_failed=0, duration_s=1.0,
                                       output_tokens=int(t), output_throughput=t, request_throughput=1.0,
@@ -76,3 +78,30 @@ def test_bad_file_names_file_and_line(files: tuple[Path, Path], tmp_path: Path) 
     assert done.stderr.strip() == f"specmon: error: {bad}:2: level: concurrency must be >= 1, got 0"
     done = specmon("compare", str(files[0]), cwd=tmp_path)
     assert done.returncode == 2 and "at least two result files" in done.stderr
+
+
+def test_kv_tokens_more_than_10_percent_apart_is_a_confounded_comparison(tmp_path: Path) -> None:
+    tputs = {1: 90.0, 4: 300.0}
+    base = write_sweep(tmp_path / "base.jsonl", "baseline", tputs, server={"kv_cache_tokens": 1_200_000})
+    far = write_sweep(tmp_path / "far.jsonl", "eagle3", tputs, server={"kv_cache_tokens": 1_000_000})
+    near = write_sweep(tmp_path / "near.jsonl", "eagle3", tputs, server={"kv_cache_tokens": 1_150_000})
+    done = specmon("compare", "--no-chart", str(base), str(far), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "warning: comparison confounded: KV tokens 1.2M ≠ 1M" in done.stdout.splitlines()
+    data = json.loads(specmon("compare", "--json", str(base), str(far), cwd=tmp_path).stdout)
+    assert data["warnings"] == ["KV tokens 1.2M ≠ 1M"]
+    # 4% apart is the same server within noise: no warning.
+    done = specmon("compare", "--no-chart", str(base), str(near), cwd=tmp_path)
+    assert done.returncode == 0 and "warning" not in done.stdout
+
+
+def test_workload_and_mem_fraction_differences_are_warned(tmp_path: Path) -> None:
+    tputs = {1: 90.0, 4: 300.0}
+    base = write_sweep(tmp_path / "base.jsonl", "baseline", tputs, server={"mem_fraction": 0.85},
+                       workload={"input_len": 128, "output_len": 256, "levels": [1, 4]})
+    other = write_sweep(tmp_path / "other.jsonl", "eagle3", tputs, server={"mem_fraction": 0.8},
+                        workload={"input_len": 128, "output_len": 64, "levels": [1, 4, 16]})
+    out = specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path).stdout.splitlines()
+    warnings = [line for line in out if line.startswith("warning:")]
+    assert warnings == ["warning: comparison confounded: mem_fraction_static 0.85 ≠ 0.8",
+                        "warning: comparison confounded: workload output_len: baseline 256 ≠ eagle3 64"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.model.compare import align, crossover, find_crossover
+from specmon.model.compare import ComparedRun, align, confound_warnings, crossover, find_crossover
 from specmon.model.results import ClientHealth, LevelResult, Stats
 
 
@@ -40,3 +40,21 @@ def test_align_keeps_missing_levels_and_ratio() -> None:
     assert [r.concurrency for r in rows] == [1, 10, 30, 100]
     assert rows[0].ratio() == pytest.approx(200 / 90)
     assert rows[2].levels[1] is None and rows[2].ratio() is None
+
+
+def test_confounded_comparison_is_flagged_only_when_settings_differ() -> None:
+    same = [ComparedRun("a", 0.85, 1000), ComparedRun("b", 0.85, 1000)]
+    assert confound_warnings(same) == []
+    mem = [ComparedRun("a", 0.85, 1000), ComparedRun("b", 0.8, 1000)]
+    assert confound_warnings(mem) == ["mem_fraction_static 0.85 ≠ 0.8"]
+    kv = [ComparedRun("a", 0.85, 1_200_000), ComparedRun("b", 0.85, 900_000)]
+    assert confound_warnings(kv) == ["KV tokens 1.2M ≠ 900k"]
+    within_10_percent = [ComparedRun("a", 0.85, 1_000_000), ComparedRun("b", 0.85, 1_090_000)]
+    assert confound_warnings(within_10_percent) == []
+    unknown = [ComparedRun("a", 0.85, None), ComparedRun("b", None, 5)]
+    assert confound_warnings(unknown) == []
+
+
+def test_client_bound_levels_are_named_per_run() -> None:
+    runs = [ComparedRun("base", client_bound=()), ComparedRun("spec", client_bound=(32, 64))]
+    assert confound_warnings(runs) == ["spec: client-bound at C=32,64 (the load generator was the bottleneck)"]

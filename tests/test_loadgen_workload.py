@@ -68,3 +68,21 @@ def test_workload_rejects_nonsense() -> None:
         Workload(levels=(0,))
     with pytest.raises(UserError, match="api"):
         Workload(levels=(1,), api="grpc")
+
+
+def test_workload_from_sweep_defaults_and_overrides() -> None:
+    from specmon.model.config import SweepDefaults
+    from specmon.orchestration.sweep import WorkloadOverrides, workload_from
+
+    timed = SweepDefaults(levels=(1, 2), duration_s=30.0, warmup_requests=3, input_len=64, output_len=32, api="completions")
+    w = workload_from(timed)
+    assert (w.levels, w.requests_per_level, w.duration_s, w.warmup_requests) == ((1, 2), None, 30.0, 3)
+    assert (w.input_len, w.output_len, w.api, w.timeout_s, w.fixed_length) == (64, 32, "completions", 120.0, True)
+    # A request count given by the front end turns [sweep]'s duration off (a level never has both) ...
+    w = workload_from(timed, WorkloadOverrides(levels=(4,), requests_per_level=8, output_len=16, fixed_length=False))
+    assert (w.levels, w.requests_per_level, w.duration_s, w.output_len, w.fixed_length) == ((4,), 8, None, 16, False)
+    # ... and a duration turns [sweep]'s request count off.
+    counted = SweepDefaults(requests_per_level=40)
+    w = workload_from(counted, WorkloadOverrides(duration_s=5.0, warmup_requests=0, timeout_s=9.0))
+    assert (w.requests_per_level, w.duration_s, w.warmup_requests, w.timeout_s) == (None, 5.0, 0, 9.0)
+    assert workload_from(counted).requests_per_level == 40

@@ -49,17 +49,6 @@ def test_state_labels() -> None:
     assert fmt.state_style("ready") == "good"
 
 
-def test_confounded_comparison_is_flagged_only_when_settings_differ() -> None:
-    same = [fmt.ComparedRun("a", 0.85, 1000), fmt.ComparedRun("b", 0.85, 1000)]
-    assert fmt.confound_warnings(same) == []
-    mem = [fmt.ComparedRun("a", 0.85, 1000), fmt.ComparedRun("b", 0.8, 1000)]
-    assert fmt.confound_warnings(mem) == ["mem_fraction_static 0.85 ≠ 0.8"]
-    kv = [fmt.ComparedRun("a", 0.85, 1_200_000), fmt.ComparedRun("b", 0.85, 900_000)]
-    assert fmt.confound_warnings(kv) == ["KV tokens 1.2M ≠ 900k"]
-    unknown = [fmt.ComparedRun("a", 0.85, None), fmt.ComparedRun("b", None, 5)]
-    assert fmt.confound_warnings(unknown) == []
-
-
 def test_level_cells_and_series_points() -> None:
     level = {"concurrency": 16, "output_throughput": 690.04, "ttft_ms": {"p50": 36.0}, "tpot_ms": {"p50": 23.19},
              "itl_ms": {"p99": 1250.0}, "tokens_per_chunk": 2.345, "client": {"bound": True}}

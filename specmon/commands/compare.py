@@ -15,7 +15,7 @@ from typing import Any
 import plotext as plt
 
 from specmon.errors import UserError
-from specmon.model.compare import AlignedLevel, Crossover, align, find_crossover
+from specmon.model.compare import AlignedLevel, Crossover, align, compare_results, find_crossover
 from specmon.model.results import SweepResult, read_results
 
 _MARKERS = ("*", "o", "x", "+", "#")
@@ -41,12 +41,15 @@ def run(args: argparse.Namespace) -> int:
     sweeps = [read_results(f) for f in args.files]
     rows = align(*(s.levels for s in sweeps))
     crossings = _crossings(sweeps)
+    warnings = compare_results(sweeps).warnings
     if args.json:
-        print(json.dumps(comparison_json(sweeps, rows, crossings), indent=2))
+        print(json.dumps({**comparison_json(sweeps, rows, crossings), "warnings": list(warnings)}, indent=2))
         return 0
     print(render_table(sweeps, rows))
     for label, c in crossings:
         print(_crossing_text(sweeps[0].label, label, c))
+    for warning in warnings:
+        print(f"warning: comparison confounded: {warning}")
     if not args.no_chart:
         print(render_chart(sweeps, width=min(100, shutil.get_terminal_size((100, 24)).columns),
                            color=sys.stdout.isatty()))

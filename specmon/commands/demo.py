@@ -11,7 +11,6 @@ import argparse
 import asyncio
 import contextlib
 import sys
-import time
 from pathlib import Path
 from typing import TextIO
 
@@ -59,66 +58,62 @@ def run(args: argparse.Namespace) -> int:
 
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
-    from specmon.loadgen.workload import Workload
-    from specmon.model.compare import crossover
+    from specmon.orchestration.comparison import sweep_profiles
+    from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager
-    from specmon.orchestration.sweep import SweepSpec, default_out_path, run_sweep
+    from specmon.orchestration.runview import RunView
+    from specmon.orchestration.sweep import WorkloadOverrides, workload_from
     from specmon.ui.format import LEVEL_COLUMNS, fmt_shards, level_cells
 
     manager = RunManager(config)
     started: list[str] = []
+    shown: dict[str, str] = {}
+
+    def show(view: RunView) -> None:
+        line = f"{view.state} shards {fmt_shards(*(view.shards or (None, None)))}"
+        if shown.get(view.profile) != line:
+            shown[view.profile] = line
+            print(f"{view.profile}: {line}", file=out, flush=True)
+
     try:
-        views = {}
         for name in config.profiles:
             view = await manager.launch(name, watch=True)
             started.append(view.run_id)
-            views[name] = view
             print(f"{name}: launched run {view.run_id} (pid {view.pid}, port {view.port})", file=out, flush=True)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        shown: dict[str, str] = {}
-        while True:
-            current = {v.profile: v for v in manager.runs() if v.run_id in started}
-            for name, view in current.items():
-                line = f"{view.state} shards {fmt_shards(*(view.shards or (None, None)))}"
-                if shown.get(name) != line:
-                    shown[name] = line
-                    print(f"{name}: {line}", file=out, flush=True)
-            failed = [v for v in current.values() if v.state in ("failed", "exited", "lost", "stopped")]
-            if failed:
-                for v in failed:
-                    reason = f"{v.failure.kind}: {v.failure.message}" if v.failure else v.state
-                    print(f"{v.profile}: FAILED: {reason}", file=out, flush=True)
-                return 1
-            if all(v.state == "ready" for v in current.values()) and len(current) == len(config.profiles):
-                break
-            if time.monotonic() > deadline:
+        # A stall is only a warning here: the demo's servers are simulated and keep loading.
+        verdicts = await wait_all_ready(manager, started, timeout_s=READY_TIMEOUT_S, stop_at_stall=False,
+                                        on_progress=show)
+        for verdict in verdicts:
+            show(verdict.view)
+            if verdict.outcome == "timeout":
                 print(f"not ready after {READY_TIMEOUT_S:.0f} s", file=out, flush=True)
                 return 1
-            await asyncio.sleep(0.5)
+            if not verdict.ready:
+                print(f"{verdict.view.profile}: FAILED: {verdict.reason}", file=out, flush=True)
+                return 1
 
-        sweep = config.sweep
-        workload = Workload(levels=levels, requests_per_level=requests, warmup_requests=sweep.warmup_requests,
-                            input_len=sweep.input_len, output_len=sweep.output_len, api=sweep.api)
-        results = {}
-        for name in config.profiles:
-            spec = SweepSpec(url=current[name].url, workload=workload, out_path=default_out_path(name, results_dir),
-                             profile=name)
-            print(f"{name}: sweeping C={','.join(map(str, levels))}, {requests} requests per level", file=out, flush=True)
-            results[name] = await run_sweep(spec)
-            print(f"{name}: results in {results[name].path}", file=out, flush=True)
+        workload = workload_from(config.sweep, WorkloadOverrides(levels=levels, requests_per_level=requests))
+        comparison = await sweep_profiles(
+            [v.view for v in verdicts], workload, results_dir=results_dir,
+            on_start=lambda name: print(f"{name}: sweeping C={','.join(map(str, levels))}, {requests} requests "
+                                        "per level", file=out, flush=True),
+            on_result=lambda name, result: print(f"{name}: results in {result.path}", file=out, flush=True))
 
         print("", file=out)
         widths = (16, 4, 10, 9, 10, 9, 9, 7)
         print("  ".join(c.ljust(w) for c, w in zip(LEVEL_COLUMNS, widths)), file=out)
-        for name, result in results.items():
+        for result in comparison.results:
             for level in result.levels:
-                print("  ".join(c.ljust(w) for c, w in zip(level_cells(name, level.to_dict()), widths)), file=out)
-        names = list(results)
-        if len(names) >= 2:
-            cross = crossover(results[names[0]].levels, results[names[1]].levels)
-            verdict = (f"crossover: {names[1]} and {names[0]} cross at C≈{cross:.3g}" if cross is not None
-                       else f"crossover: none in C={levels[0]}..{levels[-1]}")
-            print(verdict, file=out, flush=True)
+                print("  ".join(c.ljust(w) for c, w in zip(level_cells(result.label, level.to_dict()), widths)),
+                      file=out)
+        if len(comparison.results) >= 2:
+            names = [r.label for r in comparison.results]
+            cross = comparison.crossover
+            verdict_text = (f"crossover: {names[1]} and {names[0]} cross at C≈{cross.concurrency:.3g}" if cross
+                            else f"crossover: none in C={levels[0]}..{levels[-1]}")
+            print(verdict_text, file=out, flush=True)
+        for warning in comparison.warnings:
+            print(f"warning: {warning}", file=out, flush=True)
         return 0
     finally:
         for run_id in started:

@@ -14,11 +14,19 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.loadgen.workload import APIS, Workload
+from specmon.loadgen.workload import APIS
 from specmon.model.config import load_config, parse_levels
 from specmon.model.results import LevelResult
 from specmon.model.sweepstats import SweepProgress
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.sweep import (
+    SweepNotice,
+    SweepSpec,
+    SweepUpdate,
+    WorkloadOverrides,
+    default_out_path,
+    run_sweep,
+    workload_from,
+)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if (args.profile_name is None) == (args.url is None):
         raise UserError("sweep: give a PROFILE or --url URL (exactly one)")
     config = load_config(args.config)
-    d = config.sweep
     if args.profile_name is not None:
         url = config.profile(args.profile_name).base_url
         label = args.profile_name
@@ -65,14 +72,10 @@ def run(args: argparse.Namespace) -> int:
         if not url.startswith(("http://", "https://")):
             raise UserError(f"--url: {args.url!r} must start with http:// or https://")
         label = url.split("://", 1)[1].replace(":", "_")
-    requests = args.requests if args.requests is not None else (None if args.duration is not None else d.requests_per_level)
-    duration = args.duration if args.duration is not None else (None if args.requests is not None else d.duration_s)
-    workload = Workload(
-        levels=args.levels or tuple(d.levels), requests_per_level=requests, duration_s=duration,
-        warmup_requests=d.warmup_requests if args.warmup is None else args.warmup,
-        input_len=args.input_len or d.input_len, output_len=args.output_len or d.output_len,
-        api=args.api or d.api, prompt_file=args.prompt_file, timeout_s=args.timeout, fixed_length=not args.no_ignore_eos,
-    )
+    workload = workload_from(config.sweep, WorkloadOverrides(
+        levels=args.levels, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
+        input_len=args.input_len, output_len=args.output_len, api=args.api, prompt_file=args.prompt_file,
+        timeout_s=args.timeout, fixed_length=not args.no_ignore_eos))
     spec = SweepSpec(url=url, workload=workload, out_path=args.out or default_out_path(label), model=args.model,
                      profile=args.profile_name, api_key_env=args.api_key_env)
     view = _StderrProgress(sys.stderr)

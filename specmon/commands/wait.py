@@ -21,10 +21,9 @@ from specmon.commands._lifecycle import (
     progress_text,
     run_with_manager,
 )
+from specmon.orchestration.ready import HEARTBEAT_S, Verdict, wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
-
-HEARTBEAT_S = 10.0
 
 
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
@@ -50,51 +49,31 @@ def run(args: argparse.Namespace) -> int:
 
 async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -> int:
     """Follow one run until a verdict; returns the exit code. Shared by `launch --wait`."""
-    deadline = None if args.timeout is None else time.monotonic() + args.timeout
-    view = await manager.attach(run_id, stall_timeout_s=args.stall_timeout)
     show_lines = not (args.json or args.quiet)
     printer = asyncio.create_task(_print_lines(manager, run_id)) if show_lines else None
     last_text, last_print = "", 0.0
-    timed_out = False
-    nxt: asyncio.Future[RunView] | None = None
+
+    def on_progress(view: RunView) -> None:
+        # A line when the progress changes, else one per heartbeat (only "elapsed" moved).
+        nonlocal last_text, last_print
+        text = progress_text(view)
+        head = text.split(", elapsed")[0]
+        if head != last_text or time.monotonic() - last_print > HEARTBEAT_S:
+            print(text, file=sys.stderr, flush=True)
+            last_text, last_print = head, time.monotonic()
+
     try:
-        async with contextlib.aclosing(manager.watch(run_id)) as views:
-            iterator = views.__aiter__()
-            while True:
-                if view.state not in ("launching", "loading") or view.stalled:
-                    break
-                text = progress_text(view)
-                if text.split(", elapsed")[0] != last_text or time.monotonic() - last_print > HEARTBEAT_S:
-                    print(text, file=sys.stderr, flush=True)
-                    last_text, last_print = text.split(", elapsed")[0], time.monotonic()
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    timed_out = True
-                    break
-                # One pending __anext__ lives across heartbeats: cancelling it (as wait_for does on a timeout)
-                # would close the watch generator and end the wait with no verdict while the load goes on.
-                if nxt is None:
-                    nxt = asyncio.ensure_future(iterator.__anext__())
-                done, _ = await asyncio.wait({nxt}, timeout=min(left or HEARTBEAT_S, HEARTBEAT_S))
-                if not done:
-                    continue
-                arrived, nxt = nxt, None
-                try:
-                    view = arrived.result()
-                except StopAsyncIteration:
-                    view = manager.view(run_id)
-                    break
-            if nxt is not None:
-                nxt.cancel()
-                await asyncio.gather(nxt, return_exceptions=True)
+        verdict = await wait_ready(manager, run_id, timeout_s=args.timeout, stall_timeout_s=args.stall_timeout,
+                                   heartbeat_s=HEARTBEAT_S, on_progress=on_progress)
     finally:
         if printer is not None:
             # Let the lines that led to the verdict reach the screen (and be committed) first.
+            active = manager.view(run_id).active
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(printer), 0.5 if view.active else 3.0)
+                await asyncio.wait_for(asyncio.shield(printer), 0.5 if active else 3.0)
             printer.cancel()
             await asyncio.gather(printer, return_exceptions=True)
-    return _verdict(view, timed_out, args)
+    return _report(verdict, args)
 
 
 async def _print_lines(manager: RunManager, run_id: str) -> None:
@@ -106,21 +85,17 @@ async def _print_lines(manager: RunManager, run_id: str) -> None:
             print(f"specmon: {line.text}", file=sys.stderr, flush=True)
 
 
-def _verdict(view: RunView, timed_out: bool, args: argparse.Namespace) -> int:
-    if view.state == "ready":
-        code, verdict, reason = EXIT_READY, "ready", f"ready at {view.url} after {view.load_seconds or 0:.1f}s"
-    elif view.stalled:
-        code, verdict, reason = EXIT_STALLED, "stalled", view.stall_reason or "stalled"
-    elif timed_out:
-        code, verdict, reason = EXIT_STALLED, "timeout", f"not ready after {args.timeout:g}s ({progress_text(view)})"
-    else:
-        failure = view.failure
-        code, verdict = EXIT_FAILED, view.state
-        reason = f"{failure.kind}: {failure.message}" if failure else f"run is {view.state}"
+def _report(verdict: Verdict, args: argparse.Namespace) -> int:
+    view, outcome, reason = verdict.view, verdict.outcome, verdict.reason
+    if outcome == "timeout":
+        reason = f"{reason} ({progress_text(view)})"
+    code = {"ready": EXIT_READY, "stalled": EXIT_STALLED, "timeout": EXIT_STALLED}.get(outcome, EXIT_FAILED)
+    # A failed wait is named by the run's state (failed, exited, lost, stopped), as `status` names it.
+    name = view.state if outcome == "failed" else outcome
     if args.json:
-        print(json.dumps({**view.to_json(), "verdict": verdict, "reason": reason}, indent=2))
+        print(json.dumps({**view.to_json(), "verdict": name, "reason": reason}, indent=2))
     if code == EXIT_FAILED and view.failure is not None:
         print_failure(view)
     else:
-        print(f"specmon: {view.profile} {verdict}: {reason}", file=sys.stderr)
+        print(f"specmon: {view.profile} {name}: {reason}", file=sys.stderr)
     return code

@@ -7,10 +7,12 @@ starts being), linearly interpolated between the two measured levels that bracke
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from specmon.model.results import LevelResult
+from specmon.model.numbers import fmt_count
+from specmon.model.results import LevelResult, SweepResult
 
 
 @dataclass(frozen=True)
@@ -70,3 +72,78 @@ def crossover(a: Sequence[LevelResult], b: Sequence[LevelResult]) -> float | Non
     """The interpolated concurrency where b's output throughput crosses a's, or None if it never does."""
     x = find_crossover(a, b)
     return None if x is None else x.concurrency
+
+
+# ---- confounds: what makes a comparison unfair ----------------------------------------------------------------
+KV_TOKENS_APART = 0.10     # KV capacities further apart than this bound throughput at high concurrency differently
+# Workload keys that change what a level measures; levels, warm-up, timeout and seed do not.
+_WORKLOAD_KEYS = ("input_len", "output_len", "api", "prompt_file", "fixed_length", "temperature")
+
+
+@dataclass(frozen=True)
+class ComparedRun:
+    """What a confounded-comparison check needs to know of one run or result file (None: not known)."""
+
+    label: str
+    mem_fraction_static: float | None = None
+    kv_cache_tokens: int | None = None
+    workload: Mapping[str, Any] | None = None       # a result's workload (a live server has none yet)
+    client_bound: tuple[int, ...] = ()               # concurrencies where the load generator was the bottleneck
+
+    @classmethod
+    def of_result(cls, result: SweepResult) -> ComparedRun:
+        """From a result file: the server facts in its meta line, its workload, its client-bound levels."""
+        server = result.meta.server
+        mem = server.get("mem_fraction")
+        kv = server.get("kv_cache_tokens")
+        return cls(
+            label=result.label,
+            mem_fraction_static=float(mem) if isinstance(mem, (int, float)) and not isinstance(mem, bool) else None,
+            kv_cache_tokens=kv if isinstance(kv, int) and not isinstance(kv, bool) else None,
+            workload=result.meta.workload,
+            client_bound=tuple(lv.concurrency for lv in result.levels if lv.client.bound),
+        )
+
+
+def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
+    """Why runs about to be compared are not a fair comparison; empty when nothing known differs.
+
+    Memory settings: a speculative profile that reserved a different `mem_fraction_static`, or ended up with a KV
+    cache more than 10% larger or smaller than its baseline's, is bounded differently at high concurrency.
+    Workload: different prompt or output lengths (or API, prompts, temperature) measure different things.
+    Client-bound levels measured the load generator, not the server.
+    """
+    warnings: list[str] = []
+    mems = [r.mem_fraction_static for r in runs if r.mem_fraction_static is not None]
+    if len(set(mems)) > 1:
+        warnings.append("mem_fraction_static " + " ≠ ".join(f"{v:g}" for v in mems))
+    kvs = [r.kv_cache_tokens for r in runs if r.kv_cache_tokens is not None]
+    if kvs and max(kvs) > min(kvs) * (1 + KV_TOKENS_APART):
+        warnings.append("KV tokens " + " ≠ ".join(fmt_count(v) for v in kvs))
+    workloads = [(r.label, r.workload) for r in runs if r.workload is not None]
+    for key in _WORKLOAD_KEYS:
+        values = [(label, w.get(key)) for label, w in workloads]
+        if len({repr(v) for _, v in values}) > 1:
+            warnings.append(f"workload {key}: " + " ≠ ".join(f"{label} {v}" for label, v in values))
+    for r in runs:
+        if r.client_bound:
+            warnings.append(f"{r.label}: client-bound at C=" + ",".join(map(str, r.client_bound))
+                            + " (the load generator was the bottleneck)")
+    return warnings
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Sweeps side by side: the results (the first is the reference), where the second crosses the first, and
+    why the comparison may be unfair."""
+
+    results: tuple[SweepResult, ...]
+    crossover: Crossover | None
+    warnings: tuple[str, ...]
+
+
+def compare_results(results: Sequence[SweepResult]) -> Comparison:
+    """The comparison of finished sweeps: crossover of the second against the first, and confound warnings."""
+    cross = find_crossover(results[0].levels, results[1].levels) if len(results) >= 2 else None
+    warnings = confound_warnings([ComparedRun.of_result(r) for r in results]) if len(results) >= 2 else []
+    return Comparison(tuple(results), cross, tuple(warnings))

@@ -41,6 +41,7 @@ import httpx
 from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload, load_prompts
+from specmon.model.config import SweepDefaults
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
 
@@ -78,6 +79,46 @@ class SweepSpec:
             return self.records_path
         name = self.out_path.name[:-6] if self.out_path.name.endswith(".jsonl") else self.out_path.name
         return self.out_path.with_name(name + ".requests.jsonl")
+
+
+@dataclass(frozen=True)
+class WorkloadOverrides:
+    """What a front end's options or form change in `[sweep]`; None keeps the config's value.
+
+    Giving a request count turns the config's duration off and vice versa, so a level never has both.
+    """
+
+    levels: tuple[int, ...] | None = None
+    requests_per_level: int | None = None
+    duration_s: float | None = None
+    warmup_requests: int | None = None
+    input_len: int | None = None
+    output_len: int | None = None
+    api: str | None = None
+    prompt_file: str | None = None
+    timeout_s: float | None = None
+    fixed_length: bool | None = None
+
+
+def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = WorkloadOverrides()) -> Workload:
+    """The one way a front end turns `[sweep]` plus its own options into a Workload."""
+    o = overrides
+    requests = o.requests_per_level if o.requests_per_level is not None else (
+        None if o.duration_s is not None else defaults.requests_per_level)
+    duration = o.duration_s if o.duration_s is not None else (
+        None if o.requests_per_level is not None else defaults.duration_s)
+    # Not in [sweep]: Workload's own defaults hold unless an option says otherwise.
+    extra: dict[str, Any] = {}
+    if o.timeout_s is not None:
+        extra["timeout_s"] = o.timeout_s
+    if o.fixed_length is not None:
+        extra["fixed_length"] = o.fixed_length
+    return Workload(
+        levels=o.levels or tuple(defaults.levels), requests_per_level=requests, duration_s=duration,
+        warmup_requests=defaults.warmup_requests if o.warmup_requests is None else o.warmup_requests,
+        input_len=o.input_len or defaults.input_len, output_len=o.output_len or defaults.output_len,
+        api=o.api or defaults.api, prompt_file=o.prompt_file, **extra,
+    )
 
 
 def default_out_path(label: str, directory: Path = Path("results")) -> Path:

@@ -9,19 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specmon.loadgen.workload import Workload
 from specmon.model.compare import crossover
 from specmon.model.config import Config
 from specmon.model.results import LevelResult, read_results
 from specmon.model.sweepstats import SweepProgress
+from specmon.orchestration.comparison import sweep_profiles
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.ui.forms import SweepRequest
 from specmon.ui.rows import entry_from_line, past_load, row_from_view
 
@@ -154,36 +155,37 @@ class EngineBridge:
         self._app.set_series(name, levels, crossover=cross)
 
     async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
-        defaults = self.config.sweep
-        workload = Workload(levels=request.levels, requests_per_level=request.requests_per_level,
-                            duration_s=None if request.requests_per_level else defaults.duration_s,
-                            warmup_requests=defaults.warmup_requests,
-                            input_len=request.input_len, output_len=request.output_len, api=defaults.api)
-        written: list[Path] = []
+        # The form showed [sweep]'s request count; an emptied field means its duration, else whole waves of C.
+        defaults = dataclasses.replace(self.config.sweep, requests_per_level=None)
+        workload = workload_from(defaults, WorkloadOverrides(
+            levels=request.levels, requests_per_level=request.requests_per_level, input_len=request.input_len,
+            output_len=request.output_len))
+        ready: list[RunView] = []
+        for profile in request.profiles:
+            view = self._views.get(profile)
+            if view is None or view.state != "ready":
+                app.notify(f"{profile} is not ready; skipped", severity="warning")
+            else:
+                ready.append(view)
+
+        def on_start(profile: str) -> None:
+            self._levels[profile] = []
+            app.set_sweep_status(f"{profile}: starting", running=True)
+
+        def on_update(profile: str, update: SweepUpdate) -> None:
+            if isinstance(update, SweepProgress):
+                app.set_sweep_status(sweep_status(update, profile), running=True)
+                self._publish_series(profile, live=update)
+            elif isinstance(update, LevelResult):
+                self._levels[profile].append(update)
+                self._publish_series(profile)
+            elif isinstance(update, SweepNotice):
+                app.notify(f"{profile}: {update.message}", severity="warning", timeout=6)
+
         try:
-            for profile in request.profiles:
-                view = self._views.get(profile)
-                if view is None or view.state != "ready":
-                    app.notify(f"{profile} is not ready; skipped", severity="warning")
-                    continue
-                self._levels[profile] = []
-                spec = SweepSpec(url=view.url, workload=workload, out_path=default_out_path(profile, self.results_dir),
-                                 profile=profile)
-                app.set_sweep_status(f"{profile}: starting", running=True)
-
-                def on_update(update: SweepUpdate, profile: str = profile) -> None:
-                    if isinstance(update, SweepProgress):
-                        app.set_sweep_status(sweep_status(update, profile), running=True)
-                        self._publish_series(profile, live=update)
-                    elif isinstance(update, LevelResult):
-                        self._levels[profile].append(update)
-                        self._publish_series(profile)
-                    elif isinstance(update, SweepNotice):
-                        app.notify(f"{profile}: {update.message}", severity="warning", timeout=6)
-
-                result = await run_sweep(spec, on_update=on_update)
-                if result.path:
-                    written.append(Path(result.path))
+            comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
+                                              on_update=on_update)
+            written = [Path(r.path) for r in comparison.results if r.path]
             where = f" in {written[0].parent}" if written else ""
             app.set_sweep_status("done: " + ", ".join(p.name for p in written) + where, running=False)
         except asyncio.CancelledError:

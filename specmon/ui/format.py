@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
-NA = "—"
+# Re-exported: the panes read every format through this module.
+from specmon.model.numbers import NA as NA
+from specmon.model.numbers import fmt_count as fmt_count
 
 # Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
 _STATE_STYLES: dict[str, str] = {
@@ -48,18 +49,6 @@ def fmt_ago(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m ago"
     return f"{s // 3600}h ago"
-
-
-def fmt_count(n: float | None) -> str:
-    """A count a person can read at a glance: `950`, `12.3k`, `1.25M`."""
-    if n is None:
-        return NA
-    value = float(n)
-    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= limit:
-            scaled = value / limit
-            return f"{scaled:.3g}{suffix}" if scaled < 100 else f"{scaled:.0f}{suffix}"
-    return f"{value:.0f}"
 
 
 def fmt_number(value: float | None, digits: int = 1) -> str:
@@ -117,32 +106,6 @@ def fmt_elapsed_vs_past(elapsed_s: float | None, past_load_s: float | None) -> s
     if past_load_s:
         return f"{fmt_duration(elapsed_s)}/~{fmt_duration(past_load_s)}"
     return fmt_duration(elapsed_s)
-
-
-@dataclass(frozen=True)
-class ComparedRun:
-    """What a confounded-comparison check needs to know of one run."""
-
-    profile: str
-    mem_fraction_static: float | None
-    kv_cache_tokens: int | None
-
-
-def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
-    """Warnings when runs about to be compared differ in memory settings.
-
-    A speculative profile that reserved a different `mem_fraction_static` or ended up with a different KV cache
-    than its baseline is not a fair comparison: throughput at high concurrency is bounded by KV capacity.
-    """
-    warnings: list[str] = []
-    for label, values in (
-        ("mem_fraction_static", [(r.profile, r.mem_fraction_static) for r in runs]),
-        ("KV tokens", [(r.profile, r.kv_cache_tokens) for r in runs]),
-    ):
-        known = [v for _, v in values if v is not None]
-        if len(set(known)) > 1:
-            warnings.append(f"{label} " + " ≠ ".join(fmt_count(v) if isinstance(v, int) else f"{v:g}" for v in known))
-    return warnings
 
 
 def _stat(level: Mapping[str, object], key: str, field: str) -> float | None:

@@ -10,6 +10,7 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
+from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import ServerRow
 
@@ -108,11 +109,11 @@ class ServersPane(VerticalScroll):
         for card in self.query(RunCard):
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected)
         compared = [
-            fmt.ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens)
+            ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens)
             for r in rows
             if r.state in ("loading", "ready")
         ]
-        warnings = fmt.confound_warnings(compared)
+        warnings = confound_warnings(compared)
         text = "\n".join(f"⚠ {escape(w)}" for w in warnings)
         if text != self._warning:  # touch the widgets only on change: each touch is a relayout and a repaint
             self._warning = text
