@@ -1,18 +1,72 @@
-"""LocalTransport and LogTailer against real /bin/sh processes and real files."""
+"""The transport contract: every Transport (and the LogTailer over it) must pass this module.
+
+Adding a transport means adding a fixture, nothing else:
+
+1. Write an async context manager `my_host(scratch: Path) -> AsyncIterator[Host]` that starts what the transport
+   needs (e.g. an `sshd` on 127.0.0.1 with throwaway keys), yields a `Host`, and cleans up.
+2. Add it to `HOSTS` under a short name; every test below then runs against it (`-k ssh` picks one).
+
+`Host` fields:
+- `transport`: the Transport under test; the tests call `run`, `stream`, `write_file`, `local_url`, `close`.
+- `dir`: a scratch directory that is the same path on the host and in this process (hosts are reached on
+  127.0.0.1, so the tests play the server's side, writing logs and reading pid files, with plain Python file
+  calls, while specmon itself only goes through the transport).
+- `drop_link(log)`: sever every live stream following the file `log`, the way a lost network would (locally:
+  SIGKILL the `tail` processes; over SSH, the session's processes).
+Real parts only: real /bin/sh processes, real files, and for SSH a real sshd.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import signal
 import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
+from lifecycle_support import tail_pids
 
 from specmon.sources.local import LocalTransport
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines, read_range
-from specmon.sources.transport import TransportError
+from specmon.sources.transport import Transport, TransportError
+
+
+@dataclass(frozen=True)
+class Host:
+    """One transport under test and the test's handles on its host (see the module docstring)."""
+
+    transport: Transport
+    dir: Path
+    drop_link: Callable[[Path], None]
+
+
+def _kill_tails(log: Path) -> None:
+    for pid in tail_pids(log):
+        os.kill(pid, signal.SIGKILL)
+
+
+@contextlib.asynccontextmanager
+async def local_host(scratch: Path) -> AsyncIterator[Host]:
+    transport = LocalTransport()
+    try:
+        yield Host(transport, scratch, _kill_tails)
+    finally:
+        await transport.close()
+
+
+HOSTS: dict[str, Callable[[Path], AbstractAsyncContextManager[Host]]] = {"local": local_host}
+
+
+@pytest.fixture(params=sorted(HOSTS))
+async def host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Host]:
+    async with HOSTS[request.param](tmp_path) as h:
+        yield h
 
 
 def _alive(pid: int) -> bool:
@@ -23,17 +77,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def test_run_returns_code_stdout_stderr_and_takes_input() -> None:
-    t = LocalTransport()
+async def test_run_returns_code_stdout_stderr_and_takes_input(host: Host) -> None:
+    t = host.transport
     r = await t.run("printf 'a b'; printf oops >&2; exit 3")
     assert (r.exit_code, r.stdout, r.err) == (3, b"a b", "oops")
     r = await t.run("tr a-z A-Z", input=b"hello \xc3\xa9")
     assert r.ok and r.out == "HELLO \xc3\xa9".encode("latin-1").decode("utf-8")
 
 
-async def test_run_timeout_ends_the_command(tmp_path: Path) -> None:
-    t = LocalTransport()
-    pidfile = tmp_path / "pid"
+async def test_run_timeout_ends_the_command(host: Host) -> None:
+    t = host.transport
+    pidfile = host.dir / "pid"
     with pytest.raises(TimeoutError):
         await t.run(f"sleep 30 & echo $! > {pidfile}; wait", timeout=0.5)
     pid = int(pidfile.read_text())
@@ -44,23 +98,23 @@ async def test_run_timeout_ends_the_command(tmp_path: Path) -> None:
     assert not _alive(pid), "the timed-out command's child kept running"
 
 
-async def test_write_file_and_unwritable_path(tmp_path: Path) -> None:
-    t = LocalTransport()
-    target = tmp_path / "x" / "launch.sh"
+async def test_write_file_and_unwritable_path(host: Host) -> None:
+    t = host.transport
+    target = host.dir / "x" / "launch.sh"
     target.parent.mkdir()
     await t.write_file(str(target), b"echo hi\n", 0o700)
     assert target.read_bytes() == b"echo hi\n" and (target.stat().st_mode & 0o777) == 0o700
-    (tmp_path / "file").write_text("")
+    (host.dir / "file").write_text("")
     with pytest.raises(TransportError, match="cannot write"):
-        await t.write_file(str(tmp_path / "file" / "sub"), b"x")
+        await t.write_file(str(host.dir / "file" / "sub"), b"x")
 
 
-async def test_stream_yields_output_and_close_ends_the_command(tmp_path: Path) -> None:
-    t = LocalTransport()
+async def test_stream_yields_output_and_close_ends_the_command(host: Host) -> None:
+    t = host.transport
     async with t.stream("printf 'one\\n'; sleep 0.1; printf 'two\\n'; exit 4") as out:
         data = b"".join([chunk async for chunk in out])
     assert data == b"one\ntwo\n" and out.exit_code == 4
-    pidfile = tmp_path / "pid"
+    pidfile = host.dir / "pid"
     async with t.stream(f"echo $$ > {pidfile}; exec sleep 30") as out:
         for _ in range(100):
             if pidfile.exists() and pidfile.read_text().strip():
@@ -86,10 +140,10 @@ async def _collect(tailer: LogTailer, until: int, timeout: float = 10.0) -> list
     return batches
 
 
-async def test_tailer_emits_only_complete_lines_and_resumes_without_loss_or_repeat(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
+async def test_tailer_emits_only_complete_lines_and_resumes_without_loss_or_repeat(host: Host) -> None:
+    log = host.dir / "server.log"
     log.write_bytes(b"")
-    t = LocalTransport()
+    t = host.transport
     # A writer that splits a multi-byte character and lines across writes, slowly.
     lines = [f"line {i} \u00e9\u4e2d".encode() + b"\n" for i in range(40)]
     blob = b"".join(lines)
@@ -116,22 +170,22 @@ async def test_tailer_emits_only_complete_lines_and_resumes_without_loss_or_repe
         b.data.decode("utf-8")   # never a split character (raises if one were cut)
 
 
-async def test_tailer_drain_includes_an_unterminated_last_line(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
+async def test_tailer_drain_includes_an_unterminated_last_line(host: Host) -> None:
+    log = host.dir / "server.log"
     log.write_bytes(b"a\nb\nlast words")
-    tailer = LogTailer(LocalTransport(), str(log), offset=2)
+    tailer = LogTailer(host.transport, str(log), offset=2)
     batch = await tailer.drain()
     assert batch.data == b"b\nlast words\n" and tailer.offset == log.stat().st_size
 
 
-async def test_tailer_notes_a_replaced_log_and_a_skipped_backlog(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
+async def test_tailer_notes_a_replaced_log_and_a_skipped_backlog(host: Host) -> None:
+    log = host.dir / "server.log"
     log.write_bytes(b"old line\n" * 3)
-    t = LocalTransport()
+    t = host.transport
     tailer = LogTailer(t, str(log))
     await _collect(tailer, log.stat().st_size)
     inode = tailer.inode
-    replacement = tmp_path / "new.log"
+    replacement = host.dir / "new.log"
     replacement.write_bytes(b"new\n")
     os.replace(replacement, log)
     resumed = LogTailer(t, str(log), tailer.offset, inode)
@@ -146,20 +200,20 @@ async def test_tailer_notes_a_replaced_log_and_a_skipped_backlog(tmp_path: Path)
     assert data.startswith(b"01900\n") and data.endswith(b"01999\n")   # starts on a whole line
 
 
-async def test_read_range_and_last_lines(tmp_path: Path) -> None:
-    log = tmp_path / "server.log"
+async def test_read_range_and_last_lines(host: Host) -> None:
+    log = host.dir / "server.log"
     log.write_bytes(b"l1\nl2\nl3\npartial")
-    t = LocalTransport()
+    t = host.transport
     assert await read_range(t, str(log), 3, 9) == b"l2\nl3\n"
     text, follow_from = await last_lines(t, str(log), 2)
     assert text == b"l2\nl3\n" and follow_from == 9
 
 
-async def test_tail_follow_latency_is_small(tmp_path: Path) -> None:
+async def test_tail_follow_latency_is_small(host: Host) -> None:
     """A line appended to the log reaches the follower quickly (ready detection depends on it)."""
-    log = tmp_path / "server.log"
+    log = host.dir / "server.log"
     log.write_bytes(b"")
-    tailer = LogTailer(LocalTransport(), str(log))
+    tailer = LogTailer(host.transport, str(log))
     got: list[float] = []
 
     async def follow() -> None:
@@ -176,3 +230,54 @@ async def test_tail_follow_latency_is_small(tmp_path: Path) -> None:
         fh.write(b"ready\n")
     await asyncio.wait_for(task, 5)
     assert got[0] - t0 < 1.5   # generous guard on a loaded box; typically a few ms (inotify)
+
+
+async def test_partial_line_bytes_reach_the_parser_once_across_a_lost_link(host: Host) -> None:
+    log = host.dir / "server.log"
+    log.write_bytes(b"")
+    tailer = LogTailer(host.transport, str(log), retry_s=0.05)
+    batches: list[TailBatch] = []
+    pieces = [b"start\n", b"\rshards 1/4", b"\rshards 2/4", b"\rshards 3/4", b"\rshards 4/4\n", b"done\n"]
+    with open(log, "ab", buffering=0) as fh:
+        async with contextlib.aclosing(tailer.follow()) as follow:
+            it = follow.__aiter__()
+
+            async def until(pred) -> None:   # type: ignore[no-untyped-def]
+                while not pred():
+                    batches.append(await asyncio.wait_for(it.__anext__(), 10))
+
+            fh.write(pieces[0] + pieces[1])
+            await until(lambda: b"shards 1/4" in b"".join(b.fresh for b in batches))
+            fh.write(pieces[2])
+            await until(lambda: b"shards 2/4" in b"".join(b.fresh for b in batches))
+            # The progress line is unfinished: readers got "start" only, the parser got the redraws.
+            assert b"".join(b.data for b in batches) == b"start\n" and tailer.offset == 6
+            host.drop_link(log)
+            await until(lambda: any(b.note and "lost" in b.note for b in batches))
+            fh.write(pieces[3] + pieces[4] + pieces[5])
+            await until(lambda: tailer.offset == log.stat().st_size)
+    content = log.read_bytes()
+    assert b"".join(b.fresh for b in batches) == content            # every byte to the parser exactly once
+    assert b"".join(b.data for b in batches) == content              # every whole line to readers exactly once
+
+
+async def test_local_url_reaches_a_server_listening_on_the_hosts_loopback(host: Host) -> None:
+    """The URL the run hands to clients (sweeps, probes) reaches the host's 127.0.0.1:PORT from here."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 4\r\nconnection: close\r\n\r\npong")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        url = await host.transport.local_url(port)
+        assert url.startswith("http://127.0.0.1:")
+        async with httpx.AsyncClient(timeout=10) as client:
+            r = await client.get(url + "/ping")
+        assert (r.status_code, r.text) == (200, "pong")
+    finally:
+        server.close()
+        await server.wait_closed()
