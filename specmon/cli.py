@@ -15,9 +15,10 @@ from collections.abc import Sequence
 
 from specmon import __version__
 from specmon.errors import UserError
+from specmon.sources.transport import TransportError
 
 # Subcommand modules, in the order `specmon --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "wait", "logs", "logscan", "sim", "sweep", "compare", "demo")
+COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "wait", "logs", "logscan", "sim", "sweep", "compare", "demo", "trust")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"specmon: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except TransportError as exc:   # a host that cannot be reached (or refused us) is the user's to fix
+        print(f"specmon: error: {exc}", file=sys.stderr)
+        return UserError.exit_code
     except KeyboardInterrupt:
         print("specmon: interrupted", file=sys.stderr)
         return 130

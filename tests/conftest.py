@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sshd_support import Sshd, shared_sshd, sshd_available
 
 
 def _pick_free_port() -> int:
@@ -52,3 +53,12 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         monkeypatch.setenv(name, str(path))
     monkeypatch.delenv("SPECMON_CONFIG", raising=False)
     yield home
+
+
+@pytest.fixture(scope="session")
+def sshd() -> Sshd:
+    """A real OpenSSH sshd on 127.0.0.1 with its own keys, config and known_hosts (see tests/sshd_support.py)."""
+    reason = sshd_available()
+    if reason is not None:
+        pytest.skip(reason)
+    return shared_sshd()

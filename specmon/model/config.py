@@ -87,6 +87,20 @@ class SweepDefaults:
 
 
 @dataclass(frozen=True)
+class SshSettings:
+    """The [ssh] table: which OpenSSH files remote profiles use, and how fast a dead link is noticed.
+
+    `config` and `known_hosts` keep a leading `~` (expanded where they are opened). Host keys are always
+    verified against `known_hosts`; there is deliberately no setting that turns that off.
+    """
+
+    config: str = "~/.ssh/config"
+    known_hosts: str = "~/.ssh/known_hosts"
+    connect_timeout_s: float = 15.0
+    keepalive_s: float = 15.0              # a silent link counts as dead after 3 unanswered keepalives
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything read from one profiles file (or the built-in demo profiles)."""
 
@@ -94,6 +108,7 @@ class Config:
     profiles: dict[str, Profile] = field(default_factory=dict)
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     keys: dict[str, str] = field(default_factory=dict)   # binding id -> key, from a [keys] table (TUI remaps)
+    ssh: SshSettings = field(default_factory=SshSettings)
     found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
     # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
     key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
@@ -247,7 +262,8 @@ _PROFILE_KEYS = (
     "expected_load_s", "notify_cmd", "stall_timeout_s",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
-_TOP_KEYS = ("profiles", "sweep", "keys")
+_SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
+_TOP_KEYS = ("profiles", "sweep", "keys", "ssh")
 
 _KeyPath = tuple[str, ...]
 
@@ -352,9 +368,11 @@ class _Validator:
         sweep_table = self.table(data.get("sweep", {}), ("sweep",))
         sweep = self.sweep(sweep_table) if sweep_table is not None else SweepDefaults()
         keys = self.keys(data.get("keys", {}))
+        ssh_table = self.table(data.get("ssh", {}), ("ssh",))
+        ssh = self.ssh(ssh_table, Path(source).parent) if ssh_table is not None else SshSettings()
         if self.problems:
             return None
-        return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, found_by=found_by)
+        return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, ssh=ssh, found_by=found_by)
 
     def profile(self, name: str, raw: object) -> Profile | None:
         path = ("profiles", name)
@@ -476,6 +494,24 @@ class _Validator:
                 self.problem(key_path, f"levels must be strictly increasing ({before} then {after})")
                 return DEFAULT_LEVELS
         return tuple(value)
+
+    def ssh(self, table: Mapping[str, Any], base: Path) -> SshSettings:
+        """The [ssh] table; relative file names are taken from the profiles file's directory."""
+        path = ("ssh",)
+        self.unknown_keys(table, path, _SSH_KEYS)
+        defaults = SshSettings()
+        files = {}
+        for key in ("config", "known_hosts"):
+            name = self.string(table, path, key, getattr(defaults, key)) or getattr(defaults, key)
+            if key in table and not name.startswith("~") and not os.path.isabs(name):
+                name = str(base / name)
+            files[key] = name
+        return SshSettings(
+            config=files["config"], known_hosts=files["known_hosts"],
+            connect_timeout_s=self.seconds(table, path, "connect_timeout_s", defaults.connect_timeout_s)
+            or defaults.connect_timeout_s,
+            keepalive_s=self.seconds(table, path, "keepalive_s", defaults.keepalive_s) or defaults.keepalive_s,
+        )
 
     def keys(self, raw: object) -> dict[str, str]:
         path = ("keys",)

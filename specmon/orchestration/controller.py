@@ -28,9 +28,9 @@ from specmon.model.runstate import LogWatch, eta_seconds
 from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
-from specmon.sources.health import ProbeResult, ServerProbe, poll
+from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import TransportError
+from specmon.sources.transport import LinkState, TransportError
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -125,6 +125,8 @@ class RunController:
         self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this controller
         self._readers: set[asyncio.Queue[LogLine | None]] = set()
         self._last_view: RunView | None = None
+        self._unwatch_link: Callable[[], None] | None = None
+        self._link_down_since: float | None = None
 
     # ---- views -------------------------------------------------------------------------------------------
     def view(self) -> RunView:
@@ -151,6 +153,7 @@ class RunController:
             probe_error=self.probe_error if state in ("launching", "loading") else None,
             health=None if self.last_health is None or state not in ACTIVE_STATES else
             str(self.last_health.status or self.last_health.error),
+            link=self.ops.transport.link if r.host != "local" and state in ACTIVE_STATES else None,
         )
 
     def _publish(self) -> None:
@@ -207,7 +210,7 @@ class RunController:
     async def start(self) -> None:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
         self.url = await self.ops.transport.local_url(self.record.port)
-        self.probe = ServerProbe(self.url, self.record.health_path, timeout_s=5.0)
+        self.probe = await probe_of(self.ops.transport, self.record.port, self.record.health_path, timeout_s=5.0)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
@@ -230,6 +233,7 @@ class RunController:
             return
         if self.record.state == "ready":
             self._ready_trigger.set()
+        self._unwatch_link = self.ops.transport.watch_link(self._on_link)
         self._tail_task = asyncio.create_task(self._tail_loop(), name=f"tail {self.record.run_id}")
         self._tasks += [
             self._tail_task,
@@ -239,8 +243,20 @@ class RunController:
         ]
         self._publish()
 
+    def _on_link(self, link: LinkState) -> None:
+        """Time without a link is not time without log output: the stall clock restarts when the link is back
+        (the silence before a dead link is noticed, up to the keepalive window, is forgiven too)."""
+        if not link.up:
+            self._link_down_since = self._link_down_since or time.time()
+        elif self._link_down_since is not None:
+            self._link_down_since = None
+            self.last_bytes_at = max(self.last_bytes_at, time.time())
+        self._publish()
+
     async def close(self) -> None:
         """Cancel every task of this controller and wait for them. The server keeps running."""
+        if self._unwatch_link is not None:
+            self._unwatch_link()
         tasks = [t for t in self._tasks if not t.done()]
         for task in tasks:
             task.cancel()
@@ -308,7 +324,7 @@ class RunController:
             return
 
     def _check_stall(self) -> None:
-        if self.record.state not in ("launching", "loading"):
+        if self.record.state not in ("launching", "loading") or self._link_down_since is not None:
             return
         idle = time.time() - self.last_bytes_at
         if not self.stalled and idle >= self.stall_timeout_s:

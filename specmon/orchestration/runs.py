@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import secrets
 import shlex
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.config import Config, Profile
+from specmon.model.config import Config, Profile, SshSettings
 from specmon.model.runstate import LogWatch
 from specmon.orchestration.controller import (
     REPLAY_LIMIT,
@@ -64,8 +65,9 @@ from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_sc
 from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
-from specmon.sources.health import ServerProbe
+from specmon.sources.health import probe_of
 from specmon.sources.local import LocalTransport
+from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import Transport, TransportError
 
@@ -75,11 +77,11 @@ PID_WAIT_S = 10.0
 COMMIT_EVERY_S = 1.0
 
 
-def default_transport(host: str) -> Transport:
-    """LocalTransport for "local"; other hosts need the SSH transport."""
+def default_transport(host: str, ssh: SshSettings = SshSettings()) -> Transport:
+    """LocalTransport for "local"; an SSHTransport (one shared connection) for any other host."""
     if host == "local":
         return LocalTransport()
-    raise UserError(f"host {host}: remote hosts are not supported yet (no SSH transport)")
+    return SSHTransport(host, ssh)
 
 
 def new_run_id() -> str:
@@ -101,7 +103,7 @@ class RunManager:
     ) -> None:
         self.config = config
         self.store = RunStore(state_dir)
-        self._factory = transport_factory or default_transport
+        self._factory = transport_factory or functools.partial(default_transport, ssh=config.ssh)
         self._ops: dict[str, HostOps] = {}
         self._controllers: dict[str, RunController] = {}
         self._attaching: dict[str, asyncio.Future[RunController]] = {}
@@ -337,8 +339,7 @@ class RunManager:
 
     async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:
         """An unwatched run whose log says ready: one test completion decides."""
-        url = await self.ops(record.host).transport.local_url(record.port)
-        probe = ServerProbe(url, record.health_path, timeout_s=3.0)
+        probe = await probe_of(self.ops(record.host).transport, record.port, record.health_path, timeout_s=3.0)
         try:
             if not (await probe.completion()).ok:
                 return record

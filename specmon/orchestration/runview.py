@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.orchestration.runstore import iso_utc
+from specmon.sources.transport import LinkState
 
 RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
 ACTIVE_STATES = RUN_STATES[:4]   # the server process may still be running
@@ -57,6 +58,7 @@ class RunView:
     run_state: Any = None                 # the parser's RunState (None before any log was read)
     probe_error: str | None = None        # why a run whose log says ready is not called ready yet
     health: str | None = None             # last /health answer of a watched run: "200", "503", "connection refused"
+    link: LinkState | None = None         # the SSH link of a watched remote run (None: local, or not watched)
 
     @property
     def active(self) -> bool:

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import httpx
 
+from specmon.sources.transport import Transport
+
 T = TypeVar("T")
 
 
@@ -33,11 +35,14 @@ class ProbeResult:
 class ServerProbe:
     """Probes one server at `base_url` (e.g. http://127.0.0.1:30000). Close with `aclose()`."""
 
-    def __init__(self, base_url: str, health_path: str = "/health", timeout_s: float = 5.0) -> None:
+    def __init__(self, base_url: str, health_path: str = "/health", timeout_s: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """`transport`: where TCP connections start (e.g. on an SSH host, see Transport.http_transport)."""
         self.base_url = base_url.rstrip("/")
         self.health_path = health_path if health_path.startswith("/") else "/" + health_path
         # trust_env=False: a proxy from the environment must never sit between us and a loopback server.
-        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, trust_env=False)
+        self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout_s, trust_env=False,
+                                         transport=transport)
         self._model: str | None = None
 
     async def aclose(self) -> None:
@@ -50,7 +55,8 @@ class ServerProbe:
         except httpx.TimeoutException:
             return ProbeResult(None, "timed out", time.monotonic() - t0), None
         except httpx.HTTPError as exc:
-            reason = "connection refused" if isinstance(exc, httpx.ConnectError) else type(exc).__name__
+            reason = "connection refused" if isinstance(exc, httpx.ConnectError) else \
+                "link down" if type(exc) is httpx.NetworkError else type(exc).__name__
             return ProbeResult(None, reason, time.monotonic() - t0), None
         return ProbeResult(resp.status_code, None, time.monotonic() - t0), resp
 
@@ -100,6 +106,15 @@ class ServerProbe:
                 if isinstance(info, dict):
                     return info
         return None
+
+
+async def probe_of(transport: Transport, port: int, health_path: str = "/health",
+                   timeout_s: float = 5.0) -> ServerProbe:
+    """A probe of the host's 127.0.0.1:`port`: through the host's own TCP stack when the transport offers that
+    (SSH direct-tcpip), else at the transport's local URL."""
+    http = transport.http_transport()
+    url = f"http://127.0.0.1:{port}" if http is not None else await transport.local_url(port)
+    return ServerProbe(url, health_path, timeout_s, transport=http)
 
 
 async def poll(probe: Callable[[], Awaitable[T]], interval_s: float, on_result: Callable[[T], bool | None]) -> None:

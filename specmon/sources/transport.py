@@ -9,23 +9,65 @@ transport slots in without engine changes.
         async run(command, *, input=None, timeout=None) -> CommandResult
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
         async write_file(path, data, mode=0o644)             # default: `cat > path` through run()
+        async local_url(port) -> str                         # the host's 127.0.0.1:port as reached from here
+        http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
+        link: LinkState                                      # connected / reconnecting / refused (SSH)
+        watch_link(callback) -> unsubscribe
         async close()
 
 `command` is a POSIX shell command line (run by /bin/sh locally; by the login shell over SSH, so keep it
-plain POSIX). Link problems raise TransportError; a non-zero exit is a normal CommandResult.
+plain POSIX). Link problems raise TransportError; a non-zero exit is a normal CommandResult. A TransportError
+with `permanent` set (host key refused, authentication refused) will not go away by retrying: callers stop
+trying and show it.
 """
 
 from __future__ import annotations
 
 import shlex
+import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from types import TracebackType
+
+import httpx
 
 
 class TransportError(Exception):
     """The host could not be reached, or the link dropped while a command ran."""
+
+    permanent = False   # True: retrying cannot help (e.g. a refused host key); say so once, never retry
+
+
+LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed")
+
+
+@dataclass(frozen=True)
+class LinkState:
+    """How a transport's link to its host stands. `retry_at` (epoch s) is when the next reconnect attempt
+    starts while `state` is "reconnecting"; `detail` is the one-line reason of the last failure."""
+
+    state: str = "connected"          # one of LINK_STATES
+    detail: str = ""
+    retry_at: float | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.state == "connected"
+
+    @property
+    def refused(self) -> bool:
+        """The host refused us for good (host key or authentication): no reconnect will be tried."""
+        return self.state in ("host key unknown", "host key changed", "auth failed")
+
+    def label(self, now: float | None = None) -> str:
+        """What a card shows: "connected", "reconnecting in 3s", "host key refused", "auth failed"."""
+        if self.state == "reconnecting" and self.retry_at is not None:
+            left = self.retry_at - (time.time() if now is None else now)
+            return f"reconnecting in {left:.0f}s" if left >= 0.5 else "reconnecting"
+        if self.state in ("host key unknown", "host key changed"):
+            return "host key refused"
+        return self.state
 
 
 @dataclass(frozen=True)
@@ -98,6 +140,7 @@ class Transport(ABC):
     """Runs shell commands on one host. See the module docstring."""
 
     host: str = "local"
+    link: LinkState = LinkState()
 
     @abstractmethod
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
@@ -124,6 +167,16 @@ class Transport(ABC):
         Locally that is the port itself; a remote transport forwards it (on 127.0.0.1 only).
         """
         return f"http://127.0.0.1:{port}"
+
+    def http_transport(self) -> httpx.AsyncBaseTransport | None:
+        """An httpx transport whose TCP connections are opened FROM the host (so `http://127.0.0.1:PORT` means the
+        host's own port, and "connection refused" means nothing listens there yet); None: connect from here."""
+        return None
+
+    def watch_link(self, callback: Callable[[LinkState], None]) -> Callable[[], None]:
+        """Call `callback(link)` whenever the link state changes; returns the unsubscribe function. A local
+        transport's link never changes."""
+        return lambda: None
 
     async def close(self) -> None:  # noqa: B027 - optional hook: most transports hold nothing to release
         """Release connections. Never stops anything started on the host."""

@@ -39,6 +39,8 @@ class ServerRow:
     failure: str | None = None
     pid: int | None = None
     port: int | None = None
+    link: str | None = None             # a remote run's SSH link: "connected", "reconnecting in 3s", "auth failed"
+    link_ok: bool = True
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         failure=failure,
         pid=view.pid,
         port=view.port,
+        link=None if view.link is None else view.link.label(now),
+        link_ok=view.link is None or view.link.up,
     )
 
 

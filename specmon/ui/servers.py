@@ -45,6 +45,8 @@ class RunCard(Vertical):
         where = (f"{row.host}" if row.host != "local" else "") + (f":{row.port}" if row.port else "")
         if where and row.state != "idle":
             head += f" [dim]{escape(where)}[/]"
+        if row.link is not None and row.state != "idle":
+            head += f" [dim]{escape(row.link)}[/]" if row.link_ok else f" [$warning b]⚡ {escape(row.link)}[/]"
 
         bar = self.query_one(".card-bar", ProgressBar)
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)

@@ -1,0 +1,582 @@
+"""SSHTransport: the Transport for a host reached over SSH (asyncssh), one shared connection per host.
+
+What it promises on top of the Transport contract:
+  - Host aliases come from the OpenSSH config file ([ssh] config): HostName, User, Port, IdentityFile and
+    ProxyJump with any number of hops (each hop is connected here, so every hop's host key is checked against
+    the same known_hosts file and a refusal names the hop).
+  - Host keys are always verified against [ssh] known_hosts. An unknown key, a changed key and a refused
+    login end in ONE permanent TransportError (HostKeyUnknown, HostKeyChanged, AuthRefused) with a one-line
+    message (fingerprint and the `specmon trust` command where that helps); nothing is retried after that.
+  - Keepalives make a dead link (reset or silently dropped packets) visible within about 3 x keepalive_s. A
+    supervisor then reconnects with capped exponential backoff and jitter; `link` and `watch_link` say where
+    it stands. Commands issued while the link is down wait for it (bounded) instead of failing at once.
+  - Exec sessions (run and stream) are bounded by a semaphore below OpenSSH's MaxSessions (10); TCP channels
+    (HTTP probes, the port forward) have their own bound.
+  - The remote command line is `exec /bin/sh -c <quoted>` behind a one-line preamble that reports the
+    command's process group, so a timeout, a cancellation or a closed stream ends the command on the host
+    with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers).
+  - Agent forwarding is off. The environment of the exec channel is never relied on (sshd drops it without
+    AcceptEnv); launch scripts carry their environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+import httpx
+
+from specmon.model.config import SshSettings, parse_host
+from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
+
+log = logging.getLogger(__name__)
+
+KEEPALIVE_COUNT = 3
+MAX_SESSIONS = 8            # OpenSSH's MaxSessions defaults to 10; keep two for a user's own shell or scp
+MAX_TCP_CHANNELS = 64
+MAX_HOPS = 8
+# How long a command waits for a link that is down before it fails (the caller's timeout, if any, is shorter).
+LINK_WAIT_S = 60.0
+_PREAMBLE = "echo $$; exec /bin/sh -c \"$1\""
+
+
+class HostKeyRefused(TransportError):
+    """The host's key could not be verified; `key` is what it presented (None if it could not be read)."""
+
+    permanent = True
+
+    def __init__(self, message: str, key: HostKey | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+class HostKeyUnknown(HostKeyRefused):
+    """The host presented a key that known_hosts does not list."""
+
+
+class HostKeyChanged(HostKeyRefused):
+    """The host presented a key other than the one known_hosts lists for it."""
+
+
+class AuthRefused(TransportError):
+    """The host refused every key we offered."""
+
+    permanent = True
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """A host key as presented by a host: where (known_hosts entry name) and what (algorithm, fingerprint)."""
+
+    alias: str              # the name it was reached as (the profile's alias or a jump host)
+    entry: str              # the known_hosts host field: `host` or `[host]:port`
+    algorithm: str
+    fingerprint: str        # SHA256:...
+    public_key: str         # "ssh-ed25519 AAAA..." as known_hosts wants it
+
+    @property
+    def line(self) -> str:
+        return f"{self.entry} {self.public_key}"
+
+
+@dataclass(frozen=True)
+class _Hop:
+    """One SSH hop resolved from the config: what to connect to, and how it is named in known_hosts."""
+
+    alias: str              # as written: `[user@]name[:port]`
+    name: str               # the name looked up in the config (a Host pattern or a real host name)
+    given_user: str | None  # user and port written in the alias itself (they beat the config)
+    given_port: int | None
+    host: str               # resolved: HostName
+    port: int
+    user: str
+    key_name: str           # HostKeyAlias, else the host name
+    tunnel: str | None      # its own ProxyJump (honoured only for the first hop of a chain)
+
+    @property
+    def entry(self) -> str:
+        return self.key_name if self.port == 22 else f"[{self.key_name}]:{self.port}"
+
+
+def expand(path: str) -> str:
+    """`~` expanded with $HOME (the one tests and users set), not the password database."""
+    return os.path.expanduser(path)
+
+
+def _resolve(alias: str, settings: SshSettings) -> _Hop:
+    """Read the config file for one `[user@]host[:port]` name (blocking: `Match exec` may run commands)."""
+    target = parse_host(alias)
+    config_file = expand(settings.config)
+    options = asyncssh.SSHClientConnectionOptions(
+        config=[config_file] if os.path.exists(config_file) else None, host=target.hostname,
+        port=target.port or (), username=target.user or ())
+    tunnel = options.tunnel if isinstance(options.tunnel, str) and options.tunnel.lower() != "none" else None
+    host = str(options.host)
+    return _Hop(alias=alias, name=target.hostname, given_user=target.user, given_port=target.port,
+                host=host, port=int(options.port), user=str(options.username),
+                key_name=str(options.host_key_alias or host), tunnel=tunnel)
+
+
+def read_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
+    """The known_hosts file (an empty list when it does not exist yet)."""
+    try:
+        text = Path(expand(path)).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        text = ""
+    except OSError as exc:
+        raise TransportError(f"{path}: cannot read known_hosts: {exc.strerror or exc}") from None
+    return asyncssh.import_known_hosts(text)
+
+
+def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
+    """Delay before reconnect attempt `attempt` (1, 2, ...): base * 2^(n-1), capped, plus up to base of jitter
+    so that many specmon instances never reconnect in lockstep."""
+    return min(base_s * 2 ** (attempt - 1), cap_s) + random.uniform(0, base_s)
+
+
+class SSHTransport(Transport):
+    """Runs commands on `alias` over one shared SSH connection. See the module docstring."""
+
+    def __init__(self, alias: str, settings: SshSettings = SshSettings(), *, keepalive_count: int = KEEPALIVE_COUNT,
+                 max_sessions: int = MAX_SESSIONS, backoff_base_s: float = 1.0, backoff_cap_s: float = 30.0,
+                 link_wait_s: float = LINK_WAIT_S) -> None:
+        self.host = alias
+        self.settings = settings
+        self.keepalive_count = keepalive_count
+        self.backoff_base_s = backoff_base_s
+        self.backoff_cap_s = backoff_cap_s
+        self.link_wait_s = link_wait_s
+        self.link = LinkState("connecting")
+        self.connects = 0                      # connection attempts made (for tests and benches)
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._hops: list[asyncssh.SSHClientConnection] = []
+        self._ever_connected = False
+        self._fatal: TransportError | None = None
+        self._changed = asyncio.Event()        # set (and replaced) on every link change
+        self._supervisor: asyncio.Task[None] | None = None
+        self._watchers: list[Callable[[LinkState], None]] = []
+        self._sessions = asyncio.Semaphore(max_sessions)
+        self._tcp = asyncio.Semaphore(MAX_TCP_CHANNELS)
+        self._forwards: dict[int, _PortForward] = {}
+        self._closed = False
+
+    # ---- link --------------------------------------------------------------------------------------------
+    def watch_link(self, callback: Callable[[LinkState], None]) -> Callable[[], None]:
+        self._watchers.append(callback)
+        return lambda: self._watchers.remove(callback) if callback in self._watchers else None
+
+    def _set_link(self, link: LinkState) -> None:
+        self.link = link
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+        for callback in list(self._watchers):
+            try:
+                callback(link)
+            except Exception:   # a front end's bug must not stop the reconnects
+                log.exception("link watcher failed")
+
+    async def _supervise(self) -> None:
+        """Connect, wait for the connection to die, reconnect with backoff; stop for good on a refusal."""
+        attempt = 0
+        while not self._closed:
+            self._set_link(LinkState("connecting" if not self._ever_connected else "reconnecting", self.link.detail))
+            try:
+                conn, hops = await self._open()
+            except TransportError as exc:
+                if exc.permanent:
+                    self._fatal = exc
+                    state = "host key changed" if isinstance(exc, HostKeyChanged) else \
+                        "host key unknown" if isinstance(exc, HostKeyRefused) else "auth failed"
+                    self._set_link(LinkState(state, str(exc)))
+                    return
+                attempt += 1
+                delay = backoff_s(attempt, self.backoff_base_s, self.backoff_cap_s)
+                self._set_link(LinkState("reconnecting", str(exc), time.time() + delay))
+                await asyncio.sleep(delay)
+                continue
+            attempt = 0
+            self._conn, self._hops = conn, hops
+            self._ever_connected = True
+            self._set_link(LinkState("connected"))
+            await conn.wait_closed()
+            self._conn = None
+            for hop in reversed(hops):
+                hop.close()
+            # Reconnect at once the first time: a reset link is often back immediately.
+            self._set_link(LinkState("reconnecting", f"{self.host}: link lost", time.time()))
+
+    async def _connection(self, wait_s: float | None) -> asyncssh.SSHClientConnection:
+        """The live connection, waiting up to `wait_s` (None: LINK_WAIT_S) for a reconnect.
+
+        Before the first successful connect, a failed attempt is reported at once (a CLI must not hang on a
+        host that is down); later, a link being re-established is waited for.
+        """
+        if self._closed:
+            raise TransportError(f"{self.host}: transport closed")
+        if self._supervisor is None:
+            self._supervisor = asyncio.create_task(self._supervise(), name=f"ssh {self.host}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (self.link_wait_s if wait_s is None else wait_s)
+        while True:
+            if self._conn is not None and not self._conn.is_closed():
+                return self._conn
+            if self._fatal is not None:
+                raise self._fatal.with_traceback(None)
+            if not self._ever_connected and self.link.state == "reconnecting":
+                raise TransportError(self.link.detail)
+            left = deadline - loop.time()
+            if left <= 0:
+                raise TransportError(f"{self.host}: link down ({self.link.detail or self.link.state})")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    def _connect_kwargs(self, hop: _Hop, known: asyncssh.SSHKnownHosts) -> dict[str, object]:
+        config_file = expand(self.settings.config)
+        return {
+            "config": [config_file] if os.path.exists(config_file) else None,
+            "known_hosts": known,
+            "agent_forwarding": False,
+            "keepalive_interval": self.settings.keepalive_s,
+            "keepalive_count_max": self.keepalive_count,
+            "connect_timeout": self.settings.connect_timeout_s,
+            "login_timeout": self.settings.connect_timeout_s,
+        }
+
+    async def _open(self) -> tuple[asyncssh.SSHClientConnection, list[asyncssh.SSHClientConnection]]:
+        """One connection to the host, through its jump hosts; TransportError (permanent or not) on failure."""
+        self.connects += 1
+        loop = asyncio.get_running_loop()
+        known = read_known_hosts(self.settings.known_hosts)
+        hops: list[asyncssh.SSHClientConnection] = []
+        try:
+            final = await loop.run_in_executor(None, _resolve, self.host, self.settings)
+            chain: list[_Hop] = []
+            if final.tunnel:
+                names = [n.strip() for n in final.tunnel.split(",") if n.strip()]
+                first = await loop.run_in_executor(None, _resolve, names[0], self.settings)
+                if first.tunnel:   # the first jump host may have its own ProxyJump (as with ssh -J)
+                    for name in first.tunnel.split(","):
+                        chain.append(await loop.run_in_executor(None, _resolve, name.strip(), self.settings))
+                chain.append(first)
+                for name in names[1:]:
+                    chain.append(await loop.run_in_executor(None, _resolve, name, self.settings))
+            if len(chain) > MAX_HOPS:
+                raise TransportError(f"{self.host}: more than {MAX_HOPS} jump hosts in the ProxyJump chain")
+            via: asyncssh.SSHClientConnection | None = None
+            for hop in [*chain, final]:
+                via = await self._open_hop(hop, via, known)
+                hops.append(via)
+        except ValueError as exc:   # a malformed jump host name in the config
+            self._close_all(hops)
+            raise TransportError(f"{self.host}: {self.settings.config}: bad ProxyJump entry: {exc}") from None
+        except BaseException:
+            self._close_all(hops)
+            raise
+        return hops[-1], hops[:-1]
+
+    @staticmethod
+    def _close_all(conns: list[asyncssh.SSHClientConnection]) -> None:
+        for conn in reversed(conns):
+            conn.close()
+
+    async def _open_hop(self, hop: _Hop, via: asyncssh.SSHClientConnection | None,
+                        known: asyncssh.SSHKnownHosts) -> asyncssh.SSHClientConnection:
+        name = hop.alias if hop.alias == self.host else f"{hop.alias} (jump host for {self.host})"
+        try:
+            # Connect by the config name so IdentityFile & co. apply; the resolved HostName is what is dialled.
+            return await asyncssh.connect(hop.name, hop.given_port or (), username=hop.given_user or (),
+                                          tunnel=via or (),
+                                          **self._connect_kwargs(hop, known))  # type: ignore[arg-type]
+        except asyncssh.HostKeyNotVerifiable:
+            raise await self._host_key_error(name, hop, via, known) from None
+        except asyncssh.PermissionDenied:
+            raise AuthRefused(
+                f"{name}: authentication refused for user {hop.user} at {hop.entry} (no key from the agent or "
+                f"IdentityFile was accepted; check {self.settings.config} and the host's authorized_keys)") from None
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            reason = str(exc) or type(exc).__name__
+            if isinstance(exc, asyncio.TimeoutError):
+                reason = f"no answer within {self.settings.connect_timeout_s:g} s"
+            raise TransportError(f"{name}: cannot connect to {hop.entry}: {reason}") from None
+
+    async def _host_key_error(self, name: str, hop: _Hop, via: asyncssh.SSHClientConnection | None,
+                              known: asyncssh.SSHKnownHosts) -> HostKeyRefused:
+        """HostKeyChanged when known_hosts lists other keys for the host, else HostKeyUnknown (with the key)."""
+        listed = known.match(hop.key_name, "", hop.port)[0]
+        key: HostKey | None = None
+        try:
+            key = await fetch_host_key(hop, via, self.settings.connect_timeout_s)
+            shown = f"{key.algorithm} {key.fingerprint}"
+        except TransportError:
+            shown = "its key"
+        kh = self.settings.known_hosts
+        if listed:
+            return HostKeyChanged(
+                f"{name}: HOST KEY CHANGED for {hop.entry}: it now presents {shown}, which {kh} does not list for "
+                f"it; not connecting (possible man-in-the-middle). If the host was reinstalled, delete its line "
+                f"from {kh}, then run: specmon trust {self.host}", key)
+        return HostKeyUnknown(f"{name}: unknown host key for {hop.entry} ({shown}, not in {kh}); if that is the "
+                              f"host's key, run: specmon trust {self.host}", key)
+
+    # ---- commands ----------------------------------------------------------------------------------------
+    async def _process(self, command: str, wait_s: float | None) -> tuple[asyncssh.SSHClientProcess[bytes], int]:
+        """Start `command` under the pid preamble; returns the process and its process group on the host."""
+        conn = await self._connection(wait_s)
+        wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)}"
+        try:
+            proc = await conn.create_process(wrapped, encoding=None)
+            first = await proc.stdout.readline()
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(f"{self.host}: link lost: {exc}") from None
+        if not first.strip().isdigit():
+            proc.close()
+            raise TransportError(f"{self.host}: link lost while starting a command")
+        return proc, int(first)
+
+    async def _end_group(self, pgid: int) -> None:
+        """End a command's process group on the host (detached servers have their own session: untouched)."""
+        if pgid <= 1:
+            return
+        with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
+            conn = await self._connection(5.0)
+            async with self._sessions:
+                await asyncio.wait_for(conn.run(f"kill -s KILL -- -{int(pgid)} 2>/dev/null; true"), 10)
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        pgid = 0
+        try:
+            async with self._sessions:
+                proc, pgid = await self._process(command, timeout)
+                try:
+                    if input:
+                        proc.stdin.write(input)
+                    proc.stdin.write_eof()
+                    left = None if deadline is None else max(0.0, deadline - loop.time())
+                    stdout, stderr = await asyncio.wait_for(proc.communicate(), left)
+                finally:
+                    proc.close()
+        except asyncio.TimeoutError:
+            await self._end_group(pgid)
+            # The builtin TimeoutError (asyncio's is a different class before Python 3.11).
+            raise TimeoutError(f"{self.host}: command ran past {timeout} s") from None
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(f"{self.host}: link lost: {exc}") from None
+        except BaseException:
+            if pgid:   # cancelled: never leave the command running behind us
+                await asyncio.shield(self._end_group(pgid))
+            raise
+        if proc.exit_status is None and proc.exit_signal is None:
+            raise TransportError(f"{self.host}: link lost while a command ran")
+        code = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else 255
+        return CommandResult(code, stdout or b"", stderr or b"")
+
+    def stream(self, command: str) -> OutputStream:
+        return _SshStream(self, command)
+
+    # ---- TCP on the host ---------------------------------------------------------------------------------
+    async def open_tcp(self, host: str, port: int,
+                       wait_s: float | None = None) -> tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]]:
+        """A direct-tcpip channel to `host:port` as seen from the host. ConnectionRefusedError when nothing
+        listens there; TransportError when the link is down."""
+        conn = await self._connection(wait_s)
+        async with self._tcp:
+            try:
+                return await conn.open_connection(host, port)
+            except asyncssh.ChannelOpenError as exc:
+                if "refused" in exc.reason.lower():
+                    raise ConnectionRefusedError(f"{self.host}: {host}:{port}: connection refused") from None
+                raise TransportError(f"{self.host}: cannot open a channel to {host}:{port}: {exc.reason}") from None
+            except (OSError, asyncssh.Error) as exc:
+                raise TransportError(f"{self.host}: link lost: {exc}") from None
+
+    def http_transport(self) -> httpx.AsyncBaseTransport | None:
+        from specmon.sources.sshhttp import TunnelHTTPTransport
+
+        return TunnelHTTPTransport(self)
+
+    async def local_url(self, port: int) -> str:
+        """A forward of the host's 127.0.0.1:`port`, listening on 127.0.0.1 here, on the same local port for as
+        long as this transport lives (reconnects included)."""
+        forward = self._forwards.get(port)
+        if forward is None:
+            forward = _PortForward(self, port)
+            await forward.start()
+            self._forwards[port] = forward
+        return f"http://127.0.0.1:{forward.local_port}"
+
+    async def close(self) -> None:
+        """Close the forwards and the connection. Nothing started on the host is stopped."""
+        self._closed = True
+        for forward in self._forwards.values():
+            await forward.close()
+        self._forwards.clear()
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            await asyncio.gather(self._supervisor, return_exceptions=True)
+        if self._conn is not None:
+            self._conn.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._conn.wait_closed(), 5)
+        self._close_all(self._hops)
+        self._conn, self._hops = None, []
+
+
+class _SshStream(OutputStream):
+    """`command`'s stdout over one exec session, held for the stream's life."""
+
+    def __init__(self, transport: SSHTransport, command: str) -> None:
+        self._t = transport
+        self._command = command
+        self._proc: asyncssh.SSHClientProcess[bytes] | None = None
+        self._pgid = 0
+        self._holding = False
+
+    async def start(self) -> None:
+        await self._t._sessions.acquire()
+        self._holding = True
+        try:
+            self._proc, self._pgid = await self._t._process(self._command, None)
+            self._proc.stdin.write_eof()
+        except BaseException:
+            self._release()
+            raise
+
+    def _release(self) -> None:
+        if self._holding:
+            self._holding = False
+            self._t._sessions.release()
+
+    async def read_chunk(self) -> bytes:
+        assert self._proc is not None, "stream not started"
+        try:
+            chunk = await self._proc.stdout.read(65536)
+        except (OSError, asyncssh.Error):
+            chunk = b""
+        if not chunk:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._proc.wait_closed(), 5)
+            # EOF without an exit status: the link was lost, the command may still run.
+            self.exit_code = self._proc.exit_status
+        return chunk
+
+    async def aclose(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            proc.close()
+            self._release()
+            if proc.exit_status is None and self._pgid:
+                await asyncio.shield(self._t._end_group(self._pgid))
+            self._proc = None
+        self._release()
+
+
+class _PortForward:
+    """A listener on 127.0.0.1 here; each connection to it becomes a direct-tcpip channel to the host's
+    127.0.0.1:port over whatever connection is current, so the local port survives reconnects."""
+
+    def __init__(self, transport: SSHTransport, remote_port: int) -> None:
+        self._t = transport
+        self.remote_port = remote_port
+        self.local_port = 0
+        self._server: asyncio.base_events.Server | None = None
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.local_port = int(self._server.sockets[0].getsockname()[1])
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._pipes.add(task)
+        try:
+            try:
+                remote_reader, remote_writer = await self._t.open_tcp("127.0.0.1", self.remote_port)
+            except (OSError, TransportError):
+                return
+            try:
+                await asyncio.gather(_copy(reader, remote_writer), _copy(remote_reader, writer))
+            finally:
+                remote_writer.close()
+        finally:
+            writer.close()
+            if task is not None:
+                self._pipes.discard(task)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+async def _copy(reader: asyncio.StreamReader | asyncssh.SSHReader[bytes],
+                writer: asyncio.StreamWriter | asyncssh.SSHWriter[bytes]) -> None:
+    """Copy until EOF, then pass the EOF on (half-close), so HTTP keep-alive and streaming both work."""
+    with contextlib.suppress(OSError, asyncssh.Error):
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+
+async def fetch_host_key(hop: _Hop, via: asyncssh.SSHClientConnection | None, timeout_s: float) -> HostKey:
+    """The key `hop` presents (no authentication, nothing trusted)."""
+    try:
+        key = await asyncio.wait_for(asyncssh.get_server_host_key(hop.host, hop.port, tunnel=via or ()), timeout_s)
+    except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+        raise TransportError(f"{hop.alias}: cannot read the host key of {hop.entry}: {exc or 'timed out'}") from None
+    if key is None:
+        raise TransportError(f"{hop.alias}: {hop.entry} presented no host key")
+    return HostKey(alias=hop.alias, entry=hop.entry, algorithm=key.get_algorithm(),
+                   fingerprint=key.get_fingerprint("sha256"), public_key=key.export_public_key().decode().strip())
+
+
+def append_known_host(path: str, key: HostKey) -> None:
+    """Add one `entry keytype base64` line to known_hosts (created with mode 600, its directory 700)."""
+    target = Path(expand(path))
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    needs_newline = target.exists() and not target.read_bytes().endswith(b"\n") and target.stat().st_size > 0
+    fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as fh:
+        fh.write(("\n" if needs_newline else "") + key.line + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+async def trust(alias: str, settings: SshSettings, confirm: Callable[[HostKey], Awaitable[bool]]) -> list[HostKey]:
+    """The `specmon trust` flow: connect to `alias` (through its jump hosts); for each hop whose key is unknown,
+    show the key to `confirm` and append it to known_hosts if confirmed. Returns the keys added.
+
+    A changed key, a refusal to confirm or a failed login raises its TransportError: nothing is added then.
+    """
+    added: list[HostKey] = []
+    for _ in range(MAX_HOPS + 1):
+        transport = SSHTransport(alias, settings)
+        try:
+            await transport._connection(settings.connect_timeout_s * 2)
+            return added
+        except HostKeyUnknown as exc:
+            if exc.key is None:
+                raise
+            if not await confirm(exc.key):
+                raise HostKeyUnknown(f"{exc.key.alias}: key {exc.key.fingerprint} not trusted; nothing was added "
+                                     f"to {settings.known_hosts}", exc.key) from None
+            append_known_host(settings.known_hosts, exc.key)
+            added.append(exc.key)
+        finally:
+            await transport.close()
+    raise TransportError(f"{alias}: too many unknown host keys in the ProxyJump chain")

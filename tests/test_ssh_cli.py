@@ -1,0 +1,76 @@
+"""The [ssh] table and `specmon trust` against the real loopback sshd (tests/sshd_support.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from sshd_support import Sshd
+
+from specmon.model.config import SshSettings, load_config
+
+
+def _specmon(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe, "the `specmon` console script is not installed (pip install -e .)"
+    return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
+def test_ssh_table_defaults_and_relative_paths(tmp_path: Path) -> None:
+    (tmp_path / "a.toml").write_text('[profiles.a]\ncommand = "x"\nhost = "gpu1"\n')
+    config = load_config(tmp_path / "a.toml")
+    assert config.ssh == SshSettings() and config.ssh.config == "~/.ssh/config"
+    assert config.profiles["a"].host == "gpu1"
+    (tmp_path / "b.toml").write_text('[profiles.a]\ncommand = "x"\n[ssh]\nconfig = "ssh/cfg"\n'
+                                     'known_hosts = "/etc/kh"\nkeepalive_s = 2\nconnect_timeout_s = 4.5\n')
+    ssh = load_config(tmp_path / "b.toml").ssh
+    assert ssh == SshSettings(config=str(tmp_path / "ssh/cfg"), known_hosts="/etc/kh", connect_timeout_s=4.5,
+                              keepalive_s=2.0)
+
+
+def _profiles(tmp_path: Path, sshd: Sshd, known_hosts: Path) -> Path:
+    path = tmp_path / "profiles.toml"
+    path.write_text('[profiles.a]\ncommand = "x"\nhost = "gpu2"\n\n'
+                    f'[ssh]\nconfig = "{sshd.config}"\nknown_hosts = "{known_hosts}"\nconnect_timeout_s = 5\n')
+    return path
+
+
+def test_trust_shows_the_key_asks_and_appends_only_on_yes(sshd: Sshd, tmp_path: Path) -> None:
+    known = tmp_path / "kh" / "known_hosts"     # does not exist yet: every key is unknown
+    config = _profiles(tmp_path, sshd, known)
+    fingerprint = subprocess.run(["ssh-keygen", "-lf", str(sshd.dir / "host_key.pub")], capture_output=True,
+                                 text=True, check=True).stdout.split()[1]
+
+    refused = _specmon("--config", str(config), "trust", "gpu2", stdin="n\n")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert fingerprint in refused.stdout and "bastion" in refused.stdout   # the jump host's key is asked first
+    assert refused.stderr.count("\n") == 1 and "not trusted; nothing was added" in refused.stderr
+    assert not known.exists() or known.read_text() == ""
+
+    # A run against the unknown host says what to do, in one line.
+    status = _specmon("--config", str(config), "launch", "a")
+    assert status.returncode == 2 and "Traceback" not in status.stderr and status.stderr.count("\n") == 1
+    assert "unknown host key" in status.stderr and "specmon trust gpu2" in status.stderr
+    assert fingerprint in status.stderr
+
+    done = _specmon("--config", str(config), "trust", "gpu2", stdin="y\ny\n")
+    assert done.returncode == 0, done.stderr
+    assert "login works" in done.stdout
+    lines = known.read_text().splitlines()
+    assert lines == [f"[127.0.0.1]:{sshd.port} {sshd.host_key_line}"]   # bastion and gpu2 share one entry
+    assert (known.stat().st_mode & 0o777) == 0o600
+
+    again = _specmon("--config", str(config), "trust", "gpu2", stdin="")
+    assert again.returncode == 0 and "already trusted" in again.stdout
+
+
+def test_trust_refuses_to_replace_a_changed_key(sshd: Sshd, tmp_path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    known = tmp_path / "known_hosts"
+    impostor = " ".join((tmp_path / "other.pub").read_text().split()[:2])
+    known.write_text(f"[127.0.0.1]:{sshd.port} {impostor}\n")
+    config = _profiles(tmp_path, sshd, known)
+    done = _specmon("--config", str(config), "trust", "gpu1", stdin="y\n")
+    assert done.returncode == 2 and "HOST KEY CHANGED" in done.stderr and done.stderr.count("\n") == 1
+    assert known.read_text() == f"[127.0.0.1]:{sshd.port} {impostor}\n"

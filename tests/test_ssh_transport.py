@@ -1,0 +1,224 @@
+"""SSHTransport against a real OpenSSH sshd on 127.0.0.1 (tests/sshd_support.py), beyond the transport contract
+(tests/test_transport_contract.py runs that over SSH too): ProxyJump chains, host-key and login refusals
+without retry storms, keepalive and reconnect, HTTP over the link."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from simproc import start_sim
+from sshd_support import Relay, Sshd
+
+from specmon.sources.health import probe_of
+from specmon.sources.ssh import AuthRefused, HostKeyChanged, HostKeyUnknown, SSHTransport
+from specmon.sources.transport import LinkState, TransportError
+
+
+def _accepted(sshd: Sshd) -> int:
+    return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
+
+
+@pytest.mark.parametrize(("alias", "logins"), [("gpu1", 1), ("gpu2", 2), ("gpu3", 3)])
+async def test_aliases_and_proxyjump_chains_reach_the_host(sshd: Sshd, alias: str, logins: int) -> None:
+    """HostName/Port/User/IdentityFile from the config file; ProxyJump with one and two jump hosts (each hop is
+    a login of its own on the sshd); the remote HOME comes from the session, not from here."""
+    before = _accepted(sshd)
+    transport = SSHTransport(alias, sshd.settings())
+    try:
+        result = await transport.run('printf %s "$HOME"')
+        assert result.ok and result.out == str(sshd.home)
+        second = await transport.run("echo again")     # one shared connection: no new login
+        assert second.out == "again\n"
+        await asyncio.sleep(0.2)
+        assert _accepted(sshd) - before == logins
+        assert transport.link.state == "connected"
+    finally:
+        await transport.close()
+
+
+async def _relay_alias(sshd: Sshd, name: str, *, trust: bool = True) -> Relay:
+    relay = await Relay(sshd.port).start()
+    sshd.add_alias(name, relay.port, trust_port=trust)
+    return relay
+
+
+async def test_unknown_host_key_fails_once_with_fingerprint_and_trust_command(sshd: Sshd) -> None:
+    relay = await _relay_alias(sshd, "newhost", trust=False)
+    transport = SSHTransport("newhost", sshd.settings())
+    try:
+        with pytest.raises(HostKeyUnknown) as info:
+            await transport.run("true")
+        message = str(info.value)
+        fingerprint = re.search(r"SHA256:\S+?(?=[,)])", message)
+        assert fingerprint and "specmon trust newhost" in message and "\n" not in message
+        assert info.value.key is not None and info.value.key.fingerprint == fingerprint.group(0)
+        assert transport.link.state == "host key unknown" and transport.link.label() == "host key refused"
+        seen = relay.accepted          # the connect, plus one connection that read the key for the message
+        for _ in range(5):
+            with pytest.raises(HostKeyUnknown):
+                await transport.run("true")
+        await asyncio.sleep(2.5)
+        assert relay.accepted == seen <= 2, "retried after a refused host key"
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_changed_host_key_is_one_hard_error_without_retries(sshd: Sshd, tmp_path: Path) -> None:
+    relay = await _relay_alias(sshd, "changed", trust=False)
+    impostor = tmp_path / "impostor.pub"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "impostor")], check=True)
+    with open(sshd.known_hosts, "a") as fh:
+        fh.write(f"[127.0.0.1]:{relay.port} {' '.join(impostor.read_text().split()[:2])}\n")
+    transport = SSHTransport("changed", sshd.settings())
+    try:
+        with pytest.raises(HostKeyChanged) as info:
+            await transport.run("true")
+        message = str(info.value)
+        assert "HOST KEY CHANGED" in message and "SHA256:" in message and "\n" not in message
+        assert transport.link.label() == "host key refused"
+        seen = relay.accepted
+        results = await asyncio.gather(*(transport.run("true") for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(r, HostKeyChanged) for r in results)
+        await asyncio.sleep(2.5)
+        assert relay.accepted == seen <= 2
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_refused_key_is_one_clear_error_without_retries(sshd: Sshd, tmp_path: Path) -> None:
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    relay = await Relay(sshd.port).start()
+    sshd.extra_hosts.append(sshd.alias("nokey", relay.port, user_key=stranger))
+    sshd.config.write_text(sshd.config.read_text() + "\n" + sshd.extra_hosts[-1])
+    with open(sshd.known_hosts, "a") as fh:
+        fh.write(f"[127.0.0.1]:{relay.port} {sshd.host_key_line}\n")
+    transport = SSHTransport("nokey", sshd.settings())
+    try:
+        with pytest.raises(AuthRefused, match=r"^nokey: authentication refused for user root") as info:
+            await transport.run("true")
+        assert "\n" not in str(info.value) and transport.link.label() == "auth failed"
+        for _ in range(3):
+            with pytest.raises(AuthRefused):
+                await transport.run("true")
+        await asyncio.sleep(2.5)
+        assert relay.accepted == 1
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_unreachable_host_fails_fast_before_a_first_connect(sshd: Sshd) -> None:
+    relay = await Relay(sshd.port).start()
+    port = relay.port
+    await relay.close()          # nothing listens there now
+    sshd.add_alias("down", port)
+    transport = SSHTransport("down", sshd.settings())
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="down: cannot connect") as info:
+            await transport.run("true")
+        assert not info.value.permanent and time.monotonic() - t0 < 30
+    finally:
+        await transport.close()
+
+
+@pytest.mark.parametrize("how", ["reset", "blackhole"])
+async def test_a_dead_link_is_noticed_within_the_keepalive_window_and_comes_back(sshd: Sshd, how: str) -> None:
+    relay = await _relay_alias(sshd, f"flaky-{how}")
+    transport = SSHTransport(f"flaky-{how}", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0),
+                             backoff_cap_s=2.0)
+    states: list[tuple[float, LinkState]] = []
+    transport.watch_link(lambda link: states.append((time.monotonic(), link)))
+    try:
+        assert (await transport.run("echo up")).out == "up\n"
+        t0 = time.monotonic()
+        relay.reset() if how == "reset" else relay.blackhole()
+        while transport.link.up and time.monotonic() - t0 < 20:
+            await asyncio.sleep(0.05)
+        noticed = time.monotonic() - t0
+        assert not transport.link.up
+        # keepalive 1 s x 3 unanswered: about 3-4 s; generous guard for a loaded machine
+        assert noticed < 12, f"dead link noticed after {noticed:.1f} s"
+        if how == "blackhole":
+            await asyncio.sleep(2)
+            relay.restore()
+        result = await transport.run("echo back", timeout=60)
+        assert result.out == "back\n" and transport.link.up
+        assert any(s.state == "reconnecting" for _, s in states)
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_a_command_cut_by_the_link_raises_instead_of_returning_a_result(sshd: Sshd) -> None:
+    relay = await _relay_alias(sshd, "cut")
+    transport = SSHTransport("cut", sshd.settings())
+    try:
+        await transport.run("true")
+        task = asyncio.create_task(transport.run("sleep 5; echo late", timeout=30))
+        await asyncio.sleep(0.5)
+        relay.reset()
+        with pytest.raises(TransportError):
+            await task
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_http_probes_go_through_the_host_and_say_refused_only_when_nothing_listens(
+        sshd: Sshd, free_port: int) -> None:
+    transport = SSHTransport("gpu2", sshd.settings())
+    try:
+        probe = await probe_of(transport, free_port)
+        try:
+            result = await probe.health()
+            assert result.status is None and result.error == "connection refused"
+        finally:
+            await probe.aclose()
+        with start_sim("--model", "test/Model-7B") as sim:
+            port = int(sim.url.rsplit(":", 1)[1])
+            probe = await probe_of(transport, port)
+            try:
+                assert probe.base_url == f"http://127.0.0.1:{port}"
+                assert (await probe.health()).ok
+                assert (await probe.completion()).ok
+                assert await probe.model_id() == "test/Model-7B"
+                assert isinstance(await probe.server_info(), dict)
+            finally:
+                await probe.aclose()
+            # The forward: a local port on 127.0.0.1 that reaches the host's port, the same for every call.
+            url = await transport.local_url(port)
+            assert url == await transport.local_url(port) and url.startswith("http://127.0.0.1:")
+            async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
+                assert (await client.get("/health")).status_code == 200
+    finally:
+        await transport.close()
+
+
+async def test_link_down_reads_as_link_down_not_as_refused(sshd: Sshd, free_port: int) -> None:
+    relay = await _relay_alias(sshd, "probe-down")
+    transport = SSHTransport("probe-down", sshd.settings(), link_wait_s=0.5)
+    try:
+        await transport.run("true")
+        relay.blackhole()
+        while transport.link.up:
+            await asyncio.sleep(0.05)
+        probe = await probe_of(transport, free_port, timeout_s=2.0)
+        try:
+            result = await probe.health()
+            assert result.status is None and result.error == "link down"
+        finally:
+            await probe.aclose()
+    finally:
+        await transport.close()
+        await relay.close()
+
