@@ -181,6 +181,7 @@ class Relay:
         self._pairs: set[tuple[asyncio.StreamWriter, asyncio.StreamWriter]] = set()
         self._flowing = asyncio.Event()
         self._flowing.set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> Relay:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -189,6 +190,10 @@ class Relay:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted += 1
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
         except OSError:
@@ -241,6 +246,9 @@ class Relay:
         self._flowing.set()
         if self._server is not None:
             self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
 _SHARED: list[Sshd] = []

@@ -74,3 +74,51 @@ def test_trust_refuses_to_replace_a_changed_key(sshd: Sshd, tmp_path: Path) -> N
     done = _specmon("--config", str(config), "trust", "gpu1", stdin="y\n")
     assert done.returncode == 2 and "HOST KEY CHANGED" in done.stderr and done.stderr.count("\n") == 1
     assert known.read_text() == f"[127.0.0.1]:{sshd.port} {impostor}\n"
+
+
+def test_status_host_lists_runs_unknown_here_and_adopts_one(sshd: Sshd, tmp_path: Path, free_port: int) -> None:
+    """A run launched from one jump box (its own local state) is found on the host by another, adopted, stopped."""
+    import json
+    import os
+    import sys
+
+    from lifecycle_support import kill_marked, marked_pids
+
+    config = tmp_path / "profiles.toml"
+    config.write_text(
+        f'[profiles.far]\nhost = "gpu2"\nserver = "sglang"\nport = {free_port}\n'
+        f'command = ["{sys.executable}", "-m", "specmon.sim", "--port", "{free_port}", "--time-scale", "0.05"]\n\n'
+        + sshd.ssh_table(keepalive_s=5.0))
+
+    def specmon(state: str, *args: str) -> subprocess.CompletedProcess[str]:
+        exe = shutil.which("specmon")
+        assert exe
+        env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / state))
+        return subprocess.run([exe, "--config", str(config), *args], capture_output=True, text=True, timeout=120,
+                              env=env, stdin=subprocess.DEVNULL)
+
+    launched = specmon("box-a", "launch", "far")
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(specmon("box-a", "status", "--json").stdout)[0]["run_id"]
+    try:
+        listed = specmon("box-b", "status", "--host", "gpu2")
+        assert listed.returncode == 0, listed.stderr
+        assert "not known here" in listed.stdout and run_id in listed.stdout and "running" in listed.stdout
+        as_json = json.loads(specmon("box-b", "status", "--host", "gpu2", "--json").stdout)
+        assert as_json["runs"] == [] and [r["run_id"] for r in as_json["adoptable"]] == [run_id]
+        assert as_json["adoptable"][0]["profile"] == "far" and as_json["adoptable"][0]["running"] is True
+
+        adopted = specmon("box-b", "status", "--host", "gpu2", "--adopt", run_id)
+        assert adopted.returncode == 0, adopted.stderr
+        assert f"adopted {run_id}" in adopted.stdout and "not known here" not in adopted.stdout
+        runs = json.loads(specmon("box-b", "status", "--json").stdout)
+        assert [(r["run_id"], r["host"]) for r in runs] == [(run_id, "gpu2")]
+        assert runs[0]["state"] in ("loading", "ready")
+
+        stopped = specmon("box-b", "stop", run_id)
+        assert stopped.returncode == 0, stopped.stderr
+        assert marked_pids(run_id) == []
+        again = specmon("box-b", "status", "--host", "gpu2", "--adopt", run_id)
+        assert again.returncode == 2 and "already known here" in again.stderr
+    finally:
+        kill_marked([run_id])

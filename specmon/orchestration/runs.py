@@ -41,11 +41,14 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import secrets
 import shlex
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +85,33 @@ def default_transport(host: str, ssh: SshSettings = SshSettings()) -> Transport:
     if host == "local":
         return LocalTransport()
     return SSHTransport(host, ssh)
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """A run directory found on a host that the local index does not know (adoptable)."""
+
+    run_id: str
+    profile: str
+    port: int
+    launched_at: str          # as meta.json says (UTC ISO-8601)
+    pid: int | None
+    running: bool
+    exit_code: int | None
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _epoch(iso: object) -> float | None:
+    """Epoch seconds of an ISO-8601 time as iso_utc writes it (None if it is not one)."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def new_run_id() -> str:
@@ -348,6 +378,77 @@ class RunManager:
         ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
         return self.store.update(record.run_id, state="ready", ready_at=ready_at,
                                  load_seconds=log_load_seconds) or record
+
+    # ---- runs found on a host ----------------------------------------------------------------------------
+    async def host_runs(self, host: str) -> list[HostRun]:
+        """Runs whose directory is on `host` (its ~/.specmon/runs) but which this specmon does not know."""
+        ops = self.ops(host)
+        root = await ops.runs_root()
+        # One round trip: each meta.json, its pid and exit code, separated by RS characters.
+        code, out, err = await ops.sh(
+            f"for d in {shlex.quote(root)}/*/; do [ -f \"$d/meta.json\" ] || continue; cat -- \"$d/meta.json\"; "
+            "printf '\\036'; cat -- \"$d/pid\" 2>/dev/null; printf '\\036'; cat -- \"$d/exit_code\" 2>/dev/null; "
+            "printf '\\035'; done; true", timeout=60)
+        if code != 0:
+            raise UserError(f"{host}: cannot list {root}: {err or f'exit {code}'}")
+        known = {r.run_id for r in self.store.all()}
+        found = []
+        for entry in out.split("\x1d"):
+            meta_text, _, rest = entry.partition("\x1e")
+            pid_text, _, exit_text = rest.partition("\x1e")
+            try:
+                meta = json.loads(meta_text)
+            except ValueError:
+                continue
+            run_id = str(meta.get("run_id", "")) if isinstance(meta, dict) else ""
+            if not RUN_ID.match(run_id) or run_id in known:
+                continue
+            pid = int(pid_text) if pid_text.strip().isdigit() else None
+            info = await ops.proc(pid) if pid else None
+            found.append(HostRun(
+                run_id=run_id, profile=str(meta.get("profile") or "?"), port=_int_or(meta.get("port"), 0),
+                launched_at=str(meta.get("launched_at") or ""), pid=pid, running=info is not None and info.alive,
+                exit_code=int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None))
+        return sorted(found, key=lambda r: r.run_id)
+
+    async def adopt(self, host: str, run_id: str) -> RunView:
+        """Take a run found on `host` into the local index (then `status`, `wait`, `logs`, `stop` and the TUI know
+        it). Its state is checked at once; a run that already ended gets its verdict from the files it left."""
+        if not RUN_ID.match(run_id):
+            raise UserError(f"bad run id {run_id!r}")
+        if self.store.load(run_id) is not None:
+            raise UserError(f"run {run_id} is already known here (see `specmon status`)")
+        ops = self.ops(host)
+        run_dir = f"{await ops.runs_root()}/{run_id}"
+        text = await ops.read_file(f"{run_dir}/meta.json")
+        try:
+            meta = json.loads(text or "")
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("run_id") != run_id:
+            raise UserError(f"{host}: no run {run_id} (no readable {run_dir}/meta.json)")
+        pid_text = (await ops.read_file(f"{run_dir}/pid") or "").strip()
+        pid = int(pid_text) if pid_text.isdigit() else None
+        info = await ops.proc(pid) if pid else None
+        alive = info is not None and info.alive
+        profile = self.config.profiles.get(str(meta.get("profile")))
+        port = _int_or(meta.get("port"), 0)
+        record = RunRecord(
+            run_id=run_id, profile=str(meta.get("profile") or run_id), host=host, run_dir=run_dir, port=port,
+            url=f"http://127.0.0.1:{port}", server=str(meta.get("server") or "sglang"),
+            health_path=profile.health_path if profile else "/health",
+            stall_timeout_s=profile.stall_timeout_s if profile else 300.0, notify_cmd=None,
+            expected_load_s=profile.expected_load_s if profile else None,
+            started_at=_epoch(meta.get("launched_at")) or time.time(), state="loading" if pid else "launching",
+            # Adopted while alive: the start time read now guards against PID reuse from here on.
+            pid=pid, starttime=info.starttime if alive and info else None,
+            boot_id=await ops.boot_id() if alive else "")
+        self.store.save(record)
+        try:
+            record = await self._reconcile(record)
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        return self._static_view(record)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
     async def _preflight(self, profile: Profile, ops: HostOps) -> None:
