@@ -13,7 +13,7 @@ from specmon.sources.ssh import HostKey, trust
 from specmon.sources.transport import TransportError
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("trust", help="show an SSH host's key and add it to known_hosts if you agree",
                                    description=__doc__)
     parser.add_argument("host", metavar="HOST", help="an alias from the [ssh] config file, or [user@]host[:port]")

@@ -80,7 +80,7 @@ PID_WAIT_S = 10.0
 COMMIT_EVERY_S = 1.0
 
 
-def default_transport(host: str, ssh: SshSettings = SshSettings()) -> Transport:
+def default_transport(host: str, ssh: SshSettings) -> Transport:
     """LocalTransport for "local"; an SSHTransport (one shared connection) for any other host."""
     if host == "local":
         return LocalTransport()

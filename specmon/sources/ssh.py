@@ -146,7 +146,7 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
 class SSHTransport(Transport):
     """Runs commands on `alias` over one shared SSH connection. See the module docstring."""
 
-    def __init__(self, alias: str, settings: SshSettings = SshSettings(), *, keepalive_count: int = KEEPALIVE_COUNT,
+    def __init__(self, alias: str, settings: SshSettings, *, keepalive_count: int = KEEPALIVE_COUNT,
                  max_sessions: int = MAX_SESSIONS, backoff_base_s: float = 1.0, backoff_cap_s: float = 30.0,
                  link_wait_s: float = LINK_WAIT_S) -> None:
         self.host = alias
@@ -233,6 +233,10 @@ class SSHTransport(Transport):
                 raise self._fatal.with_traceback(None)
             if not self._ever_connected and self.link.state == "reconnecting":
                 raise TransportError(self.link.detail)
+            if self.link.state == "connecting":
+                # A first connect is bounded by its own timeouts; a caller's timeout is for its command.
+                await self._changed.wait()
+                continue
             left = deadline - loop.time()
             if left <= 0:
                 raise TransportError(f"{self.host}: link down ({self.link.detail or self.link.state})")
@@ -295,7 +299,7 @@ class SSHTransport(Transport):
             # Connect by the config name so IdentityFile & co. apply; the resolved HostName is what is dialled.
             return await asyncssh.connect(hop.name, hop.given_port or (), username=hop.given_user or (),
                                           tunnel=via or (),
-                                          **self._connect_kwargs(hop, known))  # type: ignore[arg-type]
+                                          **self._connect_kwargs(hop, known))
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(name, hop, via, known) from None
         except asyncssh.PermissionDenied:
@@ -359,9 +363,12 @@ class SSHTransport(Transport):
             async with self._sessions:
                 proc, pgid = await self._process(command, timeout)
                 try:
-                    if input:
-                        proc.stdin.write(input)
-                    proc.stdin.write_eof()
+                    try:
+                        if input:
+                            proc.stdin.write(input)
+                        proc.stdin.write_eof()
+                    except (OSError, asyncssh.Error):
+                        pass   # the command ended without reading its input: its exit status says why
                     left = None if deadline is None else max(0.0, deadline - loop.time())
                     stdout, stderr = await asyncio.wait_for(proc.communicate(), left)
                 finally:
