@@ -64,6 +64,8 @@ CASES = [
     ("ssh-config-not-string", GOOD + '\n[ssh]\nconnect_timeout_s = 5\nconfig = 3\n', 6, "ssh.config",
      "must be a string, got integer 3"),
     ("ssh-not-table", 'ssh = "gpu1"\n' + GOOD, 1, "ssh", "must be a table"),
+    ("url-no-scheme", GOOD + 'url = "gpu1:30000"\n', 3, "profiles.a.url", "must be http://HOST:PORT or https://"),
+    ("url-with-path", GOOD + 'url = "http://gpu1:30000/v1"\n', 3, "profiles.a.url", "must be http://HOST:PORT"),
     ("no-profiles", "[sweep]\nlevels = [1]\n", 1, "profiles", "no profiles defined"),
     ("levels-empty", GOOD + "[sweep]\nlevels = []\n", 4, "sweep.levels", "at least one concurrency level"),
     ("levels-duplicate", GOOD + "[sweep]\nlevels = [1, 5, 5, 10]\n", 4, "sweep.levels",

@@ -22,6 +22,9 @@ def test_ssh_table_defaults_and_relative_paths(tmp_path: Path) -> None:
     config = load_config(tmp_path / "a.toml")
     assert config.ssh == SshSettings() and config.ssh.config == "~/.ssh/config"
     assert config.profiles["a"].host == "gpu1"
+    (tmp_path / "c.toml").write_text('[profiles.a]\ncommand = "x"\nhost = "gpu1"\nurl = "http://gpu1:30000/"\n')
+    direct = load_config(tmp_path / "c.toml").profiles["a"]
+    assert direct.url == direct.base_url == "http://gpu1:30000"
     (tmp_path / "b.toml").write_text('[profiles.a]\ncommand = "x"\n[ssh]\nconfig = "ssh/cfg"\n'
                                      'known_hosts = "/etc/kh"\nkeepalive_s = 2\nconnect_timeout_s = 4.5\n')
     ssh = load_config(tmp_path / "b.toml").ssh
@@ -120,5 +123,40 @@ def test_status_host_lists_runs_unknown_here_and_adopts_one(sshd: Sshd, tmp_path
         assert marked_pids(run_id) == []
         again = specmon("box-b", "status", "--host", "gpu2", "--adopt", run_id)
         assert again.returncode == 2 and "already known here" in again.stderr
+    finally:
+        kill_marked([run_id])
+
+
+def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_url(
+        sshd: Sshd, tmp_path: Path, free_port: int) -> None:
+    """`specmon sweep PROFILE` for a profile on an SSH host: through a forward of the host's port (held for the
+    sweep); with `url` set, straight to that URL."""
+    import json
+    import sys
+
+    from lifecycle_support import kill_marked
+
+    sim = [sys.executable, "-m", "specmon.sim", "--port", str(free_port), "--time-scale", "0.05"]
+    config = tmp_path / "profiles.toml"
+    config.write_text(
+        f'[profiles.far]\nhost = "gpu1"\nport = {free_port}\ncommand = {json.dumps(sim)}\n\n'
+        f'[profiles.near]\nhost = "gpu1"\nport = {free_port}\nurl = "http://localhost:{free_port}"\n'
+        f'command = {json.dumps(sim)}\n\n' + sshd.ssh_table(keepalive_s=5.0))
+    launched = _specmon("--config", str(config), "launch", "far", "--wait")
+    assert launched.returncode == 0, launched.stderr
+    run_id = json.loads(_specmon("--config", str(config), "status", "--json").stdout)[0]["run_id"]
+    try:
+        for name, via_forward in (("far", True), ("near", False)):
+            out = tmp_path / f"{name}.jsonl"
+            done = _specmon("--config", str(config), "sweep", name, "--levels", "1", "--requests", "2",
+                            "--output-len", "8", "--out", str(out), "--json")
+            assert done.returncode == 0, done.stderr
+            meta = json.loads(done.stdout)["meta"]
+            assert json.loads(done.stdout)["levels"][0]["requests_ok"] == 2
+            if via_forward:
+                assert meta["url"].startswith("http://127.0.0.1:") and not meta["url"].endswith(f":{free_port}")
+            else:
+                assert meta["url"] == f"http://localhost:{free_port}"
+        assert _specmon("--config", str(config), "stop", run_id).returncode == 0
     finally:
         kill_marked([run_id])

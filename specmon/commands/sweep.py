@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
-from specmon.model.config import load_config, parse_levels
-from specmon.model.results import LevelResult
+from specmon.model.config import Profile, SshSettings, load_config, parse_levels
+from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
+from specmon.orchestration.runs import default_transport
 from specmon.orchestration.sweep import (
     SweepNotice,
     SweepSpec,
@@ -64,9 +67,13 @@ def run(args: argparse.Namespace) -> int:
     if (args.profile_name is None) == (args.url is None):
         raise UserError("sweep: give a PROFILE or --url URL (exactly one)")
     config = load_config(args.config)
+    remote: Profile | None = None
     if args.profile_name is not None:
-        url = config.profile(args.profile_name).base_url
+        profile = config.profile(args.profile_name)
+        url = profile.base_url
         label = args.profile_name
+        if not profile.is_local and profile.url is None:
+            remote = profile   # reached through a forward of the host's port over SSH
     else:
         url = args.url.rstrip("/")
         if not url.startswith(("http://", "https://")):
@@ -87,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
         view.show(u)
 
     try:
-        result = asyncio.run(run_sweep(spec, on_update))
+        result = asyncio.run(_sweep(spec, on_update, remote, config.ssh))
     except KeyboardInterrupt:
         view.end()
         print(f"specmon: interrupted; {len(levels)} finished levels kept in {spec.out_path}", file=sys.stderr)
@@ -102,6 +109,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"{result.label} ({result.meta.model}) -> {result.path}")
         print(render_levels(result.levels))
     return 0
+
+
+async def _sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None], remote: Profile | None,
+                 ssh: SshSettings) -> SweepResult:
+    """Run the sweep; for a remote profile, through a forward of its host's port held open for the sweep."""
+    if remote is None:
+        return await run_sweep(spec, on_update)
+    transport = default_transport(remote.host, ssh)
+    try:
+        url = await transport.local_url(remote.port)
+        return await run_sweep(dataclasses.replace(spec, url=url), on_update)
+    finally:
+        await transport.close()
 
 
 def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:

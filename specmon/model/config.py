@@ -62,6 +62,7 @@ class Profile:
     expected_load_s: float | None = None
     notify_cmd: str | None = None
     stall_timeout_s: float = 300.0    # no log bytes and no progress for this long => "stalled" warning
+    url: str | None = None            # where clients reach the server directly (else: the host's 127.0.0.1:port)
 
     @property
     def is_local(self) -> bool:
@@ -69,8 +70,8 @@ class Profile:
 
     @property
     def base_url(self) -> str:
-        """URL the server answers on from where specmon runs (SSH forwards map remote ports to 127.0.0.1)."""
-        return f"http://127.0.0.1:{self.port}"
+        """The profile's own `url`, else the host's 127.0.0.1:port (a remote host's runs forward that port)."""
+        return self.url or f"http://127.0.0.1:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -259,7 +260,7 @@ def parse_config(text: str, source: str, found_by: str = "") -> Config:
 
 _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
-    "expected_load_s", "notify_cmd", "stall_timeout_s",
+    "expected_load_s", "notify_cmd", "stall_timeout_s", "url",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
@@ -390,6 +391,9 @@ class _Validator:
             except ValueError as exc:
                 self.problem(path + ("host",), f"must be \"local\", an ssh alias or [user@]host[:port]: {exc}, "
                                                f"got {_shown(host)}")
+        url = self.string(table, path, "url", None)
+        if url is not None and not re.fullmatch(r"https?://[^/\s]+/?", url):
+            self.problem(path + ("url",), f"must be http://HOST:PORT or https://HOST:PORT, got {_shown(url)}")
         health_path = self.string(table, path, "health_path", "/health") or "/health"
         if not health_path.startswith("/"):
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
@@ -406,6 +410,7 @@ class _Validator:
             expected_load_s=self.seconds(table, path, "expected_load_s", None),
             notify_cmd=self.string(table, path, "notify_cmd", None),
             stall_timeout_s=self.seconds(table, path, "stall_timeout_s", 300.0) or 300.0,
+            url=url.rstrip("/") if url else None,
         )
 
     def command(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:

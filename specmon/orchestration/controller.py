@@ -209,7 +209,10 @@ class RunController:
     # ---- life --------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
-        self.url = await self.ops.transport.local_url(self.record.port)
+        # The host's loopback port is reached through the transport (a forward over SSH); a profile's own `url`
+        # (a port the network can reach) is used as it is.
+        loopback = self.record.url == f"http://127.0.0.1:{self.record.port}"
+        self.url = await self.ops.transport.local_url(self.record.port) if loopback else self.record.url
         self.probe = await probe_of(self.ops.transport, self.record.port, self.record.health_path, timeout_s=5.0)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)
