@@ -36,7 +36,7 @@ def test_headless_demo_prints_the_comparison_and_stops_its_servers(
     ports = {"base": free_port_factory(), "eagle": free_port_factory()}
     config = fast_profiles(tmp_path / "profiles.toml", ports)
     done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
-                           "--levels", "1,32", "--requests", "8", "--results-dir", str(tmp_path / "res")],
+                           "--levels", "1,32", "--requests", "32", "--results-dir", str(tmp_path / "res")],
                           capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
@@ -52,6 +52,19 @@ def test_headless_demo_prints_the_comparison_and_stops_its_servers(
     assert "crossover:" in out
     assert len(list((tmp_path / "res").glob("*.jsonl"))) == 4  # results + per-request records, per profile
     assert all(port_is_free(p) for p in ports.values())
+
+
+def test_headless_demo_refuses_a_level_it_could_not_fill_before_launching(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """16 requests cannot measure C=64 (it would really run at C=16): one line, exit 2, nothing launched."""
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = fast_profiles(tmp_path / "profiles.toml", ports)
+    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+                           "--levels", "1,4,16,64", "--requests", "16"],
+                          capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().count("\n") == 0 and "one full wave" in done.stderr and "C=64" in done.stderr
+    assert "launched" not in done.stdout
 
 
 def test_headless_demo_reports_a_failed_load_and_exits_1(tmp_path: Path, free_port_factory: Callable[[], int]) -> None:

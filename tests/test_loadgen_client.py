@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any
 
 import pytest
+import uvloop
 from aiohttp import web
 
+from hostile_http import HostileServer
 from sse_server import ServerState, serve
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
@@ -170,3 +173,53 @@ async def test_last_event_without_blank_line_still_counts() -> None:
 
     s = await send_to(handler)
     assert s.error is None and s.output_tokens == 2 and len(s.times) == 2
+
+
+async def _send_hostile(mode: str, timeout_s: float, deadline_s: float | None = None, usage: str = "{}") -> Stream:
+    """One request to a HostileServer; a 60 s guard turns a hang into a test failure instead of a stuck suite."""
+    server = HostileServer(mode, usage)
+    await server.start()
+    client = StreamClient(server.url, "chat", max_connections=2, timeout_s=timeout_s, deadline_s=deadline_s)
+    try:
+        return await asyncio.wait_for(client.send(body(), Stream()), 60)
+    finally:
+        await client.aclose()
+        await server.close()
+
+
+def _run(loop: str, coro: Coroutine[Any, Any, Stream]) -> Stream:
+    return uvloop.run(coro) if loop == "uvloop" else asyncio.run(coro)
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_invalid_chunk_size_ends_as_a_timeout_instead_of_hanging(loop: str) -> None:
+    """A chunk-size line `ZZZZ` after the first event left aiohttp's reader waiting forever (the generator runs
+    under uvloop); the silence timeout must end the request whatever the parser did."""
+    s = _run(loop, _send_hostile("bad_chunk_size", timeout_s=1.0))
+    assert s.error == "timeout" and s.detail == "no data from the server for 1 s", (s.error, s.detail)
+    assert len(s.times) == 1   # the event before the fault was still timed
+
+
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_endless_small_chunks_end_at_the_request_deadline(loop: str) -> None:
+    """A stream that never goes silent never trips the silence timeout; the end-to-end deadline ends it."""
+    s = _run(loop, _send_hostile("endless_chunks", timeout_s=30.0, deadline_s=1.5))
+    assert s.error == "timeout" and s.detail == "request still running after its 1.5 s deadline", (s.error, s.detail)
+    assert len(s.times) >= 2
+    assert (s.end_ns - s.start_ns) / 1e9 < 30   # guard: ended by the deadline, long before the silence timeout
+
+
+async def test_sweep_cancel_still_propagates_through_a_request() -> None:
+    """The watchdog's own cancellation becomes a timeout, but stopping the sweep still stops a request."""
+    server = HostileServer("endless_chunks")
+    await server.start()
+    client = StreamClient(server.url, "chat", max_connections=2, timeout_s=30.0)
+    try:
+        task = asyncio.ensure_future(client.send(body(), Stream()))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        await client.aclose()
+        await server.close()

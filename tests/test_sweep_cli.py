@@ -71,11 +71,25 @@ def test_sweep_profile_and_json(server: str, tmp_path: Path) -> None:
         (["--requests", "0"], "--requests: must be >= 1"),
         (["--requests", "2", "--duration", "3"], "not allowed with argument"),
         (["--api-key-env", "A B"], "'A B' is not a valid environment variable name"),
+        (["--levels", "8,4"], "levels must be strictly increasing (8 then 4)"),
+        (["--levels", "4,4"], "levels must be strictly increasing (4 then 4)"),
+        (["--levels", "1,64", "--requests", "16"], "requests per level (16) is below the highest level C=64"),
+        (["--timeout", "inf"], "--timeout: must be a finite number > 0, got 'inf'"),
+        (["--duration", "inf"], "--duration: must be a finite number > 0, got 'inf'"),
+        (["--deadline", "nan"], "--deadline: must be a finite number > 0, got 'nan'"),
     ],
 )
 def test_bad_arguments_are_one_line(server: str, tmp_path: Path, args: list[str], message: str) -> None:
     done = specmon("sweep", "--url", server, *args, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_url_with_a_password_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    """`--url http://user:pass@host` wrote the password into the meta line (and the file name) and then failed."""
+    done = specmon("sweep", "--url", "http://user:s3cret@127.0.0.1:9", "--out", "r.jsonl", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "user name or password in the URL is not supported" in done.stderr and "s3cret" not in done.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_url_and_unknown_profile(free_port: int, tmp_path: Path) -> None:

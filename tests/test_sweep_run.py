@@ -139,7 +139,7 @@ async def test_cancel_keeps_finished_levels_and_stops_the_child(server: tuple[Se
     out = tmp_path / "r.jsonl"
     first_level = asyncio.Event()
     task = asyncio.ensure_future(run_sweep(
-        spec(url, out, levels=(2, 2), requests=2, output_len=40, warmup=0),
+        spec(url, out, levels=(1, 2), requests=2, output_len=40, warmup=0),
         lambda u: first_level.set() if isinstance(u, LevelResult) else None))
     await asyncio.wait_for(first_level.wait(), 20)
     await asyncio.sleep(0.1)   # the second level is under way
@@ -225,10 +225,10 @@ async def test_server_dying_mid_sweep_leaves_partial_results(server_process: tup
         if isinstance(u, SweepNotice):
             notices.append(u.message)
 
-    result = await asyncio.wait_for(run_sweep(spec(url, out, levels=(1, 2, 4), requests=2, output_len=5), on_update), 60)
+    result = await asyncio.wait_for(run_sweep(spec(url, out, levels=(1, 2, 4), requests=4, output_len=5), on_update), 60)
     levels = read_results(out).levels
     assert levels == result.levels
-    assert levels[0].requests_ok == 2
+    assert levels[0].requests_ok == 4
     assert levels[1].requests_ok == 0 and set(levels[1].errors) <= {"refused", "truncated"}
     # The sweep stops at the first level without a single success, instead of running on against nothing.
     assert levels[-1].requests_ok == 0 and set(levels[-1].errors) == {"refused"}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from specmon.errors import UserError
@@ -74,8 +76,18 @@ def test_log_filter() -> None:
     assert fmt.log_filter_matches("anything", "")
 
 
+@pytest.mark.parametrize(("typed", "problem"), [("8,4", "(8 then 4)"), ("4,4", "(4 then 4)")])
+def test_levels_out_of_order_or_repeated_are_refused_as_in_toml(typed: str, problem: str) -> None:
+    """The sweep form and --levels follow [sweep] levels' rule: `8,4` is not quietly run as 4 then 8."""
+    with pytest.raises(ValueError, match=re.escape(f"levels must be strictly increasing {problem}")):
+        parse_levels(typed)
+    toml = '[profiles.a]\ncommand = "x"\n[sweep]\nlevels = [' + typed + "]\n"
+    with pytest.raises(UserError, match=re.escape(f"levels must be strictly increasing {problem}")):
+        parse_config(toml, "p.toml")
+
+
 def test_form_fields() -> None:
-    assert parse_levels("16, 1,4,4") == (1, 4, 16)
+    assert parse_levels("1, 4,16") == (1, 4, 16)
     with pytest.raises(ValueError, match="levels: 'x'"):
         parse_levels("1,x")
     with pytest.raises(ValueError, match="at least one"):

@@ -16,12 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import RichLog, Static
+from textual.widgets import Input, RichLog, Static
 
 from specmon.model.config import Config, parse_config
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
-from specmon.ui.forms import SweepRequest
+from specmon.ui.forms import SweepFormScreen, SweepRequest
 from specmon.ui.logview import LogPane
 from specmon.ui.servers import RunCard
 from specmon.ui.sweep import SweepPane
@@ -222,3 +222,25 @@ async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_pa
         if later.view(left.run_id).active:
             await later.stop(left.run_id, force=True)
         await later.close()
+
+
+@pytest.mark.parametrize(("levels", "requests", "problem"), [
+    ("8,4", "", "levels must be strictly increasing (8 then 4)"),
+    ("4,4", "", "levels must be strictly increasing (4 then 4)"),
+    ("1,64", "16", "requests per level (16) is below the highest level C=64"),
+])
+async def test_sweep_form_refuses_levels_it_would_not_run_as_typed(
+        tmp_path: Path, free_port: int, levels: str, requests: str, problem: str) -> None:
+    """`8,4` used to run 4 then 8, `4,4` one level, and 16 requests a "C=64" level that never had 64 in flight:
+    the form keeps itself open with the reason instead."""
+    app = make_app(sim_config({"sim-f": free_port}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        form = SweepFormScreen(["sim-f"], ["sim-f"], app.config.sweep)
+        await app.push_screen(form)
+        await pilot.pause()
+        form.query_one("#levels", Input).value = levels
+        form.query_one("#requests", Input).value = requests
+        await pilot.click("#start")
+        await pilot.pause()
+        assert app.screen is form
+        assert problem in str(form.query_one("#form-error", Static).render())

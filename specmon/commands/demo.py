@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specmon.errors import UserError
-from specmon.model.config import Config, builtin_config, load_config, parse_levels
+from specmon.model.config import Config, builtin_config, load_config, one_wave_problem, parse_levels
 
 HEADLESS_LEVELS = (1, 4, 16, 64)
 HEADLESS_REQUESTS = 16
@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--headless", action="store_true", help="no screen: print progress and the comparison")
     parser.add_argument("--levels", default=",".join(map(str, HEADLESS_LEVELS)),
                         help="concurrency levels of the headless sweep (default %(default)s)")
-    parser.add_argument("--requests", type=int, default=HEADLESS_REQUESTS,
-                        help="requests per level in the headless sweep (default %(default)s)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help=f"requests per level in the headless sweep (default: {HEADLESS_REQUESTS}, or one full wave "
+                        "of the highest level if that is more)")
     parser.add_argument("--results-dir", default="results", help="where sweep result files go (default %(default)s)")
     parser.set_defaults(func=run)
 
@@ -50,7 +51,10 @@ def run(args: argparse.Namespace) -> int:
             levels = parse_levels(args.levels)
         except ValueError as exc:
             raise UserError(f"--levels: {exc}") from None
-        return asyncio.run(headless(config, levels, args.requests, Path(args.results_dir), sys.stdout))
+        requests = max(HEADLESS_REQUESTS, levels[-1]) if args.requests is None else args.requests
+        if requests < levels[-1]:
+            raise UserError(f"--requests: {one_wave_problem(requests, levels[-1])}")
+        return asyncio.run(headless(config, levels, requests, Path(args.results_dir), sys.stdout))
     from specmon.ui.app import run_app
 
     return run_app(config, demo=True, results_dir=Path(args.results_dir))

@@ -10,9 +10,11 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any
 
 from specmon.errors import UserError
@@ -56,6 +58,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    "outputs may then end before --output-len")
     p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
                    help="a stream silent this long counts as a timeout (default 120)")
+    p.add_argument("--deadline", type=_positive_float, metavar="S",
+                   help="a request still running this long after it was sent is cut and counts as a timeout "
+                   "(default 10 x --timeout)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); never written to files")
     p.add_argument("--out", type=Path, metavar="FILE", help="results file (default results/<profile>-<UTC time>.jsonl)")
@@ -75,14 +80,12 @@ def run(args: argparse.Namespace) -> int:
         if not profile.is_local and profile.url is None:
             remote = profile   # reached through a forward of the host's port over SSH
     else:
-        url = args.url.rstrip("/")
-        if not url.startswith(("http://", "https://")):
-            raise UserError(f"--url: {args.url!r} must start with http:// or https://")
+        url = _checked_url(args.url)
         label = url.split("://", 1)[1].replace(":", "_")
     workload = workload_from(config.sweep, WorkloadOverrides(
         levels=args.levels, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
         input_len=args.input_len, output_len=args.output_len, api=args.api, prompt_file=args.prompt_file,
-        timeout_s=args.timeout, fixed_length=not args.no_ignore_eos))
+        timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos))
     spec = SweepSpec(url=url, workload=workload, out_path=args.out or default_out_path(label), model=args.model,
                      profile=args.profile_name, api_key_env=args.api_key_env)
     view = _StderrProgress(sys.stderr)
@@ -122,6 +125,32 @@ async def _sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None], remo
         return await run_sweep(dataclasses.replace(spec, url=url), on_update)
     finally:
         await transport.close()
+
+
+def _checked_url(text: str) -> str:
+    """The --url as given, without a trailing slash; UserError for anything specmon would not send as typed.
+
+    Credentials in the URL are refused rather than used: they would otherwise reach the results file's meta line,
+    its file name and the terminal, and specmon never stores passwords (an API key goes in --api-key-env).
+    """
+    url = text.rstrip("/")
+    if not url.startswith(("http://", "https://")):
+        raise UserError(f"--url: {_quoted(text)} must start with http:// or https://")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise UserError(f"--url: not a valid URL ({exc})") from None
+    if "@" in parts.netloc:
+        raise UserError("--url: user name or password in the URL is not supported (it would be written to the "
+                        "results file); pass an API key through --api-key-env instead")
+    if not parts.hostname:
+        raise UserError(f"--url: {_quoted(text)} names no host")
+    return url
+
+
+def _quoted(text: str) -> str:
+    return repr(text) if len(text) <= 80 else repr(text[:77] + "...")
 
 
 def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
@@ -215,6 +244,6 @@ def _positive_float(text: str) -> float:
         v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text!r}")
+    if not 0 < v < math.inf:   # inf and nan would reach the result file as non-JSON numbers
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
     return v

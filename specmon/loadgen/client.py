@@ -11,6 +11,10 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 - The timestamp is taken as soon as a read returns, before any parsing, and shared by every event in that read.
 - Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
   the final usage chunk, errors) are parsed as JSON.
+- Every request ends by its own deadlines whatever the server sends: a watchdog timer (one per request, re-armed
+  at most once per silence period) cuts a stream that has been silent for `timeout_s` or has run `deadline_s`.
+  aiohttp's own read timeout is not enough: it never fires on a stream of endless small chunks, and a broken
+  chunked encoding after the first chunk leaves its reader waiting forever.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import httpx
 from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
+CLOSE_TIMEOUT_S = 1.0
+DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence timeouts
 _DETAIL_MAX = 200
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
@@ -40,7 +46,7 @@ class Stream:
     """The state of one in-flight request; `times` (ns) grows by one per text-carrying chunk."""
 
     __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns",
-                 "last")
+                 "last", "heard_ns")
 
     def __init__(self) -> None:
         self.start_ns = 0
@@ -53,6 +59,7 @@ class Stream:
         self.status: int | None = None
         self.end_ns = 0
         self.last: bytes | None = None   # the last data payload: tells a finished stream from a cut one
+        self.heard_ns = 0                # when the server last sent anything (the watchdog's silence clock)
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -62,7 +69,10 @@ class Stream:
 class StreamClient:
     """Sends OpenAI-compatible streaming requests and times their chunks. Use inside a running event loop."""
 
-    def __init__(self, base_url: str, api: str, max_connections: int, timeout_s: float, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str, api: str, max_connections: int, timeout_s: float, api_key: str | None = None,
+                 deadline_s: float | None = None) -> None:
+        self._silence_s = timeout_s
+        self._deadline_s = deadline_s if deadline_s is not None else DEADLINE_FACTOR * timeout_s
         self.url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
         self._text = _TEXT[api]
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -98,9 +108,13 @@ class StreamClient:
         await asyncio.gather(*(one() for _ in range(n)))
 
     async def send(self, body: bytes, s: Stream) -> Stream:
-        """Run one request to completion; never raises for server or network faults (they land in s.error)."""
+        """Run one request to completion; never raises for server or network faults (they land in s.error).
+
+        It returns within about timeout_s of the server's last byte and within deadline_s of its start.
+        """
         request = httpx.Request("POST", self._url, headers=self._headers, content=body, extensions=self._extensions)
-        s.start_ns = perf_counter_ns()
+        s.start_ns = s.heard_ns = perf_counter_ns()
+        watchdog = _Watchdog(s, self._silence_s, self._deadline_s)
         try:
             resp = await self._transport.handle_async_request(request)
             try:
@@ -113,12 +127,20 @@ class StreamClient:
                 else:
                     await self._read_events(resp, s)
             finally:
-                await resp.aclose()
+                watchdog.disarm()
+                if s.done and s.error is None:
+                    await resp.aclose()
+                else:
+                    await _close(resp)   # a cut or broken stream: its connection may never close cleanly
         except asyncio.CancelledError:
-            raise
+            if not watchdog.take_cancel():
+                raise
+            s.fail("timeout", watchdog.reason)
         except Exception as exc:  # noqa: BLE001 - every fault is counted by kind, none may end the sweep
             kind, detail = classify(exc)
             s.fail(kind, detail)
+        finally:
+            watchdog.disarm()
         if not s.end_ns:
             s.end_ns = perf_counter_ns()
         return s
@@ -127,7 +149,7 @@ class StreamClient:
         buf = b""
         t = 0
         async for raw in _raw_chunks(resp):
-            t = perf_counter_ns()
+            t = s.heard_ns = perf_counter_ns()
             buf = buf + raw if buf else raw
             if b"\r" in buf:
                 buf = buf.replace(b"\r\n", b"\n")
@@ -199,6 +221,70 @@ class StreamClient:
                 s.output_tokens = out
             if isinstance(inp, int):
                 s.prompt_tokens = inp
+
+
+class _Watchdog:
+    """Cancels the request's task when its stream falls silent for silence_s or runs past deadline_s.
+
+    One timer per request: it fires at the earliest moment either limit could be reached, re-arms itself when the
+    stream has been heard from since, and otherwise cancels the task. send() turns that cancellation into a
+    "timeout" error; any other cancellation (the sweep stopping) still propagates.
+    """
+
+    __slots__ = ("_s", "_silence_ns", "_end_ns", "_task", "_handle", "_fired", "reason")
+
+    def __init__(self, s: Stream, silence_s: float, deadline_s: float) -> None:
+        self._s = s
+        self._silence_ns = int(silence_s * 1e9)
+        self._end_ns = s.start_ns + int(deadline_s * 1e9)
+        self._task = asyncio.current_task()
+        self._fired = False
+        self.reason = ""
+        self._handle: asyncio.TimerHandle | None = None
+        self._arm()
+
+    def _arm(self) -> None:
+        due_ns = min(self._s.heard_ns + self._silence_ns, self._end_ns)
+        delay = max(0.0, (due_ns - perf_counter_ns()) / 1e9)
+        self._handle = asyncio.get_running_loop().call_later(delay, self._check)
+
+    def _check(self) -> None:
+        now = perf_counter_ns()
+        if now >= self._end_ns:
+            self.reason = f"request still running after its {(self._end_ns - self._s.start_ns) / 1e9:g} s deadline"
+        elif now - self._s.heard_ns >= self._silence_ns:
+            self.reason = f"no data from the server for {self._silence_ns / 1e9:g} s"
+        else:
+            self._arm()
+            return
+        self._handle = None
+        if self._task is not None:
+            self._fired = True
+            self._task.cancel()
+
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def take_cancel(self) -> bool:
+        """Whether the cancellation being handled is this watchdog's (then it is consumed), not the caller's."""
+        if not self._fired:
+            return False
+        self._fired = False
+        task = self._task
+        if task is not None and hasattr(task, "uncancel"):   # Python 3.11+: count our cancel as handled
+            task.uncancel()
+            return task.cancelling() == 0
+        return True
+
+
+async def _close(resp: httpx.Response) -> None:
+    """Release a response whose stream did not finish; give up on it after CLOSE_TIMEOUT_S."""
+    try:
+        await asyncio.wait_for(resp.aclose(), CLOSE_TIMEOUT_S)
+    except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the request's outcome is already decided
+        pass
 
 
 async def _raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:

@@ -103,7 +103,8 @@ class SweepRunner:
         self.factory = RequestFactory(workload, model, prompts)
         self.records = RecordsWriter(records_path)
         top = max(max(workload.levels), workload.warmup_requests, 1)
-        self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key)
+        self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key,
+                                   deadline_s=workload.deadline_s)
         self.lag = LoopLagMonitor()
         self._secrets = [api_key] if api_key else []
         self._first_error: str | None = None

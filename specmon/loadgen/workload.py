@@ -12,6 +12,7 @@ Prompt files (for realistic speculative acceptance) are JSONL with one object pe
 from __future__ import annotations
 
 import json
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.config import check_levels, one_wave_problem
 
 APIS = ("chat", "completions")
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
@@ -50,19 +52,25 @@ class Workload:
     api: str = "chat"
     prompt_file: str | None = None
     timeout_s: float = 120.0                # longest silence on one stream before it counts as a timeout
+    deadline_s: float | None = None         # longest a request may run, start to end; None: 10 x timeout_s
     fixed_length: bool = True               # send ignore_eos + min_tokens so every request generates output_len
     temperature: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if not self.levels or any(c < 1 for c in self.levels):
-            raise UserError(f"levels: need concurrency levels >= 1, got {list(self.levels)}")
+        try:
+            check_levels(self.levels)
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        if self.requests_per_level is not None and self.requests_per_level < max(self.levels):
+            raise UserError(one_wave_problem(self.requests_per_level, max(self.levels)))
+        for name, v in (("timeout", self.timeout_s), ("deadline", self.deadline_s), ("duration", self.duration_s)):
+            if v is not None and not (0 < v < math.inf):
+                raise UserError(f"{name}: must be a finite number of seconds > 0, got {v}")
         if self.api not in APIS:
             raise UserError(f"api: must be one of {', '.join(APIS)}, got {self.api!r}")
         if self.requests_per_level is not None and self.requests_per_level < 1:
             raise UserError(f"requests: must be >= 1, got {self.requests_per_level}")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise UserError(f"duration: must be > 0 seconds, got {self.duration_s}")
         if self.input_len < 1 or self.output_len < 1:
             raise UserError(f"input/output length must be >= 1, got {self.input_len}/{self.output_len}")
         if self.warmup_requests < 0:

@@ -19,7 +19,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
@@ -465,8 +465,11 @@ class _Validator:
         duration = self.seconds(table, path, "duration_s", None)
         if requests is not None and duration is not None:
             self.problem(path + ("duration_s",), "set requests_per_level or duration_s, not both")
+        levels = self.levels(table, path)
+        if requests is not None and duration is None and requests < levels[-1]:
+            self.problem(path + ("requests_per_level",), one_wave_problem(requests, levels[-1]))
         return SweepDefaults(
-            levels=self.levels(table, path),
+            levels=levels,
             requests_per_level=requests,
             duration_s=duration,
             warmup_requests=self.integer(table, path, "warmup_requests", defaults.warmup_requests, 0)
@@ -477,27 +480,17 @@ class _Validator:
         )
 
     def levels(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[int, ...]:
-        """Concurrency levels: a non-empty array of positive integers in strictly increasing order.
-
-        Strictly increasing (not just unique) because sweeps run the levels in the order written and charts and
-        crossover interpolation read them as an ordered axis; an unordered list is almost always a typo.
-        """
+        """Concurrency levels: a non-empty array under the one rule of check_levels (positive, strictly increasing)."""
         key_path = path + ("levels",)
         value = table.get("levels", list(DEFAULT_LEVELS))
         if not isinstance(value, list):
             self.wrong_type(key_path, "an array of concurrency levels such as [1, 2, 5, 10]", value)
             return DEFAULT_LEVELS
-        if not value:
-            self.problem(key_path, "must list at least one concurrency level")
+        try:
+            check_levels(value)
+        except ValueError as exc:
+            self.problem(key_path, str(exc).removeprefix("levels: "))
             return DEFAULT_LEVELS
-        for item in value:
-            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
-                self.problem(key_path, f"each level must be a positive integer, got {_shown(item)}")
-                return DEFAULT_LEVELS
-        for before, after in zip(value, value[1:]):
-            if after <= before:
-                self.problem(key_path, f"levels must be strictly increasing ({before} then {after})")
-                return DEFAULT_LEVELS
         return tuple(value)
 
     def ssh(self, table: Mapping[str, Any], base: Path) -> SshSettings:
@@ -697,8 +690,12 @@ class _KeyScanner:
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
-    """Concurrency levels typed by a user (`--levels`, the sweep form): `1,2,5,10` -> (1, 2, 5, 10), sorted and
-    without repeats; ValueError saying what is wrong."""
+    """Concurrency levels typed by a user (`--levels`, the sweep form): `1,2,5,10` -> (1, 2, 5, 10).
+
+    The rule is the one `[sweep] levels` follows (check_levels): positive whole numbers, strictly increasing. A list
+    out of order or with a repeat is refused rather than quietly sorted, so what runs is what was typed.
+    ValueError saying what is wrong.
+    """
     levels: list[int] = []
     for part in text.replace(" ", "").split(","):
         if not part:
@@ -706,6 +703,31 @@ def parse_levels(text: str) -> tuple[int, ...]:
         if not part.isdigit() or int(part) < 1:
             raise ValueError(f"levels: {part!r} is not a positive whole number")
         levels.append(int(part))
+    check_levels(levels)
+    return tuple(levels)
+
+
+def check_levels(levels: Sequence[int]) -> None:
+    """The one rule for concurrency levels everywhere: at least one, each >= 1, strictly increasing.
+
+    Strictly increasing (not just unique) because sweeps run the levels in the order given and charts and the
+    crossover read them as an ordered axis; an unordered list is almost always a typo. ValueError otherwise.
+    """
     if not levels:
-        raise ValueError("levels: give at least one concurrency, e.g. 1,4,16")
-    return tuple(sorted(set(levels)))
+        raise ValueError("levels: give at least one concurrency level, e.g. 1,4,16")
+    for c in levels:
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            raise ValueError(f"levels: each level must be a positive integer, got {_shown(c)}")
+    for before, after in zip(levels, levels[1:]):
+        if after <= before:
+            raise ValueError(f"levels must be strictly increasing ({before} then {after})")
+
+
+def one_wave_problem(requests: int, top: int) -> str:
+    """Why `requests` per level cannot measure concurrency `top`: a level must run at least one full wave.
+
+    With fewer requests than C, no moment of the level has C requests in flight, so its figures would be
+    labelled with a concurrency it never reached.
+    """
+    return (f"requests per level ({requests}) is below the highest level C={top}: a level needs at least one full "
+            f"wave of C requests; raise requests to {top} or more, or drop the higher levels")

@@ -97,6 +97,7 @@ class WorkloadOverrides:
     api: str | None = None
     prompt_file: str | None = None
     timeout_s: float | None = None
+    deadline_s: float | None = None
     fixed_length: bool | None = None
 
 
@@ -111,6 +112,8 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
     extra: dict[str, Any] = {}
     if o.timeout_s is not None:
         extra["timeout_s"] = o.timeout_s
+    if o.deadline_s is not None:
+        extra["deadline_s"] = o.deadline_s
     if o.fixed_length is not None:
         extra["fixed_length"] = o.fixed_length
     return Workload(

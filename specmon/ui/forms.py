@@ -12,7 +12,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from specmon.model.config import SweepDefaults, parse_levels
+from specmon.model.config import SweepDefaults, one_wave_problem, parse_levels
 from specmon.ui import format as fmt
 
 
@@ -105,10 +105,14 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
         profiles = tuple(cb.name or "" for cb in self.query(Checkbox) if cb.value)
         if not profiles:
             raise ValueError("tick at least one ready profile")
+        levels = parse_levels(self._value("levels"))
+        requests = fmt.parse_positive(self._value("requests"), "requests per level", allow_empty=True)
+        if requests is not None and requests < levels[-1]:
+            raise ValueError(one_wave_problem(requests, levels[-1]))
         return SweepRequest(
             profiles=profiles,
-            levels=parse_levels(self._value("levels")),
-            requests_per_level=fmt.parse_positive(self._value("requests"), "requests per level", allow_empty=True),
+            levels=levels,
+            requests_per_level=requests,
             input_len=fmt.parse_positive(self._value("input_len"), "input length") or 1,
             output_len=fmt.parse_positive(self._value("output_len"), "output length") or 1,
         )
