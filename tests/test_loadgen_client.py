@@ -223,3 +223,17 @@ async def test_sweep_cancel_still_propagates_through_a_request() -> None:
     finally:
         await client.aclose()
         await server.close()
+
+
+@pytest.mark.parametrize(("usage", "shown"), [
+    ('{"prompt_tokens": 4, "completion_tokens": ' + "1" + "0" * 400 + "}", "usage.completion_tokens is a huge number"),
+    ('{"prompt_tokens": 4, "completion_tokens": -5}', "usage.completion_tokens is -5"),
+    ('{"prompt_tokens": -1, "completion_tokens": 2}', "usage.prompt_tokens is -1"),
+    ('{"prompt_tokens": 4, "completion_tokens": 2.5}', "usage.completion_tokens is 2.5"),
+    ('{"prompt_tokens": 4, "completion_tokens": true}', "usage.completion_tokens is True"),
+])
+async def test_impossible_usage_is_a_bad_usage_error(usage: str, shown: str) -> None:
+    """10**400 tokens crashed the generator (OverflowError) and -5 became negative throughput."""
+    s = await _send_hostile("usage", timeout_s=10.0, usage=usage)
+    assert s.error == "bad_usage" and (s.detail or "").startswith(shown), (s.error, s.detail)
+    assert s.output_tokens is None or s.output_tokens >= 0

@@ -92,6 +92,26 @@ def test_url_with_a_password_is_refused_before_anything_is_written(tmp_path: Pat
     assert list(tmp_path.iterdir()) == []
 
 
+def test_impossible_usage_keeps_the_level_and_a_sweep_of_failures_exits_1(tmp_path: Path, free_port: int) -> None:
+    """usage.completion_tokens = 10**400 crashed the generator (OverflowError) and lost the level; a sweep whose
+    every request failed exited 0, and its instantly failing levels were called client-bound."""
+    proc = subprocess.Popen([sys.executable, str(TESTS / "hostile_http.py"), "--port", str(free_port), "--mode", "usage",
+                             "--usage", '{"prompt_tokens": 3, "completion_tokens": 1' + "0" * 400 + "}"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "2", "--requests", "4",
+                       "--warmup", "0", "--out", "r.jsonl", cwd=tmp_path)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "bottleneck" not in done.stderr
+    assert "sweep measured nothing: all 4 requests failed" in done.stderr
+    (level,) = read_results(tmp_path / "r.jsonl").levels
+    assert level.requests_ok == 0 and level.errors == {"bad_usage": 4} and level.output_tokens == 0
+
+
 def test_unreachable_url_and_unknown_profile(free_port: int, tmp_path: Path) -> None:
     done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", cwd=tmp_path)
     assert done.returncode == 2 and f"127.0.0.1:{free_port}: cannot reach the server" in done.stderr

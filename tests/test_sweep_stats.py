@@ -87,6 +87,16 @@ def test_client_bound_verdict() -> None:
     assert acc.result(10.0, cpu_s=1.0, loop_lag_ms_p99=50.0).client.bound
 
 
+def test_a_level_whose_requests_all_failed_instantly_is_not_called_client_bound() -> None:
+    """Four refused requests in 3 ms with 2.9 ms of client CPU looked like a CPU-bound generator; with nothing
+    measured there is nothing for the client to have distorted, so no "bottleneck" warning."""
+    acc = LevelAccumulator(4)
+    for i in range(4):
+        acc.add(rec(i, start=0.0, end=0.003, ok=False, error="refused", chunks=0))
+    level = acc.result(0.003, cpu_s=0.0029, loop_lag_ms_p99=0.1)
+    assert level.requests_ok == 0 and not level.client.bound
+
+
 def test_log_histogram_quantiles_within_half_percent() -> None:
     h = LogHistogram()
     values = [0.0] * 10 + [float(v) for v in range(1, 1001)]

@@ -32,7 +32,8 @@ from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
 CLOSE_TIMEOUT_S = 1.0
-DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence timeouts
+DEADLINE_FACTOR = 10
+USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)   # a request's default end-to-end deadline, in silence timeouts
 _DETAIL_MAX = 200
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
@@ -216,11 +217,19 @@ class StreamClient:
             return
         usage = obj.get("usage")
         if isinstance(usage, dict):
-            out, inp = usage.get("completion_tokens"), usage.get("prompt_tokens")
-            if isinstance(out, int):
-                s.output_tokens = out
-            if isinstance(inp, int):
-                s.prompt_tokens = inp
+            for key in ("completion_tokens", "prompt_tokens"):
+                v = usage.get(key)
+                if v is None:
+                    continue
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= USAGE_MAX:
+                    # 10**400 or -5 would become an absurd (or crashing) throughput: the response is unusable.
+                    shown = "a huge number" if isinstance(v, int) and abs(v) > 10**12 else repr(v)[:40]
+                    s.fail("bad_usage", f"usage.{key} is {shown}, not a token count in 0..{USAGE_MAX}")
+                    return
+                if key == "completion_tokens":
+                    s.output_tokens = v
+                else:
+                    s.prompt_tokens = v
 
 
 class _Watchdog:

@@ -38,7 +38,7 @@ from typing import Any
 from specmon.errors import UserError
 
 SCHEMA_VERSION = 1
-ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout")
+ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout", "bad_usage")
 STAT_KEYS = ("mean", "p50", "p90", "p99")
 REDACTED = "<redacted>"
 

@@ -245,7 +245,9 @@ class LevelAccumulator:
         dur = max(duration_s, 1e-9)
         client = ClientHealth(
             cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
-            bound=client_bound(cpu_s, duration_s, loop_lag_ms_p99), cpu_wait_s=cpu_wait_s,
+            # A level with no successful request has no timings for the client to distort: requests that all
+            # failed at once (a refused port, a 401) make any level look CPU-bound over its few milliseconds.
+            bound=self.requests_ok > 0 and client_bound(cpu_s, duration_s, loop_lag_ms_p99), cpu_wait_s=cpu_wait_s,
         )
         return LevelResult(
             concurrency=self.concurrency,
