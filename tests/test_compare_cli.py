@@ -105,3 +105,16 @@ def test_workload_and_mem_fraction_differences_are_warned(tmp_path: Path) -> Non
     warnings = [line for line in out if line.startswith("warning:")]
     assert warnings == ["warning: comparison confounded: mem_fraction_static 0.85 ≠ 0.8",
                         "warning: comparison confounded: workload output_len: baseline 256 ≠ eagle3 64"]
+
+
+def test_torn_last_line_is_reported_and_the_rest_used(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """A full disk (or a crash mid-write) left half a level line at the end; compare rejected the whole file."""
+    torn = tmp_path / "torn.jsonl"
+    whole = files[1].read_text()
+    last = whole.splitlines()[-1]
+    torn.write_text(whole + last[: len(last) // 2])
+    done = specmon("compare", "--no-chart", str(files[0]), str(torn), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == (f"specmon: warning: {torn}:6: last line is cut short (an interrupted write); "
+                                   "left out, the lines before it are used")
+    assert done.stdout.splitlines()[4].split() == ["8", "471.0", "379.0*", "0.80x"]

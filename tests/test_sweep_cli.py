@@ -112,6 +112,30 @@ def test_impossible_usage_keeps_the_level_and_a_sweep_of_failures_exits_1(tmp_pa
     assert level.requests_ok == 0 and level.errors == {"bad_usage": 4} and level.output_tokens == 0
 
 
+@pytest.mark.parametrize(("out", "message"), [
+    ("afile/r.jsonl", "afile/r.jsonl: cannot create its directory afile (File exists)"),
+    ("afile", "afile: already exists; choose another --out"),
+    ("adir", "adir: already exists; choose another --out"),
+])
+def test_unwritable_out_is_one_line_before_any_request(tmp_path: Path, free_port: int, out: str, message: str) -> None:
+    """--out through a file, or onto an existing file or directory, was a FileExistsError/FileNotFoundError traceback
+    after the server had been probed; now it is one line naming the path, checked first (nothing listens on the
+    URL, so an error about the server would mean the check came too late), and nothing is left behind."""
+    (tmp_path / "afile").write_text("keep me\n")
+    (tmp_path / "adir").mkdir()
+    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", out, cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "afile").read_text() == "keep me\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adir", "afile"]
+
+
+def test_unreachable_server_leaves_no_empty_results_file(tmp_path: Path, free_port: int) -> None:
+    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", "r.jsonl", cwd=tmp_path)
+    assert done.returncode == 2 and "cannot reach the server" in done.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_unreachable_url_and_unknown_profile(free_port: int, tmp_path: Path) -> None:
     done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", cwd=tmp_path)
     assert done.returncode == 2 and f"127.0.0.1:{free_port}: cannot reach the server" in done.stderr

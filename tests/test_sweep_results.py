@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,3 +108,24 @@ def test_server_summary_keeps_kind_kv_tokens_and_speculation() -> None:
     assert vllm == {"kind": "vllm", "version": "0.11.0", "kv_cache_tokens": 32000, "mem_fraction": 0.9,
                     "speculative": {"enabled": True}}
     assert summarize_server({}, None, None, None) == {"kind": "unknown"}
+
+
+def test_failed_append_leaves_the_file_ending_at_its_last_whole_line(tmp_path: Path) -> None:
+    """A write that runs out of space (here the kernel's file-size limit, EFBIG, in a child process: the same
+    short write as a full disk) left a torn last line; the append is now all or nothing."""
+    path = tmp_path / "r.jsonl"
+    append_line(path, meta().to_dict())
+    before = path.read_bytes()
+    script = (
+        "import resource, sys\n"
+        "from specmon.model.results import append_line\n"
+        f"resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before) + 40}, resource.RLIM_INFINITY))\n"
+        "try:\n"
+        f"    append_line({str(path)!r}, {{'type': 'level', 'pad': 'x' * 4000}})\n"
+        "except OSError as exc:\n"
+        "    print(exc.errno)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == str(errno.EFBIG), done.stdout + done.stderr
+    assert path.read_bytes() == before
+    assert read_results(path).meta.url == meta().url

@@ -39,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     if len(args.files) < 2:
         raise UserError("compare: give at least two result files")
     sweeps = [read_results(f) for f in args.files]
+    for note in (n for s in sweeps for n in s.notes):
+        print(f"specmon: warning: {note}", file=sys.stderr)
     rows = align(*(s.levels for s in sweeps))
     crossings = _crossings(sweeps)
     warnings = compare_results(sweeps).warnings

@@ -257,6 +257,7 @@ class SweepResult:
     path: str | None
     meta: SweepMeta
     levels: tuple[LevelResult, ...]
+    notes: tuple[str, ...] = ()   # what a reader must be told about the file (a torn last line left out)
 
     @property
     def label(self) -> str:
@@ -285,12 +286,26 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
 
 
 def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:
-    """Append one redacted JSON line and fsync it, so a finished level survives a crash right after."""
-    line = json.dumps(redact(obj, secrets), separators=(",", ":"), allow_nan=False) + "\n"
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(line)
-        f.flush()
-        os.fsync(f.fileno())
+    """Append one redacted JSON line and fsync it, so a finished level survives a crash right after.
+
+    All or nothing: when the write or fsync fails (a full disk, a file size limit), the file is cut back to the
+    size it had, so it still ends at its last whole line; the OSError is raised.
+    """
+    line = (json.dumps(redact(obj, secrets), separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        try:
+            view = memoryview(line)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, size)
+            raise
+    finally:
+        os.close(fd)
 
 
 def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
@@ -338,7 +353,23 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
         raise UserError(f"{p}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read ({exc})") from None
-    return parse_results(text.splitlines(), str(p))
+    lines = text.splitlines()
+    notes: tuple[str, ...] = ()
+    if lines and not text.endswith("\n") and not _is_json(lines[-1]):
+        # An append cut short (disk full, a crash mid-write): every whole line before it is still good.
+        notes = (f"{p}:{len(lines)}: last line is cut short (an interrupted write); left out, "
+                 "the lines before it are used",)
+        lines.pop()
+    result = parse_results(lines, str(p))
+    return SweepResult(path=result.path, meta=result.meta, levels=result.levels, notes=notes)
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _req_int(d: Mapping[str, Any], key: str, where: str) -> int:

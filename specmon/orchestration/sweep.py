@@ -196,18 +196,22 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     api_key = api_key_from_env(spec.api_key_env)
     if spec.workload.prompt_file:
         load_prompts(spec.workload.prompt_file)  # a bad file fails here, naming file:line, before any load
-    ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None)
-    model = spec.model or (ids[0] if ids else None)
-    if model is None:
-        raise UserError(f"{spec.url}/v1/models: lists no model; pass --model")
-    if spec.out_path.exists():
-        raise UserError(f"{spec.out_path}: already exists; choose another --out")
-    spec.out_path.parent.mkdir(parents=True, exist_ok=True)
+    claimed = claim_out_files(spec.out_path, spec.records)   # before any request, so a bad --out costs nothing
+    try:
+        ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None)
+        model = spec.model or (ids[0] if ids else None)
+        if model is None:
+            raise UserError(f"{spec.url}/v1/models: lists no model; pass --model")
+    except BaseException:
+        for path in claimed:
+            with contextlib.suppress(OSError):
+                path.unlink()
+        raise
     secrets = [api_key] if api_key else []
     meta = SweepMeta(url=spec.url, model=model, workload=spec.workload.to_dict(), profile=spec.profile,
                      server=server, specmon_version=__version__, created_at=utc_now_iso(), records=str(spec.records))
-    append_line(spec.out_path, meta.to_dict(), secrets)
     levels: list[LevelResult] = []
+    _append(spec.out_path, meta.to_dict(), secrets, levels)
     child_spec = {"url": spec.url, "model": model, "workload": spec.workload.to_dict(),
                   "records_path": str(spec.records), "api_key_env": spec.api_key_env}
     proc = await asyncio.create_subprocess_exec(
@@ -233,7 +237,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
                 notify(SweepProgress.from_dict(msg))
             elif kind == "level":
                 level = LevelResult.from_dict(msg["level"])
-                append_line(spec.out_path, level.to_dict(), secrets)
+                _append(spec.out_path, level.to_dict(), secrets, levels)
                 levels.append(level)
                 notify(level)
                 for text in level_warnings(level):
@@ -254,6 +258,50 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
         with contextlib.suppress(asyncio.CancelledError):
             await drain
     return SweepResult(path=str(spec.out_path), meta=meta, levels=tuple(levels))
+
+
+def claim_out_files(out: Path, records: Path) -> list[Path]:
+    """Create the results file (new, empty) and make sure the records file can be appended to.
+
+    Returns the files this call created, for removal if the sweep never starts. UserError in one line when
+    either cannot be written: an existing results file, a missing or read-only directory, a path through a file.
+    """
+    created: list[Path] = []
+    for path, exclusive in ((out, True), (records, False)):
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            _undo(created)
+            raise UserError(f"{path}: cannot create its directory {path.parent} ({exc.strerror})") from None
+        existed = path.exists()
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_EXCL if exclusive else os.O_APPEND)
+        try:
+            os.close(os.open(path, flags, 0o644))
+        except FileExistsError:
+            _undo(created)
+            raise UserError(f"{path}: already exists; choose another --out") from None
+        except OSError as exc:
+            _undo(created)
+            what = "results" if exclusive else "per-request records"
+            raise UserError(f"{path}: cannot write the {what} file ({exc.strerror})") from None
+        if not existed:
+            created.append(path)
+    return created
+
+
+def _undo(created: list[Path]) -> None:
+    for path in created:
+        with contextlib.suppress(OSError):
+            path.unlink()
+
+
+def _append(path: Path, obj: Mapping[str, Any], secrets: list[str], levels: list[LevelResult]) -> None:
+    """append_line, with a failed write (disk full) turned into one line saying what is kept."""
+    try:
+        append_line(path, obj, secrets)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot append to the results file ({exc.strerror}); the file ends at its last "
+                        f"whole line, {len(levels)} finished levels kept") from None
 
 
 def level_warnings(level: LevelResult) -> list[str]:
