@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -171,3 +172,21 @@ def test_cli_unknown_profile_via_python_m(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert done.stderr == (f"specmon: error: {path}:3: profiles.demo.server: must be one of 'sglang', 'vllm', "
                            "'other', got 'vlm' (did you mean 'vllm'?)\n")
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda tmp: Path("/dev/zero"), "/dev/zero:1: a NUL byte at offset 0: not a text file (named by --config)"),
+    (lambda tmp: _write(tmp, GOOD + "port = " + "[" * 500 + "]" * 500 + "\n"),
+     "{path}:3: nested too deeply (arrays or tables inside each other hundreds of levels deep)"),
+    (lambda tmp: _write(tmp, GOOD + "env = " + "{a = " * 500 + "1" + "}" * 500 + "\n"),
+     "{path}:3: nested too deeply"),
+    (lambda tmp: _write(tmp, GOOD + "# " + "x" * (1 << 20) + "\n"), "{path}:1: larger than 1 MiB: not a text file"),
+])
+def test_hostile_config_file_is_one_line_not_memory_or_recursion_error(
+        tmp_path: Path, make: Callable[[Path], Path], expected: str) -> None:
+    """`--config /dev/zero` read until MemoryError, and 500 nested arrays hit a RecursionError traceback."""
+    path = make(tmp_path)
+    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr

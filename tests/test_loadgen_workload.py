@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
+from specmon.loadgen import workload
 from specmon.loadgen.workload import RequestFactory, Workload, load_prompts
 
 
@@ -82,7 +83,19 @@ def test_workload_from_sweep_defaults_and_overrides() -> None:
     w = workload_from(timed, WorkloadOverrides(levels=(4,), requests_per_level=8, output_len=16, fixed_length=False))
     assert (w.levels, w.requests_per_level, w.duration_s, w.output_len, w.fixed_length) == ((4,), 8, None, 16, False)
     # ... and a duration turns [sweep]'s request count off.
-    counted = SweepDefaults(requests_per_level=40)
+    counted = SweepDefaults(levels=(1, 4, 16), requests_per_level=40)   # one full wave of the top level
     w = workload_from(counted, WorkloadOverrides(duration_s=5.0, warmup_requests=0, timeout_s=9.0))
     assert (w.requests_per_level, w.duration_s, w.warmup_requests, w.timeout_s) == (None, 5.0, 0, 9.0)
     assert workload_from(counted).requests_per_level == 40
+
+
+def test_prompt_file_that_is_not_text_stops_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--prompt-file /dev/zero` read without limit until a MemoryError; a NUL byte or an oversized file now stops
+    the read with one line naming the file."""
+    with pytest.raises(UserError, match=r"^/dev/zero:1: a NUL byte at offset 0: not a text file"):
+        load_prompts("/dev/zero")
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"prompt": "hello"}\n' * 2000)
+    monkeypatch.setattr(workload, "MAX_PROMPT_BYTES", 10_000)
+    with pytest.raises(UserError, match=r"big.jsonl:1: larger than 10000 bytes"):
+        load_prompts(big)

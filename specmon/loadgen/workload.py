@@ -21,8 +21,10 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import check_levels, one_wave_problem
+from specmon.model.textfile import NotTextError, read_capped
 
 APIS = ("chat", "completions")
+MAX_PROMPT_BYTES = 1 << 30   # the ShareGPT dump is ~0.7 GB; past 1 GiB a path is almost certainly wrong
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 # One message list (chat) or one string (completions / synthetic).
@@ -99,9 +101,13 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     """Prompts from a JSONL or JSON-array file; a bad entry raises UserError naming file:line."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read prompt file ({exc})") from None
+        text = read_capped(p, MAX_PROMPT_BYTES).decode("utf-8")
+    except NotTextError as exc:
+        raise UserError(f"{p}:{exc.line}: {exc}; expected a JSONL or JSON prompt file") from None
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{p}: cannot read prompt file (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise UserError(f"{p}: cannot read prompt file ({exc.strerror or exc})") from None
     entries: list[tuple[str, Any]] = []   # (where, entry)
     if text.lstrip().startswith("["):
         try:

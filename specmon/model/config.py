@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.textfile import NotTextError, read_capped
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -36,6 +37,7 @@ SERVER_KINDS = ("sglang", "vllm", "other")
 SWEEP_APIS = ("chat", "completions")
 DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
 BUILTIN_SOURCE = "built-in demo profiles"
+MAX_CONFIG_BYTES = 1 << 20   # a profiles file is a few KB; a MiB is generous and never exhausts memory
 # Set by the lifecycle engine on every server it starts; a profile must not override it.
 RESERVED_ENV = ("SPECMON_RUN_ID",)
 
@@ -210,7 +212,9 @@ def builtin_config() -> Config:
 
 def _load_file(path: Path, found_by: str) -> Config:
     try:
-        data = path.read_bytes()
+        data = read_capped(path, MAX_CONFIG_BYTES)
+    except NotTextError as exc:
+        raise UserError(f"{path}:{exc.line}: {exc} (named by {found_by})") from None
     except FileNotFoundError:
         raise UserError(f"{path}: no such file (named by {found_by})") from None
     except IsADirectoryError:
@@ -230,6 +234,17 @@ _TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column \d+|at end of docume
 
 def parse_config(text: str, source: str, found_by: str = "") -> Config:
     """Parse and validate profiles.toml text; `source` names the file in error messages."""
+    try:
+        return _parse_config(text, source, found_by)
+    except RecursionError:
+        # tomllib and the validator recurse per nesting level; hundreds of levels are never a profiles file.
+        lines = text.splitlines() or [""]
+        deepest = max(range(len(lines)), key=lambda i: lines[i].count("[") + lines[i].count("{"))
+        raise UserError(f"{source}:{deepest + 1}: nested too deeply (arrays or tables inside each other hundreds "
+                        "of levels deep); not a profiles file") from None
+
+
+def _parse_config(text: str, source: str, found_by: str) -> Config:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
