@@ -190,3 +190,33 @@ def test_hostile_config_file_is_one_line_not_memory_or_recursion_error(
                           timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    (GOOD + '"bad\\nkey" = 1\n', '{path}:3: profiles.a."bad\\nkey": unknown key'),
+    (GOOD + '"x\\u001b]0;PWNED\\u0007" = 1\n', '{path}:3: profiles.a."x\\u001b]0;PWNED\\u0007": unknown key'),
+    (GOOD.replace('command = "python3 -m http.server"', 'command = ["python3", "-m", "http.server\\u0000"]'),
+     "{path}:2: profiles.a.command: contains a NUL byte (\\u0000), which no command, path or argument can hold"),
+    (GOOD + 'notify_cmd = "echo hi\\u0000; rm -rf x"\n', "{path}:3: profiles.a.notify_cmd: contains a NUL byte"),
+    (GOOD + 'workdir = "/tmp\\u0000/x"\n', "{path}:3: profiles.a.workdir: contains a NUL byte"),
+])
+def test_config_text_is_escaped_when_echoed_and_nul_bytes_are_refused(tmp_path: Path, text: str,
+                                                                       expected: str) -> None:
+    """A newline in a quoted key split the error over two lines and ESC in a key reached the terminal; a NUL in
+    command/notify_cmd/workdir passed validation and later crashed `launch` (ValueError: embedded null byte)."""
+    path = _write(tmp_path, text)
+    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "\x1b" not in done.stderr and "\x07" not in done.stderr
+    assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
+
+
+def test_profiles_table_escapes_control_characters_in_commands(tmp_path: Path) -> None:
+    path = _write(tmp_path, '[profiles.a]\ncommand = ["echo", "\\u001b]0;PWNED\\u0007", "two\\nlines"]\n')
+    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    row = done.stdout.splitlines()[2]
+    assert row.split(None, 4)[4] == "echo '\\x1b]0;PWNED\\x07' 'two\\x0alines'"
+    assert len(done.stdout.splitlines()) == 4

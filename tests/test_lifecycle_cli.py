@@ -166,3 +166,15 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
         "stop whatever listens there or choose another port"]
     unknown = cli("stop", "nothing-like-this")
     assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_logs_never_print_a_logs_escape_sequences(cli: Cli, free_port: int) -> None:
+    """`specmon logs` copied the server log's bytes to the terminal, OSC title and C1 sequences included."""
+    hostile = r"title\033]0;PWNED\007 link\033]8;;http://evil\033\\x\033]8;;\033\\ c1\302\23331m red\033[31mR\033[0m\n"
+    argv = ["sh", "-c", f"printf 'loading\\n'; printf '{hostile}'; printf 'after\\n'; exec sleep 60"]
+    cli.config.write_text(f'[profiles.raw]\nserver = "other"\nport = {free_port}\ncommand = {json.dumps(argv)}\n')
+    assert cli("launch", "raw").returncode == 0
+    shown: list[subprocess.CompletedProcess[str]] = []
+    _wait_until(lambda: "after" in (shown.append(cli("logs", "raw")) or shown[-1].stdout), timeout=30, step=0.2)
+    assert shown[-1].returncode == 0, shown[-1].stderr
+    assert shown[-1].stdout == "loading\ntitle linkx c1 redR\nafter\n", repr(shown[-1].stdout)

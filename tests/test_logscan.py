@@ -194,3 +194,33 @@ def test_follow_a_pipe_until_ready_or_its_end() -> None:
         assert follower.proc.wait(timeout=20) == 1
     finally:
         follower.close()
+
+
+# A log that tries to act on the reader's terminal: retitle it (OSC 0), hide text (a hyperlink OSC 8 and C1 CSI),
+# ring the bell, recolour, clear the screen. Written as bytes, the way a server (or an attacker) would.
+HOSTILE_LOG = (
+    b"[2025-03-08 12:29:04] server_args=ServerArgs(model_path='/m\x1b]0;PWNED\x07odel', tp_size=1, port=30000)\n"
+    b"Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00it/s]\x1b[2J\x1bc\n"
+    b"[2025-03-08 12:29:21 TP0] Exception: \x1b]8;;http://evil\x1b\\Capture\x1b]8;;\x1b\\ cuda graph failed: "
+    b"CUDA out of memory \xc2\x9b31m\x07\x1b[31mred\x1b[0m\n"
+)
+CONTROL = ("\x1b", "\x07", "\x9b", "\x9d", "\x9c")
+
+
+def test_escape_sequences_in_a_log_never_reach_the_terminal(tmp_path: Path) -> None:
+    """An OSC title sequence (ESC]0;TITLE BEL) in a log line passed through logscan to the user's terminal."""
+    log = tmp_path / "server.log"
+    log.write_bytes(HOSTILE_LOG)
+    for args in ([str(log)], ["--json", str(log)]):
+        done = subprocess.run([sys.executable, "-m", "specmon", "logscan", *args], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert not any(c in done.stdout + done.stderr for c in CONTROL), repr(done.stdout)
+    assert "Capture cuda graph failed: CUDA out of memory" in done.stdout
+    follower = Follower(str(log))
+    try:
+        line = follower.expect("failure")
+        assert not any(c in line for c in CONTROL), repr(line)
+    finally:
+        follower.close()
+    assert not any(c in "".join(follower.lines.queue) for c in CONTROL)

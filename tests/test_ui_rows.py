@@ -60,3 +60,12 @@ def test_log_entries() -> None:
 def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:
     died = view(state="failed", failure=FailureInfo("exception", "SafetensorError"))
     assert row_from_view(died, None, now=T0 + 500).elapsed_s == 20  # its last log line came 20 s in
+
+
+def test_log_pane_lines_carry_no_control_sequences() -> None:
+    """The Log pane showed a line's OSC title sequence (ESC]0;TITLE BEL) and C1 codes to the terminal."""
+    raw = ("[2025-03-08 12:29:21 TP0] \x1b]0;PWNED\x07Load weight\x1b]8;;http://evil\x1b\\ing\x9b2J \x1b[1mdone"
+           "\x1b[0m\x08\x07")
+    entry = entry_from_line(LogLine(raw, 10))
+    assert entry is not None
+    assert entry.text == "[2025-03-08 12:29:21 TP0] Load weighting done\\x08\\x07"

@@ -8,6 +8,7 @@ import contextlib
 import sys
 
 from specmon.commands._lifecycle import run_with_manager
+from specmon.model.clean import PrintableStream, printable
 from specmon.orchestration.runs import RunManager
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines
 from specmon.sources.transport import TransportError
@@ -23,12 +24,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _write(batch: TailBatch) -> None:
-    if batch.note:
-        print(f"specmon: {batch.note}", file=sys.stderr, flush=True)
-    if batch.data:
-        sys.stdout.buffer.write(batch.data)
-        sys.stdout.buffer.flush()
+class _Printer:
+    """Writes log batches to stdout as printable text: a log's escape sequences never reach the terminal."""
+
+    def __init__(self) -> None:
+        self._stream = PrintableStream()
+
+    def write(self, batch: TailBatch, final: bool = False) -> None:
+        if batch.note:
+            print(f"specmon: {printable(batch.note)}", file=sys.stderr, flush=True)
+        text = self._stream.feed(batch.data, final)
+        if text:
+            sys.stdout.write(text)
+            sys.stdout.flush()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -40,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         except TransportError as exc:
             print(f"specmon: error: {exc}", file=sys.stderr)
             return 2
-        _write(TailBatch(data, 0, offset))
+        printer = _Printer()
+        printer.write(TailBatch(data, 0, offset), final=not args.follow)
         if not args.follow:
             return 0
         tailer = LogTailer(ops.transport, record.log_path, offset)
@@ -48,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         async def follow() -> None:
             async with contextlib.aclosing(tailer.follow()) as batches:
                 async for batch in batches:
-                    _write(batch)
+                    printer.write(batch)
 
         task = asyncio.create_task(follow())
         try:
@@ -60,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        _write(await tailer.drain())
+        printer.write(await tailer.drain(), final=True)
         return 0
 
     return run_with_manager(args, body)

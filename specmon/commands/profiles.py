@@ -9,6 +9,7 @@ import shlex
 import shutil
 from typing import Any
 
+from specmon.model.clean import escape_controls
 from specmon.model.config import Config, Profile, load_config
 
 # Env values whose names look like credentials are never printed.
@@ -71,7 +72,9 @@ def render_table(config: Config) -> str:
     else:
         header = f"profiles: {config.source} (found by {config.found_by})"
     titles = ("NAME", "HOST", "SERVER", "PORT", "COMMAND")
-    rows = [(p.name, p.host, p.server, str(p.port), shlex.join(p.command)) for p in config.profiles.values()]
+    # Escaped: a config string holding ESC or a newline must neither act on the terminal nor break the table.
+    rows = [(p.name, escape_controls(p.host), p.server, str(p.port), escape_controls(shlex.join(p.command)))
+            for p in config.profiles.values()]
     widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(4)]
     width = shutil.get_terminal_size((120, 24)).columns
     lines = [header]

@@ -11,6 +11,7 @@ shared reference `server-formats.md` §1.
 
 from __future__ import annotations
 
+import codecs
 import datetime as _dt
 import re
 from dataclasses import dataclass
@@ -18,6 +19,18 @@ from dataclasses import dataclass
 # Real ESC, caret notation from pastes, or ESC lost so only `[36m` remains (then at least one digit, so
 # ordinary text such as `[model]` is left alone).
 ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|\^\[\[[0-9;]*[A-Za-z]|\[[0-9;]*[0-9]m")
+
+# Every terminal control sequence, so log text can never retitle, recolour, move or query the user's terminal:
+# CSI (ESC [ or C1 0x9b, up to its final byte), string sequences (OSC, DCS, SOS, PM, APC, in ESC or C1 form,
+# up to BEL or ST or the end of the line), and the other ESC sequences (ESC c, ESC 7, ESC ( B ...).
+_CONTROL_SEQ_RE = re.compile(
+    r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c\n]*(?:\x07|\x1b\\|\x9c)?"
+    r"|\x1b[ -/]*[0-~]?"
+)
+# What is left that a terminal would act on: C0 controls but tab and newline, DEL, C1.
+_CONTROL_CHAR_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_ANY_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _WRAPPER_RE = re.compile(
     r"(?:"
@@ -86,6 +99,51 @@ def strip_ansi(text: str) -> str:
     return ANSI_RE.sub("", text)
 
 
+def printable(text: str) -> str:
+    """`text` safe to write to a terminal: control sequences removed, other control characters (a lone ESC,
+    BEL, backspace, `\\r`...) shown as `\\xNN`; tabs and newlines kept."""
+    if text.isprintable() or _CONTROL_CHAR_RE.search(text) is None:   # isprintable: the C-speed common case
+        return text
+    return _CONTROL_CHAR_RE.sub(_hex, _CONTROL_SEQ_RE.sub("", text))
+
+
+def escape_controls(text: str) -> str:
+    """`text` on one line with every control character (newline and tab too) shown as `\\xNN`, nothing removed:
+    for echoing what a user wrote (a config value), where hiding part of it would mislead."""
+    return _ANY_CONTROL_RE.sub(_hex, text)
+
+
+def _hex(m: re.Match[str]) -> str:
+    return f"\\x{ord(m.group()):02x}"
+
+
+class PrintableStream:
+    """Log bytes arriving in arbitrary pieces, as printable text (see `printable`), one piece at a time.
+
+    A character or control sequence split between two pieces is held back until it is complete, so it can be
+    neither printed half nor slip through. Carriage returns are kept (a progress bar redraws in place, as `cat`
+    shows it); every other control character is escaped.
+    """
+
+    _HOLD_MAX = 4096   # an "escape sequence" longer than this is text, not a sequence still arriving
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._held = ""
+
+    def feed(self, data: bytes, final: bool = False) -> str:
+        """The printable text of `data` (and of what the last call held back); final=True flushes everything."""
+        text = self._held + self._decoder.decode(data, final)
+        self._held = ""
+        if not final:
+            cut = max(text.rfind("\x1b"), max((text.rfind(c) for c in "\x90\x98\x9b\x9d\x9e\x9f"), default=-1))
+            if cut >= 0 and len(text) - cut < self._HOLD_MAX:
+                m = _CONTROL_SEQ_RE.match(text, cut)
+                if m is not None and m.end() == len(text):
+                    text, self._held = text[:cut], text[cut:]
+        return "\r".join(printable(part) for part in text.split("\r")) if "\r" in text else printable(text)
+
+
 def redact(text: str) -> str:
     """Replace the values of secret-looking arguments (api keys, tokens, passwords) with '<redacted>'."""
     return _SECRET_ARG_RE.sub(lambda m: m.group(1) + m.group(2) + REDACTED, text)
@@ -94,7 +152,7 @@ def redact(text: str) -> str:
 def clean(piece: str) -> Cleaned:
     """Strip colour codes, wrapper prefixes and the server prefix from one piece of a line; redact secrets
     (everything downstream, events, failure context, displayed lines, sees the redacted text)."""
-    text = strip_ansi(piece) if "[" in piece else piece
+    text = printable(strip_ansi(piece) if "[" in piece else piece)
     if "key" in text or "oken" in text or "ecret" in text or "assword" in text:
         text = redact(text)
     rank: int | None = None

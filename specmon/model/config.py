@@ -315,6 +315,21 @@ class _Validator:
             hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
             self.problem(path + (key,), f"unknown key ({hint})")
 
+    def no_nul(self, value: object, path: _KeyPath) -> None:
+        """A NUL byte (TOML's "\\u0000") in any key or string: no command, argument, path or variable can hold one;
+        left in, it would crash `launch` or silently cut an argument short."""
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if "\0" in key:
+                    self.problem(path + (key,), "key contains a NUL byte (\\u0000)")
+                self.no_nul(item, path + (key,))
+        elif isinstance(value, list):
+            for item in value:
+                self.no_nul(item, path)
+        elif isinstance(value, str) and "\0" in value:
+            self.problem(path, "contains a NUL byte (\\u0000), which no command, path or argument can hold: "
+                               + _shown(value))
+
     def table(self, value: object, path: _KeyPath) -> Mapping[str, Any] | None:
         if isinstance(value, dict):
             return value
@@ -371,6 +386,7 @@ class _Validator:
     # -- document -------------------------------------------------------------------------------------------------
 
     def config(self, data: Mapping[str, Any], source: str, found_by: str) -> Config | None:
+        self.no_nul(data, ())
         self.unknown_keys(data, (), _TOP_KEYS)
         profiles: dict[str, Profile] = {}
         raw_profiles = self.table(data.get("profiles", {}), ("profiles",))
@@ -548,8 +564,20 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 
 def format_key(path: Iterable[str]) -> str:
     """A key path written the way TOML would (`profiles."my model".port`)."""
-    parts = [part if _BARE_KEY.fullmatch(part) else '"' + part.replace('"', '\\"') + '"' for part in path]
+    parts = [part if _BARE_KEY.fullmatch(part) else _quoted_key(part) for part in path]
     return ".".join(parts) or "(top level)"
+
+
+def _quoted_key(key: str) -> str:
+    """A TOML basic-string key with every control character escaped, so echoing it can neither break the one-line
+    error (a newline) nor act on the terminal (ESC, C1)."""
+    body = key.replace("\\", "\\\\").replace('"', '\\"')
+    body = _KEY_CONTROL.sub(lambda m: _KEY_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), body)
+    return '"' + body + '"'
+
+
+_KEY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_KEY_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
 def _line_of(lines: Mapping[_KeyPath, int], path: _KeyPath) -> int:

@@ -6,12 +6,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.model.clean import printable, strip_ansi
 from specmon.orchestration.runstore import iso_utc
 from specmon.sources.transport import LinkState
 
 RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
 ACTIVE_STATES = RUN_STATES[:4]   # the server process may still be running
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass(frozen=True)
@@ -96,9 +96,10 @@ class LogLine:
 
     @property
     def clean(self) -> str:
-        """The line as a terminal showed it last: ANSI codes removed, only the last `\\r`-redrawn part."""
+        """The line as a terminal showed it last (only the last `\\r`-redrawn part), colour codes and every other
+        control sequence removed, so a log can never act on the user's terminal."""
         parts = [p for p in self.text.split("\r") if p.strip()]
-        return _ANSI.sub("", parts[-1] if parts else "")
+        return printable(strip_ansi(parts[-1] if parts else ""))
 
 
 @dataclass(frozen=True)
