@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -78,19 +79,23 @@ class Follower:
         self.proc = subprocess.Popen([sys.executable, "-m", "specmon", "logscan", "--follow", *args],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: queue.Queue[str] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.errors: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=self._pump, args=(self.proc.stdout, self.lines), daemon=True).start()
+        threading.Thread(target=self._pump, args=(self.proc.stderr, self.errors), daemon=True).start()
 
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
+    @staticmethod
+    def _pump(stream: IO[str] | None, into: queue.Queue[str]) -> None:
+        assert stream is not None
+        for line in stream:
+            into.put(line.rstrip("\n"))
 
-    def expect(self, fragment: str, timeout: float = 20.0) -> str:
+    def expect(self, fragment: str, timeout: float = 20.0, stderr: bool = False) -> str:
         deadline = time.monotonic() + timeout
         seen = []
+        lines = self.errors if stderr else self.lines
         while time.monotonic() < deadline:
             try:
-                line = self.lines.get(timeout=0.1)
+                line = lines.get(timeout=0.1)
             except queue.Empty:
                 continue
             seen.append(line)
@@ -224,3 +229,65 @@ def test_escape_sequences_in_a_log_never_reach_the_terminal(tmp_path: Path) -> N
     finally:
         follower.close()
     assert not any(c in "".join(follower.lines.queue) for c in CONTROL)
+
+
+SHARD = "Loading safetensors checkpoint shards:  {p}% Completed | {n}/{t} [00:01<00:01,  1.00it/s]\n"
+READY = "[2025-03-08 12:29:33] The server is fired up and ready to roll!\n"
+
+
+@pytest.mark.parametrize("how", ["rename", "delete"])
+def test_follow_notices_a_renamed_or_deleted_log_and_follows_the_new_one(tmp_path: Path, how: str) -> None:
+    """`logscan --follow` kept reading the old file forever; like `tail -F` it now follows the name."""
+    log = tmp_path / "server.log"
+    log.write_text(SHARD.format(p=50, n=1, t=2))
+    follower = Follower(str(log))
+    try:
+        follower.expect("shards 1/2")
+        if how == "rename":
+            log.rename(tmp_path / "server.log.1")
+        else:
+            log.unlink()
+        follower.expect(f"{log}: deleted or renamed; waiting for it to appear again", stderr=True)
+        assert follower.proc.poll() is None
+        log.write_text(SHARD.format(p=25, n=1, t=4) + READY)   # the relaunch's new log
+        follower.expect(f"{log}: appeared again; reading it from the start", stderr=True)
+        follower.expect("shards 1/4")
+        follower.expect("ready")
+        assert follower.proc.wait(timeout=20) == 0
+    finally:
+        follower.close()
+
+
+def test_follow_notices_a_log_replaced_by_a_new_file(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(SHARD.format(p=50, n=1, t=2))
+    follower = Follower(str(log))
+    try:
+        follower.expect("shards 1/2")
+        new = tmp_path / "server.log.new"
+        new.write_text(SHARD.format(p=25, n=1, t=4))
+        new.replace(log)   # atomically: the name never points at nothing
+        follower.expect(f"{log}: replaced by a new file; reading it from the start", stderr=True)
+        follower.expect("shards 1/4")
+    finally:
+        follower.close()
+
+
+def test_follow_notices_a_log_truncated_and_refilled_past_its_old_offset(tmp_path: Path) -> None:
+    """Truncated and refilled beyond the read offset between two polls: the size never looked smaller, so the
+    follower went on from the old offset, in the middle of the new content."""
+    log = tmp_path / "server.log"
+    log.write_text(SHARD.format(p=50, n=1, t=2))
+    follower = Follower(str(log))
+    try:
+        follower.expect("shards 1/2")
+        refill = SHARD.format(p=25, n=1, t=4) + "".join(f"[2025-03-08 12:29:{i:02d}] padding line {i}\n"
+                                                      for i in range(40))
+        fd = os.open(log, os.O_WRONLY)
+        os.ftruncate(fd, 0)
+        os.write(fd, refill.encode())   # microseconds after the truncation: a 0.2 s poll all but never sees it empty
+        os.close(fd)
+        follower.expect("again from the start", stderr=True)
+        follower.expect("shards 1/4")
+    finally:
+        follower.close()

@@ -23,6 +23,7 @@ from specmon.model.runstate import LogWatch, RunState, StepCallback, eta_seconds
 
 CHUNK_BYTES = 1 << 20
 FOLLOW_POLL_S = 0.2
+TAIL_CHECK_BYTES = 64   # the last bytes read, compared in place at each poll to notice a file rewritten under us
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -161,6 +162,9 @@ class _Followed:
     watch: LogWatch = field(default_factory=LogWatch)
     offset: int = 0
     ended: bool = False  # a pipe reached end of input
+    identity: tuple[int, int] | None = None   # (device, inode) of the open file: a new one at the name replaces it
+    tail: bytes = b""    # the last bytes read: if they change in place, the file was rewritten under us
+    gone: bool = False   # the name points at nothing (deleted or renamed away): waiting for it to come back
 
     @property
     def done(self) -> bool:
@@ -202,7 +206,7 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
 
 def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[str]) -> int:
     started = time.monotonic()
-    files = [_Followed(p, h) for p, h in zip(paths, handles)]
+    files = [_Followed(p, h, identity=_identity_of(h)) for p, h in zip(paths, handles)]
     prefix = len(files) > 1
 
     def step_printer(f: _Followed, now: float) -> StepCallback:
@@ -228,7 +232,9 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                     continue
                 pipe = not f.handle.seekable()
                 if not pipe:
-                    _check_truncation(f)
+                    _follow_name(f, step_printer(f, time.monotonic()))
+                    if f.gone:
+                        continue
                 try:
                     data = _read(f.handle)
                 except OSError as exc:
@@ -240,6 +246,7 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                     continue
                 progressed = True
                 f.offset += len(data)
+                f.tail = (f.tail + data[-TAIL_CHECK_BYTES:])[-TAIL_CHECK_BYTES:]
                 now = time.monotonic()
                 f.watch.feed(data, now, step_printer(f, now))
             if all(f.done for f in files):
@@ -252,18 +259,75 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                 out.write(describe(f.path, f.watch.state) + "\n")
         out.flush()
         return 130
+    finally:
+        for f in files:
+            f.handle.close()   # a file opened on a switch is not among run()'s handles
     return 0 if all(f.watch.state.ready and f.watch.state.failure is None for f in files) else 1
 
 
-def _check_truncation(f: _Followed) -> None:
-    """A log truncated or replaced in place (a relaunch) starts over: reread it from the top."""
+def _identity_of(handle: IO[bytes]) -> tuple[int, int] | None:
+    try:
+        st = os.fstat(handle.fileno())
+    except (OSError, ValueError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def _follow_name(f: _Followed, on_step: StepCallback) -> None:
+    """Follow the file by its name, as `tail -F` does.
+
+    Deleted or renamed away: what the old file still held is read, then we say so and wait for the name to come
+    back. A different file at the name (a relaunch, log rotation): the old one is read to its end, then the new one
+    from its start with a fresh state. Same file shorter than what was read, or its last-read bytes changed
+    (truncated and refilled past the old offset): read again from the start.
+    """
+    try:
+        st = os.stat(f.path)
+    except OSError:
+        if not f.gone:
+            _drain(f, on_step)
+            f.gone = True
+            _note(f, "deleted or renamed; waiting for it to appear again")
+        return
+    if (st.st_dev, st.st_ino) != f.identity:
+        try:
+            handle = open(f.path, "rb")  # noqa: SIM115 - kept in f; closed on the next switch or by _follow
+        except OSError:
+            return   # appeared but not readable yet (being created): try again on the next poll
+        if not f.gone:
+            _drain(f, on_step)
+        _note(f, "appeared again; reading it from the start" if f.gone else
+              "replaced by a new file; reading it from the start")
+        f.handle.close()
+        _restart(f, handle)
+        return
     try:
         size = os.fstat(f.handle.fileno()).st_size
+        same_tail = not f.tail or os.pread(f.handle.fileno(), len(f.tail), f.offset - len(f.tail)) == f.tail
     except OSError:
         return
-    if size < f.offset:
-        print(f"specmon: {f.path}: truncated, reading it again from the start", file=sys.stderr)
+    if size < f.offset or not same_tail:
+        _note(f, "truncated, reading it again from the start" if size < f.offset else
+              "rewritten in place, reading it again from the start")
         f.handle.seek(0)
-        f.offset = 0
-        f.watch = LogWatch()
+        _restart(f, f.handle)
 
+
+def _restart(f: _Followed, handle: IO[bytes]) -> None:
+    f.handle, f.offset, f.tail, f.gone = handle, 0, b"", False
+    f.identity = _identity_of(handle)
+    f.watch = LogWatch()
+
+
+def _drain(f: _Followed, on_step: StepCallback) -> None:
+    """Feed what is left in the open file (the writer may have added to it before it was renamed or deleted)."""
+    try:
+        while data := _read(f.handle):
+            f.offset += len(data)
+            f.watch.feed(data, time.monotonic(), on_step)
+    except OSError:
+        pass
+
+
+def _note(f: _Followed, what: str) -> None:
+    print(f"specmon: {f.path}: {what}", file=sys.stderr, flush=True)
