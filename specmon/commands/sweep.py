@@ -14,8 +14,8 @@ import math
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import urlsplit
 from typing import Any
+from urllib.parse import urlsplit
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import sys
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
 from typing import Any
@@ -282,7 +283,7 @@ class _Watchdog:
             return False
         self._fired = False
         task = self._task
-        if task is not None and hasattr(task, "uncancel"):   # Python 3.11+: count our cancel as handled
+        if sys.version_info >= (3, 11) and task is not None:   # count our cancel as handled
             task.uncancel()
             return task.cancelling() == 0
         return True
