@@ -30,6 +30,7 @@ CPUS = sorted(os.sched_getaffinity(0))
 STARVED_FRACTION = 0.05
 SERVER_LATE_MS = 22.0   # 10 % over the 20 ms pace, measured by the server as it writes
 OUTPUT_LEN = 100   # tokens per request: 2 s at 20 ms per token
+POOL_DEFAULT = 100   # aiohttp's connection limit when none is set
 
 
 @pytest.fixture
@@ -85,9 +86,12 @@ async def test_itl_tail_does_not_grow_with_concurrency_and_tokens_match_usage(pa
             # box touches under 1 % of them.
             lo, lo_server = await level(paced_server, tmp_path / f"lo{attempt}.jsonl", 16, 32)
             hi, hi_server = await level(paced_server, tmp_path / f"hi{attempt}.jsonl", 256, 512)
-            assert server_stats(paced_server)["max_running"] == 256   # the connection pool did not cap C=256
+            # The connection pool must not cap C=256 (aiohttp's default of 100 once did, whatever the load). Fewer
+            # than 256 at once but more than 100 is a box too slow to start 256 streams within one 2 s request.
+            running = server_stats(paced_server)["max_running"]
+            assert running > POOL_DEFAULT, f"{running} streams at once at C=256: the connection pool capped it"
             tried.append((lo, hi, lo_server, hi_server))
-            if disturbed(lo, lo_server) or disturbed(hi, hi_server):
+            if disturbed(lo, lo_server) or disturbed(hi, hi_server) or running < 256:
                 continue
             assert lo.itl_ms.p50 == pytest.approx(20.0, rel=0.1)
             assert hi.itl_ms.p99 == pytest.approx(lo.itl_ms.p99, rel=0.15), (lo.itl_ms, hi.itl_ms, hi.client)
