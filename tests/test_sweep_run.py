@@ -120,6 +120,19 @@ async def test_duration_mode_runs_each_level_for_its_time(server: tuple[ServerSt
     assert max(p.in_flight for p in live) == 4 and live[-1].output_tok_s > 0
 
 
+async def test_a_duration_shorter_than_the_start_ramp_still_sends_one_full_wave(
+        server: tuple[ServerState, str], tmp_path: Path) -> None:
+    """Workers start 0.5 ms apart, so a 5 ms level at C=64 stopped issuing after ~10 of them and still reported
+    itself as C=64; the first wave now always goes out whole."""
+    state, url = server
+    state.interval_s = 0.05
+    wl = Workload(levels=(64,), duration_s=0.005, output_len=4, input_len=8, warmup_requests=0)
+    result = await run_sweep(SweepSpec(url=url, workload=wl, out_path=tmp_path / "d.jsonl"))
+    (lv,) = result.levels
+    assert lv.requests_ok + lv.requests_failed >= 64 and lv.requests_failed == 0
+    assert state.max_running == 64
+
+
 async def test_errors_are_counted_by_kind_and_never_stop_the_sweep(server: tuple[ServerState, str], tmp_path: Path) -> None:
     state, url = server
     state.faults = ["", "http_400", "http_500", "malformed", "truncate", "abort", "no_done", "stall"]

@@ -156,7 +156,9 @@ class SweepRunner:
                 now = time.perf_counter()
                 if deadline is None:
                     deadline = now + duration_s
-                elif now >= deadline:
+                elif now >= deadline and issued >= c:
+                    # The first wave always goes out whole, even when the duration is shorter than the start ramp:
+                    # otherwise the level would be labelled C without ever having had C requests in flight.
                     return None
             elif n is not None and issued >= n:
                 return None
