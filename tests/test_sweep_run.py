@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -246,3 +247,18 @@ async def test_server_dying_mid_sweep_leaves_partial_results(server_process: tup
     # The sweep stops at the first level without a single success, instead of running on against nothing.
     assert levels[-1].requests_ok == 0 and set(levels[-1].errors) == {"refused"}
     assert any("no request succeeded at C=" in n and "refused" in n for n in notices)
+
+
+async def test_records_on_a_full_disk_stop_with_a_warning_and_the_sweep_goes_on(
+        server: tuple[ServerState, str], tmp_path: Path) -> None:
+    """/dev/full answers every write with ENOSPC, as a full disk does: the generator died on its first records
+    flush and the sweep lost every level; now the records stop with one warning and the levels are written."""
+    _, url = server
+    notices: list[str] = []
+    sweep = dataclasses.replace(spec(url, tmp_path / "r.jsonl", levels=(1, 2), requests=4),
+                                records_path=Path("/dev/full"))
+    result = await run_sweep(sweep, lambda u: notices.append(u.message) if isinstance(u, SweepNotice) else None)
+    assert [lv.requests_ok for lv in result.levels] == [4, 4]
+    assert [lv.concurrency for lv in read_results(tmp_path / "r.jsonl").levels] == [1, 2]
+    assert notices == ["/dev/full: per-request records stopped (No space left on device); level results are still "
+                       "written"]

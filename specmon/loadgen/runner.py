@@ -11,6 +11,7 @@ into a LevelAccumulator, so memory does not grow with the sweep. The generator m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import time
@@ -74,23 +75,41 @@ class LoopLagMonitor:
 
 
 class RecordsWriter:
-    """Appends one JSON line per request; buffered, flushed at every progress summary and level end."""
+    """Appends one JSON line per request; buffered, flushed at every progress summary and level end.
 
-    def __init__(self, path: str | None) -> None:
+    The records are a by-product: when the disk fills up (or the file otherwise stops taking writes), writing them
+    stops with one warning through `on_error`, and the sweep, whose level results matter more, goes on.
+    """
+
+    def __init__(self, path: str | None, on_error: Callable[[str], None] = lambda message: None) -> None:
         self._f: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1 << 20) if path else None
+        self._path = path
+        self._on_error = on_error
 
     def write(self, r: RequestRecord) -> None:
         if self._f is not None:
-            self._f.write(json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
+            self._guard(self._f.write, json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
 
     def flush(self) -> None:
         if self._f is not None:
-            self._f.flush()
+            self._guard(self._f.flush)
 
     def close(self) -> None:
         if self._f is not None:
-            self._f.close()
-            self._f = None
+            f, self._f = self._f, None
+            with contextlib.suppress(OSError):
+                f.close()
+
+    def _guard(self, op: Callable[..., object], *args: str) -> None:
+        try:
+            op(*args)
+        except OSError as exc:
+            f, self._f = self._f, None
+            if f is not None:
+                with contextlib.suppress(OSError):
+                    f.close()
+            self._on_error(f"{self._path}: per-request records stopped ({exc.strerror or exc}); "
+                           "level results are still written")
 
 
 class SweepRunner:
@@ -101,7 +120,7 @@ class SweepRunner:
         self.w = workload
         self.emit = emit
         self.factory = RequestFactory(workload, model, prompts)
-        self.records = RecordsWriter(records_path)
+        self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}))
         top = max(max(workload.levels), workload.warmup_requests, 1)
         self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key,
                                    deadline_s=workload.deadline_s)
