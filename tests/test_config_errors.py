@@ -68,6 +68,8 @@ CASES = [
     ("url-no-scheme", GOOD + 'url = "gpu1:30000"\n', 3, "profiles.a.url", "must be http://HOST:PORT or https://"),
     ("url-with-path", GOOD + 'url = "http://gpu1:30000/v1"\n', 3, "profiles.a.url", "must be http://HOST:PORT"),
     ("no-profiles", "[sweep]\nlevels = [1]\n", 1, "profiles", "no profiles defined"),
+    ("url-with-password", GOOD + 'url = "http://user:s3cret@gpu1:30000"\n', 3, "profiles.a.url",
+     "must not hold a user name or password"),
     ("levels-empty", GOOD + "[sweep]\nlevels = []\n", 4, "sweep.levels", "at least one concurrency level"),
     ("levels-duplicate", GOOD + "[sweep]\nlevels = [1, 5, 5, 10]\n", 4, "sweep.levels",
      "strictly increasing (5 then 5)"),

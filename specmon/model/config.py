@@ -425,6 +425,10 @@ class _Validator:
         url = self.string(table, path, "url", None)
         if url is not None and not re.fullmatch(r"https?://[^/\s]+/?", url):
             self.problem(path + ("url",), f"must be http://HOST:PORT or https://HOST:PORT, got {_shown(url)}")
+        elif url is not None and "@" in url:
+            # Like `sweep --url`: a password here would be copied into every result file's meta line.
+            self.problem(path + ("url",), "must not hold a user name or password (it would be written to result "
+                                          "files); give an API key through `sweep --api-key-env` instead")
         health_path = self.string(table, path, "health_path", "/health") or "/health"
         if not health_path.startswith("/"):
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
