@@ -1,0 +1,137 @@
+"""The GPU probe (specmon.sources.gpu) through the real LocalTransport against a fake `nvidia-smi` on PATH.
+
+The fake (tests/fixtures/gpu/fake-nvidia-smi) is the one stand-in here: no GPU exists on CI machines. It prints
+rows shaped like the real captures and can print [N/A], drop a GPU mid-stream, or hang."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from specmon.sources.gpu import GpuProbe, snapshot
+from specmon.sources.local import LocalTransport
+
+FAKE = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"
+
+
+@pytest.fixture
+def fake_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory holding `nvidia-smi` (the fake), put first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin")
+    return bin_dir
+
+
+async def until(check: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Wait for `check()`; the generous deadline only guards against a hang."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def marked_process() -> Iterator[tuple[int, int]]:
+    """(pid of a process carrying SPECMON_RUN_ID=run-a, pid of one without it)."""
+    env = {k: v for k, v in os.environ.items() if k != "SPECMON_RUN_ID"}
+    marked = subprocess.Popen(["sleep", "60"], env={**env, "SPECMON_RUN_ID": "run-a"})
+    stranger = subprocess.Popen(["sleep", "60"], env=env)
+    yield marked.pid, stranger.pid
+    for proc in (marked, stranger):
+        proc.kill()
+        proc.wait()
+
+
+async def test_snapshot_reads_gpus_and_maps_pids_to_runs(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       marked_process: tuple[int, int]) -> None:
+    marked, stranger = marked_process
+    monkeypatch.setenv("FAKE_SMI_APPS", f"0:{marked}:4000;1:{marked}:4000;1:{stranger}:50")
+    board = await snapshot(LocalTransport())
+    assert board.error is None and board.apps_error is None
+    assert [g.latest.index for g in board.gpus()] == [0, 1]
+    assert [g.latest.index for g in board.gpus_of_run("run-a")] == [0, 1]
+    assert {h.describe(["run-a"]) for h in board.gpus()[1].holders} == {
+        f"run run-a (pid {marked})", f"held by pid {stranger} (not a specmon run)"}
+
+
+async def test_na_fields_are_unknown_not_zero(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SMI_NA", "1")
+    board = await snapshot(LocalTransport())
+    gpu = board.gpus()[0].latest
+    assert (gpu.power_w, gpu.temperature_c, gpu.sm_clock_mhz) == (None, None, None)
+    assert gpu.memory_total_mib == 143771
+
+
+async def test_missing_nvidia_smi_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    board = await snapshot(LocalTransport())
+    assert board.error == "local: nvidia-smi not found (no NVIDIA driver here?)" and not board.tracks
+
+
+async def test_bad_field_error_reaches_the_board(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SMI_BAD_FIELD", "1")
+    board = await snapshot(LocalTransport())
+    assert board.error is not None and "bogus.field" in board.error
+
+
+async def test_hung_one_shot_query_is_timed_out(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SMI_HANG", "1")
+    started = time.monotonic()
+    board = await snapshot(LocalTransport(), timeout_s=1.0)
+    assert board.error == "local: nvidia-smi did not answer within 1 s (hung)"
+    assert time.monotonic() - started < 20
+
+
+async def test_gpu_disappearing_mid_stream_is_marked_gone(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAKE_SMI_GPUS", "3")
+    monkeypatch.setenv("FAKE_SMI_DROP_AFTER", "4")
+    probe = GpuProbe(LocalTransport(), interval_s=0.1, apps_every_s=60)
+    probe.start()
+    try:
+        await until(lambda: len(probe.board.tracks) == 3)
+        await until(lambda: any(t.gone for t in probe.board.tracks.values()))
+        assert [t.latest.index for t in probe.board.gpus() if t.gone] == [2]
+        # The other two keep moving: their history grows after the drop.
+        before = len(probe.board.gpus()[0].utilization)
+        await until(lambda: len(probe.board.gpus()[0].utilization) > before + 2)
+        assert probe.board.gpus()[2].gone
+    finally:
+        await probe.close()
+
+
+async def test_hung_stream_is_ended_and_rearmed(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    # The fake stops writing after 3 ticks on its first start only; the restart streams normally.
+    monkeypatch.setenv("FAKE_SMI_HANG_AFTER", "3")
+    monkeypatch.setenv("FAKE_SMI_STATE", str(tmp_path / "starts"))
+    errors: list[str] = []
+    probe: GpuProbe
+
+    def seen() -> None:
+        if probe.board.error and probe.board.error not in errors:
+            errors.append(probe.board.error)
+
+    probe = GpuProbe(LocalTransport(), interval_s=0.1, apps_every_s=60, silence_s=1.0, on_update=seen)
+    probe.start()
+    try:
+        await until(lambda: probe.restarts >= 1 and probe.board.error is None
+                    and (tmp_path / "starts").read_text() == "2")
+        assert errors == ["local: nvidia-smi sent nothing for 1 s (hung); restarting it"]
+        count = len(probe.board.gpus()[0].utilization)
+        await until(lambda: len(probe.board.gpus()[0].utilization) > count)
+    finally:
+        await probe.close()
+    # The hung first nvidia-smi was ended with its process group, not left behind.
+    leftover = await LocalTransport().run(f"pgrep -f {shlex.quote(str(fake_smi))}")
+    assert leftover.out.split() == []
+
