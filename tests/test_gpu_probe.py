@@ -132,6 +132,7 @@ async def test_hung_stream_is_ended_and_rearmed(fake_smi: Path, monkeypatch: pyt
     finally:
         await probe.close()
     # The hung first nvidia-smi was ended with its process group, not left behind.
-    leftover = await LocalTransport().run(f"pgrep -f {shlex.quote(str(fake_smi))}")
+    # ("[n]" so the pattern does not match the shell running pgrep.)
+    leftover = await LocalTransport().run(f"pgrep -f {shlex.quote(str(fake_smi) + '/[n]vidia-smi')}")
     assert leftover.out.split() == []
 
