@@ -1,0 +1,133 @@
+"""Shared verbs behind `specmon env`, `specmon diff`, `specmon gpus` and the TUI's GPU/env pane.
+
+    report = await env_report(manager, "profile" | "run_id")    -> EnvReport
+    a, b, diffs = await diff_targets(manager, "A", "B", everything=False)
+    board, known = await gpu_board(manager, host)                 -> (GpuBoard, {run_id: profile})
+
+A profile name means the profile (and its live run, if one is running: then its processes and log count too); a
+run id means that run (its launch arguments as recorded at launch, its log, its processes while it lives). Every
+probe that cannot answer leaves a one-line note in the report instead of failing the whole report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from specmon.errors import UserError
+from specmon.model.config import Profile
+from specmon.model.env import (
+    Difference,
+    EnvReport,
+    NcclLog,
+    ProcessEnv,
+    Startup,
+    diff_reports,
+    key_launch_args,
+    redact,
+)
+from specmon.model.gpu import GpuBoard, SmiInventory
+from specmon.orchestration.hostops import RUN_ID
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runstore import RunRecord
+from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
+from specmon.sources.gpu import snapshot
+
+T = TypeVar("T")
+
+
+async def _noted(probe: Awaitable[T], notes: list[str]) -> T | None:
+    try:
+        return await probe
+    except EnvProbeError as exc:
+        notes.append(str(exc))
+        return None
+
+
+def _target(manager: RunManager, target: str) -> tuple[Profile | None, RunRecord | None]:
+    """(profile, run) named by `target`: a run id, or a profile and its latest run that may still be running."""
+    record = manager.store.load(target) if RUN_ID.match(target) else None
+    if record is not None:
+        return manager.config.profiles.get(record.profile), record
+    profile = manager.config.profiles.get(target)
+    if profile is None:
+        known = ", ".join(sorted(manager.config.profiles)) or "none"
+        raise UserError(f"{target!r} is neither a profile of {manager.config.source} (known: {known}) "
+                        "nor a known run id (see `specmon status`)")
+    live = [r for r in manager.store.all() if r.profile == profile.name and not r.terminal]
+    return profile, (live[-1] if live else None)
+
+
+def _versions(started: Startup | None, inventory: SmiInventory | None) -> dict[str, str]:
+    versions = dict(started.versions) if started is not None else {}
+    if inventory is not None:
+        if inventory.driver_version:
+            versions["nvidia driver"] = inventory.driver_version
+        if inventory.cuda_version:
+            versions["cuda (driver)"] = inventory.cuda_version
+        names = [g.name for g in inventory.gpus]
+        if names:
+            versions["gpu"] = ", ".join(f"{names.count(n)}x {n}" for n in sorted(set(names)))
+    return versions
+
+
+async def env_report(manager: RunManager, target: str) -> EnvReport:
+    """Everything about how `target` (profile or run id) is set up; see the module docstring."""
+    profile, record = _target(manager, target)
+    host = record.host if record is not None else profile.host if profile is not None else "local"
+    transport = manager.ops(host).transport
+    notes: list[str] = []
+    argv: list[str] = list(profile.command) if profile is not None else []
+    if record is not None:
+        subject = f"run {record.run_id} (profile {record.profile}, {record.state})"
+        meta = await manager.ops(host).read_file(f"{record.run_dir}/meta.json")
+        try:
+            recorded = json.loads(meta or "{}").get("argv")
+            if isinstance(recorded, list):
+                argv = [str(word) for word in recorded]
+        except ValueError:
+            notes.append(f"{host}: {record.run_dir}/meta.json is not JSON; launch arguments from the profile")
+    else:
+        assert profile is not None
+        subject = f"profile {profile.name}"
+    if profile is None:
+        notes.append(f"profile {record.profile if record else target} is no longer in {manager.config.source}: "
+                     "no launch env or start-up probe")
+
+    async def startup_() -> Startup | None:
+        if profile is None:
+            return None
+        return await _noted(startup(transport, profile.python, profile.env, profile.workdir), notes)
+
+    async def processes_() -> tuple[ProcessEnv, ...] | None:
+        if record is None or record.terminal:
+            return None
+        return await _noted(run_processes(transport, record.run_id, record.pid), notes)
+
+    async def log_() -> NcclLog | None:
+        return None if record is None else await _noted(nccl_log(transport, record.log_path), notes)
+
+    started, inventory, processes, nccl = await asyncio.gather(
+        startup_(), _noted(gpu_inventory(transport), notes), processes_(), log_())
+    facts = {}
+    if record is not None and record.kv_cache_tokens is not None:
+        facts["kv cache tokens"] = str(record.kv_cache_tokens)
+    return EnvReport(
+        subject=subject, host=host, launch_env=redact(dict(profile.env)) if profile is not None else {},
+        startup=started, processes=processes or (), nccl=nccl, args=key_launch_args(argv),
+        versions=_versions(started, inventory), facts=facts, notes=tuple(notes))
+
+
+async def diff_targets(manager: RunManager, a: str, b: str,
+                       everything: bool = False) -> tuple[EnvReport, EnvReport, list[Difference]]:
+    """The reports of two profiles or runs and their differences."""
+    left, right = await asyncio.gather(env_report(manager, a), env_report(manager, b))
+    return left, right, diff_reports(left, right, everything)
+
+
+async def gpu_board(manager: RunManager, host: str, timeout_s: float = 20.0) -> tuple[GpuBoard, dict[str, str]]:
+    """One reading of `host`'s GPUs and their holders, with the runs this specmon knows (run id -> profile)."""
+    board = await snapshot(manager.ops(host).transport, timeout_s=timeout_s)
+    return board, {r.run_id: r.profile for r in manager.store.all()}
