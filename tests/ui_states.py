@@ -8,7 +8,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.model.config import Config, Profile, SweepDefaults
+from specmon.model.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
+from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.rows import LogEntry, ServerRow
 
 PROFILES = ("demo-baseline", "demo-eagle3")
@@ -55,6 +57,20 @@ EAGLE = [level(1, 96.0, 30.5, 2.4), level(4, 300.0, 33.0, 2.4), level(16, 345.0,
 CROSSOVER = 1.5
 
 
+def gpu_board() -> GpuBoard:
+    """The real two-H200 captures (tests/fixtures/gpu/), GPU 0 held by run r-0001, a few fixed history points."""
+    fixtures = Path(__file__).parent / "fixtures" / "gpu"
+    samples = {s.uuid: s for s in parse_query((fixtures / "smi-query.csv").read_text())}
+    board = GpuBoard(history=30)
+    for tick in range(12):
+        board.add_tick(samples, float(tick))
+        for track in board.tracks.values():
+            track.utilization[-1] = float((tick * 17 + (track.latest.index or 0) * 40) % 100)
+    apps = parse_apps((fixtures / "apps.csv").read_text())
+    board.set_apps(apps[:1], parse_run_markers("582 SPECMON_RUN_ID=r-0001\n"))
+    return board
+
+
 def fed_app(tmp: Path) -> SpecmonApp:
     """An app with no engine, its panes fed the fixed states above. Themes come from the repo; state in `tmp`."""
     app = SpecmonApp(demo_config(), state_path=tmp / "ui.json")
@@ -65,6 +81,7 @@ def fed_app(tmp: Path) -> SpecmonApp:
         app.set_series("demo-baseline", BASELINE)
         app.set_series("demo-eagle3", EAGLE, crossover=CROSSOVER)
         app.set_sweep_status("done: 2 profiles × 4 levels", running=False)
+        app.post_message(GpusUpdated("gpu7", gpu_board(), {"r-0001": "demo-baseline"}))
         app.flush()
 
     app.call_later(feed)

@@ -28,10 +28,11 @@ from textual.widget import Widget
 from textual.widgets import Footer, Static
 
 from specmon.model.config import Config
+from specmon.model.env import Difference, EnvReport
 from specmon.ui import keys
 from specmon.ui.format import transitions
 from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
-from specmon.ui.gpuenv import GpuEnvPane
+from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
@@ -71,6 +72,15 @@ class Engine(Protocol):
     async def close(self, stop_started: bool) -> None:
         """Stop watching; with `stop_started`, stop the runs this session launched."""
 
+    def watch_gpus(self, host: str) -> None:
+        """Watch `host`'s GPUs (instead of the previous host's), posting GpusUpdated to the app."""
+
+    async def environment(self, profile: str) -> EnvReport:
+        """The profile's environment report (with its live run's processes)."""
+
+    async def difference(self, a: str, b: str) -> tuple[EnvReport, EnvReport, list[Difference]]:
+        """Two profiles' reports and their differences."""
+
 
 class SpecmonApp(App[int]):
     """The specmon terminal UI."""
@@ -98,6 +108,7 @@ class SpecmonApp(App[int]):
         self.demo = demo
         self.profiles = list(config.profiles)
         self.selected: str | None = preselect if preselect in config.profiles else (self.profiles[0] if self.profiles else None)
+        self.previous: str | None = None    # the profile selected before (what the diff view compares against)
         self.keymap = keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))
         self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
@@ -145,6 +156,7 @@ class SpecmonApp(App[int]):
         self.call_after_refresh(self._first_frame)
         if self.engine is not None:
             self._start_engine()
+            self._watch_gpus_of_selected()
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
@@ -199,6 +211,16 @@ class SpecmonApp(App[int]):
         self.crossover = crossover
         self._chart_throttle.request()
 
+    @on(GpusUpdated)
+    def _gpus_updated(self, message: GpusUpdated) -> None:
+        row = self._selected_row()
+        with contextlib.suppress(NoMatches):
+            self.query_one(GpuEnvPane).show_gpus(message, row.run_id if row is not None else None)
+
+    def _watch_gpus_of_selected(self) -> None:
+        if self.engine is not None and self.selected in self.config.profiles:
+            self.engine.watch_gpus(self.config.profiles[self.selected].host)
+
     def set_sweep_status(self, status: str, running: bool) -> None:
         """The one-line status of the sweep (shown in the pane title) and whether one is running."""
         self.sweep_status = status
@@ -242,9 +264,43 @@ class SpecmonApp(App[int]):
         """Make `profile` the selected one: its card highlighted, its log shown."""
         if profile == self.selected:
             return
-        self.selected = profile
+        self.previous, self.selected = self.selected, profile
         self._paint_state()
         self._show_log_of_selected()
+        self._watch_gpus_of_selected()
+        if self.query_one(GpuEnvPane).view != "gpus":
+            self._read_environment()
+
+    def action_gpuenv_view(self) -> None:
+        """Cycle the GPU/env pane: GPUs, the selected profile's environment, its diff from the previous one."""
+        pane = self.query_one(GpuEnvPane)
+        pane.set_view(VIEWS[(VIEWS.index(pane.view) + 1) % len(VIEWS)])
+        if pane.view != "gpus":
+            self._read_environment()
+
+    def _read_environment(self) -> None:
+        pane = self.query_one(GpuEnvPane)
+        if not self._need_engine() or self.selected is None:
+            return
+        engine, selected, view = self.engine, self.selected, pane.view
+        assert engine is not None
+        others = [p for p in self.profiles if p != selected]
+        other = self.previous if self.previous in others else (others[0] if others else None)
+
+        async def read() -> None:
+            try:
+                if view == "env":
+                    text = render_env(await engine.environment(selected))
+                elif other is None:
+                    text = "[dim]diff: only one profile to compare[/]"
+                else:
+                    text = render_diff(*await engine.difference(selected, other))
+            except Exception as exc:   # an unreachable host, a broken python: shown in the pane
+                text = f"[$error]{escape(str(exc))}[/]"
+            if pane.view == view and self.selected == selected:
+                pane.show(text)
+
+        self.run_worker(read(), group="gpuenv", exclusive=True, exit_on_error=False, description=f"{view} {selected}")
 
     @on(RunCard.Clicked)
     def _card_clicked(self, event: RunCard.Clicked) -> None:

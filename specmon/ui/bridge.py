@@ -17,13 +17,17 @@ from typing import TYPE_CHECKING
 
 from specmon.model.compare import crossover
 from specmon.model.config import Config
+from specmon.model.env import Difference, EnvReport
 from specmon.model.results import LevelResult, read_results
 from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.comparison import sweep_profiles
+from specmon.orchestration.inspection import diff_targets, env_report
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
+from specmon.sources.gpu import GpuProbe
 from specmon.ui.forms import SweepRequest
+from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.rows import entry_from_line, past_load, row_from_view
 
 if TYPE_CHECKING:
@@ -57,6 +61,7 @@ class EngineBridge:
         self._levels: dict[str, list[LevelResult]] = {}
         self._unsubscribe: object = None
         self._app: SpecmonApp | None = None
+        self._gpu_probe: GpuProbe | None = None
 
     # --------------------------------------------------------------- watching
     async def start(self, app: SpecmonApp) -> None:
@@ -124,6 +129,39 @@ class EngineBridge:
             entry = entry_from_line(line)
             if entry is not None and self._app is not None:
                 self._app.add_log(profile, [entry])
+
+    # ------------------------------------------------------------ GPUs / env
+    def watch_gpus(self, host: str) -> None:
+        """Keep one GPU probe on `host` (the selected profile's), posting GpusUpdated to the app as it changes."""
+        if self._gpu_probe is not None and self._gpu_probe.transport.host == host:
+            return
+        if self._gpu_probe is not None:
+            old = self._gpu_probe
+            self._tasks.append(asyncio.create_task(old.close(), name="tui-gpu-close"))
+        try:
+            transport = self.manager.ops(host).transport
+        except Exception as exc:   # e.g. no SSH transport for this host: say so in the pane, keep the UI
+            if self._app is not None:
+                self._app.notify(f"GPUs of {host}: {exc}", severity="warning", timeout=6)
+            self._gpu_probe = None
+            return
+        probe = GpuProbe(transport)
+        probe.on_update = lambda: self._post_gpus(host, probe)
+        self._gpu_probe = probe
+        probe.start()
+
+    def _post_gpus(self, host: str, probe: GpuProbe) -> None:
+        if self._app is not None and probe is self._gpu_probe:
+            known = {v.run_id: v.profile for v in self._earlier + list(self._views.values())}
+            self._app.post_message(GpusUpdated(host, probe.board, known))
+
+    async def environment(self, profile: str) -> EnvReport:
+        """The env report of the profile (and its live run)."""
+        return await env_report(self.manager, profile)
+
+    async def difference(self, a: str, b: str) -> tuple[EnvReport, EnvReport, list[Difference]]:
+        """The env reports of two profiles and their differences."""
+        return await diff_targets(self.manager, a, b)
 
     # ---------------------------------------------------------------- actions
     async def launch(self, profile: str) -> None:
@@ -203,6 +241,8 @@ class EngineBridge:
     async def close(self, stop_started: bool) -> None:
         if callable(self._unsubscribe):
             self._unsubscribe()
+        if self._gpu_probe is not None:
+            await self._gpu_probe.close()
         tasks = self._tasks + [task for _, task in self._log_tasks.values()]
         for task in tasks:
             task.cancel()

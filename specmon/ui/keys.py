@@ -24,6 +24,8 @@ BINDINGS: list[Binding] = [
     Binding("o", "overlay", "Overlay", id="overlay", tooltip="Load a result file onto the chart"),
     Binding("slash", "filter", "Filter", id="filter", tooltip="Filter the log (! inverts)"),
     Binding("f", "toggle_follow", "Follow", id="follow", tooltip="Toggle following the log's end"),
+    Binding("e", "gpuenv_view", "GPU/env", id="gpuenv", show=False,
+            tooltip="GPU/env pane: cycle GPUs, the environment, and its diff from the previous profile"),
     Binding("m", "maximize", "Max", id="maximize", tooltip="Maximise the focused pane (esc restores)"),
     Binding("j,down", "select(1)", "Next", id="select_next", show=False, tooltip="Select the next profile"),
     Binding("k,up", "select(-1)", "Prev", id="select_prev", show=False, tooltip="Select the previous profile"),
