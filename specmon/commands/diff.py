@@ -12,7 +12,7 @@ from specmon.orchestration.inspection import diff_targets
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("diff", help="differences between two profiles or runs", description=__doc__)
     parser.add_argument("a", metavar="A", help="profile name or run id")
     parser.add_argument("b", metavar="B", help="profile name or run id")

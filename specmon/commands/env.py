@@ -12,7 +12,7 @@ from specmon.orchestration.inspection import env_report
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("env", help="a profile's or run's effective environment, args and versions",
                                    description=__doc__)
     parser.add_argument("target", metavar="PROFILE|RUN", help="a profile name (and its live run) or a run id")

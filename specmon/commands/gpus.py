@@ -13,7 +13,7 @@ from specmon.orchestration.inspection import gpu_board
 from specmon.orchestration.runs import RunManager
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("gpus", help="GPUs of a host and the runs holding them", description=__doc__)
     parser.add_argument("host", nargs="?", default="local", help="\"local\" (default) or a profile's host")
     parser.add_argument("--json", action="store_true",

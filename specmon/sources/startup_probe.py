@@ -1,5 +1,5 @@
 """Run by a profile's own `python -S -` on the server's host (sent on stdin; it imports nothing from specmon and
-keeps to what Python 3.8 has). Prints one JSON object:
+keeps to what Python 3.8 has: annotations are never evaluated). Prints one JSON object:
 
     {"python": sys.executable, "injections": [{"name", "value", "before", "file"}], "versions": {...}}
 
@@ -10,27 +10,31 @@ Versions come from package metadata and torch/version.py read as text: importing
 the GPU) is not needed for them.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
+from collections.abc import Callable
 
 _before = dict(os.environ)
-_by_file = {}  # type: dict[str, str | None]
+_by_file: dict[str, str] = {}
 
 
-def _note(source, snapshot):
+def _note(source: str, snapshot: dict[str, str]) -> None:
     now = os.environ
     for name in set(snapshot) | set(now):
         if snapshot.get(name) != now.get(name):
             _by_file[name] = source
 
 
-def _wrap_site():
+def _wrap_site() -> None:
     import site
 
     plain_addpackage = site.addpackage
 
-    def addpackage(sitedir, name, known_paths):
+    def addpackage(sitedir: str | os.PathLike[str], name: str | os.PathLike[str],
+                   known_paths: set[str] | None) -> set[str] | None:
         snapshot = dict(os.environ)
         try:
             return plain_addpackage(sitedir, name, known_paths)
@@ -43,7 +47,7 @@ def _wrap_site():
         if plain is None:
             continue
 
-        def run(plain=plain, module=module):
+        def run(plain: Callable[[], None] = plain, module: str = module) -> None:
             snapshot = dict(os.environ)
             try:
                 return plain()
@@ -55,10 +59,10 @@ def _wrap_site():
     site.main()
 
 
-def _versions():
+def _versions() -> dict[str, str]:
     from importlib import metadata
 
-    found = {}
+    found: dict[str, str] = {}
     for dist in ("torch", "sglang", "vllm", "transformers", "flashinfer-python", "nvidia-nccl-cu12",
                  "nvidia-nccl-cu13", "triton"):
         try:
@@ -71,7 +75,7 @@ def _versions():
         spec = importlib.util.find_spec("torch")
         locations = list(spec.submodule_search_locations or []) if spec else []
         if locations:
-            scope = {}
+            scope: dict[str, object] = {}
             with open(os.path.join(locations[0], "version.py")) as f:
                 exec(compile(f.read(), "torch/version.py", "exec"), scope)
             if scope.get("cuda"):
@@ -84,18 +88,18 @@ def _versions():
     return found
 
 
-def main():
+def main() -> None:
     error = None
     try:
         _wrap_site()
     except Exception as exc:   # a broken .pth or sitecustomize: report it, keep what was seen
-        error = "site initialisation failed: %s: %s" % (type(exc).__name__, exc)
+        error = f"site initialisation failed: {type(exc).__name__}: {exc}"
     after = dict(os.environ)
     injections = [
         {"name": name, "value": after.get(name), "before": _before.get(name), "file": _by_file.get(name)}
         for name in sorted(set(_before) | set(after)) if _before.get(name) != after.get(name)
     ]
-    answer = {"python": sys.executable, "injections": injections, "versions": _versions()}
+    answer: dict[str, object] = {"python": sys.executable, "injections": injections, "versions": _versions()}
     if error:
         answer["error"] = error
     sys.stdout.write("\n<<specmon-startup>>" + json.dumps(answer) + "\n")
