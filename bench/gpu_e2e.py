@@ -121,13 +121,16 @@ def main() -> int:
         port = s.getsockname()[1]
     argv = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model), "--host", "127.0.0.1",
             "--port", str(port), "--device", args.device]
+    # The profile's PYTHONPATH replaces the caller's: keep what the server itself imports from (where its packages
+    # were installed with --target, as on the lent GPU machine) behind the injecting directory.
+    inject_path = os.pathsep.join(p for p in [str(inject), os.environ.get("PYTHONPATH", "")] if p)
     cfg = work / "profiles.toml"
     common = (f'server = "other"\ncommand = {json.dumps(argv)}\npython = {json.dumps(sys.executable)}\n'
               "expected_load_s = 60\n")
     cfg.write_text(
         f"[profiles.tf-gpu]\nport = {port}\n{common}"
         f'env = {{ HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO", '
-        f'PYTHONPATH = {json.dumps(str(inject))} }}\n'
+        f'PYTHONPATH = {json.dumps(inject_path)} }}\n'
         f"[profiles.tf-gpu-plain]\nport = {port + 1 if port < 65535 else port - 1}\n{common}"
         'env = { HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO" }\n')
     shutil.copy(cfg, out / "profiles.toml")
