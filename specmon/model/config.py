@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped
 
 if sys.version_info >= (3, 11):
@@ -65,10 +66,18 @@ class Profile:
     notify_cmd: str | None = None
     stall_timeout_s: float = 300.0    # no log bytes and no progress for this long => "stalled" warning
     url: str | None = None            # where clients reach the server directly (else: the host's 127.0.0.1:port)
+    hosts: tuple[str, ...] = ()       # multi-node: node rank i runs on hosts[i] (then host == hosts[0])
+    master_addr: str | None = None    # multi-node rendezvous address; None: rank 0's host's own address
+    master_port: int = DEFAULT_MASTER_PORT
 
     @property
     def is_local(self) -> bool:
         return self.host == "local"
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """The host of each node rank: `hosts`, or just `host` for a single-node profile."""
+        return self.hosts or (self.host,)
 
     @property
     def base_url(self) -> str:
@@ -275,7 +284,7 @@ def _parse_config(text: str, source: str, found_by: str) -> Config:
 
 _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
-    "expected_load_s", "notify_cmd", "stall_timeout_s", "url",
+    "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
@@ -416,12 +425,12 @@ class _Validator:
             return None
         self.unknown_keys(table, path, _PROFILE_KEYS)
         host = self.string(table, path, "host", "local") or "local"
-        if host != "local":
-            try:
-                parse_host(host)
-            except ValueError as exc:
-                self.problem(path + ("host",), f"must be \"local\", an ssh alias or [user@]host[:port]: {exc}, "
-                                               f"got {_shown(host)}")
+        self.check_host(host, path + ("host",))
+        hosts = self.hosts(table, path)
+        if hosts:
+            host = hosts[0]
+        server = self.choice(table, path, "server", "sglang", SERVER_KINDS)
+        command = self.command(table, path)
         url = self.string(table, path, "url", None)
         if url is not None and not re.fullmatch(r"https?://[^/\s]+/?", url):
             self.problem(path + ("url",), f"must be http://HOST:PORT or https://HOST:PORT, got {_shown(url)}")
@@ -434,9 +443,9 @@ class _Validator:
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
         return Profile(
             name=name,
-            command=self.command(table, path),
+            command=command,
             host=host,
-            server=self.choice(table, path, "server", "sglang", SERVER_KINDS),
+            server=server,
             env=self.env(table.get("env", {}), path + ("env",)),
             workdir=self.string(table, path, "workdir", None),
             port=self.integer(table, path, "port", 30000, 1, 65535) or 30000,
@@ -446,7 +455,59 @@ class _Validator:
             notify_cmd=self.string(table, path, "notify_cmd", None),
             stall_timeout_s=self.seconds(table, path, "stall_timeout_s", 300.0) or 300.0,
             url=url.rstrip("/") if url else None,
+            hosts=hosts,
+            **self.rendezvous(table, path, hosts, server, command),
         )
+
+    def check_host(self, host: str, key_path: _KeyPath) -> None:
+        if host == "local":
+            return
+        try:
+            parse_host(host)
+        except ValueError as exc:
+            self.problem(key_path, f"must be \"local\", an ssh alias or [user@]host[:port]: {exc}, got {_shown(host)}")
+
+    def hosts(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:
+        """A multi-node profile's hosts: two or more distinct hosts, node rank i on hosts[i]."""
+        key_path = path + ("hosts",)
+        if "hosts" not in table:
+            return ()
+        value = table["hosts"]
+        if "host" in table:
+            self.problem(key_path, "set host (one node) or hosts (several nodes), not both")
+            return ()
+        if not isinstance(value, list) or not all(isinstance(h, str) for h in value):
+            self.wrong_type(key_path, 'an array of host names such as ["gpu1", "gpu2"]', value)
+            return ()
+        if len(value) < 2:
+            self.problem(key_path, f"a multi-node profile needs at least two hosts, got {len(value)} "
+                                   "(use host = \"...\" for one)")
+            return ()
+        for item in value:
+            self.check_host(item, key_path)
+        repeated = sorted({h for h in value if value.count(h) > 1})
+        if repeated:
+            self.problem(key_path, f"each host may appear once (node ranks are positions), {repeated[0]!r} repeats")
+            return ()
+        return tuple(value)
+
+    def rendezvous(self, table: Mapping[str, Any], path: _KeyPath, hosts: tuple[str, ...], server: str,
+                   command: tuple[str, ...]) -> dict[str, Any]:
+        """master_addr / master_port, only meaningful with hosts; and the command's own SGLang multi-node flags."""
+        if not hosts:
+            for key in ("master_addr", "master_port"):
+                if key in table:
+                    self.problem(path + (key,), "only for multi-node profiles (hosts = [...])")
+            return {}
+        addr = self.string(table, path, "master_addr", None)
+        if addr is not None and not (_HOSTNAME.fullmatch(addr) or _IPV6.fullmatch(f"[{addr}]")):
+            self.problem(path + ("master_addr",), f"must be a host name or IP address, got {_shown(addr)}")
+        problem = dist_flag_problem(command) if server == "sglang" else None
+        if problem:
+            self.problem(path + ("command",), problem)
+        return {"master_addr": addr,
+                "master_port": self.integer(table, path, "master_port", DEFAULT_MASTER_PORT, 1, 65535)
+                or DEFAULT_MASTER_PORT}
 
     def command(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:
         key_path = path + ("command",)

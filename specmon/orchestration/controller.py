@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from specmon.model.runstate import LogWatch, eta_seconds
 from specmon.orchestration.hostops import HostOps
@@ -82,6 +82,23 @@ def end_verdict(record: RunRecord, run_state: Any, exit_code: int | None, lost: 
     if lost:
         return "lost", failure
     return ("exited" if record.ready_at is not None else "failed"), failure
+
+
+class Watcher(Protocol):
+    """What the RunManager needs of a watched run: a RunController, or a multi-node run's NodesWatcher."""
+
+    stall_timeout_s: float
+    finished: asyncio.Event
+
+    def view(self) -> RunView: ...
+
+    def add_reader(self, backlog: bool = True, history: bool = False) -> asyncio.Queue[LogLine | None]: ...
+
+    def remove_reader(self, queue: asyncio.Queue[LogLine | None]) -> None: ...
+
+    def commit_offset(self, end: int, node: int | None = None) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class RunController:
@@ -149,7 +166,7 @@ class RunController:
             kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
             stall_reason=self.stall_reason if self.stalled else None,
-            log_path=r.log_path, run_dir=r.run_dir, run_state=rs,
+            log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,
             probe_error=self.probe_error if state in ("launching", "loading") else None,
             health=None if self.last_health is None or state not in ACTIVE_STATES else
             str(self.last_health.status or self.last_health.error),
@@ -194,8 +211,10 @@ class RunController:
     def remove_reader(self, queue: asyncio.Queue[LogLine | None]) -> None:
         self._readers.discard(queue)
 
-    def commit_offset(self, end: int) -> None:
-        """Remember that a reader has shown every line up to byte `end` (a later process resumes there)."""
+    def commit_offset(self, end: int, node: int | None = None) -> None:
+        """Remember that a reader has shown every line up to byte `end` (a later process resumes there).
+
+        `node` is for a multi-node run's controller (which node's log); a single run has one log."""
         if end > self.record.log_offset:
             self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
                 or self.record
@@ -241,9 +260,12 @@ class RunController:
         self._tasks += [
             self._tail_task,
             asyncio.create_task(self._process_loop(), name=f"process {self.record.run_id}"),
-            asyncio.create_task(self._health_loop(), name=f"health {self.record.run_id}"),
-            asyncio.create_task(self._ready_loop(), name=f"ready {self.record.run_id}"),
         ]
+        if self.record.serves_api:   # a worker node answers no client: its readiness is rank 0's
+            self._tasks += [
+                asyncio.create_task(self._health_loop(), name=f"health {self.record.run_id}"),
+                asyncio.create_task(self._ready_loop(), name=f"ready {self.record.run_id}"),
+            ]
         self._publish()
 
     def _on_link(self, link: LinkState) -> None:

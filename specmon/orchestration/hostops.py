@@ -13,6 +13,7 @@ Run directory layout (`~/.specmon/runs/<run_id>/` on the host):
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import shlex
@@ -144,6 +145,21 @@ class HostOps:
     async def boot_id(self) -> str:
         code, out, _ = await self.sh("cat /proc/sys/kernel/random/boot_id")
         return out.strip() if code == 0 else ""
+
+    async def addresses(self) -> list[str]:
+        """The host's own IP addresses (`hostname -I`), primary first; empty where the command is missing."""
+        code, out, _ = await self.sh("hostname -I 2>/dev/null")
+        return out.split() if code == 0 else []
+
+    async def source_address(self, destination: str) -> str | None:
+        """The address this host sends from to reach the IP `destination` (`ip route get`), or None if unknown."""
+        try:
+            destination = str(ipaddress.ip_address(destination))   # never an option or a shell word
+        except ValueError:
+            return None
+        code, out, _ = await self.sh(f"ip -o route get {destination} 2>/dev/null")
+        fields = out.split()
+        return fields[fields.index("src") + 1] if code == 0 and "src" in fields[:-1] else None
 
     async def listening(self) -> set[int]:
         _, out, _ = await self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")

@@ -43,7 +43,6 @@ import dataclasses
 import functools
 import json
 import logging
-import secrets
 import shlex
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
@@ -55,9 +54,11 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile, SshSettings
 from specmon.model.runstate import LogWatch
+from specmon.orchestration import multinode
 from specmon.orchestration.controller import (
     REPLAY_LIMIT,
     RunController,
+    Watcher,
     WatchTimings,
     end_verdict,
     failure_of,
@@ -65,7 +66,7 @@ from specmon.orchestration.controller import (
     run_notify,
 )
 from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_script
-from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc
+from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
@@ -114,11 +115,6 @@ def _epoch(iso: object) -> float | None:
         return None
 
 
-def new_run_id() -> str:
-    """Sortable, unique enough, safe in paths and shell words: 20261129-154501-3fa9c2."""
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
-
-
 class RunManager:
     """Owns the runs of one specmon process. See the module docstring for the API."""
 
@@ -135,8 +131,8 @@ class RunManager:
         self.store = RunStore(state_dir)
         self._factory = transport_factory or functools.partial(default_transport, ssh=config.ssh)
         self._ops: dict[str, HostOps] = {}
-        self._controllers: dict[str, RunController] = {}
-        self._attaching: dict[str, asyncio.Future[RunController]] = {}
+        self._controllers: dict[str, Watcher] = {}   # by run id: RunControllers, and multi-node runs' watchers
+        self._attaching: dict[str, asyncio.Future[Watcher]] = {}
         self._subscribers: list[Callable[[RunView], None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()
         self.stop_timings = stop_timings
@@ -168,13 +164,21 @@ class RunManager:
         record = self.store.load(target) if RUN_ID.match(target) else None
         if record is not None:
             return record
-        runs = [r for r in self.store.all() if r.profile == target]
+        runs = [r for r in self.store.all() if r.profile == target and r.group is None]
         if not runs:
             raise UserError(f"no run of profile or run id {target!r} is known (see `specmon status`)")
         active = [r for r in runs if not r.terminal]
         return (active or runs)[-1]
 
+    def _node_records(self, record: RunRecord) -> list[RunRecord]:
+        """A multi-node run's node records in rank order ([] for a single-node run or a lost node record)."""
+        nodes = [self.store.load(node) for node in record.nodes]
+        return [node for node in nodes if node is not None] if all(nodes) else []
+
     def _static_view(self, record: RunRecord) -> RunView:
+        nodes = self._node_records(record)
+        if nodes:
+            return multinode.compose(record, [self._static_view(node) for node in nodes])
         state = "loading" if record.state == "launching" and record.pid else record.state
         return RunView(
             run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
@@ -182,13 +186,16 @@ class RunManager:
             ready_at=record.ready_at, load_seconds=record.load_seconds, shards=record.shards,
             kv_cache_tokens=record.kv_cache_tokens,
             exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
-            eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir)
+            eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir,
+            node_rank=record.node_rank)
 
     # ---- queries -----------------------------------------------------------------------------------------
     def runs(self) -> list[RunView]:
         """Every known run (from the state files; watched runs with their live view)."""
         views = []
         for record in self.store.all():
+            if record.group is not None:
+                continue   # a node: its view is part of its multi-node run's
             controller = self._controllers.get(record.run_id)
             views.append(controller.view() if controller else self._static_view(record))
         return views
@@ -251,29 +258,35 @@ class RunManager:
         """
         controller = await self._attach(run_id)
         queue = controller.add_reader(backlog, history=not commit if history is None else history)
-        shown, saved_at = 0, time.monotonic()
+        shown: dict[int | None, int] = {}   # per log (a multi-node run's lines carry their node)
+        saved_at = time.monotonic()
+
+        def save() -> None:
+            for node, end in shown.items():
+                controller.commit_offset(end, node)
+
         try:
             while True:
                 if commit and shown and (queue.empty() or time.monotonic() - saved_at > COMMIT_EVERY_S):
-                    controller.commit_offset(shown)
+                    save()
                     saved_at = time.monotonic()
                 line = await queue.get()
                 if line is None:
                     return
                 yield line
                 if line.kind == "line":
-                    shown = line.end
+                    shown[line.node] = line.end
         finally:
             controller.remove_reader(queue)
-            if commit and shown:
-                controller.commit_offset(shown)
+            if commit:
+                save()
 
     # ---- watching ----------------------------------------------------------------------------------------
     async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
         """Start watching a run (a no-op if already watched); returns its view."""
         return (await self._attach(run_id, stall_timeout_s)).view()
 
-    async def _attach(self, run_id: str, stall_timeout_s: float | None = None) -> RunController:
+    async def _attach(self, run_id: str, stall_timeout_s: float | None = None) -> Watcher:
         controller = self._controllers.get(run_id)
         if controller is None:
             # Concurrent callers (a view and a log pane) share one controller being set up.
@@ -287,17 +300,33 @@ class RunManager:
             controller.stall_timeout_s = stall_timeout_s
         return controller
 
-    async def _new_controller(self, run_id: str) -> RunController:
+    async def _new_controller(self, run_id: str) -> Watcher:
         record = self.store.load(run_id)
         if record is None:
             raise UserError(f"unknown run {run_id!r}")
+        if record.group is not None:   # a node is watched with its multi-node run
+            await self._attach(record.group)
+            return self._controllers[run_id]
+        nodes = self._node_records(record)
+        if nodes:
+            return await self._watch_nodes(record, nodes)
+        return await self._start_controller(record, self._on_view)
+
+    async def _start_controller(self, record: RunRecord, on_view: Callable[[RunView], None]) -> RunController:
         if not record.terminal:
             record = await self._reconcile(record)
-        controller = RunController(record, self.ops(record.host), self.store, on_view=self._on_view,
+        controller = RunController(record, self.ops(record.host), self.store, on_view=on_view,
                                    notify=self._notify, timings=self.watch_timings)
-        self._controllers[run_id] = controller
+        self._controllers[record.run_id] = controller
         await controller.start()
         return controller
+
+    async def _watch_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> Watcher:
+        watcher = multinode.NodesWatcher(record, self.store, publish=self._on_view, notify=self._notify)
+        self._controllers[record.run_id] = watcher
+        controllers = await asyncio.gather(*(self._start_controller(node, watcher.on_node_view) for node in nodes))
+        watcher.start(controllers)
+        return watcher
 
     async def _reconcile(self, record: RunRecord) -> RunRecord:
         """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
@@ -344,28 +373,47 @@ class RunManager:
         """Check every run that may still be running, once (for `specmon status`); returns all views."""
         views = []
         for record in self.store.all():
-            if record.run_id in self._controllers:
-                views.append(self._controllers[record.run_id].view())
-                continue
-            if not record.terminal:
-                with contextlib.suppress(TransportError, TimeoutError):
-                    record = await self._reconcile(record)
-            if record.terminal:
-                views.append(self._static_view(record))
-                continue
-            rs, mtime = await self._replay(record)
-            if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
-                record = await self._confirm_ready(record, getattr(rs, "load_seconds", None))
-            base = self._static_view(record)
-            total = getattr(rs, "shards_total", None)
-            idle = None if mtime is None else time.time() - mtime
-            stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
-            views.append(dataclasses.replace(
-                base, shards=(int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None,
-                kv_cache_tokens=getattr(rs, "kv_cache_tokens", None), phase=getattr(rs, "phase", None),
-                run_state=rs, stalled=stalled,
-                stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None))
+            if record.group is not None:
+                continue   # a node: checked with its multi-node run
+            nodes = self._node_records(record)
+            if nodes and record.run_id not in self._controllers:
+                views.append(await self._refresh_nodes(record, nodes))
+            else:
+                views.append(await self._refresh_one(record))
         return views
+
+    async def _refresh_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> RunView:
+        """Check each node of an unwatched multi-node run; keep the run's record in step with them."""
+        views = [await self._refresh_one(node) for node in nodes]
+        for worker in multinode.mark_workers_ready(self.store, views[0], [self.store.load(n.run_id) or n
+                                                                          for n in nodes[1:]]):
+            rank = worker.node_rank or 0
+            views[rank] = dataclasses.replace(views[rank], state=worker.state, ready_at=worker.ready_at,
+                                              load_seconds=worker.load_seconds, stalled=False, stall_reason=None)
+        view = multinode.compose(record, views)
+        self.store.update(record.run_id, **multinode.progress_fields(view))
+        return view
+
+    async def _refresh_one(self, record: RunRecord) -> RunView:
+        if record.run_id in self._controllers:
+            return self._controllers[record.run_id].view()
+        if not record.terminal:
+            with contextlib.suppress(TransportError, TimeoutError):
+                record = await self._reconcile(record)
+        if record.terminal:
+            return self._static_view(record)
+        rs, mtime = await self._replay(record)
+        if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
+            record = await self._confirm_ready(record, getattr(rs, "load_seconds", None))
+        base = self._static_view(record)
+        total = getattr(rs, "shards_total", None)
+        idle = None if mtime is None else time.time() - mtime
+        stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
+        return dataclasses.replace(
+            base, shards=(int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None,
+            kv_cache_tokens=getattr(rs, "kv_cache_tokens", None), phase=getattr(rs, "phase", None),
+            run_state=rs, stalled=stalled,
+            stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None)
 
     async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:
         """An unwatched run whose log says ready: one test completion decides."""
@@ -451,17 +499,19 @@ class RunManager:
         return self._static_view(record)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
-    async def _preflight(self, profile: Profile, ops: HostOps) -> None:
+    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
+        """Refuse a launch of `profile` on `host` that cannot work (UserError naming host, port or key)."""
         where = f"profile {profile.name}"
         check_env(profile.env, where)
         if not profile.command:
             raise UserError(f"{where}: command is empty")
         for record in self.store.all():
-            if record.host == profile.host and record.port == profile.port and not record.terminal:
+            if record.host == host and record.port == profile.port and not record.terminal and not record.nodes:
                 record = await self._reconcile(record)
                 if not record.terminal:
-                    raise UserError(f"{where}: run {record.run_id} (profile {record.profile}) is still {record.state} "
-                                    f"on {ops.host} port {record.port}; stop it first or use `specmon restart`")
+                    raise UserError(f"{where}: run {record.group or record.run_id} (profile {record.profile}) is "
+                                    f"still {record.state} on {ops.host} port {record.port}; stop it first or use "
+                                    "`specmon restart`")
         if profile.port in await ops.listening():
             raise UserError(f"{ops.host}: port {profile.port} is already in use ({where}); "
                             "stop whatever listens there or choose another port")
@@ -473,10 +523,25 @@ class RunManager:
     async def launch(self, profile_name: str, *, watch: bool = True) -> RunView:
         """Start a run of the profile, detached from specmon. Returns once its pid is known."""
         profile = self.config.profile(profile_name)
+        if profile.hosts:
+            return await multinode.launch(self, profile, watch=watch)
         ops = self.ops(profile.host)
         try:
-            await self._preflight(profile, ops)
-            run_id = new_run_id()
+            await self.preflight(profile, ops, profile.host)
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        record = await self.start_run(profile, profile.host, new_run_id(), profile.command)
+        if watch:
+            return await self.attach(record.run_id)
+        return self._static_view(self.store.load(record.run_id) or record)
+
+    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...],
+                        **record_fields: Any) -> RunRecord:
+        """Make the run dir, write launch.sh and meta.json, start it detached and wait for its pid.
+
+        `record_fields` go into the RunRecord (a multi-node run's node: group, node_rank, ...)."""
+        ops = self.ops(host)
+        try:
             run_dir = f"{await ops.runs_root()}/{run_id}"
             problem = await ops.make_run_dir(run_dir)
             if problem is not None:
@@ -484,19 +549,20 @@ class RunManager:
             started_at = time.time()
             await ops.transport.write_file(
                 f"{run_dir}/launch.sh",
-                wrapper_script(run_dir, profile.command, profile.env, profile.workdir, run_id).encode(), 0o700)
+                wrapper_script(run_dir, argv, profile.env, profile.workdir, run_id).encode(), 0o700)
             await ops.write_json(f"{run_dir}/meta.json", {
-                "run_id": run_id, "profile": profile.name, "host": profile.host, "argv": list(profile.command),
+                "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
                 "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
                 "config": self.config.source,
+                **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
             })
         except TransportError as exc:
             raise UserError(str(exc)) from None
-        record = RunRecord(
-            run_id=run_id, profile=profile.name, host=profile.host, run_dir=run_dir, port=profile.port,
-            url=profile.base_url, server=profile.server, health_path=profile.health_path,
-            stall_timeout_s=profile.stall_timeout_s, notify_cmd=profile.notify_cmd,
-            expected_load_s=profile.expected_load_s, started_at=started_at)
+        record = RunRecord(**{
+            "run_id": run_id, "profile": profile.name, "host": host, "run_dir": run_dir, "port": profile.port,
+            "url": profile.base_url, "server": profile.server, "health_path": profile.health_path,
+            "stall_timeout_s": profile.stall_timeout_s, "notify_cmd": profile.notify_cmd,
+            "expected_load_s": profile.expected_load_s, "started_at": started_at, **record_fields})
         # Written before the start, so a crash right after still leaves a trace to reconcile.
         self.store.save(record)
         try:
@@ -514,9 +580,7 @@ class RunManager:
             info = await ops.proc(pid)
             self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
                               boot_id=await ops.boot_id(), state="loading")
-        if watch:
-            return await self.attach(run_id)
-        return self._static_view(self.store.load(run_id) or record)
+        return self.store.load(run_id) or record
 
     async def _wait_pid(self, ops: HostOps, run_dir: str) -> int | None:
         deadline = time.monotonic() + PID_WAIT_S
@@ -530,11 +594,13 @@ class RunManager:
     async def stop(self, target: str, force: bool = False) -> StopReport:
         """Stop a run (by id, or the latest run of a profile); waits for its port and GPUs to be free."""
         record = self.find(target)
+        if record.nodes:
+            return await multinode.stop(self, record, force)
         ops = self.ops(record.host)
         controller = self._controllers.get(record.run_id)
         if record.state in ("launching", "loading", "ready"):
             record = self.store.update(record.run_id, state="stopping", stop_requested=True) or record
-            if controller is not None:
+            if isinstance(controller, RunController):
                 controller.set_record(record)
         try:
             report = await stop_run(ops, record, force=force, timings=self.stop_timings)

@@ -17,6 +17,8 @@ import dataclasses
 import fcntl
 import json
 import os
+import secrets
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,6 +34,11 @@ def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
     env = os.environ if env is None else env
     base = env.get("XDG_STATE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "state")
     return Path(base) / "specmon"
+
+
+def new_run_id() -> str:
+    """Sortable, unique enough, safe in paths and shell words: 20261129-154501-3fa9c2."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
 def iso_utc(epoch: float | None) -> str | None:
@@ -70,6 +77,23 @@ class RunRecord:
     kv_cache_tokens: int | None = None
     log_offset: int = 0                # end of the last complete log line delivered to a reader
     log_inode: int | None = None
+    # Multi-node runs: one record per node (group = the run's id, node_rank) plus the run's own record, which
+    # lists its node runs in rank order (nodes) and keeps the overall state; it has no process of its own.
+    group: str | None = None
+    node_rank: int | None = None
+    nodes: tuple[str, ...] = ()
+    dist_init_addr: str | None = None  # ADDR:PORT of rank 0's rendezvous (multi-node only)
+
+    @property
+    def serves_api(self) -> bool:
+        """Whether clients talk to this run's port: single-node runs and node rank 0, never a worker node."""
+        return not self.node_rank
+
+    @property
+    def gate_ports(self) -> tuple[int, ...]:
+        """Ports that must have no listener once the run is stopped (rank 0 also holds the rendezvous port)."""
+        dist = self.dist_init_addr.rpartition(":")[2] if self.node_rank == 0 and self.dist_init_addr else ""
+        return (self.port, int(dist)) if dist.isdigit() else (self.port,)
 
     @property
     def log_path(self) -> str:
@@ -86,8 +110,9 @@ class RunRecord:
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
         names = {f.name for f in dataclasses.fields(cls)}
         fields = {k: v for k, v in data.items() if k in names}
-        if isinstance(fields.get("shards"), list):   # JSON has no tuples
-            fields["shards"] = tuple(fields["shards"])
+        for name in ("shards", "nodes"):   # JSON has no tuples
+            if isinstance(fields.get(name), list):
+                fields[name] = tuple(fields[name])
         return cls(**fields)
 
 

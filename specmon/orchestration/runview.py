@@ -58,6 +58,8 @@ class RunView:
     probe_error: str | None = None        # why a run whose log says ready is not called ready yet
     health: str | None = None             # last /health answer of a watched run: "200", "503", "connection refused"
     link: LinkState | None = None         # the SSH link of a watched remote run (None: local, or not watched)
+    node_rank: int | None = None          # a node of a multi-node run: its rank
+    nodes: tuple[RunView, ...] = ()       # a multi-node run: its nodes' views in rank order (rank 0 first)
 
     @property
     def active(self) -> bool:
@@ -81,6 +83,8 @@ class RunView:
             "kv_cache_tokens": self.kv_cache_tokens,
             "exit_code": self.exit_code,
             "failure": None if self.failure is None else {"kind": self.failure.kind, "message": self.failure.message},
+            **({"node_rank": self.node_rank} if self.node_rank is not None else {}),
+            **({"nodes": [node.to_json() for node in self.nodes]} if self.nodes else {}),
         }
 
 
@@ -92,6 +96,7 @@ class LogLine:
     text: str
     end: int
     kind: str = "line"
+    node: int | None = None   # in a multi-node run's log: the node rank whose log holds the line
 
     @property
     def clean(self) -> str:
@@ -113,6 +118,7 @@ class StopReport:
     blockers: tuple[str, ...]      # e.g. "port 30000 still has a listener", "pid 123 still holds GPU memory"
     seconds: float
     exit_code: int | None
+    nodes: tuple[StopReport, ...] = ()   # a multi-node run: each node's report, in rank order
 
     @property
     def clean(self) -> bool:

@@ -74,9 +74,9 @@ async def stop_run(ops: HostOps, record: RunRecord, *, force: bool, timings: Sto
 
     blockers = [f"pid {p} of run {record.run_id} survived SIGKILL" for p in left]
     deadline = time.monotonic() + timings.port_wait_s
-    while record.port in await ops.listening():
+    while held_ports := sorted(set(record.gate_ports) & await ops.listening()):
         if time.monotonic() >= deadline:
-            blockers.append(f"port {record.port} on {ops.host} still has a listener")
+            blockers += [f"port {p} on {ops.host} still has a listener" for p in held_ports]
             break
         await asyncio.sleep(timings.poll_s)
 

@@ -120,8 +120,8 @@ def server_args(cfg: SimConfig) -> dict[str, object]:
         "max_total_tokens": None, "chunked_prefill_size": 8192, "max_prefill_tokens": 16384,
         "schedule_policy": "fcfs", "device": "cuda", "tp_size": c.tp, "pp_size": 1, "stream_interval": 1,
         "random_seed": 42, "log_level": "info", "log_requests": False, "enable_metrics": True,
-        "decode_log_interval": c.decode_log_interval, "dp_size": 1, "ep_size": 1, "nnodes": 1, "node_rank": 0,
-        "dist_init_addr": None, "attention_backend": "flashinfer", "sampling_backend": "flashinfer",
+        "decode_log_interval": c.decode_log_interval, "dp_size": 1, "ep_size": 1, "nnodes": c.nnodes,
+        "node_rank": c.node_rank, "dist_init_addr": c.dist_init_addr, "attention_backend": "flashinfer", "sampling_backend": "flashinfer",
         "speculative_algorithm": "EAGLE3" if spec else None,
         "speculative_draft_model_path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B" if spec else None,
         "speculative_num_steps": c.spec_steps if spec else None,
@@ -256,7 +256,12 @@ class SglangLog(LaunchLog):
         self.write(self._prefix(rank) + msg + "\n")
 
     def each_rank(self, msg: str) -> None:
-        self.write("".join(self._prefix(r) + msg + "\n" for r in range(self.cfg.tp)))
+        self.write("".join(self._prefix(r) + msg + "\n" for r in self.ranks()))
+
+    def ranks(self) -> range:
+        """This node's TP ranks: global, so node 1 of 2 with --tp 16 prints TP8..TP15."""
+        per_node = max(1, self.cfg.tp // self.cfg.nnodes)
+        return range(self.cfg.node_rank * per_node, (self.cfg.node_rank + 1) * per_node)
 
     def args_dump(self) -> None:
         self.info(f"server_args={server_args(self.cfg)!r}")
@@ -267,7 +272,8 @@ class SglangLog(LaunchLog):
 
     def load_begin(self) -> None:
         self.each_rank(f"Load weight begin. avail mem={GPU_TOTAL_GB - 0.6:.2f} GB")
-        self.info("Using model weights format ['*.safetensors']", 0)
+        if not self.cfg.worker_node:   # global rank 0 only
+            self.info("Using model weights format ['*.safetensors']", 0)
 
     def shard_progress(self, n: int, elapsed: float) -> None:
         # tqdm redraws with a leading carriage return and no newline (SGLang's custom bar_format).

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from specmon.errors import UserError
 from specmon.sim import model as throughput
@@ -44,6 +44,14 @@ class SimConfig:
     exit_zero_after: float | None = None
     ignore_sigterm: bool = False
     spawn_child: bool = False
+    nnodes: int = 1
+    node_rank: int = 0
+    dist_init_addr: str | None = None
+
+    @property
+    def worker_node(self) -> bool:
+        """A node of a multi-node server other than rank 0: it loads its share and serves no HTTP."""
+        return self.node_rank > 0
 
     @property
     def speculative(self) -> bool:
@@ -77,6 +85,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--time-scale", type=float, default=d.time_scale, help="multiplies every startup duration (tests use small values)")
     p("--decode-log-interval", type=int, default=d.decode_log_interval, help="SGLang: a 'Decode batch' line every N decode steps")
     p("--stats-interval", type=float, default=d.stats_interval, help="vLLM: seconds between 'Engine 000:' stats lines (VLLM_LOG_STATS_INTERVAL)")
+    m = parser.add_argument_group("multi-node (SGLang's flags)")
+    m.add_argument("--nnodes", type=int, default=d.nnodes, help="number of nodes the server spans")
+    m.add_argument("--node-rank", type=int, default=d.node_rank,
+                   help="this node's rank; a rank >= 1 prints no shard bar or ready line and serves no HTTP")
+    m.add_argument("--dist-init-addr", metavar="ADDR:PORT", help="rank 0's rendezvous address (needed with --nnodes > 1)")
     f = parser.add_argument_group("fault injection")
     f.add_argument("--crash-at-shard", type=int, metavar="K", help="crash with a Python traceback while loading shard K; exit 1")
     f.add_argument("--oom-at", choices=("kv", "graph"), help="CUDA out-of-memory traceback at KV-cache allocation or CUDA-graph capture; exit 1")
@@ -86,6 +99,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--exit-zero-after", type=float, metavar="S", help="exit with code 0 S seconds after ready, unasked")
     f.add_argument("--ignore-sigterm", action="store_true", help="log and ignore SIGTERM (SIGKILL still works)")
     f.add_argument("--spawn-child", action="store_true", help="start a child process in its own session (setsid) that sleeps forever")
+    f.add_argument("--fault-rank", type=int, metavar="R",
+                   help="apply the fault options above only on node rank R (one command serves every node)")
 
 
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
@@ -98,6 +113,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         crash_at_shard=ns.crash_at_shard, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
         stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
         ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,
+        nnodes=ns.nnodes, node_rank=ns.node_rank, dist_init_addr=ns.dist_init_addr,
     )
     checks = [
         (0 <= cfg.port <= 65535, "--port must be 0..65535"),
@@ -117,8 +133,16 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (cfg.stall_at_shard is None or 1 <= cfg.stall_at_shard <= cfg.shards, "--stall-at-shard must be in 1..--shards"),
         (cfg.slow_health >= 0, "--slow-health must be >= 0"),
         (cfg.exit_zero_after is None or cfg.exit_zero_after >= 0, "--exit-zero-after must be >= 0"),
+        (cfg.nnodes >= 1, "--nnodes must be >= 1"),
+        (0 <= cfg.node_rank < cfg.nnodes, "--node-rank must be in 0..--nnodes - 1"),
+        (cfg.nnodes == 1 or bool(cfg.dist_init_addr), "--dist-init-addr is needed with --nnodes > 1"),
     ]
     for ok, message in checks:
         if not ok:
             raise UserError(f"sim: {message}")
+    if ns.fault_rank is not None and ns.fault_rank != cfg.node_rank:
+        d = SimConfig()
+        cfg = replace(cfg, crash_at_shard=d.crash_at_shard, oom_at=d.oom_at, nccl_timeout=d.nccl_timeout,
+                      stall_at_shard=d.stall_at_shard, slow_health=d.slow_health, exit_zero_after=d.exit_zero_after,
+                      ignore_sigterm=d.ignore_sigterm, spawn_child=d.spawn_child)
     return cfg

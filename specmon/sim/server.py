@@ -5,6 +5,10 @@ loading (--load-seconds over --shards) -> bind the HTTP port -> KV-cache allocat
 CUDA-graph capture (2 s) -> warm-up (1 s) -> ready. Before the bind, connections are refused;
 between the bind and ready, /health answers 503 and completions 503; after ready, 200.
 
+A worker node of a multi-node server (--node-rank >= 1) follows the same steps without the shard bar (SGLang
+prints it on global rank 0 only), binds no port and prints no ready line: it waits for a signal once its graphs
+are captured.
+
 SIGTERM/SIGINT: graceful stop (uvicorn shutdown lines once HTTP is up), exit 0. With
 --ignore-sigterm, SIGTERM is logged and ignored.
 """
@@ -97,7 +101,9 @@ class SimServer:
         log.load_begin()
         per_shard = cfg.load_seconds * scale / cfg.shards
         t0 = loop.time()
-        log.shard_progress(0, 0.0)
+        bar = not cfg.worker_node
+        if bar:
+            log.shard_progress(0, 0.0)
         for k in range(1, cfg.shards + 1):
             if cfg.stall_at_shard == k:
                 await _forever()  # silent; only a signal ends it
@@ -105,14 +111,18 @@ class SimServer:
             if cfg.crash_at_shard == k:
                 log.crash_in_shard(k)
                 return 1
-            log.shard_progress(k, loop.time() - t0)
+            if bar:
+                log.shard_progress(k, loop.time() - t0)
         load_elapsed = loop.time() - t0
-        log.shards_done(load_elapsed)
+        if bar:
+            log.shards_done(load_elapsed)
         log.load_end(load_elapsed)
         if cfg.nccl_timeout:
             await asyncio.sleep(NCCL_WAIT_S * scale)
             log.nccl_timeout()
             return 1
+        if cfg.worker_node:
+            return await self.serve_as_worker()
         if not await self.bind():
             return 1
         self.phase = "starting"
@@ -135,6 +145,17 @@ class SimServer:
             log.shutdown(True)
             return 0
         await _forever()  # serve until a signal; main() does the graceful stop
+
+    async def serve_as_worker(self) -> int:
+        """A worker node after its weights: KV cache and graphs (its own lines), then wait for a signal."""
+        await asyncio.sleep(KV_ALLOC_S * self.cfg.time_scale)
+        if self.cfg.oom_at == "kv":
+            self.log.oom("kv")
+            return 1
+        self.log.kv_allocated()
+        await asyncio.sleep(GRAPH_CAPTURE_S * self.cfg.time_scale)
+        self.phase = "ready"
+        await _forever()
 
     async def capture_graphs(self) -> bool:
         sizes = list(reversed(graph_sizes(self.cfg)))  # SGLang captures the largest batch first

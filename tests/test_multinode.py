@@ -1,0 +1,208 @@
+"""Multi-node runs on the lifecycle engine, with two "nodes" on this machine.
+
+Each node is a host name that the test's transport factory maps to a LocalTransport, so both nodes run here as
+real `specmon sim` processes (detached, tailed, probed, stopped); rank 1 is a worker node that, like SGLang's,
+serves no HTTP. The same runs over SSH are in test_multinode_ssh.py.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import dataclasses
+import re
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from lifecycle_support import config_of, kill_marked, marked_pids, port_listening
+
+from specmon.errors import UserError
+from specmon.model.config import Profile
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
+from specmon.orchestration.stopping import StopTimings
+from specmon.sources.local import LocalTransport
+
+HOSTS = ("node-a", "node-b")
+
+
+def two_node_profile(port: int, master_port: int, *extra: str, name: str = "mn", server: str = "sglang",
+                     shards: int = 4, stall_timeout_s: float = 60.0) -> Profile:
+    command = (sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", "0.05",
+               "--shards", str(shards), "--load-seconds", "4", *extra)
+    return Profile(name=name, command=command, host=HOSTS[0], hosts=HOSTS, port=port, server=server,
+                   master_addr="127.0.0.1", master_port=master_port, stall_timeout_s=stall_timeout_s)
+
+
+def args_dump(log: Path) -> dict[str, object]:
+    """The sim's `server_args={...}` line, parsed."""
+    for line in log.read_text().splitlines():
+        if "server_args=" in line:
+            return dict(ast.literal_eval(line.split("server_args=", 1)[1]))
+    raise AssertionError(f"no args dump in {log}")
+
+
+class Views:
+    """Every view the manager publishes."""
+
+    def __init__(self, manager: RunManager) -> None:
+        self.seen: list[RunView] = []
+        manager.subscribe(self.seen.append)
+
+    async def until(self, pred: Callable[[RunView], bool], timeout: float = 60.0) -> RunView:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for view in self.seen:
+                if pred(view):
+                    return view
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no matching view within {timeout}s; last: {self.seen[-1] if self.seen else None}")
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Views]]]:
+    made: list[RunManager] = []
+
+    def make(*profiles: Profile) -> tuple[RunManager, Views]:
+        manager = RunManager(config_of(*profiles), transport_factory=LocalTransport,
+                             stop_timings=StopTimings(grace_s=5, port_wait_s=10))
+        made.append(manager)
+        return manager, Views(manager)
+
+    yield make
+    run_ids = []
+    for manager in made:
+        for record in manager.store.all():
+            run_ids.append(record.run_id)
+            if not record.terminal and record.group is None:
+                try:
+                    await manager.stop(record.run_id, force=True)
+                except Exception:
+                    pass
+        await manager.close()
+    kill_marked(run_ids)
+
+
+async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_stop_together(
+        free_port_factory, engine) -> None:
+    port, master_port = free_port_factory(), free_port_factory()
+    profile = two_node_profile(port, master_port, "--model", "m-rank{node_rank}-of-{nnodes}")
+    manager, views = engine(profile)
+    launched = await manager.launch("mn")
+    assert [n.node_rank for n in launched.nodes] == [0, 1]
+    assert [n.host for n in launched.nodes] == list(HOSTS)
+    assert all(n.pid for n in launched.nodes) and len({n.pid for n in launched.nodes}) == 2
+
+    ready = await views.until(lambda v: v.run_id == launched.run_id and v.state != "loading")
+    assert ready.state == "ready", ready
+    assert ready.url == f"http://127.0.0.1:{port}" and ready.shards == (4, 4)
+    # The worker node printed no ready line; it counts as ready because rank 0 is.
+    assert [n.state for n in ready.nodes] == ["ready", "ready"]
+    assert ready.nodes[1].shards is None   # SGLang prints the shard bar on global rank 0 only
+
+    # Each node got its rank: SGLang's flags filled in, and the {placeholders} substituted per node.
+    for rank, node in enumerate(ready.nodes):
+        dump = args_dump(Path(node.log_path))
+        assert dump["nnodes"] == 2 and dump["node_rank"] == rank
+        assert dump["dist_init_addr"] == f"127.0.0.1:{master_port}"
+        assert dump["model_path"] == f"m-rank{rank}-of-2"
+
+    # Every node's log, each line tagged with its node.
+    lines: dict[int | None, list[str]] = {0: [], 1: []}
+
+    async def read() -> None:
+        async for line in manager.log_lines(launched.run_id, commit=False):
+            lines[line.node].append(line.clean)
+
+    reader = asyncio.create_task(read())
+    deadline = time.monotonic() + 20
+    while not (any("node_rank': 1" in t for t in lines[1]) and any("fired up" in t for t in lines[0])):
+        assert time.monotonic() < deadline, lines
+        await asyncio.sleep(0.05)
+    assert not any("fired up" in t for t in lines[1])
+
+    report = await manager.stop("mn")
+    assert report.clean and report.stopped and len(report.nodes) == 2
+    assert all(n.stopped for n in report.nodes)
+    await asyncio.wait_for(reader, 10)   # the merged log ends once every node's log has ended
+    for node in ready.nodes:
+        assert marked_pids(node.run_id) == []
+    assert not port_listening(port)
+    final = manager.view(launched.run_id)
+    assert final.state == "stopped" and [n.state for n in final.nodes] == ["stopped", "stopped"]
+    assert manager.store.load(launched.run_id).state == "stopped"
+
+
+async def test_a_failing_worker_node_fails_the_run_naming_that_node(free_port_factory, engine) -> None:
+    port, master_port = free_port_factory(), free_port_factory()
+    profile = two_node_profile(port, master_port, "--crash-at-shard", "2", "--fault-rank", "1", shards=8)
+    manager, views = engine(profile)
+    launched = await manager.launch("mn")
+    failed = await views.until(lambda v: v.run_id == launched.run_id and v.state not in ("launching", "loading"))
+    assert failed.state == "failed", failed
+    assert failed.failure is not None and failed.failure.message.startswith("node 1 (node-b): ")
+    assert failed.nodes[1].state == "failed" and failed.nodes[0].state in ("loading", "ready")
+    # A node failing never stops the others by itself; `stop` stops them all and keeps the reason.
+    assert Path(f"/proc/{failed.nodes[0].pid}").exists()
+    report = await manager.stop(launched.run_id)
+    assert report.stopped and marked_pids(failed.nodes[0].run_id) == []
+    final = manager.view(launched.run_id)
+    assert final.state == "failed" and final.failure and final.failure.message.startswith("node 1 (node-b): ")
+    # A later process (no watcher) sees the same verdict from the records.
+    other = RunManager(manager.config, transport_factory=LocalTransport)
+    try:
+        [again] = await other.refresh()
+        assert again.run_id == launched.run_id and again.state == "failed"
+        assert again.failure and again.failure.message == final.failure.message
+        assert [n.node_rank for n in again.nodes] == [0, 1]
+    finally:
+        await other.close()
+
+
+async def test_status_of_an_unwatched_multinode_run_marks_the_worker_ready(free_port_factory, engine) -> None:
+    port, master_port = free_port_factory(), free_port_factory()
+    manager, _ = engine(two_node_profile(port, master_port))
+    launched = await manager.launch("mn", watch=False)
+    assert launched.state in ("launching", "loading") and len(launched.nodes) == 2
+    deadline = time.monotonic() + 60
+    while True:
+        [view] = await manager.refresh()
+        if view.state != "loading" or time.monotonic() > deadline:
+            break
+        await asyncio.sleep(0.3)
+    assert view.state == "ready" and [n.state for n in view.nodes] == ["ready", "ready"]
+    assert view.to_json()["nodes"][1]["node_rank"] == 1
+    report = await manager.stop("mn")
+    assert report.clean
+
+
+async def test_a_busy_master_port_refuses_the_launch_before_anything_starts(free_port_factory, engine) -> None:
+    port = free_port_factory()
+    busy = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    master_port = busy.sockets[0].getsockname()[1]
+    try:
+        manager, _ = engine(two_node_profile(port, master_port))
+        with pytest.raises(UserError, match=rf"node-a: master_port {master_port} is already in use"):
+            await manager.launch("mn")
+        assert manager.store.all() == []
+    finally:
+        busy.close()
+        await busy.wait_closed()
+
+
+async def test_the_master_address_defaults_to_rank0s_address_towards_rank1(free_port_factory, engine) -> None:
+    port, master_port = free_port_factory(), free_port_factory()
+    profile = dataclasses.replace(two_node_profile(port, master_port), master_addr=None)
+    manager, views = engine(profile)
+    launched = await manager.launch("mn")
+    ready = await views.until(lambda v: v.run_id == launched.run_id and v.state != "loading")
+    dump = args_dump(Path(ready.nodes[1].log_path))
+    addr, _, dist_port = str(dump["dist_init_addr"]).rpartition(":")
+    assert dist_port == str(master_port)
+    # Both "nodes" are this machine: the address it sends from to reach itself is one of its own.
+    own = (await LocalTransport().run("hostname -I")).out.split()
+    assert addr in own and re.fullmatch(r"[0-9a-f.:\[\]]+", addr)
+    await manager.stop("mn")
