@@ -206,3 +206,111 @@ async def test_the_master_address_defaults_to_rank0s_address_towards_rank1(free_
     own = (await LocalTransport().run("hostname -I")).out.split()
     assert addr in own and re.fullmatch(r"[0-9a-f.:\[\]]+", addr)
     await manager.stop("mn")
+
+
+# ---- the pure rules (model/multinode.py) ---------------------------------------------------------------------
+def test_node_command_fills_in_sglang_flags_and_substitutes_placeholders_per_node() -> None:
+    from specmon.model.multinode import NodePlacement, node_command
+
+    argv = ("python3", "-m", "sglang.launch_server", "--served-model-name", "r{node_rank}/{nnodes}",
+            "--speculative-config", '{"method": "mtp"}')
+    node = NodePlacement(rank=1, nnodes=2, master_addr="10.0.0.5", master_port=5000)
+    assert node_command(argv, "sglang", node) == (
+        "python3", "-m", "sglang.launch_server", "--served-model-name", "r1/2", "--speculative-config",
+        '{"method": "mtp"}', "--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.5:5000")
+    # A command that names the flags itself gets none added; vLLM and others only get the placeholders.
+    own = ("x", "--nnodes", "{nnodes}", "--node-rank={node_rank}", "--dist-init-addr", "{master_addr}:{master_port}")
+    assert node_command(own, "sglang", node) == ("x", "--nnodes", "2", "--node-rank=1", "--dist-init-addr",
+                                                 "10.0.0.5:5000")
+    assert node_command(("vllm", "serve", "--node-rank", "{node_rank}"), "vllm", node) == (
+        "vllm", "serve", "--node-rank", "1")
+    v6 = NodePlacement(rank=0, nnodes=2, master_addr="fd00::2", master_port=5000)
+    assert node_command(("x",), "sglang", v6)[-1] == "[fd00::2]:5000"
+
+
+@pytest.mark.parametrize(("states", "expected"), [
+    (("loading", "loading"), ("loading", None)),
+    (("ready", "loading"), ("ready", None)),
+    (("loading", "ready"), ("loading", None)),           # only rank 0's readiness counts
+    (("loading", "failed"), ("failed", 1)),
+    (("ready", "exited"), ("failed", 1)),                # a worker dying after ready breaks the run
+    (("lost", "failed"), ("failed", 0)),
+    (("stopping", "ready"), ("stopping", None)),
+    (("stopped", "stopped"), ("stopped", None)),
+    (("stopped", "failed"), ("failed", 1)),              # a stop after a failure keeps the reason
+])
+def test_overall_state_of_two_nodes(states: tuple[str, str], expected: tuple[str, int | None]) -> None:
+    from specmon.model.multinode import NodeState, overall
+
+    verdict = overall([NodeState(rank, state) for rank, state in enumerate(states)])
+    assert (verdict.state, verdict.node) == expected
+
+
+def test_a_stalled_worker_node_is_named() -> None:
+    from specmon.model.multinode import NodeState, overall
+
+    verdict = overall([NodeState(0, "loading"), NodeState(1, "loading", stalled=True)])
+    assert verdict == overall([NodeState(1, "loading", stalled=True), NodeState(0, "loading")])
+    assert verdict.state == "loading" and verdict.stalled_node == 1
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ('host = "gpu1"\nhosts = ["gpu1", "gpu2"]', ':3: profiles.mn.hosts: set host (one node) or hosts'),
+    ('hosts = ["gpu1"]', ":2: profiles.mn.hosts: a multi-node profile needs at least two hosts"),
+    ('hosts = ["gpu1", "gpu1"]', ":2: profiles.mn.hosts: each host may appear once"),
+    ('hosts = ["gpu1", "-oProxyCommand=x"]', ":2: profiles.mn.hosts: must be \"local\", an ssh alias"),
+    ('hosts = "gpu1,gpu2"', ":2: profiles.mn.hosts: must be an array of host names"),
+    ('master_port = 5000', ":2: profiles.mn.master_port: only for multi-node profiles"),
+    ('hosts = ["a", "b"]\nmaster_port = 0', ":3: profiles.mn.master_port: must be an integer in 1..65535"),
+    ('hosts = ["a", "b"]\nmaster_addr = "a;b"', ":3: profiles.mn.master_addr: must be a host name or IP"),
+])
+def test_bad_multinode_keys_name_file_and_line(tmp_path: Path, body: str, message: str) -> None:
+    from specmon.model.config import load_config
+
+    path = tmp_path / "profiles.toml"
+    path.write_text(f"[profiles.mn]\n{body}\ncommand = \"python3 -m sglang.launch_server\"\n")
+    with pytest.raises(UserError) as err:
+        load_config(path)
+    assert str(err.value).startswith(f"{path}{message}"), err.value
+
+
+def test_an_sglang_command_with_its_own_node_rank_must_vary_it(tmp_path: Path) -> None:
+    from specmon.model.config import load_config
+
+    path = tmp_path / "profiles.toml"
+    path.write_text('[profiles.mn]\nhosts = ["a", "b"]\n'
+                    'command = "python3 -m sglang.launch_server --nnodes 2 --node-rank 0 --dist-init-addr a:5000"\n')
+    with pytest.raises(UserError, match=r":3: profiles\.mn\.command: gives --node-rank without \{node_rank\}"):
+        load_config(path)
+    path.write_text('[profiles.mn]\nhosts = ["a", "b"]\n'
+                    'command = "python3 -m sglang.launch_server --node-rank {node_rank}"\n')
+    with pytest.raises(UserError, match=r"names --node-rank but not --nnodes, --dist-init-addr"):
+        load_config(path)
+    path.write_text('[profiles.mn]\nhosts = ["a", "b"]\nmaster_addr = "10.1.2.3"\nmaster_port = 5000\n'
+                    'command = "python3 -m sglang.launch_server"\n')
+    profile = load_config(path).profiles["mn"]
+    assert profile.nodes == ("a", "b") and profile.host == "a" and profile.master_port == 5000
+
+
+# ---- front ends ---------------------------------------------------------------------------------------------
+async def test_servers_card_shows_a_line_per_node(tmp_path: Path) -> None:
+    from ui_states import ROWS, fed_app
+
+    from specmon.ui.rows import NodeRow, ServerRow
+    from specmon.ui.servers import RunCard
+
+    app = fed_app(tmp_path)
+    row = ServerRow(profile="demo-eagle3", host="gpu1", run_id="r-3", state="failed", phase="failed",
+                    shards_done=5, shards_total=8, failure="exception: node 1 (gpu2): RuntimeError: boom",
+                    nodes=(NodeRow(0, "gpu1", "loading", phase="loading weights", shards_done=5, shards_total=8),
+                           NodeRow(1, "gpu2", "failed", phase="failed")))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.update_rows([ROWS[0], row])
+        app.flush()
+        await pilot.pause()
+        card = next(c for c in app.query(RunCard) if c.profile == "demo-eagle3")
+        body = str(card.query_one(".card-body").render())
+        assert "node 0 gpu1 LOADING WEIGHTS 5/8" in body
+        assert "node 1 gpu2 FAILED" in body
+        assert "node 1 (gpu2): RuntimeError: boom" in body

@@ -60,7 +60,19 @@ def progress_text(view: RunView) -> str:
         parts.append(f"{view.url} after {_duration(view.load_seconds)}")
     if view.failure is not None:
         parts.append(f"{view.failure.kind}: {view.failure.message}")
+    if view.nodes:
+        parts.append("nodes: " + "; ".join(node_text(node) for node in view.nodes))
     return ", ".join(parts)
+
+
+def node_text(node: RunView) -> str:
+    """One node of a multi-node run, compact: `1 gpu2 loading_weights shard 3/8`."""
+    parts = [str(node.node_rank), node.host, "STALLED" if node.stalled else node.state]
+    if node.state in ("launching", "loading") and node.phase:
+        parts.append(node.phase)
+    if node.shards and node.state in ("launching", "loading"):
+        parts.append(f"shard {node.shards[0]}/{node.shards[1]}")
+    return " ".join(parts)
 
 
 def print_failure(view: RunView) -> None:
@@ -75,10 +87,14 @@ def print_failure(view: RunView) -> None:
 
 
 def print_report(report: StopReport) -> None:
-    how = "SIGKILL needed" if report.killed else "SIGTERM"
-    state = "stopped" if report.stopped else "NOT fully stopped"
-    print(f"{report.profile} run {report.run_id}: {state} in {report.seconds:.1f}s ({how}; "
-          f"{len(report.pids)} process(es); exit code {report.exit_code})")
+    """What a stop did (each node's on its own line for a multi-node run) and what still blocks."""
+    lines = [(f"{report.profile} run {report.run_id}", report)]
+    lines += [(f"  node {rank} run {node.run_id}", node) for rank, node in enumerate(report.nodes)]
+    for what, one in lines:
+        how = "SIGKILL needed" if one.killed else "SIGTERM"
+        state = "stopped" if one.stopped else "NOT fully stopped"
+        print(f"{what}: {state} in {one.seconds:.1f}s ({how}; {len(one.pids)} process(es); "
+              f"exit code {one.exit_code})")
     for blocker in report.blockers:
         print(f"specmon: still blocking: {blocker}", file=sys.stderr)
 

@@ -19,7 +19,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="list runs and their state", description=__doc__)
     parser.add_argument("--json", action="store_true",
                         help="a JSON list of {run_id, profile, host, state, pid, port, url, started_at, ready_at, "
-                        "load_seconds, shards, kv_cache_tokens, exit_code, failure}; with --host an object "
+                        "load_seconds, shards, kv_cache_tokens, exit_code, failure} (a multi-node run adds nodes: "
+                        "the same for each node, with its node_rank); with --host an object "
                         "{runs: [...], adoptable: [{run_id, profile, port, launched_at, pid, running, exit_code}]}")
     parser.add_argument("--host", metavar="HOST",
                         help="only this host's runs, plus runs found on it that are unknown here (adoptable)")
@@ -28,13 +29,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _row(v: RunView) -> tuple[str, ...]:
+def _row(v: RunView, label: str | None = None) -> tuple[str, ...]:
     shards = f"{v.shards[0]}/{v.shards[1]}" if v.shards else "-"
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
     note = f"{v.failure.kind}: {v.failure.message}" if v.failure else (v.url if v.state == "ready" else "")
     if v.stalled:
         note = f"STALLED: {v.stall_reason}"
-    return (v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, note)
+    elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
+        note = v.phase or ""
+    return (label or v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, note)
+
+
+def _rows(v: RunView) -> list[tuple[str, ...]]:
+    """A run's row, then (for a multi-node run) one indented row per node."""
+    return [_row(v)] + [_row(node, f"  node {node.node_rank} {node.host}") for node in v.nodes]
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
@@ -59,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
         views = await manager.refresh()
         found: list[HostRun] = []
         if args.host:
-            views = [v for v in views if v.host == args.host]
+            views = [v for v in views if args.host in (v.host, *(node.host for node in v.nodes))]
             found = await manager.host_runs(args.host)
         if args.json:
             if args.host:
@@ -69,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
                 print(status_json(views))
             return 0
         if views:
-            _table([("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "")] + [_row(v) for v in views])
+            _table([("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "")]
+                   + [r for v in views for r in _rows(v)])
         elif not found:
             print("no runs" + (f" on {args.host}" if args.host else ""))
         if found:

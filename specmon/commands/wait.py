@@ -23,7 +23,7 @@ from specmon.commands._lifecycle import (
 )
 from specmon.orchestration.ready import HEARTBEAT_S, Verdict, wait_ready
 from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runview import RunView, node_prefix
 
 
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
@@ -79,10 +79,10 @@ async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -
 async def _print_lines(manager: RunManager, run_id: str) -> None:
     async for line in manager.log_lines(run_id, commit=True):
         if line.kind == "line":
-            sys.stdout.write(line.text + "\n")
+            sys.stdout.write(node_prefix(line.node) + line.text + "\n")
             sys.stdout.flush()   # flushed before its offset is saved: a kill -9 loses no line
         else:
-            print(f"specmon: {line.text}", file=sys.stderr, flush=True)
+            print(f"specmon: {node_prefix(line.node)}{line.text}", file=sys.stderr, flush=True)
 
 
 def _report(verdict: Verdict, args: argparse.Namespace) -> int:

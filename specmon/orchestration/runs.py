@@ -170,13 +170,13 @@ class RunManager:
         active = [r for r in runs if not r.terminal]
         return (active or runs)[-1]
 
-    def _node_records(self, record: RunRecord) -> list[RunRecord]:
+    def node_records(self, record: RunRecord) -> list[RunRecord]:
         """A multi-node run's node records in rank order ([] for a single-node run or a lost node record)."""
         nodes = [self.store.load(node) for node in record.nodes]
         return [node for node in nodes if node is not None] if all(nodes) else []
 
     def _static_view(self, record: RunRecord) -> RunView:
-        nodes = self._node_records(record)
+        nodes = self.node_records(record)
         if nodes:
             return multinode.compose(record, [self._static_view(node) for node in nodes])
         state = "loading" if record.state == "launching" and record.pid else record.state
@@ -307,7 +307,7 @@ class RunManager:
         if record.group is not None:   # a node is watched with its multi-node run
             await self._attach(record.group)
             return self._controllers[run_id]
-        nodes = self._node_records(record)
+        nodes = self.node_records(record)
         if nodes:
             return await self._watch_nodes(record, nodes)
         return await self._start_controller(record, self._on_view)
@@ -375,7 +375,7 @@ class RunManager:
         for record in self.store.all():
             if record.group is not None:
                 continue   # a node: checked with its multi-node run
-            nodes = self._node_records(record)
+            nodes = self.node_records(record)
             if nodes and record.run_id not in self._controllers:
                 views.append(await self._refresh_nodes(record, nodes))
             else:

@@ -88,6 +88,11 @@ class RunView:
         }
 
 
+def node_prefix(node: int | None) -> str:
+    """What starts a shown log line of a multi-node run's node ("" for a single-node run)."""
+    return "" if node is None else f"[node {node}] "
+
+
 @dataclass(frozen=True)
 class LogLine:
     """One log line for a reader. `kind` "line" carries server output ending at byte `end`; kind "note" is

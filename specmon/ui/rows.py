@@ -12,7 +12,21 @@ from dataclasses import dataclass
 
 from specmon.model import signals
 from specmon.model.events import KVCache, ShardProgress
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.orchestration.runview import LogLine, RunView, node_prefix
+
+
+@dataclass(frozen=True)
+class NodeRow:
+    """One node of a multi-node run, as its card's compact line shows it."""
+
+    rank: int
+    host: str
+    state: str
+    stalled: bool = False
+    phase: str | None = None
+    shards_done: int | None = None
+    shards_total: int | None = None
+    link: str | None = None              # only when the node's SSH link is down: "reconnecting in 3s", ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,7 @@ class ServerRow:
     port: int | None = None
     link: str | None = None             # a remote run's SSH link: "connected", "reconnecting in 3s", "auth failed"
     link_ok: bool = True
+    nodes: tuple[NodeRow, ...] = ()      # a multi-node run: one per node, rank order
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,13 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         port=view.port,
         link=None if view.link is None else view.link.label(now),
         link_ok=view.link is None or view.link.up,
+        nodes=tuple(
+            NodeRow(rank=node.node_rank or 0, host=node.host, state=node.state, stalled=node.stalled,
+                    phase=(node.phase or "").replace("_", " ") or None,
+                    shards_done=node.shards[0] if node.shards else None,
+                    shards_total=node.shards[1] if node.shards else None,
+                    link=None if node.link is None or node.link.up else node.link.label(now))
+            for node in view.nodes),
     )
 
 
@@ -112,11 +134,11 @@ def entry_from_line(line: LogLine) -> LogEntry | None:
     every second while nothing happens; failed polls are kept, they are news.
     """
     if line.kind != "line":
-        return LogEntry(line.text, "marker")
+        return LogEntry(node_prefix(line.node) + line.text, "marker")
     text = line.clean
     if "GET /health" in text and _HEALTH_OK.search(text):
         return None
-    return LogEntry(text, line_kind(text))
+    return LogEntry(node_prefix(line.node) + text, line_kind(text))
 
 
 def line_kind(text: str) -> str:

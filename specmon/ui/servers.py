@@ -12,7 +12,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
-from specmon.ui.rows import ServerRow
+from specmon.ui.rows import NodeRow, ServerRow
 
 
 class RunCard(Vertical):
@@ -69,6 +69,7 @@ class RunCard(Vertical):
                 f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
                 f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
             ]
+        lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             lines.append(f"[$error b]✗ {escape(row.failure)}[/]")
         # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
@@ -77,6 +78,14 @@ class RunCard(Vertical):
             self._shown = shown
             self.query_one(".card-head", Static).update(head)
             self.query_one(".card-body", Static).update(shown[1])
+
+    def _node_line(self, node: NodeRow) -> str:
+        """A multi-node run's node in one line: `node 1 gpu2 LOADING WEIGHTS 3/8`."""
+        style = self._style_var(fmt.state_style(node.state, node.stalled))
+        label = fmt.state_label(node.state, node.stalled, node.phase)
+        shards = f" {fmt.fmt_shards(node.shards_done, node.shards_total)}" if node.shards_total else ""
+        link = f" [$warning]{escape(node.link)}[/]" if node.link else ""
+        return f"[dim]node {node.rank}[/] {escape(node.host)} [{style}]{escape(label)}[/]{shards}{link}"
 
     @staticmethod
     def _style_var(style: str) -> str:
