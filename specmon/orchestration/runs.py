@@ -625,7 +625,7 @@ class RunManager:
         """
         profile = self.config.profile(profile_name)
         for record in self.store.all():
-            if record.profile == profile.name and not record.terminal:
+            if record.profile == profile.name and not record.terminal and record.group is None:
                 report = await self.stop(record.run_id)
                 if on_stop is not None:
                     on_stop(report)
