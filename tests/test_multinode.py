@@ -30,9 +30,9 @@ HOSTS = ("node-a", "node-b")
 
 
 def two_node_profile(port: int, master_port: int, *extra: str, name: str = "mn", server: str = "sglang",
-                     shards: int = 4, stall_timeout_s: float = 60.0) -> Profile:
+                     shards: int = 4, load_s: float = 4, stall_timeout_s: float = 60.0) -> Profile:
     command = (sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", "0.05",
-               "--shards", str(shards), "--load-seconds", "4", *extra)
+               "--shards", str(shards), "--load-seconds", str(load_s), *extra)
     return Profile(name=name, command=command, host=HOSTS[0], hosts=HOSTS, port=port, server=server,
                    master_addr="127.0.0.1", master_port=master_port, stall_timeout_s=stall_timeout_s)
 
@@ -138,7 +138,10 @@ async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_sto
 
 async def test_a_failing_worker_node_fails_the_run_naming_that_node(free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
-    profile = two_node_profile(port, master_port, "--crash-at-shard", "2", "--fault-rank", "1", shards=8)
+    # Rank 1 crashes at its first shard; rank 0's load takes 5 s more (the sim's rank 0, unlike SGLang's, would
+    # get ready without its peer, so it must not win the race).
+    profile = two_node_profile(port, master_port, "--crash-at-shard", "1", "--fault-rank", "1", shards=8,
+                               load_s=100)
     manager, views = engine(profile)
     launched = await manager.launch("mn")
     failed = await views.until(lambda v: v.run_id == launched.run_id and v.state not in ("launching", "loading"))
