@@ -41,9 +41,16 @@ def _args_dump(log: str) -> dict[str, object]:
     raise AssertionError(f"no args dump in {log[-2000:]}")
 
 
-def _cleanup(config: Path, status: list[dict[str, object]]) -> None:
+def _cleanup(config: Path, sshd: Sshd, status: list[dict[str, object]]) -> None:
+    """Stop what is left and remove the nodes' run dirs from the sshd's (session-wide) HOME, so later SSH tests
+    that list a host's runs find only their own."""
     _specmon(config, "stop", "--force", "mn")
-    kill_marked([str(node["run_id"]) for run in status for node in run.get("nodes", [])])  # type: ignore[union-attr]
+    node_ids = [str(node["run_id"]) for run in status for node in run.get("nodes", [])]  # type: ignore[union-attr]
+    kill_marked(node_ids)
+    for node_id in node_ids:
+        for run_dir in list(sshd.home.rglob(node_id)):
+            if run_dir.is_dir():
+                shutil.rmtree(run_dir)
 
 
 def test_two_nodes_over_ssh_launch_with_their_ranks_show_both_logs_and_stop_both(
@@ -88,7 +95,7 @@ def test_two_nodes_over_ssh_launch_with_their_ranks_show_both_logs_and_stop_both
         [final] = json.loads(_specmon(config, "status", "--json").stdout)
         assert final["state"] == "stopped" and [n["state"] for n in final["nodes"]] == ["stopped", "stopped"]
     finally:
-        _cleanup(config, status)
+        _cleanup(config, sshd, status)
 
 
 def test_one_node_failing_over_ssh_fails_the_run_naming_that_node(sshd: Sshd, tmp_path: Path,
@@ -113,4 +120,4 @@ def test_one_node_failing_over_ssh_fails_the_run_naming_that_node(sshd: Sshd, tm
         [final] = json.loads(_specmon(config, "status", "--json").stdout)
         assert final["state"] == "failed" and final["failure"]["message"] == run["failure"]["message"]
     finally:
-        _cleanup(config, status)
+        _cleanup(config, sshd, status)
