@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from specmon.orchestration.hostops import HostOps
 from specmon.sources.gpu import GpuProbe, snapshot
 from specmon.sources.local import LocalTransport
 
@@ -136,3 +137,11 @@ async def test_hung_stream_is_ended_and_rearmed(fake_smi: Path, monkeypatch: pyt
     leftover = await LocalTransport().run(f"pgrep -f {shlex.quote(str(fake_smi) + '/[n]vidia-smi')}")
     assert leftover.out.split() == []
 
+
+
+async def test_stop_sees_a_process_on_two_gpus_holding_the_sum(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # What `specmon stop` waits on before it calls the GPUs free (HostOps.compute_apps, the same parser).
+    monkeypatch.setenv("FAKE_SMI_APPS", "0:4242:19592;1:4242:19592;1:77:10")
+    assert await HostOps(LocalTransport()).compute_apps() == {4242: 39184, 77: 10}
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert await HostOps(LocalTransport()).compute_apps() is None

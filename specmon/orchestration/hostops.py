@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from specmon.errors import UserError
+from specmon.model.gpu import APPS_FIELDS, SmiError, parse_apps
 from specmon.sources.transport import Transport, TransportError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -70,16 +71,6 @@ def listening_ports(proc_net_tcp: str) -> set[int]:
             except ValueError:
                 continue
     return ports
-
-
-def parse_compute_apps(csv_text: str) -> dict[int, int]:
-    """pid -> used MiB from `nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits`."""
-    apps: dict[int, int] = {}
-    for line in csv_text.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 2 and parts[0].isdigit():
-            apps[int(parts[0])] = int(parts[1]) if parts[1].isdigit() else 0
-    return apps
 
 
 def check_env(env: Iterable[tuple[str, str]], where: str) -> None:
@@ -243,10 +234,17 @@ class HostOps:
         """GPU compute processes (pid -> MiB), or None where nvidia-smi is absent."""
         code, out, _ = await self.sh(
             "command -v nvidia-smi >/dev/null 2>&1 || exit 3; "
-            "nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits", timeout=30)
+            f"nvidia-smi --query-compute-apps={','.join(APPS_FIELDS)} --format=csv,noheader,nounits", timeout=30)
         if code == 3:
             return None
-        return parse_compute_apps(out) if code == 0 else {}
+        try:
+            apps = parse_apps(out) if code == 0 else []
+        except SmiError:
+            return {}
+        held: dict[int, int] = {}
+        for app in apps:   # one row per (process, GPU): a process on two GPUs holds the sum
+            held[app.pid] = held.get(app.pid, 0) + int(app.used_mib or 0)
+        return held
 
     async def write_json(self, path: str, data: object) -> None:
         await self.transport.write_file(path, (json.dumps(data, indent=2) + "\n").encode())
