@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import kill_marked
 
+from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import (
     REDACTED,
     EnvReport,
@@ -92,9 +93,19 @@ def test_diff_names_each_view_and_confounds_prefer_the_injection() -> None:
     assert [(d.section, d.key, d.a, d.b) for d in diffs] == [
         ("env: injected", "NCCL_PROTO", "LL", None), ("env: process", "NCCL_PROTO", "LL", None),
         ("args", "tp", "2", "4"), ("facts", "kv cache tokens", "1000", "900")]
-    assert confounds(diffs) == ["differs: NCCL_PROTO: LL vs (unset) [env: injected]",
-                                "differs: tp: 2 vs 4 [args]", "differs: kv cache tokens: 1000 vs 900 [facts]"]
+    # KV tokens have the comparison's own 10% rule; speculative settings are what is being compared.
+    assert confounds(diffs) == ["differs: NCCL_PROTO: LL vs (unset) [env: injected]", "differs: tp: 2 vs 4 [args]"]
     assert [d.key for d in diff_reports(a, b, everything=True)][:2] == ["PATH", "NCCL_PROTO"]
+
+
+def test_comparison_confound_warnings_name_an_injected_nccl_variable() -> None:
+    baseline = EnvReport("profile base", "local", startup=Startup("py"), args={"tp": "1"})
+    eagle = EnvReport("profile eagle", "local", args={"tp": "1", "speculative algorithm": "EAGLE3"},
+                      startup=Startup("py", (Injection("NCCL_PROTO", "LL", None, "/venv/sitecustomize.py"),)))
+    warnings = confound_warnings([ComparedRun("base", setup=baseline), ComparedRun("eagle", setup=eagle)])
+    assert warnings == ["eagle vs base: differs: NCCL_PROTO: (unset) vs LL [env: injected]"]
+    # Without set-up facts on both sides the rule says nothing (it never guesses).
+    assert confound_warnings([ComparedRun("base"), ComparedRun("eagle", setup=eagle)]) == []
 
 
 # ---- specmon env / diff ----------------------------------------------------------------------------------------

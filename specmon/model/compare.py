@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.model.env import EnvReport, confounds, diff_reports
 from specmon.model.numbers import fmt_count
 from specmon.model.results import LevelResult, SweepResult
 
@@ -89,6 +90,7 @@ class ComparedRun:
     kv_cache_tokens: int | None = None
     workload: Mapping[str, Any] | None = None       # a result's workload (a live server has none yet)
     client_bound: tuple[int, ...] = ()               # concurrencies where the load generator was the bottleneck
+    setup: EnvReport | None = None                   # environment, launch args, versions (when they were read)
 
     @classmethod
     def of_result(cls, result: SweepResult) -> ComparedRun:
@@ -112,6 +114,8 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     cache more than 10% larger or smaller than its baseline's, is bounded differently at high concurrency.
     Workload: different prompt or output lengths (or API, prompts, temperature) measure different things.
     Client-bound levels measured the load generator, not the server.
+    Set-up (where each run's `setup` was read): any environment variable of the GPU families, launch argument
+    other than the speculative ones, or version that differs from the first run's (specmon.model.env.confounds).
     """
     warnings: list[str] = []
     mems = [r.mem_fraction_static for r in runs if r.mem_fraction_static is not None]
@@ -125,6 +129,10 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
         values = [(label, w.get(key)) for label, w in workloads]
         if len({repr(v) for _, v in values}) > 1:
             warnings.append(f"workload {key}: " + " ≠ ".join(f"{label} {v}" for label, v in values))
+    base = runs[0] if runs else None
+    for r in runs[1:]:
+        if base is not None and base.setup is not None and r.setup is not None:
+            warnings += [f"{r.label} vs {base.label}: {line}" for line in confounds(diff_reports(base.setup, r.setup))]
     for r in runs:
         if r.client_bound:
             warnings.append(f"{r.label}: client-bound at C=" + ",".join(map(str, r.client_bound))

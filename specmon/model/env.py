@@ -313,12 +313,16 @@ def diff_reports(a: EnvReport, b: EnvReport, everything: bool = False) -> list[D
 def confounds(diffs: Iterable[Difference]) -> list[str]:
     """One-line warnings for a comparison of two servers: what differs besides the thing being compared.
 
-    Environment differences are reported once per variable (the view that shows it first: injected beats
-    launch beats process), so a sitecustomize setting NCCL_PROTO is named as such."""
+    The speculative settings are what specmon's comparisons compare, so they are left out; so are KV tokens, which
+    the comparison's own rule judges (specmon.model.compare). Environment differences are reported once per
+    variable (the view that shows it first: injected beats launch beats process), so a sitecustomize setting
+    NCCL_PROTO is named as such."""
     seen: set[str] = set()
     order = {"env: injected": 0, "env: launch": 1, "env: process": 2, "env: effective": 3, "env: nccl log": 4}
     lines = []
     for diff in sorted(diffs, key=lambda d: (order.get(d.section, 9), d.section, d.key)):
+        if diff.section == "args" and diff.key.startswith("speculative") or diff.key == "kv cache tokens":
+            continue
         if diff.section.startswith("env") and diff.key in seen:
             continue
         seen.add(diff.key)
