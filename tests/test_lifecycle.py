@@ -307,8 +307,11 @@ async def test_env_reaches_the_server_with_quotes_and_bad_names_are_refused(free
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Fake nvidia-smi: every pid listed in $0.pids is a compute app using 20480 MiB; with $0.leak, even after it died.
+# Rows answer the query specmon makes (--query-compute-apps=gpu_uuid,pid,used_memory,process_name).
 for p in $(cat "$0.pids" 2>/dev/null); do
-  if [ -e "$0.leak" ] || { [ -r /proc/$p/stat ] && ! grep -q ') Z ' /proc/$p/stat; }; then echo "$p, 20480"; fi
+  if [ -e "$0.leak" ] || { [ -r /proc/$p/stat ] && ! grep -q ') Z ' /proc/$p/stat; }; then
+    echo "GPU-00000000-fake-4000-8000-000000000000, $p, 20480, sleep"
+  fi
 done
 """
 
