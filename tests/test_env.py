@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import kill_marked
+from sshd_support import Sshd
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import (
@@ -202,3 +203,23 @@ def test_profile_nccl_env_reaches_the_server_process(profiles: Path) -> None:
     run_id = data["subject"].split()[1]
     diff = json.loads(_specmon(profiles, "diff", run_id, "plain", "--json").stdout)
     assert {"section": "env: effective", "key": "NCCL_SOCKET_IFNAME", "a": "lo", "b": None} in diff["differences"]
+
+
+def test_env_and_diff_over_ssh_name_the_injecting_file(sshd: Sshd, tmp_path: Path) -> None:
+    # The same probes through the SSH transport (the loopback sshd, host alias gpu1): the profile's python runs on
+    # the host with the profile's env, exactly as the launch wrapper would start it.
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text('import os\nos.environ["NCCL_PROTO"] = "LL"\n')
+    config = tmp_path / "profiles.toml"
+    config.write_text(
+        f'[profiles.remote-ll]\nhost = "gpu1"\ncommand = "true"\npython = "{sys.executable}"\n'
+        f'env = {{ PYTHONPATH = "{inject}" }}\n'
+        f'[profiles.remote-plain]\nhost = "gpu1"\ncommand = "true"\npython = "{sys.executable}"\n'
+        + sshd.ssh_table())
+    data = json.loads(_specmon(config, "env", "remote-ll", "--json").stdout)
+    assert data["host"] == "gpu1"
+    assert {"name": "NCCL_PROTO", "value": "LL", "before": None, "file": str(inject / "sitecustomize.py")} \
+        in data["injected"]
+    diff = _specmon(config, "diff", "remote-ll", "remote-plain")
+    assert diff.returncode == 1 and "  NCCL_PROTO  A LL  |  B (unset)" in diff.stdout, diff.stdout + diff.stderr
