@@ -132,7 +132,10 @@ def main() -> int:
         f'env = {{ HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO", '
         f'PYTHONPATH = {json.dumps(inject_path)} }}\n'
         f"[profiles.tf-gpu-plain]\nport = {port + 1 if port < 65535 else port - 1}\n{common}"
-        'env = { HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO" }\n')
+        'env = { HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO"'
+        # The same caller's entries as tf-gpu, so the two differ only by the injecting directory.
+        + (f', PYTHONPATH = {json.dumps(os.environ["PYTHONPATH"])}' if os.environ.get("PYTHONPATH") else "")
+        + ' }\n')
     shutil.copy(cfg, out / "profiles.toml")
     home = work / "home"
     home.mkdir(exist_ok=True)
