@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -14,6 +15,35 @@ from pathlib import Path
 from specmon.model.config import Config, Profile
 
 SIM_READY = "The server is fired up and ready to roll!"
+
+
+def sim_start_s(samples: int = 2) -> float:
+    """Seconds this box takes right now from starting `specmon sim` to its first log line (the worst of `samples`).
+
+    A launch is silent that long before any progress, so a stall timeout shorter than it reports a healthy start as a
+    stall on a loaded box (3 s at load 9 on 2 cores, against 0.3 s idle). Stall tests derive their timeouts from it.
+    """
+    worst = 0.0
+    for _ in range(samples):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        t0 = time.monotonic()
+        proc = subprocess.Popen([sys.executable, "-m", "specmon.sim", "--port", str(port), "--shards", "1",
+                                 "--load-seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            assert proc.stdout is not None
+            proc.stdout.readline()
+            worst = max(worst, time.monotonic() - t0)
+        finally:
+            proc.kill()
+            proc.wait()
+    return worst
+
+
+def stall_timeout_for_this_box(floor_s: float) -> float:
+    """A stall timeout well above the silence of a healthy start here and now (three times it), at least `floor_s`."""
+    return max(floor_s, 3 * sim_start_s())
 
 
 def sim_profile(port: int, *extra: str, name: str = "sim", stall_timeout_s: float = 30.0,

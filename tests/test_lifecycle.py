@@ -25,6 +25,7 @@ from lifecycle_support import (
     marked_pids,
     port_listening,
     sim_profile,
+    stall_timeout_for_this_box,
     tail_pids,
 )
 
@@ -125,12 +126,15 @@ async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free
 
 async def test_slow_load_of_64_shards_is_never_called_failed_or_stalled(free_port_factory, engine) -> None:
     port = free_port_factory()
-    # 64 shards over 60 s, time-scaled by 0.1: ~6 s of loading, ~0.1 s per shard; the stall time (1.5 s)
-    # is shorter than the whole load and longer than one shard.
-    profile = sim_profile(port, shards=64, load_seconds=60, time_scale=0.1, stall_timeout_s=1.5)
+    # 64 shards, time-scaled by 0.1: the load lasts at least 2.5 stall times (6 s on an idle box, ~0.1 s a shard);
+    # the stall time is shorter than the whole load and much longer than one shard, and longer than a start's
+    # silence on this box now (a loaded box starts python slowly).
+    stall = stall_timeout_for_this_box(1.5)
+    load_s = max(6.0, 2.5 * stall)
+    profile = sim_profile(port, shards=64, load_seconds=load_s / 0.1, time_scale=0.1, stall_timeout_s=stall)
     manager, rec = engine(profile)
     view = await manager.launch("sim")
-    _, ready = await rec.until(lambda v: v.state != "loading" or v.stalled, timeout=60)
+    _, ready = await rec.until(lambda v: v.state != "loading" or v.stalled, timeout=60 + load_s)
     assert ready.state == "ready", ready
     seen = [v for _, v in rec.views if v.run_id == view.run_id]
     assert not any(v.stalled or v.state == "failed" or v.failure for v in seen)
@@ -143,18 +147,19 @@ async def test_stall_is_reported_after_the_stall_time_and_nothing_is_killed(free
                                                                             tmp_path: Path) -> None:
     port = free_port_factory()
     notes = tmp_path / "notify.log"
+    stall = stall_timeout_for_this_box(1.5)
     profile = sim_profile(port, "--stall-at-shard", "2", shards=8, load_seconds=8, time_scale=0.1,
-                          stall_timeout_s=1.5, notify_cmd=f'echo "$SPECMON_STATE|$SPECMON_REASON" >> {notes}')
+                          stall_timeout_s=stall, notify_cmd=f'echo "$SPECMON_STATE|$SPECMON_REASON" >> {notes}')
     manager, rec = engine(profile)
     view = await manager.launch("sim")
     watch = FileWatch(Path(view.log_path), {"last": r"\| 1/8 \["})   # the last output before the stall
     try:
-        at, stalled = await rec.until(lambda v: v.stalled, timeout=30)
+        at, stalled = await rec.until(lambda v: v.stalled, timeout=30 + stall)
     finally:
         watch.close()
     assert stalled.state == "loading" and "no log output" in (stalled.stall_reason or "")
-    assert at - watch.seen["last"] >= 1.4, "stall reported before the stall time"
-    assert at - watch.seen["last"] < 5.0
+    assert at - watch.seen["last"] >= stall - 0.1, "stall reported before the stall time"
+    assert at - watch.seen["last"] < stall + 3.5
     await asyncio.sleep(1.0)
     assert Path(f"/proc/{view.pid}").exists() and manager.view(view.run_id).state == "loading"
     assert notes.read_text().splitlines() == [f"stalled|{stalled.stall_reason}"]

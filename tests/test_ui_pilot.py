@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from lifecycle_support import stall_timeout_for_this_box
 from textual.pilot import Pilot
 from textual.widgets import Input, RichLog, Static
 
@@ -145,11 +146,13 @@ async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
 
 
 async def test_stalled_load_is_flagged_with_a_toast(tmp_path: Path, free_port: int) -> None:
-    app = make_app(sim_config({"stuck": free_port}, {"stuck": "--stall-at-shard 2"}, stall_s=2), tmp_path)
+    # The stall time must outlast a healthy start's silence on this box now (python starts slowly under load).
+    stall = stall_timeout_for_this_box(2.0)
+    app = make_app(sim_config({"stuck": free_port}, {"stuck": "--stall-at-shard 2"}, stall_s=stall), tmp_path)
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
         try:
             await pilot.press("l")
-            await wait_until(pilot, lambda: "STALLED" in card_text(app, "stuck"), 60, "STALLED on the card")
+            await wait_until(pilot, lambda: "STALLED" in card_text(app, "stuck"), 60 + stall, "STALLED on the card")
             await wait_until(pilot, lambda: any("stuck: STALLED" in str(n.message) for n in app._notifications),
                              5, "a stalled toast")
             assert "/4" in card_text(app, "stuck")  # where it stopped stays visible
