@@ -146,6 +146,8 @@ def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_ur
     assert launched.returncode == 0, launched.stderr
     run_id = json.loads(_specmon("--config", str(config), "status", "--json").stdout)[0]["run_id"]
     try:
+        shown = _specmon("--config", str(config), "status").stdout
+        assert f"gpu1 127.0.0.1:{free_port} (over SSH)" in shown, shown
         for name, via_forward in (("far", True), ("near", False)):
             out = tmp_path / f"{name}.jsonl"
             done = _specmon("--config", str(config), "sweep", name, "--levels", "1", "--requests", "2",

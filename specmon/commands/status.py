@@ -32,7 +32,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def _row(v: RunView, label: str | None = None) -> tuple[str, ...]:
     shards = f"{v.shards[0]}/{v.shards[1]}" if v.shards else "-"
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
-    note = f"{v.failure.kind}: {v.failure.message}" if v.failure else (v.url if v.state == "ready" else "")
+    # A remote run's own loopback URL means nothing on this machine: say where it is instead.
+    where = f"{v.host} 127.0.0.1:{v.port} (over SSH)" if v.host != "local" and v.url == \
+        f"http://127.0.0.1:{v.port}" else v.url
+    note = f"{v.failure.kind}: {v.failure.message}" if v.failure else (where if v.state == "ready" else "")
     if v.stalled:
         note = f"STALLED: {v.stall_reason}"
     elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
