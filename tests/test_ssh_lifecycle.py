@@ -207,8 +207,11 @@ async def test_a_dropped_link_mid_load_costs_nothing(sshd: Sshd, remote, free_po
         view = await manager.launch("sim")
         reader = Reader(manager, view.run_id)
         log = Path(view.log_path)
-        while len(reader.text) < 100:
+        await rec.until(lambda v: v.state == "loading", timeout=30)
+        deadline = time.monotonic() + 60
+        while len(reader.text) < 100 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
+        assert len(reader.text) >= 100, f"only {len(reader.text)} log lines arrived"
         sim_pid = marked_pids(view.run_id)[0]   # the shell printing the numbered lines, then (exec) the sim
         t0 = time.time()
         relay.reset() if how == "reset" else relay.blackhole()
