@@ -222,3 +222,18 @@ async def test_link_down_reads_as_link_down_not_as_refused(sshd: Sshd, free_port
         await transport.close()
         await relay.close()
 
+
+
+async def test_many_concurrent_commands_share_one_connection_within_maxsessions(sshd: Sshd) -> None:
+    """OpenSSH refuses an 11th session on one connection (MaxSessions 10): 25 commands at once still all run,
+    over one login, with streams holding sessions at the same time."""
+    before = _accepted(sshd)
+    transport = SSHTransport("gpu1", sshd.settings())
+    try:
+        async with transport.stream("echo streaming; exec sleep 30") as held:
+            assert (await held.read_chunk()).startswith(b"streaming")
+            results = await asyncio.gather(*(transport.run(f"sleep 0.2; echo {i}", timeout=60) for i in range(25)))
+        assert [r.out for r in results] == [f"{i}\n" for i in range(25)]
+        assert _accepted(sshd) - before == 1
+    finally:
+        await transport.close()

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 KEEPALIVE_COUNT = 3
 MAX_SESSIONS = 8            # OpenSSH's MaxSessions defaults to 10; keep two for a user's own shell or scp
+SESSION_RETRIES = 6          # ~3 s in all, for a session refused while sshd still frees closed ones
 MAX_TCP_CHANNELS = 64
 MAX_HOPS = 8
 # How long a command waits for a link that is down before it fails (the caller's timeout, if any, is shorter).
@@ -336,8 +337,19 @@ class SSHTransport(Transport):
         """Start `command` under the pid preamble; returns the process and its process group on the host."""
         conn = await self._connection(wait_s)
         wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)}"
+        for attempt in range(SESSION_RETRIES + 1):
+            try:
+                proc = await conn.create_process(wrapped, encoding=None)
+                break
+            except asyncssh.ChannelOpenError as exc:
+                # sshd frees a closed session slot a moment after the close is exchanged, so a burst of short
+                # commands can briefly meet MaxSessions even below the semaphore: wait a little and retry.
+                if conn.is_closed() or attempt == SESSION_RETRIES:
+                    raise TransportError(f"{self.host}: cannot open a session: {exc.reason}") from None
+                await asyncio.sleep(0.05 * 2 ** attempt)
+            except (OSError, asyncssh.Error) as exc:
+                raise TransportError(f"{self.host}: link lost: {exc}") from None
         try:
-            proc = await conn.create_process(wrapped, encoding=None)
             first = await proc.stdout.readline()
         except (OSError, asyncssh.Error) as exc:
             raise TransportError(f"{self.host}: link lost: {exc}") from None
