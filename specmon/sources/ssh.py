@@ -244,7 +244,7 @@ class SSHTransport(Transport):
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._changed.wait(), left)
 
-    def _connect_kwargs(self, hop: _Hop, known: asyncssh.SSHKnownHosts) -> dict[str, object]:
+    def _connect_kwargs(self, known: asyncssh.SSHKnownHosts) -> dict[str, object]:
         config_file = expand(self.settings.config)
         return {
             "config": [config_file] if os.path.exists(config_file) else None,
@@ -300,7 +300,7 @@ class SSHTransport(Transport):
             # Connect by the config name so IdentityFile & co. apply; the resolved HostName is what is dialled.
             return await asyncssh.connect(hop.name, hop.given_port or (), username=hop.given_user or (),
                                           tunnel=via or (),
-                                          **self._connect_kwargs(hop, known))
+                                          **self._connect_kwargs(known))
         except asyncssh.HostKeyNotVerifiable:
             raise await self._host_key_error(name, hop, via, known) from None
         except asyncssh.PermissionDenied:

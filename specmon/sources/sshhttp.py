@@ -114,21 +114,21 @@ def _as_httpx(exc: Exception, request: httpx.Request) -> Exception:
 
 
 class _Body(httpx.AsyncByteStream):
-    def __init__(self, stream: typing.AsyncIterable[bytes], request: httpx.Request) -> None:
-        self._stream = stream
+    """The body of an httpcore response, as httpx wants it (errors mapped, closing returns the connection)."""
+
+    def __init__(self, response: httpcore.Response, request: httpx.Request) -> None:
+        self._response = response
         self._request = request
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
-            async for part in self._stream:
+            async for part in self._response.aiter_stream():
                 yield part
         except Exception as exc:
             raise _as_httpx(exc, self._request) from None
 
     async def aclose(self) -> None:
-        closer = getattr(self._stream, "aclose", None)
-        if closer is not None:
-            await closer()
+        await self._response.aclose()
 
 
 class TunnelHTTPTransport(httpx.AsyncBaseTransport):
@@ -149,9 +149,8 @@ class TunnelHTTPTransport(httpx.AsyncBaseTransport):
             response = await self._pool.handle_async_request(core_request)
         except Exception as exc:
             raise _as_httpx(exc, request) from None
-        assert isinstance(response.stream, typing.AsyncIterable)
         return httpx.Response(status_code=response.status, headers=response.headers,
-                              stream=_Body(response.stream, request), extensions=response.extensions)
+                              stream=_Body(response, request), extensions=response.extensions)
 
     async def aclose(self) -> None:
         await self._pool.aclose()
