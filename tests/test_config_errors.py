@@ -82,6 +82,14 @@ CASES = [
      "set requests_per_level or duration_s, not both"),
     ("input-len-zero", GOOD + "[sweep]\ninput_len = 0\n", 4, "sweep.input_len", "must be an integer >= 1, got 0"),
     ("key-binding-not-string", GOOD + "[keys]\nquit = 5\n", 4, "keys.quit", "must be a non-empty key name"),
+    # [keys] is checked at load by every command (issue 10 #9): ids, key names, and clashes after the remaps.
+    ("key-binding-unknown-id", GOOD + '[keys]\nlunch = "x"\n', 4, "keys.lunch", "unknown binding id (known: "),
+    ("key-binding-malformed", GOOD + '[keys]\nquit = "ctrl+q"\nstop = "ctrl+shift+nonsense"\n', 5, "keys.stop",
+     "'nonsense' in 'ctrl+shift+nonsense' is not a key name"),
+    ("key-binding-bad-modifier", GOOD + '[keys]\nstop = "cmd+s"\n', 4, "keys.stop", "'cmd' in 'cmd+s' is not a modifier"),
+    ("key-binding-clash", GOOD + '[keys]\nlaunch = "s"\n', 4, "keys.launch", "key 's' is also bound to sweep"),
+    ("key-binding-clash-between-remaps", GOOD + '[keys]\nlaunch = "L"\nstop = "x, L"\n', 4, "keys.launch",
+     "key 'L' is also bound to stop"),
     ("dotted-keys", 'profiles.a.command = "x"\nprofiles.a.port = 0\n', 2, "profiles.a.port",
      "must be an integer in 1..65535, got 0"),
     # The locator must skip a multi-line string that looks like TOML and count its lines.
@@ -154,6 +162,8 @@ def _specmon() -> list[str]:
     (GOOD + "prot = 30001\n", "{path}:3: profiles.a.prot: unknown key (did you mean 'port'?)"),
     (GOOD + '\n[profiles.a.env]\n"BAD NAME" = "1"\n', '{path}:5: profiles.a.env."BAD NAME": bad environment'),
     ("[profiles.a\n", "{path}:1: invalid TOML:"),
+    (GOOD + '[keys]\nlunch = "x"\n', "{path}:4: keys.lunch: unknown binding id"),
+    (GOOD + '[keys]\nlaunch = "s"\n', "{path}:4: keys.launch: key 's' is also bound to sweep"),
 ])
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)

@@ -4,11 +4,12 @@ maximise/restore, the too-small notice, and notifications when a run becomes rea
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Static
-from ui_states import ROWS, demo_config, fed_app
+from ui_states import ROWS, demo_config, fed_app, screen_text
 
 from specmon.errors import UserError
 from specmon.ui.app import SpecmonApp
@@ -29,9 +30,12 @@ async def test_remapped_key_runs_the_action_and_the_help_screen_lists_it(tmp_pat
         await pilot.press("f2")
         await pilot.pause()
         assert isinstance(app.screen, HelpScreen)
-        table = app.screen.query_one(DataTable)
-        rows = {table.get_row_at(i)[2]: table.get_row_at(i)[0] for i in range(table.row_count)}
-        assert rows["launch"] == "L" and rows["quit_stop"] == "Q" and rows["filter"] == "/"
+        text = screen_text(app)
+        assert re.search(r"\bL +launch +Launch the selected profile", text), text
+        assert re.search(r"\s/ +filter ", text) and re.search(r"\bf2 +help ", text), text
+        await pilot.press("end")
+        await pilot.pause()
+        assert re.search(r"\bQ +quit_stop ", screen_text(app))
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, HelpScreen)
@@ -124,3 +128,66 @@ def test_unknown_preselected_profile_is_one_line_and_exit_2(capsys: pytest.Captu
     assert main(["--profile", "nope"]) == 2  # no profiles.toml: the built-in demo profiles
     err = capsys.readouterr().err.strip()
     assert err.startswith("specmon: error:") and "'nope'" in err and "demo-baseline" in err and "\n" not in err
+
+
+async def _settled(app: SpecmonApp, pilot) -> str:  # type: ignore[no-untyped-def]
+    await pilot.pause()
+    app.flush()
+    await pilot.pause()
+    await pilot.pause()
+    return screen_text(app)
+
+
+async def test_footer_at_80x24_keeps_quit_help_sweep_and_launch(tmp_path: Path) -> None:
+    """Issue 10 #3: at 80 columns the footer used to end at `/ ▏^p Palette`, hiding q and ?."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = (await _settled(app, pilot)).splitlines()[-1]
+        for hint in ("q Quit", "? Help", "s Sweep", "l Launch"):
+            assert hint in footer, footer
+        await pilot.resize_terminal(160, 48)
+        footer = (await _settled(app, pilot)).splitlines()[-1]
+        for hint in ("q Quit", "? Help", "f Follow", "m Max", "t Theme", "^p Palette"):
+            assert hint in footer, footer
+
+
+async def test_footer_keeps_a_remapped_essential_key(tmp_path: Path) -> None:
+    app = SpecmonApp(demo_config(keys={"quit": "ctrl+x"}), state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(80, 24)) as pilot:
+        footer = (await _settled(app, pilot)).splitlines()[-1]
+        assert "^x Quit" in footer and "? Help" in footer, footer
+
+
+async def test_help_at_80x24_is_readable_and_end_scrolls_to_the_last_key(tmp_path: Path) -> None:
+    """Issue 10 #3: the help box was cut (`…; esc clos`) and End did not scroll it."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settled(app, pilot)
+        await pilot.press("question_mark")
+        text = await _settled(app, pilot)
+        assert "esc closes" in text
+        assert "Quit+stop" not in text and "quit_stop" not in text  # the last row is below the fold at first
+        await pilot.press("end")
+        text = await _settled(app, pilot)
+        assert re.search(r"Q +quit_stop +Stop the servers started here, then quit", text), text
+        assert re.search(r"q +quit +Quit; servers keep running \(the demo stops its own\)", text), text
+
+
+async def test_narrow_log_shortens_timestamps_to_the_time_of_day(tmp_path: Path) -> None:
+    """Issue 10 #3: in the 34-column log pane of an 80-column terminal the date ate the line."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await _settled(app, pilot)
+        assert "[15:00:01] server_args" in text and "2026-11-29" not in text, text
+        await pilot.resize_terminal(240, 48)
+        text = await _settled(app, pilot)
+        assert "[2026-11-29 15:00:01] server_args" in text, text
+
+
+async def test_narrow_sweep_table_shows_throughput_ttft_and_tpot(tmp_path: Path) -> None:
+    """Issue 10 #3: at 80 columns the table showed only series, C, out tok/s and ITL p99."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await _settled(app, pilot)
+        assert re.search(r"series +C +tok/s +TTFT +TPOT", text), text
+        assert re.search(r"baseline +64 +770\.0 +84\.00ms +83\.12ms", text), text

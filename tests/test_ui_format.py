@@ -9,6 +9,7 @@ import pytest
 from specmon.errors import UserError
 from specmon.model.config import parse_config, parse_levels
 from specmon.ui import format as fmt
+from specmon.model.keymap import character_key, keymap_problems
 from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
 
 
@@ -105,14 +106,26 @@ def test_transitions_ring_only_on_news() -> None:
 
 
 def test_keymap_validation_names_the_bad_key_with_its_line() -> None:
-    config = parse_config('[profiles.x]\ncommand = ["srv"]\n\n[keys]\nlaunch = "L"\nlanch = "L"\nstop = "ctrl+"\n',
-                          "p.toml")
+    config = parse_config('[profiles.x]\ncommand = ["srv"]\n\n[keys]\nlaunch = "L"\nstop = "ctrl+x"\n', "p.toml")
     where = lambda binding_id: config.where("keys", binding_id)  # noqa: E731
     assert validate_keymap({"launch": "L", "quit": "ctrl+x, f10"}, where) == {"launch": "L", "quit": "ctrl+x,f10"}
-    with pytest.raises(UserError, match=r"^p.toml:6: \[keys\] lanch: unknown binding id"):
-        validate_keymap({"lanch": "L"}, where)
-    with pytest.raises(UserError, match=r"^p.toml:7: \[keys\] stop: 'ctrl\+' is not a key name"):
+    assert validate_keymap({"help": "?"}, where) == {"help": "question_mark"}  # typed as a character, stored by name
+    with pytest.raises(UserError, match=r"^p.toml:5: \[keys\] launch: key 'l' is also bound to"):
+        validate_keymap({"launch": "l", "select_prev": "l"}, where)
+    with pytest.raises(UserError, match=r"^p.toml:6: \[keys\] stop: 'ctrl\+' is not a key name"):
         validate_keymap({"stop": "ctrl+"}, where)
+
+
+def test_key_names_match_textuals() -> None:
+    """The model spells punctuation keys as Textual does, so a remap to "?" or "/" really binds that key."""
+    from textual.keys import _character_to_key
+
+    for char in map(chr, range(33, 127)):
+        assert character_key(char) == _character_to_key(char), char
+    assert not keymap_problems({})[1], "the default key table has a clash"
+
+
+def test_binding_ids_and_help_rows() -> None:
     required = {"launch", "stop", "restart", "sweep", "cancel_sweep", "overlay", "filter", "follow", "maximize",
                 "help", "palette", "theme", "quit", "quit_stop"}
     assert required <= BINDING_IDS

@@ -86,3 +86,16 @@ def fed_app(tmp: Path) -> SpecmonApp:
 
     app.call_later(feed)
     return app
+
+
+def screen_text(app: SpecmonApp) -> str:
+    """What the terminal shows now (the top screen, modal included), as plain text lines."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=app.size.width, height=app.size.height, color_system=None,
+                      force_terminal=False, legacy_windows=False)
+    console.print(app.screen._compositor.render_update(full=True))
+    return buffer.getvalue()

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped
 
@@ -618,7 +619,10 @@ class _Validator:
                 bindings[binding] = key
             else:
                 self.wrong_type(path + (binding,), "a non-empty key name such as \"ctrl+l\"", key)
-        return bindings
+        checked, problems = keymap_problems(bindings)
+        for binding, message in problems:
+            self.problem(path + (binding,), message)
+        return checked
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -25,11 +25,12 @@ from textual.markup import escape
 from textual.notifications import SeverityLevel
 from textual.theme import Theme
 from textual.widget import Widget
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.ui import keys
+from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
 from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
 from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
@@ -141,7 +142,7 @@ class SpecmonApp(App[int]):
                 yield GpuEnvPane(id="gpuenv", classes="pane")
             yield SweepPane(id="sweep", classes="pane")
         yield Static("", id="too-small")
-        yield Footer()
+        yield KeysFooter()
 
     def _topbar_text(self) -> str:
         mode = "demo: q stops the servers" if self.demo else "q leaves servers running"
@@ -248,7 +249,8 @@ class SpecmonApp(App[int]):
     def _show_log_of_selected(self) -> None:
         self._pending_log.clear()
         label = self.selected or ""
-        self.query_one(LogPane).show(label, list(self.logs.get(label, ())))
+        with contextlib.suppress(NoMatches):  # a resize can arrive while the app shuts down
+            self.query_one(LogPane).show(label, list(self.logs.get(label, ())))
 
     # ----------------------------------------------------------------- actions
     def _selected_row(self) -> ServerRow | None:
@@ -413,7 +415,8 @@ class SpecmonApp(App[int]):
         self.query_one(LogPane).open_filter()
 
     @on(LogPane.FilterChanged)
-    def _filter_changed(self) -> None:
+    @on(LogPane.WidthChanged)
+    def _log_needs_redraw(self) -> None:
         self._show_log_of_selected()
 
     def action_toggle_follow(self) -> None:

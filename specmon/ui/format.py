@@ -7,6 +7,7 @@ so the panes stay presentation-only and these rules are unit-tested on their own
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 # Re-exported: the panes read every format through this module.
@@ -211,3 +212,16 @@ def transitions(before: Mapping[str, tuple[str, bool]], after: Mapping[str, tupl
         elif stalled and not old_stalled:
             events.append((profile, "stalled"))
     return events
+
+
+# A launch log line's leading timestamp: SGLang `[2026-11-29 15:00:01 TP0] ...`, vLLM
+# `(APIServer pid=1) INFO 11-29 15:00:01 [loggers.py:271] ...`.
+_SGLANG_DATE = re.compile(r"^\[\d{4}-\d{2}-\d{2} (?=\d{2}:\d{2}:\d{2})")
+_VLLM_STAMP = re.compile(r"^((?:\([^)]*\) )?[A-Z]+) \d{2}-\d{2} (\d{2}:\d{2}:\d{2})(?:\.\d+)? (?:\[[^\]\s]+:\d+\] )?")
+
+
+def short_log_time(text: str) -> str:
+    """A log line with its timestamp cut to the time of day, for a narrow log pane: `[15:00:01] ...`,
+    `(APIServer pid=1) INFO 04:56:17 ...` (the date and vLLM's `[file.py:N]` go; the message stays whole)."""
+    shortened = _SGLANG_DATE.sub("[", text, count=1)
+    return shortened if shortened != text else _VLLM_STAMP.sub(r"\1 \2 ", text, count=1)

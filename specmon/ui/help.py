@@ -4,17 +4,29 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Label
+from textual.widgets import Label, Static
 
 from specmon.ui.keys import key_rows
 
 
+def keys_table(keymap: Mapping[str, str]) -> Table:
+    """Keys, binding ids and what they do; descriptions wrap rather than run off a narrow terminal."""
+    table = Table(box=None, expand=True, pad_edge=False, header_style="bold")
+    table.add_column("key", no_wrap=True)
+    table.add_column("id", no_wrap=True)
+    table.add_column("does", ratio=1)
+    for keys, text, binding_id in key_rows(keymap):
+        table.add_row(keys, binding_id, text)
+    return table
+
+
 class HelpScreen(ModalScreen[None]):
-    """A table of keys, descriptions and binding ids (the ids are what `[keys]` in profiles.toml remaps)."""
+    """A table of keys, binding ids and descriptions (the ids are what `[keys]` in profiles.toml remaps)."""
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "dismiss_help", "Close")]
 
@@ -24,12 +36,13 @@ class HelpScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="help"):
-            yield Label("[b]specmon keys[/b]  (remap in profiles.toml: \\[keys] id = \"key\"; esc closes)")
-            table: DataTable[str] = DataTable(cursor_type="none", zebra_stripes=True)
-            table.add_columns("key", "does", "id")
-            for keys, text, binding_id in key_rows(self.keymap):
-                table.add_row(keys, text, binding_id)
-            yield table
+            yield Label("[b]specmon keys[/b] · remap an id in profiles.toml \\[keys] · ↑↓ PgUp PgDn Home End scroll · "
+                        "esc closes", id="help-title")
+            with VerticalScroll(id="help-keys"):
+                yield Static(keys_table(self.keymap))
+
+    def on_mount(self) -> None:
+        self.query_one("#help-keys", VerticalScroll).focus()  # so Home/End/PgUp/PgDn scroll at once
 
     def action_dismiss_help(self) -> None:
         self.dismiss(None)

@@ -1,70 +1,43 @@
-"""Every key binding of the TUI, each with a stable id that users remap in profiles.toml's `[keys]` table.
+"""The TUI's key bindings, built from the key table in `specmon.model.keymap` (ids users remap in `[keys]`).
 
-    [keys]
-    launch = "L"          # binding id = key (or several, comma-separated: "L,f5")
-
-The help screen and the footer are generated from this one list, so they can never disagree with what the keys do.
+The footer and the help screen are generated from that one list, so they can never disagree with what the keys
+do. `[keys]` is checked when the config is loaded; `validate_keymap` repeats the same check for a Config built
+in code.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 
 from textual.binding import Binding
 
 from specmon.errors import UserError
+from specmon.model.keymap import BINDING_IDS, KEYS, display_key, effective_keys, keymap_problems
+
+__all__ = ["BINDINGS", "BINDING_IDS", "ESSENTIAL_IDS", "key_rows", "validate_keymap"]
 
 BINDINGS: list[Binding] = [
-    Binding("l", "launch", "Launch", id="launch", tooltip="Launch the selected profile"),
-    Binding("S", "stop", "Stop", id="stop", tooltip="Stop the selected run (asks first)"),
-    Binding("R", "restart", "Restart", id="restart", tooltip="Restart the selected run (asks first)"),
-    Binding("s", "sweep", "Sweep", id="sweep", tooltip="Start a sweep on ready servers (form)"),
-    Binding("c", "cancel_sweep", "Cancel sweep", id="cancel_sweep", tooltip="Cancel the running sweep"),
-    Binding("o", "overlay", "Overlay", id="overlay", tooltip="Load a result file onto the chart"),
-    Binding("slash", "filter", "Filter", id="filter", tooltip="Filter the log (! inverts)"),
-    Binding("f", "toggle_follow", "Follow", id="follow", tooltip="Toggle following the log's end"),
-    Binding("e", "gpuenv_view", "GPU/env", id="gpuenv", show=False,
-            tooltip="GPU/env pane: cycle GPUs, the environment, and its diff from the previous profile"),
-    Binding("m", "maximize", "Max", id="maximize", tooltip="Maximise the focused pane (esc restores)"),
-    Binding("j,down", "select(1)", "Next", id="select_next", show=False, tooltip="Select the next profile"),
-    Binding("k,up", "select(-1)", "Prev", id="select_prev", show=False, tooltip="Select the previous profile"),
-    Binding("t", "next_theme", "Theme", id="theme", tooltip="Switch to the next theme (remembered)"),
-    Binding("question_mark,f1", "help", "Help", id="help", tooltip="List every key"),
-    Binding("ctrl+p", "command_palette", "Palette", id="palette", show=False, tooltip="Command palette"),
-    Binding("escape", "restore", "Restore", id="restore", show=False, tooltip="Restore a maximised pane"),
-    Binding("q", "quit", "Quit", id="quit", tooltip="Quit; servers keep running"),
-    Binding("Q", "quit_and_stop", "Quit+stop", id="quit_stop", show=False, tooltip="Stop the servers started here, then quit"),
+    Binding(spec.keys, spec.action, spec.label, id=spec.id, show=spec.shown, tooltip=spec.help) for spec in KEYS
 ]
 
-BINDING_IDS: frozenset[str] = frozenset(b.id for b in BINDINGS if b.id)
-
-# A key name as Textual spells it: a letter, digit, named key, or modifiers joined with "+".
-_KEY_RE = re.compile(r"^(?:(?:ctrl|shift|alt|super|meta)\+)*(?:[A-Za-z0-9]|[a-z][a-z0-9_]+)$")
+# The bindings kept in the footer when the terminal is too narrow for all of them.
+ESSENTIAL_IDS: frozenset[str] = frozenset(spec.id for spec in KEYS if spec.essential)
 
 
 def validate_keymap(keys: Mapping[str, str], where: Callable[[str], str]) -> dict[str, str]:
-    """Check a `[keys]` table: every id must be a known binding id and every key well formed.
+    """The `[keys]` remaps in Textual's spelling, or a UserError naming the first bad one.
 
-    `where(binding_id)` gives the `FILE:LINE` to blame (Config.where). Raises UserError naming the offending
-    key, e.g. `profiles.toml:12: [keys] lanch: unknown binding id`.
+    `where(binding_id)` gives the `FILE:LINE` to blame (Config.where), e.g.
+    `profiles.toml:12: [keys] lanch: unknown binding id`.
     """
-    checked: dict[str, str] = {}
-    for binding_id, key in keys.items():
-        if binding_id not in BINDING_IDS:
-            known = ", ".join(sorted(BINDING_IDS))
-            raise UserError(f"{where(binding_id)}: [keys] {binding_id}: unknown binding id (known: {known})")
-        parts = [p.strip() for p in str(key).split(",")]
-        if not parts or any(not _KEY_RE.match(p) for p in parts):
-            raise UserError(f"{where(binding_id)}: [keys] {binding_id}: {key!r} is not a key name (e.g. \"L\", \"ctrl+l\", \"f5\")")
-        checked[binding_id] = ",".join(parts)
+    checked, problems = keymap_problems(keys)
+    if problems:
+        binding_id, message = problems[0]
+        raise UserError(f"{where(binding_id)}: [keys] {binding_id}: {message}")
     return checked
 
 
 def key_rows(keymap: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(keys, description, binding id) for every binding, with user remaps applied: the help screen's table."""
-    rows = []
-    for b in BINDINGS:
-        keys = keymap.get(b.id or "", b.key)
-        rows.append((keys.replace("question_mark", "?").replace("slash", "/"), b.tooltip or b.description, b.id or ""))
-    return rows
+    keys = effective_keys(keymap)
+    return [(display_key(keys[spec.id]), spec.help, spec.id) for spec in KEYS]

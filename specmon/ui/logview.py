@@ -18,6 +18,9 @@ from textual.widgets import Input, RichLog
 from specmon.ui import format as fmt
 from specmon.ui.rows import LogEntry
 
+# Below this many columns of log text, timestamps are cut to the time of day (an 80-column terminal leaves ~34).
+SHORT_TIMES_BELOW = 100
+
 # Which theme colour highlights which parsed event.
 _KIND_COLOURS = {"shard": "primary", "kv": "accent", "ready": "success", "error": "error", "marker": "warning"}
 
@@ -35,12 +38,16 @@ class LogPane(Vertical):
             super().__init__()
             self.pattern = pattern
 
+    class WidthChanged(Message):
+        """The pane crossed the width where timestamps are shortened: the lines shown must be written again."""
+
     def __init__(self, max_lines: int, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.max_lines = max_lines
         self.pattern = ""
         self.follow = True
         self.run_label = ""
+        self.short_times = False
 
     def compose(self) -> ComposeResult:
         yield RichLog(max_lines=self.max_lines, wrap=False, markup=False, highlight=False, auto_scroll=True)
@@ -56,14 +63,20 @@ class LogPane(Vertical):
             parts.append(f"filter {self.pattern!r}")
         self.border_title = " · ".join(parts)
 
+    def on_resize(self) -> None:
+        short = self.content_size.width < SHORT_TIMES_BELOW
+        if short != self.short_times:
+            self.short_times = short
+            self.post_message(self.WidthChanged())
+
     def _styled(self, entry: LogEntry) -> Text:
+        text = fmt.short_log_time(entry.text) if self.short_times else entry.text
         colour = _KIND_COLOURS.get(entry.kind)
         if colour is None:
-            return Text(entry.text)
+            return Text(text)
         value = self.app.theme_variables.get(colour)
         style = Style(color=value, bold=entry.kind in ("ready", "error", "marker"))
-        text = entry.text if entry.kind != "marker" else f"──── {entry.text} ────"
-        return Text(text, style=style)
+        return Text(text if entry.kind != "marker" else f"──── {text} ────", style=style)
 
     def show(self, label: str, entries: Iterable[LogEntry]) -> None:
         """Replace the contents with `entries` (those passing the filter) of the run called `label`."""

@@ -19,6 +19,24 @@ _MAX_POINTS = 200
 
 Levels = Sequence[Mapping[str, object]]
 
+# The table's columns, most telling first (a narrow table scrolls sideways for the rest), as indices into
+# fmt.LEVEL_COLUMNS / fmt.level_cells, with the short headers used below NARROW_TABLE columns.
+_TABLE_ORDER = (0, 1, 2, 5, 6, 3, 4, 7)
+_SHORT_HEADERS = {"out tok/s": "tok/s", "TTFT p50": "TTFT", "TPOT p50": "TPOT", "ITL p99": "ITL99",
+                  "tok/chunk": "tok/ch"}
+NARROW_TABLE = 70
+
+
+def short_series_names(names: Sequence[str]) -> dict[str, str]:
+    """Series names without the dash-separated prefix they all share ("demo-baseline" -> "baseline")."""
+    if len(names) < 2:
+        return {n: n for n in names}
+    parts = [n.split("-") for n in names]
+    shared = 0
+    while all(len(p) > shared + 1 and p[shared] == parts[0][shared] for p in parts):
+        shared += 1
+    return {n: "-".join(p[shared:]) for n, p in zip(names, parts)}
+
 
 class SweepPane(Horizontal):
     """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
@@ -29,6 +47,8 @@ class SweepPane(Horizontal):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
+        self._narrow: bool | None = None
+        self._shown: tuple[Mapping[str, Levels], float | None, str] = ({}, None, "")
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="sweep-chart")
@@ -36,11 +56,21 @@ class SweepPane(Horizontal):
         yield table
 
     def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(*fmt.LEVEL_COLUMNS)
         self._draw_chart({}, None)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._fit_table)  # once the table itself has its new width
+
+    def _fit_table(self) -> None:
+        narrow = self.query_one(DataTable).size.width < NARROW_TABLE
+        if narrow != self._narrow:
+            self._narrow = narrow
+            self._drawn = None
+            self.show(*self._shown)  # the table again, with the headers and names for its width
 
     def show(self, series: Mapping[str, Levels], crossover: float | None, status: str) -> None:
         """Draw every series (name -> level records) and the crossover concurrency, if any."""
+        self._shown = (series, crossover, status)
         key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status)
         if key == self._drawn:
             return
@@ -48,10 +78,14 @@ class SweepPane(Horizontal):
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
         self._draw_chart(series, crossover)
         table = self.query_one(DataTable)
-        table.clear()
+        table.clear(columns=True)
+        headers = [fmt.LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
+        table.add_columns(*(_SHORT_HEADERS.get(h, h) for h in headers) if self._narrow else headers)
+        names = short_series_names(list(series)) if self._narrow else {n: n for n in series}
         for name, levels in series.items():
             for level in levels:
-                table.add_row(*fmt.level_cells(name, level))
+                cells = fmt.level_cells(names[name], level)
+                table.add_row(*(cells[i] for i in _TABLE_ORDER))
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: float | None) -> None:
         chart = self.query_one(PlotextPlot)
