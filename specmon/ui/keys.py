@@ -12,7 +12,13 @@ from collections.abc import Callable, Mapping
 from textual.binding import Binding
 
 from specmon.errors import UserError
-from specmon.model.keymap import BINDING_IDS, KEYS, display_key, effective_keys, keymap_problems
+from specmon.model.keymap import (
+    BINDING_IDS,
+    KEYS,
+    display_key,
+    effective_keys,
+    keymap_problems,
+)
 
 __all__ = ["BINDINGS", "BINDING_IDS", "ESSENTIAL_IDS", "key_rows", "validate_keymap"]
 
