@@ -118,3 +118,12 @@ def test_torn_last_line_is_reported_and_the_rest_used(files: tuple[Path, Path], 
     assert done.stderr.strip() == (f"specmon: warning: {torn}:6: last line is cut short (an interrupted write); "
                                    "left out, the lines before it are used")
     assert done.stdout.splitlines()[4].split() == ["8", "471.0", "379.0*", "0.80x"]
+
+
+def test_chart_ticks_are_the_measured_levels(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """Issue 10 #5: the log axis was labelled 1.0 1.7 2.8 4.8 8.0, none of them a level that was run."""
+    done = specmon("compare", *map(str, files), cwd=tmp_path)
+    chart = done.stdout.split("output tok/s vs concurrency")[1]
+    axis = next(line for line in chart.splitlines() if line.split() == ["1", "2", "4", "8"])
+    assert axis, chart
+    assert "1.7" not in chart and "2.8" not in chart

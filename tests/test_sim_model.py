@@ -72,3 +72,35 @@ def test_tokenizer_and_natural_length_are_deterministic() -> None:
     assert m.natural_length(12345, 100, 0) == m.natural_length(12345, 100, 0)
     assert all(m.natural_length(key, 100, 90) >= 90 for key in range(200))
     assert m.natural_length(3, 1, 0) == 1
+
+
+def test_demo_crossover_falls_between_two_levels_well_inside_the_demo_chart() -> None:
+    """Issue 10 #5: with the untuned EAGLE-3 model the crossover landed at C≈1.01, on the chart's y-axis, so the
+    demo read "speculation never pays". The built-in demo's own sim options must put it between two of its
+    [sweep] levels, away from both ends (measured on real sims: C≈5.5, between 4 and 8)."""
+    import argparse
+
+    from specmon.model.compare import find_crossover
+    from specmon.model.config import builtin_config
+    from specmon.model.results import ClientHealth, LevelResult, Stats
+    from specmon.sim.options import add_arguments, config_from_args
+
+    config = builtin_config()
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+
+    def sweep(profile: str) -> list[LevelResult]:
+        command = config.profiles[profile].command
+        model = config_from_args(parser.parse_args(list(command[command.index("sim") + 1:]))).step_model()
+        return [LevelResult(concurrency=c, requests_ok=1, requests_failed=0, duration_s=1.0, output_tokens=1,
+                            output_throughput=model.total_tps(c), request_throughput=1.0, ttft_ms=Stats(),
+                            tpot_ms=Stats(), itl_ms=Stats(), e2e_ms=Stats(), tokens_per_chunk=1.0,
+                            client=ClientHealth()) for c in config.sweep.levels]
+
+    crossing = find_crossover(sweep("demo-baseline"), sweep("demo-eagle3"))
+    assert crossing is not None and crossing.b_ahead_before  # EAGLE-3 ahead at low concurrency, then behind
+    levels = config.sweep.levels
+    assert levels[1] < crossing.concurrency < levels[-2], (crossing, levels)
+    below = max(c for c in levels if c < crossing.concurrency)
+    above = min(c for c in levels if c > crossing.concurrency)
+    assert below * 1.2 < crossing.concurrency < above / 1.2  # not glued to a measured level either

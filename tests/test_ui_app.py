@@ -191,3 +191,43 @@ async def test_narrow_sweep_table_shows_throughput_ttft_and_tpot(tmp_path: Path)
         text = await _settled(app, pilot)
         assert re.search(r"series +C +tok/s +TTFT +TPOT", text), text
         assert re.search(r"baseline +64 +770\.0 +84\.00ms +83\.12ms", text), text
+
+
+async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches_the_main_screen(tmp_path: Path) -> None:
+    """Issue 10 #6: a non-result file closed the dialog with a toast naming the path twice, and the next path typed
+    went to the main screen as keys (`s` opened the sweep form)."""
+    from specmon.ui.bridge import EngineBridge
+    from specmon.ui.forms import OverlayScreen, SweepFormScreen
+
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    not_results = tmp_path / "notes.txt"
+    not_results.write_text("hello\n")
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        try:
+            for bad, shown in ((tmp_path / "missing.jsonl", "missing.jsonl: no such file"),
+                               (not_results, "notes.txt:1: not JSON")):
+                await pilot.press("o")
+                await pilot.pause()
+                await pilot.press(*str(bad), "enter")
+                for _ in range(50):
+                    await pilot.pause(0.05)
+                    if shown in screen_text(app):
+                        break
+                assert isinstance(app.screen, OverlayScreen)  # still open, the error in it
+                text = screen_text(app)
+                assert shown in text, text
+                assert not app._notifications
+                await pilot.press("s", "S", "l")  # the user goes on typing: into the dialog, not onto the main screen
+                await pilot.pause()
+                assert isinstance(app.screen, OverlayScreen) and not isinstance(app.screen, SweepFormScreen)
+                app.screen.query_one("#form-error").focus()  # even with the input unfocused, no key leaks
+                await pilot.press("s")
+                await pilot.pause()
+                assert isinstance(app.screen, OverlayScreen)
+                await pilot.press("escape")
+                await pilot.pause()
+            assert len(app.screen_stack) == 1 and not app.series
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]

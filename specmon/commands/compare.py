@@ -115,6 +115,10 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
             marker = "hd" if color else _MARKERS[i % len(_MARKERS)]
             plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker=marker)
     plt.xscale("log")
+    # Ticks at the measured levels (plotext's own log ticks, 1.0 1.7 2.8 ..., name no level that was run).
+    measured = sorted({lv.concurrency for s in sweeps for lv in s.levels})
+    if measured:
+        plt.xticks(measured, [str(c) for c in measured])
     title = "output tok/s vs concurrency"
     if len(sweeps) == 2:
         x = find_crossover(sweeps[0].levels, sweeps[1].levels)

@@ -215,9 +215,18 @@ def config_dir(env: Mapping[str, str] | None = None) -> Path:
 
 
 def builtin_config() -> Config:
-    """The demo profiles shipped inside the package (two `specmon sim` servers)."""
+    """The demo profiles shipped inside the package (two `specmon sim` servers).
+
+    Their `specmon ...` commands run as `<this interpreter> -m specmon ...`: the demo must start the simulator of
+    the specmon that is running, whether or not its venv is on PATH or another `specmon` comes first there.
+    """
     text = resources.files("specmon").joinpath("demo_profiles.toml").read_text(encoding="utf-8")
-    return parse_config(text, BUILTIN_SOURCE, found_by="built-in")
+    config = parse_config(text, BUILTIN_SOURCE, found_by="built-in")
+    profiles = {
+        name: replace(p, command=(sys.executable, "-m", "specmon", *p.command[1:])) if p.command[:1] == ("specmon",) else p
+        for name, p in config.profiles.items()
+    }
+    return replace(config, profiles=profiles)
 
 
 def _load_file(path: Path, found_by: str) -> Config:

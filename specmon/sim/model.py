@@ -90,12 +90,13 @@ def baseline_model(max_running: int = DEFAULT_MAX_RUNNING) -> StepModel:
 
 
 def eagle3_model(accept_len: float = DEFAULT_ACCEPT_LEN, max_running: int = DEFAULT_MAX_RUNNING,
-                 spec_steps: int = 3) -> StepModel:
-    """The default EAGLE-3 model. Step costs are fixed (calibrated at the default accept_len),
-    so a higher `accept_len` gives proportionally more tokens per step."""
+                 spec_steps: int = 3, step_cost: float = 1.0) -> StepModel:
+    """The default EAGLE-3 model. Step costs are fixed (calibrated at the default accept_len) and scaled by
+    `step_cost` (a cheaper draft model or faster verify), so a higher `accept_len` gives proportionally more
+    tokens per step and a lower `step_cost` keeps speculation ahead to a higher concurrency."""
     base, slope = calibrate(EAGLE3_C1_TPS, EAGLE3_SATURATED_TPS, DEFAULT_MAX_RUNNING, DEFAULT_ACCEPT_LEN)
-    return StepModel(base_s=base, slope_s=slope, tokens_per_step=accept_len, max_running=max_running,
-                     max_tokens_per_step=spec_steps + 1)
+    return StepModel(base_s=base * step_cost, slope_s=slope * step_cost, tokens_per_step=accept_len,
+                     max_running=max_running, max_tokens_per_step=spec_steps + 1)
 
 
 def _jitter(seed: int, n: int) -> float:

@@ -30,6 +30,7 @@ class SimConfig:
     spec: str = "none"
     accept_len: float = throughput.DEFAULT_ACCEPT_LEN
     spec_steps: int = 3
+    spec_step_cost: float = 1.0
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     context_length: int = 32768
     max_running: int = throughput.DEFAULT_MAX_RUNNING
@@ -60,7 +61,7 @@ class SimConfig:
     def step_model(self) -> throughput.StepModel:
         """The throughput model these options select."""
         if self.speculative:
-            return throughput.eagle3_model(self.accept_len, self.max_running, self.spec_steps)
+            return throughput.eagle3_model(self.accept_len, self.max_running, self.spec_steps, self.spec_step_cost)
         return throughput.baseline_model(self.max_running)
 
 
@@ -79,6 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
     p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
     p("--spec-steps", type=int, default=d.spec_steps, help="EAGLE-3 draft steps (speculative_num_steps; topk 1, so draft tokens = steps+1)")
+    p("--spec-step-cost", type=float, default=d.spec_step_cost, help="EAGLE-3 step (draft + verify) time as a multiple of the default calibration; lower moves the crossover to higher concurrency (default %(default)s)")
     p("--model", default=d.model, help="model name: args dump, /v1/models and responses")
     p("--context-length", type=int, default=d.context_length, help="max model length (context_len / max_model_len)")
     p("--max-running-requests", dest="max_running", type=int, default=d.max_running, help="largest decode batch; more requests queue (default %(default)s)")
@@ -108,7 +110,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
     cfg = SimConfig(
         flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
         kv_tokens=ns.kv_tokens, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
-        spec_steps=ns.spec_steps, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
+        spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
         crash_at_shard=ns.crash_at_shard, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
         stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
@@ -124,6 +126,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
         (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
         (1.0 <= cfg.accept_len <= cfg.spec_steps + 1, f"--accept-len must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1)"),
+        (cfg.spec_step_cost > 0, "--spec-step-cost must be > 0"),
         (cfg.context_length >= 1, "--context-length must be >= 1"),
         (cfg.max_running >= 1, "--max-running-requests must be >= 1"),
         (cfg.time_scale >= 0, "--time-scale must be >= 0"),

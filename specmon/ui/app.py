@@ -29,6 +29,7 @@ from textual.widgets import Static
 
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
+from specmon.model.keymap import KEYS
 from specmon.ui import keys
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
@@ -50,6 +51,8 @@ MIN_WIDTH, MIN_HEIGHT = 80, 24
 STATE_INTERVAL_S = 0.25   # state panes repaint at most 4 times a second
 CHART_INTERVAL_S = 1.0    # the chart (a full plotext rebuild) at most once a second
 LOG_LINES = 2000          # lines kept per run; older ones are dropped
+# The main screen's actions (from the key table) that a dialog on top blocks; quitting stays possible.
+_SCREEN_ACTIONS = frozenset(spec.action.split("(")[0] for spec in KEYS) - {"quit", "command_palette"}
 
 
 class Engine(Protocol):
@@ -253,6 +256,13 @@ class SpecmonApp(App[int]):
             self.query_one(LogPane).show(label, list(self.logs.get(label, ())))
 
     # ----------------------------------------------------------------- actions
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """While a dialog is open, the main screen's keys do nothing: a key the dialog does not take (a path
+        typed after its input lost focus, say) must not launch, sweep or stop behind it. Quit always works."""
+        if action in _SCREEN_ACTIONS and len(self.screen_stack) > 1:
+            return None  # shown dimmed in the footer below, and not run
+        return True
+
     def _selected_row(self) -> ServerRow | None:
         return self.rows.get(self.selected) if self.selected else None
 
@@ -396,20 +406,7 @@ class SpecmonApp(App[int]):
             return
         engine = self.engine
         assert engine is not None
-
-        def load(path: Path | None) -> None:
-            if path is None:
-                return
-
-            async def read() -> None:
-                try:
-                    await engine.overlay(path, self)
-                except Exception as exc:
-                    self.notify(f"{path}: {exc}", severity="error", timeout=10)
-
-            self.run_worker(read(), group="overlay", exit_on_error=False)
-
-        self.push_screen(OverlayScreen(), load)
+        self.push_screen(OverlayScreen(lambda path: engine.overlay(path, self)))
 
     def action_filter(self) -> None:
         self.query_one(LogPane).open_filter()

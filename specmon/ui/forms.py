@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from textual import work
 from textual.app import ComposeResult
+from textual.content import Content
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
@@ -139,12 +141,17 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
 
 
 class OverlayScreen(ModalScreen["Path | None"]):
-    """Ask for a result file (JSONL written by `specmon sweep`) to draw on the chart."""
+    """Ask for a result file (JSONL written by `specmon sweep`) to draw on the chart.
+
+    The file is read while the dialog is open: any problem (no such file, not a result file) is shown in the
+    dialog, which stays open with the path for correcting; it closes only once the file is on the chart.
+    """
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, start: str = "") -> None:
+    def __init__(self, load: Callable[[Path], Awaitable[object]], start: str = "") -> None:
         super().__init__()
+        self.load = load
         self.start = start
 
     def compose(self) -> ComposeResult:
@@ -153,10 +160,29 @@ class OverlayScreen(ModalScreen["Path | None"]):
             yield Input(self.start, id="overlay-path", placeholder="results/….jsonl", compact=True)
             yield Static("", id="form-error")
 
+    def _error(self, message: str) -> None:
+        self.query_one("#form-error", Static).update(Content.from_markup("[$error]$message[/]", message=message))
+
     def on_input_submitted(self, event: Input.Submitted) -> None:
-        path = Path(event.value.strip()).expanduser()
+        event.stop()
+        text = event.value.strip()
+        if not text:
+            self._error("type the path of a result file")
+            return
+        path = Path(text).expanduser()
         if not path.is_file():
-            self.query_one("#form-error", Static).update(f"[$error]{path}: no such file[/]")
+            self._error(f"{path.name}: no such file")
+            return
+        self._error("")
+        self._read(path)
+
+    @work(exclusive=True, group="overlay-read", exit_on_error=False)
+    async def _read(self, path: Path) -> None:
+        try:
+            await self.load(path)
+        except Exception as exc:  # the dialog stays for a correction; the path is in the input already
+            self._error(str(exc).replace(str(path), path.name))
+            self.query_one("#overlay-path", Input).focus()
             return
         self.dismiss(path)
 
