@@ -42,7 +42,10 @@ def test_profiles_without_any_file_says_built_in(tmp_path: Path) -> None:
     first, header, *rows = done.stdout.splitlines()
     assert first.startswith("profiles: built-in demo profiles (no profiles file found;")
     assert header.split() == ["NAME", "HOST", "SERVER", "PORT", "COMMAND"]
-    assert rows[0].split()[:6] == ["demo-baseline", "local", "sglang", "30001", "specmon", "sim"]
+    assert rows[0].split()[:4] == ["demo-baseline", "local", "sglang", "30001"]
+    # The built-in profiles run the simulator of the specmon that is running, not whichever one PATH finds.
+    python, *rest = rows[0].split()[4:8]
+    assert Path(python).is_absolute() and Path(python).name.startswith("python") and rest == ["-m", "specmon", "sim"]
     assert rows[1].split()[:4] == ["demo-eagle3", "local", "sglang", "30002"]
 
 
