@@ -44,7 +44,8 @@ def test_profiles_without_any_file_says_built_in(tmp_path: Path) -> None:
     assert header.split() == ["NAME", "HOST", "SERVER", "PORT", "COMMAND"]
     assert rows[0].split()[:4] == ["demo-baseline", "local", "sglang", "30001"]
     # The built-in profiles run the simulator of the specmon that is running, not whichever one PATH finds.
-    python, *rest = rows[0].split()[4:8]
+    listed = json.loads(_run("profiles", "--json", cwd=tmp_path).stdout)
+    python, *rest = next(p for p in listed["profiles"] if p["name"] == "demo-baseline")["command"][:4]
     assert Path(python).is_absolute() and Path(python).name.startswith("python") and rest == ["-m", "specmon", "sim"]
     assert rows[1].split()[:4] == ["demo-eagle3", "local", "sglang", "30002"]
 
