@@ -264,6 +264,22 @@ async def test_restart_stops_the_old_run_and_launches_a_new_one(free_port_factor
     await rec.until(lambda v: v.run_id == second.run_id and v.state == "ready", timeout=40)
 
 
+async def test_stopping_an_already_stopped_run_does_not_wait_for_the_new_runs_port(free_port_factory, engine) -> None:
+    """Issue 10 #2: after a restart, quitting the TUI stopped the old run too, and that stop waited the whole port
+    gate (15 s) for a listener that was the new run's, before the new run got its SIGTERM."""
+    port = free_port_factory()
+    manager, rec = engine(sim_profile(port))
+    first = await manager.launch("sim")
+    await rec.until(lambda v: v.run_id == first.run_id and v.state == "ready", timeout=40)
+    second = await manager.restart("sim")
+    await rec.until(lambda v: v.run_id == second.run_id and v.state == "ready", timeout=40)
+    started = time.monotonic()
+    report = await manager.stop(first.run_id)   # the port gate of the engine fixture is 10 s
+    assert time.monotonic() - started < 5, report
+    assert report.clean and not report.pids, report
+    assert port in await manager.ops("local").listening()  # the new run was left alone
+
+
 async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors(free_port_factory, engine,
                                                                                  isolated_home) -> None:
     port = free_port_factory()

@@ -74,7 +74,9 @@ async def stop_run(ops: HostOps, record: RunRecord, *, force: bool, timings: Sto
 
     blockers = [f"pid {p} of run {record.run_id} survived SIGKILL" for p in left]
     deadline = time.monotonic() + timings.port_wait_s
-    while held_ports := sorted(set(record.gate_ports) & await ops.listening()):
+    # Only a run that had processes can be releasing its ports: a listener found when none was left (a newer run
+    # of the profile, after a restart) is not this run's, and waiting for it would only stall the stop.
+    while signalled and (held_ports := sorted(set(record.gate_ports) & await ops.listening())):
         if time.monotonic() >= deadline:
             blockers += [f"port {p} on {ops.host} still has a listener" for p in held_ports]
             break
