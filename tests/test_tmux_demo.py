@@ -94,3 +94,27 @@ def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_por
     tmux("send-keys", "-t", "demo", "q")
     wait_screen(tmux, r"DEMO-EXIT=0", 60)
     assert all(port_is_free(p) for p in ports.values())
+
+
+def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., str], tmp_path: Path) -> None:
+    """Issue 10 #1: `~/venv/bin/specmon demo` without the venv on PATH left both cards IDLE: the built-in profiles
+    ran `specmon sim` from PATH. They run the running interpreter's specmon now (the built-in ports, 30001/2)."""
+    specmon = shutil.which("specmon")
+    assert specmon, "the specmon command is not installed (pip install -e .)"
+    if not (port_is_free(30001) and port_is_free(30002)):
+        if os.environ.get("CI"):
+            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
+        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
+    bare_path = "/usr/bin:/bin"
+    assert not any(Path(d, "specmon").exists() for d in bare_path.split(":")), "a specmon on the bare PATH"
+    env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in os.environ}
+    env_args = [a for k, v in {**env, "PATH": bare_path}.items() for a in ("-e", f"{k}={v}")]
+    command = f"cd {tmp_path} && {specmon} demo; echo DEMO-EXIT=$?; sleep 30"
+    tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", *env_args, "sh", "-c", command)
+    try:
+        screen = wait_screen(tmux, r"demo-baseline READY(.|\n)*demo-eagle3 READY", 120)
+        assert "q Quit" in screen and "? Help" in screen, screen  # the footer keeps them at 80 columns
+    finally:
+        tmux("send-keys", "-t", "demo", "q")
+        wait_screen(tmux, r"DEMO-EXIT=0", 60)
+    assert port_is_free(30001) and port_is_free(30002)

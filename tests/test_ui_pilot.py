@@ -203,6 +203,38 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await pilot.press("Q")
 
 
+async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_complete_series(tmp_path: Path,
+                                                                                             free_port: int) -> None:
+    """Issue 10 #4: after `c` the chart showed the unfinished level's live point, and the previous complete series
+    (with the crossover computed from it) was gone."""
+    app = make_app(sim_config({"sim-s": free_port}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "sim-s"), 60, "READY")
+            app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, 16, 16))
+            await wait_until(pilot, lambda: not app.sweeping and "done" in app.sweep_status, 60, "sweep done")
+            complete = list(app.series["sim-s"])
+            assert [lv["concurrency"] for lv in complete] == [1, 2]
+
+            # A second sweep: level C=1 finishes, C=48 is cancelled part way (its live point already drawn).
+            app._start_sweep(SweepRequest(("sim-s",), (1, 48), 4800, 16, 256))
+            await wait_until(pilot, lambda: any(lv.get("live") and lv["concurrency"] == 48
+                                                for lv in app.series.get("sim-s", [])), 60, "the live C=48 point")
+            await pilot.press("c")
+            await wait_until(pilot, lambda: not app.sweeping, 10, "the sweep to stop")
+            await pilot.pause(0.2)
+            assert not any(lv.get("live") for lv in app.series["sim-s"]), app.series["sim-s"]
+            assert app.series["sim-s"] == complete  # the last complete series is back on the chart
+            app.flush()
+            await pilot.pause()
+            table = app.query_one(SweepPane).query_one("#sweep-table")
+            assert table.row_count == 2  # type: ignore[attr-defined]
+            assert "cancelled" in app.sweep_status
+        finally:
+            await pilot.press("Q")
+
+
 async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_path: Path, free_port: int) -> None:
     """A demo killed by a signal leaves its servers running (as every launch does); the next demo shows them
     rather than failing on busy ports, and its `q` ("demo: q stops the servers") stops them too."""

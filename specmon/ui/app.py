@@ -399,7 +399,7 @@ class SpecmonApp(App[int]):
             self.notify("no sweep is running", severity="warning")
             return
         self.workers.cancel_group(self, "sweep")
-        self.set_sweep_status("cancelled (finished levels kept)", running=False)
+        self.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
 
     def action_overlay(self) -> None:
         if not self._need_engine():

@@ -206,9 +206,19 @@ class EngineBridge:
             else:
                 ready.append(view)
 
+        # The profile whose sweep is in progress, and its last complete series: shown again if this one is cancelled.
+        sweeping: str | None = None
+        earlier: list[LevelResult] = []
+
         def on_start(profile: str) -> None:
+            nonlocal sweeping, earlier
+            sweeping, earlier = profile, self._levels.get(profile, [])
             self._levels[profile] = []
             app.set_sweep_status(f"{profile}: starting", running=True)
+
+        def on_result(profile: str, result: object) -> None:
+            nonlocal sweeping
+            sweeping = None
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             if isinstance(update, SweepProgress):
@@ -222,12 +232,18 @@ class EngineBridge:
 
         try:
             comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
-                                              on_update=on_update)
+                                              on_update=on_update, on_result=on_result)
             written = [Path(r.path) for r in comparison.results if r.path]
             where = f" in {written[0].parent}" if written else ""
             app.set_sweep_status("done: " + ", ".join(p.name for p in written) + where, running=False)
         except asyncio.CancelledError:
-            app.set_sweep_status("cancelled (finished levels kept)", running=False)
+            if sweeping is not None:
+                # The unfinished level is not a result: drop its live point. The chart keeps the profile's last
+                # complete series (and so the crossover); with none, the finished levels of this sweep.
+                if earlier:
+                    self._levels[sweeping] = earlier
+                self._publish_series(sweeping)
+            app.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
             raise
 
     async def overlay(self, path: Path, app: SpecmonApp) -> None:
