@@ -288,7 +288,8 @@ async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors
     listener.listen()
     try:
         manager, _ = engine(sim_profile(port))
-        with pytest.raises(UserError, match=rf"^local: port {port} is already in use \(profile sim\)"):
+        with pytest.raises(UserError, match=rf"^local: port {port} is already in use \(profile sim\) by pid "
+                                            rf"{os.getpid()} \(.*\); stop it or choose another port \(free: \d+, \d+\)$"):
             await manager.launch("sim")
     finally:
         listener.close()

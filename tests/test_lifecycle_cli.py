@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -161,9 +162,10 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
         listener.listen()
         busy = cli("launch", "sim")
     assert busy.returncode == 2 and busy.stdout == ""
-    assert busy.stderr.strip().splitlines() == [
-        f"specmon: error: local: port {free_port} is already in use (profile sim); "
-        "stop whatever listens there or choose another port"]
+    # One line naming who holds the port (this test process) and free ports to use instead (issue 10 #1).
+    [line] = busy.stderr.strip().splitlines()
+    assert re.fullmatch(rf"specmon: error: local: port {free_port} is already in use \(profile sim\) by pid "
+                        rf"{os.getpid()} \(.+\); stop it or choose another port \(free: \d+, \d+\)", line), line
     unknown = cli("stop", "nothing-like-this")
     assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
 

@@ -8,6 +8,7 @@ drawing points after `s`, a result file overlaid with `o`, and the log's filter 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -203,6 +204,31 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await pilot.press("Q")
 
 
+async def test_launch_on_a_held_port_shows_failed_with_who_holds_it_on_the_card(tmp_path: Path,
+                                                                                  free_port: int) -> None:
+    """Issue 10 #1: a launch refused before it started (here: the port is held by another program) left the card
+    `IDLE · not running` with no reason. It is FAILED now, with the one-line reason naming the holder, and a toast."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", free_port))
+    holder.listen()
+    config = sim_config({"sim-h": free_port})
+    app = SpecmonApp(config, engine=EngineBridge(config, autolaunch=["sim-h"], results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    try:
+        async with app.run_test(size=(120, 40), notifications=True) as pilot:
+            try:
+                await wait_until(pilot, lambda: "FAILED" in card_text(app, "sim-h"), 30, "the FAILED card")
+                card = card_text(app, "sim-h")
+                assert f"port {free_port} is already in use" in card and f"by pid {os.getpid()}" in card, card
+                assert "free:" in card and "l tries again" in card, card
+                assert any("FAILED to start" in str(n.message) for n in app._notifications)
+                assert "sim-h" not in app.engine.started_here  # type: ignore[union-attr]
+            finally:
+                await pilot.press("q")
+    finally:
+        holder.close()
+
+
 async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_complete_series(tmp_path: Path,
                                                                                              free_port: int) -> None:
     """Issue 10 #4: after `c` the chart showed the unfinished level's live point, and the previous complete series
@@ -233,6 +259,43 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
             assert "cancelled" in app.sweep_status
         finally:
             await pilot.press("Q")
+
+
+async def test_quit_after_a_restart_starts_stopping_at_once_and_says_so(tmp_path: Path,
+                                                                         free_port_factory: Callable[[], int]) -> None:
+    """Issue 10 #2: after `R` `y`, `q` stalled 15-33 s with both cards still READY (the old run's stop waited for
+    the new run's port). Now the cards say STOPPING at once, a toast says "stopping 2 servers…", and quit takes
+    the servers' own shutdown time."""
+    config = sim_config({"demo-a": free_port_factory(), "demo-b": free_port_factory()})
+    engine = EngineBridge(config, autolaunch=["demo-a", "demo-b"], results_dir=tmp_path / "results")
+    app = SpecmonApp(config, engine=engine, demo=True, state_path=tmp_path / "ui.json")
+    seen: list[str] = []
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        for name in ("demo-a", "demo-b"):
+            await wait_until(pilot, lambda name=name: "READY" in card_text(app, name), 60, f"{name} READY")
+        first = app.rows["demo-a"].run_id
+        await pilot.press("R", "y")
+        await wait_until(pilot, lambda: app.rows["demo-a"].run_id != first and "READY" in card_text(app, "demo-a"),
+                         60, "the restarted run READY")
+        runs = [app.rows[n].run_id for n in ("demo-a", "demo-b")]
+        started = time.monotonic()
+        await pilot.press("q")
+        while app.is_running:
+            seen.append(card_text(app, "demo-a") + card_text(app, "demo-b")
+                        + "".join(str(n.message) for n in app._notifications))
+            await pilot.pause(0.05)
+            assert time.monotonic() - started < 60, seen[-1]
+        elapsed = time.monotonic() - started
+    assert any("stopping 2 servers…" in s for s in seen), seen[-3:]
+    assert any(s.count("STOPPING") == 2 for s in seen), seen[-3:]
+    assert elapsed < 10, elapsed   # the sims stop in about a second; the stall was >= 15 s
+    from specmon.orchestration.runs import RunManager
+
+    later = RunManager(config)
+    try:
+        assert all(later.view(run_id).state == "stopped" for run_id in runs if run_id)
+    finally:
+        await later.close()
 
 
 async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_path: Path, free_port: int) -> None:

@@ -73,6 +73,28 @@ def listening_ports(proc_net_tcp: str) -> set[int]:
     return ports
 
 
+def listener_inodes(proc_net_tcp: str, port: int) -> set[str]:
+    """Socket inodes of the TCP listeners on `port`, from /proc/net/tcp{,6} text (field 10 is the inode)."""
+    inodes: set[str] = set()
+    for line in proc_net_tcp.splitlines():
+        fields = line.split()
+        if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == f"{port:04X}":
+            inodes.add(fields[9])
+    return inodes
+
+
+def free_ports_near(port: int, listening: set[int], count: int = 2, avoid: Iterable[int] = ()) -> list[int]:
+    """The first `count` ports above `port` with no listener (and not in `avoid`): what to suggest instead."""
+    taken = set(listening) | set(avoid)
+    found: list[int] = []
+    candidate = port + 1
+    while len(found) < count and candidate <= 65535:
+        if candidate not in taken:
+            found.append(candidate)
+        candidate += 1
+    return found
+
+
 def check_env(env: Iterable[tuple[str, str]], where: str) -> None:
     """UserError naming the first env variable whose name is not a plain shell name."""
     for name, _ in env:
@@ -155,6 +177,22 @@ class HostOps:
     async def listening(self) -> set[int]:
         _, out, _ = await self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
         return listening_ports(out)
+
+    async def port_holder(self, port: int) -> str | None:
+        """Who listens on `port`: "pid N (its command line)", or None when the socket's owner cannot be seen
+        (another user's process, or it just went away)."""
+        _, out, _ = await self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
+        for inode in sorted(listener_inodes(out, port)):
+            if not inode.isdigit() or inode == "0":
+                continue
+            code, found, _ = await self.sh(
+                f"find /proc/[0-9]*/fd -lname 'socket:\\[{inode}\\]' 2>/dev/null | head -n 1", timeout=10)
+            pid = found.strip().split("/")[2] if found.startswith("/proc/") else ""
+            if pid.isdigit():
+                _, cmdline, _ = await self.sh(f"tr '\\000' ' ' < /proc/{int(pid)}/cmdline 2>/dev/null")
+                command = " ".join(cmdline.split())
+                return f"pid {pid} ({command[:60] + '…' if len(command) > 60 else command or '?'})"
+        return None
 
     async def find_command(self, argv0: str, env: Iterable[tuple[str, str]], workdir: str | None) -> bool:
         """Whether argv0 resolves on the host with the profile's env (its PATH) and workdir."""

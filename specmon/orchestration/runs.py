@@ -65,7 +65,7 @@ from specmon.orchestration.controller import (
     progress_of,
     run_notify,
 )
-from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, wrapper_script
+from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, free_ports_near, wrapper_script
 from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
@@ -512,9 +512,14 @@ class RunManager:
                     raise UserError(f"{where}: run {record.group or record.run_id} (profile {record.profile}) is "
                                     f"still {record.state} on {ops.host} port {record.port}; stop it first or use "
                                     "`specmon restart`")
-        if profile.port in await ops.listening():
-            raise UserError(f"{ops.host}: port {profile.port} is already in use ({where}); "
-                            "stop whatever listens there or choose another port")
+        listening = await ops.listening()
+        if profile.port in listening:
+            holder = await ops.port_holder(profile.port)
+            others = [p.port for p in self.config.profiles.values() if p.host == host]
+            free = ", ".join(map(str, free_ports_near(profile.port, listening, avoid=others)))
+            raise UserError(f"{ops.host}: port {profile.port} is already in use ({where})"
+                            + (f" by {holder}" if holder else " by a process specmon cannot see")
+                            + f"; stop it or choose another port (free: {free})")
         if profile.workdir and not await ops.workdir_exists(profile.workdir):
             raise UserError(f"{ops.host}: workdir {profile.workdir} does not exist ({where})")
         if not await ops.find_command(profile.command[0], profile.env, profile.workdir):

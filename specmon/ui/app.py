@@ -134,6 +134,7 @@ class SpecmonApp(App[int]):
         self._state_throttle = Throttle(self, STATE_INTERVAL_S, self._paint_state)
         self._chart_throttle = Throttle(self, CHART_INTERVAL_S, self._paint_chart)
         self.first_frame_at: float | None = None
+        self._quitting = False
 
     # ----------------------------------------------------------------- layout
     def compose(self) -> ComposeResult:
@@ -460,22 +461,28 @@ class SpecmonApp(App[int]):
         except OSError as exc:  # a read-only home must not break the app; say it once
             self.notify(f"cannot save theme choice: {exc}", severity="warning")
 
-    async def action_quit(self) -> None:
-        await self._stop_and_exit(stop_started=self.demo)
+    def action_quit(self) -> None:
+        self._stop_and_exit(stop_started=self.demo)
 
-    async def action_quit_and_stop(self) -> None:
-        await self._stop_and_exit(stop_started=True)
+    def action_quit_and_stop(self) -> None:
+        self._stop_and_exit(stop_started=True)
 
-    async def _stop_and_exit(self, stop_started: bool) -> None:
+    def _stop_and_exit(self, stop_started: bool) -> None:
+        # In a worker: the app keeps painting while servers stop (cards say STOPPING, the toast counts them).
+        if self._quitting:
+            return
+        self._quitting = True
         self.workers.cancel_group(self, "sweep")
-        if self.engine is not None:
-            if stop_started:
-                self.notify("stopping the servers started here…", timeout=30)
-            try:
-                await self.engine.close(stop_started)
-            except Exception as exc:
-                self.notify(f"shutdown: {exc}", severity="error")
-        self.exit(0)
+
+        async def close() -> None:
+            if self.engine is not None:
+                try:
+                    await self.engine.close(stop_started)
+                except Exception as exc:
+                    self.notify(f"shutdown: {exc}", severity="error")
+            self.exit(0)
+
+        self.run_worker(close(), group="quit", exit_on_error=False, description="quit")
 
 
 def run_tui(args: argparse.Namespace) -> int:

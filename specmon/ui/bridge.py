@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverri
 from specmon.sources.gpu import GpuProbe
 from specmon.ui.forms import SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
-from specmon.ui.rows import entry_from_line, past_load, row_from_view
+from specmon.ui.rows import ServerRow, entry_from_line, past_load, row_from_view
 
 if TYPE_CHECKING:
     from specmon.ui.app import SpecmonApp
@@ -59,6 +59,7 @@ class EngineBridge:
         self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._levels: dict[str, list[LevelResult]] = {}
+        self._refused: dict[str, str] = {}         # profile -> why its last launch never started (shown as FAILED)
         self._unsubscribe: object = None
         self._app: SpecmonApp | None = None
         self._gpu_probe: GpuProbe | None = None
@@ -75,7 +76,7 @@ class EngineBridge:
             if view.active:
                 await self.manager.attach(view.run_id)
                 self._follow_log(view)
-        self._push(list(self._views))
+        self._push(self._shown())
         self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
         for profile in self.autolaunch:
             current = self._views.get(profile)
@@ -94,6 +95,10 @@ class EngineBridge:
         self._follow_log(view)
         self._push([view.profile])
 
+    def _shown(self) -> list[str]:
+        """Profiles with something to show: a run, or a launch that was refused."""
+        return list(dict.fromkeys([*self._views, *self._refused]))
+
     def _push(self, profiles: Sequence[str]) -> None:
         if self._app is None:
             return
@@ -101,6 +106,10 @@ class EngineBridge:
         runs = self._earlier + list(self._views.values())
         rows = []
         for profile in profiles:
+            if profile in self._refused:
+                rows.append(ServerRow(profile=profile, state="failed", failure=self._refused[profile],
+                                      port=self.config.profiles[profile].port))
+                continue
             view = self._views[profile]
             expected = self.config.profiles[profile].expected_load_s
             rows.append(row_from_view(view, past_load(runs, profile, view.run_id, expected), now))
@@ -110,7 +119,7 @@ class EngineBridge:
         while True:
             active = any(v.state in ("launching", "loading", "stopping") for v in self._views.values())
             await asyncio.sleep(TICK_ACTIVE_S if active else TICK_IDLE_S)
-            self._push(list(self._views))
+            self._push(self._shown())
 
     def _follow_log(self, view: RunView) -> None:
         current = self._log_tasks.get(view.profile)
@@ -165,7 +174,24 @@ class EngineBridge:
 
     # ---------------------------------------------------------------- actions
     async def launch(self, profile: str) -> None:
-        view = await self.manager.launch(profile, watch=True)
+        await self._starting(profile, self.manager.launch(profile, watch=True))
+
+    async def _starting(self, profile: str, start: Awaitable[RunView]) -> None:
+        """Launch or restart: a run that never started (busy port, missing command, ...) shows as FAILED on its
+        card with the one-line reason, and a toast says so; it is never an exception lost in a worker."""
+        try:
+            view = await start
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            self._refused[profile] = reason
+            self._push([profile])
+            if self._app is not None:
+                self._app.bell()
+                self._app.notify(f"{profile}: FAILED to start: {reason}", severity="error", timeout=15)
+            return
+        self._refused.pop(profile, None)
         self.started_here.append(view.run_id)
         self._on_view(view)
 
@@ -175,9 +201,7 @@ class EngineBridge:
             self._app.notify(f"{profile}: " + "; ".join(report.blockers), severity="warning", timeout=10)
 
     async def restart(self, profile: str) -> None:
-        view = await self.manager.restart(profile)
-        self.started_here.append(view.run_id)
-        self._on_view(view)
+        await self._starting(profile, self.manager.restart(profile))
 
     # ----------------------------------------------------------------- sweeps
     def _publish_series(self, name: str, live: SweepProgress | None = None) -> None:
@@ -255,6 +279,8 @@ class EngineBridge:
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:
+        if stop_started:
+            await self._stop_started()
         if callable(self._unsubscribe):
             self._unsubscribe()
         if self._gpu_probe is not None:
@@ -265,8 +291,19 @@ class EngineBridge:
         for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if stop_started:
-            for run_id in self.started_here:
-                with contextlib.suppress(Exception):  # already stopped or gone: nothing left to do
-                    await self.manager.stop(run_id)
         await self.manager.close()
+
+    async def _stop_started(self) -> None:
+        """Stop this session's runs that are still up, all at once, while the cards still follow them (they say
+        STOPPING, then STOPPED); runs that already ended (the old run of a restart) are left alone."""
+        live = []
+        for run_id in dict.fromkeys(self.started_here):
+            record = self.manager.store.load(run_id)
+            if record is not None and not record.terminal:
+                live.append(run_id)
+        if not live:
+            return
+        if self._app is not None:
+            self._app.notify(f"stopping {len(live)} server{'s' if len(live) > 1 else ''}…", timeout=60)
+        # A stop that fails (already gone, link down) must not keep the others from stopping.
+        await asyncio.gather(*(self.manager.stop(run_id) for run_id in live), return_exceptions=True)

@@ -60,6 +60,8 @@ class RunCard(Vertical):
 
         if row.state == "idle":
             lines = ["[dim]not running · l launches[/]"]
+        elif row.run_id is None:   # a launch that never started: only its reason is worth the space
+            lines = []
         else:
             eta = fmt.fmt_duration(row.eta_s) if row.state in ("launching", "loading") else fmt.NA
             lines = [
@@ -72,6 +74,8 @@ class RunCard(Vertical):
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             lines.append(f"[$error b]✗ {escape(row.failure)}[/]")
+        if row.run_id is None and row.state == "failed":
+            lines.append("[dim]l tries again[/]")
         # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
         shown = (head, "\n".join(lines))
         if shown != self._shown:
