@@ -80,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
     p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
     p("--spec-steps", type=int, default=d.spec_steps, help="EAGLE-3 draft steps (speculative_num_steps; topk 1, so draft tokens = steps+1)")
-    p("--spec-step-cost", type=float, default=d.spec_step_cost, help="EAGLE-3 step (draft + verify) time as a multiple of the default calibration; lower moves the crossover to higher concurrency (default %(default)s)")
+    p("--spec-step-cost", type=float, default=d.spec_step_cost, help="EAGLE-3 step (draft + verify) time, times the default; lower keeps speculation ahead longer")
     p("--model", default=d.model, help="model name: args dump, /v1/models and responses")
     p("--context-length", type=int, default=d.context_length, help="max model length (context_len / max_model_len)")
     p("--max-running-requests", dest="max_running", type=int, default=d.max_running, help="largest decode batch; more requests queue (default %(default)s)")

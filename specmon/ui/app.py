@@ -461,7 +461,7 @@ class SpecmonApp(App[int]):
         except OSError as exc:  # a read-only home must not break the app; say it once
             self.notify(f"cannot save theme choice: {exc}", severity="warning")
 
-    def action_quit(self) -> None:
+    async def action_quit(self) -> None:
         self._stop_and_exit(stop_started=self.demo)
 
     def action_quit_and_stop(self) -> None:

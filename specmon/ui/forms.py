@@ -8,9 +8,9 @@ from pathlib import Path
 
 from textual import work
 from textual.app import ComposeResult
-from textual.content import Content
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
