@@ -231,3 +231,11 @@ async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches
             assert len(app.screen_stack) == 1 and not app.series
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
+
+
+async def test_sweep_pane_says_in_words_who_leads_on_each_side_of_the_crossover(tmp_path: Path) -> None:
+    """Issue 10 #5: the chart showed only "crossover C≈N"; which way it went had to be read off the curves."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        text = await _settled(app, pilot)
+        assert "eagle3 ahead below C≈5, baseline ahead above" in text, text

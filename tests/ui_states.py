@@ -11,7 +11,7 @@ from specmon.model.config import Config, Profile, SweepDefaults
 from specmon.model.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpusUpdated
-from specmon.ui.rows import LogEntry, ServerRow
+from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 PROFILES = ("demo-baseline", "demo-eagle3")
 
@@ -52,9 +52,9 @@ def level(c: int, tput: float, itl99: float, tpc: float, bound: bool = False) ->
 
 BASELINE = [level(1, 93.0, 11.2, 1.0), level(4, 350.0, 12.0, 1.0), level(16, 690.0, 25.1, 1.0),
             level(64, 770.0, 80.4, 1.0, bound=False)]
-EAGLE = [level(1, 96.0, 30.5, 2.4), level(4, 300.0, 33.0, 2.4), level(16, 345.0, 60.2, 2.3),
-         level(64, 350.0, 190.0, 2.3)]
-CROSSOVER = 1.5
+EAGLE = [level(1, 140.0, 30.5, 2.4), level(4, 370.0, 33.0, 2.4), level(16, 480.0, 60.2, 2.3),
+         level(64, 510.0, 190.0, 2.3)]
+CROSSOVER = CrossoverMark(5.0, ahead_below="demo-eagle3", ahead_above="demo-baseline")
 
 
 def gpu_board() -> GpuBoard:

@@ -38,7 +38,7 @@ from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, rende
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
-from specmon.ui.rows import LogEntry, ServerRow
+from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 from specmon.ui.servers import RunCard, ServersPane
 from specmon.ui.sweep import Levels, SweepPane
 from specmon.ui.themes import DEFAULT_THEME, load_themes, load_ui_state, save_ui_state, ui_state_path
@@ -118,7 +118,7 @@ class SpecmonApp(App[int]):
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
         self._pending_log: list[LogEntry] = []
         self.series: dict[str, list[Mapping[str, object]]] = {}
-        self.crossover: float | None = None
+        self.crossover: CrossoverMark | None = None
         self.sweep_status = ""
         self.sweeping = False
         self.log_lines = log_lines
@@ -210,7 +210,7 @@ class SpecmonApp(App[int]):
             self._pending_log.clear()
             self._show_log_of_selected()
 
-    def set_series(self, name: str, levels: Levels, crossover: float | None = None) -> None:
+    def set_series(self, name: str, levels: Levels, crossover: CrossoverMark | None = None) -> None:
         """Replace one chart series (a profile's live sweep or a result file) and the crossover."""
         self.series[name] = list(levels)
         self.crossover = crossover

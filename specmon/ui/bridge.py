@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from specmon.model.compare import crossover
+from specmon.model.compare import find_crossover
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.results import LevelResult, read_results
@@ -28,7 +28,7 @@ from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverri
 from specmon.sources.gpu import GpuProbe
 from specmon.ui.forms import SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
-from specmon.ui.rows import ServerRow, entry_from_line, past_load, row_from_view
+from specmon.ui.rows import CrossoverMark, ServerRow, entry_from_line, past_load, row_from_view
 
 if TYPE_CHECKING:
     from specmon.ui.app import SpecmonApp
@@ -208,7 +208,9 @@ class EngineBridge:
         """Send one series to the chart: its finished levels, plus the level in progress as a live point."""
         assert self._app is not None
         names = list(self._levels)
-        cross = crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
+        found = find_crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
+        cross = None if found is None else CrossoverMark(
+            found.concurrency, *((names[1], names[0]) if found.b_ahead_before else (names[0], names[1])))
         levels: list[dict[str, object]] = [lv.to_dict() for lv in self._levels[name]]
         if live is not None and live.phase == "level" and live.requests_done > 0:
             levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,

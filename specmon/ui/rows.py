@@ -59,6 +59,15 @@ class ServerRow:
 
 
 @dataclass(frozen=True)
+class CrossoverMark:
+    """Where two sweeps' throughput curves cross, and which series leads on each side (for the Sweep pane)."""
+
+    concurrency: float
+    ahead_below: str
+    ahead_above: str
+
+
+@dataclass(frozen=True)
 class LogEntry:
     """One log line as the Log pane shows it; `kind` picks the highlight.
 

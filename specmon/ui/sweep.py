@@ -12,6 +12,7 @@ from textual.widgets import DataTable
 from textual_plotext import PlotextPlot
 
 from specmon.ui import format as fmt
+from specmon.ui.rows import CrossoverMark
 
 # Fixed series colours so a series keeps its colour as others are added (and snapshots stay stable).
 _SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red")
@@ -48,7 +49,7 @@ class SweepPane(Horizontal):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
         self._narrow: bool | None = None
-        self._shown: tuple[Mapping[str, Levels], float | None, str] = ({}, None, "")
+        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str] = ({}, None, "")
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="sweep-chart")
@@ -68,14 +69,17 @@ class SweepPane(Horizontal):
             self._drawn = None
             self.show(*self._shown)  # the table again, with the headers and names for its width
 
-    def show(self, series: Mapping[str, Levels], crossover: float | None, status: str) -> None:
-        """Draw every series (name -> level records) and the crossover concurrency, if any."""
+    def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str) -> None:
+        """Draw every series (name -> level records) and the crossover, if any: a line on the chart and, under
+        the pane, which series leads on each side in words."""
         self._shown = (series, crossover, status)
         key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status)
         if key == self._drawn:
             return
         self._drawn = key
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
+        self.border_subtitle = fmt.crossover_words(crossover.concurrency, crossover.ahead_below,
+                                                   crossover.ahead_above) if crossover else ""
         self._draw_chart(series, crossover)
         table = self.query_one(DataTable)
         table.clear(columns=True)
@@ -87,7 +91,7 @@ class SweepPane(Horizontal):
                 cells = fmt.level_cells(names[name], level)
                 table.add_row(*(cells[i] for i in _TABLE_ORDER))
 
-    def _draw_chart(self, series: Mapping[str, Levels], crossover: float | None) -> None:
+    def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None) -> None:
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_data()
@@ -109,7 +113,7 @@ class SweepPane(Horizontal):
             # rebuild of a kept figure (a resize then fails with a math domain error).
             shown = sorted(ticks)
             plt.xticks([math.log10(x) for x in shown], [f"{x:g}" for x in shown])
-        if crossover is not None and crossover > 0:
-            plt.vline(math.log10(crossover), "red")
-            plt.title(f"crossover C≈{crossover:.3g}")
+        if crossover is not None and crossover.concurrency > 0:
+            plt.vline(math.log10(crossover.concurrency), "red")
+            plt.title(f"crossover C≈{crossover.concurrency:.3g}")
         chart.refresh()
