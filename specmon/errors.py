@@ -10,3 +10,13 @@ class UserError(Exception):
     """
 
     exit_code = 2
+
+
+class PortBusy(UserError):
+    """A launch refused because something already listens on the profile's port; `free` are ports nearby that
+    were free, to offer instead."""
+
+    def __init__(self, message: str, port: int, free: tuple[int, ...]) -> None:
+        super().__init__(message)
+        self.port = port
+        self.free = free

@@ -118,3 +118,38 @@ def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., 
         tmux("send-keys", "-t", "demo", "q")
         wait_screen(tmux, r"DEMO-EXIT=0", 60)
     assert port_is_free(30001) and port_is_free(30002)
+
+
+def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: Callable[..., str],
+                                                                       tmp_path: Path) -> None:
+    """Issue 10 #1: with 30001 taken, the demo showed `IDLE · not running` and nothing else. The card says FAILED
+    now, names the holder (this test's pid) and free ports, with the `--ports` to use them; the other server runs."""
+    specmon = shutil.which("specmon")
+    assert specmon, "the specmon command is not installed (pip install -e .)"
+    if not (port_is_free(30001) and port_is_free(30002)):
+        if os.environ.get("CI"):
+            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
+        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 30001))
+    holder.listen()
+    try:
+        env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH") if k in os.environ}
+        env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
+        command = f"cd {tmp_path} && {specmon} demo; echo DEMO-EXIT=$?; sleep 30"
+        tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", *env_args, "sh", "-c", command)
+        wait_screen(tmux, r"specmon · built-in demo profiles", 60)
+        opened = time.monotonic()
+        screen = wait_screen(tmux, r"demo-baseline FAILED", 30)
+        took = time.monotonic() - opened
+        print(f"the card said FAILED {took:.2f} s after the screen opened")
+        # The Servers pane is the left 44 columns; its card text wraps, so read it as one string.
+        servers = " ".join(line[:44].strip("│ ") for line in screen.splitlines())
+        assert re.search(rf"already\s+in\s+use.*by\s+pid\s+{os.getpid()}", servers), screen
+        assert re.search(r"free:\s+\d+,\s+\d+", servers) and "--ports" in servers, screen
+        assert took < 10, took   # a guard; the measured time is printed above (about a second on a busy box)
+        tmux("send-keys", "-t", "demo", "q")
+        wait_screen(tmux, r"DEMO-EXIT=0", 60)
+    finally:
+        holder.close()
+    assert port_is_free(30002)

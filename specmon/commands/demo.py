@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TextIO
 
 from specmon.errors import UserError
-from specmon.model.config import Config, builtin_config, load_config, one_wave_problem, parse_levels
+from specmon.model.config import Config, builtin_config, load_config, on_ports, one_wave_problem, parse_levels
 
 HEADLESS_LEVELS = (1, 4, 16, 64)
 HEADLESS_REQUESTS = 16
@@ -35,13 +35,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help=f"requests per level in the headless sweep (default: {HEADLESS_REQUESTS}, or one full wave "
                         "of the highest level if that is more)")
     parser.add_argument("--results-dir", default="results", help="where sweep result files go (default %(default)s)")
+    parser.add_argument("--ports", metavar="P1,P2",
+                        help="run the demo's servers on these ports instead (when 30001/30002 are taken)")
     parser.set_defaults(func=run)
 
 
 def demo_config(args: argparse.Namespace) -> Config:
-    """The demo's profiles: those of --config when given (tests use fast ones), else the built-in demo pair."""
+    """The demo's profiles: those of --config when given (tests use fast ones), else the built-in demo pair;
+    moved to --ports when given."""
     path = getattr(args, "config", None)
-    return load_config(path) if path else builtin_config()
+    config = load_config(path) if path else builtin_config()
+    ports = getattr(args, "ports", None)
+    if ports:
+        try:
+            config = on_ports(config, [int(p) for p in ports.split(",")])
+        except ValueError:
+            raise UserError(f"--ports: {ports!r} is not a comma-separated list of port numbers") from None
+    return config
 
 
 def run(args: argparse.Namespace) -> int:

@@ -214,6 +214,25 @@ def config_dir(env: Mapping[str, str] | None = None) -> Path:
     return base / "specmon"
 
 
+def on_ports(config: Config, ports: Iterable[int]) -> Config:
+    """The same profiles moved to other ports, in profile order (`specmon demo --ports`): each profile's `port`
+    and the `--port N` of its command. A UserError when the count differs or a port is out of range."""
+    wanted = list(ports)
+    if len(wanted) != len(config.profiles) or len(set(wanted)) != len(wanted):
+        raise UserError(f"--ports: give {len(config.profiles)} different ports, one per profile "
+                        f"({', '.join(config.profiles)})")
+    if any(not 1 <= p <= 65535 for p in wanted):
+        raise UserError("--ports: each port must be in 1..65535")
+    moved = {}
+    for (name, profile), port in zip(config.profiles.items(), wanted):
+        command = list(profile.command)
+        for i, arg in enumerate(command[:-1]):
+            if arg == "--port":
+                command[i + 1] = str(port)
+        moved[name] = replace(profile, port=port, command=tuple(command))
+    return replace(config, profiles=moved)
+
+
 def builtin_config() -> Config:
     """The demo profiles shipped inside the package (two `specmon sim` servers).
 

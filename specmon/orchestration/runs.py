@@ -51,7 +51,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from specmon.errors import UserError
+from specmon.errors import PortBusy, UserError
 from specmon.model.config import Config, Profile, SshSettings
 from specmon.model.runstate import LogWatch
 from specmon.orchestration import multinode
@@ -516,10 +516,11 @@ class RunManager:
         if profile.port in listening:
             holder = await ops.port_holder(profile.port)
             others = [p.port for p in self.config.profiles.values() if p.host == host]
-            free = ", ".join(map(str, free_ports_near(profile.port, listening, avoid=others)))
-            raise UserError(f"{ops.host}: port {profile.port} is already in use ({where})"
-                            + (f" by {holder}" if holder else " by a process specmon cannot see")
-                            + f"; stop it or choose another port (free: {free})")
+            free = tuple(free_ports_near(profile.port, listening, avoid=others))
+            raise PortBusy(f"{ops.host}: port {profile.port} is already in use ({where})"
+                           + (f" by {holder}" if holder else " by a process specmon cannot see")
+                           + f"; stop it or choose another port (free: {', '.join(map(str, free))})",
+                           profile.port, free)
         if profile.workdir and not await ops.workdir_exists(profile.workdir):
             raise UserError(f"{ops.host}: workdir {profile.workdir} does not exist ({where})")
         if not await ops.find_command(profile.command[0], profile.env, profile.workdir):

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specmon.errors import PortBusy
 from specmon.model.compare import find_crossover
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
@@ -185,6 +186,9 @@ class EngineBridge:
             raise
         except Exception as exc:
             reason = " ".join(str(exc).split()) or type(exc).__name__
+            if isinstance(exc, PortBusy) and self.autolaunch and len(exc.free) >= len(self.config.profiles):
+                # The demo's ports are built in: say how to run it on free ones.
+                reason += f" · try: specmon demo --ports {','.join(map(str, exc.free[:len(self.config.profiles)]))}"
             self._refused[profile] = reason
             self._push([profile])
             if self._app is not None:
