@@ -265,3 +265,17 @@ def test_locator_finds_every_key_of_the_repository_toml_files() -> None:
         lines = text.splitlines()
         for key_path in _key_paths(parse_toml(text)):
             assert key_path[-1] in lines[found[key_path] - 1], (path, key_path)
+
+
+def test_demo_moved_to_other_ports_changes_port_and_the_command_port() -> None:
+    from specmon.errors import UserError
+    from specmon.model.config import on_ports
+
+    moved = on_ports(builtin_config(), [30003, 30004])
+    for name, port in (("demo-baseline", 30003), ("demo-eagle3", 30004)):
+        profile = moved.profiles[name]
+        assert profile.port == port and profile.command[profile.command.index("--port") + 1] == str(port)
+    with pytest.raises(UserError, match="give 2 different ports"):
+        on_ports(builtin_config(), [30003])
+    with pytest.raises(UserError, match="1..65535"):
+        on_ports(builtin_config(), [0, 30004])
