@@ -67,7 +67,9 @@ async def shoot(out: Path, cols: int, rows: int) -> None:
             await pilot.pause(0.5)
             app.save_screenshot(filename=out.name, path=str(out.parent))
         finally:
-            await pilot.press("q")  # demo mode: q stops what the demo started
+            await pilot.press("q")  # demo mode: q stops what the demo started (in a worker: wait for the exit)
+            while app.is_running:
+                await pilot.pause(0.2)
 
 
 def main() -> int:

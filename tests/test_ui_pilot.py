@@ -76,6 +76,13 @@ async def wait_until(pilot: Pilot, check: Callable[[], bool], timeout: float, wh
         await pilot.pause(0.1)
 
 
+async def quit_with(pilot: Pilot, key: str) -> None:
+    """Press q or Q and wait until the app has exited: quitting stops servers in a worker while the screen keeps
+    painting, so leaving the test's `run_test` block at once would cut the stop short."""
+    await pilot.press(key)
+    await wait_until(pilot, lambda: not pilot.app.is_running, 60, f"{key} to stop the servers and exit")
+
+
 async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, free_port: int) -> None:
     app = make_app(sim_config({"sim-a": free_port}), tmp_path)
     seen: list[str] = []
@@ -129,7 +136,7 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             assert "follow" in app.query_one(LogPane).border_title
             assert log.scroll_y == log.max_scroll_y
         finally:
-            await pilot.press("Q")
+            await quit_with(pilot, "Q")
 
 
 async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
@@ -143,7 +150,7 @@ async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
             # The log pane shows the traceback that killed it.
             await wait_until(pilot, lambda: any("Traceback" in line for line in log_lines(app)), 10, "traceback")
         finally:
-            await pilot.press("Q")
+            await quit_with(pilot, "Q")
 
 
 async def test_stalled_load_is_flagged_with_a_toast(tmp_path: Path, free_port: int) -> None:
@@ -158,7 +165,7 @@ async def test_stalled_load_is_flagged_with_a_toast(tmp_path: Path, free_port: i
                              5, "a stalled toast")
             assert "/4" in card_text(app, "stuck")  # where it stopped stays visible
         finally:
-            await pilot.press("Q")
+            await quit_with(pilot, "Q")
 
 
 async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_path: Path, free_port: int) -> None:
@@ -201,7 +208,7 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             assert "cancelled" in app.sweep_status
             await wait_until(pilot, lambda: "specmon.loadgen" not in children(), 10, "the load generator to exit")
         finally:
-            await pilot.press("Q")
+            await quit_with(pilot, "Q")
 
 
 async def test_launch_on_a_held_port_shows_failed_with_who_holds_it_on_the_card(tmp_path: Path,
@@ -224,7 +231,7 @@ async def test_launch_on_a_held_port_shows_failed_with_who_holds_it_on_the_card(
                 assert any("FAILED to start" in str(n.message) for n in app._notifications)
                 assert "sim-h" not in app.engine.started_here  # type: ignore[union-attr]
             finally:
-                await pilot.press("q")
+                await quit_with(pilot, "q")
     finally:
         holder.close()
 
@@ -243,8 +250,8 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
             complete = list(app.series["sim-s"])
             assert [lv["concurrency"] for lv in complete] == [1, 2]
 
-            # A second sweep: level C=1 finishes, C=48 is cancelled part way (its live point already drawn).
-            app._start_sweep(SweepRequest(("sim-s",), (1, 48), 4800, 16, 256))
+            # A second sweep, cancelled part way through its only level (its live point already drawn).
+            app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, 16, 64))
             await wait_until(pilot, lambda: any(lv.get("live") and lv["concurrency"] == 48
                                                 for lv in app.series.get("sim-s", [])), 60, "the live C=48 point")
             await pilot.press("c")
@@ -258,7 +265,7 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
             assert table.row_count == 2  # type: ignore[attr-defined]
             assert "cancelled" in app.sweep_status
         finally:
-            await pilot.press("Q")
+            await quit_with(pilot, "Q")
 
 
 async def test_quit_after_a_restart_starts_stopping_at_once_and_says_so(tmp_path: Path,
@@ -312,7 +319,7 @@ async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_pa
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: "READY" in card_text(app, "demo-a"), 60, "READY on the card")
         assert app.rows["demo-a"].run_id == left.run_id   # the same run, not a second launch
-        await pilot.press("q")
+        await quit_with(pilot, "q")
     later = RunManager(config)
     try:
         assert later.view(left.run_id).state == "stopped"

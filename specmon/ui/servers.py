@@ -135,4 +135,4 @@ class ServersPane(VerticalScroll):
             banner = self.query_one("#confound", Static)
             banner.display = bool(warnings)
             banner.update(text)
-            self.border_title = "Servers · ⚠ WARNING: comparison confounded" if warnings else "Servers"
+            self.border_title = "Servers · ⚠ WARNING: confounded" if warnings else "Servers"
