@@ -132,6 +132,7 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
             pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
         pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
     holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a demo that just ended leaves TIME_WAIT there
     holder.bind(("127.0.0.1", 30001))
     holder.listen()
     try:
