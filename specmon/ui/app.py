@@ -40,7 +40,7 @@ from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 from specmon.ui.servers import RunCard, ServersPane
-from specmon.ui.sweep import Levels, SweepPane
+from specmon.ui.sweep import WIDE_SCREEN, Levels, SweepPane
 from specmon.ui.themes import DEFAULT_THEME, load_themes, load_ui_state, save_ui_state, ui_state_path
 from specmon.ui.throttle import Throttle
 
@@ -93,7 +93,7 @@ class SpecmonApp(App[int]):
     TITLE = "specmon"
     BINDINGS: ClassVar[list[BindingType]] = [*keys.BINDINGS]
     COMMANDS = App.COMMANDS | {SpecmonCommands}
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (150, "-wide")]
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_SCREEN, "-wide")]
 
     def __init__(
         self,

@@ -21,11 +21,11 @@ _MAX_POINTS = 200
 Levels = Sequence[Mapping[str, object]]
 
 # The table's columns, most telling first (a narrow table scrolls sideways for the rest), as indices into
-# fmt.LEVEL_COLUMNS / fmt.level_cells, with the short headers used below NARROW_TABLE columns.
+# fmt.LEVEL_COLUMNS / fmt.level_cells, with the short headers used when the table is narrow.
 _TABLE_ORDER = (0, 1, 2, 5, 6, 3, 4, 7)
 _SHORT_HEADERS = {"out tok/s": "tok/s", "TTFT p50": "TTFT", "TPOT p50": "TPOT", "ITL p99": "ITL99",
                   "tok/chunk": "tok/ch"}
-NARROW_TABLE = 70
+WIDE_SCREEN = 150   # the app's "-wide" breakpoint, where the table has 84 columns of its own
 
 
 def short_series_names(names: Sequence[str]) -> dict[str, str]:
@@ -48,7 +48,7 @@ class SweepPane(Horizontal):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
-        self._narrow: bool | None = None
+        self._narrow = False
         self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str] = ({}, None, "")
 
     def compose(self) -> ComposeResult:
@@ -60,20 +60,16 @@ class SweepPane(Horizontal):
         self._draw_chart({}, None)
 
     def on_resize(self) -> None:
-        self.call_after_refresh(self._fit_table)  # once the table itself has its new width
-
-    def _fit_table(self) -> None:
-        narrow = self.query_one(DataTable).size.width < NARROW_TABLE
-        if narrow != self._narrow:
-            self._narrow = narrow
-            self._drawn = None
-            self.show(*self._shown)  # the table again, with the headers and names for its width
+        self.show(*self._shown)  # the table's headers and names follow the terminal's width
 
     def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str) -> None:
         """Draw every series (name -> level records) and the crossover, if any: a line on the chart and, under
         the pane, which series leads on each side in words."""
         self._shown = (series, crossover, status)
-        key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status)
+        # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
+        self._narrow = self.app.size.width < WIDE_SCREEN
+        key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status,
+               self._narrow)
         if key == self._drawn:
             return
         self._drawn = key
