@@ -146,7 +146,7 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
         took = time.monotonic() - opened
         print(f"the card said FAILED {took:.2f} s after the screen opened")
         # The Servers pane is the left 44 columns; its card text wraps, so read it as one string.
-        servers = " ".join(line[:44].strip("│ ") for line in screen.splitlines())
+        servers = " ".join(re.sub(r"[▁▂▃▄▅▆▇█▌▎]", " ", line[:44]).strip("│ ") for line in screen.splitlines())
         assert re.search(rf"already\s+in\s+use.*by\s+pid\s+{os.getpid()}", servers), screen
         assert re.search(r"free:\s+\d+,\s+\d+", servers) and "--ports" in servers, screen
         assert took < 10, took   # a guard; the measured time is printed above (about a second on a busy box)
