@@ -37,6 +37,8 @@ else:  # pragma: no cover - exercised on Python 3.10 only
 
 SERVER_KINDS = ("sglang", "vllm", "other")
 SWEEP_APIS = ("chat", "completions")
+ON_FAILURE = ("retry", "skip", "abort")
+ON_BUSY = ("wait", "abort")
 DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
 BUILTIN_SOURCE = "built-in demo profiles"
 MAX_CONFIG_BYTES = 1 << 20   # a profiles file is a few KB; a MiB is generous and never exhausts memory
@@ -100,6 +102,26 @@ class SweepDefaults:
 
 
 @dataclass(frozen=True)
+class ExperimentSpec:
+    """An unattended A/B experiment (`[experiments.NAME]`): profiles run one after another on shared hardware,
+    each launched, swept over `levels` `repeats` times, and stopped.
+
+    `sweep` is the workload: the experiment's own keys over the `[sweep]` table's.
+    """
+
+    name: str
+    profiles: tuple[str, ...]
+    sweep: SweepDefaults
+    repeats: int = 3
+    max_load_s: float = 1800.0          # a launch not ready by then counts as failed
+    stall_s: float | None = None        # None: each profile's stall_timeout_s
+    on_failure: str = "retry"           # one of ON_FAILURE
+    retries: int = 1                    # extra launch attempts with on_failure = "retry"
+    on_busy: str = "wait"               # one of ON_BUSY: a process specmon did not start holds the port
+    busy_wait_s: float = 600.0
+
+
+@dataclass(frozen=True)
 class SshSettings:
     """The [ssh] table: which OpenSSH files remote profiles use, and how fast a dead link is noticed.
 
@@ -122,6 +144,7 @@ class Config:
     sweep: SweepDefaults = field(default_factory=SweepDefaults)
     keys: dict[str, str] = field(default_factory=dict)   # binding id -> key, from a [keys] table (TUI remaps)
     ssh: SshSettings = field(default_factory=SshSettings)
+    experiments: dict[str, ExperimentSpec] = field(default_factory=dict)
     found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
     # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
     key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
@@ -143,6 +166,14 @@ class Config:
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
             raise UserError(f"{self.source}: unknown profile {name!r} (known: {known})") from None
+
+    def experiment(self, name: str) -> ExperimentSpec:
+        """The named experiment, or a UserError listing the known names."""
+        try:
+            return self.experiments[name]
+        except KeyError:
+            known = ", ".join(sorted(self.experiments)) or "none"
+            raise UserError(f"{self.source}: unknown experiment {name!r} (known: {known})") from None
 
 
 @dataclass(frozen=True)
@@ -317,7 +348,9 @@ _PROFILE_KEYS = (
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
-_TOP_KEYS = ("profiles", "sweep", "keys", "ssh")
+_EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
+                    "busy_wait_s") + _SWEEP_KEYS
+_TOP_KEYS = ("profiles", "sweep", "keys", "ssh", "experiments")
 
 _KeyPath = tuple[str, ...]
 
@@ -440,9 +473,16 @@ class _Validator:
         keys = self.keys(data.get("keys", {}))
         ssh_table = self.table(data.get("ssh", {}), ("ssh",))
         ssh = self.ssh(ssh_table, Path(source).parent) if ssh_table is not None else SshSettings()
+        experiments: dict[str, ExperimentSpec] = {}
+        raw_experiments = self.table(data.get("experiments", {}), ("experiments",))
+        for name, raw in (raw_experiments or {}).items():
+            experiment = self.experiment(name, raw, sweep, raw_profiles or {})
+            if experiment is not None:
+                experiments[name] = experiment
         if self.problems:
             return None
-        return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, ssh=ssh, found_by=found_by)
+        return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, ssh=ssh, experiments=experiments,
+                      found_by=found_by)
 
     def profile(self, name: str, raw: object) -> Profile | None:
         path = ("profiles", name)
@@ -582,15 +622,21 @@ class _Validator:
                 pairs.append((name, value))
         return tuple(pairs)
 
-    def sweep(self, table: Mapping[str, Any]) -> SweepDefaults:
-        path = ("sweep",)
-        self.unknown_keys(table, path, _SWEEP_KEYS)
-        defaults = SweepDefaults()
-        requests = self.integer(table, path, "requests_per_level", None, 1)
-        duration = self.seconds(table, path, "duration_s", None)
-        if requests is not None and duration is not None:
+    def sweep(self, table: Mapping[str, Any], path: _KeyPath = ("sweep",),
+              defaults: SweepDefaults | None = None) -> SweepDefaults:
+        """The workload keys of `table` over `defaults` (the `[sweep]` table itself, or an experiment's)."""
+        defaults = defaults or SweepDefaults()
+        if path == ("sweep",):
+            self.unknown_keys(table, path, _SWEEP_KEYS)
+        given_requests = self.integer(table, path, "requests_per_level", None, 1)
+        given_duration = self.seconds(table, path, "duration_s", None)
+        if given_requests is not None and given_duration is not None:
             self.problem(path + ("duration_s",), "set requests_per_level or duration_s, not both")
-        levels = self.levels(table, path)
+        # One stop rule: a table that names one of them replaces the defaults' rule.
+        requests, duration = (given_requests, given_duration) if (
+            given_requests is not None or given_duration is not None) else (
+            defaults.requests_per_level, defaults.duration_s)
+        levels = self.levels(table, path, defaults.levels)
         if requests is not None and duration is None and requests < levels[-1]:
             self.problem(path + ("requests_per_level",), one_wave_problem(requests, levels[-1]))
         return SweepDefaults(
@@ -604,10 +650,53 @@ class _Validator:
             api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
         )
 
-    def levels(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[int, ...]:
+    def experiment(self, name: str, raw: object, sweep: SweepDefaults,
+                   profiles: Mapping[str, Any]) -> ExperimentSpec | None:
+        path = ("experiments", name)
+        if not _PROFILE_NAME.fullmatch(name):
+            self.problem(path, "experiment names use letters, digits, '.', '_' and '-' (at most 64, "
+                               "starting with a letter or digit)")
+        table = self.table(raw, path)
+        if table is None:
+            return None
+        self.unknown_keys(table, path, _EXPERIMENT_KEYS)
+        names = table.get("profiles")
+        key_path = path + ("profiles",)
+        if names is None:
+            self.problem(key_path, "missing; list the profiles to compare, e.g. [\"baseline\", \"eagle3\"]")
+            names = []
+        elif not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            self.wrong_type(key_path, "an array of profile names", names)
+            names = []
+        elif len(names) < 2:
+            self.problem(key_path, "an experiment compares at least two profiles")
+        elif len(set(names)) != len(names):
+            self.problem(key_path, "names a profile twice")
+        else:
+            for n in names:
+                if n not in profiles:
+                    close = difflib.get_close_matches(n, list(profiles), n=1, cutoff=0.6)
+                    hint = f"did you mean {close[0]!r}?" if close else "known: " + (", ".join(profiles) or "none")
+                    self.problem(key_path, f"unknown profile {n!r} ({hint})")
+        max_load = self.seconds(table, path, "max_load_s", None)
+        return ExperimentSpec(
+            name=name,
+            profiles=tuple(names),
+            sweep=self.sweep(table, path, sweep),
+            repeats=self.integer(table, path, "repeats", 3, 1, 100) or 3,
+            max_load_s=max_load if max_load is not None else ExperimentSpec.max_load_s,
+            stall_s=self.seconds(table, path, "stall_s", None),
+            on_failure=self.choice(table, path, "on_failure", "retry", ON_FAILURE),
+            retries=self.integer(table, path, "retries", 1, 0, 20) or 0,
+            on_busy=self.choice(table, path, "on_busy", "wait", ON_BUSY),
+            busy_wait_s=self.seconds(table, path, "busy_wait_s", 600.0) or 600.0,
+        )
+
+    def levels(self, table: Mapping[str, Any], path: _KeyPath,
+               default: tuple[int, ...] = DEFAULT_LEVELS) -> tuple[int, ...]:
         """Concurrency levels: a non-empty array under the one rule of check_levels (positive, strictly increasing)."""
         key_path = path + ("levels",)
-        value = table.get("levels", list(DEFAULT_LEVELS))
+        value = table.get("levels", list(default))
         if not isinstance(value, list):
             self.wrong_type(key_path, "an array of concurrency levels such as [1, 2, 5, 10]", value)
             return DEFAULT_LEVELS

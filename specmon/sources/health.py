@@ -1,4 +1,4 @@
-"""HTTP probes of a running server: /health, one real completion (readiness), server info.
+"""HTTP probes of a running server: /health, one real completion (readiness), server info, /metrics.
 
 A 200 from /health only says the HTTP server is up; a server is READY when it also answers one real
 completion (max_tokens 1). `poll()` re-arms after each probe completes, so slow answers never pile up.
@@ -93,6 +93,11 @@ class ServerProbe:
             except ValueError:
                 return ProbeResult(result.status, "answer is not JSON", result.elapsed_s)
         return result
+
+    async def metrics(self) -> str | None:
+        """The Prometheus text of /metrics, or None when it does not answer 200 (SGLang needs --enable-metrics)."""
+        result, resp = await self._request("GET", "/metrics")
+        return resp.text if result.ok and resp is not None else None
 
     async def server_info(self) -> dict[str, Any] | None:
         """SGLang's /server_info (or /get_server_info), else vLLM's /v1/models; None if neither answers."""

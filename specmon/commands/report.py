@@ -1,0 +1,152 @@
+"""`specmon report RESULTS... [--format md|json|csv] [--out FILE]`: an experiment (or sweep files) as a report.
+
+RESULTS is one experiment directory (or its experiment.json), or sweep result files (files of the same profile
+count as repeats). Markdown (the default) gives the setup of each profile, the throughput table with mean ± spread,
+acceptance per level, warnings and the verdict, and draws the chart (throughput vs concurrency with error bars and
+the crossover; acceptance vs concurrency) as an image next to it with matplotlib (`pip install 'specmon[report]'`).
+Markdown goes to --out (default: report.md in the experiment directory, else in the current one); json and csv go
+to stdout unless --out is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from specmon.errors import UserError
+from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
+from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
+from specmon.model.results import SweepResult, read_results
+from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
+
+FORMATS = ("md", "json", "csv")
+IMAGE_FORMATS = ("png", "svg")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("report", help="write an experiment's (or sweep files') report: Markdown with a chart, "
+                              "JSON or CSV", description=__doc__)
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="an experiment directory, or sweep result files")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md (with a chart image), json or csv")
+    p.add_argument("--out", type=Path, metavar="FILE", help="where to write (see above for the defaults)")
+    p.add_argument("--image", choices=IMAGE_FORMATS, default="png", help="chart image format (default png)")
+    p.set_defaults(func=run)
+
+
+def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentState | None]:
+    """The runs to report: one experiment's, or sweep files grouped by profile (each file one repeat)."""
+    experiments = [Path(p) for p in paths if Path(p).is_dir() or Path(p).name == STATE_FILE]
+    if experiments:
+        if len(paths) > 1:
+            raise UserError(f"{paths[1]}: give one experiment directory, or sweep result files, not both or several")
+        state = load_state(experiments[0])
+        return experiment_runs(state), state
+    grouped: dict[str, list[SweepResult]] = {}
+    for path in paths:
+        result = read_results(path)
+        grouped.setdefault(result.label, []).append(result)
+    runs = [ProfileRuns(label, [(i + 1, r) for i, r in enumerate(results)]) for label, results in grouped.items()]
+    return runs, None
+
+
+def run(args: argparse.Namespace) -> int:
+    runs, state = load_inputs(args.results)
+    summary = summarize(runs, state.spec.repeats if state else None)
+    if args.format in ("json", "csv"):
+        import json
+
+        text = json.dumps(summary_to_dict(summary, state), indent=2) + "\n" if args.format == "json" \
+            else summary_to_csv(summary)
+        if args.out is None:
+            sys.stdout.write(text)
+        else:
+            _write(args.out, text)
+            print(f"wrote {args.out}", file=sys.stderr)
+        return 0
+    out: Path = args.out or ((state.directory if state else Path(".")) / "report.md")
+    image = out.with_suffix("." + args.image)
+    try:
+        draw_chart(summary, image)
+    except ModuleNotFoundError:
+        print("specmon: the chart needs matplotlib (pip install 'specmon[report]'); writing the report without it",
+              file=sys.stderr)
+        image_name = None
+    else:
+        image_name = image.name
+    _write(out, summary_to_markdown(summary, image_name, state))
+    print(f"wrote {out}" + (f" and {image}" if image_name else ""), file=sys.stderr)
+    return 0
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def series_id(profile: str) -> str:
+    """The SVG id of a profile's throughput series (so a reader or a test can find it in the image)."""
+    return f"throughput-{profile}"
+
+
+def draw_chart(summary: ExperimentSummary, path: Path) -> None:
+    """Throughput vs concurrency (mean, error bars = spread, the crossover ± its uncertainty) and, below, accept
+    length vs concurrency from each source. PNG or SVG by the file's suffix."""
+    import matplotlib
+
+    matplotlib.use("Agg")   # no display: draw to a file
+    import matplotlib.pyplot as plt
+
+    speculative = [p for p in summary.profiles if p.levels and any(lv.acceptance and lv.acceptance.sources
+                                                                    for lv in p.levels) and p.speculative]
+    rows = 2 if speculative else 1
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 4.2 * rows), squeeze=False, sharex=True)
+    ax = axes[0][0]
+    levels = sorted({lv.concurrency for p in summary.profiles for lv in p.levels})
+    for p in summary.profiles:
+        if not p.levels:
+            continue
+        xs = [lv.concurrency for lv in p.levels]
+        ys = [lv.mean for lv in p.levels]
+        err = [lv.spread or 0.0 for lv in p.levels]
+        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=p.profile, gid=series_id(p.profile))
+    x = summary.crossover
+    if x is not None:
+        ax.axvline(x.concurrency, color="grey", linestyle="--", label=f"crossover C≈{x.concurrency:.3g}",
+                   gid="crossover")
+        ax.axvspan(max(levels[0], x.concurrency - x.plus_minus), x.concurrency + x.plus_minus, color="grey",
+                   alpha=0.15)
+    ax.set_ylabel("output tok/s (mean ± spread)")
+    ax.set_title(summary.verdict, fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    if speculative:
+        acc = axes[1][0]
+        for p in speculative:
+            for source, style in (("log", "o-"), ("metrics", "s--"), ("client", "^:")):
+                pts = [(lv.concurrency, lv.acceptance.sources[source]) for lv in p.levels
+                       if lv.acceptance is not None and source in lv.acceptance.sources]
+                if pts:
+                    acc.plot([c for c, _ in pts], [v for _, v in pts], style, label=f"{p.profile} {source}",
+                             gid=f"accept-{p.profile}-{source}")
+        acc.set_ylabel("accept length (tokens/step)")
+        acc.legend(fontsize=8)
+        acc.grid(True, alpha=0.3)
+    bottom = axes[-1][0]
+    if levels:
+        bottom.set_xscale("log", base=2)
+        bottom.set_xticks(levels, [str(c) for c in levels])
+        bottom.minorticks_off()
+    bottom.set_xlabel("concurrency")
+    fig.tight_layout()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+    finally:
+        plt.close(fig)

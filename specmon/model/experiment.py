@@ -1,0 +1,282 @@
+"""An experiment's state file: what was planned, every step taken, and which result files hold which pass.
+
+Layout of one experiment (a directory under the results directory, `experiments/NAME-UTCSTAMP/`)::
+
+    experiment.json            this state (rewritten atomically after every step)
+    PROFILE.pass1.jsonl        a sweep result file per profile and pass (+ its .requests.jsonl); a pass that was
+    PROFILE.pass1.r2.jsonl     interrupted and resumed continues in a new file holding only the levels left
+    acceptance.jsonl           one line per finished level: profile, pass, concurrency, LevelAcceptance
+
+A level is finished when its line is in a result file (appended and fsynced the moment it ends), so `done_levels`
+reads the files, not this state: a kill between the level line and the next state write loses nothing and repeats
+nothing. Passes are interleaved: pass 1 runs every level, then pass 2 runs every level, and so on, so slow drift
+shows up as spread rather than as a difference between levels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from specmon.errors import UserError
+from specmon.model.acceptance import LevelAcceptance
+from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
+from specmon.model.results import SweepResult, append_line, read_results, redact, utc_now_iso
+from specmon.model.verdict import ProfileRuns
+
+SCHEMA_VERSION = 1
+STATE_FILE = "experiment.json"
+ACCEPTANCE_FILE = "acceptance.jsonl"
+PROFILE_STATES = ("pending", "launching", "sweeping", "done", "failed", "skipped")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One thing the runner did, as the step list shows it."""
+
+    at: str                       # UTC ISO-8601
+    profile: str | None
+    step: str                     # stop, busy, launch, ready, failed, retry, skip, sweep, level, stopped, abort, done
+    detail: str = ""
+    seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at, "profile": self.profile, "step": self.step, "detail": self.detail,
+                "seconds": None if self.seconds is None else round(self.seconds, 3)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Step:
+        seconds = d.get("seconds")
+        return cls(str(d.get("at", "")), d.get("profile"), str(d.get("step", "")), str(d.get("detail", "")),
+                   None if seconds is None else float(seconds))
+
+
+@dataclass(frozen=True)
+class PassFile:
+    """A result file holding (part of) one pass of one profile."""
+
+    pass_no: int
+    path: str                     # relative to the experiment directory
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"pass": self.pass_no, "path": self.path}
+
+
+@dataclass(frozen=True)
+class ProfileState:
+    """Where one profile of the experiment stands."""
+
+    status: str = "pending"       # one of PROFILE_STATES
+    attempts: int = 0             # launches tried
+    run_id: str | None = None     # the run serving the sweeps (adopted on resume while still ready)
+    failure: str | None = None
+    files: tuple[PassFile, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status, "attempts": self.attempts, "run_id": self.run_id, "failure": self.failure,
+                "files": [f.to_dict() for f in self.files]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> ProfileState:
+        files = tuple(PassFile(int(f["pass"]), str(f["path"])) for f in d.get("files") or ())
+        status = str(d.get("status", "pending"))
+        if status not in PROFILE_STATES:
+            raise ValueError(f"unknown profile status {status!r}")
+        return cls(status, int(d.get("attempts") or 0), d.get("run_id"), d.get("failure"), files)
+
+
+def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
+    """An ExperimentSpec as JSON (kept in the state, so a resume runs what was started)."""
+    sweep = spec.sweep
+    return {
+        "name": spec.name, "profiles": list(spec.profiles), "repeats": spec.repeats,
+        "sweep": {"levels": list(sweep.levels), "requests_per_level": sweep.requests_per_level,
+                  "duration_s": sweep.duration_s, "warmup_requests": sweep.warmup_requests,
+                  "input_len": sweep.input_len, "output_len": sweep.output_len, "api": sweep.api},
+        "max_load_s": spec.max_load_s, "stall_s": spec.stall_s, "on_failure": spec.on_failure,
+        "retries": spec.retries, "on_busy": spec.on_busy, "busy_wait_s": spec.busy_wait_s,
+    }
+
+
+def spec_from_dict(d: Mapping[str, Any]) -> ExperimentSpec:
+    sweep = dict(d["sweep"])
+    sweep["levels"] = tuple(int(c) for c in sweep["levels"])
+    return ExperimentSpec(
+        name=str(d["name"]), profiles=tuple(d["profiles"]), sweep=SweepDefaults(**sweep),
+        repeats=int(d["repeats"]), max_load_s=float(d["max_load_s"]),
+        stall_s=None if d.get("stall_s") is None else float(d["stall_s"]), on_failure=str(d["on_failure"]),
+        retries=int(d["retries"]), on_busy=str(d["on_busy"]), busy_wait_s=float(d["busy_wait_s"]),
+    )
+
+
+@dataclass(frozen=True)
+class ExperimentState:
+    """Everything `experiment.json` holds. Immutable: every change makes a new state, which the runner saves."""
+
+    directory: Path
+    spec: ExperimentSpec
+    created_at: str
+    config_source: str = ""
+    status: str = "running"       # running | finished | aborted
+    profiles: Mapping[str, ProfileState] = field(default_factory=dict)
+    steps: tuple[Step, ...] = ()
+    setups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # profile -> host, server, command, env
+
+    @property
+    def path(self) -> Path:
+        return self.directory / STATE_FILE
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("finished", "aborted")
+
+    def profile(self, name: str) -> ProfileState:
+        return self.profiles.get(name, ProfileState())
+
+    def with_profile(self, name: str, **changes: Any) -> ExperimentState:
+        profiles = dict(self.profiles)
+        profiles[name] = replace(self.profile(name), **changes)
+        return replace(self, profiles=profiles)
+
+    def with_step(self, profile: str | None, step: str, detail: str = "", seconds: float | None = None) -> ExperimentState:
+        return replace(self, steps=self.steps + (Step(utc_now_iso(), profile, step, detail, seconds),))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "type": "experiment", "schema": SCHEMA_VERSION, "name": self.spec.name, "created_at": self.created_at,
+            "config": self.config_source, "status": self.status, "spec": spec_to_dict(self.spec),
+            "setups": {k: dict(v) for k, v in self.setups.items()},
+            "profiles": {k: v.to_dict() for k, v in self.profiles.items()},
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], directory: Path) -> ExperimentState:
+        if d.get("type") != "experiment" or d.get("schema") != SCHEMA_VERSION:
+            raise ValueError(f"not a specmon experiment state (schema {SCHEMA_VERSION})")
+        return cls(
+            directory=directory, spec=spec_from_dict(d["spec"]), created_at=str(d.get("created_at", "")),
+            config_source=str(d.get("config", "")), status=str(d.get("status", "running")),
+            profiles={str(k): ProfileState.from_dict(v) for k, v in (d.get("profiles") or {}).items()},
+            steps=tuple(Step.from_dict(s) for s in d.get("steps") or ()),
+            setups={str(k): dict(v) for k, v in (d.get("setups") or {}).items()},
+        )
+
+
+def save_state(state: ExperimentState) -> None:
+    """Write experiment.json atomically (temp file, fsync, rename): a kill leaves the old or the new state."""
+    state.directory.mkdir(parents=True, exist_ok=True)
+    tmp = state.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            json.dump(state.to_dict(), fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, state.path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def load_state(path: Path) -> ExperimentState:
+    """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
+    file = path / STATE_FILE if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+        return ExperimentState.from_dict(data, file.parent)
+    except FileNotFoundError:
+        raise UserError(f"{file}: no such file") from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UserError(f"{file}: not a readable experiment state ({exc})") from None
+
+
+def find_unfinished(results_dir: Path, name: str) -> ExperimentState | None:
+    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any."""
+    root = results_dir / "experiments"
+    candidates = sorted(root.glob(f"{name}-*/{STATE_FILE}")) if root.is_dir() else []
+    for file in reversed(candidates):
+        try:
+            state = load_state(file)
+        except UserError:
+            continue
+        if state.spec.name == name and not state.finished:
+            return state
+    return None
+
+
+def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepResult]]:
+    """(pass number, result file) of every file the profile has written so far, in order."""
+    out = []
+    for f in state.profile(profile).files:
+        file = state.directory / f.path
+        if file.exists():
+            out.append((f.pass_no, read_results(file)))
+    return out
+
+
+def done_levels(state: ExperimentState, profile: str) -> set[tuple[int, int]]:
+    """(pass, concurrency) pairs whose level line is on disk."""
+    return {(pass_no, level.concurrency) for pass_no, result in pass_results(state, profile) for level in result.levels}
+
+
+def remaining(state: ExperimentState, profile: str) -> list[tuple[int, tuple[int, ...]]]:
+    """(pass, levels still to run) for each pass not finished, in the order they run."""
+    done = done_levels(state, profile)
+    plan = []
+    for pass_no in range(1, state.spec.repeats + 1):
+        left = tuple(c for c in state.spec.sweep.levels if (pass_no, c) not in done)
+        if left:
+            plan.append((pass_no, left))
+    return plan
+
+
+def next_file_name(state: ExperimentState, profile: str, pass_no: int) -> str:
+    """`PROFILE.passN.jsonl`, or `PROFILE.passN.rK.jsonl` when that pass already has K-1 files (a resume)."""
+    parts = sum(1 for f in state.profile(profile).files if f.pass_no == pass_no)
+    suffix = f".r{parts + 1}" if parts else ""
+    return f"{profile}.pass{pass_no}{suffix}.jsonl"
+
+
+def append_acceptance(state: ExperimentState, profile: str, pass_no: int, concurrency: int,
+                      acceptance: LevelAcceptance) -> None:
+    """One acceptance line for a finished level (appended and fsynced, like the level line itself)."""
+    append_line(state.directory / ACCEPTANCE_FILE, {"profile": profile, "pass": pass_no,
+                                                    "concurrency": concurrency, **acceptance.to_dict()})
+
+
+def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptance]:
+    """(profile, pass, concurrency) -> acceptance, from acceptance.jsonl (a torn last line is skipped)."""
+    file = directory / ACCEPTANCE_FILE
+    out: dict[tuple[str, int, int], LevelAcceptance] = {}
+    if not file.exists():
+        return out
+    for line in file.read_text(encoding="utf-8").splitlines():
+        try:
+            d = json.loads(line)
+            out[(str(d["profile"]), int(d["pass"]), int(d["concurrency"]))] = LevelAcceptance.from_dict(d)
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
+
+
+def experiment_runs(state: ExperimentState) -> list[ProfileRuns]:
+    """Every profile's result files, acceptance and setup, ready for `verdict.summarize`."""
+    acceptance = read_acceptance(state.directory)
+    runs = []
+    for name in state.spec.profiles:
+        mine = {(p, c): a for (prof, p, c), a in acceptance.items() if prof == name}
+        runs.append(ProfileRuns(name, pass_results(state, name), mine, state.setups.get(name, {})))
+    return runs
+
+
+def profile_setup(profile: Profile) -> dict[str, Any]:
+    """What the report shows of how a profile was started (secrets redacted)."""
+    return redact({"host": profile.host, "server": profile.server, "port": profile.port,
+                   "command": list(profile.command), "env": dict(profile.env)})

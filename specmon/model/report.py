@@ -1,0 +1,170 @@
+"""An experiment's summary as JSON, CSV and Markdown (the `specmon experiment --json` object and `specmon report`).
+Pure: the chart image is drawn by the report command and only named here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from specmon.model.acceptance import LevelAcceptance
+from specmon.model.experiment import ExperimentState
+from specmon.model.verdict import ExperimentSummary, LevelSummary, ProfileSummary
+
+CSV_COLUMNS = ("profile", "concurrency", "repeats", "out_tok_s_mean", "out_tok_s_spread", "server_tok_s",
+               "queue_mean", "queue_max", "accept_len_log", "accept_len_metrics", "tokens_per_chunk",
+               "accept_disagree", "client_bound", "ttft_p50_ms", "tpot_p50_ms")
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def level_to_dict(lv: LevelSummary) -> dict[str, Any]:
+    return {"concurrency": lv.concurrency, "repeats": lv.n, "out_tok_s_mean": _r(lv.mean),
+            "out_tok_s_spread": _r(lv.spread), "out_tok_s": [_r(v) for v in lv.values],
+            "client_bound": lv.client_bound, "accept_disagree": lv.disagreeing,
+            "ttft_p50_ms": _r(lv.ttft_p50_ms), "tpot_p50_ms": _r(lv.tpot_p50_ms),
+            "acceptance": None if lv.acceptance is None else lv.acceptance.to_dict()}
+
+
+def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = None) -> dict[str, Any]:
+    """The JSON object of an experiment: verdict, crossover, per-profile levels, warnings (and state facts)."""
+    x = summary.crossover
+    out: dict[str, Any] = {
+        "verdict": summary.verdict,
+        "baseline": summary.baseline,
+        "challenger": summary.challenger,
+        "crossover": None if x is None else {
+            "concurrency": _r(x.concurrency), "plus_minus": _r(x.plus_minus), "bracket": list(x.bracket),
+            "ahead_below": x.ahead_below, "ahead_above": x.ahead_above},
+        "warnings": list(summary.warnings),
+        "profiles": [],
+    }
+    for p in summary.profiles:
+        entry: dict[str, Any] = {"profile": p.profile, "speculative": p.speculative,
+                                 "server": dict(p.meta.server) if p.meta else None,
+                                 "model": p.meta.model if p.meta else None,
+                                 "setup": dict(p.setup), "levels": [level_to_dict(lv) for lv in p.levels]}
+        if state is not None:
+            ps = state.profile(p.profile)
+            entry.update(status=ps.status, attempts=ps.attempts, failure=ps.failure,
+                         files=[f.to_dict() for f in ps.files])
+        out["profiles"].append(entry)
+    if state is not None:
+        out = {"name": state.spec.name, "status": state.status, "directory": str(state.directory),
+               "state_file": str(state.path), "repeats": state.spec.repeats,
+               "levels": list(state.spec.sweep.levels), **out,
+               "steps": [s.to_dict() for s in state.steps]}
+    return out
+
+
+def summary_to_csv(summary: ExperimentSummary) -> str:
+    """One row per profile and level (means over the repeats)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for p in summary.profiles:
+        for lv in p.levels:
+            a = lv.acceptance or LevelAcceptance()
+            writer.writerow([p.profile, lv.concurrency, lv.n, _cell(lv.mean), _cell(lv.spread), _cell(a.server_tok_s),
+                             _cell(a.queue_mean), _cell(a.queue_max), _cell(a.log_accept_len),
+                             _cell(a.metrics_accept_len), _cell(a.client_tokens_per_chunk), lv.disagreeing,
+                             lv.client_bound, _cell(lv.ttft_p50_ms), _cell(lv.tpot_p50_ms)])
+    return buf.getvalue()
+
+
+def _cell(value: float | None) -> str:
+    return "" if value is None else f"{value:.4g}"
+
+
+def _num(value: float | None, fmt: str = ".1f") -> str:
+    return "–" if value is None else format(value, fmt)
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    return lines
+
+
+def _setup_lines(p: ProfileSummary) -> list[str]:
+    server: Mapping[str, Any] = p.meta.server if p.meta else {}
+    facts = []
+    for key, label in (("kind", "server"), ("version", "version"), ("kv_cache_tokens", "KV tokens"),
+                       ("mem_fraction", "mem fraction"), ("tp_size", "TP"), ("speculative", "speculative")):
+        if server.get(key) is not None:
+            value = server[key]
+            if isinstance(value, Mapping):
+                value = ", ".join(f"{k}={v}" for k, v in value.items())
+            facts.append(f"{label} {value}")
+    lines = [f"- **{p.profile}**" + (f" ({p.meta.model})" if p.meta and p.meta.model else "") +
+             (": " + "; ".join(facts) if facts else "")]
+    command = p.setup.get("command")
+    if command:
+        lines.append("  `" + " ".join(str(c) for c in command).replace("`", "'") + "`" +
+                     (f" on {p.setup.get('host')}" if p.setup.get("host") else ""))
+    env = p.setup.get("env")
+    if env:
+        lines.append("  env: " + ", ".join(f"`{k}={v}`" for k, v in dict(env).items()))
+    return lines
+
+
+def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
+                        state: ExperimentState | None = None, title: str | None = None) -> str:
+    """The report: setup of each profile, throughput table (mean ± spread), acceptance, warnings, verdict."""
+    name = title or (f"Experiment {state.spec.name}" if state else "Sweep comparison")
+    lines = [f"# {name}", "", f"**Verdict:** {summary.verdict}", ""]
+    if state is not None:
+        lines += [f"{len(state.spec.sweep.levels)} levels × {state.spec.repeats} repeats per profile; "
+                  f"started {state.created_at}, {state.status}.", ""]
+        for profile in state.spec.profiles:
+            ps = state.profile(profile)
+            if ps.status in ("failed", "skipped"):
+                lines += [f"- **{profile} was not measured** ({ps.status} after {ps.attempts} launch "
+                          f"attempt{'s' if ps.attempts != 1 else ''}): {ps.failure}"]
+        lines.append("")
+    if image:
+        lines += [f"![output throughput vs concurrency]({image})", ""]
+    lines += ["## Setup", ""]
+    for p in summary.profiles:
+        lines += _setup_lines(p)
+    lines += ["", "## Output throughput (tok/s, mean ± spread over repeats)", ""]
+    concurrencies = sorted({lv.concurrency for p in summary.profiles for lv in p.levels})
+    head = ["C"] + [p.profile for p in summary.profiles]
+    rows = []
+    for c in concurrencies:
+        row = [str(c)]
+        for p in summary.profiles:
+            lv = p.level(c)
+            if lv is None:
+                row.append("–")
+            else:
+                spread = f" ± {lv.spread:.1f}" if lv.spread is not None else ""
+                flag = " (client-bound)" if lv.client_bound else ""
+                row.append(f"{lv.mean:.1f}{spread} (n={lv.n}){flag}")
+        rows.append(row)
+    lines += _table(head, rows)
+    x = summary.crossover
+    if x is not None:
+        lines += ["", f"Crossover: C≈{x.concurrency:.3g} ± {x.plus_minus:.2g}, between the measured levels "
+                      f"{x.bracket[0]} and {x.bracket[1]}: {x.ahead_below} ahead below, {x.ahead_above} ahead above."]
+    lines += ["", "## Acceptance and server view per level", "",
+              "Accept length from the decode-batch log lines, from /metrics, and the client's tokens per chunk "
+              "(flagged when they disagree by more than 10 %); server throughput and queue depth from /metrics.", ""]
+    head = ["profile", "C", "log", "metrics", "client tok/chunk", "server tok/s", "client tok/s", "queue mean/max", ""]
+    rows = []
+    for p in summary.profiles:
+        for lv in p.levels:
+            a = lv.acceptance or LevelAcceptance()
+            queue = "–" if a.queue_mean is None else f"{a.queue_mean:.1f}/{_num(a.queue_max, '.0f')}"
+            rows.append([p.profile, str(lv.concurrency), _num(a.log_accept_len, ".2f"), _num(a.metrics_accept_len, ".2f"),
+                         _num(a.client_tokens_per_chunk, ".2f"), _num(a.server_tok_s), f"{lv.mean:.1f}", queue,
+                         "DISAGREE" if lv.disagreeing else ""])
+    lines += _table(head, rows)
+    lines += ["", "## Warnings", ""]
+    lines += [f"- {w}" for w in summary.warnings] or ["- none"]
+    lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,424 @@
+"""The experiment runner: an unattended A/B over profiles that share hardware, resumable after a kill.
+
+    state = await run_experiment(manager, config, "demo", results_dir=Path("results"), resume=False,
+                                 on_update=callback)
+    summary = verdict.summarize(experiment_runs(state), state.spec.repeats)
+
+For each profile in turn (profiles on different hosts run in parallel, one after another within a host):
+1. clear the host: stop the specmon runs that hold the profile's port or belong to this experiment (the stop waits
+   until the port and GPUs are free); a process specmon did not start on the port is reported, and the experiment
+   waits for it (`on_busy = "wait"`, up to `busy_wait_s`) or aborts;
+2. launch and wait until ready (`wait_ready`, gates `max_load_s` and `stall_s`); a failed launch is retried
+   (`retries` times, then skipped), skipped, or aborts the experiment, per `on_failure`;
+3. sweep: pass 1 over every level (with the warm-up), then pass 2, ... (`repeats` passes), each pass a result file;
+   during each level the server's decode-batch lines and /metrics are collected beside the client's figures
+   (specmon.model.acceptance) and appended to acceptance.jsonl when the level ends;
+4. stop the server and wait until its port and GPUs are free.
+
+Every step is appended to the state file (specmon.model.experiment) and every finished level is on disk the moment
+it ends, so `resume=True` continues the newest unfinished experiment of that name without repeating a finished
+level; a server the experiment left running and still ready is adopted instead of loaded again.
+
+`on_update` gets ExperimentStep (each step, with the new state), ExperimentProgress (about 4 Hz during a level)
+and ExperimentLevel (each finished level with its acceptance), in the caller's event loop. Cancelling the task
+leaves the state file and the finished levels; the server then keeps running, and a resume adopts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from specmon.errors import UserError
+from specmon.loadgen.workload import Workload
+from specmon.model.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
+from specmon.model.config import Config, ExperimentSpec, Profile
+from specmon.model.events import DecodeStats
+from specmon.model.experiment import (
+    ExperimentState,
+    PassFile,
+    Step,
+    append_acceptance,
+    find_unfinished,
+    next_file_name,
+    profile_setup,
+    remaining,
+    save_state,
+)
+from specmon.model.logparse import LogParser
+from specmon.model.results import LevelResult, utc_now_iso
+from specmon.model.sweepstats import SweepProgress
+from specmon.orchestration.ready import wait_ready
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
+from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.sources.health import ServerProbe
+
+log = logging.getLogger(__name__)
+METRICS_EVERY_S = 0.5     # /metrics scrape period during a sweep
+BUSY_POLL_S = 2.0
+
+
+@dataclass(frozen=True)
+class ExperimentStep:
+    step: Step
+    state: ExperimentState
+
+
+@dataclass(frozen=True)
+class ExperimentProgress:
+    profile: str
+    pass_no: int
+    progress: SweepProgress
+
+
+@dataclass(frozen=True)
+class ExperimentLevel:
+    profile: str
+    pass_no: int
+    level: LevelResult
+    acceptance: LevelAcceptance
+
+
+ExperimentUpdate = ExperimentStep | ExperimentProgress | ExperimentLevel
+
+
+class ExperimentAborted(Exception):
+    """The experiment stopped early by its own rules (on_failure/on_busy = "abort")."""
+
+
+def new_state(config: Config, spec: ExperimentSpec, results_dir: Path) -> ExperimentState:
+    """A fresh experiment directory's state (not yet saved)."""
+    stamp = utc_now_iso().replace(":", "").replace("-", "")
+    directory = results_dir / "experiments" / f"{spec.name}-{stamp}"
+    n = 1
+    while directory.exists():
+        n += 1
+        directory = results_dir / "experiments" / f"{spec.name}-{stamp}-{n}"
+    return ExperimentState(directory=directory, spec=spec, created_at=utc_now_iso(), config_source=config.source,
+                           setups={name: profile_setup(config.profile(name)) for name in spec.profiles})
+
+
+async def run_experiment(manager: RunManager, config: Config, name: str, *, results_dir: Path = Path("results"),
+                         resume: bool = False,
+                         on_update: Callable[[ExperimentUpdate], None] | None = None) -> ExperimentState:
+    """Run (or with `resume`, continue) experiment `name`; returns the final state (see the module docstring)."""
+    if resume:
+        state = find_unfinished(results_dir, name)
+        if state is None:
+            raise UserError(f"experiment {name}: nothing to resume under {results_dir / 'experiments'} "
+                            "(run it without --resume to start one)")
+        for profile in state.spec.profiles:
+            config.profile(profile)   # a profile removed from the file since: say so before anything runs
+    else:
+        state = new_state(config, config.experiment(name), results_dir)
+    runner = ExperimentRunner(manager, config, state, on_update)
+    return await runner.run(resumed=resume)
+
+
+class ExperimentRunner:
+    """Runs one experiment state to its end. See the module docstring."""
+
+    def __init__(self, manager: RunManager, config: Config, state: ExperimentState,
+                 on_update: Callable[[ExperimentUpdate], None] | None = None) -> None:
+        self.manager = manager
+        self.config = config
+        self.state = state
+        self.spec = state.spec
+        self._on_update = on_update
+
+    # ---- state -------------------------------------------------------------------------------------------
+    def _notify(self, update: ExperimentUpdate) -> None:
+        if self._on_update is None:
+            return
+        try:
+            self._on_update(update)
+        except Exception:  # a broken view must not end an unattended experiment
+            log.exception("experiment update callback failed")
+
+    def _step(self, profile: str | None, step: str, detail: str = "", seconds: float | None = None) -> None:
+        self.state = self.state.with_step(profile, step, detail, seconds)
+        save_state(self.state)
+        self._notify(ExperimentStep(self.state.steps[-1], self.state))
+
+    def _set(self, profile: str, **changes: object) -> None:
+        self.state = self.state.with_profile(profile, **changes)
+        save_state(self.state)
+
+    # ---- the whole experiment ----------------------------------------------------------------------------
+    async def run(self, resumed: bool = False) -> ExperimentState:
+        self._step(None, "resume" if resumed else "start",
+                   f"{self.spec.name}: {', '.join(self.spec.profiles)}; levels "
+                   f"{','.join(map(str, self.spec.sweep.levels))} x {self.spec.repeats} passes; in {self.state.directory}")
+        by_host: dict[str, list[str]] = {}
+        for name in self.spec.profiles:
+            by_host.setdefault(self.config.profile(name).host, []).append(name)
+        tasks = [asyncio.ensure_future(self._host(names)) for names in by_host.values()]
+        try:
+            await asyncio.gather(*tasks)
+        except ExperimentAborted as exc:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self.state = dataclasses.replace(self.state, status="aborted")
+            self._step(None, "abort", str(exc))
+            return self.state
+        self.state = dataclasses.replace(self.state, status="finished")
+        failed = [n for n in self.spec.profiles if self.state.profile(n).status in ("failed", "skipped")]
+        self._step(None, "done", "finished" + (f"; not measured: {', '.join(failed)}" if failed else ""))
+        return self.state
+
+    async def _host(self, names: list[str]) -> None:
+        for name in names:
+            await self._profile(name)
+
+    async def _profile(self, name: str) -> None:
+        if self.state.profile(name).status in ("done", "failed", "skipped"):
+            return
+        plan = remaining(self.state, name)
+        if not plan:
+            self._set(name, status="done")
+            return
+        profile = self.config.profile(name)
+        view = await self._serve(profile)
+        if view is None:
+            return
+        self._set(name, status="sweeping", run_id=view.run_id)
+        warm = True
+        try:
+            for pass_no, levels in plan:
+                await self._sweep_pass(profile, view, pass_no, levels, warm)
+                warm = False
+        except UserError as exc:   # the server died or stopped answering mid-sweep
+            self._step(name, "failed", f"sweep: {exc}")
+            await self._stop(profile, view.run_id)
+            self._give_up(name, f"sweep: {exc}")
+            return
+        await self._stop(profile, view.run_id)
+        self._set(name, status="done")
+
+    def _give_up(self, name: str, reason: str) -> None:
+        """After a failure: skip the profile (reported) or abort the experiment, per on_failure."""
+        if self.spec.on_failure == "abort":
+            self._set(name, status="failed", failure=reason)
+            raise ExperimentAborted(f"{name}: {reason} (on_failure = \"abort\")")
+        status = "failed" if self.spec.on_failure == "retry" else "skipped"
+        self._set(name, status=status, failure=reason)
+        self._step(name, "skip", f"{name} not measured: {reason}")
+
+    # ---- getting a ready server --------------------------------------------------------------------------
+    async def _serve(self, profile: Profile) -> RunView | None:
+        name = profile.name
+        adopted = self._adoptable(name)
+        if adopted is not None:
+            await self.manager.attach(adopted.run_id)
+            self._step(name, "adopt", f"run {adopted.run_id} left ready by the interrupted experiment")
+            return adopted
+        attempts = self.state.profile(name).attempts
+        while True:
+            await self._clear_host(profile)
+            attempts += 1
+            self._set(name, status="launching", attempts=attempts, failure=None)
+            self._step(name, "launch", f"attempt {attempts}")
+            t0 = time.monotonic()
+            reason: str
+            try:
+                view = await self.manager.launch(name)
+            except UserError as exc:
+                reason = str(exc)
+            else:
+                stall = self.spec.stall_s if self.spec.stall_s is not None else profile.stall_timeout_s
+                verdict = await wait_ready(self.manager, view.run_id, timeout_s=self.spec.max_load_s,
+                                           stall_timeout_s=stall)
+                if verdict.ready:
+                    self._step(name, "ready", verdict.reason, time.monotonic() - t0)
+                    return verdict.view
+                reason = verdict.reason if verdict.outcome != "timeout" else \
+                    f"not ready within max_load_s = {self.spec.max_load_s:g} s"
+                with contextlib.suppress(UserError):
+                    await self.manager.stop(view.run_id)   # a stalled or slow load must not hold the GPUs
+            self._step(name, "failed", f"launch attempt {attempts}: {reason}", time.monotonic() - t0)
+            if self.spec.on_failure == "retry" and attempts <= self.spec.retries:
+                self._step(name, "retry", f"retry {attempts} of {self.spec.retries}")
+                continue
+            self._give_up(name, f"launch failed {attempts} time{'s' if attempts > 1 else ''}: {reason}")
+            return None
+
+    def _adoptable(self, name: str) -> RunView | None:
+        run_id = self.state.profile(name).run_id
+        if run_id is None:
+            return None
+        with contextlib.suppress(UserError):
+            view = self.manager.view(run_id)
+            if view.state == "ready":
+                return view
+        return None
+
+    async def _clear_host(self, profile: Profile) -> None:
+        """Stop the specmon runs in the way; report (and wait for, or abort on) anything else on the port."""
+        ours = set(self.spec.profiles)
+        for record in self.manager.store.all():
+            if record.terminal or record.host != profile.host:
+                continue
+            if record.port != profile.port and record.profile not in ours:
+                continue
+            self._step(profile.name, "stop", f"run {record.run_id} ({record.profile}) holds {profile.host} "
+                                             f"port {record.port} or its GPUs")
+            report = await self.manager.stop(record.run_id)
+            detail = "; ".join(report.blockers) or "port and GPUs free"
+            self._step(profile.name, "stopped", f"run {record.run_id}: {detail}", report.seconds)
+        ops = self.manager.ops(profile.host)
+        deadline = time.monotonic() + self.spec.busy_wait_s
+        said = False
+        while profile.port in await ops.listening():
+            what = f"port {profile.port} on {profile.host} is held by a process specmon did not start"
+            if self.spec.on_busy == "abort":
+                self._step(profile.name, "busy", what)
+                raise ExperimentAborted(f"{profile.name}: {what} (on_busy = \"abort\")")
+            if time.monotonic() >= deadline:
+                raise ExperimentAborted(f"{profile.name}: {what}, still after {self.spec.busy_wait_s:g} s")
+            if not said:
+                self._step(profile.name, "busy", f"{what}; waiting up to {self.spec.busy_wait_s:g} s")
+                said = True
+            await asyncio.sleep(BUSY_POLL_S)
+
+    async def _stop(self, profile: Profile, run_id: str) -> None:
+        self._step(profile.name, "stop", f"run {run_id}")
+        try:
+            report = await self.manager.stop(run_id)
+        except UserError as exc:
+            self._step(profile.name, "stopped", f"run {run_id}: {exc}")
+            return
+        detail = "; ".join(report.blockers) or "port and GPUs free"
+        self._step(profile.name, "stopped", f"run {run_id}: {detail}", report.seconds)
+
+    # ---- sweeping ----------------------------------------------------------------------------------------
+    def _workload(self, levels: tuple[int, ...], warm: bool) -> Workload:
+        d = self.spec.sweep
+        return Workload(levels=levels, requests_per_level=d.requests_per_level, duration_s=d.duration_s,
+                        warmup_requests=d.warmup_requests if warm else 0, input_len=d.input_len,
+                        output_len=d.output_len, api=d.api)
+
+    async def _sweep_pass(self, profile: Profile, view: RunView, pass_no: int, levels: tuple[int, ...],
+                          warm: bool) -> None:
+        name = profile.name
+        file = next_file_name(self.state, name, pass_no)
+        files = self.state.profile(name).files + (PassFile(pass_no, file),)
+        self._set(name, files=files)   # known before the first level line, so a resume reads it
+        self._step(name, "sweep", f"pass {pass_no}/{self.spec.repeats}: C={','.join(map(str, levels))}"
+                                  f"{' after warm-up' if warm and self.spec.sweep.warmup_requests else ''} -> {file}")
+        collector = LevelCollector(self.manager, view)
+        events: asyncio.Queue[SweepUpdate | None] = asyncio.Queue()
+        await collector.start()
+        consumer = asyncio.ensure_future(self._consume(events, collector, name, pass_no))
+        spec = SweepSpec(url=view.url, workload=self._workload(levels, warm),
+                         out_path=self.state.directory / file, profile=name)
+        t0 = time.monotonic()
+        try:
+            await run_sweep(spec, events.put_nowait)
+        finally:
+            events.put_nowait(None)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(consumer)
+            consumer.cancel()
+            await collector.close()
+        self._step(name, "swept", f"pass {pass_no}/{self.spec.repeats}", time.monotonic() - t0)
+
+    async def _consume(self, events: asyncio.Queue[SweepUpdate | None], collector: LevelCollector, name: str,
+                       pass_no: int) -> None:
+        while (update := await events.get()) is not None:
+            if isinstance(update, SweepProgress):
+                if update.phase == "level":
+                    await collector.begin(update.concurrency)
+                self._notify(ExperimentProgress(name, pass_no, update))
+            elif isinstance(update, LevelResult):
+                acceptance = await collector.end(update.tokens_per_chunk)
+                append_acceptance(self.state, name, pass_no, update.concurrency, acceptance)
+                self._step(name, "level", _level_line(update, acceptance), update.duration_s)
+                self._notify(ExperimentLevel(name, pass_no, update, acceptance))
+            elif isinstance(update, SweepNotice):
+                self._step(name, "warning", update.message)
+
+
+def _level_line(level: LevelResult, a: LevelAcceptance) -> str:
+    parts = [f"C={level.concurrency}: {level.output_throughput:.1f} tok/s"]
+    if a.server_tok_s is not None:
+        parts.append(f"server {a.server_tok_s:.1f} tok/s")
+    srcs = a.sources
+    if srcs:
+        parts.append("accept " + " / ".join(f"{k} {v:.2f}" for k, v in srcs.items()))
+    if a.queue_max is not None:
+        parts.append(f"queue max {a.queue_max:.0f}")
+    if a.disagree:
+        parts.append("ACCEPTANCE SOURCES DISAGREE")
+    return ", ".join(parts)
+
+
+class LevelCollector:
+    """The server's side of each level: decode-batch log lines and /metrics samples, windowed per level."""
+
+    def __init__(self, manager: RunManager, view: RunView) -> None:
+        self.manager = manager
+        self.view = view
+        self.probe = ServerProbe(view.url, timeout_s=5.0)
+        self.window: LevelWindow | None = None
+        self.concurrency: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        self._tasks = [asyncio.create_task(self._read_log(), name=f"experiment log {self.view.run_id}"),
+                       asyncio.create_task(self._scrape_loop(), name=f"experiment metrics {self.view.run_id}")]
+
+    async def close(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.probe.aclose()
+
+    async def _sample(self) -> MetricsSample | None:
+        text = await self.probe.metrics()
+        return None if text is None else MetricsSample(time.monotonic(), parse_metrics(text))
+
+    async def begin(self, concurrency: int) -> None:
+        """The level at `concurrency` has started (its first progress report arrived)."""
+        if self.concurrency == concurrency and self.window is not None:
+            return
+        self.concurrency = concurrency
+        self.window = LevelWindow()
+        sample = await self._sample()
+        if sample is not None and self.window is not None:
+            self.window.add_sample(sample)
+
+    async def end(self, client_tokens_per_chunk: float | None) -> LevelAcceptance:
+        """The level has ended: one last scrape, then its acceptance."""
+        window = self.window or LevelWindow()
+        sample = await self._sample()
+        if sample is not None:
+            window.add_sample(sample)
+        self.window, self.concurrency = None, None
+        return window.result(client_tokens_per_chunk)
+
+    async def _scrape_loop(self) -> None:
+        while True:
+            await asyncio.sleep(METRICS_EVERY_S)
+            window = self.window
+            if window is None:
+                continue
+            sample = await self._sample()
+            if sample is not None and self.window is window:
+                window.add_sample(sample)
+
+    async def _read_log(self) -> None:
+        parser = LogParser()
+        async for line in self.manager.log_lines(self.view.run_id, commit=False, backlog=False, history=False):
+            if line.kind != "line":
+                continue
+            for event in parser.feed((line.text + "\n").encode()):
+                if isinstance(event, DecodeStats) and self.window is not None:
+                    self.window.add_log(event.accept_len, event.accept_rate)
