@@ -158,6 +158,11 @@ def test_shipped_profiles_toml_matches_built_in_demo() -> None:
         {n: replace(p, command=p.command[1:]) for n, p in shipped.profiles.items()}
     assert all(p.command[:1] == ("specmon",) for p in shipped.profiles.values())
     assert shipped.sweep == builtin.sweep
+    assert shipped.experiments == builtin.experiments
+    demo = builtin.experiment("demo")
+    assert demo.profiles == ("demo-baseline", "demo-eagle3") and demo.repeats >= 3
+    # Workload keys the experiment does not set come from [sweep].
+    assert demo.sweep.output_len == builtin.sweep.output_len and demo.sweep.levels != builtin.sweep.levels
     baseline, eagle = builtin.profiles["demo-baseline"], builtin.profiles["demo-eagle3"]
     assert (baseline.port, eagle.port) == (30001, 30002)
 

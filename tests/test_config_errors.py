@@ -15,6 +15,7 @@ from specmon.errors import UserError
 from specmon.model.config import load_config
 
 GOOD = '[profiles.a]\ncommand = "python3 -m http.server"\n'
+TWO = '[profiles.a]\ncommand = "x"\n[profiles.b]\ncommand = "y"\n'
 
 # (case id, file text, expected line, expected key, a fragment of the problem)
 CASES = [
@@ -95,6 +96,23 @@ CASES = [
     # The locator must skip a multi-line string that looks like TOML and count its lines.
     ("after-multiline-string", '[profiles.a]\ncommand = """\n[profiles.zzz]\nprot = 1\n"""\nprot = 2\n', 6,
      "profiles.a.prot", "did you mean 'port'?"),
+    ("experiment-unknown-profile", TWO + '\n[experiments.ab]\nprofiles = ["a", "bb"]\n', 7, "experiments.ab.profiles",
+     "unknown profile 'bb' (did you mean 'b'?)"),
+    ("experiment-one-profile", TWO + '[experiments.ab]\nprofiles = ["a"]\n', 6, "experiments.ab.profiles",
+     "at least two profiles"),
+    ("experiment-no-profiles", TWO + '[experiments.ab]\nrepeats = 2\n', 5, "experiments.ab.profiles", "missing"),
+    ("experiment-on-failure", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\non_failure = "retyr"\n', 7,
+     "experiments.ab.on_failure", "must be one of 'retry', 'skip', 'abort', got 'retyr' (did you mean 'retry'?)"),
+    ("experiment-repeats-zero", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nrepeats = 0\n', 7,
+     "experiments.ab.repeats", "must be an integer in 1..100, got 0"),
+    ("experiment-levels", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nlevels = [4, 2]\n', 7,
+     "experiments.ab.levels", "strictly increasing (4 then 2)"),
+    ("experiment-gate", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nmax_load_s = -1\n', 7,
+     "experiments.ab.max_load_s", "must be a number of seconds > 0"),
+    ("experiment-unknown-key", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nrepeat = 3\n', 7,
+     "experiments.ab.repeat", "did you mean 'repeats'?"),
+    ("experiment-both-stop-rules", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nduration_s = 2\nrequests_per_level = 8\n',
+     7, "experiments.ab.duration_s", "not both"),
 ]
 
 

@@ -1,0 +1,303 @@
+"""`specmon experiment` end to end on `specmon sim`, run as the installed command, as a user would.
+
+The profiles are the shipped demo profiles (whatever their tuning), with free ports and a faster start-up clock, so
+what the sim's model implies (crossover, acceptance) is read from their own command lines, never hard-coded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specmon.model.config import Profile, builtin_config
+from specmon.model.results import read_results
+from specmon.sim.model import StepModel
+from specmon.sim.options import SimConfig, add_arguments, config_from_args
+
+pytestmark = pytest.mark.timeout(300)
+SPECMON = shutil.which("specmon") or "specmon"
+
+
+def sim_config(profile: Profile) -> SimConfig:
+    """The sim options a profile's command line selects (parsed by the sim's own parser)."""
+    assert profile.command[:2] == ("specmon", "sim")
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return config_from_args(parser.parse_args(list(profile.command[2:])))
+
+
+def toml_profile(profile: Profile, port: int, extra: tuple[str, ...] = ()) -> str:
+    argv = list(profile.command)
+    argv[argv.index("--port") + 1] = str(port)
+    # The demo's loads ten times faster; a decode-batch line every 4 steps instead of 40, so that even a 1.5 s level
+    # at C=32 (about 0.2 s a step) writes some.
+    argv += ["--time-scale", "0.1", "--decode-log-interval", "4", *extra]
+    return f"[profiles.{profile.name}]\nport = {port}\ncommand = {json.dumps(argv)}\nstall_timeout_s = 30\n"
+
+
+def write_config(path: Path, ports: Callable[[], int], experiment: str, crash: str | None = None) -> Path:
+    demo = builtin_config()
+    parts = [toml_profile(p, ports(), ("--crash-at-shard", "2") if name == crash else ())
+             for name, p in demo.profiles.items()]
+    parts.append("[sweep]\n" + "\n".join(f"{k} = {json.dumps(v)}" for k, v in (
+        ("warmup_requests", demo.sweep.warmup_requests), ("input_len", demo.sweep.input_len),
+        ("output_len", demo.sweep.output_len), ("api", demo.sweep.api))) + "\n")
+    parts.append(experiment)
+    path.write_text("\n".join(parts))
+    return path
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def run_specmon(cwd: Path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SPECMON, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
+
+
+def demo_experiment(levels: tuple[int, ...], repeats: int, duration_s: float, **extra: object) -> str:
+    demo = builtin_config().experiment("demo")
+    lines = [f"profiles = {json.dumps(list(demo.profiles))}", f"levels = {json.dumps(list(levels))}",
+             f"repeats = {repeats}", f"duration_s = {duration_s}", "max_load_s = 60"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in extra.items()]
+    return "[experiments.demo]\n" + "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One full unattended run, shared by the tests that read its results
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
+    tmp = tmp_path_factory.mktemp("experiment")
+    home = tmp / "home"
+    home.mkdir()
+    used: set[int] = set()
+
+    def ports() -> int:
+        while True:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = int(s.getsockname()[1])
+            if port not in used:
+                used.add(port)
+                return port
+
+    levels = builtin_config().experiment("demo").sweep.levels
+    config = write_config(tmp / "profiles.toml", ports, demo_experiment(levels, repeats=2, duration_s=1.5))
+    env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "cfg"))
+    done = subprocess.run([SPECMON, "--config", str(config), "experiment", "demo", "--json",
+                           "--results-dir", str(tmp / "results")],
+                          capture_output=True, text=True, timeout=280, cwd=tmp, env=env, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    yield tmp, result
+    assert all(port_is_free(p) for p in used)
+
+
+def implied_bracket(levels: list[int]) -> int:
+    """Index i such that the sim's model puts the crossover between levels[i] and levels[i+1]."""
+    demo = builtin_config()
+    models: list[StepModel] = [sim_config(p).step_model() for p in demo.profiles.values()]
+    diffs = [models[1].total_tps(c) - models[0].total_tps(c) for c in levels]
+    changes = [i for i in range(len(levels) - 1) if (diffs[i] > 0) != (diffs[i + 1] > 0)]
+    assert changes, f"the demo's model implies no crossover over {levels}: {diffs}"
+    return changes[0]
+
+
+def test_runs_unattended_to_a_verdict_at_the_crossover_the_sim_model_implies(demo_run: tuple[Path, dict[str, Any]]) -> None:
+    _, result = demo_run
+    levels = result["levels"]
+    assert result["status"] == "finished"
+    assert [p["status"] for p in result["profiles"]] == ["done", "done"]
+    for profile in result["profiles"]:
+        assert [lv["concurrency"] for lv in profile["levels"]] == levels
+        assert all(lv["repeats"] == 2 and lv["out_tok_s_spread"] is not None for lv in profile["levels"])
+    steps = [(s["profile"], s["step"]) for s in result["steps"]]
+    base, eagle = (p["profile"] for p in result["profiles"])
+    # One profile at a time: the baseline is stopped (port and GPUs free) before the EAGLE-3 server launches.
+    assert steps.index((base, "stopped")) < steps.index((eagle, "launch"))
+    cross = result["crossover"]
+    assert cross is not None, result["verdict"]
+    measured = levels.index(cross["bracket"][0])
+    assert abs(measured - implied_bracket(levels)) <= 1, (cross, levels)
+    assert result["verdict"].startswith(f"{cross['ahead_below']} is faster up to C≈")
+    assert result["verdict"].endswith(f"; {cross['ahead_above']} beyond")
+
+
+def test_acceptance_matches_the_configured_value_from_all_three_sources(demo_run: tuple[Path, dict[str, Any]]) -> None:
+    _, result = demo_run
+    demo = builtin_config()
+    for profile in result["profiles"]:
+        cfg = sim_config(demo.profiles[profile["profile"]])
+        for lv in profile["levels"]:
+            a = lv["acceptance"]
+            assert a["server_tok_s"] == pytest.approx(lv["out_tok_s_mean"], rel=0.2)
+            assert a["queue_mean"] is not None and a["metrics_samples"] >= 2
+            if not cfg.speculative:
+                assert a["log_accept_len"] is None and a["metrics_accept_len"] is None
+                assert a["client_tokens_per_chunk"] == pytest.approx(1.0)
+                continue
+            # The last step of each request is cut at max_tokens, so the mean is a little below the configured value.
+            for source in ("log_accept_len", "metrics_accept_len", "client_tokens_per_chunk"):
+                assert a[source] == pytest.approx(cfg.accept_len, rel=0.06), (lv["concurrency"], source, a)
+            assert lv["accept_disagree"] == 0
+
+
+def test_the_demo_profiles_kv_difference_is_a_confound_warning(demo_run: tuple[Path, dict[str, Any]]) -> None:
+    _, result = demo_run
+    kv = [p["server"]["kv_cache_tokens"] for p in result["profiles"]]
+    assert max(kv) > 1.1 * min(kv)   # the demo's servers are deliberately unequal
+    assert any("KV" in w for w in result["warnings"]), result["warnings"]
+
+
+def test_report_writes_markdown_and_a_chart_with_both_series(demo_run: tuple[Path, dict[str, Any]]) -> None:
+    tmp, result = demo_run
+    directory = Path(result["directory"])
+    if not directory.is_absolute():
+        directory = tmp / directory
+    names = [p["profile"] for p in result["profiles"]]
+    done = run_specmon(tmp, "report", str(directory))
+    assert done.returncode == 0, done.stderr
+    text = (directory / "report.md").read_text()
+    assert result["verdict"] in text and "![output throughput vs concurrency](report.png)" in text
+    assert all(f"**{name}**" in text for name in names) and "## Warnings" in text and "KV" in text
+    from PIL import Image
+
+    with Image.open(directory / "report.png") as image:
+        image.load()
+        assert image.size[0] > 400 and image.size[1] > 300
+        colours = {pixel for _, pixel in image.convert("RGB").getcolors(1 << 20)}
+    # matplotlib's first two series colours (C0 blue, C1 orange) are both drawn.
+    assert (31, 119, 180) in colours and (255, 127, 14) in colours
+    done = run_specmon(tmp, "report", str(directory), "--image", "svg", "--out", str(tmp / "r" / "report.md"))
+    assert done.returncode == 0, done.stderr
+    svg = ET.parse(tmp / "r" / "report.svg").getroot()
+    ns = "{http://www.w3.org/2000/svg}"
+    for name in names:
+        groups = [g for g in svg.iter(f"{ns}g") if g.get("id") == f"throughput-{name}"]
+        assert groups, name
+        # The series' line through its level means: one vertex per level.
+        paths = [p.get("d", "") for g in groups for p in g.iter(f"{ns}path")]
+        assert max(d.count("L") for d in paths) + 1 >= len(result["levels"]), name
+    done = run_specmon(tmp, "report", str(directory), "--format", "csv")
+    rows = done.stdout.splitlines()
+    assert rows[0].startswith("profile,concurrency,repeats") and len(rows) == 1 + 2 * len(result["levels"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kill -9 and --resume
+
+
+def level_lines(directory: Path) -> dict[str, list[tuple[int, int]]]:
+    """profile -> every (pass, C) level line in its result files."""
+    state = json.loads((directory / "experiment.json").read_text())
+    out: dict[str, list[tuple[int, int]]] = {}
+    for profile, ps in state["profiles"].items():
+        for f in ps["files"]:
+            path = directory / f["path"]
+            if path.exists():
+                out.setdefault(profile, []).extend((f["pass"], lv.concurrency) for lv in read_results(path).levels)
+    return out
+
+
+def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    demo = builtin_config().experiment("demo")
+    base, eagle = demo.profiles
+    levels = (1, 4, 16)
+    config = write_config(tmp_path / "profiles.toml", free_port_factory,
+                          demo_experiment(levels, repeats=2, duration_s=1.5))
+    results = tmp_path / "results"
+    proc = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "demo", "--results-dir", str(results)],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    directory: Path | None = None
+    before: dict[str, list[tuple[int, int]]] = {}
+    try:
+        # Wait until the second profile has finished a level of its first pass: the middle of the experiment.
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list(results.glob("experiments/demo-*/experiment.json"))
+            if found:
+                directory = found[0].parent
+                before = level_lines(directory)
+                if before.get(eagle):
+                    break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        assert directory is not None and before.get(eagle), before
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    before = level_lines(directory)   # what was on disk at the kill
+    assert sorted(before[base]) == sorted((p, c) for p in (1, 2) for c in levels)
+    assert 1 <= len(before[eagle]) < 2 * len(levels)
+
+    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume", "--json",
+                       "--results-dir", str(results))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "finished" and Path(result["directory"]).name == directory.name
+    after = level_lines(directory)
+    for profile in (base, eagle):
+        # Every (pass, level) exactly once across the files: nothing repeated, nothing missing.
+        assert sorted(after[profile]) == sorted((p, c) for p in (1, 2) for c in levels), (profile, after[profile])
+    # The finished levels kept their lines; the resumed pass went to a new file with only the levels left.
+    assert set(before[eagle]) <= set(after[eagle])
+    steps = [(s["profile"], s["step"]) for s in result["steps"]]
+    assert (None, "resume") in steps
+    assert [s for s in steps if s == (base, "launch")] == [(base, "launch")]   # the baseline was not run again
+    assert (eagle, "adopt") in steps or steps.count((eagle, "launch")) == 2
+    state = json.loads((directory / "experiment.json").read_text())
+    assert any(".r2." in f["path"] for f in state["profiles"][eagle]["files"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Launch failures
+
+
+@pytest.mark.parametrize("on_failure", ["retry", "abort"])
+def test_a_crashing_launch_is_retried_then_reported_per_on_failure(
+        tmp_path: Path, free_port_factory: Callable[[], int], on_failure: str) -> None:
+    demo = builtin_config().experiment("demo")
+    base, eagle = demo.profiles
+    crash = base if on_failure == "abort" else eagle   # abort: the first profile fails, the second never starts
+    config = write_config(tmp_path / "profiles.toml", free_port_factory,
+                          demo_experiment((1,), repeats=1, duration_s=1.0, on_failure=on_failure, retries=1),
+                          crash=crash)
+    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
+                       "--results-dir", str(tmp_path / "results"))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    steps = [(s["profile"], s["step"], s["detail"]) for s in result["steps"]]
+    failed = {p["profile"]: p for p in result["profiles"]} if result["profiles"] else {}
+    if on_failure == "retry":
+        assert [d for p, s, d in steps if (p, s) == (crash, "launch")] == ["attempt 1", "attempt 2"]
+        assert (crash, "retry", "retry 1 of 1") in steps
+        assert result["status"] == "finished"
+        assert failed[crash]["status"] == "failed" and failed[crash]["attempts"] == 2
+        assert "exception" in failed[crash]["failure"] and "2 times" in failed[crash]["failure"]
+        assert failed[base]["status"] == "done"   # the other profile was still measured
+        assert result["verdict"].startswith("no verdict")
+    else:
+        assert result["status"] == "aborted"
+        assert [s for p, s, _ in steps if p == crash].count("launch") == 1
+        assert not any(p == eagle for p, _, _ in steps)   # never launched
+        assert steps[-1][1] == "abort" and 'on_failure = "abort"' in steps[-1][2]
+    assert "Traceback" not in done.stderr
