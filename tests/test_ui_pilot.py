@@ -349,3 +349,39 @@ async def test_sweep_form_refuses_levels_it_would_not_run_as_typed(
         await pilot.pause()
         assert app.screen is form
         assert problem in str(form.query_one("#form-error", Static).render())
+
+
+async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
+    base = sim_config(ports, extra={"exp-eagle": "--spec eagle3"})
+    text_config = "\n".join(
+        f"[profiles.{p.name}]\nport = {p.port}\ncommand = {list(p.command)!r}\n".replace("'", '"')
+        for p in base.profiles.values())
+    config = parse_config(text_config + '\n[experiments.ab]\nprofiles = ["exp-base", "exp-eagle"]\nlevels = [1, 4]\n'
+                          "repeats = 1\nrequests_per_level = 8\nwarmup_requests = 0\noutput_len = 32\n",
+                          "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(150, 45), notifications=True) as pilot:
+        try:
+            await pilot.press("e")
+            await pilot.pause()
+            await pilot.press("enter")   # the first entry: run ab
+            await wait_until(pilot, lambda: app.sweeping, 10, "the experiment to start")
+            await wait_until(pilot, lambda: not app.sweeping, 100, "the experiment to finish")
+            assert "experiment ab finished" in app.sweep_status, app.sweep_status
+            assert "is faster" in app.sweep_status
+            steps = "\n".join(app.experiment_steps)
+            for step in ("exp-base launch", "exp-base ready", "exp-base level: C=4", "exp-base stopped",
+                         "exp-eagle launch", "done: finished"):
+                assert step in steps, steps
+            # The overlay built up: both profiles on the chart, one point per level.
+            assert [lv["concurrency"] for lv in app.series["exp-base"]] == [1, 4]
+            assert [lv["concurrency"] for lv in app.series["exp-eagle"]] == [1, 4]
+            await pilot.pause(1.2)
+            pane = app.query_one(SweepPane)
+            panel = pane.query_one("#experiment-steps", Static)
+            assert panel.display and "done: finished" in str(panel.render())
+            assert "exp-eagle" in str(pane.query_one("#sweep-chart").render())
+        finally:
+            await pilot.press("Q")

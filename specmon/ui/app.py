@@ -33,7 +33,14 @@ from specmon.model.keymap import KEYS
 from specmon.ui import keys
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
-from specmon.ui.forms import ConfirmScreen, OverlayScreen, SweepFormScreen, SweepRequest
+from specmon.ui.forms import (
+    ConfirmScreen,
+    ExperimentRequest,
+    ExperimentScreen,
+    OverlayScreen,
+    SweepFormScreen,
+    SweepRequest,
+)
 from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
@@ -72,6 +79,9 @@ class Engine(Protocol):
 
     async def overlay(self, path: Path, app: SpecmonApp) -> None:
         """Read a result file and add it to the chart as a series."""
+
+    async def experiment(self, request: ExperimentRequest, app: SpecmonApp) -> None:
+        """Run (or resume) an experiment, pushing its steps, series and verdict into `app`."""
 
     async def close(self, stop_started: bool) -> None:
         """Stop watching; with `stop_started`, stop the runs this session launched."""
@@ -121,6 +131,7 @@ class SpecmonApp(App[int]):
         self.crossover: CrossoverMark | None = None
         self.sweep_status = ""
         self.sweeping = False
+        self.experiment_steps: list[str] = []
         self.log_lines = log_lines
         self._state_path = state_path or ui_state_path()
         self._custom_themes: list[str] = []
@@ -232,6 +243,11 @@ class SpecmonApp(App[int]):
         self.sweeping = running
         self._chart_throttle.request()
 
+    def set_experiment_steps(self, steps: Sequence[str]) -> None:
+        """The experiment's step list (newest last), shown beside the chart while there is one."""
+        self.experiment_steps = list(steps)
+        self._chart_throttle.request()
+
     # ---------------------------------------------------------------- painting
     def flush(self) -> None:
         """Paint everything pending now, throttles aside (screenshots and tests want the latest state)."""
@@ -248,7 +264,9 @@ class SpecmonApp(App[int]):
 
     def _paint_chart(self) -> None:
         with contextlib.suppress(NoMatches):
-            self.query_one(SweepPane).show(self.series, self.crossover, self.sweep_status)
+            pane = self.query_one(SweepPane)
+            pane.show(self.series, self.crossover, self.sweep_status)
+            pane.show_steps(self.experiment_steps)
 
     def _show_log_of_selected(self) -> None:
         self._pending_log.clear()
@@ -400,7 +418,42 @@ class SpecmonApp(App[int]):
             self.notify("no sweep is running", severity="warning")
             return
         self.workers.cancel_group(self, "sweep")
+        self.workers.cancel_group(self, "experiment")
         self.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
+
+    def action_experiment(self) -> None:
+        if not self._need_engine():
+            return
+        if not self.config.experiments:
+            self.notify(f"no [experiments.NAME] table in {self.config.source}", severity="warning")
+            return
+        if self.sweeping:
+            self.notify("a sweep or experiment is already running (c cancels it)", severity="warning")
+            return
+
+        def chosen(request: ExperimentRequest | None) -> None:
+            if request is not None:
+                self.start_experiment(request.name, request.resume)
+
+        self.push_screen(ExperimentScreen(list(self.config.experiments.values())), chosen)
+
+    def start_experiment(self, name: str, resume: bool = False) -> None:
+        """Run (or resume) experiment `name` in a worker; its steps and the overlay build up in the Sweep pane."""
+        if self.engine is None or self.sweeping:
+            self.notify("a sweep or experiment is already running (c cancels it)", severity="warning")
+            return
+        engine = self.engine
+        request = ExperimentRequest(name, resume)
+
+        async def run() -> None:
+            try:
+                await engine.experiment(request, self)
+            except Exception as exc:
+                self.set_sweep_status(f"experiment {name} failed: {exc}", running=False)
+                self.notify(f"experiment {name}: {exc}", severity="error", timeout=10)
+
+        self.sweeping = True
+        self.run_worker(run(), group="experiment", exclusive=True, exit_on_error=False, description=f"experiment {name}")
 
     def action_overlay(self) -> None:
         if not self._need_engine():
@@ -473,6 +526,7 @@ class SpecmonApp(App[int]):
             return
         self._quitting = True
         self.workers.cancel_group(self, "sweep")
+        self.workers.cancel_group(self, "experiment")
 
         async def close() -> None:
             if self.engine is not None:

@@ -19,15 +19,24 @@ from specmon.errors import PortBusy
 from specmon.model.compare import find_crossover
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
-from specmon.model.results import LevelResult, read_results
+from specmon.model.experiment import experiment_runs
+from specmon.model.results import LevelResult, SweepMeta, SweepResult, read_results
 from specmon.model.sweepstats import SweepProgress
+from specmon.model.verdict import ProfileRuns, summarize
 from specmon.orchestration.comparison import sweep_profiles
+from specmon.orchestration.experiment import (
+    ExperimentLevel,
+    ExperimentProgress,
+    ExperimentStep,
+    ExperimentUpdate,
+    run_experiment,
+)
 from specmon.orchestration.inspection import diff_targets, env_report
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
-from specmon.ui.forms import SweepRequest
+from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.rows import CrossoverMark, ServerRow, entry_from_line, past_load, row_from_view
 
@@ -36,6 +45,7 @@ if TYPE_CHECKING:
 
 TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
 TICK_IDLE_S = 5.0     # ... and while every run is settled
+STEPS_SHOWN = 200     # the experiment step list keeps this many (newest last)
 
 
 def sweep_status(progress: SweepProgress, profile: str) -> str:
@@ -282,6 +292,53 @@ class EngineBridge:
         self._levels[name] = list(result.levels)
         self._publish_series(name)
         app.notify(f"overlaid {path.name}: {len(result.levels)} levels", timeout=4)
+
+    # ------------------------------------------------------------ experiments
+    async def experiment(self, request: ExperimentRequest, app: SpecmonApp) -> None:
+        name = request.name
+        steps: list[str] = []
+        passes: dict[str, dict[int, list[LevelResult]]] = {}   # profile -> pass -> finished levels
+
+        def publish() -> None:
+            # The overlay: each profile's mean over the repeats finished so far, and the crossover they imply.
+            runs = [ProfileRuns(profile, [(p, SweepResult(None, SweepMeta(url="", model=None, workload={}), tuple(lv)))
+                                          for p, lv in by_pass.items()]) for profile, by_pass in passes.items()]
+            summary = summarize(runs)
+            cross = summary.crossover.concurrency if summary.crossover else None
+            for p in summary.profiles:
+                app.set_series(p.profile, [{"concurrency": lv.concurrency, "output_throughput": lv.mean,
+                                            "tokens_per_chunk": lv.acceptance.client_tokens_per_chunk
+                                            if lv.acceptance else None} for lv in p.levels], crossover=cross)
+
+        def on_update(update: ExperimentUpdate) -> None:
+            if isinstance(update, ExperimentStep):
+                s = update.step
+                took = f" ({s.seconds:.1f}s)" if s.seconds is not None else ""
+                steps.append(f"{s.at[11:19]} {s.profile + ' ' if s.profile else ''}{s.step}: {s.detail}{took}")
+                del steps[:-STEPS_SHOWN]
+                app.set_experiment_steps(steps)
+                app.set_sweep_status(f"experiment {name}: {s.profile or ''} {s.step}".replace("  ", " "), running=True)
+            elif isinstance(update, ExperimentProgress):
+                status = sweep_status(update.progress, f"{update.profile} pass {update.pass_no}")
+                app.set_sweep_status(f"experiment {name}: {status}", running=True)
+            elif isinstance(update, ExperimentLevel):
+                passes.setdefault(update.profile, {}).setdefault(update.pass_no, []).append(update.level)
+                publish()
+
+        for series in list(app.series):
+            app.set_series(series, [])   # a fresh chart for the experiment's profiles
+        app.series.clear()
+        try:
+            state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
+                                         resume=request.resume, on_update=on_update)
+        except asyncio.CancelledError:
+            app.set_sweep_status(f"experiment {name} cancelled: `e` → resume continues it", running=False)
+            raise
+        summary = await asyncio.to_thread(lambda: summarize(experiment_runs(state), state.spec.repeats))
+        app.set_sweep_status(f"experiment {name} {state.status}: {summary.verdict}", running=False)
+        app.notify(summary.verdict, title=f"experiment {name}", timeout=15)
+        for warning in summary.warnings:
+            app.notify(warning, severity="warning", timeout=15)
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:

@@ -1,4 +1,5 @@
-"""Modal screens: confirm, the sweep form (prefilled from `[sweep]`), and the result-file picker for overlays."""
+"""Modal screens: confirm, the sweep form (prefilled from `[sweep]`), the result-file picker for overlays, and the
+experiment picker."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Checkbox, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
 
-from specmon.model.config import SweepDefaults, one_wave_problem, parse_levels
+from specmon.model.config import ExperimentSpec, SweepDefaults, one_wave_problem, parse_levels
 from specmon.ui import format as fmt
 
 
@@ -185,6 +187,42 @@ class OverlayScreen(ModalScreen["Path | None"]):
             self.query_one("#overlay-path", Input).focus()
             return
         self.dismiss(path)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+@dataclass(frozen=True)
+class ExperimentRequest:
+    """Which experiment to run, and whether to continue its newest unfinished run."""
+
+    name: str
+    resume: bool
+
+
+class ExperimentScreen(ModalScreen["ExperimentRequest | None"]):
+    """Pick an `[experiments.NAME]` to run (or resume); enter starts it, esc cancels."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, experiments: Sequence[ExperimentSpec]) -> None:
+        super().__init__()
+        self.experiments = list(experiments)
+
+    def compose(self) -> ComposeResult:
+        options = []
+        for spec in self.experiments:
+            what = (f"{' vs '.join(spec.profiles)}: {len(spec.sweep.levels)} levels × {spec.repeats} repeats")
+            options.append(Option(f"run {spec.name} ({what})", id=f"run:{spec.name}"))
+            options.append(Option(f"resume {spec.name} (continue its last unfinished run)", id=f"resume:{spec.name}"))
+        with Vertical(classes="dialog"):
+            yield Label("Experiment: launches each profile in turn, sweeps it, stops it "
+                        "(servers holding those ports are stopped first)")
+            yield OptionList(*options, id="experiment-list")
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        verb, _, name = (event.option.id or "").partition(":")
+        self.dismiss(ExperimentRequest(name, resume=verb == "resume"))
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,4 +1,5 @@
-"""Command palette entries (ctrl+p): per-profile launch / stop / restart / select, sweep, overlay, themes."""
+"""Command palette entries (ctrl+p): per-profile launch / stop / restart / select, sweep, experiments, overlay,
+themes."""
 
 from __future__ import annotations
 
@@ -26,10 +27,15 @@ class SpecmonCommands(Provider):
             commands.append((f"select {profile}", partial(app.select_profile, profile), "Show this profile's log"))
         commands += [
             ("sweep", app.action_sweep, "Sweep ready servers (form)"),
-            ("cancel sweep", app.action_cancel_sweep, "Cancel the running sweep"),
+            ("cancel sweep", app.action_cancel_sweep, "Cancel the running sweep or experiment"),
             ("overlay result file", app.action_overlay, "Draw a result file on the chart"),
             ("quit and stop servers", app.action_quit_and_stop, "Stop the servers started here, then quit"),
         ]
+        for name in app.config.experiments:
+            commands.append((f"run experiment {name}", partial(app.start_experiment, name, False),
+                             "Launch, sweep and stop each profile in turn, then the verdict"))
+            commands.append((f"resume experiment {name}", partial(app.start_experiment, name, True),
+                             "Continue the last unfinished run of this experiment"))
         commands += [(f"theme {name}", partial(setattr, app, "theme", name), "Switch theme (remembered)")
                      for name in app.theme_names]
         return commands

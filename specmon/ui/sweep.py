@@ -6,9 +6,10 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import DataTable
+from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from specmon.ui import format as fmt
@@ -55,8 +56,18 @@ class SweepPane(Horizontal):
         yield PlotextPlot(id="sweep-chart")
         table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
         yield table
+        yield Static("", id="experiment-steps")
+
+    def show_steps(self, steps: Sequence[str]) -> None:
+        """An experiment's step list beside the chart; hidden when there is none."""
+        panel = self.query_one("#experiment-steps", Static)
+        panel.display = bool(steps)
+        self.set_class(bool(steps), "-experiment")
+        if steps:
+            panel.update(Text("\n".join(steps), no_wrap=True, overflow="ellipsis"))
 
     def on_mount(self) -> None:
+        self.query_one("#experiment-steps", Static).display = False
         self._draw_chart({}, None)
 
     def on_resize(self) -> None:
