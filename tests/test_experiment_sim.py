@@ -301,3 +301,38 @@ def test_a_crashing_launch_is_retried_then_reported_per_on_failure(
         assert not any(p == eagle for p, _, _ in steps)   # never launched
         assert steps[-1][1] == "abort" and 'on_failure = "abort"' in steps[-1][2]
     assert "Traceback" not in done.stderr
+
+
+def test_a_server_lost_mid_sweep_is_relaunched_and_no_counted_level_is_measured_twice(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    demo = builtin_config().experiment("demo")
+    base, eagle = demo.profiles
+    ports = {base: free_port_factory(), eagle: free_port_factory()}
+    profiles = builtin_config().profiles
+    # The EAGLE-3 server exits by itself 4 s after it is ready, every time: mid-sweep.
+    text = toml_profile(profiles[base], ports[base]) + toml_profile(profiles[eagle], ports[eagle],
+                                                                    ("--exit-zero-after", "4"))
+    text += "[sweep]\nwarmup_requests = 0\noutput_len = 64\n"
+    text += demo_experiment((1, 2, 4, 8), repeats=1, duration_s=1.5, on_failure="retry", retries=1).replace(
+        f'profiles = {json.dumps([base, eagle])}', f'profiles = {json.dumps([eagle, base])}')
+    config = tmp_path / "profiles.toml"
+    config.write_text(text)
+    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
+                       "--results-dir", str(tmp_path / "results"))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    steps = [(s["profile"], s["step"], s["detail"]) for s in result["steps"]]
+    lost = [d for p, s, d in steps if (p, s) == (eagle, "failed") and d.startswith("server lost mid-sweep")]
+    assert len(lost) == 2 and "/health answers" in lost[0], steps
+    assert [d for p, s, d in steps if (p, s) == (eagle, "launch")] == ["attempt 1", "attempt 2"]
+    by_name = {p["profile"]: p for p in result["profiles"]}
+    assert by_name[eagle]["status"] == "failed" and "server lost mid-sweep" in by_name[eagle]["failure"]
+    assert by_name[base]["status"] == "done"   # the next profile still ran
+    directory = Path(result["directory"])
+    state = json.loads((directory / "experiment.json").read_text())
+    discarded = {(f, c) for f, c in state["profiles"][eagle]["discarded"]}
+    counted = [(f["pass"], lv.concurrency) for f in state["profiles"][eagle]["files"]
+               for lv in read_results(directory / f["path"]).levels
+               if lv.requests_ok > 0 and (f["path"], lv.concurrency) not in discarded]
+    assert len(counted) == len(set(counted)), counted   # the relaunch ran only what was not measured yet
+    assert all(port_is_free(p) for p in ports.values())

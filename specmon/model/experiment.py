@@ -76,10 +76,11 @@ class ProfileState:
     run_id: str | None = None     # the run serving the sweeps (adopted on resume while still ready)
     failure: str | None = None
     files: tuple[PassFile, ...] = ()
+    discarded: tuple[tuple[str, int], ...] = ()   # (file, C): levels measured while the server died; run again
 
     def to_dict(self) -> dict[str, Any]:
         return {"status": self.status, "attempts": self.attempts, "run_id": self.run_id, "failure": self.failure,
-                "files": [f.to_dict() for f in self.files]}
+                "files": [f.to_dict() for f in self.files], "discarded": [list(d) for d in self.discarded]}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileState:
@@ -87,7 +88,8 @@ class ProfileState:
         status = str(d.get("status", "pending"))
         if status not in PROFILE_STATES:
             raise ValueError(f"unknown profile status {status!r}")
-        return cls(status, int(d.get("attempts") or 0), d.get("run_id"), d.get("failure"), files)
+        discarded = tuple((str(f), int(c)) for f, c in d.get("discarded") or ())
+        return cls(status, int(d.get("attempts") or 0), d.get("run_id"), d.get("failure"), files, discarded)
 
 
 def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
@@ -212,17 +214,23 @@ def find_unfinished(results_dir: Path, name: str) -> ExperimentState | None:
 
 
 def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepResult]]:
-    """(pass number, result file) of every file the profile has written so far, in order."""
+    """(pass number, result file) of every file the profile has written so far, in order, without the levels
+    that do not count: those where no request was answered, and those discarded because the server died."""
+    ps = state.profile(profile)
+    discarded = set(ps.discarded)
     out = []
-    for f in state.profile(profile).files:
+    for f in ps.files:
         file = state.directory / f.path
         if file.exists():
-            out.append((f.pass_no, read_results(file)))
+            result = read_results(file)
+            kept = tuple(lv for lv in result.levels
+                         if lv.requests_ok > 0 and (f.path, lv.concurrency) not in discarded)
+            out.append((f.pass_no, replace(result, levels=kept)))
     return out
 
 
 def done_levels(state: ExperimentState, profile: str) -> set[tuple[int, int]]:
-    """(pass, concurrency) pairs whose level line is on disk."""
+    """(pass, concurrency) pairs whose level line is on disk and counts (see pass_results)."""
     return {(pass_no, level.concurrency) for pass_no, result in pass_results(state, profile) for level in result.levels}
 
 

@@ -107,7 +107,8 @@ def summarize_profile(runs: ProfileRuns) -> ProfileSummary:
     by_c: dict[int, list[tuple[int, LevelResult]]] = {}
     for pass_no, result in runs.results:
         for level in result.levels:
-            by_c.setdefault(level.concurrency, []).append((pass_no, level))
+            if level.requests_ok > 0:   # a level where every request failed measured no server
+                by_c.setdefault(level.concurrency, []).append((pass_no, level))
     levels = []
     for c in sorted(by_c):
         entries = by_c[c]

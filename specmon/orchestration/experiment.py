@@ -93,6 +93,10 @@ class ExperimentAborted(Exception):
     """The experiment stopped early by its own rules (on_failure/on_busy = "abort")."""
 
 
+class ServerLost(Exception):
+    """The server being swept stopped answering (every request of a level failed, or the probe was refused)."""
+
+
 def new_state(config: Config, spec: ExperimentSpec, results_dir: Path) -> ExperimentState:
     """A fresh experiment directory's state (not yet saved)."""
     stamp = utc_now_iso().replace(":", "").replace("-", "")
@@ -181,27 +185,34 @@ class ExperimentRunner:
     async def _profile(self, name: str) -> None:
         if self.state.profile(name).status in ("done", "failed", "skipped"):
             return
-        plan = remaining(self.state, name)
-        if not plan:
-            self._set(name, status="done")
-            return
         profile = self.config.profile(name)
-        view = await self._serve(profile)
-        if view is None:
-            return
-        self._set(name, status="sweeping", run_id=view.run_id)
-        warm = True
-        try:
-            for pass_no, levels in plan:
-                await self._sweep_pass(profile, view, pass_no, levels, warm)
-                warm = False
-        except UserError as exc:   # the server died or stopped answering mid-sweep
-            self._step(name, "failed", f"sweep: {exc}")
+        while plan := remaining(self.state, name):
+            view = await self._serve(profile)
+            if view is None:
+                return
+            self._set(name, status="sweeping", run_id=view.run_id)
+            warm = True
+            try:
+                for pass_no, levels in plan:
+                    await self._sweep_pass(profile, view, pass_no, levels, warm)
+                    warm = False
+            except ServerLost as exc:
+                # Levels measured against a dead server are not kept as done; a relaunch (per on_failure) redoes them.
+                self._step(name, "failed", f"server lost mid-sweep: {exc}")
+                await self._stop(profile, view.run_id)
+                if not self._may_retry(name):
+                    self._give_up(name, f"server lost mid-sweep: {exc}")
+                    return
+                continue
             await self._stop(profile, view.run_id)
-            self._give_up(name, f"sweep: {exc}")
-            return
-        await self._stop(profile, view.run_id)
         self._set(name, status="done")
+
+    def _may_retry(self, name: str) -> bool:
+        attempts = self.state.profile(name).attempts
+        if self.spec.on_failure == "retry" and attempts <= self.spec.retries:
+            self._step(name, "retry", f"retry {attempts} of {self.spec.retries}")
+            return True
+        return False
 
     def _give_up(self, name: str, reason: str) -> None:
         """After a failure: skip the profile (reported) or abort the experiment, per on_failure."""
@@ -244,8 +255,7 @@ class ExperimentRunner:
                 with contextlib.suppress(UserError):
                     await self.manager.stop(view.run_id)   # a stalled or slow load must not hold the GPUs
             self._step(name, "failed", f"launch attempt {attempts}: {reason}", time.monotonic() - t0)
-            if self.spec.on_failure == "retry" and attempts <= self.spec.retries:
-                self._step(name, "retry", f"retry {attempts} of {self.spec.retries}")
+            if self._may_retry(name):
                 continue
             self._give_up(name, f"launch failed {attempts} time{'s' if attempts > 1 else ''}: {reason}")
             return None
@@ -313,25 +323,36 @@ class ExperimentRunner:
         self._set(name, files=files)   # known before the first level line, so a resume reads it
         self._step(name, "sweep", f"pass {pass_no}/{self.spec.repeats}: C={','.join(map(str, levels))}"
                                   f"{' after warm-up' if warm and self.spec.sweep.warmup_requests else ''} -> {file}")
-        collector = LevelCollector(self.manager, view)
+        collector = LevelCollector(self.manager, view, profile.health_path)
         events: asyncio.Queue[SweepUpdate | None] = asyncio.Queue()
         await collector.start()
-        consumer = asyncio.ensure_future(self._consume(events, collector, name, pass_no))
+        consumer = asyncio.ensure_future(self._consume(events, collector, name, pass_no, file))
         spec = SweepSpec(url=view.url, workload=self._workload(levels, warm),
                          out_path=self.state.directory / file, profile=name)
         t0 = time.monotonic()
+        sweep = asyncio.ensure_future(run_sweep(spec, events.put_nowait))
         try:
-            await run_sweep(spec, events.put_nowait)
+            await asyncio.wait({sweep, consumer}, return_when=asyncio.FIRST_COMPLETED)
+            if consumer.done() and not sweep.done():   # the consumer saw the server go: end the sweep
+                sweep.cancel()
+                await asyncio.gather(sweep, return_exceptions=True)
+                consumer.result()
+            try:
+                sweep.result()
+            except UserError as exc:   # e.g. the server refused the probe
+                raise ServerLost(str(exc)) from None
         finally:
+            if not sweep.done():
+                sweep.cancel()
+                await asyncio.gather(sweep, return_exceptions=True)
             events.put_nowait(None)
-            with contextlib.suppress(Exception):
-                await asyncio.shield(consumer)
-            consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer
             await collector.close()
         self._step(name, "swept", f"pass {pass_no}/{self.spec.repeats}", time.monotonic() - t0)
 
     async def _consume(self, events: asyncio.Queue[SweepUpdate | None], collector: LevelCollector, name: str,
-                       pass_no: int) -> None:
+                       pass_no: int, file: str) -> None:
         while (update := await events.get()) is not None:
             if isinstance(update, SweepProgress):
                 if update.phase == "level":
@@ -339,6 +360,16 @@ class ExperimentRunner:
                 self._notify(ExperimentProgress(name, pass_no, update))
             elif isinstance(update, LevelResult):
                 acceptance = await collector.end(update.tokens_per_chunk)
+                health = await collector.probe.health() if update.requests_failed else None
+                if update.requests_ok == 0 or health is not None and not health.ok:
+                    # The server died (or answers nothing) during the level: it measured nothing trustworthy, and
+                    # runs again after a relaunch (per on_failure).
+                    self._set(name, discarded=self.state.profile(name).discarded + ((file, update.concurrency),))
+                    errors = ", ".join(f"{k} {n}" for k, n in update.errors.items())
+                    answer = "nothing" if health is None else health.status or health.error
+                    raise ServerLost(f"C={update.concurrency}: {update.requests_failed} of "
+                                     f"{update.requests_failed + update.requests_ok} requests failed ({errors}); "
+                                     f"/health answers {answer}")
                 append_acceptance(self.state, name, pass_no, update.concurrency, acceptance)
                 self._step(name, "level", _level_line(update, acceptance), update.duration_s)
                 self._notify(ExperimentLevel(name, pass_no, update, acceptance))
@@ -363,10 +394,10 @@ def _level_line(level: LevelResult, a: LevelAcceptance) -> str:
 class LevelCollector:
     """The server's side of each level: decode-batch log lines and /metrics samples, windowed per level."""
 
-    def __init__(self, manager: RunManager, view: RunView) -> None:
+    def __init__(self, manager: RunManager, view: RunView, health_path: str = "/health") -> None:
         self.manager = manager
         self.view = view
-        self.probe = ServerProbe(view.url, timeout_s=5.0)
+        self.probe = ServerProbe(view.url, health_path, timeout_s=5.0)
         self.window: LevelWindow | None = None
         self.concurrency: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
