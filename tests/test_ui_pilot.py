@@ -364,7 +364,7 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
     app = make_app(config, tmp_path)
     async with app.run_test(size=(150, 45), notifications=True) as pilot:
         try:
-            await pilot.press("e")
+            await pilot.press("x")
             await pilot.pause()
             await pilot.press("enter")   # the first entry: run ab
             await wait_until(pilot, lambda: app.sweeping, 10, "the experiment to start")

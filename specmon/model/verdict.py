@@ -180,9 +180,9 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
     if bracket[0] == bracket[1]:   # a tie exactly at a measured level
         i = common.index(bracket[0])
         bracket = (common[max(0, i - 1)], common[min(len(common) - 1, i + 1)])
-    spreads = {}
+    spreads: dict[int, float] = {}
     for c in common:
-        sa, sb = base.level(c), challenger.level(c)   # type: ignore[union-attr]
+        sa, sb = base.level(c), challenger.level(c)
         da, db = (sa.spread if sa else None), (sb.spread if sb else None)
         if da is None or db is None:
             spreads = {}
@@ -191,7 +191,7 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
     if not spreads:
         plus_minus = (bracket[1] - bracket[0]) / 2.0
     else:
-        ends = []
+        ends: list[float] = []
         for shift in (1.0, -1.0):
             shifted = find_crossover(a, _as_levels(challenger, template, shift, spreads))
             if shifted is None:

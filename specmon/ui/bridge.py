@@ -332,7 +332,7 @@ class EngineBridge:
             state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
                                          resume=request.resume, on_update=on_update)
         except asyncio.CancelledError:
-            app.set_sweep_status(f"experiment {name} cancelled: `e` → resume continues it", running=False)
+            app.set_sweep_status(f"experiment {name} cancelled: x → resume continues it", running=False)
             raise
         summary = await asyncio.to_thread(lambda: summarize(experiment_runs(state), state.spec.repeats))
         app.set_sweep_status(f"experiment {name} {state.status}: {summary.verdict}", running=False)
