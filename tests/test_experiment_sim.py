@@ -336,3 +336,36 @@ def test_a_server_lost_mid_sweep_is_relaunched_and_no_counted_level_is_measured_
                if lv.requests_ok > 0 and (f["path"], lv.concurrency) not in discarded]
     assert len(counted) == len(set(counted)), counted   # the relaunch ran only what was not measured yet
     assert all(port_is_free(p) for p in ports.values())
+
+
+def test_the_host_is_cleared_of_specmon_runs_but_a_foreign_listener_is_reported_and_aborts(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    demo = builtin_config().experiment("demo")
+    base, eagle = demo.profiles
+    ports: list[int] = []
+
+    def remember() -> int:
+        ports.append(free_port_factory())
+        return ports[-1]
+
+    config = write_config(tmp_path / "profiles.toml", remember,
+                          demo_experiment((1,), repeats=1, duration_s=1.0, on_busy="abort"))
+    # The EAGLE-3 profile is already running (started by specmon), and something else holds the baseline's port.
+    launched = run_specmon(tmp_path, "--config", str(config), "launch", eagle, "--wait", timeout=120)
+    assert launched.returncode == 0, launched.stderr
+    with socket.socket() as foreign:
+        foreign.bind(("127.0.0.1", ports[0]))
+        foreign.listen()
+        done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
+                           "--results-dir", str(tmp_path / "results"))
+    assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "aborted"
+    steps = [(s["profile"], s["step"], s["detail"]) for s in result["steps"]]
+    stops = [d for p, s, d in steps if (p, s) == (base, "stop")]
+    assert len(stops) == 1 and f"({eagle})" in stops[0]      # specmon's own run was stopped...
+    assert port_is_free(ports[1])
+    busy = [d for p, s, d in steps if (p, s) == (base, "busy")]
+    assert busy == [f"port {ports[0]} on local is held by a process specmon did not start"]   # ...the other not
+    assert not any(s == "launch" for _, s, _ in steps)
+    assert steps[-1][1] == "abort" and 'on_busy = "abort"' in steps[-1][2]
