@@ -239,6 +239,10 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
             time.sleep(0.1)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert directory is not None and before.get(eagle), before
+        # While it runs, a second specmon cannot run the same experiment.
+        twice = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume",
+                            "--results-dir", str(results), timeout=60)
+        assert twice.returncode == 2 and f"being run by another specmon (pid {proc.pid})" in twice.stderr
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
@@ -246,6 +250,7 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
             proc.kill()
             proc.wait(10)
     before = level_lines(directory)   # what was on disk at the kill
+    assert 1 <= len(before[eagle])
     assert sorted(before[base]) == sorted((p, c) for p in (1, 2) for c in levels)
     assert 1 <= len(before[eagle]) < 2 * len(levels)
 

@@ -29,9 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import fcntl
 import logging
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -122,8 +124,29 @@ async def run_experiment(manager: RunManager, config: Config, name: str, *, resu
             config.profile(profile)   # a profile removed from the file since: say so before anything runs
     else:
         state = new_state(config, config.experiment(name), results_dir)
-    runner = ExperimentRunner(manager, config, state, on_update)
-    return await runner.run(resumed=resume)
+    state.directory.mkdir(parents=True, exist_ok=True)
+    with _exclusive(state.directory):
+        runner = ExperimentRunner(manager, config, state, on_update)
+        return await runner.run(resumed=resume)
+
+
+@contextlib.contextmanager
+def _exclusive(directory: Path) -> Iterator[None]:
+    """Hold the experiment's lock: two specmon processes must never run one experiment (the kernel drops the lock
+    when its holder dies, even by kill -9)."""
+    path = directory / ".lock"
+    with open(path, "a+", encoding="utf-8") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "?"
+            raise UserError(f"{directory}: this experiment is being run by another specmon (pid {holder})") from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        yield
 
 
 class ExperimentRunner:
