@@ -232,6 +232,12 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
         while time.monotonic() < deadline and proc.poll() is None:
             found = list(results.glob("experiments/demo-*/experiment.json"))
             if found:
+                if directory is None:
+                    # While it runs, a second specmon cannot run the same experiment.
+                    twice = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume",
+                                        "--results-dir", str(results), timeout=60)
+                    assert twice.returncode == 2, twice.stderr
+                    assert f"being run by another specmon (pid {proc.pid})" in twice.stderr
                 directory = found[0].parent
                 before = level_lines(directory)
                 if before.get(eagle):
@@ -239,10 +245,6 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
             time.sleep(0.1)
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
         assert directory is not None and before.get(eagle), before
-        # While it runs, a second specmon cannot run the same experiment.
-        twice = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume",
-                            "--results-dir", str(results), timeout=60)
-        assert twice.returncode == 2 and f"being run by another specmon (pid {proc.pid})" in twice.stderr
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
     finally:
