@@ -142,7 +142,16 @@ def test_client_bound_level_is_a_warning() -> None:
     r = runs([BASE], [EAGLE])
     bound = dataclasses.replace(r[1].results[0][1], levels=(level(1, 150.0), level(2, 230.0, bound=True)))
     summary = summarize([r[0], ProfileRuns("eagle", [(1, bound)])])
-    assert any(w.startswith("eagle C=2: client-bound in 1 of 1 repeats") for w in summary.warnings)
+    assert "eagle: client-bound at C=2 (the load generator was the bottleneck)" in summary.warnings
+
+
+def test_kv_tokens_more_than_ten_percent_apart_is_a_confound_and_equal_is_not() -> None:
+    apart = summarize(runs([BASE] * 3, [EAGLE] * 3, kv_eagle=350_000), repeats=3)   # 400k vs 350k: 14 %
+    assert [w for w in apart.warnings if "KV" in w] == ["KV tokens 400k ≠ 350k"]
+    equal = summarize(runs([BASE] * 3, [EAGLE] * 3, kv_eagle=400_000), repeats=3)
+    assert equal.warnings == ()
+    close = summarize(runs([BASE] * 3, [EAGLE] * 3, kv_eagle=380_000), repeats=3)   # 5 %: not a confound
+    assert not any("KV" in w for w in close.warnings)
 
 
 def test_versions_and_env_differences_are_warnings() -> None:

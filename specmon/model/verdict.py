@@ -18,13 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from specmon.model import compare
 from specmon.model.acceptance import DISAGREE_FRACTION, LevelAcceptance
-from specmon.model.compare import find_crossover
+from specmon.model.compare import ComparedRun, find_crossover
 from specmon.model.results import LevelResult, SweepMeta, SweepResult
 
 MIN_REPEATS = 3
-# Workload keys that may differ between passes of one experiment without changing what is measured.
-_PASS_KEYS = ("levels", "warmup_requests")
 
 
 @dataclass(frozen=True)
@@ -234,15 +233,19 @@ def verdict_sentence(base: ProfileSummary | None, challenger: ProfileSummary | N
 
 
 def confound_warnings(profiles: Sequence[ProfileSummary], repeats: int | None = None) -> list[str]:
-    """What makes the comparison unfair or the numbers shaky (see the module docstring of specmon.model.compare
-    for the memory rule)."""
-    out: list[str] = []
+    """What makes the comparison unfair or the numbers shaky: the comparison rule of specmon.model.compare (memory,
+    KV tokens more than 10 % apart, workload, client-bound levels), then what only an experiment knows (server
+    versions, environment, acceptance sources that disagree, too few repeats)."""
+    out = compare.confound_warnings([ComparedRun(
+        label=p.profile,
+        mem_fraction_static=_number(p.meta.server.get("mem_fraction")) if p.meta else None,
+        kv_cache_tokens=_integer(p.meta.server.get("kv_cache_tokens")) if p.meta else None,
+        workload=p.meta.workload if p.meta else None,
+        client_bound=tuple(lv.concurrency for lv in p.levels if lv.client_bound),
+    ) for p in profiles if p.levels])
     out += _setup_differences(profiles)
     for p in profiles:
         for lv in p.levels:
-            if lv.client_bound:
-                out.append(f"{p.profile} C={lv.concurrency}: client-bound in {lv.client_bound} of {lv.n} repeats "
-                           "(the load generator was the bottleneck; those timings measure the client)")
             if lv.disagreeing and lv.acceptance is not None:
                 srcs = ", ".join(f"{k} {v:.2f}" for k, v in lv.acceptance.sources.items())
                 out.append(f"{p.profile} C={lv.concurrency}: acceptance sources disagree by more than "
@@ -262,17 +265,20 @@ def _setup_differences(profiles: Sequence[ProfileSummary]) -> list[str]:
         values = {name: m.server.get(key) for name, m in metas if m.server.get(key) is not None}
         if len(set(map(str, values.values()))) > 1:
             out.append(f"{label} differ: " + ", ".join(f"{k} {v}" for k, v in values.items()))
-    workloads = {name: {k: v for k, v in m.workload.items() if k not in _PASS_KEYS} for name, m in metas}
-    if len({repr(sorted(w.items())) for w in workloads.values()}) > 1:
-        keys = sorted({k for w in workloads.values() for k in w
-                       if len({repr(x.get(k)) for x in workloads.values()}) > 1})
-        out.append("workloads differ (" + ", ".join(keys) + "): the profiles did not get the same load")
     envs = {p.profile: dict(p.setup.get("env") or {}) for p in profiles if p.setup}
     if len(envs) > 1:
         names = sorted({k for e in envs.values() for k in e if len({e2.get(k) for e2 in envs.values()}) > 1})
         if names:
             out.append("environment differs: " + ", ".join(names))
     return out
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _integer(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

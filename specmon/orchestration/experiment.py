@@ -59,7 +59,14 @@ from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.ready import wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.orchestration.sweep import (
+    SweepNotice,
+    SweepSpec,
+    SweepUpdate,
+    WorkloadOverrides,
+    run_sweep,
+    workload_from,
+)
 from specmon.sources.health import ServerProbe
 
 log = logging.getLogger(__name__)
@@ -333,10 +340,8 @@ class ExperimentRunner:
 
     # ---- sweeping ----------------------------------------------------------------------------------------
     def _workload(self, levels: tuple[int, ...], warm: bool) -> Workload:
-        d = self.spec.sweep
-        return Workload(levels=levels, requests_per_level=d.requests_per_level, duration_s=d.duration_s,
-                        warmup_requests=d.warmup_requests if warm else 0, input_len=d.input_len,
-                        output_len=d.output_len, api=d.api)
+        """The experiment's workload for one pass: its levels left, the warm-up only on a fresh server."""
+        return workload_from(self.spec.sweep, WorkloadOverrides(levels=levels, warmup_requests=None if warm else 0))
 
     async def _sweep_pass(self, profile: Profile, view: RunView, pass_no: int, levels: tuple[int, ...],
                           warm: bool) -> None:
