@@ -32,10 +32,11 @@ SPECMON = shutil.which("specmon") or "specmon"
 
 def sim_config(profile: Profile) -> SimConfig:
     """The sim options a profile's command line selects (parsed by the sim's own parser)."""
-    assert profile.command[:2] == ("specmon", "sim")
+    argv = list(profile.command)
+    assert "sim" in argv, argv   # `specmon sim ...` or `python -m specmon sim ...`
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    return config_from_args(parser.parse_args(list(profile.command[2:])))
+    return config_from_args(parser.parse_args(argv[argv.index("sim") + 1:]))
 
 
 def toml_profile(profile: Profile, port: int, extra: tuple[str, ...] = ()) -> str:
