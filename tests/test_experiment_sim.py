@@ -42,9 +42,9 @@ def sim_config(profile: Profile) -> SimConfig:
 def toml_profile(profile: Profile, port: int, extra: tuple[str, ...] = ()) -> str:
     argv = list(profile.command)
     argv[argv.index("--port") + 1] = str(port)
-    # The demo's loads ten times faster; a decode-batch line every 4 steps instead of 40, so that even a 1.5 s level
-    # at C=32 (about 0.2 s a step) writes some.
-    argv += ["--time-scale", "0.1", "--decode-log-interval", "4", *extra]
+    # The demo's loads ten times faster; a decode-batch line every 10 steps instead of 40, so that even a short level
+    # at C=32 (up to 0.2 s a step) writes some.
+    argv += ["--time-scale", "0.1", "--decode-log-interval", "10", *extra]
     return f"[profiles.{profile.name}]\nport = {port}\ncommand = {json.dumps(argv)}\nstall_timeout_s = 30\n"
 
 

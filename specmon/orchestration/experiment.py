@@ -70,7 +70,7 @@ from specmon.orchestration.sweep import (
 from specmon.sources.health import ServerProbe
 
 log = logging.getLogger(__name__)
-METRICS_EVERY_S = 0.5     # /metrics scrape period during a sweep
+METRICS_EVERY_S = 0.25    # /metrics scrape period during a sweep (SGLang refreshes its gauges at each decode log)
 BUSY_POLL_S = 2.0
 
 
