@@ -175,8 +175,10 @@ def test_resume_plan_comes_from_the_level_lines_on_disk(tmp_path: Path) -> None:
     points = {c: 100.0 for c in spec.sweep.levels}
     write_sweep(tmp_path / "demo-baseline.pass1.jsonl", sweep("demo-baseline", points), len(points))
     write_sweep(tmp_path / "demo-baseline.pass2.jsonl", sweep("demo-baseline", points), 2)   # killed in level 3
+    (tmp_path / "demo-baseline.pass3.jsonl").write_text('{"type": "meta", "sch')   # killed inside its first line
     state = state.with_profile("demo-baseline", files=(PassFile(1, "demo-baseline.pass1.jsonl"),
-                                                       PassFile(2, "demo-baseline.pass2.jsonl")))
+                                                       PassFile(2, "demo-baseline.pass2.jsonl"),
+                                                       PassFile(3, "demo-baseline.pass3.jsonl")))
     save_state(state)
     state = load_state(tmp_path)
     levels = spec.sweep.levels
@@ -184,5 +186,6 @@ def test_resume_plan_comes_from_the_level_lines_on_disk(tmp_path: Path) -> None:
     plan = remaining(state, "demo-baseline")
     assert plan[0] == (2, levels[2:])
     assert [p for p, _ in plan] == list(range(2, spec.repeats + 1))
+    assert (3, levels) in plan   # the torn file holds nothing finished
     assert next_file_name(state, "demo-baseline", 2) == "demo-baseline.pass2.r2.jsonl"
     assert remaining(state, "demo-eagle3") == [(p, levels) for p in range(1, spec.repeats + 1)]

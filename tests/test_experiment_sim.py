@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import signal
@@ -22,7 +23,7 @@ from typing import Any
 import pytest
 
 from specmon.model.config import Profile, builtin_config
-from specmon.model.results import read_results
+from specmon.model.results import parse_results, read_results
 from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
 
@@ -158,9 +159,12 @@ def test_acceptance_matches_the_configured_value_from_all_three_sources(demo_run
                 assert a["log_accept_len"] is None and a["metrics_accept_len"] is None
                 assert a["client_tokens_per_chunk"] == pytest.approx(1.0)
                 continue
-            # The last step of each request is cut at max_tokens, so the mean is a little below the configured value.
+            # The last step of each request is cut at max_tokens: with 64-token outputs at 3 tokens a step, 22 steps
+            # carry 64 tokens (2.91 a step). Each source may stray 6 % from the span that makes.
+            output_len = builtin_config().sweep.output_len
+            low = output_len / math.ceil(output_len / cfg.accept_len)
             for source in ("log_accept_len", "metrics_accept_len", "client_tokens_per_chunk"):
-                assert a[source] == pytest.approx(cfg.accept_len, rel=0.06), (lv["concurrency"], source, a)
+                assert 0.94 * low <= a[source] <= 1.06 * cfg.accept_len, (lv["concurrency"], source, a)
             assert lv["accept_disagree"] == 0
 
 
@@ -216,8 +220,12 @@ def level_lines(directory: Path) -> dict[str, list[tuple[int, int]]]:
     for profile, ps in state["profiles"].items():
         for f in ps["files"]:
             path = directory / f["path"]
-            if path.exists():
-                out.setdefault(profile, []).extend((f["pass"], lv.concurrency) for lv in read_results(path).levels)
+            # Whole lines only: the file may have just been created, or be mid-append.
+            text = path.read_text() if path.exists() else ""
+            whole = text[: text.rfind("\n") + 1]
+            if whole.strip():
+                result = parse_results(whole.splitlines(), str(path))
+                out.setdefault(profile, []).extend((f["pass"], lv.concurrency) for lv in result.levels)
     return out
 
 

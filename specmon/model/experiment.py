@@ -26,7 +26,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import SweepResult, append_line, read_results, redact, utc_now_iso
+from specmon.model.results import SweepResult, append_line, parse_results, redact, utc_now_iso
 from specmon.model.verdict import ProfileRuns
 
 SCHEMA_VERSION = 1
@@ -220,13 +220,24 @@ def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepR
     discarded = set(ps.discarded)
     out = []
     for f in ps.files:
-        file = state.directory / f.path
-        if file.exists():
-            result = read_results(file)
+        result = _complete_lines(state.directory / f.path)
+        if result is not None:
             kept = tuple(lv for lv in result.levels
                          if lv.requests_ok > 0 and (f.path, lv.concurrency) not in discarded)
             out.append((f.pass_no, replace(result, levels=kept)))
     return out
+
+
+def _complete_lines(file: Path) -> SweepResult | None:
+    """A result file's whole lines (a kill can leave it empty, or end it inside a line); None before its meta line."""
+    try:
+        text = file.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{file}: cannot read ({exc})") from None
+    whole = text[: text.rfind("\n") + 1]
+    return parse_results(whole.splitlines(), str(file)) if whole.strip() else None
 
 
 def done_levels(state: ExperimentState, profile: str) -> set[tuple[int, int]]:
