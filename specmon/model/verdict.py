@@ -21,6 +21,7 @@ from typing import Any
 from specmon.model import compare
 from specmon.model.acceptance import DISAGREE_FRACTION, LevelAcceptance
 from specmon.model.compare import ComparedRun, find_crossover
+from specmon.model.env import EnvReport
 from specmon.model.results import LevelResult, SweepMeta, SweepResult
 
 MIN_REPEATS = 3
@@ -234,14 +235,17 @@ def verdict_sentence(base: ProfileSummary | None, challenger: ProfileSummary | N
 
 def confound_warnings(profiles: Sequence[ProfileSummary], repeats: int | None = None) -> list[str]:
     """What makes the comparison unfair or the numbers shaky: the comparison rule of specmon.model.compare (memory,
-    KV tokens more than 10 % apart, workload, client-bound levels), then what only an experiment knows (server
-    versions, environment, acceptance sources that disagree, too few repeats)."""
+    KV tokens more than 10 % apart, workload, client-bound levels, the profiles' environment), then what only an
+    experiment knows (server versions, acceptance sources that disagree, too few repeats)."""
     out = compare.confound_warnings([ComparedRun(
         label=p.profile,
         mem_fraction_static=_number(p.meta.server.get("mem_fraction")) if p.meta else None,
         kv_cache_tokens=_integer(p.meta.server.get("kv_cache_tokens")) if p.meta else None,
         workload=p.meta.workload if p.meta else None,
         client_bound=tuple(lv.concurrency for lv in p.levels if lv.client_bound),
+        setup=EnvReport(subject=f"profile {p.profile}", host=str(p.setup.get("host", "local")),
+                        launch_env={str(k): str(v) for k, v in dict(p.setup.get("env") or {}).items()})
+        if p.setup else None,
     ) for p in profiles if p.levels])
     out += _setup_differences(profiles)
     for p in profiles:
@@ -265,11 +269,6 @@ def _setup_differences(profiles: Sequence[ProfileSummary]) -> list[str]:
         values = {name: m.server.get(key) for name, m in metas if m.server.get(key) is not None}
         if len(set(map(str, values.values()))) > 1:
             out.append(f"{label} differ: " + ", ".join(f"{k} {v}" for k, v in values.items()))
-    envs = {p.profile: dict(p.setup.get("env") or {}) for p in profiles if p.setup}
-    if len(envs) > 1:
-        names = sorted({k for e in envs.values() for k in e if len({e2.get(k) for e2 in envs.values()}) > 1})
-        if names:
-            out.append("environment differs: " + ", ".join(names))
     return out
 
 
