@@ -304,7 +304,8 @@ class EngineBridge:
             runs = [ProfileRuns(profile, [(p, SweepResult(None, SweepMeta(url="", model=None, workload={}), tuple(lv)))
                                           for p, lv in by_pass.items()]) for profile, by_pass in passes.items()]
             summary = summarize(runs)
-            cross = summary.crossover.concurrency if summary.crossover else None
+            x = summary.crossover
+            cross = None if x is None else CrossoverMark(x.concurrency, x.ahead_below, x.ahead_above)
             for p in summary.profiles:
                 app.set_series(p.profile, [{"concurrency": lv.concurrency, "output_throughput": lv.mean,
                                             "tokens_per_chunk": lv.acceptance.client_tokens_per_chunk
