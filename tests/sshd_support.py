@@ -73,7 +73,7 @@ class Sshd:
 
     @property
     def home(self) -> Path:
-        """$HOME of every remote session (runs are under home/.specmon/runs)."""
+        """$HOME of every remote session (runs are under home/.local/state/specmon/runs)."""
         return self.dir / "home"
 
     @property

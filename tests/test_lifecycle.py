@@ -66,8 +66,9 @@ async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Recorder]]]:
     """Makes RunManagers over given profiles; stops every run they launched at the end."""
     made: list[RunManager] = []
 
-    def make(*profiles: Profile, grace_s: float = 3.0) -> tuple[RunManager, Recorder]:
-        manager = RunManager(config_of(*profiles), stop_timings=StopTimings(grace_s=grace_s, port_wait_s=10))
+    def make(*profiles: Profile, grace_s: float = 3.0, state_dir: Path | None = None) -> tuple[RunManager, Recorder]:
+        manager = RunManager(config_of(*profiles), state_dir=state_dir,
+                             stop_timings=StopTimings(grace_s=grace_s, port_wait_s=10))
         made.append(manager)
         return manager, Recorder(manager)
 
@@ -109,7 +110,7 @@ async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free
     # The server runs in its own session (detached from this test process).
     stat = Path(f"/proc/{view.pid}/stat").read_text().rpartition(")")[2].split()
     assert int(stat[3]) == view.pid != os.getsid(0)
-    assert manager.store.past_loads("sim") == (pytest.approx(ready.load_seconds, abs=0.01),)
+    assert manager.store.past_loads("sim", manager.config_key) == (pytest.approx(ready.load_seconds, abs=0.01),)
     for _ in range(100):
         if notes.exists() and notes.read_text():
             break
@@ -281,7 +282,7 @@ async def test_stopping_an_already_stopped_run_does_not_wait_for_the_new_runs_po
 
 
 async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors(free_port_factory, engine,
-                                                                                 isolated_home) -> None:
+                                                                                 isolated_home, monkeypatch) -> None:
     port = free_port_factory()
     listener = socket.socket()
     listener.bind(("127.0.0.1", port))
@@ -293,7 +294,8 @@ async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors
             await manager.launch("sim")
     finally:
         listener.close()
-    assert manager.store.all() == [] and not (isolated_home / ".specmon" / "runs").exists()
+    runs_root = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
+    assert manager.store.all() == [] and not (runs_root.exists() and [p for p in runs_root.iterdir() if p.is_dir()])
 
     missing = Profile(name="nopy", command=("/opt/nowhere/bin/python3", "-m", "specmon.sim"), port=free_port_factory())
     bare = Profile(name="bare", command=("no-such-interpreter-3.99",), port=free_port_factory())
@@ -303,9 +305,12 @@ async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors
     with pytest.raises(UserError, match=r"command not found: no-such-interpreter-3.99"):
         await manager.launch("bare")
 
-    (isolated_home / ".specmon").write_text("not a directory")
-    manager, _ = engine(sim_profile(free_port_factory()))
-    with pytest.raises(UserError, match=r"^local: cannot create run directory .*/\.specmon/runs/"):
+    blocked = isolated_home / "blocked-state"   # where run directories would go is a file
+    blocked.mkdir()
+    (blocked / "specmon").write_text("not a directory")
+    monkeypatch.setenv("XDG_STATE_HOME", str(blocked))
+    manager, _ = engine(sim_profile(free_port_factory()), state_dir=isolated_home / "local-state")
+    with pytest.raises(UserError, match=r"^local: cannot create (run directory )?.*/specmon/runs"):
         await manager.launch("sim")
     assert manager.store.all() == []
 

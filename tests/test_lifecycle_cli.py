@@ -17,7 +17,7 @@ import pytest
 from lifecycle_support import kill_marked, port_listening
 
 STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
-               "shards", "kv_cache_tokens", "exit_code", "failure"}
+               "shards", "kv_cache_tokens", "exit_code", "failure", "config"}
 
 
 def _profile(name: str, port: int, *sim_args: str, stall: float = 30, scale: float = 0.05, shards: int = 4,
@@ -89,7 +89,7 @@ def test_kill_9_during_load_then_status_and_wait_resume_without_losing_or_repeat
     second = cli("wait", "sim", "--timeout", "60")
     assert second.returncode == 0, second.stderr
     assert "sim ready" in second.stderr
-    log = Path(os.environ["HOME"]) / ".specmon" / "runs" / str(run["run_id"]) / "server.log"
+    log = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs" / str(run["run_id"]) / "server.log"
     shown = out_a.read_text().splitlines() + second.stdout.splitlines()
     assert shown == log.read_text().splitlines()   # nothing lost, nothing twice
     assert out_a.read_text() and second.stdout
@@ -154,7 +154,7 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
     assert cli("stop", "sim").returncode == 0
     followed = cli("logs", "sim", "-f", "-n", "1000", timeout=20)   # the run has ended: -f returns
-    log = Path(os.environ["HOME"]) / ".specmon" / "runs" / str(cli.status()[0]["run_id"]) / "server.log"
+    log = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs" / str(cli.status()[0]["run_id"]) / "server.log"
     assert followed.returncode == 0 and followed.stdout == log.read_text()
 
     with socket.socket() as listener:

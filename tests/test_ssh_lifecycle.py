@@ -116,7 +116,7 @@ async def test_remote_launch_ready_sweep_reattach_and_stop(sshd: Sshd, remote, f
     manager, rec = remote(profile)
     view = await manager.launch("sim")
     assert view.host == alias and view.pid
-    assert view.run_dir.startswith(str(sshd.home / ".specmon" / "runs") + "/")   # the HOST's home, over SSH
+    assert view.run_dir.startswith(str(sshd.home / ".local" / "state" / "specmon" / "runs") + "/")   # the HOST's home, over SSH
     reader = Reader(manager, view.run_id)
     _, ready = await rec.until(lambda v: v.state == "ready", timeout=60)
     assert ready.link is not None and ready.link.state == "connected"
@@ -179,11 +179,11 @@ async def test_a_bad_env_name_is_refused_before_anything_runs_on_the_host(sshd: 
     sshd.add_alias("counted", relay.port)
     try:
         manager, _ = remote(remote_profile("counted", free_port_factory(), env=(("FOO;rm", "-rf /"),)))
-        runs_before = sorted((sshd.home / ".specmon" / "runs").glob("*"))
+        runs_before = sorted((sshd.home / ".local" / "state" / "specmon" / "runs").glob("*"))
         with pytest.raises(UserError, match=r"FOO;rm"):
             await manager.launch("sim")
         assert relay.accepted == 0, "specmon connected to the host before refusing the profile"
-        assert sorted((sshd.home / ".specmon" / "runs").glob("*")) == runs_before
+        assert sorted((sshd.home / ".local" / "state" / "specmon" / "runs").glob("*")) == runs_before
     finally:
         await relay.close()
 

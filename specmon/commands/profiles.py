@@ -11,6 +11,7 @@ from typing import Any
 
 from specmon.model.clean import escape_controls
 from specmon.model.config import Config, Profile, load_config
+from specmon.model.results import redact_argv
 
 # Env values whose names look like credentials are never printed.
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
@@ -43,14 +44,14 @@ def redacted_env(profile: Profile) -> dict[str, str]:
 
 
 def config_to_json(config: Config) -> dict[str, Any]:
-    """The resolved configuration as plain JSON data (env credentials redacted)."""
+    """The resolved configuration as plain JSON data (env credentials and secret-looking arguments redacted)."""
     return {
         "source": config.source,
         "found_by": config.found_by,
         "profiles": [
             {
                 "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": p.base_url,
-                "command": list(p.command), "env": redacted_env(p), "workdir": p.workdir,
+                "command": redact_argv(p.command), "env": redacted_env(p), "workdir": p.workdir,
                 "health_path": p.health_path, "python": p.python, "expected_load_s": p.expected_load_s,
                 "notify_cmd": p.notify_cmd, "stall_timeout_s": p.stall_timeout_s,
             }
@@ -73,7 +74,7 @@ def render_table(config: Config) -> str:
         header = f"profiles: {config.source} (found by {config.found_by})"
     titles = ("NAME", "HOST", "SERVER", "PORT", "COMMAND")
     # Escaped: a config string holding ESC or a newline must neither act on the terminal nor break the table.
-    rows = [(p.name, escape_controls(p.host), p.server, str(p.port), escape_controls(shlex.join(p.command)))
+    rows = [(p.name, escape_controls(p.host), p.server, str(p.port), escape_controls(shlex.join(redact_argv(p.command))))
             for p in config.profiles.values()]
     widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(4)]
     width = shutil.get_terminal_size((120, 24)).columns

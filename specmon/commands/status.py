@@ -1,27 +1,48 @@
-"""`specmon status [--json] [--host HOST [--adopt RUN_ID]]`: every known run, checked now (process alive? exit
-code? log progress?). With --host: that host's runs, plus the runs found in its ~/.specmon/runs that this
-specmon does not know (launched from another jump box, or before the local state was lost); --adopt takes one
-of those into the local index so every command and the TUI can follow and stop it."""
+"""`specmon status [--all] [--json] [--profile NAME] [--host HOST [--adopt RUN_ID]]`: runs and their state,
+checked now.
+
+By default: the runs launched from this profiles file that may still run, plus those started in the last
+24 hours. `--all` lists every run specmon remembers, from every profiles file; `specmon forget` removes old
+records. A state record that cannot be read is listed as `unreadable` and the others are still shown.
+With --host: that host's runs, plus the runs found in its run directories that this specmon does not know
+(launched from another jump box, or before the local state was lost); --adopt takes one of those into the
+local index so every command and the TUI can follow and stop it.
+"""
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
 import json
+import sys
+import time
+from typing import Any
 
-from specmon.commands._lifecycle import run_with_manager, status_json
+from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
+from specmon.model.results import redact_text
 from specmon.orchestration.runs import HostRun, RunManager
+from specmon.orchestration.runstore import Unreadable
 from specmon.orchestration.runview import RunView
+
+WINDOW_S = 24 * 3600     # ended runs older than this are listed only with --all
+NOTE_CHARS = 72          # a failure reason longer than this is cut in the table (--json has it whole)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("status", help="list runs and their state", description=__doc__)
+    parser = subparsers.add_parser("status", help="list runs and their state", description=__doc__,
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true",
                         help="a JSON list of {run_id, profile, host, state, pid, port, url, started_at, ready_at, "
-                        "load_seconds, shards, kv_cache_tokens, exit_code, failure} (a multi-node run adds nodes: "
-                        "the same for each node, with its node_rank); with --host an object "
+                        "load_seconds, shards, kv_cache_tokens, exit_code, failure, config}; an unreadable record "
+                        "has state \"unreadable\" and its reason in \"error\"; a multi-node run adds nodes: the same for each "
+                        "node, with its node_rank; with --host an object "
                         "{runs: [...], adoptable: [{run_id, profile, port, launched_at, pid, running, exit_code}]}")
+    parser.add_argument("--all", action="store_true",
+                        help="every remembered run, from every profiles file and of any age")
+    # Also accepted before the command (`specmon --profile NAME status`), where it is a global option.
+    parser.add_argument("--profile", metavar="NAME", default=argparse.SUPPRESS,
+                        help="only the runs of this profile (of this profiles file)")
     parser.add_argument("--host", metavar="HOST",
                         help="only this host's runs, plus runs found on it that are unknown here (adoptable)")
     parser.add_argument("--adopt", metavar="RUN_ID", help="with --host: take this run found on the host into "
@@ -29,29 +50,39 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
-def _row(v: RunView, label: str | None = None) -> tuple[str, ...]:
+def _cut(text: str, limit: int = NOTE_CHARS) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _row(v: RunView, mine: bool, label: str | None = None) -> tuple[str, ...]:
     shards = f"{v.shards[0]}/{v.shards[1]}" if v.shards else "-"
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
+    note = ""
+    if v.failure:
+        note = _cut(redact_text(f"{v.failure.kind}: {v.failure.message}"))
+    if v.stalled:
+        note = _cut(f"STALLED: {v.stall_reason}")
+    elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
+        note = v.phase or ""
+    if not mine:
+        note = (note + " " if note else "") + f"(from {v.config or 'an unknown profiles file'})"
     # A remote run's own loopback URL means nothing on this machine: say where it is instead.
     where = f"{v.host} 127.0.0.1:{v.port} (over SSH)" if v.host != "local" and v.url == \
         f"http://127.0.0.1:{v.port}" else v.url
-    note = f"{v.failure.kind}: {v.failure.message}" if v.failure else (where if v.state == "ready" else "")
-    if v.stalled:
-        note = f"STALLED: {v.stall_reason}"
-    elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
-        note = v.phase or ""
-    return (label or v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, note)
+    url = where if v.active and v.node_rank in (None, 0) else ""
+    return (label or v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, url, note)
 
 
-def _rows(v: RunView) -> list[tuple[str, ...]]:
+def _rows(v: RunView, mine: bool) -> list[tuple[str, ...]]:
     """A run's row, then (for a multi-node run) one indented row per node."""
-    return [_row(v)] + [_row(node, f"  node {node.node_rank} {node.host}") for node in v.nodes]
+    return [_row(v, mine)] + [_row(node, mine, f"  node {node.node_rank} {node.host}") for node in v.nodes]
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1])
+        print(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]).rstrip())
 
 
 def _found_row(r: HostRun) -> tuple[str, ...]:
@@ -59,31 +90,67 @@ def _found_row(r: HostRun) -> tuple[str, ...]:
     return (r.profile, r.run_id, state, str(r.pid or "-"), str(r.port), r.launched_at)
 
 
+def _unreadable_row(u: Unreadable) -> tuple[str, ...]:
+    return ("?", u.run_id, "unreadable", "-", "-", "-", "-", "", _cut(f"{u.reason} ({u.path})", 2 * NOTE_CHARS))
+
+
+def _json_of(v: RunView) -> dict[str, Any]:
+    data = v.to_json()
+    if data["failure"] is not None:
+        data["failure"] = {**data["failure"], "message": redact_text(data["failure"]["message"])}
+    return data
+
+
+def _unreadable_json(u: Unreadable) -> dict[str, Any]:
+    keys = ("profile", "host", "pid", "port", "url", "started_at", "ready_at", "load_seconds", "shards",
+            "kv_cache_tokens", "exit_code", "failure", "config")
+    return {"run_id": u.run_id, "state": "unreadable", **dict.fromkeys(keys), "error": f"{u.reason} ({u.path})"}
+
+
 def run(args: argparse.Namespace) -> int:
     if args.adopt and not args.host:
         raise UserError("--adopt needs --host HOST (the host whose run directory holds the run)")
 
     async def body(manager: RunManager) -> int:
+        profile = getattr(args, "profile", None)
+        if profile is not None:
+            manager.config.profile(profile)   # an unknown name is a UserError naming the file
         if args.adopt:
             view = await manager.adopt(args.host, args.adopt)
             print(f"adopted {view.run_id} (profile {view.profile}) on {args.host}: {view.state}")
-        views = await manager.refresh()
+        # A run found on a host and adopted belongs to no profiles file: --host lists every file's runs there.
+        views = await manager.refresh(all_configs=args.all or bool(args.host))
+        if profile is not None:
+            views = [v for v in views if v.profile == profile and v.config in (None, manager.config_key)]
         found: list[HostRun] = []
         if args.host:
             views = [v for v in views if args.host in (v.host, *(node.host for node in v.nodes))]
             found = await manager.host_runs(args.host)
+        hidden = 0
+        if not args.all:
+            shown = [v for v in views if v.active or time.time() - v.started_at <= WINDOW_S]
+            hidden = len(views) - len(shown)
+            views = shown
+        broken = manager.unreadable() if profile is None and not args.host else []
+        for warning in manager.state_warnings:
+            print(f"specmon: warning: {warning}", file=sys.stderr)
         if args.json:
+            runs = [_json_of(v) for v in views] + [_unreadable_json(u) for u in broken]
             if args.host:
-                print(json.dumps({"runs": [v.to_json() for v in views],
-                                  "adoptable": [dataclasses.asdict(r) for r in found]}, indent=2))
+                print(json.dumps({"runs": runs, "adoptable": [dataclasses.asdict(r) for r in found]}, indent=2))
             else:
-                print(status_json(views))
+                print(json.dumps(runs, indent=2))
             return 0
-        if views:
-            _table([("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "")]
-                   + [r for v in views for r in _rows(v)])
+        if views or broken:
+            header = ("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "URL", "NOTE")
+            _table([header] + [r for v in views for r in _rows(v, v.config in (None, manager.config_key))]
+                   + [_unreadable_row(u) for u in broken])
         elif not found:
-            print("no runs" + (f" on {args.host}" if args.host else ""))
+            print("no runs" + (f" on {args.host}" if args.host else "")
+                  + (f" (and {hidden} older: `specmon status --all`)" if hidden else ""))
+        if hidden and (views or broken):
+            print(f"({hidden} run(s) ended over {WINDOW_S // 3600} h ago not shown: `specmon status --all` lists them, "
+                  "`specmon forget` removes them)")
         if found:
             print(f"\non {args.host}, not known here (adopt with `specmon status --host {args.host} --adopt RUN`):")
             _table([("PROFILE", "RUN", "STATE", "PID", "PORT", "LAUNCHED")] + [_found_row(r) for r in found])

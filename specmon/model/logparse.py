@@ -31,7 +31,7 @@ from typing import Any
 
 from specmon.model import signals
 from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
-from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected
+from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports
@@ -82,6 +82,7 @@ class LogParser:
         self.lines = lines
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pending = ""  # unfinished piece of the current line (after its last \r)
+        self._settled = ""  # the pending piece `settle` already read
         self._line_no = 1  # number of the line now being read
         self._tail: deque[str] = deque(maxlen=CONTEXT_LINES)  # raw last pieces of recent lines
         self._tail_has_pending = False  # the tail's last entry is a piece of the unfinished line
@@ -124,6 +125,26 @@ class LogParser:
         self._flush_args()
         self._out = []
         return events
+
+    def settle(self) -> list[Any]:
+        """Shard progress from the unfinished line's last piece, for a writer that has paused there.
+
+        tqdm writes `\\r` + its update, so the newest update of a live bar sits after the last `\\r` until the
+        next redraw: on a stalled load it would never be read, and a live reader would say one shard less
+        than a reader of the finished file. The caller decides the writer has paused (no bytes for a while);
+        only ShardProgress is taken (repeating it when the piece completes is harmless), and a piece is
+        settled once.
+        """
+        piece = self._pending
+        if not piece or piece == self._settled:
+            return []
+        self._settled = piece
+        found = []
+        for sub in _GLUE_SPLIT_RE.split(piece):
+            if sub:
+                c = clean(sub)
+                found += [e for e in signals.message_events(c.msg, c.rank, self._line_no) if isinstance(e, ShardProgress)]
+        return found
 
     @property
     def line_no(self) -> int:

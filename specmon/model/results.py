@@ -285,6 +285,43 @@ def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
     return walk(value, None)
 
 
+# A secret-looking command-line flag (`--api-key X`, `--token=X`, `--hf-token X`) and its value.
+_SECRET_FLAG = re.compile(r"^--?(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|token|secret|passw(?:or)?d|credentials?)$", re.I)
+# The same in free text (a log line echoing argv or a Python repr of the server's args).
+_SECRET_IN_TEXT = re.compile(
+    r"(?P<key>--?(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|token|secret|passw(?:or)?d)(?:=|\s+)"
+    r"|\b(?:[A-Za-z0-9]+_)*(?:api_key|token|secret|password)\s*[=:]\s*)"
+    r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s,)]+)", re.I)
+
+
+def redact_argv(argv: Iterable[str]) -> list[str]:
+    """argv with the values of secret-looking flags (and token-looking words) replaced by REDACTED."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next and not arg.startswith("--"):
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        hide_next = False
+        name, eq, _ = arg.partition("=")
+        if _SECRET_FLAG.match(name):
+            if eq:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(_SECRET_VALUE.sub(REDACTED, arg))
+    return out
+
+
+def redact_text(text: str) -> str:
+    """`text` with secret-looking `--flag value`, `key=value` pairs and token-looking words redacted."""
+    text = _SECRET_IN_TEXT.sub(lambda m: m.group("key") + REDACTED, text)
+    return _SECRET_VALUE.sub(REDACTED, text)
+
+
 def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:
     """Append one redacted JSON line and fsync it, so a finished level survives a crash right after.
 

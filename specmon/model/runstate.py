@@ -289,6 +289,11 @@ class LogWatch:
         """
         return self._apply(self.parser.feed(data), now, bool(data), on_step)
 
+    def settle(self, now: float) -> list[Any]:
+        """The writer has paused: take the shard progress waiting after the last `\\r` (see LogParser.settle),
+        so a live reader counts what a reader of the finished file counts."""
+        return self._apply(self.parser.settle(), now, False, None)
+
     def close(self, now: float, on_step: StepCallback | None = None) -> list[Any]:
         """End of input: flush the trailing partial line, update `state`, return the events."""
         return self._apply(self.parser.close(), now, False, on_step)

@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import os
 import shlex
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 from specmon.model.runstate import LogWatch, eta_seconds
 from specmon.orchestration.hostops import HostOps
-from specmon.orchestration.runstore import RunRecord, RunStore
+from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
@@ -35,6 +36,7 @@ from specmon.sources.transport import LinkState, TransportError
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
 READY_PROBE_PATIENCE = 25        # failed test completions after the ready signal before saying so
+NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,7 @@ class RunController:
         notify: Callable[[RunRecord, str, str], None],
         timings: WatchTimings = WatchTimings(),
         stall_timeout_s: float | None = None,
+        on_state_error: Callable[[str], None] = lambda message: None,
     ) -> None:
         self.record = record
         self.ops = ops
@@ -122,12 +125,14 @@ class RunController:
         self.stall_timeout_s = stall_timeout_s if stall_timeout_s is not None else record.stall_timeout_s
         self._on_view = on_view
         self._notify = notify
+        self._on_state_error = on_state_error
+        self.state_error: str | None = None   # why the run's state could not be saved (a full disk), once
         self.watch = LogWatch(record.started_at)
         self.tailer = LogTailer(ops.transport, record.log_path, record.log_offset, record.log_inode)
         self.probe: ServerProbe | None = None   # made in start(): the transport says where the port is reached
         self.url = record.url
         # Measured loads of this profile feed the ETA; the profile's expected_load_s stands in until one exists.
-        self.past_loads = store.past_loads(record.profile) or (
+        self.past_loads = store.past_loads(record.profile, record.config) or (
             (record.expected_load_s,) if record.expected_load_s else ())
         self.stalled = False
         self.stall_reason: str | None = None
@@ -184,8 +189,20 @@ class RunController:
         self.record = record
         self._publish()
 
+    def _state_failed(self, exc: StateWriteError) -> None:
+        """Keep babysitting in memory when the state disk refuses a write; tell readers once."""
+        if self.state_error is None:
+            self.state_error = str(exc)
+            self._emit(LogLine(f"{exc} (the run goes on; its state is kept in memory only)",
+                               self.tailer.offset, kind="note"))
+        self._on_state_error(str(exc))
+
     def _update(self, **changes: Any) -> None:
-        stored = self.store.update(self.record.run_id, **changes)
+        try:
+            stored = self.store.update(self.record.run_id, **changes)
+        except StateWriteError as exc:
+            self._state_failed(exc)
+            stored = None
         self.record = stored if stored is not None else dataclasses.replace(self.record, **changes)
         self._publish()
 
@@ -216,8 +233,11 @@ class RunController:
 
         `node` is for a multi-node run's controller (which node's log); a single run has one log."""
         if end > self.record.log_offset:
-            self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
-                or self.record
+            try:
+                self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
+                    or self.record
+            except StateWriteError as exc:
+                self._state_failed(exc)
 
     def _emit(self, line: LogLine | None) -> None:
         if line is not None:
@@ -343,10 +363,23 @@ class RunController:
             except (TransportError, TimeoutError):
                 continue
             if info is not None and info.alive and info.starttime == self.record.starttime:
+                self._settle()
                 self._check_stall()
                 continue
             await self._finish(exit_code, lost=exit_code is None, stop_requested=stop)
             return
+
+    def _settle(self) -> None:
+        """No bytes for a poll period: read the progress update waiting after the log's last `\\r`."""
+        if time.time() - self.last_bytes_at < self.timings.process_s:
+            return
+        try:
+            events = self.watch.settle(time.time())
+        except Exception as exc:   # a parser bug must not end the babysitting
+            self._emit(LogLine(f"specmon: log parser error: {exc!r}", self.tailer.offset, kind="note"))
+            return
+        if events:
+            self._publish()
 
     def _check_stall(self) -> None:
         if self.record.state not in ("launching", "loading") or self._link_down_since is not None:
@@ -418,24 +451,34 @@ class RunController:
         load_seconds = now - self.record.started_at
         self.stalled = False
         self._update(state="ready", ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
-        self.store.record_load(self.record.profile, load_seconds, now)
+        try:
+            self.store.record_load(self.record.profile, self.record.config, load_seconds, now)
+        except StateWriteError as exc:
+            self._state_failed(exc)
         self._notify(self.record, "ready", f"ready after {load_seconds:.1f} s")
 
 
-def run_notify(command: str, record: RunRecord, state: str, reason: str) -> asyncio.Task[None]:
-    """Start the profile's notify_cmd (locally, where specmon runs) with the run's facts in its env."""
+def run_notify(command: str, record: RunRecord, state: str, reason: str,
+               timeout_s: float = NOTIFY_TIMEOUT_S) -> asyncio.Task[None]:
+    """Start the profile's notify_cmd (locally, where specmon runs) with the run's facts in its env.
+
+    It runs in its own process group; on its timeout (or when specmon cancels it at exit) the whole group is
+    killed, so a `sleep 100; ...` inside it leaves nothing behind.
+    """
     env = dict(os.environ, SPECMON_PROFILE=record.profile, SPECMON_STATE=state, SPECMON_REASON=reason,
                SPECMON_RUN_ID=record.run_id)
 
     async def go() -> None:
         proc = await asyncio.create_subprocess_exec(
             "/bin/sh", "-c", command, env=env, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
         try:
-            await asyncio.wait_for(proc.wait(), 30)
+            await asyncio.wait_for(proc.wait(), timeout_s)
         except (asyncio.TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                await asyncio.shield(proc.wait())
             raise
 
     return asyncio.create_task(go(), name=f"notify {record.run_id} {state}")

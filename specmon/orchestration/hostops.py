@@ -3,12 +3,15 @@
 Everything here reaches the host only with `transport.run()` and `shlex.quote`d arguments, so it works the same
 locally and over SSH. The parsers of /proc text are pure functions.
 
-Run directory layout (`~/.specmon/runs/<run_id>/` on the host):
-    meta.json        run id, profile, argv, port, launched_at
+Run directory layout (`$XDG_STATE_HOME/specmon/runs/<run_id>/` on the host, default
+`~/.local/state/specmon/runs/`; runs made before that lived in `~/.specmon/runs/` and are still read):
+    meta.json        run id, profile, config file, argv, port, launched_at
     launch.sh        the wrapper: exports the env, records `$$` in `pid`, runs the server as a child,
                      records its exit code in `exit_code` (tmp + rename)
     server.log       the server's stdout + stderr
     pid, exit_code, stop_requested
+The directory is 0700 and every file in it 0600 whatever the umask: argv and logs often hold API keys.
+`.launch.lock/` next to the run directories is the host-wide launch lock (see `launch_lock`).
 """
 
 from __future__ import annotations
@@ -26,7 +29,8 @@ from specmon.sources.transport import Transport, TransportError
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_ID = re.compile(r"^[0-9A-Za-z_.-]+$")
-RUNS_SUBDIR = ".specmon/runs"
+LEGACY_RUNS_SUBDIR = ".specmon/runs"   # where run directories lived before the XDG layout
+LOCK_STALE_S = 120.0   # a launch lock older than this was left by a killed launch (a launch holds it ~1-10 s)
 
 
 @dataclass(frozen=True)
@@ -106,10 +110,11 @@ def wrapper_script(run_dir: str, argv: Sequence[str], env: Iterable[tuple[str, s
                    run_id: str) -> str:
     """The launch.sh that runs inside the new session (its `$$` is pid = pgid = sid)."""
     q = shlex.quote
+    # The wrapper's own files are private (umask 077 around their writes only: the server keeps the user's umask).
     lines = [
         "#!/bin/sh",
         f"# specmon run {run_id}",
-        f"echo $$ > {q(run_dir + '/pid')}",
+        f"_u=$(umask); umask 077; echo $$ > {q(run_dir + '/pid')}; umask \"$_u\"",
     ]
     lines += [f"export {name}={q(value)}" for name, value in env]
     lines += [
@@ -124,6 +129,7 @@ def wrapper_script(run_dir: str, argv: Sequence[str], env: Iterable[tuple[str, s
         "trap : TERM INT HUP",
         shlex.join(argv),
         "code=$?",
+        "umask 077",
         f"echo \"$code\" > {q(run_dir + '/exit_code.tmp')} && mv -f {q(run_dir + '/exit_code.tmp')} "
         f"{q(run_dir + '/exit_code')}",
         "",
@@ -137,6 +143,7 @@ class HostOps:
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
         self._home: str | None = None
+        self._state_base = ""
 
     @property
     def host(self) -> str:
@@ -146,14 +153,27 @@ class HostOps:
         r = await self.transport.run(command, timeout=timeout)
         return r.exit_code, r.out, r.err
 
-    async def runs_root(self) -> str:
-        """Absolute `$HOME/.specmon/runs` on the host."""
+    async def _homes(self) -> tuple[str, str]:
+        """($HOME, the state base: $XDG_STATE_HOME when absolute, else $HOME/.local/state) on the host."""
         if self._home is None:
-            code, out, err = await self.sh('printf %s "$HOME"')
-            if code != 0 or not out.startswith("/"):
+            code, out, err = await self.sh('printf "%s\\n%s" "$HOME" "${XDG_STATE_HOME:-}"')
+            home, _, xdg = out.partition("\n")
+            if code != 0 or not home.startswith("/"):
                 raise TransportError(f"{self.host}: cannot resolve $HOME ({err or out!r})")
-            self._home = out.rstrip("/")
-        return f"{self._home}/{RUNS_SUBDIR}"
+            self._home = home.rstrip("/")
+            # The XDG spec says a relative $XDG_STATE_HOME is to be ignored.
+            self._state_base = xdg.rstrip("/") if xdg.startswith("/") else f"{self._home}/.local/state"
+        return self._home, self._state_base
+
+    async def runs_root(self) -> str:
+        """Absolute `$XDG_STATE_HOME/specmon/runs` on the host (default `~/.local/state/specmon/runs`)."""
+        _, base = await self._homes()
+        return f"{base}/specmon/runs"
+
+    async def run_roots(self) -> tuple[str, str]:
+        """The runs root and the legacy `~/.specmon/runs`, both of which may hold run directories."""
+        home, _ = await self._homes()
+        return await self.runs_root(), f"{home}/{LEGACY_RUNS_SUBDIR}"
 
     async def boot_id(self) -> str:
         code, out, _ = await self.sh("cat /proc/sys/kernel/random/boot_id")
@@ -206,21 +226,72 @@ class HostOps:
         return code == 0
 
     async def make_run_dir(self, run_dir: str) -> str | None:
-        """Create the run dir (must not exist yet, so a retried launch never reuses one). None or the reason."""
+        """Create the run dir, 0700, with an empty 0600 server.log (the dir must not exist yet, so a retried
+        launch never reuses one). None, or the host's one-line reason (after removing what was made)."""
         parent = run_dir.rsplit("/", 1)[0]
         q = shlex.quote
         code, _, err = await self.sh(
-            f"mkdir -p -- {q(parent)} && mkdir -- {q(run_dir)} && : > {q(run_dir + '/server.log')}")
+            f"umask 077 && mkdir -p -- {q(parent)} && mkdir -m 700 -- {q(run_dir)} || exit 1; "
+            f": > {q(run_dir + '/server.log')} || {{ rm -rf -- {q(run_dir)}; exit 1; }}")
         return None if code == 0 else (err or f"exit {code}")
 
-    async def start_detached(self, run_dir: str) -> None:
-        """Start launch.sh in its own session, detached from us; returns at once."""
+    async def remove_run_dir(self, run_dir: str) -> None:
+        """Remove a run directory a failed launch made (only one directly under a runs root)."""
+        parent, _, name = run_dir.rpartition("/")
+        if parent not in await self.run_roots() or not RUN_ID.match(name):
+            raise ValueError(f"refusing to remove {run_dir!r}: not a run directory")
+        await self.sh(f"rm -rf -- {shlex.quote(run_dir)}")
+
+    async def start_detached(self, run_dir: str, run_id: str) -> None:
+        """Start launch.sh in its own session, detached from us; returns at once.
+
+        The wrapper itself carries the `SPECMON_RUN_ID` marker in its environment, so `owns` can tell it from
+        an unrelated process that later got the same pid.
+        """
         q = shlex.quote
         code, _, err = await self.sh(
-            f"cd {q(run_dir)} && setsid -f /bin/sh {q(run_dir + '/launch.sh')} "
+            f"cd {q(run_dir)} && SPECMON_RUN_ID={q(run_id)} setsid -f /bin/sh {q(run_dir + '/launch.sh')} "
             f"</dev/null >>{q(run_dir + '/server.log')} 2>&1")
         if code != 0:
             raise TransportError(f"{self.host}: cannot start {run_dir}/launch.sh: {err or f'exit {code}'}")
+
+    async def try_lock(self, token: str) -> str | None:
+        """Take the host-wide launch lock (`<runs root>/.launch.lock`, made with an atomic mkdir): None when
+        taken, else who holds it. A lock older than LOCK_STALE_S was left by a killed launch and is broken."""
+        q = shlex.quote
+        root = await self.runs_root()
+        lock = q(f"{root}/.launch.lock")
+        owner = q(token)
+        code, out, err = await self.sh(
+            f"umask 077 && mkdir -p -- {q(root)} || exit 2; "
+            f"if mkdir -- {lock} 2>/dev/null; then echo {owner} > {lock}/owner; exit 0; fi; "
+            f"now=$(date +%s); made=$(stat -c %Y -- {lock} 2>/dev/null || echo \"$now\"); "
+            f"if [ $((now - made)) -gt {int(LOCK_STALE_S)} ] && mv -- {lock} {lock}.stale.$$ 2>/dev/null; then "
+            f"rm -rf -- {lock}.stale.$$; mkdir -- {lock} 2>/dev/null && echo {owner} > {lock}/owner && exit 0; fi; "
+            f"cat -- {lock}/owner 2>/dev/null; exit 1")
+        if code == 2:
+            raise TransportError(f"{self.host}: cannot create {root}: {err or 'exit 2'}")
+        return None if code == 0 else (out.strip() or "another launch")
+
+    async def unlock(self, token: str) -> None:
+        """Release the launch lock if `token` still holds it."""
+        lock = shlex.quote(f"{await self.runs_root()}/.launch.lock")
+        await self.sh(f"[ \"$(cat -- {lock}/owner 2>/dev/null)\" = {shlex.quote(token)} ] && rm -rf -- {lock}; true")
+
+    async def live_runs_on_port(self, port: int) -> list[str]:
+        """Run directories on the host whose server (pid alive, no exit code yet) was launched for `port`.
+
+        Read from the host's run directories, not from specmon's local state, so a launch from another jump box
+        or a record lost locally still counts.
+        """
+        roots = " ".join(shlex.quote(r) for r in await self.run_roots())
+        needle = shlex.quote(f'"port": {int(port)},')
+        _, out, _ = await self.sh(
+            f"for d in {roots}; do for m in \"$d\"/*/meta.json; do r=${{m%/meta.json}}; "
+            f"[ -f \"$m\" ] && [ ! -e \"$r/exit_code\" ] && grep -qF -- {needle} \"$m\" || continue; "
+            f"p=$(cat -- \"$r/pid\" 2>/dev/null); case $p in ''|*[!0-9]*) continue;; esac; "
+            f"[ -d /proc/$p ] && echo \"$r\"; done; done; true")
+        return [line for line in out.splitlines() if line.startswith("/")]
 
     async def read_file(self, path: str) -> str | None:
         code, out, _ = await self.sh(f"cat -- {shlex.quote(path)} 2>/dev/null")
@@ -241,22 +312,33 @@ class HostOps:
         exit_code = int(exit_text.strip()) if exit_text.strip().lstrip("-").isdigit() else None
         return parse_stat(stat.strip()), exit_code, stop.strip() == "stop"
 
-    async def members(self, sid: int, run_id: str) -> list[ProcInfo]:
-        """Live processes of the run: those in its session plus those carrying its SPECMON_RUN_ID marker."""
+    async def _scan(self, run_id: str) -> tuple[list[ProcInfo], set[int]]:
+        """Every live process's stat, and the pids whose environment carries the run's marker."""
         if not RUN_ID.match(run_id):
             raise ValueError(f"bad run id {run_id!r}")
         marker = shlex.quote(f"SPECMON_RUN_ID={run_id}")
-        code, out, _ = await self.sh(
+        _, out, _ = await self.sh(
             "cat /proc/[0-9]*/stat 2>/dev/null; echo '<<>>'; "
             f"grep -lzx -- {marker} /proc/[0-9]*/environ 2>/dev/null; true")
         stats, _, marked = out.partition("<<>>")
         marked_pids = {int(p.split("/")[2]) for p in marked.split() if p.count("/") >= 3 and p.split("/")[2].isdigit()}
-        found = []
-        for line in stats.splitlines():
-            info = parse_stat(line)
-            if info and info.alive and info.pid > 1 and (info.sid == sid or info.pid in marked_pids):
-                found.append(info)
-        return found
+        infos = [info for line in stats.splitlines() if (info := parse_stat(line)) and info.alive and info.pid > 1]
+        return infos, marked_pids
+
+    async def members(self, sid: int, run_id: str) -> list[ProcInfo]:
+        """Live processes of the run: those in its session plus those carrying its SPECMON_RUN_ID marker."""
+        infos, marked = await self._scan(run_id)
+        return [info for info in infos if info.sid == sid or info.pid in marked]
+
+    async def owns(self, pid: int, run_id: str) -> bool:
+        """Whether `pid` is the run's wrapper: it, or (wrappers started before the marker moved into their own
+        environment) a process of its session, carries `SPECMON_RUN_ID=<run_id>`."""
+        marker = shlex.quote(f"SPECMON_RUN_ID={run_id}")
+        code, _, _ = await self.sh(f"grep -qzx -- {marker} /proc/{int(pid)}/environ 2>/dev/null")
+        if code == 0:
+            return True
+        infos, marked = await self._scan(run_id)
+        return any(info.sid == pid and info.pid in marked for info in infos)
 
     async def signal(self, sig: str, pgid: int | None, pids: Iterable[int]) -> None:
         """Send `sig` to the process group (if any) and to each pid. Pids <= 1 are never signalled."""
@@ -285,4 +367,4 @@ class HostOps:
         return held
 
     async def write_json(self, path: str, data: object) -> None:
-        await self.transport.write_file(path, (json.dumps(data, indent=2) + "\n").encode())
+        await self.transport.write_file(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)

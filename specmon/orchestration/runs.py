@@ -10,9 +10,11 @@ Engine API (used by the CLI commands and the TUI):
     report = await manager.stop("profile" | "run_id", force=False)   -> StopReport
     view = await manager.restart("profile", on_stop=None)   -> RunView   (stop + preflight + launch;
                                                                            on_stop(StopReport) per stop)
-    manager.runs()                                          -> list[RunView]  every known run, newest last
-    await manager.refresh()                                 -> list[RunView]  one-shot check of every run
+    manager.runs(all_configs=False)                         -> list[RunView]  known runs, newest last
+    await manager.refresh(all_configs=False)                -> list[RunView]  one-shot check of the runs
                                                                (process alive? exit code? log state?)
+    manager.unreadable()                                    -> list[Unreadable]  corrupt state records
+    manager.state_warnings                                  state writes that failed (full disk), one line each
     view = await manager.attach(run_id, stall_timeout_s=None)   start watching a run (reattach)
     manager.view(run_id)                                    -> RunView   current view (live if watched)
     unsubscribe = manager.subscribe(callback)               callback(RunView) on every change of any run
@@ -23,6 +25,10 @@ Engine API (used by the CLI commands and the TUI):
                                                             shown lines is saved, so a later process resumes
                                                             after them; commit=False also replays history
     manager.find(profile_or_run_id)                         -> RunRecord (latest run of a profile)
+
+Runs belong to the profiles file (and profile) that launched them: a profile name finds only runs launched from
+this manager's config file (`manager.config_key`), and queries list only those unless `all_configs`. A run id
+always works. Port conflicts are checked host-wide whatever file launched the run.
     await manager.close()                                   cancels every task; never stops a server
 
 RunView.state: launching | loading | ready | stopping | stopped | exited | failed | lost, plus the `stalled`
@@ -43,7 +49,9 @@ import dataclasses
 import functools
 import json
 import logging
+import os
 import shlex
+import socket
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
@@ -52,7 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import PortBusy, UserError
-from specmon.model.config import Config, Profile, SshSettings
+from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
 from specmon.model.runstate import LogWatch
 from specmon.orchestration import multinode
 from specmon.orchestration.controller import (
@@ -66,7 +74,7 @@ from specmon.orchestration.controller import (
     run_notify,
 )
 from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, free_ports_near, wrapper_script
-from specmon.orchestration.runstore import RunRecord, RunStore, iso_utc, new_run_id
+from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError, Unreadable, iso_utc, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
@@ -79,6 +87,12 @@ log = logging.getLogger(__name__)
 TransportFactory = Callable[[str], Transport]
 PID_WAIT_S = 10.0
 COMMIT_EVERY_S = 1.0
+LOCK_WAIT_S = 60.0        # a racing launch waits this long for the host's launch lock (a launch holds it ~1-10 s)
+
+
+def config_key(config: Config) -> str:
+    """What ties a run to the profiles file that launched it: the file's real path (or the built-in name)."""
+    return config.source if config.source == BUILTIN_SOURCE else os.path.realpath(config.source)
 
 
 def default_transport(host: str, ssh: SshSettings) -> Transport:
@@ -137,6 +151,8 @@ class RunManager:
         self._side_tasks: set[asyncio.Task[None]] = set()
         self.stop_timings = stop_timings
         self.watch_timings = watch_timings
+        self.config_key = config_key(config)
+        self.state_warnings: list[str] = []
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def ops(self, host: str) -> HostOps:
@@ -146,7 +162,21 @@ class RunManager:
 
     def _own(self, task: asyncio.Task[None]) -> None:
         self._side_tasks.add(task)
-        task.add_done_callback(self._side_tasks.discard)
+        task.add_done_callback(self._side_task_done)
+
+    def _side_task_done(self, task: asyncio.Task[None]) -> None:
+        self._side_tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:   # retrieved here, logged, never re-raised
+            log.warning("%s failed: %r", task.get_name(), task.exception())
+
+    def _save(self, record: RunRecord, **changes: Any) -> RunRecord:
+        """Store `changes`; when the state disk refuses (full), keep going with them in memory and say so once."""
+        try:
+            return self.store.update(record.run_id, **changes) or dataclasses.replace(record, **changes)
+        except StateWriteError as exc:
+            if str(exc) not in self.state_warnings:
+                self.state_warnings.append(str(exc))
+            return dataclasses.replace(record, **changes)
 
     def _on_view(self, view: RunView) -> None:
         for callback in list(self._subscribers):
@@ -155,18 +185,34 @@ class RunManager:
             except Exception:   # a front end's bug must not stop the babysitting
                 log.exception("run view subscriber failed")
 
+    def _state_error(self, message: str) -> None:
+        if message not in self.state_warnings:
+            self.state_warnings.append(message)
+
     def _notify(self, record: RunRecord, state: str, reason: str) -> None:
         if record.notify_cmd:
             self._own(run_notify(record.notify_cmd, record, state, reason))
 
+    def mine(self, record: RunRecord) -> bool:
+        """Whether this manager's profiles file launched the run."""
+        return record.belongs_to(self.config_key)
+
     def find(self, target: str) -> RunRecord:
-        """A run by id, or the latest run of a profile (preferring one that may still run)."""
+        """A run by id, or the latest run of a profile launched from this profiles file (preferring one that
+        may still run)."""
         record = self.store.load(target) if RUN_ID.match(target) else None
         if record is not None:
             return record
-        runs = [r for r in self.store.all() if r.profile == target and r.group is None]
+        broken = [u for u in self.store.unreadable() if u.run_id == target]
+        if broken:
+            raise UserError(f"run {target}: its state record {broken[0].path} is unreadable: {broken[0].reason}")
+        runs = [r for r in self.store.all() if r.profile == target and r.group is None and self.mine(r)]
         if not runs:
-            raise UserError(f"no run of profile or run id {target!r} is known (see `specmon status`)")
+            elsewhere = sorted({r.config or "?" for r in self.store.all() if r.profile == target})
+            hint = f"; runs of a profile {target!r} from {', '.join(elsewhere)} are addressed by run id" \
+                if elsewhere else ""
+            raise UserError(f"no run of profile or run id {target!r} from {self.config.source} is known "
+                            f"(see `specmon status`){hint}")
         active = [r for r in runs if not r.terminal]
         return (active or runs)[-1]
 
@@ -174,6 +220,10 @@ class RunManager:
         """A multi-node run's node records in rank order ([] for a single-node run or a lost node record)."""
         nodes = [self.store.load(node) for node in record.nodes]
         return [node for node in nodes if node is not None] if all(nodes) else []
+
+    def unreadable(self) -> list[Unreadable]:
+        """Run records that cannot be read (shown as such by `status`, never hiding the others)."""
+        return self.store.unreadable()
 
     def _static_view(self, record: RunRecord) -> RunView:
         nodes = self.node_records(record)
@@ -187,15 +237,18 @@ class RunManager:
             kv_cache_tokens=record.kv_cache_tokens,
             exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir,
-            node_rank=record.node_rank)
+            node_rank=record.node_rank, config=record.config)
 
     # ---- queries -----------------------------------------------------------------------------------------
-    def runs(self) -> list[RunView]:
-        """Every known run (from the state files; watched runs with their live view)."""
+    def runs(self, all_configs: bool = False) -> list[RunView]:
+        """The runs launched from this profiles file (`all_configs`: every known run), from the state files;
+        watched runs with their live view."""
         views = []
         for record in self.store.all():
             if record.group is not None:
                 continue   # a node: its view is part of its multi-node run's
+            if not (all_configs or self.mine(record)):
+                continue
             controller = self._controllers.get(record.run_id)
             views.append(controller.view() if controller else self._static_view(record))
         return views
@@ -316,7 +369,8 @@ class RunManager:
         if not record.terminal:
             record = await self._reconcile(record)
         controller = RunController(record, self.ops(record.host), self.store, on_view=on_view,
-                                   notify=self._notify, timings=self.watch_timings)
+                                   notify=self._notify, timings=self.watch_timings,
+                                   on_state_error=self._state_error)
         self._controllers[record.run_id] = controller
         await controller.start()
         return controller
@@ -332,7 +386,7 @@ class RunManager:
         """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
         ops = self.ops(record.host)
         if record.pid is None:
-            return record
+            return await self._adopt_pid(record)
         info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
         boot_ok = not record.boot_id or record.boot_id == await ops.boot_id()
         if boot_ok and info is not None and info.alive and info.starttime == record.starttime:
@@ -348,10 +402,29 @@ class RunManager:
             if not boot_ok:
                 failure = FailureInfo("lost", f"host {record.host} rebooted since the launch")
                 state = "lost"
-        return self.store.update(
-            record.run_id, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
+        return self._save(
+            record, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
             **(progress_of(rs) if rs is not None else {}),
-            failure=None if failure is None else dataclasses.asdict(failure)) or record
+            failure=None if failure is None else dataclasses.asdict(failure))
+
+    async def _adopt_pid(self, record: RunRecord) -> RunRecord:
+        """A `launching` record without a pid (the launching specmon was killed after the start): take the pid
+        from the run directory, or give the run up once the wrapper clearly never started."""
+        ops = self.ops(record.host)
+        text = await ops.read_file(f"{record.run_dir}/pid")
+        if not (text and text.strip().isdigit()):
+            if time.time() - record.started_at < 3 * PID_WAIT_S:
+                return record   # may still be starting: a launch holds its host's lock meanwhile
+            return self._save(record, state="failed", failure={
+                "kind": "exited", "message": "the launch was interrupted before the server started",
+                "last_lines": []})
+        pid = int(text.strip())
+        info = await ops.proc(pid)
+        if info is not None and info.alive and await ops.owns(pid, record.run_id):
+            return self._save(record, pid=pid, starttime=info.starttime, boot_id=await ops.boot_id(),
+                              state="loading")
+        # The wrapper has ended already: judge the run from what its directory says (start time unknown).
+        return await self._reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
 
     async def _replay(self, record: RunRecord) -> tuple[Any, float | None]:
         """The parser's state for the whole log (its last REPLAY_LIMIT bytes) and the log's mtime (epoch s).
@@ -369,10 +442,13 @@ class RunManager:
             watch.close(time.time())
         return watch.state, mtime
 
-    async def refresh(self) -> list[RunView]:
-        """Check every run that may still be running, once (for `specmon status`); returns all views."""
+    async def refresh(self, all_configs: bool = False) -> list[RunView]:
+        """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
+        (for `specmon status`); returns their views."""
         views = []
         for record in self.store.all():
+            if not (all_configs or self.mine(record)):
+                continue
             if record.group is not None:
                 continue   # a node: checked with its multi-node run
             nodes = self.node_records(record)
@@ -397,9 +473,14 @@ class RunManager:
     async def _refresh_one(self, record: RunRecord) -> RunView:
         if record.run_id in self._controllers:
             return self._controllers[record.run_id].view()
-        if not record.terminal:
-            with contextlib.suppress(TransportError, TimeoutError):
+        with contextlib.suppress(TransportError, TimeoutError):
+            if not record.terminal:
                 record = await self._reconcile(record)
+            elif record.exit_code is None and record.state in ("failed", "exited") and record.pid:
+                # Failed from the log while the process still ran: its exit code came later.
+                _, exit_code, _ = await self.ops(record.host).run_status(record.run_dir, record.pid)
+                if exit_code is not None:
+                    record = self._save(record, exit_code=exit_code)
         if record.terminal:
             return self._static_view(record)
         rs, mtime = await self._replay(record)
@@ -424,17 +505,17 @@ class RunManager:
         finally:
             await probe.aclose()
         ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
-        return self.store.update(record.run_id, state="ready", ready_at=ready_at,
-                                 load_seconds=log_load_seconds) or record
+        return self._save(record, state="ready", ready_at=ready_at, load_seconds=log_load_seconds)
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:
-        """Runs whose directory is on `host` (its ~/.specmon/runs) but which this specmon does not know."""
+        """Runs whose directory is on `host` (in either runs root) but which this specmon does not know."""
         ops = self.ops(host)
-        root = await ops.runs_root()
+        roots = await ops.run_roots()
+        root = " and ".join(roots)
         # One round trip: each meta.json, its pid and exit code, separated by RS characters.
         code, out, err = await ops.sh(
-            f"for d in {shlex.quote(root)}/*/; do [ -f \"$d/meta.json\" ] || continue; cat -- \"$d/meta.json\"; "
+            f"for d in {' '.join(shlex.quote(r) + '/*/' for r in roots)}; do [ -f \"$d/meta.json\" ] || continue; cat -- \"$d/meta.json\"; "
             "printf '\\036'; cat -- \"$d/pid\" 2>/dev/null; printf '\\036'; cat -- \"$d/exit_code\" 2>/dev/null; "
             "printf '\\035'; done; true", timeout=60)
         if code != 0:
@@ -467,8 +548,11 @@ class RunManager:
         if self.store.load(run_id) is not None:
             raise UserError(f"run {run_id} is already known here (see `specmon status`)")
         ops = self.ops(host)
-        run_dir = f"{await ops.runs_root()}/{run_id}"
-        text = await ops.read_file(f"{run_dir}/meta.json")
+        for root in await ops.run_roots():   # the XDG runs root first, then the one of earlier versions
+            run_dir = f"{root}/{run_id}"
+            text = await ops.read_file(f"{run_dir}/meta.json")
+            if text is not None:
+                break
         try:
             meta = json.loads(text or "")
         except ValueError:
@@ -512,6 +596,9 @@ class RunManager:
                     raise UserError(f"{where}: run {record.group or record.run_id} (profile {record.profile}) is "
                                     f"still {record.state} on {ops.host} port {record.port}; stop it first or use "
                                     "`specmon restart`")
+        for run_dir in await ops.live_runs_on_port(profile.port):
+            raise UserError(f"{where}: run {run_dir.rsplit('/', 1)[1]} is still running on {ops.host} port "
+                            f"{profile.port} ({run_dir}); stop it first")
         listening = await ops.listening()
         if profile.port in listening:
             holder = await ops.port_holder(profile.port)
@@ -527,66 +614,109 @@ class RunManager:
             raise UserError(f"{ops.host}: command not found: {profile.command[0]} ({where}: command)")
 
     async def launch(self, profile_name: str, *, watch: bool = True) -> RunView:
-        """Start a run of the profile, detached from specmon. Returns once its pid is known."""
+        """Start a run of the profile, detached from specmon. Returns once its pid is known.
+
+        The host's launch lock is held from the preflight to the recorded pid, so of two racing launches for
+        one port exactly one starts a server; the other fails the preflight. A launch that fails leaves no
+        run directory and no record behind.
+        """
         profile = self.config.profile(profile_name)
         if profile.hosts:
             return await multinode.launch(self, profile, watch=watch)
         ops = self.ops(profile.host)
+        token = f"{socket.gethostname()} pid {os.getpid()} {new_run_id()}"
         try:
-            await self.preflight(profile, ops, profile.host)
+            await self._lock(ops, token, profile)
+            try:
+                await self.preflight(profile, ops, profile.host)
+                record = await self.start_run(profile, profile.host, new_run_id(), profile.command)
+            finally:
+                with contextlib.suppress(TransportError, TimeoutError):
+                    await asyncio.shield(ops.unlock(token))
         except TransportError as exc:
             raise UserError(str(exc)) from None
-        record = await self.start_run(profile, profile.host, new_run_id(), profile.command)
         if watch:
             return await self.attach(record.run_id)
         return self._static_view(self.store.load(record.run_id) or record)
+
+    async def _lock(self, ops: HostOps, token: str, profile: Profile) -> None:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while (holder := await ops.try_lock(token)) is not None:
+            if time.monotonic() >= deadline:
+                raise UserError(f"{ops.host}: another launch holds the launch lock ({holder}) for over "
+                                f"{LOCK_WAIT_S:.0f} s (profile {profile.name})")
+            await asyncio.sleep(0.1)
 
     async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...],
                         **record_fields: Any) -> RunRecord:
         """Make the run dir, write launch.sh and meta.json, start it detached and wait for its pid.
 
-        `record_fields` go into the RunRecord (a multi-node run's node: group, node_rank, ...)."""
+        `record_fields` go into the RunRecord (a multi-node run's node: group, node_rank, ...). The record is
+        saved before anything exists on the host (a full state disk stops us there, with nothing made); a
+        failure before the start removes the run dir and the record again."""
         ops = self.ops(host)
         try:
             run_dir = f"{await ops.runs_root()}/{run_id}"
-            problem = await ops.make_run_dir(run_dir)
-            if problem is not None:
-                raise UserError(f"{ops.host}: cannot create run directory {run_dir}: {problem}")
-            started_at = time.time()
-            await ops.transport.write_file(
-                f"{run_dir}/launch.sh",
-                wrapper_script(run_dir, argv, profile.env, profile.workdir, run_id).encode(), 0o700)
-            await ops.write_json(f"{run_dir}/meta.json", {
-                "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
-                "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
-                "config": self.config.source,
-                **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
-            })
         except TransportError as exc:
             raise UserError(str(exc)) from None
+        started_at = time.time()
         record = RunRecord(**{
             "run_id": run_id, "profile": profile.name, "host": host, "run_dir": run_dir, "port": profile.port,
             "url": profile.base_url, "server": profile.server, "health_path": profile.health_path,
             "stall_timeout_s": profile.stall_timeout_s, "notify_cmd": profile.notify_cmd,
-            "expected_load_s": profile.expected_load_s, "started_at": started_at, **record_fields})
+            "expected_load_s": profile.expected_load_s, "started_at": started_at, "config": self.config_key,
+            **record_fields})
         # Written before the start, so a crash right after still leaves a trace to reconcile.
         self.store.save(record)
+        made = False
         try:
-            await ops.start_detached(run_dir)
+            problem = await ops.make_run_dir(run_dir)
+            if problem is not None:
+                raise UserError(f"{ops.host}: cannot create run directory {run_dir}: {problem}")
+            made = True
+            await ops.transport.write_file(
+                f"{run_dir}/launch.sh", wrapper_script(run_dir, argv, profile.env, profile.workdir, run_id).encode())
+            await ops.write_json(f"{run_dir}/meta.json", {
+                "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
+                "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
+                "config": self.config_key,
+                **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
+            })
+            await ops.start_detached(run_dir, run_id)
         except TransportError as exc:
-            self.store.update(run_id, state="failed", failure={"kind": "exited", "message": str(exc),
-                                                               "last_lines": []})
+            await asyncio.shield(self._unmake(ops, record, made))
             raise UserError(str(exc)) from None
+        except BaseException:
+            await asyncio.shield(self._unmake(ops, record, made))
+            raise
         pid = await self._wait_pid(ops, run_dir)
-        if pid is None:
-            self.store.update(run_id, state="failed", failure={
-                "kind": "exited", "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
-                "last_lines": []})
-        else:
-            info = await ops.proc(pid)
-            self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
-                              boot_id=await ops.boot_id(), state="loading")
+        try:
+            if pid is None:
+                self.store.update(run_id, state="failed", failure={
+                    "kind": "exited", "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
+                    "last_lines": []})
+            else:
+                info = await ops.proc(pid)
+                self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
+                                  boot_id=await ops.boot_id(), state="loading")
+        except StateWriteError:
+            # The server runs but cannot be recorded: end it rather than leave one specmon cannot see.
+            if pid is not None:
+                info = await ops.proc(pid)
+                gone = dataclasses.replace(record, pid=pid, starttime=info.starttime if info else None)
+                with contextlib.suppress(TransportError, TimeoutError):
+                    await stop_run(ops, gone, force=True, timings=self.stop_timings)
+            await self._unmake(ops, record, True)
+            raise
         return self.store.load(run_id) or record
+
+    async def _unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
+        """Undo a launch that failed before its server started: its run directory and its record."""
+        with contextlib.suppress(TransportError, TimeoutError, ValueError):
+            if made:
+                await ops.remove_run_dir(record.run_dir)
+        with contextlib.suppress(StateWriteError):
+            self.store.forget(record.run_id)
 
     async def _wait_pid(self, ops: HostOps, run_dir: str) -> int | None:
         deadline = time.monotonic() + PID_WAIT_S
@@ -618,9 +748,14 @@ class RunManager:
         # No watcher recorded the end (none in this process, or it gave up waiting): record it here.
         current = self.store.load(record.run_id) or record
         if current.state == "stopping" and report.stopped:
-            self.store.update(record.run_id, state="stopped", exit_code=report.exit_code)
+            # The shard count and KV size where the load stopped stay in the record (status shows them).
+            rs = None
+            with contextlib.suppress(TransportError, TimeoutError):
+                rs, _ = await self._replay(current)
+            self._save(current, state="stopped", exit_code=report.exit_code,
+                       **({} if rs is None else {k: v for k, v in progress_of(rs).items() if v is not None}))
         elif current.exit_code is None and report.exit_code is not None:
-            self.store.update(record.run_id, exit_code=report.exit_code)
+            self._save(current, exit_code=report.exit_code)
         return report
 
     async def restart(self, profile_name: str,
@@ -631,7 +766,7 @@ class RunManager:
         """
         profile = self.config.profile(profile_name)
         for record in self.store.all():
-            if record.profile == profile.name and not record.terminal and record.group is None:
+            if record.profile == profile.name and self.mine(record) and not record.terminal and record.group is None:
                 report = await self.stop(record.run_id)
                 if on_stop is not None:
                     on_stop(report)

@@ -4,7 +4,11 @@ Layout under `$XDG_STATE_HOME/specmon` (default `~/.local/state/specmon`):
     runs/<run_id>.json     RunRecord, written atomically (tmp + fsync + rename), mode 600
     runs/.lock             flock taken around read-modify-write, so concurrent specmon processes never undo
                            each other's fields (e.g. `status` marking a run failed while `wait` saves its offset)
-    load_history.jsonl     one line per completed load: {"profile", "load_seconds", "at"}
+    load_history.jsonl     one line per completed load: {"profile", "config", "load_seconds", "at"}
+
+Every file is 0600 and the directories 0700. A write that fails (a full disk) raises StateWriteError, a
+UserError naming the file, and leaves the previous version intact. A record that cannot be read (bad JSON,
+wrong types) is listed by `unreadable()` instead of breaking every other run.
 
 The host's run directory stays the source of truth; these files are the index and cache that let any later
 specmon process reattach.
@@ -19,14 +23,21 @@ import json
 import os
 import secrets
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from specmon.errors import UserError
+
 SCHEMA_VERSION = 1
+RECORD_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
 TERMINAL_STATES = ("stopped", "exited", "failed", "lost")
+
+
+class StateWriteError(UserError):
+    """specmon's own state could not be written (full or read-only disk)."""
 
 
 def default_state_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -83,6 +94,7 @@ class RunRecord:
     node_rank: int | None = None
     nodes: tuple[str, ...] = ()
     dist_init_addr: str | None = None  # ADDR:PORT of rank 0's rendezvous (multi-node only)
+    config: str | None = None          # the profiles file that launched it (None: a run from before that was kept)
 
     @property
     def serves_api(self) -> bool:
@@ -106,29 +118,86 @@ class RunRecord:
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
 
+    def belongs_to(self, config: str) -> bool:
+        """Whether the profiles file `config` launched this run (runs recorded before that was kept: any)."""
+        return self.config is None or self.config == config
+
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
-        names = {f.name for f in dataclasses.fields(cls)}
-        fields = {k: v for k, v in data.items() if k in names}
-        for name in ("shards", "nodes"):   # JSON has no tuples
-            if isinstance(fields.get(name), list):
-                fields[name] = tuple(fields[name])
+    def from_json(cls, data: object) -> RunRecord:
+        """Parse a stored record; ValueError naming the first field of the wrong type or a missing one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, found {type(data).__name__}")
+        fields: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name not in data:
+                if f.default is dataclasses.MISSING:
+                    raise ValueError(f"{f.name}: missing")
+                continue
+            value = data[f.name]
+            if not _FIELD_CHECKS[str(f.type)](value):
+                raise ValueError(f"{f.name}: unexpected value {json.dumps(value)[:40]}")
+            fields[f.name] = tuple(value) if f.name in ("shards", "nodes") and value is not None else value
+        if fields["state"] not in RECORD_STATES:
+            raise ValueError(f"state: unknown state {fields['state']!r}")
         return cls(**fields)
+
+
+def _is_int(v: object) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v: object) -> bool:
+    return (_is_int(v) or isinstance(v, float)) and v == v   # NaN is no time
+
+
+# One check per annotation used in RunRecord (a new field with a new type fails loudly here, at import).
+_FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
+    "str": lambda v: isinstance(v, str),
+    "int": _is_int,
+    "float": _is_num,
+    "bool": lambda v: isinstance(v, bool),
+    "str | None": lambda v: v is None or isinstance(v, str),
+    "int | None": lambda v: v is None or _is_int(v),
+    "float | None": lambda v: v is None or _is_num(v),
+    "dict[str, Any] | None": lambda v: v is None or (
+        isinstance(v, dict) and isinstance(v.get("kind", ""), str) and isinstance(v.get("message", ""), str)
+        and isinstance(v.get("last_lines") or [], list)),
+    "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+    "tuple[int, int] | None": lambda v: v is None or (
+        isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v)),
+}
+assert all(str(f.type) in _FIELD_CHECKS for f in dataclasses.fields(RunRecord))
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A run record file that could not be read, and why."""
+
+    run_id: str
+    path: str
+    reason: str
+
+
+def _write_error(path: Path, exc: OSError) -> StateWriteError:
+    return StateWriteError(f"cannot write specmon state {path}: {exc.strerror or exc}")
 
 
 def _atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise _write_error(path, exc) from None
 
 
 class RunStore:
@@ -140,12 +209,19 @@ class RunStore:
         self.history_path = self.root / "load_history.jsonl"
 
     def _ensure(self) -> None:
-        self.runs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise _write_error(self.runs_dir, exc) from None
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         self._ensure()
-        with open(self.runs_dir / ".lock", "a") as lock:
+        try:
+            lock = open(os.open(self.runs_dir / ".lock", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600), "a")
+        except OSError as exc:
+            raise _write_error(self.runs_dir / ".lock", exc) from None
+        with lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -155,11 +231,27 @@ class RunStore:
     def _path(self, run_id: str) -> Path:
         return self.runs_dir / f"{run_id}.json"
 
-    def load(self, run_id: str) -> RunRecord | None:
+    def _read(self, run_id: str) -> RunRecord | Unreadable | None:
+        path = self._path(run_id)
         try:
-            return RunRecord.from_json(json.loads(self._path(run_id).read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
             return None
+        except (OSError, ValueError) as exc:
+            return Unreadable(run_id, str(path), str(getattr(exc, "strerror", None) or exc))
+        try:
+            record = RunRecord.from_json(json.loads(text))
+        except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            reason = "empty file" if not text.strip() else str(exc)
+            return Unreadable(run_id, str(path), reason)
+        if record.run_id != run_id:
+            return Unreadable(run_id, str(path), f"run_id: {record.run_id!r} does not match the file name")
+        return record
+
+    def load(self, run_id: str) -> RunRecord | None:
+        """The stored record, or None when there is none or it is unreadable."""
+        record = self._read(run_id)
+        return record if isinstance(record, RunRecord) else None
 
     def save(self, record: RunRecord) -> None:
         with self._locked():
@@ -176,24 +268,56 @@ class RunStore:
                 _atomic_write(self._path(run_id), json.dumps(new.to_json(), indent=1) + "\n")
             return new
 
-    def all(self) -> list[RunRecord]:
-        """Every readable record, oldest launch first."""
+    def _scan(self) -> list[RunRecord | Unreadable]:
         if not self.runs_dir.is_dir():
             return []
-        records = [self.load(p.stem) for p in self.runs_dir.glob("*.json")]
-        return sorted((r for r in records if r is not None), key=lambda r: (r.started_at, r.run_id))
+        found = [self._read(p.stem) for p in self.runs_dir.glob("*.json")]
+        return [r for r in found if r is not None]
 
-    def record_load(self, profile: str, load_seconds: float, at: float) -> None:
-        """Append one completed load duration to the history."""
+    def all(self) -> list[RunRecord]:
+        """Every readable record, oldest launch first."""
+        records = [r for r in self._scan() if isinstance(r, RunRecord)]
+        return sorted(records, key=lambda r: (r.started_at, r.run_id))
+
+    def unreadable(self) -> list[Unreadable]:
+        """The record files that could not be read (corrupt, truncated, empty), by run id."""
+        return sorted((r for r in self._scan() if isinstance(r, Unreadable)), key=lambda u: u.run_id)
+
+    def forget(self, run_id: str) -> bool:
+        """Delete one run's record (never its run directory on the host). False if there was none."""
+        with self._locked():
+            try:
+                self._path(run_id).unlink()
+            except FileNotFoundError:
+                return False
+            except OSError as exc:
+                raise _write_error(self._path(run_id), exc) from None
+        return True
+
+    def record_load(self, profile: str, config: str | None, load_seconds: float, at: float) -> None:
+        """Append one completed load duration to the history (a failed append leaves whole lines only)."""
         self._ensure()
-        line = json.dumps({"profile": profile, "load_seconds": round(load_seconds, 3), "at": iso_utc(at)})
-        with open(self.history_path, "a", encoding="utf-8") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        line = json.dumps({"profile": profile, "config": config, "load_seconds": round(load_seconds, 3),
+                           "at": iso_utc(at)}) + "\n"
+        try:
+            fd = os.open(self.history_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                size = os.fstat(fd).st_size
+                try:
+                    os.write(fd, line.encode())
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, size)
+                    raise
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise _write_error(self.history_path, exc) from None
 
-    def past_loads(self, profile: str, limit: int = 10) -> tuple[float, ...]:
-        """The last `limit` load durations of `profile`, oldest first."""
+    def past_loads(self, profile: str, config: str | None = None, limit: int = 10) -> tuple[float, ...]:
+        """The last `limit` load durations of `profile` launched from the profiles file `config`, oldest first.
+
+        Lines written before the config was kept belong to no file: only a `config=None` query sees them."""
         try:
             lines = self.history_path.read_text(encoding="utf-8").splitlines()
         except OSError:
@@ -204,6 +328,8 @@ class RunStore:
                 item = json.loads(line)
             except ValueError:
                 continue   # a torn last line after a crash
-            if item.get("profile") == profile and isinstance(item.get("load_seconds"), (int, float)):
+            if not isinstance(item, dict) or item.get("config") != config:
+                continue
+            if item.get("profile") == profile and _is_num(item.get("load_seconds")):
                 loads.append(float(item["load_seconds"]))
         return tuple(loads[-limit:])

@@ -60,6 +60,7 @@ class RunView:
     link: LinkState | None = None         # the SSH link of a watched remote run (None: local, or not watched)
     node_rank: int | None = None          # a node of a multi-node run: its rank
     nodes: tuple[RunView, ...] = ()       # a multi-node run: its nodes' views in rank order (rank 0 first)
+    config: str | None = None             # the profiles file that launched the run (None: unknown, an old run)
 
     @property
     def active(self) -> bool:
@@ -85,6 +86,7 @@ class RunView:
             "failure": None if self.failure is None else {"kind": self.failure.kind, "message": self.failure.message},
             **({"node_rank": self.node_rank} if self.node_rank is not None else {}),
             **({"nodes": [node.to_json() for node in self.nodes]} if self.nodes else {}),
+            "config": self.config,
         }
 
 

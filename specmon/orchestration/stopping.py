@@ -29,19 +29,20 @@ class StopTimings:
 
 
 async def _session_id(ops: HostOps, record: RunRecord) -> int | None:
-    """The run's session id, only if the recorded pid is still the process we started (PID reuse guard)."""
+    """The run's session id, only if the recorded pid is still the process we started: same start time AND
+    carrying the run's marker (a record edited or mixed up must never aim a group signal at a stranger)."""
     if not record.pid or record.pid <= 1:
         return None
     info = await ops.proc(record.pid)
     if info is None or info.starttime != record.starttime:
         return None
-    return record.pid
+    return record.pid if await ops.owns(record.pid, record.run_id) else None
 
 
 async def stop_run(ops: HostOps, record: RunRecord, *, force: bool, timings: StopTimings) -> StopReport:
     """Stop every process of `record`'s run and wait for its port and GPUs to be released."""
     t0 = time.monotonic()
-    await ops.sh(f": > {shlex.quote(record.run_dir + '/stop_requested')} 2>/dev/null; true")
+    await ops.sh(f"umask 077; : > {shlex.quote(record.run_dir + '/stop_requested')} 2>/dev/null; true")
     sid = await _session_id(ops, record)
     signalled: set[int] = set()
     killed = False

@@ -8,7 +8,7 @@ transport slots in without engine changes.
         host: str                                            # for messages: "local", an ssh alias, ...
         async run(command, *, input=None, timeout=None) -> CommandResult
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
-        async write_file(path, data, mode=0o644)             # default: `cat > path` through run()
+        async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
         async local_url(port) -> str                         # the host's 127.0.0.1:port as reached from here
         http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
         link: LinkState                                      # connected / reconnecting / refused (SSH)
@@ -151,13 +151,14 @@ class Transport(ABC):
     def stream(self, command: str) -> OutputStream:
         """A not-yet-started stream of `command`'s stdout (stderr is discarded)."""
 
-    async def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        """Write `data` to `path` on the host (created or replaced), then chmod it.
+    async def write_file(self, path: str, data: bytes, mode: int = 0o600) -> None:
+        """Write `data` to `path` on the host (created or replaced, never readable by others meanwhile), then
+        chmod it.
 
         Raises TransportError carrying the host's one-line reason if it cannot be written.
         """
         q = shlex.quote(path)
-        result = await self.run(f"cat > {q} && chmod {mode:o} {q}", input=data, timeout=30)
+        result = await self.run(f"umask 077 && cat > {q} && chmod {mode:o} {q}", input=data, timeout=30)
         if not result.ok:
             raise TransportError(f"{self.host}: cannot write {path}: {result.err or f'exit {result.exit_code}'}")
 
