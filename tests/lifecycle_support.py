@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -150,3 +151,30 @@ class FileWatch:
         self._stop.set()
         self._thread.join(2)
         self._scan()
+
+
+def profile_toml(name: str, port: int, *sim_args: str, stall: float = 30, scale: float = 0.05, shards: int = 4,
+                 load: float = 4) -> str:
+    """A [profiles.NAME] table that runs `python -m specmon.sim` with this interpreter."""
+    argv = [sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", str(scale),
+            "--shards", str(shards), "--load-seconds", str(load), *sim_args]
+    return f"[profiles.{name}]\nport = {port}\nstall_timeout_s = {stall}\ncommand = {json.dumps(argv)}\n\n"
+
+
+class Cli:
+    """Runs `python -m specmon --config FILE ...` with the test's private HOME/XDG dirs."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "specmon", "--config", str(self.config), *args]
+
+    def __call__(self, *args: str, timeout: float = 60, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL, cwd=cwd)
+
+    def status(self) -> list[dict[str, object]]:
+        out = self("status", "--json")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)

@@ -14,36 +14,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lifecycle_support import kill_marked, port_listening
+from lifecycle_support import Cli, kill_marked, port_listening
+from lifecycle_support import profile_toml as _profile
 
 STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
                "shards", "kv_cache_tokens", "exit_code", "failure", "config"}
-
-
-def _profile(name: str, port: int, *sim_args: str, stall: float = 30, scale: float = 0.05, shards: int = 4,
-             load: float = 4) -> str:
-    argv = [sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", str(scale),
-            "--shards", str(shards), "--load-seconds", str(load), *sim_args]
-    return f"[profiles.{name}]\nport = {port}\nstall_timeout_s = {stall}\ncommand = {json.dumps(argv)}\n\n"
-
-
-class Cli:
-    """Runs `python -m specmon --config FILE ...` with the test's private HOME/XDG dirs."""
-
-    def __init__(self, config: Path) -> None:
-        self.config = config
-
-    def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "specmon", "--config", str(self.config), *args]
-
-    def __call__(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args), capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-
-    def status(self) -> list[dict[str, object]]:
-        out = self("status", "--json")
-        assert out.returncode == 0, out.stderr
-        return json.loads(out.stdout)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import load_config
+from specmon.model.results import redact_text
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, StopReport
 
@@ -79,11 +80,12 @@ def print_failure(view: RunView) -> None:
     """The reason and the last log lines, on stderr."""
     if view.failure is None:
         return
-    print(f"specmon: {view.profile} {view.state}: {view.failure.kind}: {view.failure.message}", file=sys.stderr)
+    print(f"specmon: {view.profile} {view.state}: {view.failure.kind}: {redact_text(view.failure.message)}",
+          file=sys.stderr)
     if view.failure.last_lines:
         print("last log lines:", file=sys.stderr)
         for line in view.failure.last_lines:
-            print(f"  {line}", file=sys.stderr)
+            print(f"  {redact_text(line)}", file=sys.stderr)
 
 
 def print_report(report: StopReport) -> None:
