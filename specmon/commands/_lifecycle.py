@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -99,7 +98,3 @@ def print_report(report: StopReport) -> None:
               f"exit code {one.exit_code})")
     for blocker in report.blockers:
         print(f"specmon: still blocking: {blocker}", file=sys.stderr)
-
-
-def status_json(views: list[RunView]) -> str:
-    return json.dumps([v.to_json() for v in views], indent=2)
