@@ -266,13 +266,15 @@ class HostOps:
             f"umask 077 && mkdir -p -- {q(root)} || exit 2; "
             # `env printf`, not the builtin: dash's builtins report ENOSPC as "I/O error".
             f"if mkdir -- {lock} 2>/dev/null; then env printf '%s\\n' {owner} > {lock}/owner && exit 0; "
-            f"rm -rf -- {lock}; exit 2; fi; "
+            f"rm -rf -- {lock}; exit 3; fi; "
             f"now=$(date +%s); made=$(stat -c %Y -- {lock} 2>/dev/null || echo \"$now\"); "
             f"if [ $((now - made)) -gt {int(LOCK_STALE_S)} ] && mv -- {lock} {lock}.stale.$$ 2>/dev/null; then "
             f"rm -rf -- {lock}.stale.$$; mkdir -- {lock} 2>/dev/null && env printf '%s\\n' {owner} > {lock}/owner && exit 0; fi; "
             f"cat -- {lock}/owner 2>/dev/null; exit 1")
         if code == 2:
-            raise TransportError(f"{self.host}: cannot take the launch lock in {root}: {err or 'exit 2'}")
+            raise TransportError(f"{self.host}: cannot create run directory root {root}: {err or 'exit 2'}")
+        if code == 3:
+            raise TransportError(f"{self.host}: cannot take the launch lock in {root}: {err or 'exit 3'}")
         return None if code == 0 else (out.strip() or "another launch")
 
     async def unlock(self, token: str) -> None:
