@@ -108,8 +108,10 @@ def test_status_host_lists_runs_unknown_here_and_adopts_one(sshd: Sshd, tmp_path
         assert listed.returncode == 0, listed.stderr
         assert "not known here" in listed.stdout and run_id in listed.stdout and "running" in listed.stdout
         as_json = json.loads(specmon("box-b", "status", "--host", "gpu2", "--json").stdout)
-        assert as_json["runs"] == [] and [r["run_id"] for r in as_json["adoptable"]] == [run_id]
-        assert as_json["adoptable"][0]["profile"] == "far" and as_json["adoptable"][0]["running"] is True
+        # The sshd (and its home) is shared by the session: earlier tests' runs on it are unknown to box-b too.
+        mine = [r for r in as_json["adoptable"] if r["port"] == free_port]
+        assert as_json["runs"] == [] and [r["run_id"] for r in mine] == [run_id]
+        assert mine[0]["profile"] == "far" and mine[0]["running"] is True
 
         adopted = specmon("box-b", "status", "--host", "gpu2", "--adopt", run_id)
         assert adopted.returncode == 0, adopted.stderr

@@ -583,12 +583,18 @@ class RunManager:
         return self._static_view(record)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
-    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
-        """Refuse a launch of `profile` on `host` that cannot work (UserError naming host, port or key)."""
+    @staticmethod
+    def _check_profile(profile: Profile) -> None:
+        """What is wrong with the profile itself: refused before anything reaches the host."""
         where = f"profile {profile.name}"
         check_env(profile.env, where)
         if not profile.command:
             raise UserError(f"{where}: command is empty")
+
+    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
+        """Refuse a launch of `profile` on `host` that cannot work (UserError naming host, port or key)."""
+        self._check_profile(profile)
+        where = f"profile {profile.name}"
         for record in self.store.all():
             if record.host == host and record.port == profile.port and not record.terminal and not record.nodes:
                 record = await self._reconcile(record)
@@ -623,6 +629,7 @@ class RunManager:
         profile = self.config.profile(profile_name)
         if profile.hosts:
             return await multinode.launch(self, profile, watch=watch)
+        self._check_profile(profile)
         ops = self.ops(profile.host)
         token = f"{socket.gethostname()} pid {os.getpid()} {new_run_id()}"
         try:
