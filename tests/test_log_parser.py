@@ -563,3 +563,15 @@ def test_log_timestamps(first: str, later: str, seconds: float | None) -> None:
     assert a is not None and b is not None
     got = elapsed_between(a, b)
     assert got == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_highlights_say_which_lines_carried_an_event() -> None:
+    """The Log pane colours lines from these (no second parse): line numbers as `grep -n` counts them."""
+    log = ("[2026] server_args=ServerArgs(model_path='m', tp_size=1)\n"
+           "Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11]\n"
+           "[2026] KV Cache is allocated. #tokens: 450000, K size: 1 GB\n"
+           "Prefill batch, #new-seq: 1\n"
+           "[2026] The server is fired up and ready to roll!\n"
+           "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB\n")
+    for chunk in (None, 7):
+        assert ev.highlights(parse(log, chunk)) == {2: "shard", 3: "kv", 5: "ready", 6: "error"}

@@ -104,6 +104,9 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             # The log shows the launch, with a READY line.
             await wait_until(pilot, lambda: any("ready to roll" in line for line in log_lines(app)), 10, "ready line")
             total = len(log_lines(app))
+            # Highlighted as the engine's parser classified each line (the pane does not parse again).
+            kinds = {e.kind for e in app.logs["sim-a"] if "ready to roll" in e.text or "KV Cache is allocated" in e.text}
+            assert kinds == {"ready", "kv"}, kinds
 
             # `/` filter: only matching lines stay; an empty filter brings all back.
             await pilot.press("slash")

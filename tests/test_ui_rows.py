@@ -6,7 +6,7 @@ import dataclasses
 
 from specmon.model.runstate import RunState
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView
-from specmon.ui.rows import entry_from_line, line_kind, past_load, row_from_view
+from specmon.ui.rows import entry_from_line, past_load, row_from_view
 
 T0 = 1_790_000_000.0
 
@@ -45,16 +45,13 @@ def test_past_load_prefers_an_earlier_run_over_the_profile_estimate() -> None:
 
 def test_log_entries() -> None:
     assert entry_from_line(LogLine("lines 10-4000 skipped (log rotated)", 0, kind="note")).kind == "marker"  # type: ignore[union-attr]
-    shard = entry_from_line(LogLine("\x1b[32mLoading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11]", 10))
+    shard = entry_from_line(LogLine("\x1b[32mLoading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11]", 10,
+                                    highlight="shard"))
     assert shard is not None and shard.kind == "shard" and not shard.text.startswith("\x1b")
     # specmon's own successful health polls are not shown; a failing one is.
     ok = '[2026-11-29 15:47:31] INFO:     127.0.0.1:40954 - "GET /health HTTP/1.1" 200 OK'
     assert entry_from_line(LogLine(ok, 20)) is None
     assert entry_from_line(LogLine(ok.replace("200 OK", "503 Service Unavailable"), 30)) is not None
-    assert line_kind("[2026] KV Cache is allocated. #tokens: 450000, K size: 1 GB") == "kv"
-    assert line_kind("[2026] The server is fired up and ready to roll!") == "ready"
-    assert line_kind("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB") == "error"
-    assert line_kind("Prefill batch, #new-seq: 1") == ""
 
 
 def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:

@@ -11,6 +11,7 @@ for consumers that show the log) are emitted only when the parser is built with 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -212,3 +213,25 @@ Event = (
     | NcclEnv
     | Failure
 )
+
+# What a log view highlights on a line that carried an event, strongest first (one highlight per line).
+HIGHLIGHTS: tuple[tuple[str, tuple[type, ...]], ...] = (
+    ("ready", (Ready, HttpUp)),
+    ("error", (Failure,)),
+    ("shard", (ShardProgress,)),
+    ("kv", (KVCache,)),
+)
+_RANK = {kind: i for i, (kind, _) in enumerate(HIGHLIGHTS)}
+
+
+def highlights(events: Iterable[Event]) -> dict[int, str]:
+    """line_no -> the highlight ("ready", "error", "shard", "kv") of each line the events came from."""
+    out: dict[int, str] = {}
+    for event in events:
+        for kind, types in HIGHLIGHTS:
+            if isinstance(event, types):
+                held = out.get(event.line_no)
+                if held is None or _RANK[kind] < _RANK[held]:
+                    out[event.line_no] = kind
+                break
+    return out

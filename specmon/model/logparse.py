@@ -27,11 +27,10 @@ from __future__ import annotations
 import codecs
 import re
 from collections import deque
-from typing import Any
 
 from specmon.model import signals
 from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
-from specmon.model.events import Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
+from specmon.model.events import Event, Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports
@@ -101,19 +100,19 @@ class LogParser:
         self._args_text: str | None = None
         self._args_line = 0
         self._args_left = 0
-        self._out: list[Any] = []
+        self._out: list[Event] = []
         self._at_top = True  # still inside the leading `# ` metadata lines, if any
         # where the line being handled sits, for failure context (None: a piece of the unfinished line)
         self._cur_lines: list[str] | None = None
         self._cur_idx = 0
 
     # ------------------------------------------------------------------ public API
-    def feed(self, data: bytes) -> list[Any]:
+    def feed(self, data: bytes) -> list[Event]:
         """Parse the next bytes of the log and return the events they complete."""
         text = self._decoder.decode(data)
         return self._feed_text(text)
 
-    def close(self) -> list[Any]:
+    def close(self) -> list[Event]:
         """End of input: handle the trailing partial line and any wrapped args dump still open."""
         text = self._decoder.decode(b"", final=True)
         events = self._feed_text(text) if text else []
@@ -126,7 +125,7 @@ class LogParser:
         self._out = []
         return events
 
-    def settle(self) -> list[Any]:
+    def settle(self) -> list[Event]:
         """Shard progress from the unfinished line's last piece, for a writer that has paused there.
 
         tqdm writes `\\r` + its update, so the newest update of a live bar sits after the last `\\r` until the
@@ -139,7 +138,7 @@ class LogParser:
         if not piece or piece == self._settled:
             return []
         self._settled = piece
-        found = []
+        found: list[Event] = []
         for sub in _GLUE_SPLIT_RE.split(piece):
             if sub:
                 c = clean(sub)
@@ -156,8 +155,8 @@ class LogParser:
         return tuple(clean(p).msg for p in self._tail)
 
     # ------------------------------------------------------------------ splitting
-    def _feed_text(self, text: str) -> list[Any]:
-        out: list[Any] = []
+    def _feed_text(self, text: str) -> list[Event]:
+        out: list[Event] = []
         self._out = out
         if not text:
             return out

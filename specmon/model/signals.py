@@ -13,6 +13,7 @@ from typing import Any
 
 from specmon.model.events import (
     DecodeStats,
+    Event,
     GraphCapture,
     HttpRequest,
     KVCache,
@@ -224,9 +225,9 @@ def _decode_fields(body: str, line_no: int) -> DecodeStats:
     )
 
 
-def message_events(msg: str, rank: int | None, line_no: int) -> list[Any]:
+def message_events(msg: str, rank: int | None, line_no: int) -> list[Event]:
     """Every non-failure event the message carries (usually none or one)."""
-    out: list[Any] = []
+    out: list[Event] = []
     if "Decode batch" in msg:
         m = _DECODE_RE.search(msg)
         if m:

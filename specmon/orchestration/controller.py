@@ -25,7 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from specmon.model.runstate import LogWatch, eta_seconds
+from specmon.model.events import highlights
+from specmon.model.runstate import LogWatch, RunState, eta_seconds
 from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
@@ -49,25 +50,25 @@ class WatchTimings:
     ready_retry_s: float = 0.2
 
 
-def failure_of(run_state: Any) -> FailureInfo | None:
+def failure_of(run_state: RunState | None) -> FailureInfo | None:
     """The parser's fatal failure as a FailureInfo (None when the log shows none)."""
-    failure = getattr(run_state, "failure", None) if run_state is not None else None
-    if failure is None or not getattr(failure, "fatal", True) or getattr(failure, "provisional", False):
+    failure = run_state.failure if run_state is not None else None
+    if run_state is None or failure is None or not failure.fatal or failure.provisional:
         return None
-    return FailureInfo(str(failure.kind), str(failure.message), tuple(getattr(run_state, "last_lines", ()) or ()))
+    return FailureInfo(failure.kind, failure.message, run_state.last_lines)
 
 
-def progress_of(run_state: Any) -> dict[str, Any]:
-    """The record fields that keep a finished run's progress: shards (done, total) and KV cache tokens."""
-    total = getattr(run_state, "shards_total", None)
-    shards = (int(getattr(run_state, "shards_done", 0) or 0), int(total)) if total else None
-    return {"shards": shards, "kv_cache_tokens": getattr(run_state, "kv_cache_tokens", None)}
+def progress_of(run_state: RunState) -> dict[str, Any]:
+    """The record fields that keep a run's progress: shards (done, total) and KV cache tokens."""
+    total = run_state.shards_total
+    shards = (run_state.shards_done or 0, total) if total else None
+    return {"shards": shards, "kv_cache_tokens": run_state.kv_cache_tokens}
 
 
-def end_verdict(record: RunRecord, run_state: Any, exit_code: int | None, lost: bool,
+def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
                 stop_requested: bool) -> tuple[str, FailureInfo | None]:
     """The terminal (state, failure) of a run whose process has ended."""
-    last = tuple(getattr(run_state, "last_lines", ()) or ()) if run_state is not None else ()
+    last = run_state.last_lines if run_state is not None else ()
     if record.state == "failed" and record.failure:
         return "failed", FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
     if stop_requested or record.stop_requested:
@@ -169,7 +170,7 @@ class RunController:
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
             load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
             kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
-            exit_code=r.exit_code, failure=failure, eta_s=eta, phase=getattr(rs, "phase", None),
+            exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase,
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,
             probe_error=self.probe_error if state in ("launching", "loading") else None,
@@ -258,12 +259,8 @@ class RunController:
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
             if start > 0:
                 data = data[data.find(b"\n") + 1:]
-            if data:
-                self._feed(data, time.time(), 0)
-            end = self.record.log_offset - len(data)
-            for raw in data.split(b"\n")[:-1]:
-                end += len(raw) + 1
-                self._history.append(LogLine(raw.decode("utf-8", errors="replace"), end))
+            marks = self._feed(data, time.time(), 0) if data else {}
+            self._history.extend(self._lines(data, self.record.log_offset - len(data), marks))
         mtime = await self.ops.sh(f"stat -c %Y -- {shlex.quote(self.record.log_path)} 2>/dev/null")
         if mtime[0] == 0 and mtime[1].strip().isdigit():
             self.last_bytes_at = min(time.time(), float(mtime[1].strip()))
@@ -319,15 +316,29 @@ class RunController:
             async for batch in batches:
                 self._on_batch(batch)
 
-    def _feed(self, data: bytes, now: float, at: int) -> None:
-        """Feed the parser; a parser bug must not end the babysitting (the lines still reach readers)."""
+    def _feed(self, data: bytes, now: float, at: int) -> dict[int, str]:
+        """Feed the parser; returns the highlights of the lines it read (line_no -> kind).
+
+        A parser bug must not end the babysitting: the lines still reach readers, unhighlighted.
+        """
         try:
-            if data:
-                self.watch.feed(data, now)
-            else:
-                self.watch.close(now)
+            return highlights(self.watch.feed(data, now) if data else self.watch.close(now))
         except Exception as exc:
             self._emit(LogLine(f"specmon: log parser error: {exc!r}", at, kind="note"))
+            return {}
+
+    def _lines(self, data: bytes, start: int, marks: dict[int, str]) -> list[LogLine]:
+        """The complete lines of `data` (which begins at byte `start`), each with the parser's highlight.
+
+        The parser has read every byte up to the end of `data`, so its last complete lines are these.
+        """
+        raws = data.split(b"\n")[:-1]
+        first = self.watch.parser.line_no - len(raws)
+        out, end = [], start
+        for i, raw in enumerate(raws):
+            end += len(raw) + 1
+            out.append(LogLine(raw.decode("utf-8", errors="replace"), end, highlight=marks.get(first + i, "")))
+        return out
 
     def _on_batch(self, batch: TailBatch) -> None:
         if batch.note:
@@ -337,13 +348,11 @@ class RunController:
         now = time.time()
         self.last_bytes_at = now
         self.stalled = False
-        self._feed(batch.fresh, now, batch.start)
-        end = batch.start
-        for raw in batch.data.split(b"\n")[:-1]:
-            end += len(raw) + 1
-            self._emit(LogLine(raw.decode("utf-8", errors="replace"), end))
+        marks = self._feed(batch.fresh, now, batch.start)
+        for line in self._lines(batch.data, batch.start, marks):
+            self._emit(line)
         rs = self.watch.state
-        if getattr(rs, "ready", False) and self.record.server != "other":
+        if rs.ready and self.record.server != "other":
             self._ready_trigger.set()
         failure = failure_of(rs)
         if failure is not None and self.record.state in ("launching", "loading"):
@@ -387,8 +396,8 @@ class RunController:
         idle = time.time() - self.last_bytes_at
         if not self.stalled and idle >= self.stall_timeout_s:
             rs = self.watch.state
-            where = f"phase {getattr(rs, 'phase', '?')}"
-            if getattr(rs, "shards_total", None):
+            where = f"phase {rs.phase}"
+            if rs.shards_total:
                 where += f", shard {rs.shards_done}/{rs.shards_total}"
             self.stalled = True
             self.stall_reason = f"no log output and no progress for {idle:.0f} s ({where})"

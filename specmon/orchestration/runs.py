@@ -61,7 +61,7 @@ from typing import Any
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
-from specmon.model.runstate import LogWatch
+from specmon.model.runstate import LogWatch, RunState
 from specmon.orchestration import multinode
 from specmon.orchestration.controller import (
     REPLAY_LIMIT,
@@ -426,7 +426,7 @@ class RunManager:
         # The wrapper has ended already: judge the run from what its directory says (start time unknown).
         return await self._reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
 
-    async def _replay(self, record: RunRecord) -> tuple[Any, float | None]:
+    async def _replay(self, record: RunRecord) -> tuple[RunState, float | None]:
         """The parser's state for the whole log (its last REPLAY_LIMIT bytes) and the log's mtime (epoch s).
 
         The parser gets no start time: its load time then comes from the log's own timestamps, which is
@@ -484,15 +484,14 @@ class RunManager:
         if record.terminal:
             return self._static_view(record)
         rs, mtime = await self._replay(record)
-        if record.state != "ready" and getattr(rs, "ready", False) and failure_of(rs) is None:
-            record = await self._confirm_ready(record, getattr(rs, "load_seconds", None))
+        if record.state != "ready" and rs.ready and failure_of(rs) is None:
+            record = await self._confirm_ready(record, rs.load_seconds)
         base = self._static_view(record)
-        total = getattr(rs, "shards_total", None)
+        progress = progress_of(rs)
         idle = None if mtime is None else time.time() - mtime
         stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
         return dataclasses.replace(
-            base, shards=(int(getattr(rs, "shards_done", 0) or 0), int(total)) if total else None,
-            kv_cache_tokens=getattr(rs, "kv_cache_tokens", None), phase=getattr(rs, "phase", None),
+            base, shards=progress["shards"], kv_cache_tokens=progress["kv_cache_tokens"], phase=rs.phase,
             run_state=rs, stalled=stalled,
             stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None)
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specmon.model.clean import printable, strip_ansi
+from specmon.model.runstate import RunState
 from specmon.orchestration.runstore import iso_utc
 from specmon.sources.transport import LinkState
 
@@ -54,7 +55,7 @@ class RunView:
     stall_reason: str | None
     log_path: str
     run_dir: str
-    run_state: Any = None                 # the parser's RunState (None before any log was read)
+    run_state: RunState | None = None     # the parser's state of the log (None: no log read by this process)
     probe_error: str | None = None        # why a run whose log says ready is not called ready yet
     health: str | None = None             # last /health answer of a watched run: "200", "503", "connection refused"
     link: LinkState | None = None         # the SSH link of a watched remote run (None: local, or not watched)
@@ -98,12 +99,14 @@ def node_prefix(node: int | None) -> str:
 @dataclass(frozen=True)
 class LogLine:
     """One log line for a reader. `kind` "line" carries server output ending at byte `end`; kind "note" is
-    specmon's own remark (skipped bytes, link lost, log replaced)."""
+    specmon's own remark (skipped bytes, link lost, log replaced). `highlight` is the log parser's verdict on
+    the line ("ready", "error", "shard", "kv"; "" for a line that carried no event), see events.highlights."""
 
     text: str
     end: int
     kind: str = "line"
     node: int | None = None   # in a multi-node run's log: the node rank whose log holds the line
+    highlight: str = ""      # the log parser's verdict on the line: ready, error, shard, kv (events.highlights)
 
     @property
     def clean(self) -> str:

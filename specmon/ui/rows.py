@@ -10,8 +10,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmon.model import signals
-from specmon.model.events import KVCache, ShardProgress
 from specmon.orchestration.runview import LogLine, RunView, node_prefix
 
 
@@ -81,7 +79,7 @@ class LogEntry:
 def row_from_view(view: RunView, past_load_s: float | None, now: float) -> ServerRow:
     """What the Servers pane shows of a run. `now` is epoch seconds, the clock RunView's times use."""
     rs = view.run_state
-    last = getattr(rs, "last_activity", None)
+    last = rs.last_activity if rs is not None else None
     # How long the load took or has taken: until ready; for a run that ended before ready, until its last log line.
     end = view.ready_at if view.ready_at is not None else (now if view.active else (last or view.started_at))
     elapsed = view.load_seconds if view.load_seconds is not None else max(0.0, end - view.started_at)
@@ -104,10 +102,10 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         elapsed_s=elapsed,
         past_load_s=past_load_s,
         kv_cache_tokens=view.kv_cache_tokens,
-        mem_fraction_static=getattr(rs, "mem_fraction_static", None),
-        spec_algorithm=getattr(rs, "speculative_algorithm", None),
-        spec_steps=getattr(rs, "speculative_num_steps", None),
-        spec_accept_len=getattr(rs, "spec_accept_len", None),
+        mem_fraction_static=rs.mem_fraction_static if rs is not None else None,
+        spec_algorithm=rs.speculative_algorithm if rs is not None else None,
+        spec_steps=rs.speculative_num_steps if rs is not None else None,
+        spec_accept_len=rs.spec_accept_len if rs is not None else None,
         last_activity_ago_s=None if last is None else max(0.0, now - last),
         failure=failure,
         pid=view.pid,
@@ -137,7 +135,8 @@ _HEALTH_OK = re.compile(r'"GET /health(?:_generate)?[ ?][^"]*" 200\b')
 
 
 def entry_from_line(line: LogLine) -> LogEntry | None:
-    """A log line as the Log pane shows it: specmon's notes become markers, parsed events get their highlight.
+    """A log line as the Log pane shows it: specmon's notes become markers, lines the parser recognised get its
+    highlight.
 
     None for successful /health polls: specmon's own probes would scroll the log (and repaint the terminal)
     every second while nothing happens; failed polls are kept, they are news.
@@ -147,20 +146,4 @@ def entry_from_line(line: LogLine) -> LogEntry | None:
     text = line.clean
     if "GET /health" in text and _HEALTH_OK.search(text):
         return None
-    return LogEntry(node_prefix(line.node) + text, line_kind(text))
-
-
-def line_kind(text: str) -> str:
-    """The highlight of one cleaned log line, from the log parser's own recognisers (no regexes of our own)."""
-    if not any(word in text for word in signals.TRIGGER_WORDS):
-        return ""  # the parser's fast path: lines without a trigger word carry no event
-    if signals.READY_RE.search(text) or signals.HTTP_UP_RE.search(text):
-        return "ready"
-    if signals.classify(text) is not None:
-        return "error"
-    for event in signals.message_events(text, None, 0):
-        if isinstance(event, ShardProgress):
-            return "shard"
-        if isinstance(event, KVCache):
-            return "kv"
-    return ""
+    return LogEntry(node_prefix(line.node) + text, line.highlight)
