@@ -68,6 +68,10 @@ CASES = [
     ("ssh-not-table", 'ssh = "gpu1"\n' + GOOD, 1, "ssh", "must be a table"),
     ("url-no-scheme", GOOD + 'url = "gpu1:30000"\n', 3, "profiles.a.url", "must be http://HOST:PORT or https://"),
     ("url-with-path", GOOD + 'url = "http://gpu1:30000/v1"\n', 3, "profiles.a.url", "must be http://HOST:PORT"),
+    ("command-port-differs", '[profiles.a]\nport = 41108\ncommand = "specmon sim --port 41109"\n', 3,
+     "profiles.a.command", "--port 41109 differs from port = 41108; make them the same"),
+    ("command-port-equals-form", '[profiles.a]\ncommand = ["vllm", "serve", "m", "--port=8000"]\n', 2,
+     "profiles.a.command", "--port 8000 differs from port = 30000 (the default; no port key)"),
     ("no-profiles", "[sweep]\nlevels = [1]\n", 1, "profiles", "no profiles defined"),
     ("url-with-password", GOOD + 'url = "http://user:s3cret@gpu1:30000"\n', 3, "profiles.a.url",
      "must not hold a user name or password"),
@@ -182,6 +186,8 @@ def _specmon() -> list[str]:
     ("[profiles.a\n", "{path}:1: invalid TOML:"),
     (GOOD + '[keys]\nlunch = "x"\n', "{path}:4: keys.lunch: unknown binding id"),
     (GOOD + '[keys]\nlaunch = "s"\n', "{path}:4: keys.launch: key 's' is also bound to sweep"),
+    ('[profiles.a]\nport = 41108\ncommand = "specmon sim --port 41109"\n',
+     "{path}:3: profiles.a.command: --port 41109 differs from port = 41108"),
 ])
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)
@@ -250,3 +256,15 @@ def test_profiles_table_escapes_control_characters_in_commands(tmp_path: Path) -
     row = done.stdout.splitlines()[2]
     assert row.split(None, 4)[4] == "echo '\\x1b]0;PWNED\\x07' 'two\\x0alines'"
     assert len(done.stdout.splitlines()) == 4
+def test_a_server_command_without_port_is_a_warning_not_an_error(tmp_path: Path) -> None:
+    text = ('[profiles.a]\nserver = "vllm"\nport = 8000\ncommand = "vllm serve m"\n\n'
+            '[profiles.b]\nport = 9000\ncommand = ["specmon", "sim", "--port", "9000"]\n\n'
+            '[profiles.c]\nserver = "other"\ncommand = "./serve.sh"\n')
+    path = _write(tmp_path, text)
+    config = load_config(path, env={})
+    assert config.warnings == (f"{path}:4: profiles.a.command: has no --port: the vllm server picks its own default "
+                               "port, while specmon probes port = 8000",)
+    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0 and "a" in done.stdout
+    assert done.stderr == f"specmon: warning: {config.warnings[0]}\n"

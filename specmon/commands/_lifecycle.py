@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 
-from specmon.model.config import load_config
+from specmon.model.config import Config, load_config
 from specmon.model.results import redact_text
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, StopReport
@@ -16,9 +16,17 @@ from specmon.orchestration.runview import RunView, StopReport
 EXIT_READY, EXIT_FAILED, EXIT_STALLED = 0, 1, 3
 
 
+def config_for(args: argparse.Namespace) -> Config:
+    """The profiles file chosen by --config / discovery; its warnings (nothing failed) go to stderr."""
+    config = load_config(getattr(args, "config", None))
+    for warning in config.warnings:
+        print(f"specmon: warning: {warning}", file=sys.stderr)
+    return config
+
+
 def manager_for(args: argparse.Namespace) -> RunManager:
     """A RunManager over the profiles file chosen by --config / discovery."""
-    return RunManager(load_config(getattr(args, "config", None)))
+    return RunManager(config_for(args))
 
 
 def run_with_manager(args: argparse.Namespace, body: Callable[[RunManager], Awaitable[int]]) -> int:

@@ -14,8 +14,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from specmon.commands._lifecycle import config_for
 from specmon.errors import UserError
-from specmon.model.config import Config, builtin_config, load_config, on_ports, one_wave_problem, parse_levels
+from specmon.model.config import Config, builtin_config, on_ports, one_wave_problem, parse_levels
 
 HEADLESS_LEVELS = (1, 4, 16, 64)
 HEADLESS_REQUESTS = 16
@@ -43,8 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def demo_config(args: argparse.Namespace) -> Config:
     """The demo's profiles: those of --config when given (tests use fast ones), else the built-in demo pair;
     moved to --ports when given."""
-    path = getattr(args, "config", None)
-    config = load_config(path) if path else builtin_config()
+    config = config_for(args) if getattr(args, "config", None) else builtin_config()
     ports = getattr(args, "ports", None)
     if ports:
         try:

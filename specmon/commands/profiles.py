@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import shlex
 import shutil
+from collections.abc import Mapping
 from typing import Any
 
+from specmon.commands._lifecycle import config_for
 from specmon.model.clean import escape_controls
-from specmon.model.config import Config, Profile, load_config
+from specmon.model.config import Config, Profile
 from specmon.model.results import redact_argv
+from specmon.orchestration.runs import RunManager
 
 # Env values whose names look like credentials are never printed.
 _SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
@@ -30,9 +34,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = config_for(args)
     if args.json:
-        print(json.dumps(config_to_json(config), indent=2))
+        print(json.dumps(config_to_json(config, asyncio.run(_local_urls(config))), indent=2))
     else:
         print(render_table(config))
     return 0
@@ -43,14 +47,25 @@ def redacted_env(profile: Profile) -> dict[str, str]:
     return {name: "***" if _SECRET_NAME.search(name) else value for name, value in profile.env}
 
 
-def config_to_json(config: Config) -> dict[str, Any]:
-    """The resolved configuration as plain JSON data (env credentials and secret-looking arguments redacted)."""
+async def _local_urls(config: Config) -> dict[str, str]:
+    """Each profile's URL as its run (through its transport) gives it: local ones, and remote ones with their own
+    `url`. A remote host's loopback port is not forwarded here: that URL exists only while a specmon process holds
+    the forward."""
+    manager = RunManager(config)
+    try:
+        return {name: await manager.url_of(name) for name, p in config.profiles.items() if p.is_local or p.url}
+    finally:
+        await manager.close()
+
+
+def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
+    """The resolved configuration as plain JSON data (env credentials and secret-looking arguments redacted); `urls` by profile name."""
     return {
         "source": config.source,
         "found_by": config.found_by,
         "profiles": [
             {
-                "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": p.base_url,
+                "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": urls.get(p.name),
                 "command": redact_argv(p.command), "env": redacted_env(p), "workdir": p.workdir,
                 "health_path": p.health_path, "python": p.python, "expected_load_s": p.expected_load_s,
                 "notify_cmd": p.notify_cmd, "stall_timeout_s": p.stall_timeout_s,

@@ -8,21 +8,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import json
 import math
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.commands._lifecycle import config_for
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
-from specmon.model.config import Profile, SshSettings, load_config, parse_levels
+from specmon.model.config import parse_levels
 from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
-from specmon.orchestration.runs import default_transport
+from specmon.orchestration.runs import RunManager
 from specmon.orchestration.sweep import (
     SweepNotice,
     SweepSpec,
@@ -71,14 +70,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     if (args.profile_name is None) == (args.url is None):
         raise UserError("sweep: give a PROFILE or --url URL (exactly one)")
-    config = load_config(args.config)
-    remote: Profile | None = None
+    config = config_for(args)
     if args.profile_name is not None:
-        profile = config.profile(args.profile_name)
-        url = profile.base_url
+        config.profile(args.profile_name)   # an unknown name fails before anything runs
         label = args.profile_name
-        if not profile.is_local and profile.url is None:
-            remote = profile   # reached through a forward of the host's port over SSH
     else:
         url = _checked_url(args.url)
         label = url.split("://", 1)[1].replace(":", "_")
@@ -86,8 +81,7 @@ def run(args: argparse.Namespace) -> int:
         levels=args.levels, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
         input_len=args.input_len, output_len=args.output_len, api=args.api, prompt_file=args.prompt_file,
         timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos))
-    spec = SweepSpec(url=url, workload=workload, out_path=args.out or default_out_path(label), model=args.model,
-                     profile=args.profile_name, api_key_env=args.api_key_env)
+    out_path = args.out or default_out_path(label)
     view = _StderrProgress(sys.stderr)
     levels: list[LevelResult] = []
 
@@ -96,11 +90,25 @@ def run(args: argparse.Namespace) -> int:
             levels.append(u)
         view.show(u)
 
+    async def go() -> SweepResult:
+        if args.profile_name is None:
+            return await run_sweep(spec_for(url), on_update)
+        # The profile's run owns its URL (through its transport; a forwarded port lives as long as the manager).
+        manager = RunManager(config)
+        try:
+            return await run_sweep(spec_for(await manager.url_of(args.profile_name)), on_update)
+        finally:
+            await manager.close()
+
+    def spec_for(server_url: str) -> SweepSpec:
+        return SweepSpec(url=server_url, workload=workload, out_path=out_path, model=args.model,
+                         profile=args.profile_name, api_key_env=args.api_key_env)
+
     try:
-        result = asyncio.run(_sweep(spec, on_update, remote, config.ssh))
+        result = asyncio.run(go())
     except KeyboardInterrupt:
         view.end()
-        print(f"specmon: interrupted; {len(levels)} finished levels kept in {spec.out_path}", file=sys.stderr)
+        print(f"specmon: interrupted; {len(levels)} finished levels kept in {out_path}", file=sys.stderr)
         if levels:
             print(render_levels(levels))
         return 130
@@ -117,19 +125,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"specmon: sweep measured nothing: all {failed} requests failed; see {result.path}", file=sys.stderr)
         return 1
     return 0
-
-
-async def _sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None], remote: Profile | None,
-                 ssh: SshSettings) -> SweepResult:
-    """Run the sweep; for a remote profile, through a forward of its host's port held open for the sweep."""
-    if remote is None:
-        return await run_sweep(spec, on_update)
-    transport = default_transport(remote.host, ssh)
-    try:
-        url = await transport.local_url(remote.port)
-        return await run_sweep(dataclasses.replace(spec, url=url), on_update)
-    finally:
-        await transport.close()
 
 
 def _checked_url(text: str) -> str:

@@ -82,11 +82,6 @@ class Profile:
         """The host of each node rank: `hosts`, or just `host` for a single-node profile."""
         return self.hosts or (self.host,)
 
-    @property
-    def base_url(self) -> str:
-        """The profile's own `url`, else the host's 127.0.0.1:port (a remote host's runs forward that port)."""
-        return self.url or f"http://127.0.0.1:{self.port}"
-
 
 @dataclass(frozen=True)
 class SweepDefaults:
@@ -148,6 +143,7 @@ class Config:
     found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
     # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
     key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
+    warnings: tuple[str, ...] = ()           # "FILE:LINE: key: why", for the front end to show; nothing failed
 
     @property
     def is_builtin(self) -> bool:
@@ -234,6 +230,18 @@ def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, st
     if xdg_file.is_file():
         return _load_file(xdg_file, "$XDG_CONFIG_HOME/specmon/profiles.toml")
     return builtin_config()
+
+
+def command_port(argv: Sequence[str]) -> int | None:
+    """The port a server command names with `--port N` or `--port=N` (the last one wins, as argparse does);
+    None when it names none or not as a number (e.g. a shell variable)."""
+    found: int | None = None
+    for i, arg in enumerate(argv):
+        value = argv[i + 1] if arg == "--port" and i + 1 < len(argv) else (
+            arg[len("--port="):] if arg.startswith("--port=") else None)
+        if value is not None and value.isdigit():
+            found = int(value)
+    return found
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:
@@ -336,7 +344,8 @@ def _parse_config(text: str, source: str, found_by: str) -> Config:
         suffix = f" (and {more} more problem{'s' if more > 1 else ''} after this one)" if more else ""
         raise UserError(f"{source}:{line}: {format_key(path)}: {message}{suffix}")
     assert config is not None
-    return replace(config, key_lines=lines)
+    warnings = tuple(f"{source}:{_line_of(lines, p)}: {format_key(p)}: {m}" for p, m in validator.warnings)
+    return replace(config, key_lines=lines, warnings=warnings)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -371,9 +380,13 @@ class _Validator:
 
     def __init__(self) -> None:
         self.problems: list[tuple[_KeyPath, str]] = []
+        self.warnings: list[tuple[_KeyPath, str]] = []
 
     def problem(self, path: _KeyPath, message: str) -> None:
         self.problems.append((path, message))
+
+    def warning(self, path: _KeyPath, message: str) -> None:
+        self.warnings.append((path, message))
 
     def wrong_type(self, path: _KeyPath, expected: str, value: object) -> None:
         self.problem(path, f"must be {expected}, got {_toml_type(value)} {_shown(value)}")
@@ -510,6 +523,10 @@ class _Validator:
         health_path = self.string(table, path, "health_path", "/health") or "/health"
         if not health_path.startswith("/"):
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
+        command = self.command(table, path)
+        server = self.choice(table, path, "server", "sglang", SERVER_KINDS)
+        port = self.integer(table, path, "port", 30000, 1, 65535) or 30000
+        self.command_port(command, server, port, "port" in table, path)
         return Profile(
             name=name,
             command=command,
@@ -517,7 +534,7 @@ class _Validator:
             server=server,
             env=self.env(table.get("env", {}), path + ("env",)),
             workdir=self.string(table, path, "workdir", None),
-            port=self.integer(table, path, "port", 30000, 1, 65535) or 30000,
+            port=port,
             health_path=health_path,
             python=self.string(table, path, "python", "python3") or "python3",
             expected_load_s=self.seconds(table, path, "expected_load_s", None),
@@ -602,6 +619,17 @@ class _Validator:
         if not argv or not argv[0]:
             self.problem(key_path, "must not be empty")
         return tuple(argv)
+
+    def command_port(self, argv: tuple[str, ...], server: str, port: int, written: bool, path: _KeyPath) -> None:
+        """The port is written twice (`port`, which specmon probes, and the command's `--port`): they must agree,
+        or the server listens where nobody looks and the load reads as stalled."""
+        given = command_port(argv)
+        shown = f"port = {port}" if written else f"port = {port} (the default; no port key)"
+        if given is not None and given != port:
+            self.problem(path + ("command",), f"--port {given} differs from {shown}; make them the same")
+        elif given is None and server in ("sglang", "vllm") and not any("--port" in arg for arg in argv):
+            self.warning(path + ("command",), f"has no --port: the {server} server picks its own default port, "
+                                              f"while specmon probes {shown}")
 
     def env(self, raw: object, path: _KeyPath) -> tuple[tuple[str, str], ...]:
         table = self.table(raw, path)

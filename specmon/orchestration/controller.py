@@ -32,7 +32,7 @@ from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, TransportError
+from specmon.sources.transport import LinkState, Transport, TransportError
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -48,6 +48,20 @@ class WatchTimings:
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
     ready_retry_s: float = 0.2
+
+
+def host_url(port: int) -> str:
+    """How a server is addressed on its own host: what a run records when its profile gives no `url`."""
+    return f"http://127.0.0.1:{port}"
+
+
+async def client_url(transport: Transport, recorded: str, port: int) -> str:
+    """The one answer to "which URL does a client use for this server" (sweeps, probes, views).
+
+    The host's loopback port is reached through the transport (a forward over SSH, the port itself locally); a
+    profile's own `url` (a port the network can reach) is used as it is.
+    """
+    return await transport.local_url(port) if recorded == host_url(port) else recorded
 
 
 def failure_of(run_state: RunState | None) -> FailureInfo | None:
@@ -249,10 +263,7 @@ class RunController:
     # ---- life --------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
-        # The host's loopback port is reached through the transport (a forward over SSH); a profile's own `url`
-        # (a port the network can reach) is used as it is.
-        loopback = self.record.url == f"http://127.0.0.1:{self.record.port}"
-        self.url = await self.ops.transport.local_url(self.record.port) if loopback else self.record.url
+        self.url = await client_url(self.ops.transport, self.record.url, self.record.port)
         self.probe = await probe_of(self.ops.transport, self.record.port, self.record.health_path, timeout_s=5.0)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)

@@ -37,7 +37,7 @@ from specmon.model.multinode import (
     overall,
     worker_ready,
 )
-from specmon.orchestration.controller import RunController
+from specmon.orchestration.controller import RunController, host_url
 from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
@@ -235,7 +235,7 @@ async def launch(manager: RunManager, profile: Profile, *, watch: bool) -> RunVi
     dist = placements[0].dist_init_addr
     record = RunRecord(
         run_id=run_id, profile=profile.name, host=hosts[0], run_dir=run_dir, port=profile.port,
-        url=profile.base_url, server=profile.server, health_path=profile.health_path,
+        url=profile.url or host_url(profile.port), server=profile.server, health_path=profile.health_path,
         stall_timeout_s=profile.stall_timeout_s, notify_cmd=profile.notify_cmd,
         expected_load_s=profile.expected_load_s, started_at=time.time(), nodes=node_ids, dist_init_addr=dist)
     manager.store.save(record)

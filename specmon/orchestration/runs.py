@@ -68,8 +68,10 @@ from specmon.orchestration.controller import (
     RunController,
     Watcher,
     WatchTimings,
+    client_url,
     end_verdict,
     failure_of,
+    host_url,
     progress_of,
     run_notify,
 )
@@ -262,6 +264,24 @@ class RunManager:
         if record is None:
             raise UserError(f"unknown run {run_id!r}")
         return self._static_view(record)
+
+    async def url_of(self, profile_name: str) -> str:
+        """The base URL clients use for a profile's server (sweeps, `profiles --json`).
+
+        The run owns it: a watched run's URL, else what the transport gives for the port of the profile's latest
+        run that may still be running, else for the profile's port. A forwarded port stays open while this
+        manager lives.
+        """
+        profile = self.config.profile(profile_name)
+        live = [r for r in self.store.all() if r.profile == profile_name and not r.terminal]
+        if live and live[-1].run_id in self._controllers:
+            return self._controllers[live[-1].run_id].view().url
+        host, recorded, port = ((live[-1].host, live[-1].url, live[-1].port) if live else
+                                (profile.host, profile.url or host_url(profile.port), profile.port))
+        try:
+            return await client_url(self.ops(host).transport, recorded, port)
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
 
     def subscribe(self, callback: Callable[[RunView], None]) -> Callable[[], None]:
         """Call `callback(view)` whenever a watched run changes; returns the unsubscribe function."""
@@ -566,7 +586,7 @@ class RunManager:
         port = _int_or(meta.get("port"), 0)
         record = RunRecord(
             run_id=run_id, profile=str(meta.get("profile") or run_id), host=host, run_dir=run_dir, port=port,
-            url=f"http://127.0.0.1:{port}", server=str(meta.get("server") or "sglang"),
+            url=host_url(port), server=str(meta.get("server") or "sglang"),
             health_path=profile.health_path if profile else "/health",
             stall_timeout_s=profile.stall_timeout_s if profile else 300.0, notify_cmd=None,
             expected_load_s=profile.expected_load_s if profile else None,
@@ -668,7 +688,7 @@ class RunManager:
         started_at = time.time()
         record = RunRecord(**{
             "run_id": run_id, "profile": profile.name, "host": host, "run_dir": run_dir, "port": profile.port,
-            "url": profile.base_url, "server": profile.server, "health_path": profile.health_path,
+            "url": profile.url or host_url(profile.port), "server": profile.server, "health_path": profile.health_path,
             "stall_timeout_s": profile.stall_timeout_s, "notify_cmd": profile.notify_cmd,
             "expected_load_s": profile.expected_load_s, "started_at": started_at, "config": self.config_key,
             **record_fields})

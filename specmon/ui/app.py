@@ -170,6 +170,8 @@ class SpecmonApp(App[int]):
         self.query_one(SweepPane).show({}, None, "")
         self._show_log_of_selected()
         self.call_after_refresh(self._first_frame)
+        for warning in self.config.warnings:
+            self.notify(warning, severity="warning", timeout=15)
         if self.engine is not None:
             self._start_engine()
             self._watch_gpus_of_selected()
