@@ -14,6 +14,7 @@ from typing import Any
 
 import plotext as plt
 
+from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.compare import AlignedLevel, Crossover, align, compare_results, find_crossover
 from specmon.model.results import SweepResult, read_results
@@ -96,8 +97,7 @@ def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str:
             r = row.ratio(i)
             cells.append("-" if r is None else f"{r:.2f}x")
         table.append(cells)
-    widths = [max(len(r[i]) for r in table) for i in range(len(head))]
-    text = "\n".join("  ".join(c.rjust(w) for c, w in zip(r, widths)) for r in table)
+    text = table_text(head, table[1:], align="right")
     if any(lv is not None and lv.client.bound for row in rows for lv in row.levels):
         text += "\n* client-bound level: the load generator was the bottleneck"
     return text

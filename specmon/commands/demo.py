@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> int:
 
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
+    from specmon.commands._table import table_text
     from specmon.orchestration.comparison import sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager
@@ -114,12 +115,8 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
             on_result=lambda name, result: print(f"{name}: results in {result.path}", file=out, flush=True))
 
         print("", file=out)
-        widths = (16, 4, 10, 9, 10, 9, 9, 7)
-        print("  ".join(c.ljust(w) for c, w in zip(LEVEL_COLUMNS, widths)), file=out)
-        for result in comparison.results:
-            for level in result.levels:
-                print("  ".join(c.ljust(w) for c, w in zip(level_cells(result.label, level.to_dict()), widths)),
-                      file=out)
+        rows = [level_cells(r.label, level.to_dict()) for r in comparison.results for level in r.levels]
+        print(table_text(LEVEL_COLUMNS, rows, out=out), file=out)
         if len(comparison.results) >= 2:
             names = [r.label for r in comparison.results]
             cross = comparison.crossover

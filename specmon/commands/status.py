@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from specmon.commands._lifecycle import run_with_manager
+from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.results import redact_text
 from specmon.orchestration.runs import HostRun, RunManager
@@ -80,9 +81,7 @@ def _rows(v: RunView, mine: bool) -> list[tuple[str, ...]]:
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    for r in rows:
-        print(("  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]).rstrip())
+    print(table_text(rows[0], rows[1:]))
 
 
 def _found_row(r: HostRun) -> tuple[str, ...]:

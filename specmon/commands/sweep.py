@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.commands._lifecycle import config_for
+from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels
@@ -167,9 +168,7 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
             "-" if lv.achieved_concurrency is None else f"{lv.achieved_concurrency:.1f}",
             "BOUND" if lv.client.bound else "ok",
         ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    lines = ["  ".join(cell.rjust(w) for cell, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines) + "\n(latencies in ms; tokens from server usage; ITL per chunk, TPOT per token)"
+    return table_text(head, rows[1:], align="right") + "\n(latencies in ms; tokens from server usage; ITL per chunk, TPOT per token)"
 
 
 def _ms(v: float | None) -> str:
