@@ -24,7 +24,7 @@ def test_ssh_table_defaults_and_relative_paths(tmp_path: Path) -> None:
     assert config.profiles["a"].host == "gpu1"
     (tmp_path / "c.toml").write_text('[profiles.a]\ncommand = "x"\nhost = "gpu1"\nurl = "http://gpu1:30000/"\n')
     direct = load_config(tmp_path / "c.toml").profiles["a"]
-    assert direct.url == direct.base_url == "http://gpu1:30000"
+    assert direct.url == "http://gpu1:30000"
     (tmp_path / "b.toml").write_text('[profiles.a]\ncommand = "x"\n[ssh]\nconfig = "ssh/cfg"\n'
                                      'known_hosts = "/etc/kh"\nkeepalive_s = 2\nconnect_timeout_s = 4.5\n')
     ssh = load_config(tmp_path / "b.toml").ssh
@@ -34,7 +34,7 @@ def test_ssh_table_defaults_and_relative_paths(tmp_path: Path) -> None:
 
 def _profiles(tmp_path: Path, sshd: Sshd, known_hosts: Path) -> Path:
     path = tmp_path / "profiles.toml"
-    path.write_text('[profiles.a]\ncommand = "x"\nhost = "gpu2"\n\n'
+    path.write_text('[profiles.a]\ncommand = "x --port 30000"\nhost = "gpu2"\n\n'
                     f'[ssh]\nconfig = "{sshd.config}"\nknown_hosts = "{known_hosts}"\nconnect_timeout_s = 5\n')
     return path
 
