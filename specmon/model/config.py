@@ -523,8 +523,6 @@ class _Validator:
         health_path = self.string(table, path, "health_path", "/health") or "/health"
         if not health_path.startswith("/"):
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
-        command = self.command(table, path)
-        server = self.choice(table, path, "server", "sglang", SERVER_KINDS)
         port = self.integer(table, path, "port", 30000, 1, 65535) or 30000
         self.command_port(command, server, port, "port" in table, path)
         return Profile(
