@@ -66,7 +66,8 @@ async def startup(transport: Transport, python: str, env: Iterable[tuple[str, st
 
 async def run_processes(transport: Transport, run_id: str, wrapper_pid: int | None) -> tuple[ProcessEnv, ...]:
     """Every live process carrying the run's SPECMON_RUN_ID, with its environment (redacted). The server is the
-    launch wrapper's child; the others are workers. Processes whose environ cannot be read are skipped."""
+    launch wrapper's child; the others are workers. The wrapper itself carries the marker too (stop checks it) but
+    is not part of the server, so it is left out. Processes whose environ cannot be read are skipped."""
     if not _RUN_ID.match(run_id):
         raise ValueError(f"bad run id {run_id!r}")
     marker = shlex.quote(f"SPECMON_RUN_ID={run_id}")
@@ -84,6 +85,8 @@ async def run_processes(transport: Transport, run_id: str, wrapper_pid: int | No
     processes = []
     for index in range(1, len(parts) - 3, 4):
         pid, ppid, name, environ = int(parts[index]), int(parts[index + 1]), parts[index + 2], parts[index + 3]
+        if pid == wrapper_pid:
+            continue
         env = parse_environ(environ)
         if env:
             role = "server" if wrapper_pid is not None and ppid == wrapper_pid else "worker"
