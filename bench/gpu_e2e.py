@@ -107,8 +107,9 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "commands.txt").unlink(missing_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    from specmon.model.gpu import APPS_FIELDS, QUERY_FIELDS
     from test_sweep_transformers import build_tiny_model  # the same model the CPU test serves
+
+    from specmon.model.gpu import APPS_FIELDS, QUERY_FIELDS
 
     model = work / "tiny-llama"
     if not (model / "config.json").exists():
@@ -119,19 +120,26 @@ def main() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    argv = [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model), "--host", "127.0.0.1",
-            "--port", str(port), "--device", args.device]
+    plain_port = port + 1 if port < 65535 else port - 1
+
+    def serve_argv(on_port: int) -> list[str]:
+        return [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model), "--host", "127.0.0.1",
+                "--port", str(on_port), "--device", args.device]
+
     # The profile's PYTHONPATH replaces the caller's: keep what the server itself imports from (where its packages
     # were installed with --target, as on the lent GPU machine) behind the injecting directory.
     inject_path = os.pathsep.join(p for p in [str(inject), os.environ.get("PYTHONPATH", "")] if p)
     cfg = work / "profiles.toml"
-    common = (f'server = "other"\ncommand = {json.dumps(argv)}\npython = {json.dumps(sys.executable)}\n'
-              "expected_load_s = 60\n")
+    # Each profile's command names its own port (config load refuses a --port that differs from port).
+    def common(on_port: int) -> str:
+        return (f'server = "other"\nport = {on_port}\ncommand = {json.dumps(serve_argv(on_port))}\n'
+                f'python = {json.dumps(sys.executable)}\nexpected_load_s = 60\n')
+
     cfg.write_text(
-        f"[profiles.tf-gpu]\nport = {port}\n{common}"
+        f"[profiles.tf-gpu]\n{common(port)}"
         f'env = {{ HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO", '
         f'PYTHONPATH = {json.dumps(inject_path)} }}\n'
-        f"[profiles.tf-gpu-plain]\nport = {port + 1 if port < 65535 else port - 1}\n{common}"
+        f"[profiles.tf-gpu-plain]\n{common(plain_port)}"
         'env = { HF_HUB_OFFLINE = "1", NCCL_NVLS_ENABLE = "0", NCCL_DEBUG = "INFO"'
         # The same caller's entries as tf-gpu, so the two differ only by the injecting directory.
         + (f', PYTHONPATH = {json.dumps(os.environ["PYTHONPATH"])}' if os.environ.get("PYTHONPATH") else "")
