@@ -381,10 +381,11 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
             # The overlay built up: both profiles on the chart, one point per level.
             assert [lv["concurrency"] for lv in app.series["exp-base"]] == [1, 4]
             assert [lv["concurrency"] for lv in app.series["exp-eagle"]] == [1, 4]
-            await pilot.pause(1.2)
             pane = app.query_one(SweepPane)
             panel = pane.query_one("#experiment-steps", Static)
-            assert panel.display and "done: finished" in str(panel.render())
+            # The step list repaints at most once a second, later on a busy box: wait for it rather than a fixed pause.
+            await wait_until(pilot, lambda: "done: finished" in str(panel.render()), 30, "the step list to show done")
+            assert panel.display
             assert "exp-eagle" in str(pane.query_one("#sweep-chart").render())
         finally:
             await pilot.press("Q")
