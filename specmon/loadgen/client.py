@@ -33,8 +33,8 @@ from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
 CLOSE_TIMEOUT_S = 1.0
-DEADLINE_FACTOR = 10
-USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)   # a request's default end-to-end deadline, in silence timeouts
+DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence timeouts
+USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)
 _DETAIL_MAX = 200
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
