@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from specmon.orchestration.hostops import HostOps
 from specmon.sources.gpu import GpuProbe, snapshot
+from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
 
 FAKE = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"

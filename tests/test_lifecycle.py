@@ -31,11 +31,11 @@ from lifecycle_support import (
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.stopping import StopTimings
+from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
 
 

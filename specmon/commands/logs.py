@@ -11,10 +11,10 @@ import sys
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.clean import PrintableStream, printable
-from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import node_prefix
+from specmon.sources.host import HostOps
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines
 from specmon.sources.transport import TransportError
 

@@ -45,7 +45,7 @@ MAX_CONFIG_BYTES = 1 << 20   # a profiles file is a few KB; a MiB is generous an
 # Set by the lifecycle engine on every server it starts; a profile must not override it.
 RESERVED_ENV = ("SPECMON_RUN_ID",)
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
@@ -635,7 +635,7 @@ class _Validator:
             return ()
         pairs: list[tuple[str, str]] = []
         for name, value in table.items():
-            if not _ENV_NAME.fullmatch(name):
+            if not ENV_NAME.fullmatch(name):
                 self.problem(path + (name,), "bad environment variable name (use letters, digits and _, "
                                              "not starting with a digit)")
             elif name in RESERVED_ENV:

@@ -238,6 +238,14 @@ def parse_apps(text: str, fields: Sequence[str] = APPS_FIELDS) -> list[ComputeAp
     return apps
 
 
+def memory_by_pid(apps: Iterable[ComputeApp]) -> dict[int, int]:
+    """pid -> MiB it holds on all GPUs together (a process on two GPUs is two rows; a row without a figure counts 0)."""
+    held: dict[int, int] = {}
+    for app in apps:
+        held[app.pid] = held.get(app.pid, 0) + int(app.used_mib or 0)
+    return held
+
+
 @dataclass(frozen=True)
 class GpuInfo:
     """Static facts of one GPU from `nvidia-smi -q -x`."""

@@ -27,10 +27,10 @@ from typing import Any, Protocol
 
 from specmon.model.events import highlights
 from specmon.model.runstate import LogWatch, RunState, eta_seconds
-from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
+from specmon.sources.host import HostOps
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError
 

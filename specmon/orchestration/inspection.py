@@ -29,11 +29,11 @@ from specmon.model.env import (
     redact,
 )
 from specmon.model.gpu import GpuBoard, SmiInventory
-from specmon.orchestration.hostops import RUN_ID
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
+from specmon.sources.host import RUN_ID
 
 T = TypeVar("T")
 

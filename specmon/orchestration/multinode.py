@@ -38,9 +38,9 @@ from specmon.model.multinode import (
     worker_ready,
 )
 from specmon.orchestration.controller import RunController, host_url
-from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
+from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
 
 if TYPE_CHECKING:

@@ -61,6 +61,7 @@ from typing import Any
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
+from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
 from specmon.orchestration import multinode
 from specmon.orchestration.controller import (
@@ -75,11 +76,11 @@ from specmon.orchestration.controller import (
     progress_of,
     run_notify,
 )
-from specmon.orchestration.hostops import RUN_ID, HostOps, check_env, free_ports_near, wrapper_script
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError, Unreadable, iso_utc, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
+from specmon.sources.host import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.sources.local import LocalTransport
 from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import read_range

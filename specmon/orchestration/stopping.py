@@ -12,9 +12,9 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from specmon.orchestration.hostops import HostOps
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import StopReport
+from specmon.sources.host import HostOps
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,11 @@ import httpx
 from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload, load_prompts
-from specmon.model.config import SweepDefaults
+from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
 
 log = logging.getLogger(__name__)
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PROBE_TIMEOUT_S = 10.0
 STOP_GRACE_S = 5.0
 
@@ -135,7 +134,7 @@ def api_key_from_env(name: str | None, env: Mapping[str, str] | None = None) -> 
     """The API key held in the environment variable `name` (validated), or None."""
     if name is None:
         return None
-    if not _ENV_NAME.match(name):
+    if not ENV_NAME.fullmatch(name):
         raise UserError(f"--api-key-env: {name!r} is not a valid environment variable name")
     return (os.environ if env is None else env).get(name) or None
 

@@ -19,9 +19,9 @@ from pathlib import Path
 
 from specmon.model.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup, redact
 from specmon.model.gpu import SmiError, SmiInventory, parse_xml
+from specmon.sources.host import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
-_RUN_ID = re.compile(r"^[0-9A-Za-z_.-]+$")
 _STARTUP_MARK = "<<specmon-startup>>"
 _PID_MARK = re.compile(rb"\n<<specmon-pid (\d+) (\d+) ([^\n]*)>>\n")
 # The NCCL lines are few; the log may be gigabytes, so grep on the host and bring back only the tail.
@@ -68,7 +68,7 @@ async def run_processes(transport: Transport, run_id: str, wrapper_pid: int | No
     """Every live process carrying the run's SPECMON_RUN_ID, with its environment (redacted). The server is the
     launch wrapper's child; the others are workers. The wrapper itself carries the marker too (stop checks it) but
     is not part of the server, so it is left out. Processes whose environ cannot be read are skipped."""
-    if not _RUN_ID.match(run_id):
+    if not RUN_ID.match(run_id):
         raise ValueError(f"bad run id {run_id!r}")
     marker = shlex.quote(f"SPECMON_RUN_ID={run_id}")
     command = (

@@ -1,7 +1,8 @@
 """Host-side operations of the lifecycle engine, as shell commands run through a Transport.
 
 Everything here reaches the host only with `transport.run()` and `shlex.quote`d arguments, so it works the same
-locally and over SSH. The parsers of /proc text are pure functions.
+locally and over SSH. What the host prints is turned into values by the pure parsers of `model/procfs.py` (/proc)
+and `model/gpu.py` (nvidia-smi); the GPU probe is `sources/gpu.py`, the environment probe `sources/env.py`.
 
 Run directory layout (`$XDG_STATE_HOME/specmon/runs/<run_id>/` on the host, default
 `~/.local/state/specmon/runs/`; runs made before that lived in `~/.specmon/runs/` and are still read):
@@ -21,88 +22,22 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from specmon.errors import UserError
-from specmon.model.gpu import APPS_FIELDS, SmiError, parse_apps
+from specmon.model.config import ENV_NAME
+from specmon.model.gpu import APPS_FIELDS, SmiError, memory_by_pid, parse_apps
+from specmon.model.procfs import ProcInfo, describe_process, listener_inodes, listening_ports, parse_stat, pid_of_path
 from specmon.sources.transport import Transport, TransportError
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 RUN_ID = re.compile(r"^[0-9A-Za-z_.-]+$")
 LEGACY_RUNS_SUBDIR = ".specmon/runs"   # where run directories lived before the XDG layout
 LOCK_STALE_S = 120.0   # a launch lock older than this was left by a killed launch (a launch holds it ~1-10 s)
 
 
-@dataclass(frozen=True)
-class ProcInfo:
-    """The fields of /proc/PID/stat the engine needs."""
-
-    pid: int
-    state: str          # R, S, D, Z, T, ...
-    pgid: int
-    sid: int
-    starttime: int      # clock ticks after boot (field 22)
-
-    @property
-    def alive(self) -> bool:
-        return self.state not in ("Z", "X")
-
-
-def parse_stat(line: str) -> ProcInfo | None:
-    """Parse one /proc/PID/stat line (the command name may hold spaces and parentheses)."""
-    head, sep, rest = line.rpartition(")")
-    if not sep:
-        return None
-    pid_text = head.split("(", 1)[0].strip()
-    fields = rest.split()
-    # rest starts at field 3 (state); pgid is field 5, sid field 6, starttime field 22.
-    if not pid_text.isdigit() or len(fields) < 20:
-        return None
-    try:
-        return ProcInfo(int(pid_text), fields[0], int(fields[2]), int(fields[3]), int(fields[19]))
-    except ValueError:
-        return None
-
-
-def listening_ports(proc_net_tcp: str) -> set[int]:
-    """Ports with a TCP listener, from the text of /proc/net/tcp and /proc/net/tcp6."""
-    ports: set[int] = set()
-    for line in proc_net_tcp.splitlines():
-        fields = line.split()
-        if len(fields) > 3 and fields[3] == "0A" and ":" in fields[1]:   # 0A = LISTEN
-            try:
-                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
-            except ValueError:
-                continue
-    return ports
-
-
-def listener_inodes(proc_net_tcp: str, port: int) -> set[str]:
-    """Socket inodes of the TCP listeners on `port`, from /proc/net/tcp{,6} text (field 10 is the inode)."""
-    inodes: set[str] = set()
-    for line in proc_net_tcp.splitlines():
-        fields = line.split()
-        if len(fields) > 9 and fields[3] == "0A" and fields[1].rsplit(":", 1)[-1] == f"{port:04X}":
-            inodes.add(fields[9])
-    return inodes
-
-
-def free_ports_near(port: int, listening: set[int], count: int = 2, avoid: Iterable[int] = ()) -> list[int]:
-    """The first `count` ports above `port` with no listener (and not in `avoid`): what to suggest instead."""
-    taken = set(listening) | set(avoid)
-    found: list[int] = []
-    candidate = port + 1
-    while len(found) < count and candidate <= 65535:
-        if candidate not in taken:
-            found.append(candidate)
-        candidate += 1
-    return found
-
-
 def check_env(env: Iterable[tuple[str, str]], where: str) -> None:
     """UserError naming the first env variable whose name is not a plain shell name."""
     for name, _ in env:
-        if not ENV_NAME.match(name):
+        if not ENV_NAME.fullmatch(name):
             raise UserError(f"{where}: env: invalid variable name {name!r} (letters, digits and _ only)")
 
 
@@ -207,11 +142,10 @@ class HostOps:
                 continue
             code, found, _ = await self.sh(
                 f"find /proc/[0-9]*/fd -lname 'socket:\\[{inode}\\]' 2>/dev/null | head -n 1", timeout=10)
-            pid = found.strip().split("/")[2] if found.startswith("/proc/") else ""
-            if pid.isdigit():
-                _, cmdline, _ = await self.sh(f"tr '\\000' ' ' < /proc/{int(pid)}/cmdline 2>/dev/null")
-                command = " ".join(cmdline.split())
-                return f"pid {pid} ({command[:60] + '…' if len(command) > 60 else command or '?'})"
+            pid = pid_of_path(found)
+            if pid is not None:
+                _, cmdline, _ = await self.sh(f"tr '\\000' ' ' < /proc/{pid}/cmdline 2>/dev/null")
+                return describe_process(pid, cmdline)
         return None
 
     async def find_command(self, argv0: str, env: Iterable[tuple[str, str]], workdir: str | None) -> bool:
@@ -325,7 +259,7 @@ class HostOps:
             "cat /proc/[0-9]*/stat 2>/dev/null; echo '<<>>'; "
             f"grep -lzx -- {marker} /proc/[0-9]*/environ 2>/dev/null; true")
         stats, _, marked = out.partition("<<>>")
-        marked_pids = {int(p.split("/")[2]) for p in marked.split() if p.count("/") >= 3 and p.split("/")[2].isdigit()}
+        marked_pids = {pid for path in marked.split() if (pid := pid_of_path(path)) is not None}
         infos = [info for line in stats.splitlines() if (info := parse_stat(line)) and info.alive and info.pid > 1]
         return infos, marked_pids
 
@@ -362,13 +296,9 @@ class HostOps:
         if code == 3:
             return None
         try:
-            apps = parse_apps(out) if code == 0 else []
+            return memory_by_pid(parse_apps(out)) if code == 0 else {}
         except SmiError:
             return {}
-        held: dict[int, int] = {}
-        for app in apps:   # one row per (process, GPU): a process on two GPUs holds the sum
-            held[app.pid] = held.get(app.pid, 0) + int(app.used_mib or 0)
-        return held
 
     async def write_json(self, path: str, data: object) -> None:
         await self.transport.write_file(path, (json.dumps(data, indent=2) + "\n").encode(), 0o600)
