@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from specmon.model.compare import ComparedRun, align, confound_warnings, crossover, find_crossover
-from specmon.model.results import ClientHealth, LevelResult, Stats
+from specmon.model.compare import (
+    ComparedRun,
+    align,
+    compare_results,
+    confound_warnings,
+    crossover,
+    crossover_words,
+    find_crossover,
+)
+from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 
 
 def lv(c: int, tput: float) -> LevelResult:
@@ -58,3 +68,36 @@ def test_confounded_comparison_is_flagged_only_when_settings_differ() -> None:
 def test_client_bound_levels_are_named_per_run() -> None:
     runs = [ComparedRun("base", client_bound=()), ComparedRun("spec", client_bound=(32, 64))]
     assert confound_warnings(runs) == ["spec: client-bound at C=32,64 (the load generator was the bottleneck)"]
+
+
+def sweep(label: str, levels: list[LevelResult], path: str | None = None) -> SweepResult:
+    return SweepResult(path, SweepMeta(url="", model=None, workload={}, profile=label), tuple(levels))
+
+
+def test_crossover_words_name_who_leads_on_each_side() -> None:
+    assert crossover_words(5.46, "demo-eagle3", "demo-baseline") == "eagle3 ahead below C≈5.46, baseline ahead above"
+    assert crossover_words(12.0, "base", "spec") == "base ahead below C≈12, spec ahead above"
+
+
+def test_comparison_says_the_crossover_or_who_stays_ahead_in_words() -> None:
+    assert compare_results([sweep("demo-baseline", BASE), sweep("demo-eagle3", SPEC)]).crossover_text() == \
+        "eagle3 ahead below C≈5.71, baseline ahead above"
+    faster = [lv(c.concurrency, c.output_throughput * 1.2) for c in BASE]
+    assert compare_results([sweep("base", BASE), sweep("spec", faster)]).crossover_text() == \
+        "no crossover in C=1..100: spec ahead throughout"
+    assert compare_results([sweep("base", BASE)]).crossover_text() is None
+
+
+def test_a_sweep_whose_every_request_failed_fails_the_comparison() -> None:
+    """The one rule behind `sweep`, `demo --headless` and the TUI: a file of failures is not a measurement."""
+    failed = [dataclasses.replace(lv(c, 0.0), requests_ok=0, requests_failed=8, errors={"http_4xx": 8})
+              for c in (1, 4)]
+    result = sweep("spec", failed, path="results/spec.jsonl")
+    assert result.failure == "sweep measured nothing: all 16 requests failed (http_4xx 16); see results/spec.jsonl"
+    assert sweep("base", BASE).failure is None
+    one_ok = [failed[0], dataclasses.replace(failed[1], requests_ok=1)]
+    assert sweep("spec", one_ok).failure is None
+    comparison = compare_results([sweep("base", BASE), result])
+    assert comparison.failures == ("spec: " + result.failure,)
+    assert compare_results([sweep("base", BASE), sweep("spec", SPEC)]).failures == ()
+

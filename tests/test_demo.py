@@ -3,6 +3,7 @@ and stop what it started. Run as the installed command, as a user would."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import socket
 import subprocess
@@ -19,11 +20,13 @@ def port_is_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def fast_profiles(path: Path, ports: dict[str, int], crash: str | None = None) -> Path:
+def fast_profiles(path: Path, ports: dict[str, int], crash: str | None = None, refuse_all: str | None = None) -> Path:
+    """Fast demo profiles; `crash` fails one's load, `refuse_all` gives one a context too short for any request."""
     text = []
     for name, port in ports.items():
         spec = "eagle3" if "eagle" in name else "none"
         fault = ', "--crash-at-shard", "2"' if name == crash else ""
+        fault += ', "--context-length", "32"' if name == refuse_all else ""
         text.append(f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", '
                     f'"--shards", "4", "--load-seconds", "2", "--spec", "{spec}"{fault}]\n')
     text.append("[sweep]\nwarmup_requests = 0\noutput_len = 64\n")
@@ -49,7 +52,9 @@ def test_headless_demo_prints_the_comparison_and_stops_its_servers(
     # At C=32 the baseline is far ahead of EAGLE-3 (saturation ~770 vs ~350 tok/s in the sim's model).
     tput = {(row[0], row[1]): float(row[2]) for row in table}
     assert tput[("base", "32")] > 1.3 * tput[("eagle", "32")]
-    assert "crossover:" in out
+    # The crossover said in words (who leads on each side), as in the TUI.
+    assert re.search(r"^crossover: (\w+ ahead below C≈[\d.]+, \w+ ahead above|no crossover in C=1\.\.32: \w+ ahead "
+                     r"throughout)$", out, re.M), out
     assert len(list((tmp_path / "res").glob("*.jsonl"))) == 4  # results + per-request records, per profile
     assert all(port_is_free(p) for p in ports.values())
 
@@ -75,3 +80,21 @@ def test_headless_demo_reports_a_failed_load_and_exits_1(tmp_path: Path, free_po
     assert done.returncode == 1, done.stdout + done.stderr
     assert "eagle: FAILED: exception" in done.stdout
     assert all(port_is_free(p) for p in ports.values())
+
+
+def test_headless_demo_whose_every_request_failed_exits_1_saying_why(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """Every request to one server failed (HTTP 400: its context is too short): the demo finished with exit 0 and
+    a 'crossover' as if it had measured something; `specmon sweep` alone exited 1."""
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = fast_profiles(tmp_path / "profiles.toml", ports, refuse_all="eagle")
+    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+                           "--levels", "1,4", "--requests", "4", "--results-dir", str(tmp_path / "res")],
+                          capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(r"demo failed: eagle: sweep measured nothing: all (\d+) requests failed \(http_4xx \1\); see .*eagle",
+                     done.stderr), done.stderr
+    assert "crossover" not in done.stdout
+    assert all(port_is_free(p) for p in ports.values())
+

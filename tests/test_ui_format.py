@@ -131,8 +131,3 @@ def test_binding_ids_and_help_rows() -> None:
     assert required <= BINDING_IDS
     rows = {row[2]: row[0] for row in key_rows({"launch": "L"})}
     assert rows["launch"] == "L" and rows["filter"] == "/" and rows["help"].startswith("?")
-
-
-def test_crossover_words_name_who_leads_on_each_side() -> None:
-    assert fmt.crossover_words(5.46, "demo-eagle3", "demo-baseline") == "eagle3 ahead below C≈5.46, baseline ahead above"
-    assert fmt.crossover_words(12.0, "base", "spec") == "base ahead below C≈12, spec ahead above"

@@ -214,6 +214,30 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await quit_with(pilot, "Q")
 
 
+async def test_sweep_whose_every_request_failed_is_shown_as_failed(tmp_path: Path, free_port: int) -> None:
+    """Every request failed (HTTP 400: the server's context is shorter than prompt + output): the TUI said
+    "done: …" as for a measurement, where `specmon sweep` exits 1. Now the pane's status and an error toast say
+    the sweep failed and why."""
+    app = make_app(sim_config({"tiny": free_port}, {"tiny": "--context-length 16"}), tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "tiny"), 60, "READY")
+            await pilot.press("s")
+            await pilot.pause()
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: not app.sweeping and app.sweep_status != "", 60, "the sweep to end")
+            assert app.sweep_status.startswith("failed: tiny: sweep measured nothing: all "), app.sweep_status
+            assert "http_4xx" in app.sweep_status
+            await wait_until(pilot, lambda: any("sweep failed: tiny: sweep measured nothing" in str(n.message)
+                                                and n.severity == "error" for n in app._notifications),
+                             5, "an error toast")
+            app.flush()
+            assert "Sweep · failed: tiny" in str(app.query_one(SweepPane).border_title)
+        finally:
+            await quit_with(pilot, "Q")
+
+
 async def test_launch_on_a_held_port_shows_failed_with_who_holds_it_on_the_card(tmp_path: Path,
                                                                                   free_port: int) -> None:
     """Issue 10 #1: a launch refused before it started (here: the port is held by another program) left the card

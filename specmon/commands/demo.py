@@ -117,14 +117,15 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
         print("", file=out)
         rows = [level_cells(r.label, level.to_dict()) for r in comparison.results for level in r.levels]
         print(table_text(LEVEL_COLUMNS, rows, out=out), file=out)
-        if len(comparison.results) >= 2:
-            names = [r.label for r in comparison.results]
-            cross = comparison.crossover
-            verdict_text = (f"crossover: {names[1]} and {names[0]} cross at C≈{cross.concurrency:.3g}" if cross
-                            else f"crossover: none in C={levels[0]}..{levels[-1]}")
-            print(verdict_text, file=out, flush=True)
         for warning in comparison.warnings:
             print(f"warning: {warning}", file=out, flush=True)
+        if comparison.failures:
+            # The same rule as `specmon sweep`: a sweep of failures is no measurement, and no crossover either.
+            print("specmon: demo failed: " + "; ".join(comparison.failures), file=sys.stderr, flush=True)
+            return 1
+        words = comparison.crossover_text()
+        if words is not None:
+            print(f"crossover: {words}", file=out, flush=True)
         return 0
     finally:
         for run_id in started:

@@ -120,10 +120,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(f"{result.label} ({result.meta.model}) -> {result.path}")
         print(render_levels(result.levels))
-    if not any(lv.requests_ok for lv in result.levels):
+    if result.failure is not None:
         # Scripts chaining sweeps must not take a file of failures for a measurement.
-        failed = sum(lv.requests_failed for lv in result.levels)
-        print(f"specmon: sweep measured nothing: all {failed} requests failed; see {result.path}", file=sys.stderr)
+        print(f"specmon: {result.failure}", file=sys.stderr)
         return 1
     return 0
 

@@ -38,6 +38,21 @@ class Crossover:
     concurrency: float
     b_ahead_before: bool   # True: b led below the crossover (speculation paid, then stopped paying)
 
+    def leaders(self, a: str, b: str) -> tuple[str, str]:
+        """(ahead below, ahead above) given the names of sweeps a and b."""
+        return (b, a) if self.b_ahead_before else (a, b)
+
+
+def crossover_words(concurrency: float, ahead_below: str, ahead_above: str) -> str:
+    """The crossover said in words, so a chart needs no legend-reading: "eagle3 ahead below C≈5.5, baseline
+    ahead above". Names lose the prefix they share ("demo-")."""
+    below, above = ahead_below, ahead_above
+    shared = 0
+    while shared < min(len(below), len(above)) and below[shared] == above[shared]:
+        shared += 1
+    cut = below.rfind("-", 0, shared) + 1  # only at a dash: "demo-eagle3" and "demo-baseline" -> "eagle3", "baseline"
+    return f"{below[cut:]} ahead below C≈{concurrency:.3g}, {above[cut:]} ahead above"
+
 
 def align(*sweeps: Sequence[LevelResult]) -> list[AlignedLevel]:
     """All concurrencies of all sweeps, ascending; a repeated concurrency within a sweep keeps the last level."""
@@ -148,6 +163,28 @@ class Comparison:
     results: tuple[SweepResult, ...]
     crossover: Crossover | None
     warnings: tuple[str, ...]
+
+    @property
+    def failures(self) -> tuple[str, ...]:
+        """One line per sweep that measured nothing (SweepResult.failure): such a comparison has failed."""
+        return tuple(f"{r.label}: {r.failure}" for r in self.results if r.failure is not None)
+
+    def crossover_text(self) -> str | None:
+        """Who leads on each side of the crossover, in words; "no crossover in C=a..b" when one side stays ahead;
+        None with fewer than two sweeps."""
+        if len(self.results) < 2:
+            return None
+        a, b = self.results[0].label, self.results[1].label
+        if self.crossover is not None:
+            return crossover_words(self.crossover.concurrency, *self.crossover.leaders(a, b))
+        common = [row for row in align(self.results[0].levels, self.results[1].levels) if None not in row.levels]
+        if not common:
+            return "no crossover: the sweeps share no concurrency level"
+        span = f"C={common[0].concurrency}..{common[-1].concurrency}"
+        ratios = [r for r in (row.ratio() for row in common) if r is not None and r != 1]
+        if not ratios:
+            return f"no crossover in {span}"
+        return f"no crossover in {span}: {b if ratios[0] > 1 else a} ahead throughout"
 
 
 def compare_results(results: Sequence[SweepResult]) -> Comparison:

@@ -263,6 +263,27 @@ class SweepResult:
     def label(self) -> str:
         return self.meta.label
 
+    @property
+    def failure(self) -> str | None:
+        """Why this sweep measured nothing (no request of any level succeeded), or None when it measured something.
+
+        The one rule every front end applies (`sweep` exits 1, `demo --headless` exits 1, the TUI shows the sweep
+        as failed): a file of failures must never pass for a measurement.
+        """
+        if any(lv.requests_ok for lv in self.levels):
+            return None
+        failed = sum(lv.requests_failed for lv in self.levels)
+        where = f"; see {self.path}" if self.path else ""
+        if not failed:
+            return f"sweep measured nothing: no level finished{where}"
+        kinds: dict[str, int] = {}
+        for lv in self.levels:
+            for kind, n in lv.errors.items():
+                if n:
+                    kinds[kind] = kinds.get(kind, 0) + n
+        why = ", ".join(f"{k} {n}" for k, n in kinds.items())
+        return f"sweep measured nothing: all {failed} requests failed ({why}){where}"
+
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
     """A deep copy of `value` with secret-looking keys/values, and the given secret strings, replaced."""

@@ -223,8 +223,7 @@ class EngineBridge:
         assert self._app is not None
         names = list(self._levels)
         found = find_crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
-        cross = None if found is None else CrossoverMark(
-            found.concurrency, *((names[1], names[0]) if found.b_ahead_before else (names[0], names[1])))
+        cross = None if found is None else CrossoverMark(found.concurrency, *found.leaders(names[0], names[1]))
         levels: list[dict[str, object]] = [lv.to_dict() for lv in self._levels[name]]
         if live is not None and live.phase == "level" and live.requests_done > 0:
             levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,
@@ -273,6 +272,12 @@ class EngineBridge:
         try:
             comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
                                               on_update=on_update, on_result=on_result)
+            if comparison.failures:
+                # The rule `specmon sweep` and `demo --headless` exit 1 by: a sweep of failures measured nothing.
+                reason = "; ".join(comparison.failures)
+                app.set_sweep_status(f"failed: {reason}", running=False)
+                app.notify(f"sweep failed: {reason}", severity="error", timeout=15)
+                return
             written = [Path(r.path) for r in comparison.results if r.path]
             where = f" in {written[0].parent}" if written else ""
             app.set_sweep_status("done: " + ", ".join(p.name for p in written) + where, running=False)

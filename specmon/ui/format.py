@@ -225,14 +225,3 @@ def short_log_time(text: str) -> str:
     `(APIServer pid=1) INFO 04:56:17 ...` (the date and vLLM's `[file.py:N]` go; the message stays whole)."""
     shortened = _SGLANG_DATE.sub("[", text, count=1)
     return shortened if shortened != text else _VLLM_STAMP.sub(r"\1 \2 ", text, count=1)
-
-
-def crossover_words(concurrency: float, ahead_below: str, ahead_above: str) -> str:
-    """The crossover said in words, so the chart needs no legend-reading: "eagle3 ahead below C≈5.5, baseline
-    ahead above". Names lose the prefix they share ("demo-")."""
-    below, above = ahead_below, ahead_above
-    shared = 0
-    while shared < min(len(below), len(above)) and below[shared] == above[shared]:
-        shared += 1
-    cut = below.rfind("-", 0, shared) + 1  # only at a dash: "demo-eagle3" and "demo-baseline" -> "eagle3", "baseline"
-    return f"{below[cut:]} ahead below C≈{concurrency:.3g}, {above[cut:]} ahead above"

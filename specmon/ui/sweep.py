@@ -12,6 +12,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from specmon.model.compare import crossover_words
 from specmon.ui import format as fmt
 from specmon.ui.rows import CrossoverMark
 
@@ -85,7 +86,7 @@ class SweepPane(Horizontal):
             return
         self._drawn = key
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
-        self.border_subtitle = fmt.crossover_words(crossover.concurrency, crossover.ahead_below,
+        self.border_subtitle = crossover_words(crossover.concurrency, crossover.ahead_below,
                                                    crossover.ahead_above) if crossover else ""
         self._draw_chart(series, crossover)
         table = self.query_one(DataTable)
