@@ -120,6 +120,21 @@ def test_torn_last_line_is_reported_and_the_rest_used(files: tuple[Path, Path], 
     assert done.stdout.splitlines()[4].split() == ["8", "471.0", "379.0*", "0.80x"]
 
 
+def test_report_of_a_sweep_file_with_a_torn_last_line_says_so_and_uses_the_rest(
+        files: tuple[Path, Path], tmp_path: Path) -> None:
+    """`report` read a torn file as compare does but kept the note to itself: the cut level vanished unsaid."""
+    torn = tmp_path / "torn.jsonl"
+    whole = files[1].read_text()
+    last = whole.splitlines()[-1]
+    torn.write_text(whole + last[: len(last) // 2])
+    done = specmon("report", "--format", "json", str(files[0]), str(torn), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == (f"specmon: warning: {torn}:6: last line is cut short (an interrupted write); "
+                                   "left out, the lines before it are used")
+    profiles = {p["profile"]: p for p in json.loads(done.stdout)["profiles"]}
+    assert [lv["concurrency"] for lv in profiles["eagle3"]["levels"]] == [1, 2, 4, 8]
+
+
 def test_chart_ticks_are_the_measured_levels(files: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 10 #5: the log axis was labelled 1.0 1.7 2.8 4.8 8.0, none of them a level that was run."""
     done = specmon("compare", *map(str, files), cwd=tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -218,3 +219,22 @@ def test_generator_stops_when_specmon_is_killed(free_port: int, tmp_path: Path) 
     finally:
         srv.kill()
         srv.wait()
+
+
+def test_records_file_cut_short_by_a_write_limit_still_ends_at_a_whole_line(server: str, tmp_path: Path) -> None:
+    """The per-request records went through a buffered file: a flush the disk (here a real file size limit, as
+    `ulimit -f` sets) took only in part left a torn last line. Now each flush appends whole lines or nothing."""
+    limit = 9000   # the results file (about 2 KB here) fits; 80 records (about 14 KB) do not
+    exe = shutil.which("specmon")
+    assert exe
+    done = subprocess.run(
+        [exe, "sweep", "--url", server, "--levels", "1,4", "--requests", "40", "--output-len", "9", "--input-len", "8",
+         "--warmup", "0", "--out", "r.jsonl"], capture_output=True, text=True, timeout=90, cwd=tmp_path,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY)))
+    assert done.returncode == 0, done.stderr
+    assert "r.requests.jsonl: per-request records stopped (File too large); level results are still written" \
+        in done.stderr
+    records = (tmp_path / "r.requests.jsonl").read_bytes()
+    assert 0 < len(records) <= limit and records.endswith(b"\n")
+    assert all(json.loads(line)["ok"] for line in records.splitlines())
+    assert [lv.requests_ok for lv in read_results(tmp_path / "r.jsonl").levels] == [40, 40]

@@ -46,6 +46,8 @@ def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentStat
     grouped: dict[str, list[SweepResult]] = {}
     for path in paths:
         result = read_results(path)
+        for note in result.notes:   # a torn last line: said, and the whole lines before it used (as compare does)
+            print(f"specmon: warning: {note}", file=sys.stderr)
         grouped.setdefault(result.label, []).append(result)
     runs = [ProfileRuns(label, [(i + 1, r) for i, r in enumerate(results)]) for label, results in grouped.items()]
     return runs, None

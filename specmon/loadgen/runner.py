@@ -14,14 +14,15 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import time
 from array import array
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import Any
 
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import Prompt, RequestFactory, Workload
-from specmon.model.results import redact, utc_now_iso
+from specmon.model.results import append_whole, redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
 
 PROGRESS_INTERVAL_S = 0.25
@@ -75,41 +76,44 @@ class LoopLagMonitor:
 
 
 class RecordsWriter:
-    """Appends one JSON line per request; buffered, flushed at every progress summary and level end.
+    """Appends one JSON line per request. Lines wait in memory and go to the file whole, at every progress summary
+    and level end (and at close), so the file always ends at a whole line: a write that fails midway is cut back
+    (results.append_whole), and a kill lands between writes, never inside a line.
 
     The records are a by-product: when the disk fills up (or the file otherwise stops taking writes), writing them
     stops with one warning through `on_error`, and the sweep, whose level results matter more, goes on.
     """
 
     def __init__(self, path: str | None, on_error: Callable[[str], None] = lambda message: None) -> None:
-        self._f: IO[str] | None = open(path, "a", encoding="utf-8", buffering=1 << 20) if path else None
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
         self._path = path
+        self._pending: list[str] = []
         self._on_error = on_error
 
     def write(self, r: RequestRecord) -> None:
-        if self._f is not None:
-            self._guard(self._f.write, json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
+        if self._fd is not None:
+            self._pending.append(json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
 
     def flush(self) -> None:
-        if self._f is not None:
-            self._guard(self._f.flush)
-
-    def close(self) -> None:
-        if self._f is not None:
-            f, self._f = self._f, None
-            with contextlib.suppress(OSError):
-                f.close()
-
-    def _guard(self, op: Callable[..., object], *args: str) -> None:
+        if self._fd is None or not self._pending:
+            return
+        data, self._pending = "".join(self._pending).encode("utf-8"), []
         try:
-            op(*args)
+            append_whole(self._fd, data)
         except OSError as exc:
-            f, self._f = self._f, None
-            if f is not None:
-                with contextlib.suppress(OSError):
-                    f.close()
+            self._close()
             self._on_error(f"{self._path}: per-request records stopped ({exc.strerror or exc}); "
                            "level results are still written")
+
+    def close(self) -> None:
+        self.flush()
+        self._close()
+
+    def _close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 class SweepRunner:
