@@ -126,7 +126,9 @@ async def test_a_duration_shorter_than_the_start_ramp_still_sends_one_full_wave(
     """Workers start 0.5 ms apart, so a 5 ms level at C=64 stopped issuing after ~10 of them and still reported
     itself as C=64; the first wave now always goes out whole."""
     state, url = server
-    state.interval_s = 0.05
+    # Each stream lasts ~1.5 s, so the 64 starts overlap even when a busy box stretches them over several hundred
+    # ms (at 0.05 s per token, 0.2 s streams, the first had ended before the last started: max_running 44-48).
+    state.interval_s = 0.5
     wl = Workload(levels=(64,), duration_s=0.005, output_len=4, input_len=8, warmup_requests=0)
     result = await run_sweep(SweepSpec(url=url, workload=wl, out_path=tmp_path / "d.jsonl"))
     (lv,) = result.levels

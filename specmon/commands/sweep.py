@@ -1,4 +1,5 @@
-"""`specmon sweep (PROFILE | --url URL) ...`: a closed-loop concurrency sweep, results to a JSONL file.
+"""`specmon sweep (PROFILE | --url URL) ...`: a closed-loop concurrency sweep (or, with --request-rate/--rates,
+an open-loop request-rate sweep), results to a JSONL file.
 
 Progress goes to stderr (a refreshing line on a terminal, a line per level otherwise), the table (or with --json
 one JSON object) to stdout at the end. Ctrl-C stops cleanly: finished levels stay in the file and are shown.
@@ -19,7 +20,8 @@ from specmon.commands._lifecycle import config_for
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
-from specmon.model.config import parse_levels
+from specmon.model.config import parse_levels, parse_rates
+from specmon.model.goodput import parse_slo
 from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.runs import RunManager
@@ -29,6 +31,7 @@ from specmon.orchestration.sweep import (
     SweepUpdate,
     WorkloadOverrides,
     default_out_path,
+    level_name,
     run_sweep,
     workload_from,
 )
@@ -37,14 +40,28 @@ from specmon.orchestration.sweep import (
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "sweep",
-        help="measure throughput and latency at several concurrency levels",
-        description="Run a closed-loop sweep over concurrency levels against an OpenAI-compatible server "
-        "(tokens counted from the server's usage, ITL per chunk and TPOT per token) and write JSONL results.",
+        help="measure throughput and latency at several concurrency levels or request rates",
+        description="Run a closed-loop sweep over concurrency levels (or, with --request-rate/--rates, an "
+        "open-loop sweep over request rates) against an OpenAI-compatible server (tokens counted from the "
+        "server's usage, ITL per chunk and TPOT per token) and write JSONL results.",
     )
     p.add_argument("profile_name", nargs="?", metavar="PROFILE", help="profile whose server to sweep")
     p.add_argument("--url", help="server base URL instead of a profile, e.g. http://127.0.0.1:30000")
     p.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
-    p.add_argument("--levels", type=_levels, help="comma-separated concurrency levels, e.g. 1,2,5,10")
+    load = p.add_mutually_exclusive_group()
+    load.add_argument("--levels", type=_levels, help="comma-separated concurrency levels, e.g. 1,2,5,10 (closed loop)")
+    load.add_argument("--request-rate", type=_positive_float, metavar="R",
+                      help="open loop: send R requests/s on a Poisson schedule (one level)")
+    load.add_argument("--rates", type=_rates, metavar="R,R,...",
+                      help="open loop: one level per request rate, e.g. 1,2,4 (requests/s)")
+    p.add_argument("--burstiness", type=_positive_float, metavar="B",
+                   help="open loop: gamma shape of the arrival gaps; 1 (default) is Poisson, <1 burstier, "
+                   ">1 more even")
+    p.add_argument("--max-concurrency", type=_positive_int, metavar="N",
+                   help="open loop: at most N requests in flight; later arrivals wait for a free slot")
+    p.add_argument("--seed", type=_nonneg_int, metavar="N", help="seed of the arrival schedule and prompts (default 0)")
+    p.add_argument("--slo", type=_slo, metavar="ttft:MS,tpot:MS,e2el:MS",
+                   help="goodput targets in ms (any subset): report requests/s meeting every one, and their share")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", type=_positive_int, metavar="N", help="measured requests per level")
     stop.add_argument("--duration", type=_positive_float, metavar="S", help="seconds per level instead of a count")
@@ -78,10 +95,16 @@ def run(args: argparse.Namespace) -> int:
     else:
         url = _checked_url(args.url)
         label = url.split("://", 1)[1].replace(":", "_")
+    rates = (args.request_rate,) if args.request_rate is not None else args.rates
     workload = workload_from(config.sweep, WorkloadOverrides(
-        levels=args.levels, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
+        levels=args.levels, rates=rates, burstiness=args.burstiness, max_concurrency=args.max_concurrency,
+        slo=args.slo, seed=args.seed, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
         input_len=args.input_len, output_len=args.output_len, api=args.api, prompt_file=args.prompt_file,
         timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos))
+    if not workload.open_loop:
+        for flag, value in (("--burstiness", args.burstiness), ("--max-concurrency", args.max_concurrency)):
+            if value is not None:
+                raise UserError(f"sweep: {flag} applies to an open-loop sweep (--request-rate or --rates)")
     out_path = args.out or default_out_path(label)
     view = _StderrProgress(sys.stderr)
     levels: list[LevelResult] = []
@@ -154,20 +177,38 @@ def _quoted(text: str) -> str:
 
 
 def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
-    """The results table: one row per level."""
-    head = ("C", "ok", "fail", "out tok/s", "req/s", "TTFT p50", "TTFT p99", "TPOT p50", "ITL p50", "ITL p99",
-            "E2E p50", "tok/chunk", "conc", "client")
-    rows = [head]
+    """The results table: one row per level; open-loop levels add the schedule columns, an SLO the goodput ones."""
+    open_loop = any(lv.rate is not None for lv in levels)
+    slo = any(lv.goodput is not None for lv in levels)
+    head = ["rate" if open_loop else "C", "ok", "fail", "out tok/s", "req/s", "TTFT p50", "TTFT p99", "TPOT p50",
+            "ITL p50", "ITL p99", "E2E p50", "tok/chunk", "conc", "client"]
+    if open_loop:
+        head += ["sent/s", "late p50", "late p99", "load"]
+    if slo:
+        head += ["good/s", "good %"]
+    rows = []
     for lv in levels:
-        rows.append((
-            str(lv.concurrency), str(lv.requests_ok), str(lv.requests_failed), f"{lv.output_throughput:.1f}",
-            f"{lv.request_throughput:.2f}", _ms(lv.ttft_ms.p50), _ms(lv.ttft_ms.p99), _ms(lv.tpot_ms.p50),
-            _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
+        row = [
+            str(lv.concurrency) if lv.rate is None else f"{lv.rate:g}", str(lv.requests_ok), str(lv.requests_failed),
+            f"{lv.output_throughput:.1f}", f"{lv.request_throughput:.2f}", _ms(lv.ttft_ms.p50), _ms(lv.ttft_ms.p99),
+            _ms(lv.tpot_ms.p50), _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
             "-" if lv.tokens_per_chunk is None else f"{lv.tokens_per_chunk:.2f}",
             "-" if lv.achieved_concurrency is None else f"{lv.achieved_concurrency:.1f}",
             "BOUND" if lv.client.bound else "ok",
-        ))
-    return table_text(head, rows[1:], align="right") + "\n(latencies in ms; tokens from server usage; ITL per chunk, TPOT per token)"
+        ]
+        if open_loop:
+            load = "OVER" if lv.over_capacity else ("BEHIND" if lv.behind else "ok")
+            row += ["-" if lv.achieved_rate is None else f"{lv.achieved_rate:.2f}", _ms(lv.send_late_ms.p50),
+                    _ms(lv.send_late_ms.p99), load]
+        if slo:
+            row += ["-" if lv.goodput is None else f"{lv.goodput:.2f}",
+                    "-" if lv.good_share is None else f"{100 * lv.good_share:.0f}"]
+        rows.append(tuple(row))
+    notes = "latencies in ms; tokens from server usage; ITL per chunk, TPOT per token"
+    if open_loop:
+        notes += "; rate offered and sent/s achieved in req/s; late = send lateness vs the schedule; " \
+                 "load OVER = over capacity, BEHIND = generator fell behind"
+    return table_text(tuple(head), rows, align="right") + f"\n({notes})"
 
 
 def _ms(v: float | None) -> str:
@@ -191,7 +232,7 @@ class _StderrProgress:
             return
         self.end()
         if isinstance(u, LevelResult):
-            self._s.write(f"level C={u.concurrency}: {u.output_throughput:.1f} out tok/s, {u.requests_ok} ok, "
+            self._s.write(f"level {level_name(u)}: {u.output_throughput:.1f} out tok/s, {u.requests_ok} ok, "
                           f"{u.requests_failed} failed, {u.duration_s:.1f} s\n")
         elif isinstance(u, SweepNotice):
             self._s.write(f"warning: {u.message}\n")
@@ -209,13 +250,28 @@ def _progress_line(p: SweepProgress) -> str:
         return f"warm-up: {p.requests_done}/{p.requests_target} requests"
     target = f"/{p.requests_target}" if p.requests_target else f" in {p.elapsed_s:.0f}/{p.duration_target_s:.0f} s"
     ttft = "-" if p.ttft_p50_ms is None else f"{p.ttft_p50_ms:.0f} ms"
-    return (f"level {p.level_index + 1}/{p.level_count} C={p.concurrency}: {p.requests_done}{target} done, "
+    where = f"C={p.concurrency}" if p.rate is None else f"{p.rate:g} req/s"
+    return (f"level {p.level_index + 1}/{p.level_count} {where}: {p.requests_done}{target} done, "
             f"{p.in_flight} in flight, {p.output_tok_s:.0f} tok/s, TTFT p50 {ttft}, lag {p.loop_lag_ms or 0:.1f} ms")
 
 
 def _levels(text: str) -> tuple[int, ...]:
     try:
         return parse_levels(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _rates(text: str) -> tuple[float, ...]:
+    try:
+        return parse_rates(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _slo(text: str) -> dict[str, float]:
+    try:
+        return parse_slo(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 

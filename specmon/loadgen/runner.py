@@ -1,8 +1,12 @@
-"""The generator's sweep loop: closed-loop concurrency levels, records on disk, summaries to the parent.
+"""The generator's sweep loop: concurrency or request-rate levels, records on disk, summaries to the parent.
 
-Runs inside the child process (see specmon.loadgen.__main__). Per level: C worker tasks each send a request,
-wait for it to finish and send the next, until the level's request count is issued or its duration has passed
-(in-flight requests then finish and count). A warm-up phase of `warmup_requests` requests runs once before the first
+Runs inside the child process (see specmon.loadgen.__main__). Closed loop, per level: C worker tasks each send a
+request, wait for it to finish and send the next, until the level's request count is issued or its duration has
+passed (in-flight requests then finish and count). Open loop, per level: one dispatcher sleeps until each arrival
+of the level's schedule (specmon.model.arrivals, absolute times from the level's start, so a late send never
+shifts the ones after it) and starts that request as its own task, whatever is still in flight; with a
+max-concurrency cap a request whose arrival finds every slot taken waits for one. Each record notes how late its
+send was against the schedule. A warm-up phase of `warmup_requests` requests runs once before the first
 level and is excluded. Every request is appended to the records file as one JSON line (a RequestRecord), and folded
 into a LevelAccumulator, so memory does not grow with the sweep. The generator measures its own event-loop lag
 (a 10 ms ticker) and process CPU per level, and emits a SweepProgress about 4 times a second.
@@ -12,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -22,6 +27,7 @@ from typing import Any
 
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import Prompt, RequestFactory, Workload
+from specmon.model.arrivals import arrival_times
 from specmon.model.results import append_whole, redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
 
@@ -29,6 +35,7 @@ PROGRESS_INTERVAL_S = 0.25
 LAG_TICK_S = 0.01
 REFUSED_BACKOFF_S = 0.2
 START_SPACING_S = 0.0005  # level start ramp: 256 streams start within 128 ms
+PRECONNECT_OPEN_LOOP = 64   # open loop without a cap: keep-alive connections opened before the level
 GC_EVERY_REQUESTS = 2000  # ~45 cyclic objects each: a few tens of MB between collections   # a refused worker waits, so a dead server is not hammered in duration mode
 
 Emit = Callable[[dict[str, Any]], None]
@@ -125,7 +132,9 @@ class SweepRunner:
         self.emit = emit
         self.factory = RequestFactory(workload, model, prompts)
         self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}))
-        top = max(max(workload.levels), workload.warmup_requests, 1)
+        # Open loop without a cap has no bound on requests in flight: no pool limit (0) either.
+        top = (workload.max_concurrency or 0) if workload.open_loop else max(max(workload.levels),
+                                                                           workload.warmup_requests, 1)
         self.client = StreamClient(url, workload.api, max_connections=top, timeout_s=workload.timeout_s, api_key=api_key,
                                    deadline_s=workload.deadline_s)
         self.lag = LoopLagMonitor()
@@ -137,14 +146,21 @@ class SweepRunner:
         try:
             if self.w.warmup_requests:
                 await self._phase(0, self.w.warmup_requests, self.w.warmup_requests, None, warmup=True)
-            for idx, c in enumerate(self.w.levels):
-                level = await self._phase(idx, c, self.w.requests_for(c), self.w.duration_s, warmup=False)
+            cap = self.w.max_concurrency or 0
+            points: list[tuple[int, float | None]] = (
+                [(cap, rate) for rate in self.w.rates] if self.w.open_loop else [(c, None) for c in self.w.levels])
+            for idx, (c, rate) in enumerate(points):
+                if rate is None:
+                    level = await self._phase(idx, c, self.w.requests_for(c), self.w.duration_s, warmup=False)
+                else:
+                    level = await self._phase(idx, c, self.w.arrivals_for(rate), None, warmup=False, rate=rate)
                 self.emit({"type": "level", "level": level})
                 if level["requests_ok"] == 0:
                     # A dead server, a bad key or model, or a server drowning at this load: higher levels would
                     # only repeat it.
                     kinds = ", ".join(f"{k} {n}" for k, n in level["errors"].items())
-                    self.emit({"type": "warning", "message": f"no request succeeded at C={c} ({kinds}; first: "
+                    where = f"C={c}" if rate is None else f"{rate:g} req/s"
+                    self.emit({"type": "warning", "message": f"no request succeeded at {where} ({kinds}; first: "
                                f"{self._first_error}); stopping the sweep"})
                     break
         finally:
@@ -152,8 +168,10 @@ class SweepRunner:
             self.records.close()
             await self.client.aclose()
 
-    async def _phase(self, idx: int, c: int, n: int | None, duration_s: float | None, warmup: bool) -> dict[str, Any]:
-        await self.client.preconnect(c)
+    async def _phase(self, idx: int, c: int, n: int | None, duration_s: float | None, warmup: bool,
+                     rate: float | None = None) -> dict[str, Any]:
+        """One level (or the warm-up): closed loop at concurrency c, or open loop at `rate` with n arrivals."""
+        await self.client.preconnect(c if rate is None else (c or min(n or 1, PRECONNECT_OPEN_LOOP)))
         # The cyclic collector is paused during a level: its full collections stop every stream for 30 ms+
         # (measured), which would land in the ITL tail as client noise. httpx/aiohttp leave ~45 cyclic objects per
         # request, so the ticker collects once every GC_EVERY_REQUESTS requests to keep memory flat.
@@ -161,12 +179,12 @@ class SweepRunner:
         gc.collect()
         gc.freeze()
         gc.disable()
-        acc = LevelAccumulator(c)
+        acc = LevelAccumulator(c, rate=rate, slo=self.w.slo)
         self._first_error = None
         in_flight: set[Stream] = set()
         issued = 0
-        t0_ns = time.perf_counter_ns()
-        deadline: float | None = None   # duration mode: armed by the first request, where the level's time starts
+        first_start_ns: int | None = None   # duration mode: the level's time starts with its first send
+        latest_end_ns = 0
         started_at = utc_now_iso()
         self.lag.reset_level()
         cpu0 = time.process_time()
@@ -174,19 +192,24 @@ class SweepRunner:
         cpu_mark, wall_mark = cpu0, time.perf_counter()
 
         def take() -> int | None:
-            nonlocal issued, deadline
+            nonlocal issued
             if duration_s is not None and n is None:
-                now = time.perf_counter()
-                if deadline is None:
-                    deadline = now + duration_s
-                elif now >= deadline and issued >= c:
-                    # The first wave always goes out whole, even when the duration is shorter than the start ramp:
-                    # otherwise the level would be labelled C without ever having had C requests in flight.
+                # The first wave always goes out whole, even when the duration is shorter than the start ramp:
+                # otherwise the level would be labelled C without ever having had C requests in flight. After it,
+                # a level stops once a request has ended past the deadline, so its measured time (first send to
+                # last end) is never shorter than asked, however late this process was scheduled.
+                if issued >= c and first_start_ns is not None and latest_end_ns >= first_start_ns + duration_s * 1e9:
                     return None
             elif n is not None and issued >= n:
                 return None
             issued += 1
             return issued - 1
+
+        def finished(s: Stream) -> None:
+            nonlocal first_start_ns, latest_end_ns
+            if first_start_ns is None or s.start_ns < first_start_ns:
+                first_start_ns = s.start_ns
+            latest_end_ns = max(latest_end_ns, s.end_ns)
 
         async def worker(k: int) -> None:
             # Workers start START_SPACING_S apart: sending C requests in one loop iteration would hold back the
@@ -199,15 +222,62 @@ class SweepRunner:
                     await self.client.send(self.factory.body(c, i), s)
                 finally:
                     in_flight.discard(s)
+                finished(s)
                 if s.detail is not None:
                     s.detail = redact(s.detail, self._secrets)  # error bodies may echo the key
-                    if self._first_error is None:
-                        self._first_error = f"{s.error}: {s.detail}"
-                r = _record(c, i, s, t0_ns, warmup)
-                self.records.write(r)
-                acc.add(r)
+                finish(_record(c, i, s, t0_ns, warmup))
                 if s.error == "refused":
                     await asyncio.sleep(REFUSED_BACKOFF_S)
+
+        def finish(r: RequestRecord) -> None:
+            if r.detail is not None and self._first_error is None:
+                self._first_error = f"{r.error}: {r.detail}"
+            self.records.write(r)
+            acc.add(r)
+
+        async def arrival(i: int, due_ns: int, slots: asyncio.Semaphore | None) -> None:
+            # Lateness counts from the scheduled time, or from when a slot came free if the cap held this one back
+            # (that wait is the cap doing its job: recorded as queued_ms).
+            ready_ns, queued_ms = due_ns, None
+            if slots is not None:
+                if slots.locked():
+                    await slots.acquire()
+                    ready_ns = time.perf_counter_ns()
+                    queued_ms = (ready_ns - due_ns) / 1e6
+                else:
+                    await slots.acquire()
+            s = Stream()
+            in_flight.add(s)
+            try:
+                await self.client.send(self.factory.body(f"r{rate:g}", i), s)
+            finally:
+                in_flight.discard(s)
+                if slots is not None:
+                    slots.release()
+            if s.detail is not None:
+                s.detail = redact(s.detail, self._secrets)
+            r = _record(c, i, s, t0_ns, warmup)
+            finish(dataclasses.replace(r, rate=rate, late_ms=max(0.0, (s.start_ns - ready_ns) / 1e6),
+                                       queued_ms=queued_ms))
+
+        async def dispatcher(times: Sequence[float]) -> None:
+            slots = asyncio.Semaphore(self.w.max_concurrency) if self.w.max_concurrency else None
+            tasks: set[asyncio.Task[None]] = set()
+            loop = asyncio.get_running_loop()
+            try:
+                for i, t in enumerate(times):
+                    due_ns = t0_ns + int(t * 1e9)
+                    delay = (due_ns - time.perf_counter_ns()) / 1e9
+                    if delay > 0:
+                        await asyncio.sleep(delay)
+                    task = loop.create_task(arrival(i, due_ns, slots))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                await asyncio.gather(*tasks)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
 
         def progress() -> None:
             elapsed = (time.perf_counter_ns() - t0_ns) / 1e9
@@ -225,6 +295,7 @@ class SweepRunner:
                 in_flight=len(in_flight), output_tok_s=round(live_tokens / elapsed, 2) if elapsed > 0 else 0.0,
                 ttft_p50_ms=acc.ttft_live.quantile(50), tokens_per_chunk=acc.tokens_per_chunk,
                 loop_lag_ms=round(self.lag.take_window_max(), 3), cpu_fraction=None if cpu_frac is None else round(cpu_frac, 3),
+                rate=rate,
             )
             self.records.flush()
             self.emit(p.to_dict())
@@ -239,9 +310,15 @@ class SweepRunner:
                     gc.collect()
                     collected_at = done
 
+        # The schedule is drawn before the clock starts: a level's seed is the workload's plus its index.
+        schedule = arrival_times(n or 0, rate, self.w.burstiness, self.w.seed + idx) if rate is not None else ()
         tick = asyncio.get_running_loop().create_task(ticker())
+        t0_ns = time.perf_counter_ns()
         try:
-            await asyncio.gather(*(worker(k) for k in range(c)))
+            if rate is not None:
+                await dispatcher(schedule)
+            else:
+                await asyncio.gather(*(worker(k) for k in range(c)))
         finally:
             tick.cancel()
             await asyncio.gather(tick, return_exceptions=True)

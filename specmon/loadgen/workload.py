@@ -15,16 +15,18 @@ import json
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.config import check_levels, one_wave_problem
+from specmon.model.config import check_levels, check_rates, one_wave_problem
+from specmon.model.goodput import check_slo
 from specmon.model.textfile import NotTextError, read_capped
 
 APIS = ("chat", "completions")
 MAX_PROMPT_BYTES = 1 << 30   # the ShareGPT dump is ~0.7 GB; past 1 GiB a path is almost certainly wrong
+DEFAULT_RATE_SECONDS = 30.0   # open loop, no count or duration given: this much schedule per level
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 
 # One message list (chat) or one string (completions / synthetic).
@@ -43,7 +45,12 @@ _WORDS = (
 
 @dataclass(frozen=True)
 class Workload:
-    """One sweep's load: levels, stop rule per level, and request shape. Serialised into the result meta line."""
+    """One sweep's load: levels, stop rule per level, and request shape. Serialised into the result meta line.
+
+    Closed loop (the default): each level keeps `levels[i]` requests in flight. Open loop (`rates` given): each
+    level sends requests at `rates[i]` per second on a schedule (specmon.model.arrivals), whatever the server's
+    pace, at most `max_concurrency` in flight when set; `levels` is then unused.
+    """
 
     levels: tuple[int, ...]
     requests_per_level: int | None = None   # None and no duration: max(16, 4 * C), rounded up to a multiple of C
@@ -58,14 +65,25 @@ class Workload:
     fixed_length: bool = True               # send ignore_eos + min_tokens so every request generates output_len
     temperature: float = 0.0
     seed: int = 0
+    rates: tuple[float, ...] = ()           # requests/s per level: open loop; () is closed loop
+    burstiness: float = 1.0                 # gamma shape of the gaps between arrivals; 1 is Poisson
+    max_concurrency: int | None = None      # open loop: most requests in flight; later arrivals wait for a slot
+    slo: Mapping[str, float] = field(default_factory=dict)   # goodput targets in ms: ttft, tpot, e2el
 
     def __post_init__(self) -> None:
         try:
             check_levels(self.levels)
+            if self.rates:
+                check_rates(self.rates)
+            object.__setattr__(self, "slo", check_slo(self.slo))
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        if self.requests_per_level is not None and self.requests_per_level < max(self.levels):
+        if not self.rates and self.requests_per_level is not None and self.requests_per_level < max(self.levels):
             raise UserError(one_wave_problem(self.requests_per_level, max(self.levels)))
+        if not 0 < self.burstiness < math.inf:
+            raise UserError(f"burstiness: must be a finite number > 0, got {self.burstiness}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UserError(f"max concurrency: must be >= 1, got {self.max_concurrency}")
         for name, v in (("timeout", self.timeout_s), ("deadline", self.deadline_s), ("duration", self.duration_s)):
             if v is not None and not (0 < v < math.inf):
                 raise UserError(f"{name}: must be a finite number of seconds > 0, got {v}")
@@ -87,13 +105,34 @@ class Workload:
         # Whole waves: in a closed loop a last, partial wave runs below C and drags the level's throughput down.
         return -(-max(16, 4 * concurrency) // concurrency) * concurrency
 
+    @property
+    def open_loop(self) -> bool:
+        return bool(self.rates)
+
+    @property
+    def mode(self) -> str:
+        """"rate" (open loop) or "concurrency" (closed loop): what a level's x value is."""
+        return "rate" if self.rates else "concurrency"
+
+    def arrivals_for(self, rate: float) -> int:
+        """Requests scheduled at this open-loop rate: the count given, else duration x rate, else 30 s of them."""
+        if self.requests_per_level is not None:
+            return self.requests_per_level
+        seconds = self.duration_s if self.duration_s is not None else DEFAULT_RATE_SECONDS
+        return max(1, round(rate * seconds))
+
     def to_dict(self) -> dict[str, Any]:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+        d["slo"] = dict(self.slo)
+        d["mode"] = self.mode
+        return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Workload:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         known["levels"] = tuple(int(c) for c in known.get("levels", ()))
+        known["rates"] = tuple(float(r) for r in known.get("rates", ()))
+        known["slo"] = dict(known.get("slo") or {})
         return cls(**known)
 
 
@@ -156,7 +195,7 @@ class RequestFactory:
         # A small pool of synthetic texts; the per-request tag in front keeps every prompt distinct.
         self._pool = [" ".join(rng.choices(_WORDS, k=max(1, workload.input_len - 4))) for _ in range(16)]
 
-    def body(self, level: int, i: int) -> bytes:
+    def body(self, level: int | str, i: int) -> bytes:
         w = self._w
         tag = f"[{level}-{i}]"
         if self._prompts is not None:

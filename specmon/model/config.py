@@ -94,6 +94,7 @@ class SweepDefaults:
     input_len: int = 128
     output_len: int = 256
     api: str = "chat"                       # "chat" | "completions"
+    rates: tuple[float, ...] = ()           # request rates (req/s): an open-loop sweep instead of levels
 
 
 @dataclass(frozen=True)
@@ -355,7 +356,8 @@ _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
     "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port",
 )
-_SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api")
+_SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
+               "rates")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
@@ -663,9 +665,11 @@ class _Validator:
             given_requests is not None or given_duration is not None) else (
             defaults.requests_per_level, defaults.duration_s)
         levels = self.levels(table, path, defaults.levels)
-        if requests is not None and duration is None and requests < levels[-1]:
+        rates = self.rates(table, path, defaults.rates)
+        if not rates and requests is not None and duration is None and requests < levels[-1]:
             self.problem(path + ("requests_per_level",), one_wave_problem(requests, levels[-1]))
         return SweepDefaults(
+            rates=rates,
             levels=levels,
             requests_per_level=requests,
             duration_s=duration,
@@ -704,6 +708,9 @@ class _Validator:
                     close = difflib.get_close_matches(n, list(profiles), n=1, cutoff=0.6)
                     hint = f"did you mean {close[0]!r}?" if close else "known: " + (", ".join(profiles) or "none")
                     self.problem(key_path, f"unknown profile {n!r} ({hint})")
+        if "rates" in table:
+            self.problem(path + ("rates",), "experiments sweep concurrency levels only; use `specmon sweep "
+                                            "--rates` for an open-loop comparison")
         max_load = self.seconds(table, path, "max_load_s", None)
         return ExperimentSpec(
             name=name,
@@ -732,6 +739,22 @@ class _Validator:
             self.problem(key_path, str(exc).removeprefix("levels: "))
             return DEFAULT_LEVELS
         return tuple(value)
+
+    def rates(self, table: Mapping[str, Any], path: _KeyPath, default: tuple[float, ...] = ()) -> tuple[float, ...]:
+        """Open-loop request rates: an array under check_rates (positive, finite, strictly increasing)."""
+        if "rates" not in table:
+            return default
+        value = table["rates"]
+        key_path = path + ("rates",)
+        if not isinstance(value, list):
+            self.wrong_type(key_path, "an array of request rates in requests/s such as [1, 2, 4.5]", value)
+            return ()
+        try:
+            check_rates(value)
+        except ValueError as exc:
+            self.problem(key_path, str(exc).removeprefix("rates: "))
+            return ()
+        return tuple(float(v) for v in value)
 
     def ssh(self, table: Mapping[str, Any], base: Path) -> SshSettings:
         """The [ssh] table; relative file names are taken from the profiles file's directory."""
@@ -976,6 +999,35 @@ def check_levels(levels: Sequence[int]) -> None:
     for before, after in zip(levels, levels[1:]):
         if after <= before:
             raise ValueError(f"levels must be strictly increasing ({before} then {after})")
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """Request rates typed by a user (`--rates`): `1,2,4.5` -> (1.0, 2.0, 4.5); the rule of check_rates.
+
+    ValueError saying what is wrong.
+    """
+    rates: list[float] = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            rates.append(float(part))
+        except ValueError:
+            raise ValueError(f"rates: {part!r} is not a number of requests per second") from None
+    check_rates(rates)
+    return tuple(rates)
+
+
+def check_rates(rates: Sequence[object]) -> None:
+    """The rule for open-loop request rates: at least one, each a finite number > 0, strictly increasing."""
+    if not rates:
+        raise ValueError("rates: give at least one request rate, e.g. 1,2,4")
+    for r in rates:
+        if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf:
+            raise ValueError(f"rates: each rate must be a finite number of requests/s > 0, got {_shown(r)}")
+    for before, after in zip(rates, rates[1:]):
+        if after <= before:  # type: ignore[operator]
+            raise ValueError(f"rates must be strictly increasing ({before} then {after})")
 
 
 def one_wave_problem(requests: int, top: int) -> str:

@@ -16,7 +16,13 @@ Schema (version 1)::
      "decode_tok_s": {...}, "tokens_per_chunk": 2.6, "achieved_concurrency": 0.98, "usage_missing": 0,
      "started_at": "...", "client": {"cpu_s": 0.4, "chunks": 1600, "cpu_us_per_chunk": 250.0,
                                      "loop_lag_ms_p99": 0.3, "bound": false,
-                                     "cpu_wait_s": 0.01}}
+                                     "cpu_wait_s": 0.01},
+     ...open loop only: "rate": 4.0, "achieved_rate": 3.99, "served_rate": 3.9, "send_late_ms": {...},
+     "behind": false, "over_capacity": false, "ttft_growth": 1.1,
+     ...with --slo only: "goodput": 3.5, "good_share": 0.88}
+
+In an open-loop file (workload.mode "rate") a level's x value is its offered `rate`; its `concurrency` is the
+max-concurrency cap, 0 without one.
 
 A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
 finished level. Statistics whose sample is empty are written as null. API keys never reach a file:
@@ -136,8 +142,35 @@ class LevelResult:
     achieved_concurrency: float | None = None
     usage_missing: int = 0
     started_at: str | None = None
+    rate: float | None = None              # open loop: offered requests/s; None in a closed-loop level
+    achieved_rate: float | None = None     # open loop: requests sent / time to the last send
+    served_rate: float | None = None       # open loop: completions/s while arrivals were still coming
+    send_late_ms: Stats = Stats()          # open loop: how late each send was against its schedule
+    behind: bool = False                   # open loop: the generator fell behind its schedule
+    over_capacity: bool = False            # open loop: the server did not keep up with the offered rate
+    ttft_growth: float | None = None       # open loop: TTFT p50 of the last quarter of arrivals / the first's
+    goodput: float | None = None           # with an SLO: successful requests meeting every target, per second
+    good_share: float | None = None        # with an SLO: share of measured requests meeting every target
+
+    @property
+    def load(self) -> float:
+        """The level's place on its sweep's x axis: the offered rate (open loop) or the concurrency."""
+        return self.rate if self.rate is not None else float(self.concurrency)
 
     def to_dict(self) -> dict[str, Any]:
+        d = self._closed_loop_dict()
+        if self.rate is not None:
+            d.update({
+                "rate": self.rate, "achieved_rate": _round(self.achieved_rate, 4), "served_rate": _round(self.served_rate, 4),
+                "send_late_ms": self.send_late_ms.to_dict(), "behind": self.behind, "over_capacity": self.over_capacity,
+                "ttft_growth": _round(self.ttft_growth, 3),
+            })
+        if self.goodput is not None:
+            d["goodput"] = round(self.goodput, 4)
+            d["good_share"] = _round(self.good_share, 4)
+        return d
+
+    def _closed_loop_dict(self) -> dict[str, Any]:
         return {
             "type": "level",
             "concurrency": self.concurrency,
@@ -166,7 +199,10 @@ class LevelResult:
     def from_dict(cls, d: Mapping[str, Any], where: str = "level") -> LevelResult:
         """Parse a level line; raises ValueError naming the bad field."""
         concurrency = _req_int(d, "concurrency", where)
-        if concurrency < 1:
+        rate = _opt_float(d.get("rate"), f"{where}: rate")
+        if rate is not None and not rate > 0:
+            raise ValueError(f"{where}: rate must be > 0, got {rate}")
+        if concurrency < (0 if rate is not None else 1):
             raise ValueError(f"{where}: concurrency must be >= 1, got {concurrency}")
         errors = d.get("errors") or {}
         if not isinstance(errors, Mapping) or not all(isinstance(v, int) for v in errors.values()):
@@ -194,6 +230,15 @@ class LevelResult:
             achieved_concurrency=_opt_float(ach, f"{where}: achieved_concurrency"),
             usage_missing=int(d.get("usage_missing") or 0),
             started_at=d.get("started_at"),
+            rate=rate,
+            achieved_rate=_opt_float(d.get("achieved_rate"), f"{where}: achieved_rate"),
+            served_rate=_opt_float(d.get("served_rate"), f"{where}: served_rate"),
+            send_late_ms=Stats.from_dict(d.get("send_late_ms"), f"{where}: send_late_ms"),
+            behind=bool(d.get("behind", False)),
+            over_capacity=bool(d.get("over_capacity", False)),
+            ttft_growth=_opt_float(d.get("ttft_growth"), f"{where}: ttft_growth"),
+            goodput=_opt_float(d.get("goodput"), f"{where}: goodput"),
+            good_share=_opt_float(d.get("good_share"), f"{where}: good_share"),
         )
 
 
@@ -214,6 +259,11 @@ class SweepMeta:
     def label(self) -> str:
         """A short name for tables and chart legends: the profile, else the URL."""
         return self.profile or self.url
+
+    @property
+    def mode(self) -> str:
+        """"rate" for an open-loop sweep (levels at request rates), else "concurrency"."""
+        return "rate" if self.workload.get("mode") == "rate" or self.workload.get("rates") else "concurrency"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -283,6 +333,10 @@ class SweepResult:
                     kinds[kind] = kinds.get(kind, 0) + n
         why = ", ".join(f"{k} {n}" for k, n in kinds.items())
         return f"sweep measured nothing: all {failed} requests failed ({why}){where}"
+
+    @property
+    def mode(self) -> str:
+        return self.meta.mode
 
 
 def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
@@ -451,6 +505,10 @@ def _req_float(d: Mapping[str, Any], key: str, where: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{where}: {key} must be a number, got {v!r}")
     return float(v)
+
+
+def _round(v: float | None, digits: int) -> float | None:
+    return None if v is None else round(v, digits)
 
 
 def _opt_float(v: Any, where: str) -> float | None:

@@ -24,6 +24,19 @@ Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so n
 - Percentiles are linear-interpolated (numpy's default), p50/p90/p99 plus the mean.
 - Client-bound verdict: the level is flagged when the generator's event loop lagged more than
   LOOP_LAG_BOUND_MS at p99 or it used more than CPU_BOUND_FRACTION of a core: its timings then measure the client.
+
+Open loop (a level at an offered request rate R, its requests sent on a schedule, see specmon.model.arrivals):
+- Send lateness, per request: time sent - time scheduled (or, when a max-concurrency cap held the request back,
+  - the moment its slot came free: waiting for a slot is the cap working, recorded as `queued_ms`, not lateness).
+  The level is flagged `behind` when lateness p99 exceeds LATE_BOUND_MS and LATE_GAP_SHARE of the mean gap
+  between arrivals (1/R): the generator did not keep the schedule closely enough to give the load asked for.
+- Achieved rate: requests sent / time from the level's start to the last send (R when the schedule was kept).
+- Served rate: successful completions per second between the first completion and the last scheduled arrival.
+- TTFT growth: TTFT p50 of the last quarter of arrivals (in schedule order) over that of the first quarter.
+- Over capacity: TTFT grew TTFT_GROWTH_BOUND-fold and by at least TTFT_GROWTH_MIN_MS over the level (a queue
+  building up in the server), or the served rate is below OVER_CAPACITY_SHARE of R by more than three standard
+  deviations of its count, or a max-concurrency cap held sends back so that the achieved rate fell that far.
+- Goodput (with SLO targets, specmon.model.goodput): good requests / level duration, and good / measured requests.
 """
 
 from __future__ import annotations
@@ -34,10 +47,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from specmon.model.goodput import meets_slo
 from specmon.model.results import ClientHealth, LevelResult, Stats
 
 LOOP_LAG_BOUND_MS = 10.0
 CPU_BOUND_FRACTION = 0.85
+LATE_BOUND_MS = 10.0
+LATE_GAP_SHARE = 0.25
+OVER_CAPACITY_SHARE = 0.9
+TTFT_GROWTH_BOUND = 2.0
+TTFT_GROWTH_MIN_MS = 50.0
 
 
 @dataclass(frozen=True)
@@ -63,6 +82,9 @@ class RequestRecord:
     prompt_tokens: int | None = None   # usage.prompt_tokens
     itl_us: tuple[int, ...] = ()
     warmup: bool = False
+    rate: float | None = None          # open loop: the level's offered rate
+    late_ms: float | None = None       # open loop: sent this long after its scheduled time (slot wait excluded)
+    queued_ms: float | None = None     # open loop with a cap: waited this long for a free slot
 
     @property
     def usage(self) -> bool:
@@ -91,6 +113,11 @@ class RequestRecord:
         d["output_tokens"] = self.output_tokens
         d["prompt_tokens"] = self.prompt_tokens
         d["itl_us"] = list(self.itl_us)
+        if self.rate is not None:
+            d["rate"] = self.rate
+            d["late_ms"] = None if self.late_ms is None else round(self.late_ms, 3)
+            if self.queued_ms:
+                d["queued_ms"] = round(self.queued_ms, 3)
         return d
 
     @classmethod
@@ -101,7 +128,8 @@ class RequestRecord:
             status=d.get("status"), ttft_ms=d.get("ttft_ms"), e2e_ms=d.get("e2e_ms"),
             chunks=int(d.get("chunks", 0)), output_tokens=d.get("output_tokens"),
             prompt_tokens=d.get("prompt_tokens"), itl_us=tuple(d.get("itl_us", ())),
-            warmup=bool(d.get("warmup", False)),
+            warmup=bool(d.get("warmup", False)), rate=d.get("rate"), late_ms=d.get("late_ms"),
+            queued_ms=d.get("queued_ms"),
         )
 
 
@@ -178,9 +206,14 @@ def client_bound(cpu_s: float, duration_s: float, loop_lag_ms_p99: float | None)
 
 @dataclass
 class LevelAccumulator:
-    """Folds request records of one level into running totals; memory does not grow with chunk counts."""
+    """Folds request records of one level into running totals; memory does not grow with chunk counts.
+
+    `rate` (open loop) adds the schedule figures; `slo` (targets in ms) adds goodput.
+    """
 
     concurrency: int
+    rate: float | None = None
+    slo: Mapping[str, float] = field(default_factory=dict)
     requests_ok: int = 0
     requests_failed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
@@ -199,10 +232,23 @@ class LevelAccumulator:
     e2e: array = field(default_factory=lambda: array("d"))
     tpot: array = field(default_factory=lambda: array("d"))
     decode: array = field(default_factory=lambda: array("d"))
+    good: int = 0
+    late: array = field(default_factory=lambda: array("d"))
+    last_send_s: float | None = None
+    ok_ends: array = field(default_factory=lambda: array("d"))
+    ttft_by_index: list[tuple[int, float]] = field(default_factory=list)
 
     def add(self, r: RequestRecord) -> None:
         if r.warmup:
             return
+        if self.rate is not None:
+            self.last_send_s = r.start_s if self.last_send_s is None else max(self.last_send_s, r.start_s)
+            if r.late_ms is not None:
+                self.late.append(r.late_ms)
+            if r.ok:
+                self.ok_ends.append(r.end_s)
+                if r.ttft_ms is not None:
+                    self.ttft_by_index.append((r.index, r.ttft_ms))
         self.busy_s += max(0.0, r.end_s - r.start_s)
         self.first_start_s = r.start_s if self.first_start_s is None else min(self.first_start_s, r.start_s)
         self.last_end_s = r.end_s if self.last_end_s is None else max(self.last_end_s, r.end_s)
@@ -226,12 +272,15 @@ class LevelAccumulator:
         if r.ttft_ms is not None:
             self.ttft.append(r.ttft_ms)
             self.ttft_live.add(r.ttft_ms)
+        tpot: float | None = None
         if r.e2e_ms is not None:
             self.e2e.append(r.e2e_ms)
             if r.ttft_ms is not None and tokens >= 2 and r.e2e_ms > r.ttft_ms:
                 tpot = (r.e2e_ms - r.ttft_ms) / (tokens - 1)
                 self.tpot.append(tpot)
                 self.decode.append(1000.0 / tpot)
+        if self.slo and meets_slo(self.slo, r.ttft_ms, tpot, r.e2e_ms):
+            self.good += 1
 
     @property
     def tokens_per_chunk(self) -> float | None:
@@ -243,6 +292,8 @@ class LevelAccumulator:
     ) -> LevelResult:
         """The finished level. duration_s: first measured request sent -> last one finished."""
         dur = max(duration_s, 1e-9)
+        measured = self.requests_ok + self.requests_failed
+        open_loop = self._open_loop_figures()
         client = ClientHealth(
             cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
             # A level with no successful request has no timings for the client to distort: requests that all
@@ -270,17 +321,57 @@ class LevelAccumulator:
             usage_missing=self.usage_missing,
             started_at=started_at,
             client=client,
+            goodput=self.good / dur if self.slo else None,
+            good_share=self.good / measured if self.slo and measured else None,
+            **open_loop,
         )
+
+    def _open_loop_figures(self) -> dict[str, Any]:
+        """The schedule and capacity figures of an open-loop level (see the module docstring); {} in closed loop."""
+        rate = self.rate
+        if rate is None:
+            return {}
+        sent = self.requests_ok + self.requests_failed
+        achieved = sent / self.last_send_s if self.last_send_s else None
+        late = stats_of(self.late)
+        behind = late.p99 is not None and late.p99 > max(LATE_BOUND_MS, LATE_GAP_SHARE * 1000.0 / rate)
+        # Completions while arrivals were still coming in: [first completion, last send].
+        served: float | None = None
+        short = False   # served rate significantly (3 sigma of its count) and clearly (10 %) below the offered
+        if self.ok_ends and self.last_send_s is not None:
+            w0, w1 = min(self.ok_ends), self.last_send_s
+            inside = sum(1 for t in self.ok_ends if w0 <= t <= w1)
+            if w1 - w0 >= 0.25 * w1 and inside >= 10:
+                served = inside / (w1 - w0)
+                short = served < OVER_CAPACITY_SHARE * rate and rate - served > 3 * math.sqrt(inside) / (w1 - w0)
+        growth: float | None = None
+        grew = False
+        if len(self.ttft_by_index) >= 8:
+            ordered = [t for _, t in sorted(self.ttft_by_index)]
+            q = len(ordered) // 4
+            first, last = percentile(sorted(ordered[:q]), 50), percentile(sorted(ordered[-q:]), 50)
+            if first is not None and last is not None and first > 0:
+                growth = last / first
+                grew = growth >= TTFT_GROWTH_BOUND and last - first >= TTFT_GROWTH_MIN_MS
+        return {
+            "rate": rate, "achieved_rate": achieved, "served_rate": served, "send_late_ms": late,
+            "behind": behind,
+            # A send held back by the max-concurrency cap (not by a late generator) also means the load exceeded it.
+            "over_capacity": grew or short or (achieved is not None and achieved < OVER_CAPACITY_SHARE * rate
+                                               and not behind),
+            "ttft_growth": growth,
+        }
 
 
 def level_from_records(
-    records: Iterable[RequestRecord], cpu_s: float = 0.0, loop_lag_ms_p99: float | None = None
+    records: Iterable[RequestRecord], cpu_s: float = 0.0, loop_lag_ms_p99: float | None = None,
+    slo: Mapping[str, float] | None = None,
 ) -> LevelResult:
     """Recompute one level from its records (e.g. re-read from a records file); duration from their times."""
     acc: LevelAccumulator | None = None
     for r in records:
         if acc is None:
-            acc = LevelAccumulator(r.concurrency)
+            acc = LevelAccumulator(r.concurrency, rate=r.rate, slo=dict(slo or {}))
         acc.add(r)
     if acc is None or acc.first_start_s is None or acc.last_end_s is None:
         raise ValueError("no measured requests")
@@ -306,6 +397,7 @@ class SweepProgress:
     tokens_per_chunk: float | None
     loop_lag_ms: float | None         # worst loop lag over the last interval
     cpu_fraction: float | None        # generator CPU over the last interval, fraction of one core
+    rate: float | None = None         # open loop: the level's offered rate (concurrency is then the cap, or 0)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "progress", **{k: getattr(self, k) for k in self.__dataclass_fields__}}

@@ -84,10 +84,17 @@ class SweepSpec:
 class WorkloadOverrides:
     """What a front end's options or form change in `[sweep]`; None keeps the config's value.
 
-    Giving a request count turns the config's duration off and vice versa, so a level never has both.
+    Giving a request count turns the config's duration off and vice versa, so a level never has both. Giving
+    levels makes the sweep closed loop and giving rates open loop, whatever `[sweep]` says; with neither, a
+    `[sweep] rates` list makes it open loop.
     """
 
     levels: tuple[int, ...] | None = None
+    rates: tuple[float, ...] | None = None
+    burstiness: float | None = None
+    max_concurrency: int | None = None
+    slo: Mapping[str, float] | None = None
+    seed: int | None = None
     requests_per_level: int | None = None
     duration_s: float | None = None
     warmup_requests: int | None = None
@@ -115,7 +122,17 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
         extra["deadline_s"] = o.deadline_s
     if o.fixed_length is not None:
         extra["fixed_length"] = o.fixed_length
+    if o.burstiness is not None:
+        extra["burstiness"] = o.burstiness
+    if o.max_concurrency is not None:
+        extra["max_concurrency"] = o.max_concurrency
+    if o.slo is not None:
+        extra["slo"] = o.slo
+    if o.seed is not None:
+        extra["seed"] = o.seed
+    rates = o.rates if o.rates else (() if o.levels else defaults.rates)
     return Workload(
+        rates=rates,
         levels=o.levels or tuple(defaults.levels), requests_per_level=requests, duration_s=duration,
         warmup_requests=defaults.warmup_requests if o.warmup_requests is None else o.warmup_requests,
         input_len=o.input_len or defaults.input_len, output_len=o.output_len or defaults.output_len,
@@ -303,21 +320,38 @@ def _append(path: Path, obj: Mapping[str, Any], secrets: list[str], levels: list
                         f"whole line, {len(levels)} finished levels kept") from None
 
 
+def level_name(level: LevelResult) -> str:
+    """How messages name a level: `C=8`, or `4 req/s` in an open-loop sweep."""
+    return f"C={level.concurrency}" if level.rate is None else f"{level.rate:g} req/s"
+
+
 def level_warnings(level: LevelResult) -> list[str]:
     """What a user must know about a finished level before trusting it."""
     out = []
-    c = level.concurrency
+    c = level_name(level)
     if level.usage_missing:
-        out.append(f"C={c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
+        out.append(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
     if level.client.bound:
         why = f"loop lag p99 {level.client.loop_lag_ms_p99} ms, {level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s"
         if level.client.cpu_wait_s:
             why += f", {level.client.cpu_wait_s:.2f} s waiting for a CPU: the machine is busy"
-        out.append(f"C={c}: the load generator was the bottleneck ({why}); timings at this level measure the client")
+        out.append(f"{c}: the load generator was the bottleneck ({why}); timings at this level measure the client")
     if level.requests_failed:
         kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
-        out.append(f"C={c}: {level.requests_failed} requests failed ({kinds})")
+        out.append(f"{c}: {level.requests_failed} requests failed ({kinds})")
+    if level.behind:
+        out.append(f"{c}: the load generator fell behind its schedule (send lateness p99 "
+                   f"{level.send_late_ms.p99:.1f} ms); the offered load was not the one asked for")
+    if level.over_capacity:
+        reasons: list[str] = []
+        if level.served_rate is not None:
+            reasons.append(f"served {level.served_rate:.2f} req/s")
+        if level.ttft_growth is not None:
+            reasons.append(f"TTFT grew {level.ttft_growth:.1f}x over the level")
+        if level.achieved_rate is not None and level.rate is not None and level.achieved_rate < level.rate:
+            reasons.append(f"sent {level.achieved_rate:.2f} req/s")
+        out.append(f"{c}: over capacity: the server did not keep up with the offered rate ({', '.join(reasons)})")
     return out
 
 

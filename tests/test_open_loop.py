@@ -1,0 +1,227 @@
+"""Open-loop request-rate mode and goodput, without a server: the arrival schedule (and the KS check that judges
+it), SLO parsing, the per-level schedule/capacity/goodput figures, result-file round trips and the CLI's errors."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.loadgen.workload import Workload
+from specmon.model.arrivals import arrival_times, ks_critical, ks_exponential
+from specmon.model.config import SweepDefaults, parse_rates
+from specmon.model.goodput import meets_slo, parse_slo
+from specmon.model.results import LevelResult
+from specmon.model.sweepstats import LATE_BOUND_MS, LevelAccumulator, RequestRecord, level_from_records
+from specmon.orchestration.sweep import WorkloadOverrides, level_warnings, workload_from
+
+
+def gaps_of(times: list[float]) -> list[float]:
+    return [b - a for a, b in zip([0.0, *times], times)]
+
+
+# ---- the schedule ------------------------------------------------------------------------------------------------
+
+def test_schedule_offers_exactly_the_rate_and_is_repeatable_by_seed() -> None:
+    times = arrival_times(3000, 50.0, seed=7)
+    assert len(times) == 3000 and times[-1] == 3000 / 50.0
+    assert all(b > a for a, b in zip(times, times[1:]))
+    assert arrival_times(3000, 50.0, seed=7) == times
+    assert arrival_times(3000, 50.0, seed=8) != times
+
+
+def test_poisson_gaps_pass_ks_and_other_shapes_fail_it() -> None:
+    rate, n = 50.0, 3000
+    critical = ks_critical(n, alpha=0.01)
+    for seed in range(5):
+        assert ks_exponential(gaps_of(arrival_times(n, rate, 1.0, seed)), rate) < critical, seed
+    # The check has teeth: evenly spaced (burstiness 20) and bursty (0.3) gaps are not exponential.
+    assert ks_exponential(gaps_of(arrival_times(n, rate, 20.0, 0)), rate) > 3 * critical
+    assert ks_exponential(gaps_of(arrival_times(n, rate, 0.3, 0)), rate) > 3 * critical
+
+
+def test_burstiness_is_the_gamma_shape() -> None:
+    """Gamma(shape k) gaps have a coefficient of variation 1/sqrt(k): k=1 Poisson (CV 1), k=0.25 CV 2, k=4 CV 0.5."""
+    for k in (0.25, 1.0, 4.0):
+        gaps = gaps_of(arrival_times(20000, 10.0, k, 3))
+        mean = sum(gaps) / len(gaps)
+        cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean
+        assert mean == pytest.approx(0.1, rel=1e-9)
+        assert cv == pytest.approx(1 / math.sqrt(k), rel=0.05), k
+
+
+def test_ks_statistic_by_hand() -> None:
+    rate = 2.0
+    median = math.log(2) / rate        # F = 0.5
+    assert ks_exponential([median], rate) == pytest.approx(0.5)
+    # Two samples at F = 0.25 and 0.75: the empirical CDF steps 0 -> 0.5 -> 1, D = 0.25.
+    xs = [-math.log(1 - p) / rate for p in (0.25, 0.75)]
+    assert ks_exponential(xs, rate) == pytest.approx(0.25)
+    assert ks_critical(100, 0.05) == pytest.approx(0.1358, abs=1e-4)
+
+
+# ---- SLO targets -------------------------------------------------------------------------------------------------
+
+def test_slo_parsing() -> None:
+    assert parse_slo("ttft:500,tpot:50,e2el:2000") == {"ttft": 500.0, "tpot": 50.0, "e2el": 2000.0}
+    assert parse_slo(" TTFT:250.5 ") == {"ttft": 250.5}
+
+
+@pytest.mark.parametrize(("text", "fragment"), [
+    ("ttfb:500", "unknown target 'ttfb' (known: ttft, tpot, e2el)"),
+    ("ttft=500", "is not KEY:MS"),
+    ("ttft:fast", "'fast' is not a number of milliseconds"),
+    ("tpot:0", "must be a finite number of milliseconds > 0"),
+    ("e2el:inf", "must be a finite number"),
+    ("ttft:1,ttft:2", "ttft given twice"),
+    ("", "give at least one target"),
+])
+def test_bad_slo_is_one_line(text: str, fragment: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        parse_slo(text)
+    assert fragment in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_meets_slo_needs_every_target() -> None:
+    slo = {"ttft": 100.0, "tpot": 20.0}
+    assert meets_slo(slo, 100.0, 20.0, 5000.0)           # at the target counts as meeting it
+    assert not meets_slo(slo, 100.1, 10.0, 1.0)
+    assert not meets_slo(slo, 50.0, 20.5, 1.0)
+    assert meets_slo(slo, 50.0, None, 1.0)               # one output token: no TPOT, meets the TPOT target
+    assert not meets_slo({"e2el": 10.0}, 1.0, 1.0, None)
+
+
+# ---- per-level figures -------------------------------------------------------------------------------------------
+
+def record(i: int, start: float, ttft: float, e2e: float, rate: float = 10.0, late: float = 0.5,
+           ok: bool = True, tokens: int = 11) -> RequestRecord:
+    return RequestRecord(concurrency=0, index=i, start_s=start, end_s=start + e2e / 1000, ok=ok,
+                         error=None if ok else "http_5xx", ttft_ms=ttft if ok else None, e2e_ms=e2e if ok else None,
+                         chunks=tokens, output_tokens=tokens if ok else None, rate=rate, late_ms=late)
+
+
+def test_steady_level_below_capacity_is_not_flagged() -> None:
+    times = arrival_times(400, 10.0, seed=1)
+    level = level_from_records([record(i, t, 30.0, 230.0) for i, t in enumerate(times)])
+    assert level.rate == 10.0 and level.concurrency == 0 and level.load == 10.0
+    assert level.achieved_rate == pytest.approx(10.0)
+    assert level.served_rate == pytest.approx(10.0, rel=0.1)
+    assert level.ttft_growth == pytest.approx(1.0)
+    assert not level.over_capacity and not level.behind
+    assert level_warnings(level) == []
+
+
+def test_growing_ttft_flags_over_capacity() -> None:
+    """A queue building in the server: each arrival waits longer than the one before."""
+    times = arrival_times(400, 10.0, seed=1)
+    level = level_from_records([record(i, t, 30.0 + 10 * i, 230.0 + 10 * i) for i, t in enumerate(times)])
+    assert level.over_capacity and level.ttft_growth is not None and level.ttft_growth > 5
+    assert any("over capacity" in w and "TTFT grew" in w for w in level_warnings(level))
+
+
+def test_served_rate_well_under_the_offered_rate_flags_over_capacity() -> None:
+    """Completions at 5/s against 10/s offered, with TTFT flat (e.g. the server queues before the first token
+    is sent... or fails half its requests)."""
+    times = arrival_times(400, 10.0, seed=1)
+    recs = [record(i, t, 30.0, 230.0, ok=i % 2 == 0) for i, t in enumerate(times)]
+    level = level_from_records(recs)
+    assert level.served_rate == pytest.approx(5.0, rel=0.1)
+    assert level.over_capacity
+
+
+def test_late_sends_flag_the_generator_as_behind() -> None:
+    times = arrival_times(400, 10.0, seed=1)
+    on_time = level_from_records([record(i, t, 30.0, 230.0, late=1.0) for i, t in enumerate(times)])
+    # 10/s: the mean gap is 100 ms, so the bound is 25 ms of lateness at p99.
+    late = level_from_records([record(i, t, 30.0, 230.0, late=40.0 if i % 20 == 0 else 1.0)
+                               for i, t in enumerate(times)])
+    assert on_time.send_late_ms.p99 == pytest.approx(1.0) and not on_time.behind
+    assert late.send_late_ms.p99 == pytest.approx(40.0) and late.behind
+    assert any("fell behind its schedule" in w for w in level_warnings(late))
+    fast = level_from_records([record(i, t, 3.0, 23.0, rate=100.0, late=LATE_BOUND_MS + 1)
+                               for i, t in enumerate(arrival_times(400, 100.0))])
+    assert fast.behind   # at 100/s a quarter gap is 2.5 ms: the 10 ms floor decides
+
+
+def test_goodput_counts_requests_meeting_every_target() -> None:
+    acc = LevelAccumulator(4, slo={"ttft": 100.0, "e2el": 1000.0})
+    for i, (ttft, e2e, ok) in enumerate([(50, 500, True), (150, 500, True), (50, 1500, True), (60, 900, True),
+                                         (0, 0, False)]):
+        acc.add(record(i, i * 0.1, ttft, e2e, ok=ok))
+    level = acc.result(2.0, 0.0, None)
+    assert level.goodput == pytest.approx(2 / 2.0)          # two good requests over a 2 s level
+    assert level.good_share == pytest.approx(2 / 5)         # the failure counts against the share
+    assert LevelAccumulator(4).result(2.0, 0.0, None).goodput is None
+
+
+def test_result_lines_round_trip_and_closed_loop_lines_are_unchanged() -> None:
+    times = arrival_times(100, 10.0)
+    level = level_from_records([record(i, t, 30.0 + i, 230.0) for i, t in enumerate(times)],
+                               slo={"ttft": 60.0})
+    d = level.to_dict()
+    assert d["rate"] == 10.0 and d["good_share"] == pytest.approx(0.31)   # i = 0..30 have TTFT <= 60 ms
+    back = LevelResult.from_dict(d)
+    assert back.rate == 10.0 and back.good_share == pytest.approx(0.31) and back.send_late_ms.p99 == 0.5
+    assert back.over_capacity == level.over_capacity and back.achieved_rate == pytest.approx(level.achieved_rate)
+    closed = LevelAccumulator(2).result(1.0, 0.0, None).to_dict()
+    assert not {"rate", "goodput", "behind", "over_capacity", "send_late_ms"} & set(closed)
+    with pytest.raises(ValueError, match="concurrency must be >= 1"):
+        LevelResult.from_dict(closed | {"concurrency": 0})
+
+
+# ---- workload and options ----------------------------------------------------------------------------------------
+
+def test_workload_round_trip_and_arrival_counts() -> None:
+    w = Workload(levels=(1,), rates=(2.0, 4.5), burstiness=0.5, max_concurrency=8, slo={"ttft": 500}, seed=3)
+    d = w.to_dict()
+    assert d["mode"] == "rate" and d["slo"] == {"ttft": 500.0}
+    assert Workload.from_dict(d) == w
+    assert w.arrivals_for(4.5) == 135                                  # 30 s of schedule by default
+    assert Workload(levels=(1,), rates=(2.0,), duration_s=60).arrivals_for(50.0) == 3000
+    assert Workload(levels=(1,), rates=(2.0,), requests_per_level=7).arrivals_for(2.0) == 7
+    assert Workload(levels=(1, 2)).to_dict()["mode"] == "concurrency"
+    with pytest.raises(UserError, match="burstiness"):
+        Workload(levels=(1,), rates=(1.0,), burstiness=0)
+    with pytest.raises(UserError, match="strictly increasing"):
+        Workload(levels=(1,), rates=(2.0, 1.0))
+    with pytest.raises(UserError, match="unknown target"):
+        Workload(levels=(1,), slo={"ttfb": 1.0})
+
+
+def test_rates_from_profiles_or_options_and_levels_win_back_closed_loop() -> None:
+    config = SweepDefaults(rates=(1.0, 2.0))
+    assert workload_from(config).rates == (1.0, 2.0)
+    assert workload_from(config, WorkloadOverrides(levels=(1, 4))).rates == ()
+    assert workload_from(SweepDefaults(), WorkloadOverrides(rates=(8.0,))).open_loop
+    assert parse_rates("0.5, 1,2") == (0.5, 1.0, 2.0)
+    with pytest.raises(ValueError, match="'x' is not a number"):
+        parse_rates("1,x")
+
+
+def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon") or sys.executable
+    env = {**os.environ, "SPECMON_CONFIG": str(cwd / "none.toml")}
+    (cwd / "none.toml").write_text('[profiles.a]\ncommand = "true"\n')
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=90, cwd=cwd, env=env)
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--slo", "ttft:soon"), "--slo: ttft: 'soon' is not a number of milliseconds"),
+    (("--rates", "4,2"), "--rates: rates must be strictly increasing (4.0 then 2.0)"),
+    (("--request-rate", "0"), "--request-rate: must be a finite number > 0"),
+    (("--burstiness", "2"), "--burstiness applies to an open-loop sweep"),
+    (("--max-concurrency", "4", "--levels", "1,2"), "--max-concurrency applies to an open-loop sweep"),
+    (("--rates", "1", "--levels", "1"), "not allowed with argument"),
+])
+def test_bad_open_loop_options_are_one_line_errors(tmp_path: Path, args: tuple[str, ...], fragment: str) -> None:
+    proc = specmon("sweep", "--url", "http://127.0.0.1:9", *args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert fragment in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists()   # nothing written, nothing sent
