@@ -19,7 +19,7 @@ from specmon.sources.transport import TransportError
 
 # Subcommand modules, in the order `specmon --help` lists them.
 COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "forget", "wait", "logs", "logscan", "sim",
-                                    "sweep", "compare", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
+                                    "sweep", "compare", "export", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -207,7 +207,7 @@ async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches
     async with app.run_test(size=(80, 24), notifications=True) as pilot:
         try:
             for bad, shown in ((tmp_path / "missing.jsonl", "missing.jsonl: no such file"),
-                               (not_results, "notes.txt:1: not JSON")):
+                               (not_results, "notes.txt: not a result file specmon reads")):
                 await pilot.press("o")
                 await pilot.pause()
                 await pilot.press(*str(bad), "enter")
@@ -229,6 +229,41 @@ async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches
                 await pilot.press("escape")
                 await pilot.pause()
             assert len(app.screen_stack) == 1 and not app.series
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]
+
+
+async def test_overlay_reads_other_tools_files_a_guidellm_report_and_a_vllm_directory(tmp_path: Path) -> None:
+    """Issue 14: the overlay takes guidellm's real report and a directory of `vllm bench serve` files, with the
+    throughput each tool saved."""
+    from specmon.ui.bridge import EngineBridge
+
+    fixtures = Path(__file__).parent / "fixtures" / "interop"
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    report = json.loads((fixtures / "guidellm-sim-concurrent.json").read_text())
+    guidellm = {b["config"]["strategy"]["streams"]: b["metrics"]["output_tokens_per_second"]["total"]["mean"]
+                for b in report["benchmarks"]}
+    vllm = {o["max_concurrency"]: o["output_throughput"]
+            for o in (json.loads(f.read_text()) for f in (fixtures / "vllm-llama-base").glob("*.json"))}
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        try:
+            for path, name, tool, want in ((fixtures / "guidellm-sim-concurrent.json", "guidellm-sim-concurrent",
+                                            "guidellm output", guidellm),
+                                           (fixtures / "vllm-llama-base", "vllm-llama-base", "vllm bench serve output",
+                                            vllm)):
+                await pilot.press("o")
+                await pilot.pause()
+                await pilot.press(*str(path), "enter")
+                for _ in range(100):
+                    await pilot.pause(0.05)
+                    if name in app.series:
+                        break
+                # (the chart keeps a level as its result line does: throughput to 3 decimals)
+                assert {lv["concurrency"]: lv["output_throughput"] for lv in app.series[name]} == pytest.approx(
+                    want, abs=5e-4)
+                assert any(f"({tool}): {len(want)} levels" in str(n.message) for n in app._notifications)
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
 

@@ -17,7 +17,8 @@ import plotext as plt
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.compare import AlignedLevel, Crossover, align, compare_results, find_crossover
-from specmon.model.results import SweepResult, read_results
+from specmon.model.interop import lacks_note, read_any_results
+from specmon.model.results import SweepResult
 
 _MARKERS = ("*", "o", "x", "+", "#")
 
@@ -30,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "baseline); the crossover is the interpolated concurrency where another file's output throughput "
         "crosses it (where speculation stops paying).",
     )
-    p.add_argument("files", nargs="+", metavar="FILE", help="result files written by `specmon sweep`")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="result files of `specmon sweep`, `vllm bench serve --save-result` (a file, or a directory "
+                   "of them as one sweep), SGLang bench_serving (JSONL) or guidellm (benchmarks JSON)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of table and chart")
     p.add_argument("--no-chart", action="store_true", help="table only")
     p.set_defaults(func=run)
@@ -39,9 +42,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     if len(args.files) < 2:
         raise UserError("compare: give at least two result files")
-    sweeps = [read_results(f) for f in args.files]
+    sweeps = [read_any_results(f) for f in args.files]
     for note in (n for s in sweeps for n in s.notes):
         print(f"specmon: warning: {note}", file=sys.stderr)
+    for note in filter(None, map(lacks_note, sweeps)):
+        print(f"specmon: note: {note}", file=sys.stderr)
     rows = align(*(s.levels for s in sweeps))
     crossings = _crossings(sweeps)
     warnings = compare_results(sweeps).warnings

@@ -117,7 +117,9 @@ class ComparedRun:
             label=result.label,
             mem_fraction_static=float(mem) if isinstance(mem, (int, float)) and not isinstance(mem, bool) else None,
             kv_cache_tokens=kv if isinstance(kv, int) and not isinstance(kv, bool) else None,
-            workload=result.meta.workload,
+            # Another tool's file records its workload in its own terms: comparing it key by key would only
+            # report the difference in vocabulary.
+            workload=None if result.meta.tool else result.meta.workload,
             client_bound=tuple(lv.concurrency for lv in result.levels if lv.client.bound),
         )
 

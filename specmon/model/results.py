@@ -254,6 +254,7 @@ class SweepMeta:
     specmon_version: str = ""
     created_at: str = ""
     records: str | None = None
+    tool: str | None = None   # the other load generator whose file this was read from (specmon.model.interop)
 
     @property
     def label(self) -> str:

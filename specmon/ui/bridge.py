@@ -20,7 +20,8 @@ from specmon.model.compare import find_crossover
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
-from specmon.model.results import LevelResult, SweepMeta, SweepResult, read_results
+from specmon.model.interop import TOOL_NAMES, read_any_results
+from specmon.model.results import LevelResult, SweepMeta, SweepResult
 from specmon.model.sweepstats import SweepProgress
 from specmon.model.verdict import ProfileRuns, summarize
 from specmon.orchestration.comparison import sweep_profiles
@@ -292,11 +293,12 @@ class EngineBridge:
             raise
 
     async def overlay(self, path: Path, app: SpecmonApp) -> None:
-        result = await asyncio.to_thread(read_results, path)
+        result = await asyncio.to_thread(read_any_results, path)
         name = path.stem
         self._levels[name] = list(result.levels)
         self._publish_series(name)
-        app.notify(f"overlaid {path.name}: {len(result.levels)} levels", timeout=4)
+        tool = f" ({TOOL_NAMES[result.meta.tool]} output)" if result.meta.tool else ""
+        app.notify(f"overlaid {path.name}{tool}: {len(result.levels)} levels", timeout=4)
 
     # ------------------------------------------------------------ experiments
     async def experiment(self, request: ExperimentRequest, app: SpecmonApp) -> None:

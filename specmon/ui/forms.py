@@ -158,7 +158,7 @@ class OverlayScreen(ModalScreen["Path | None"]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label("Result file to overlay (enter loads, esc cancels)")
+            yield Label("Result file to overlay: specmon, vLLM, SGLang or guidellm (enter loads, esc cancels)")
             yield Input(self.start, id="overlay-path", placeholder="results/….jsonl", compact=True)
             yield Static("", id="form-error")
 
@@ -172,7 +172,7 @@ class OverlayScreen(ModalScreen["Path | None"]):
             self._error("type the path of a result file")
             return
         path = Path(text).expanduser()
-        if not path.is_file():
+        if not path.exists():   # a directory is a sweep of vLLM result files
             self._error(f"{path.name}: no such file")
             return
         self._error("")

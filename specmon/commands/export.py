@@ -1,0 +1,68 @@
+"""`specmon export RESULT --format vllm|sglang [--out PATH]`: a result in the file format of vLLM's or SGLang's benchmark.
+
+vllm: one `vllm bench serve --save-result` JSON file per level, named as vLLM names them, in the directory --out
+(default: RESULT's name without its suffix, plus `-vllm`, next to it). sglang: one JSONL file with a line per level,
+as `bench_serving` appends them (default: RESULT's name with `.sglang.jsonl`). Field names and definitions are
+vLLM's (`output_throughput`, `mean/median/p90/p99_ttft_ms`, `tpot`, `itl`, `e2el`); nothing existing is overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from specmon.errors import UserError
+from specmon.model.interop import read_any_results, sglang_lines, vllm_runs
+
+FORMATS = ("vllm", "sglang")
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser("export", help="write a result in vLLM's or SGLang's benchmark result format",
+                              description=__doc__)
+    p.add_argument("result", metavar="RESULT", help="a result file (specmon's, or any file `specmon compare` reads)")
+    p.add_argument("--format", choices=FORMATS, required=True, help="vllm (a directory of JSON files, one per "
+                   "level) or sglang (one JSONL file)")
+    p.add_argument("--out", type=Path, metavar="PATH", help="the directory (vllm) or file (sglang) to write")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    result = read_any_results(args.result)
+    if not result.levels:
+        raise UserError(f"{args.result}: no finished level to export")
+    src = Path(args.result)
+    stem = src.name[: -len(src.suffix)] if src.suffix else src.name
+    if args.format == "vllm":
+        out_dir: Path = args.out or src.with_name(f"{stem}-vllm")
+        files = [(out_dir / name, json.dumps(obj, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
+        if out_dir.exists() and not out_dir.is_dir():
+            raise UserError(f"{out_dir}: exists and is not a directory")
+        out_dir.mkdir(parents=True, exist_ok=True)
+    else:
+        out_file: Path = args.out or src.with_name(f"{stem}.sglang.jsonl")
+        # SGLang writes Python's json (an uncapped request rate is `Infinity`); so do we, for its readers.
+        files = [(out_file, "".join(json.dumps(obj) + "\n" for obj in sglang_lines(result)))]
+    taken = [str(path) for path, _ in files if path.exists()]
+    if taken:
+        raise UserError(f"{taken[0]}: exists; not overwritten (choose another --out)")
+    for path, text in files:
+        _write_new(path, text)
+        print(path)
+    return 0
+
+
+def _write_new(path: Path, text: str) -> None:
+    """Create `path` with `text`; an existing file is refused (mode "x"), and a failed write leaves nothing."""
+    try:
+        with open(path, "x", encoding="utf-8") as f:
+            try:
+                f.write(text)
+            except OSError:
+                path.unlink(missing_ok=True)
+                raise
+    except FileExistsError:
+        raise UserError(f"{path}: exists; not overwritten (choose another --out)") from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None

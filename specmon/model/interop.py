@@ -1,0 +1,485 @@
+"""Result files of other load generators, read into specmon's model and written in their formats. Pure.
+
+Read (the format is told from the content, never the file name):
+
+- `vllm bench serve --save-result`: one flat JSON object per run (one level), keys `completed`, `failed`,
+  `duration`, `output_throughput`, `total_token_throughput`, `mean/median/pNN_{ttft,tpot,itl,e2el}_ms`,
+  `max_concurrency`, `request_rate` ("inf" or a number)...; `--append-result` puts several on separate lines, and a
+  directory of such files (as `--result-dir` leaves them) is one sweep.
+- SGLang `bench_serving`: one flat JSON object per line per run, keys as vLLM's but `total_throughput`,
+  `mean/median/pNN_e2e_latency_ms`, `concurrency` (Little's law), no `failed`.
+- guidellm's benchmarks report (`--output kind=json`): `{"benchmarks": [{"config": {"strategy": ...},
+  "metrics": {NAME: {"successful"|"total": {"mean", "median", "percentiles": {"p90", "p99"...}}}}}]}`.
+
+A level is keyed by its concurrency (vLLM/SGLang `max_concurrency`, guidellm `concurrent` streams, 1 for
+`synchronous`); a run sent all at once with no cap (request rate inf) ran at the concurrency of its whole request
+count. Definitions line up with specmon's (specmon.model.sweepstats) except guidellm's: its "ITL" is per token, so
+it is specmon's TPOT, and it has no per-chunk ITL. What a format lacks is None (shown as "-"); `LACKS` lists it.
+
+Written: vLLM `--save-result` objects (one per level) and SGLang JSONL lines, with their field names and units.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from specmon.errors import UserError
+from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
+from specmon.model.textfile import NotTextError, read_capped
+
+TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
+EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them), "
+            "SGLang bench_serving JSONL or a guidellm benchmarks JSON report")
+
+# guidellm keeps every request in its report: a long run's file is large, but a result file, never gigabytes.
+MAX_FILE_BYTES = 1 << 30
+
+# The specmon level fields each peer's file does not carry (they read back as "-").
+LACKS: Mapping[str, tuple[str, ...]] = {
+    "vllm": ("TTFT/TPOT/ITL/E2E p90 (unless run with --metric-percentiles 90)", "E2E (unless run with "
+             "--percentile-metrics ...,e2el)", "tokens per chunk", "achieved concurrency", "client health"),
+    "sglang": ("failed requests (only completed ones are counted)", "tokens per chunk", "client health"),
+    "guidellm": ("ITL per chunk (guidellm's ITL is specmon's TPOT)", "client health"),
+}
+
+
+# ---------------------------------------------------------------------------------------------------- reading
+def read_any_results(path: str | os.PathLike[str]) -> SweepResult:
+    """Read a result file of specmon, vLLM, SGLang or guidellm (or a directory of vLLM result files).
+
+    Bad or unknown content raises UserError naming the file (and line or field) and what was expected.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return _read_vllm_dir(p)
+    text = _read_text(p)
+    if _is_specmon(text):
+        return read_results(p)   # it keeps the levels before a torn last line
+    return parse_any_results(text, str(p))
+
+
+def parse_any_results(text: str, path: str) -> SweepResult:
+    """Parse a result file's text in whichever supported format it is (see `read_any_results`)."""
+    if _is_specmon(text):
+        return parse_results(text.splitlines(), path)
+    tool, objs = _detect(text, path)
+    if tool == "guidellm":
+        return _guidellm_result(objs[0][1], path)
+    return _flat_result(tool, _where(objs, path), path)
+
+
+def _is_specmon(text: str) -> bool:
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    try:
+        obj = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "meta"
+
+
+def _read_text(p: Path) -> str:
+    try:
+        return read_capped(p, MAX_FILE_BYTES).decode("utf-8")
+    except FileNotFoundError:
+        raise UserError(f"{p}: no such file") from None
+    except NotTextError as exc:
+        raise UserError(f"{p}: {exc}; expected {EXPECTED}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"{p}: cannot read ({exc})") from None
+
+
+def _where(objs: Sequence[tuple[int, Mapping[str, Any]]], path: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each object with the place an error about it names: the file, and its line when it holds several."""
+    return [(f"{path}:{n}" if len(objs) > 1 else path, o) for n, o in objs]
+
+
+def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any]]]]:
+    """Which peer tool wrote `text`, and its JSON objects with their line numbers (one, or one per line)."""
+    stripped = text.strip()
+    if not stripped:
+        raise UserError(f"{path}: empty file; expected {EXPECTED}")
+    objs: list[tuple[int, Mapping[str, Any]]] = []
+    try:
+        whole = json.loads(stripped)
+        if isinstance(whole, dict):
+            objs = [(1, whole)]
+    except ValueError:
+        for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                if objs:
+                    raise UserError(f"{path}:{n}: not JSON; expected one JSON object per line") from None
+                break
+            if not isinstance(obj, dict):
+                objs = []
+                break
+            objs.append((n, obj))
+    if objs and isinstance(objs[0][1].get("benchmarks"), list):
+        return "guidellm", objs
+    tools = {_flat_tool(o) for _, o in objs}
+    if len(tools) == 1 and None not in tools:
+        return str(tools.pop()), objs
+    raise UserError(f"{path}: not a result file specmon reads; expected {EXPECTED}")
+
+
+def _flat_tool(obj: Mapping[str, Any]) -> str | None:
+    """vLLM or SGLang, from the keys only each writes; None when the object is neither's summary."""
+    if "output_throughput" not in obj and "mean_ttft_ms" not in obj:
+        return None
+    if "total_token_throughput" in obj or "endpoint_type" in obj or "mean_e2el_ms" in obj:
+        return "vllm"
+    if "total_throughput" in obj or "mean_e2e_latency_ms" in obj or "server_info" in obj:
+        return "sglang"
+    return None
+
+
+def _read_vllm_dir(d: Path) -> SweepResult:
+    files = sorted(f for f in d.glob("*.json") if not f.name.endswith(".pytorch.json"))
+    if not files:
+        raise UserError(f"{d}: a directory with no .json files; expected a directory of `vllm bench serve "
+                        "--save-result` files")
+    runs: list[tuple[str, Mapping[str, Any]]] = []
+    for f in files:
+        tool, objs = _detect(_read_text(f), str(f))
+        if tool != "vllm":
+            raise UserError(f"{f}: not a `vllm bench serve --save-result` file (a directory is read as one vLLM "
+                            f"sweep); found {TOOL_NAMES.get(tool, tool)} output")
+        runs += _where(objs, str(f))
+    return _flat_result("vllm", runs, str(d), label=d.name)
+
+
+# --- vLLM and SGLang: one flat object per run --------------------------------------------------------------
+# The latency metrics, by specmon's name: vLLM's and SGLang's key stems.
+_FLAT_METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"), "itl_ms": ("itl", "itl"),
+                 "e2e_ms": ("e2el", "e2e_latency")}
+
+
+def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
+                 label: str | None = None) -> SweepResult:
+    levels = sorted((_flat_level(tool, o, where) for where, o in runs), key=lambda lv: lv.concurrency)
+    first = runs[0][1]
+    model = first.get("model_id") if tool == "vllm" else _sglang_model(first)
+    workload: dict[str, Any] = {"levels": [lv.concurrency for lv in levels]}
+    for key in ("dataset_name", "random_input_len", "random_output_len", "num_prompts", "backend"):
+        if first.get(key) is not None:
+            workload[key] = first[key]
+    meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
+                     profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
+    return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
+    completed = _int(o, "completed", where)
+    failed = _int(o, "failed", where, default=0) if tool == "vllm" else 0
+    duration = _num(o, "duration", where)
+    out_tokens = _int(o, "total_output_tokens", where)
+    in_tokens = _int(o, "total_input_tokens", where, default=0)
+    total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
+    concurrency = _concurrency(o, where, completed + failed)
+    stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where)
+             for name, stems in _FLAT_METRICS.items()}
+    return LevelResult(
+        concurrency=concurrency, requests_ok=completed, requests_failed=failed, duration_s=duration,
+        output_tokens=out_tokens, output_throughput=_num(o, "output_throughput", where),
+        request_throughput=_num(o, "request_throughput", where),
+        ttft_ms=stats["ttft_ms"], tpot_ms=stats["tpot_ms"], itl_ms=stats["itl_ms"], e2e_ms=stats["e2e_ms"],
+        tokens_per_chunk=None, client=ClientHealth(), input_tokens=in_tokens,
+        total_throughput=_num(o, total_key, where, default=0.0),
+        achieved_concurrency=_opt(o, "concurrency", where) if tool == "sglang" else None,
+    )
+
+
+def _concurrency(o: Mapping[str, Any], where: str, requests: int) -> int:
+    """The level's concurrency: the cap, or (sent all at once) every request of the run."""
+    rate = o.get("request_rate")
+    if isinstance(rate, str):
+        if rate not in ("inf", "trace"):
+            raise UserError(f"{where}: request_rate must be a number or \"inf\", got {rate!r}")
+    elif isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        if not math.isinf(rate):
+            raise UserError(f"{where}: request_rate {rate:g}: open-loop (request-rate) runs are not read yet; "
+                            "specmon reads runs at a fixed concurrency (request_rate inf)")
+    elif rate is not None:
+        raise UserError(f"{where}: request_rate must be a number or \"inf\", got {rate!r}")
+    cap = o.get("max_concurrency")
+    if cap is None:
+        if requests < 1:
+            raise UserError(f"{where}: no max_concurrency and no completed request: no level to place")
+        return requests
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise UserError(f"{where}: max_concurrency must be a positive integer or null, got {cap!r}")
+    return cap
+
+
+def _flat_stats(o: Mapping[str, Any], stem: str, where: str) -> Stats:
+    p50 = _opt(o, f"median_{stem}_ms", where)
+    return Stats(_opt(o, f"mean_{stem}_ms", where), p50 if p50 is not None else _opt(o, f"p50_{stem}_ms", where),
+                 _opt(o, f"p90_{stem}_ms", where), _opt(o, f"p99_{stem}_ms", where))
+
+
+def _sglang_model(o: Mapping[str, Any]) -> Any:
+    info = o.get("server_info")
+    return info.get("model_path") if isinstance(info, Mapping) else None
+
+
+def _vllm_date(v: Any) -> str:
+    # vLLM writes its local time as %Y%m%d-%H%M%S (zone unknown): ISO-8601 without a zone.
+    m = re.fullmatch(r"(\d{4})(\d\d)(\d\d)-(\d\d)(\d\d)(\d\d)", v) if isinstance(v, str) else None
+    return "{}-{}-{}T{}:{}:{}".format(*m.groups()) if m else ""
+
+
+# --- guidellm: one report, a list of benchmarks -------------------------------------------------------------
+_GUIDELLM_RATE_KINDS = ("constant", "poisson", "async")
+
+
+def _guidellm_result(report: Mapping[str, Any], path: str) -> SweepResult:
+    benchmarks = report.get("benchmarks")
+    if not isinstance(benchmarks, list) or not benchmarks:
+        raise UserError(f"{path}: benchmarks: an empty list; a guidellm report needs at least one benchmark")
+    levels = sorted((_guidellm_level(b, f"{path}: benchmarks[{i}]") for i, b in enumerate(benchmarks)),
+                    key=lambda lv: lv.concurrency)
+    spec = _dig(report, "config", "spec", "backend")
+    target = spec.get("target") if isinstance(spec, Mapping) else None
+    model = spec.get("model") if isinstance(spec, Mapping) else None
+    meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) and model
+                     else None, workload={"levels": [lv.concurrency for lv in levels]}, profile=Path(path).stem,
+                     created_at=levels[0].started_at or "", tool="guidellm")
+    return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+def _guidellm_level(b: Any, where: str) -> LevelResult:
+    if not isinstance(b, Mapping):
+        raise UserError(f"{where}: expected an object")
+    strategy = _dig(b, "config", "strategy") or _dig(b, "args", "strategy")   # v0.8 / v0.3 layouts
+    if not isinstance(strategy, Mapping):
+        raise UserError(f"{where}.config.strategy: missing (a guidellm benchmark names its strategy)")
+    kind = strategy.get("type_")
+    if kind == "synchronous":
+        concurrency = 1
+    elif kind == "concurrent":
+        concurrency = _int(strategy, "streams", f"{where}.config.strategy")
+    elif kind == "throughput" and isinstance(strategy.get("max_concurrency"), int):
+        concurrency = strategy["max_concurrency"]
+    elif kind in _GUIDELLM_RATE_KINDS or kind == "throughput":
+        raise UserError(f"{where}.config.strategy: {kind!r} is an open-loop (request-rate) benchmark; specmon reads "
+                        "guidellm's synchronous and concurrent benchmarks")
+    else:
+        raise UserError(f"{where}.config.strategy.type_: unknown strategy {kind!r}")
+    m = b.get("metrics")
+    if not isinstance(m, Mapping):
+        raise UserError(f"{where}.metrics: missing")
+    totals = m.get("request_totals") or b.get("request_totals")
+    if not isinstance(totals, Mapping):
+        raise UserError(f"{where}.metrics.request_totals: missing")
+    ok = _int(totals, "successful", f"{where}.metrics.request_totals")
+    failed = _int(totals, "errored", f"{where}.metrics.request_totals", default=0)
+    start = b.get("start_time")
+    return LevelResult(
+        concurrency=concurrency, requests_ok=ok, requests_failed=failed,
+        duration_s=_num(b, "duration", where, default=0.0) or _span(b, where),
+        output_tokens=int(_g_sum(m, "output_token_count", where)),
+        input_tokens=int(_g_sum(m, "prompt_token_count", where)),
+        # The console's "Server Throughput Statistics" table: means over all requests.
+        output_throughput=_g_mean(m, "output_tokens_per_second", where, "total"),
+        request_throughput=_g_mean(m, "requests_per_second", where, "total"),
+        total_throughput=_g_mean(m, "tokens_per_second", where, "total"),
+        ttft_ms=_g_stats(m, "time_to_first_token_ms", where),
+        tpot_ms=_g_stats(m, "inter_token_latency_ms", where),   # guidellm's ITL is per token: specmon's TPOT
+        itl_ms=Stats(),
+        e2e_ms=_g_stats(m, "request_latency", where, scale=1000.0),   # seconds
+        tokens_per_chunk=_g_opt_mean(m, "output_tokens_per_iteration", where),
+        achieved_concurrency=_g_opt_mean(m, "request_concurrency", where),
+        client=ClientHealth(),
+        started_at=_iso(start) if isinstance(start, (int, float)) and not isinstance(start, bool) else None,
+    )
+
+
+def _span(b: Mapping[str, Any], where: str) -> float:
+    return _num(b, "end_time", where) - _num(b, "start_time", where)
+
+
+def _g_dist(m: Mapping[str, Any], name: str, where: str, status: str) -> Mapping[str, Any] | None:
+    d = m.get(name)
+    if d is None:
+        return None
+    if not isinstance(d, Mapping) or not isinstance(d.get(status), Mapping):
+        raise UserError(f"{where}.metrics.{name}.{status}: expected an object with mean, median, percentiles")
+    return d[status]
+
+
+def _g_mean(m: Mapping[str, Any], name: str, where: str, status: str = "successful") -> float:
+    d = _g_dist(m, name, where, status)
+    if d is None:
+        raise UserError(f"{where}.metrics.{name}: missing (a guidellm report carries it for every benchmark)")
+    return _num(d, "mean", f"{where}.metrics.{name}.{status}")
+
+
+def _g_opt_mean(m: Mapping[str, Any], name: str, where: str) -> float | None:
+    d = _g_dist(m, name, where, "successful")
+    return None if d is None else _opt(d, "mean", f"{where}.metrics.{name}.successful")
+
+
+def _g_sum(m: Mapping[str, Any], name: str, where: str) -> float:
+    d = _g_dist(m, name, where, "successful")
+    if d is None:
+        raise UserError(f"{where}.metrics.{name}: missing (a guidellm report carries it for every benchmark)")
+    return _num(d, "total_sum", f"{where}.metrics.{name}.successful")
+
+
+def _g_stats(m: Mapping[str, Any], name: str, where: str, scale: float = 1.0) -> Stats:
+    d = _g_dist(m, name, where, "successful")
+    if d is None:
+        return Stats()
+    at = f"{where}.metrics.{name}.successful"
+    pct = d.get("percentiles") or {}
+    if not isinstance(pct, Mapping):
+        raise UserError(f"{at}.percentiles: expected an object")
+
+    def scaled(v: float | None) -> float | None:
+        return None if v is None else v * scale
+
+    return Stats(scaled(_opt(d, "mean", at)), scaled(_opt(d, "median", at)), scaled(_opt(pct, "p90", f"{at}.percentiles")),
+                 scaled(_opt(pct, "p99", f"{at}.percentiles")))
+
+
+def _dig(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, Mapping):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def lacks_note(result: SweepResult) -> str | None:
+    """What a reader of `result` should know: which tool's file it was and what that tool does not record."""
+    tool = result.meta.tool
+    if tool is None or tool not in LACKS:
+        return None
+    return f"{result.path}: read as {TOOL_NAMES[tool]} output; it has no {', '.join(LACKS[tool])} (shown as -)"
+
+
+# --- field checks --------------------------------------------------------------------------------------------
+_MISSING = object()
+
+
+def _value(d: Mapping[str, Any], key: str, where: str, default: Any, expected: str) -> Any:
+    """d[key], or `default` where it is absent or null; a required one missing names the field."""
+    v = d.get(key)
+    if v is None:
+        if default is _MISSING:
+            raise UserError(f"{where}: {key}: missing; expected {expected}")
+        return default
+    return v
+
+
+def _num(d: Mapping[str, Any], key: str, where: str, default: Any = _MISSING) -> float:
+    v = _value(d, key, where, default, "a number")
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UserError(f"{where}: {key} must be a number, got {v!r}")
+    return float(v)
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, default: Any = _MISSING) -> int:
+    v = _value(d, key, where, default, "an integer")
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise UserError(f"{where}: {key} must be a count (an integer >= 0), got {v!r}")
+    return v
+
+
+def _opt(d: Mapping[str, Any], key: str, where: str) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise UserError(f"{where}: {key} must be a number or null, got {v!r}")
+    return float(v)
+
+
+# ---------------------------------------------------------------------------------------------------- writing
+def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
+    """One `vllm bench serve --save-result` object per level, each with the file name vLLM would give it.
+
+    Names follow vLLM's `{label}-{rate}qps-concurrency{C}-{model}-{date}.json`; fields it writes that specmon does
+    not measure (std, peak output tok/s, peak concurrent requests) are left out rather than made up.
+    """
+    meta = result.meta
+    label = _safe(meta.label)
+    model = meta.model or ""
+    date = _compact_date(meta.created_at)
+    backend = "openai-chat" if meta.workload.get("api", "chat") == "chat" else "openai"
+    out = []
+    for lv in result.levels:
+        obj: dict[str, Any] = {
+            "date": date, "endpoint_type": backend, "backend": backend, "label": meta.label, "model_id": model,
+            "tokenizer_id": model, "num_prompts": lv.requests_ok + lv.requests_failed,
+            "request_rate": "inf", "burstiness": 1.0, "max_concurrency": lv.concurrency,
+            "duration": lv.duration_s, "completed": lv.requests_ok, "failed": lv.requests_failed,
+            "total_input_tokens": lv.input_tokens, "total_output_tokens": lv.output_tokens,
+            "request_throughput": lv.request_throughput, "request_goodput": None,
+            "output_throughput": lv.output_throughput, "total_token_throughput": lv.total_throughput,
+        }
+        for name, (stem, _) in _FLAT_METRICS.items():
+            obj.update(_flat_keys(getattr(lv, name), stem, with_p90=True))
+        base_model = _safe(model.split("/")[-1]) or "model"
+        out.append((f"{label}-infqps-concurrency{lv.concurrency}-{base_model}-{date}.json", obj))
+    return out
+
+
+def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
+    """One SGLang `bench_serving` JSONL object per level (its keys; `server_info` null: specmon keeps a summary)."""
+    meta = result.meta
+    w = meta.workload
+    backend = "sglang-oai-chat" if w.get("api", "chat") == "chat" else "sglang-oai"
+    out = []
+    for lv in result.levels:
+        obj: dict[str, Any] = {
+            "tag": meta.label, "backend": backend, "dataset_name": "random", "request_rate": math.inf,
+            "max_concurrency": lv.concurrency, "sharegpt_output_len": None,
+            "random_input_len": w.get("input_len"), "random_output_len": w.get("output_len"),
+            "random_range_ratio": 0.0, "server_info": None,
+            "duration": lv.duration_s, "completed": lv.requests_ok, "total_input_tokens": lv.input_tokens,
+            "total_output_tokens": lv.output_tokens,
+            "request_throughput": lv.request_throughput,
+            "input_throughput": lv.input_tokens / lv.duration_s if lv.duration_s > 0 else 0.0,
+            "output_throughput": lv.output_throughput, "total_throughput": lv.total_throughput,
+        }
+        for name, (_, stem) in _FLAT_METRICS.items():
+            obj.update(_flat_keys(getattr(lv, name), stem, with_p90=True))
+        obj["concurrency"] = lv.achieved_concurrency
+        out.append(obj)
+    return out
+
+
+def _flat_keys(s: Stats, stem: str, with_p90: bool) -> dict[str, float | None]:
+    keys = {f"mean_{stem}_ms": s.mean, f"median_{stem}_ms": s.p50, f"p99_{stem}_ms": s.p99}
+    if with_p90:
+        keys[f"p90_{stem}_ms"] = s.p90
+    return keys
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")
+
+
+def _compact_date(iso: str) -> str:
+    # vLLM's %Y%m%d-%H%M%S from specmon's ISO-8601 UTC time.
+    digits = re.sub(r"\D", "", iso)[:14]
+    return f"{digits[:8]}-{digits[8:14]}" if len(digits) == 14 else ""
+
+
