@@ -47,7 +47,7 @@ def test_exact_tie_is_the_crossover() -> None:
 
 def test_align_keeps_missing_levels_and_ratio() -> None:
     rows = align(BASE, SPEC[:2])
-    assert [r.concurrency for r in rows] == [1, 10, 30, 100]
+    assert [r.load for r in rows] == [1, 10, 30, 100]
     assert rows[0].ratio() == pytest.approx(200 / 90)
     assert rows[2].levels[1] is None and rows[2].ratio() is None
 

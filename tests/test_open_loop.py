@@ -3,6 +3,8 @@ it), SLO parsing, the per-level schedule/capacity/goodput figures, result-file r
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
 import os
 import shutil
@@ -17,7 +19,7 @@ from specmon.loadgen.workload import Workload
 from specmon.model.arrivals import arrival_times, ks_critical, ks_exponential
 from specmon.model.config import SweepDefaults, parse_rates
 from specmon.model.goodput import meets_slo, parse_slo
-from specmon.model.results import LevelResult
+from specmon.model.results import LevelResult, SweepMeta
 from specmon.model.sweepstats import LATE_BOUND_MS, LevelAccumulator, RequestRecord, level_from_records
 from specmon.orchestration.sweep import WorkloadOverrides, level_warnings, workload_from
 
@@ -225,3 +227,54 @@ def test_bad_open_loop_options_are_one_line_errors(tmp_path: Path, args: tuple[s
     assert fragment in proc.stderr
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "results").exists()   # nothing written, nothing sent
+
+
+# ---- compare on the rate axis and on goodput ------------------------------------------------------------------------
+
+def rate_file(path: Path, profile: str, points: list[tuple[float, float, float]], slo: bool = True) -> Path:
+    """A result file of an open-loop sweep: (rate, output tok/s, goodput) per level."""
+    wl = Workload(levels=(1,), rates=tuple(r for r, _, _ in points), slo={"ttft": 500.0} if slo else {})
+    lines = [SweepMeta(url="http://127.0.0.1:1", model="m", workload=wl.to_dict(), profile=profile).to_dict()]
+    for rate, tput, good in points:
+        base = level_from_records([record(i, t, 30.0, 230.0, rate=rate) for i, t in enumerate(arrival_times(40, rate))])
+        lines.append(dataclasses.replace(base, output_throughput=tput, goodput=good if slo else None,
+                                         good_share=0.5 if slo else None).to_dict())
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_compare_reads_the_rate_axis_and_crosses_over_on_goodput(tmp_path: Path) -> None:
+    # Throughput: eagle3 ahead everywhere. Goodput: eagle3 ahead at 1 and 2 req/s, behind at 4 and 8.
+    base = rate_file(tmp_path / "base.jsonl", "base", [(1, 100, 1.0), (2, 200, 2.0), (4, 380, 3.0), (8, 400, 2.0)])
+    spec = rate_file(tmp_path / "spec.jsonl", "eagle3", [(1, 150, 1.5), (2, 290, 2.5), (4, 500, 2.0), (8, 520, 1.0)])
+    proc = specmon("compare", str(base), str(spec), "--no-chart", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].split()[:2] == ["rate", "base"]
+    assert "crossover eagle3 vs base: none in the measured range" in proc.stdout
+    proc = specmon("compare", str(base), str(spec), "--metric", "goodput", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "base good/s" in proc.stdout and "goodput req/s vs request rate" in proc.stdout
+    # eagle3 +0.5 good/s at 2 req/s, -1.0 at 4: the lines cross at 2 + 2 * 0.5 / 1.5 req/s.
+    assert "crossover eagle3 vs base: rate = 2.67 req/s (eagle3 ahead below, base ahead above)" in proc.stdout
+    assert "(crossover rate = 2.67)" in proc.stdout
+    assert "request rate (req/s)" in proc.stdout
+    proc = specmon("compare", str(base), str(spec), "--metric", "goodput", "--json", cwd=tmp_path)
+    data = json.loads(proc.stdout)
+    assert data["mode"] == "rate" and data["metric"] == "goodput"
+    assert [lv["rate"] for lv in data["levels"]] == [1, 2, 4, 8]
+    assert data["levels"][2]["goodput"] == [3.0, 2.0] and data["levels"][2]["ratio"] == [pytest.approx(2 / 3)]
+    assert data["crossover"][0]["rate"] == pytest.approx(2 + 2 * 0.5 / 1.5)
+
+
+def test_compare_refuses_to_mix_rate_and_concurrency_sweeps_and_says_when_goodput_is_missing(tmp_path: Path) -> None:
+    rate = rate_file(tmp_path / "rate.jsonl", "a", [(1, 100, 1.0), (2, 200, 2.0)])
+    nogood = rate_file(tmp_path / "nogood.jsonl", "b", [(1, 100, 1.0), (2, 200, 2.0)], slo=False)
+    closed = tmp_path / "closed.jsonl"
+    meta = SweepMeta(url="http://127.0.0.1:1", model="m", workload=Workload(levels=(1,)).to_dict()).to_dict()
+    closed.write_text(json.dumps(meta) + "\n" + json.dumps(LevelAccumulator(1).result(1.0, 0.0, None).to_dict()) + "\n")
+    proc = specmon("compare", str(rate), str(closed), cwd=tmp_path)
+    assert proc.returncode == 2 and "is an open-loop request-rate sweep and" in proc.stderr
+    assert "not on one axis" in proc.stderr and "Traceback" not in proc.stderr
+    proc = specmon("compare", str(rate), str(nogood), "--metric", "goodput", "--no-chart", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "b: no goodput (swept without --slo)" in proc.stdout

@@ -1,7 +1,9 @@
-"""`specmon compare FILE FILE... [--json]`: sweeps side by side, ratios, crossover, and a terminal chart.
+"""`specmon compare FILE FILE... [--metric throughput|goodput] [--json]`: sweeps side by side, ratios, crossover,
+and a terminal chart.
 
-The first file is the reference: ratios are each other file's output throughput divided by the first's, and
-the crossover is where another file's throughput curve crosses the first's.
+The first file is the reference: ratios are each other file's output throughput (or goodput) divided by the
+first's, and the crossover is where another file's curve crosses the first's. The x axis is the concurrency, or the
+offered request rate when the files are open-loop sweeps (files of both kinds are refused together).
 """
 
 from __future__ import annotations
@@ -16,7 +18,17 @@ import plotext as plt
 
 from specmon.commands._table import table_text
 from specmon.errors import UserError
-from specmon.model.compare import AlignedLevel, Crossover, align, compare_results, find_crossover
+from specmon.model.compare import (
+    METRIC_UNITS,
+    METRICS,
+    AlignedLevel,
+    Crossover,
+    align,
+    compare_results,
+    find_crossover,
+    metric_value,
+    sweep_mode,
+)
 from specmon.model.interop import lacks_note, read_any_results
 from specmon.model.results import SweepResult
 
@@ -28,9 +40,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "compare",
         help="compare sweep result files: throughput per level, ratio, crossover concurrency",
         description="Compare sweep result files level by level. The first file is the reference (e.g. the "
-        "baseline); the crossover is the interpolated concurrency where another file's output throughput "
-        "crosses it (where speculation stops paying).",
+        "baseline); the crossover is the interpolated concurrency (or request rate, for open-loop sweeps) where "
+        "another file's output throughput (or goodput) crosses it (where speculation stops paying).",
     )
+    p.add_argument("--metric", choices=METRICS, default="throughput",
+                   help="compare output tok/s (default) or goodput: requests/s meeting the sweeps' --slo targets")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="result files of `specmon sweep`, `vllm bench serve --save-result` (a file, or a directory "
                    "of them as one sweep), SGLang bench_serving (JSONL) or guidellm (benchmarks JSON)")
@@ -47,20 +61,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"specmon: warning: {note}", file=sys.stderr)
     for note in filter(None, map(lacks_note, sweeps)):
         print(f"specmon: note: {note}", file=sys.stderr)
+    metric = args.metric
+    mode = sweep_mode(sweeps)
     rows = align(*(s.levels for s in sweeps))
-    crossings = _crossings(sweeps)
-    warnings = compare_results(sweeps).warnings
+    crossings = _crossings(sweeps, metric)
+    warnings = compare_results(sweeps, metric).warnings
     if args.json:
-        print(json.dumps({**comparison_json(sweeps, rows, crossings), "warnings": list(warnings)}, indent=2))
+        print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), "warnings": list(warnings)}, indent=2))
         return 0
-    print(render_table(sweeps, rows))
+    print(render_table(sweeps, rows, metric))
     for label, c in crossings:
-        print(_crossing_text(sweeps[0].label, label, c))
+        print(_crossing_text(sweeps[0].label, label, c, mode))
     for warning in warnings:
         print(f"warning: comparison confounded: {warning}")
     if not args.no_chart:
         print(render_chart(sweeps, width=min(100, shutil.get_terminal_size((100, 24)).columns),
-                           color=sys.stdout.isatty()))
+                           color=sys.stdout.isatty(), metric=metric))
     return 0
 
 
@@ -77,79 +93,103 @@ def _labels(sweeps: list[SweepResult]) -> list[str]:
     return out
 
 
-def _crossings(sweeps: list[SweepResult]) -> list[tuple[str, Crossover | None]]:
+def _crossings(sweeps: list[SweepResult], metric: str = "throughput") -> list[tuple[str, Crossover | None]]:
     labels = _labels(sweeps)
-    return [(labels[i], find_crossover(sweeps[0].levels, s.levels)) for i, s in enumerate(sweeps) if i > 0]
+    return [(labels[i], find_crossover(sweeps[0].levels, s.levels, metric)) for i, s in enumerate(sweeps) if i > 0]
 
 
-def _crossing_text(base: str, other: str, c: Crossover | None) -> str:
+def _crossing_text(base: str, other: str, c: Crossover | None, mode: str = "concurrency") -> str:
     if c is None:
         return f"crossover {other} vs {base}: none in the measured range"
     lead = other if c.b_ahead_before else base
     trail = base if c.b_ahead_before else other
-    return f"crossover {other} vs {base}: C = {c.concurrency:.1f} ({lead} ahead below, {trail} ahead above)"
+    at = f"rate = {c.concurrency:.2f} req/s" if mode == "rate" else f"C = {c.concurrency:.1f}"
+    return f"crossover {other} vs {base}: {at} ({lead} ahead below, {trail} ahead above)"
 
 
-def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str:
+def _x_name(sweeps: list[SweepResult]) -> str:
+    return "rate" if sweep_mode(sweeps) == "rate" else "C"
+
+
+def _value_text(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.1f}" if metric == "throughput" else f"{v:.2f}"
+
+
+def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel], metric: str = "throughput") -> str:
     labels = _labels(sweeps)
-    head = ["C"] + [f"{lb} tok/s" for lb in labels] + [f"{lb}/{labels[0]}" for lb in labels[1:]]
+    unit = "tok/s" if metric == "throughput" else "good/s"
+    head = [_x_name(sweeps)] + [f"{lb} {unit}" for lb in labels] + [f"{lb}/{labels[0]}" for lb in labels[1:]]
     table = [head]
     for row in rows:
-        cells = [str(row.concurrency)]
+        cells = [f"{row.load:g}"]
         for lv in row.levels:
-            cells.append("-" if lv is None else f"{lv.output_throughput:.1f}" + ("*" if lv.client.bound else ""))
+            cells.append("-" if lv is None else _value_text(metric, metric_value(lv, metric))
+                         + ("*" if lv.client.bound else "") + ("!" if lv.over_capacity else ""))
         for i in range(1, len(sweeps)):
-            r = row.ratio(i)
+            r = row.ratio(i, metric=metric)
             cells.append("-" if r is None else f"{r:.2f}x")
         table.append(cells)
     text = table_text(head, table[1:], align="right")
     if any(lv is not None and lv.client.bound for row in rows for lv in row.levels):
         text += "\n* client-bound level: the load generator was the bottleneck"
+    if any(lv is not None and lv.over_capacity for row in rows for lv in row.levels):
+        text += "\n! over capacity: the server did not keep up with the offered rate"
     return text
 
 
-def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, color: bool = False) -> str:
-    """Output throughput vs concurrency for every sweep, as plotext text (log x axis)."""
+def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, color: bool = False,
+                 metric: str = "throughput") -> str:
+    """The metric against the load (concurrency or request rate) for every sweep, as plotext text (log x axis)."""
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("default" if color else "clear")
     for i, (label, s) in enumerate(zip(_labels(sweeps), sweeps)):
-        pts = sorted((lv.concurrency, lv.output_throughput) for lv in s.levels)
+        pts = sorted((lv.load, v) for lv in s.levels if (v := metric_value(lv, metric)) is not None)
         if pts:
             # Without colour only the glyph tells the series apart.
             marker = "hd" if color else _MARKERS[i % len(_MARKERS)]
             plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker=marker)
     plt.xscale("log")
     # Ticks at the measured levels (plotext's own log ticks, 1.0 1.7 2.8 ..., name no level that was run).
-    measured = sorted({lv.concurrency for s in sweeps for lv in s.levels})
+    measured = sorted({lv.load for s in sweeps for lv in s.levels})
     if measured:
-        plt.xticks(measured, [str(c) for c in measured])
-    title = "output tok/s vs concurrency"
+        plt.xticks(measured, [f"{c:g}" for c in measured])
+    rate = sweep_mode(sweeps) == "rate"
+    title = f"{METRIC_UNITS[metric]} vs {'request rate' if rate else 'concurrency'}"
     if len(sweeps) == 2:
-        x = find_crossover(sweeps[0].levels, sweeps[1].levels)
+        x = find_crossover(sweeps[0].levels, sweeps[1].levels, metric)
         if x is not None:
             plt.vline(x.concurrency)
-            title += f" (crossover C = {x.concurrency:.1f})"
+            title += f" (crossover {'rate' if rate else 'C'} = {x.concurrency:.{2 if rate else 1}f})"
     plt.title(title)
-    plt.xlabel("concurrency")
+    plt.xlabel("request rate (req/s)" if rate else "concurrency")
     text = plt.build()
     plt.clear_figure()
     return text if color else plt.uncolorize(text)
 
 
 def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
-                    crossings: list[tuple[str, Crossover | None]]) -> dict[str, Any]:
+                    crossings: list[tuple[str, Crossover | None]], metric: str = "throughput") -> dict[str, Any]:
+    """The comparison as JSON: levels keyed by "concurrency" (or "rate" for open-loop sweeps), each file's output
+    throughput and (when a file has it) goodput, the ratios and crossovers on `metric`."""
     labels = _labels(sweeps)
+    x_key = "rate" if sweep_mode(sweeps) == "rate" else "concurrency"
+    with_goodput = any(lv is not None and lv.goodput is not None for row in rows for lv in row.levels)
     return {
         "files": [{"path": s.path, "label": lb, "model": s.meta.model, "url": s.meta.url} for s, lb in zip(sweeps, labels)],
+        "mode": x_key,
+        "metric": metric,
         "levels": [
-            {"concurrency": row.concurrency,
+            {x_key: row.load if x_key == "rate" else int(row.load),
              "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
-             "ratio": [row.ratio(i) for i in range(1, len(sweeps))]}
+             **({"goodput": [None if lv is None else lv.goodput for lv in row.levels]} if with_goodput else {}),
+             "ratio": [row.ratio(i, metric=metric) for i in range(1, len(sweeps))]}
             for row in rows
         ],
         "crossover": [
-            {"label": lb, "concurrency": None if c is None else c.concurrency,
+            {"label": lb, x_key: None if c is None else c.concurrency,
              "ahead_below": None if c is None else (lb if c.b_ahead_before else labels[0])}
             for lb, c in crossings
         ],

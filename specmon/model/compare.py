@@ -1,8 +1,12 @@
-"""Comparing sweeps: align levels by concurrency, throughput ratio per level, crossover concurrency. Pure.
+"""Comparing sweeps: align levels by load, throughput (or goodput) ratio per level, the crossover. Pure.
 
 The question this answers: "at which concurrency does speculation stop paying?". With a baseline sweep `a` and a
 speculative sweep `b`, `crossover(a, b)` is the concurrency where b's output throughput stops being above a's (or
 starts being), linearly interpolated between the two measured levels that bracket the sign change.
+
+A level's load is its x value (LevelResult.load): the concurrency of a closed-loop sweep, or the offered request
+rate of an open-loop one; sweeps of the two kinds are not on one axis and are not compared (sweep_mode). The metric
+compared is the output throughput, or the goodput (requests/s meeting the sweep's --slo targets).
 """
 
 from __future__ import annotations
@@ -11,29 +15,57 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.errors import UserError
 from specmon.model.env import EnvReport, confounds, diff_reports
 from specmon.model.numbers import fmt_count
 from specmon.model.results import LevelResult, SweepResult
 
+METRICS = ("throughput", "goodput")
+METRIC_UNITS = {"throughput": "output tok/s", "goodput": "goodput req/s"}
+
+
+def metric_value(level: LevelResult, metric: str = "throughput") -> float | None:
+    """The compared figure of a level: output tok/s, or goodput req/s (None when swept without --slo)."""
+    return level.output_throughput if metric == "throughput" else level.goodput
+
+
+def sweep_mode(results: Sequence[SweepResult]) -> str:
+    """The one mode ("concurrency" or "rate") of sweeps to compare; UserError naming the odd one out."""
+    modes = {r.mode for r in results}
+    if len(modes) > 1:
+        rate = next(r for r in results if r.mode == "rate")
+        closed = next(r for r in results if r.mode != "rate")
+        raise UserError(f"compare: {rate.path or rate.label} is an open-loop request-rate sweep and "
+                        f"{closed.path or closed.label} a concurrency sweep; their levels are not on one axis")
+    return modes.pop() if modes else "concurrency"
+
+
+def load_words(load: float, mode: str = "concurrency") -> str:
+    """A point on the x axis in words: `C≈5.46`, or `≈4.2 req/s` in an open-loop comparison."""
+    return f"C≈{load:.3g}" if mode != "rate" else f"≈{load:.3g} req/s"
+
 
 @dataclass(frozen=True)
 class AlignedLevel:
-    """One concurrency with each sweep's level there (None where that sweep did not run it)."""
+    """One load (concurrency or request rate) with each sweep's level there (None where that sweep did not run it)."""
 
-    concurrency: int
+    load: float
     levels: tuple[LevelResult | None, ...]
 
-    def ratio(self, i: int = 1, base: int = 0) -> float | None:
-        """Output throughput of sweep i divided by that of sweep `base`; None if either is missing or zero."""
+    def ratio(self, i: int = 1, base: int = 0, metric: str = "throughput") -> float | None:
+        """The metric of sweep i divided by that of sweep `base`; None if either is missing or zero."""
         a, b = self.levels[base], self.levels[i]
-        if a is None or b is None or a.output_throughput <= 0:
+        va = None if a is None else metric_value(a, metric)
+        vb = None if b is None else metric_value(b, metric)
+        if va is None or vb is None or va <= 0:
             return None
-        return b.output_throughput / a.output_throughput
+        return vb / va
 
 
 @dataclass(frozen=True)
 class Crossover:
-    """Where sweep b's output throughput crosses sweep a's."""
+    """Where sweep b's metric crosses sweep a's. `concurrency` is the load there: a request rate when the sweeps
+    are open-loop."""
 
     concurrency: float
     b_ahead_before: bool   # True: b led below the crossover (speculation paid, then stopped paying)
@@ -43,7 +75,7 @@ class Crossover:
         return (b, a) if self.b_ahead_before else (a, b)
 
 
-def crossover_words(concurrency: float, ahead_below: str, ahead_above: str) -> str:
+def crossover_words(concurrency: float, ahead_below: str, ahead_above: str, mode: str = "concurrency") -> str:
     """The crossover said in words, so a chart needs no legend-reading: "eagle3 ahead below C≈5.5, baseline
     ahead above". Names lose the prefix they share ("demo-")."""
     below, above = ahead_below, ahead_above
@@ -51,27 +83,31 @@ def crossover_words(concurrency: float, ahead_below: str, ahead_above: str) -> s
     while shared < min(len(below), len(above)) and below[shared] == above[shared]:
         shared += 1
     cut = below.rfind("-", 0, shared) + 1  # only at a dash: "demo-eagle3" and "demo-baseline" -> "eagle3", "baseline"
-    return f"{below[cut:]} ahead below C≈{concurrency:.3g}, {above[cut:]} ahead above"
+    return f"{below[cut:]} ahead below {load_words(concurrency, mode)}, {above[cut:]} ahead above"
 
 
 def align(*sweeps: Sequence[LevelResult]) -> list[AlignedLevel]:
-    """All concurrencies of all sweeps, ascending; a repeated concurrency within a sweep keeps the last level."""
-    by_c = [{lv.concurrency: lv for lv in levels} for levels in sweeps]
-    all_c = sorted(set().union(*(m.keys() for m in by_c)))
-    return [AlignedLevel(c, tuple(m.get(c) for m in by_c)) for c in all_c]
+    """All loads of all sweeps, ascending; a repeated load within a sweep keeps the last level."""
+    by_x = [{lv.load: lv for lv in levels} for levels in sweeps]
+    all_x = sorted(set().union(*(m.keys() for m in by_x)))
+    return [AlignedLevel(x, tuple(m.get(x) for m in by_x)) for x in all_x]
 
 
-def find_crossover(a: Sequence[LevelResult], b: Sequence[LevelResult]) -> Crossover | None:
-    """The first concurrency where b - a output throughput changes sign, over concurrencies both sweeps ran.
+def find_crossover(a: Sequence[LevelResult], b: Sequence[LevelResult], metric: str = "throughput") -> Crossover | None:
+    """The first load where b - a of the metric changes sign, over loads where both sweeps have a value.
 
-    Linear interpolation in concurrency between the bracketing levels; a level where both are exactly equal and
+    Linear interpolation in load between the bracketing levels; a level where both are exactly equal and
     the sign differs on either side is the crossover itself. None when one stays ahead throughout.
     """
-    common = [row for row in align(a, b) if row.levels[0] is not None and row.levels[1] is not None]
-    diffs = [(row.concurrency, row.levels[1].output_throughput - row.levels[0].output_throughput)  # type: ignore[union-attr]
-             for row in common]
-    prev: tuple[int, float] | None = None   # last level with a non-zero difference
-    tie_at: int | None = None                # a level with exactly equal throughput since then
+    diffs: list[tuple[float, float]] = []
+    for row in align(a, b):
+        la, lb = row.levels
+        va = None if la is None else metric_value(la, metric)
+        vb = None if lb is None else metric_value(lb, metric)
+        if va is not None and vb is not None:
+            diffs.append((row.load, vb - va))
+    prev: tuple[float, float] | None = None   # last level with a non-zero difference
+    tie_at: float | None = None                # a level with exactly equal values since then
     for c, d in diffs:
         if d == 0:
             tie_at = tie_at if tie_at is not None else c
@@ -92,8 +128,11 @@ def crossover(a: Sequence[LevelResult], b: Sequence[LevelResult]) -> float | Non
 
 # ---- confounds: what makes a comparison unfair ----------------------------------------------------------------
 KV_TOKENS_APART = 0.10     # KV capacities further apart than this bound throughput at high concurrency differently
-# Workload keys that change what a level measures; levels, warm-up, timeout and seed do not.
+# Workload keys that change what a level measures; levels, warm-up, timeout and seed do not. The open-loop ones
+# (arrival shape, cap) and the goodput targets are compared with their defaults filled in, so files written before
+# they existed do not differ from new ones by a missing key.
 _WORKLOAD_KEYS = ("input_len", "output_len", "api", "prompt_file", "fixed_length", "temperature")
+_WORKLOAD_DEFAULTS: Mapping[str, Any] = {"burstiness": 1.0, "max_concurrency": None, "slo": {}}
 
 
 @dataclass(frozen=True)
@@ -104,7 +143,8 @@ class ComparedRun:
     mem_fraction_static: float | None = None
     kv_cache_tokens: int | None = None
     workload: Mapping[str, Any] | None = None       # a result's workload (a live server has none yet)
-    client_bound: tuple[int, ...] = ()               # concurrencies where the load generator was the bottleneck
+    client_bound: tuple[float, ...] = ()             # loads where the load generator was the bottleneck
+    mode: str = "concurrency"                        # what the loads are: "concurrency" or "rate" (req/s)
     setup: EnvReport | None = None                   # environment, launch args, versions (when they were read)
 
     @classmethod
@@ -120,7 +160,8 @@ class ComparedRun:
             # Another tool's file records its workload in its own terms: comparing it key by key would only
             # report the difference in vocabulary.
             workload=None if result.meta.tool else result.meta.workload,
-            client_bound=tuple(lv.concurrency for lv in result.levels if lv.client.bound),
+            client_bound=tuple(lv.load for lv in result.levels if lv.client.bound),
+            mode=result.mode,
         )
 
 
@@ -142,8 +183,8 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     if kvs and max(kvs) > min(kvs) * (1 + KV_TOKENS_APART):
         warnings.append("KV tokens " + " ≠ ".join(fmt_count(v) for v in kvs))
     workloads = [(r.label, r.workload) for r in runs if r.workload is not None]
-    for key in _WORKLOAD_KEYS:
-        values = [(label, w.get(key)) for label, w in workloads]
+    for key in (*_WORKLOAD_KEYS, *_WORKLOAD_DEFAULTS):
+        values = [(label, w.get(key, _WORKLOAD_DEFAULTS.get(key))) for label, w in workloads]
         if len({repr(v) for _, v in values}) > 1:
             warnings.append(f"workload {key}: " + " ≠ ".join(f"{label} {v}" for label, v in values))
     base = runs[0] if runs else None
@@ -152,19 +193,22 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
             warnings += [f"{r.label} vs {base.label}: {line}" for line in confounds(diff_reports(base.setup, r.setup))]
     for r in runs:
         if r.client_bound:
-            warnings.append(f"{r.label}: client-bound at C=" + ",".join(map(str, r.client_bound))
-                            + " (the load generator was the bottleneck)")
+            where = ",".join(f"{x:g}" for x in r.client_bound)
+            where = f"{where} req/s" if r.mode == "rate" else f"C={where}"
+            warnings.append(f"{r.label}: client-bound at {where} (the load generator was the bottleneck)")
     return warnings
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """Sweeps side by side: the results (the first is the reference), where the second crosses the first, and
-    why the comparison may be unfair."""
+    """Sweeps side by side: the results (the first is the reference), where the second crosses the first (on
+    `metric`), and why the comparison may be unfair."""
 
     results: tuple[SweepResult, ...]
     crossover: Crossover | None
     warnings: tuple[str, ...]
+    metric: str = "throughput"
+    mode: str = "concurrency"
 
     @property
     def failures(self) -> tuple[str, ...]:
@@ -178,19 +222,25 @@ class Comparison:
             return None
         a, b = self.results[0].label, self.results[1].label
         if self.crossover is not None:
-            return crossover_words(self.crossover.concurrency, *self.crossover.leaders(a, b))
+            return crossover_words(self.crossover.concurrency, *self.crossover.leaders(a, b), mode=self.mode)
         common = [row for row in align(self.results[0].levels, self.results[1].levels) if None not in row.levels]
         if not common:
-            return "no crossover: the sweeps share no concurrency level"
-        span = f"C={common[0].concurrency}..{common[-1].concurrency}"
-        ratios = [r for r in (row.ratio() for row in common) if r is not None and r != 1]
+            return f"no crossover: the sweeps share no {'request rate' if self.mode == 'rate' else 'concurrency level'}"
+        lo, hi = common[0].load, common[-1].load
+        span = f"{lo:g}..{hi:g} req/s" if self.mode == "rate" else f"C={lo:g}..{hi:g}"
+        ratios = [r for r in (row.ratio(metric=self.metric) for row in common) if r is not None and r != 1]
         if not ratios:
             return f"no crossover in {span}"
         return f"no crossover in {span}: {b if ratios[0] > 1 else a} ahead throughout"
 
 
-def compare_results(results: Sequence[SweepResult]) -> Comparison:
-    """The comparison of finished sweeps: crossover of the second against the first, and confound warnings."""
-    cross = find_crossover(results[0].levels, results[1].levels) if len(results) >= 2 else None
+def compare_results(results: Sequence[SweepResult], metric: str = "throughput") -> Comparison:
+    """The comparison of finished sweeps: crossover of the second against the first on `metric`, and confound
+    warnings. UserError when the sweeps mix concurrency and request-rate levels."""
+    mode = sweep_mode(results)
+    cross = find_crossover(results[0].levels, results[1].levels, metric) if len(results) >= 2 else None
     warnings = confound_warnings([ComparedRun.of_result(r) for r in results]) if len(results) >= 2 else []
-    return Comparison(tuple(results), cross, tuple(warnings))
+    if metric == "goodput":
+        warnings += [f"{r.label}: no goodput (swept without --slo)" for r in results
+                     if not any(lv.goodput is not None for lv in r.levels)]
+    return Comparison(tuple(results), cross, tuple(warnings), metric, mode)
