@@ -49,14 +49,15 @@ def compared(*paths: Path, cwd: Path) -> dict[str, dict[int, float]]:
                  if row["output_throughput"][i] is not None} for i, lb in enumerate(labels)}
 
 
-def guidellm_console_throughput() -> dict[int, float]:
-    """guidellm's own summary: the "Output Tokens Per Sec" column of its Server Throughput table, per streams."""
-    text = (FIXTURES / "guidellm-sim-concurrent.console.txt").read_text()
+def guidellm_console_throughput(name: str = "guidellm-sim-concurrent") -> dict[float, float]:
+    """guidellm's own summary: the "Output Tokens Per Sec" column of its Server Throughput table, per streams
+    (concurrent@N) or rate (poisson@R)."""
+    text = (FIXTURES / f"{name}.console.txt").read_text()
     table = text.split("Server Throughput Statistics")[1]
     out = {}
-    for m in re.finditer(r"^\| concurrent@(\d+) \|(.*)\|$", table, re.M):
+    for m in re.finditer(r"^\| (?:concurrent|poisson)@([\d.]+) +\|(.*)\|$", table, re.M):
         cells = [c.strip() for c in m.group(2).split("|")]
-        out[int(m.group(1))] = float(cells[4])   # Concurrency Mdn, Mean, Requests/s, Input tok/s, Output tok/s
+        out[float(m.group(1))] = float(cells[4])   # Concurrency Mdn, Mean, Requests/s, Input tok/s, Output tok/s
     return out
 
 
@@ -73,6 +74,15 @@ def test_guidellm_real_report_gives_guidellms_own_throughput_per_level(tmp_path:
     assert sorted(ours) == [1, 2, 4, 8]
     for c, tput in own.items():
         assert round(ours[c], 1) == tput, c
+
+
+def test_guidellm_real_poisson_report_is_an_open_loop_sweep_at_its_rates() -> None:
+    own = guidellm_console_throughput("guidellm-sim-poisson")
+    assert sorted(own) == [1.0, 2.0, 4.0]
+    result = read_any_results(FIXTURES / "guidellm-sim-poisson.json")
+    assert result.mode == "rate"
+    assert {lv.rate: round(lv.output_throughput, 1) for lv in result.levels} == own
+    assert all(lv.concurrency == 10240 for lv in result.levels)   # guidellm's default cap, as its report says
 
 
 def test_vllm_files_give_the_output_throughput_vllm_printed(tmp_path: Path) -> None:
@@ -248,6 +258,51 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
     assert target.read_text() == "keep me\n"
 
 
+# ---- open loop: levels at a request rate --------------------------------------------------------------------
+def write_open_loop(path: Path) -> Path:
+    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="org/Model-8B",
+                                workload={"api": "chat", "mode": "rate", "rates": [2.0, 4.5], "burstiness": 0.5,
+                                          "max_concurrency": 32}, profile="open", created_at="2026-11-29T10:11:12Z"
+                                ).to_dict())
+    for rate in (2.0, 4.5):
+        append_line(path, LevelResult(
+            concurrency=32, rate=rate, requests_ok=60, requests_failed=0, duration_s=30.25, output_tokens=30000,
+            output_throughput=991.74, request_throughput=rate * 0.98, ttft_ms=Stats(40.0, 38.5, 60.0, 90.25),
+            tpot_ms=Stats(5.0, 4.5, 6.0, 8.0), itl_ms=Stats(9.0, 8.5, 12.0, 20.0), e2e_ms=Stats(2500.0, 2400.0, 2900.0,
+            3100.0), tokens_per_chunk=2.0, goodput=rate * 0.75, good_share=0.75, client=ClientHealth(),
+        ).to_dict())
+    return path
+
+
+def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -> None:
+    src = write_open_loop(tmp_path / "open.jsonl")
+    done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "open-vllm"
+    assert sorted(p.name for p in out.iterdir()) == [
+        "open-2.0qps-concurrency32-Model-8B-20261129-101112.json", "open-4.5qps-concurrency32-Model-8B-20261129-101112.json"]
+    o = json.loads((out / "open-4.5qps-concurrency32-Model-8B-20261129-101112.json").read_text())
+    assert (o["request_rate"], o["max_concurrency"], o["burstiness"], o["request_goodput"]) == (4.5, 32, 0.5, 3.375)
+    again = assert_reads_back_the_same(src, out, "vllm")
+    assert again.mode == "rate" and [lv.rate for lv in again.levels] == [2.0, 4.5]
+    assert [lv.goodput for lv in again.levels] == [1.5, 3.375]
+    assert again.meta.workload["max_concurrency"] == 32
+    sg = tmp_path / "open.sglang.jsonl"
+    assert specmon("export", str(src), "--format", "sglang", cwd=tmp_path).returncode == 0
+    assert [o["request_rate"] for o in flat_objects(sg)] == [2.0, 4.5]
+    assert [lv.rate for lv in assert_reads_back_the_same(src, sg, "sglang").levels] == [2.0, 4.5]
+
+
+def test_an_uncapped_vllm_rate_run_is_an_open_loop_level_without_a_cap(tmp_path: Path) -> None:
+    o = flat_objects(next(VLLM_DIR.glob("*concurrency4-*.json")))[0]
+    runs = [{**o, "request_rate": r, "max_concurrency": None, "request_goodput": r * 0.9} for r in (8.0, 2.0)]
+    f = tmp_path / "appended.json"
+    f.write_text("\n".join(json.dumps(r) for r in runs))
+    result = read_any_results(f)
+    assert result.mode == "rate" and result.meta.workload["rates"] == [2.0, 8.0]
+    assert [(lv.rate, lv.concurrency, lv.goodput) for lv in result.levels] == [(2.0, 0, 1.8), (8.0, 0, 7.2)]
+
+
 # ---- malformed files: one line naming the file and what was expected ------------------------------------------
 def _vllm_without(key: str) -> str:
     o = flat_objects(next(VLLM_DIR.glob("*concurrency1-*.json")))[0]
@@ -272,8 +327,10 @@ BAD = [
     ("list.json", lambda: "[1, 2]", "{p}: not a result file specmon reads; expected a specmon sweep result"),
     ("v.json", lambda: _vllm_without("output_throughput"), "{p}: output_throughput: missing; expected a number"),
     ("v2.json", lambda: _vllm_without("completed"), "{p}: completed: missing; expected an integer"),
-    ("rate.json", lambda: _vllm_without("date").replace('"inf"', "4.0"),
-     "{p}: request_rate 4: open-loop (request-rate) runs are not read yet"),
+    ("mixed.jsonl", lambda: _vllm_without("date") + "\n" + _vllm_without("date").replace('"inf"', "4.0"),
+     "{p}: mixes open-loop runs ({p}:2: a request rate) and fixed-concurrency runs ({p}:1: request_rate inf)"),
+    ("ramp.json", lambda: _vllm_without("date")[:-1] + ', "ramp_up_strategy": "linear"}',
+     "{p}: a ramp-up run (ramp_up_strategy 'linear') has no one request rate to place it at"),
     ("g.json", _guidellm_without_output_rate, "{p}: benchmarks[1].metrics.output_tokens_per_second: missing"),
     ("s.jsonl", _sglang_second_line_torn, "{p}:2: not JSON; expected one JSON object per line"),
 ]

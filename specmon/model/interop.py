@@ -11,10 +11,12 @@ Read (the format is told from the content, never the file name):
 - guidellm's benchmarks report (`--output kind=json`): `{"benchmarks": [{"config": {"strategy": ...},
   "metrics": {NAME: {"successful"|"total": {"mean", "median", "percentiles": {"p90", "p99"...}}}}}]}`.
 
-A level is keyed by its concurrency (vLLM/SGLang `max_concurrency`, guidellm `concurrent` streams, 1 for
-`synchronous`); a run sent all at once with no cap (request rate inf) ran at the concurrency of its whole request
-count. Definitions line up with specmon's (specmon.model.sweepstats) except guidellm's: its "ITL" is per token, so
-it is specmon's TPOT, and it has no per-chunk ITL. What a format lacks is None (shown as "-"); `LACKS` lists it.
+A level sits at its concurrency (vLLM/SGLang `max_concurrency`, guidellm `concurrent` streams, 1 for `synchronous`;
+a run sent all at once with no cap, request rate inf, at its whole request count) or, for an open-loop run (a finite
+`request_rate`; guidellm `constant`/`poisson`/`async`), at its offered rate with the cap as its concurrency (0 for
+none), as specmon's own open-loop levels. Definitions line up with specmon's (specmon.model.sweepstats) except
+guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-chunk ITL. What a format lacks is None
+(shown as "-"); `LACKS` lists it.
 
 Written: vLLM `--save-result` objects (one per level) and SGLang JSONL lines, with their field names and units.
 """
@@ -26,6 +28,7 @@ import math
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -166,16 +169,35 @@ _FLAT_METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"), "itl_
 
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
                  label: str | None = None) -> SweepResult:
-    levels = sorted((_flat_level(tool, o, where) for where, o in runs), key=lambda lv: lv.concurrency)
+    levels = _one_axis([(where, _flat_level(tool, o, where)) for where, o in runs], path)
     first = runs[0][1]
     model = first.get("model_id") if tool == "vllm" else _sglang_model(first)
-    workload: dict[str, Any] = {"levels": [lv.concurrency for lv in levels]}
-    for key in ("dataset_name", "random_input_len", "random_output_len", "num_prompts", "backend"):
+    workload = _axis_workload(levels)
+    for key in ("dataset_name", "random_input_len", "random_output_len", "num_prompts", "backend", "burstiness"):
         if first.get(key) is not None:
             workload[key] = first[key]
     meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+def _one_axis(levels: Sequence[tuple[str, LevelResult]], path: str) -> list[LevelResult]:
+    """The levels in order of load; UserError when open-loop and fixed-concurrency runs are mixed."""
+    rated = [where for where, lv in levels if lv.rate is not None]
+    if rated and len(rated) < len(levels):
+        fixed = next(where for where, lv in levels if lv.rate is None)
+        raise UserError(f"{path}: mixes open-loop runs ({rated[0]}: a request rate) and fixed-concurrency runs "
+                        f"({fixed}: request_rate inf); their levels are not on one axis, compare them as two files")
+    return sorted((lv for _, lv in levels), key=lambda lv: lv.load)
+
+
+def _axis_workload(levels: Sequence[LevelResult]) -> dict[str, Any]:
+    """The levels as specmon's workload names them: an open-loop sweep's rates, else its concurrencies."""
+    if levels and levels[0].rate is not None:
+        caps = {lv.concurrency for lv in levels}
+        return {"mode": "rate", "rates": [lv.rate for lv in levels],
+                "max_concurrency": (caps.pop() or None) if len(caps) == 1 else None}
+    return {"levels": [lv.concurrency for lv in levels]}
 
 
 def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
@@ -185,38 +207,42 @@ def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     out_tokens = _int(o, "total_output_tokens", where)
     in_tokens = _int(o, "total_input_tokens", where, default=0)
     total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
-    concurrency = _concurrency(o, where, completed + failed)
+    rate = _rate(o, where)
+    cap = _cap(o, where)
+    if rate is None and cap is None and completed + failed < 1:
+        raise UserError(f"{where}: no max_concurrency, no request rate and no request: no level to place")
     stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where)
              for name, stems in _FLAT_METRICS.items()}
     return LevelResult(
-        concurrency=concurrency, requests_ok=completed, requests_failed=failed, duration_s=duration,
+        # Sent all at once with no cap (rate inf), a run's concurrency is its whole request count.
+        concurrency=cap or (0 if rate is not None else completed + failed), rate=rate,
+        requests_ok=completed, requests_failed=failed, duration_s=duration,
         output_tokens=out_tokens, output_throughput=_num(o, "output_throughput", where),
         request_throughput=_num(o, "request_throughput", where),
         ttft_ms=stats["ttft_ms"], tpot_ms=stats["tpot_ms"], itl_ms=stats["itl_ms"], e2e_ms=stats["e2e_ms"],
         tokens_per_chunk=None, client=ClientHealth(), input_tokens=in_tokens,
         total_throughput=_num(o, total_key, where, default=0.0),
         achieved_concurrency=_opt(o, "concurrency", where) if tool == "sglang" else None,
+        goodput=_opt(o, "request_goodput", where) if tool == "vllm" else None,
     )
 
 
-def _concurrency(o: Mapping[str, Any], where: str, requests: int) -> int:
-    """The level's concurrency: the cap, or (sent all at once) every request of the run."""
+def _rate(o: Mapping[str, Any], where: str) -> float | None:
+    """The run's offered request rate; None for one sent all at once ("inf", or SGLang's replayed "trace")."""
+    if o.get("ramp_up_strategy") is not None:
+        raise UserError(f"{where}: a ramp-up run (ramp_up_strategy {o['ramp_up_strategy']!r}) has no one request "
+                        "rate to place it at")
     rate = o.get("request_rate")
-    if isinstance(rate, str):
-        if rate not in ("inf", "trace"):
-            raise UserError(f"{where}: request_rate must be a number or \"inf\", got {rate!r}")
-    elif isinstance(rate, (int, float)) and not isinstance(rate, bool):
-        if not math.isinf(rate):
-            raise UserError(f"{where}: request_rate {rate:g}: open-loop (request-rate) runs are not read yet; "
-                            "specmon reads runs at a fixed concurrency (request_rate inf)")
-    elif rate is not None:
-        raise UserError(f"{where}: request_rate must be a number or \"inf\", got {rate!r}")
+    if rate is None or rate in ("inf", "trace"):
+        return None
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise UserError(f"{where}: request_rate must be a number > 0 or \"inf\", got {rate!r}")
+    return None if math.isinf(rate) else float(rate)
+
+
+def _cap(o: Mapping[str, Any], where: str) -> int | None:
     cap = o.get("max_concurrency")
-    if cap is None:
-        if requests < 1:
-            raise UserError(f"{where}: no max_concurrency and no completed request: no level to place")
-        return requests
-    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
         raise UserError(f"{where}: max_concurrency must be a positive integer or null, got {cap!r}")
     return cap
 
@@ -246,13 +272,17 @@ def _guidellm_result(report: Mapping[str, Any], path: str) -> SweepResult:
     benchmarks = report.get("benchmarks")
     if not isinstance(benchmarks, list) or not benchmarks:
         raise UserError(f"{path}: benchmarks: an empty list; a guidellm report needs at least one benchmark")
-    levels = sorted((_guidellm_level(b, f"{path}: benchmarks[{i}]") for i, b in enumerate(benchmarks)),
-                    key=lambda lv: lv.concurrency)
+    levels = [_guidellm_level(b, f"{path}: benchmarks[{i}]") for i, b in enumerate(benchmarks)]
+    if any(lv.rate is not None for lv in levels):
+        # A `sweep` profile brackets its rates with a synchronous and a throughput benchmark: they sit on the rate
+        # axis at the request rate they achieved, as guidellm itself places them.
+        levels = [lv if lv.rate is not None else replace(lv, rate=lv.request_throughput) for lv in levels]
+    levels.sort(key=lambda lv: lv.load)
     spec = _dig(report, "config", "spec", "backend")
     target = spec.get("target") if isinstance(spec, Mapping) else None
     model = spec.get("model") if isinstance(spec, Mapping) else None
     meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) and model
-                     else None, workload={"levels": [lv.concurrency for lv in levels]}, profile=Path(path).stem,
+                     else None, workload=_axis_workload(levels), profile=Path(path).stem,
                      created_at=levels[0].started_at or "", tool="guidellm")
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
 
@@ -263,18 +293,21 @@ def _guidellm_level(b: Any, where: str) -> LevelResult:
     strategy = _dig(b, "config", "strategy") or _dig(b, "args", "strategy")   # v0.8 / v0.3 layouts
     if not isinstance(strategy, Mapping):
         raise UserError(f"{where}.config.strategy: missing (a guidellm benchmark names its strategy)")
+    at = f"{where}.config.strategy"
     kind = strategy.get("type_")
+    cap = _cap(strategy, at)
+    rate: float | None = None
     if kind == "synchronous":
         concurrency = 1
     elif kind == "concurrent":
-        concurrency = _int(strategy, "streams", f"{where}.config.strategy")
-    elif kind == "throughput" and isinstance(strategy.get("max_concurrency"), int):
-        concurrency = strategy["max_concurrency"]
-    elif kind in _GUIDELLM_RATE_KINDS or kind == "throughput":
-        raise UserError(f"{where}.config.strategy: {kind!r} is an open-loop (request-rate) benchmark; specmon reads "
-                        "guidellm's synchronous and concurrent benchmarks")
+        concurrency = _int(strategy, "streams", at)
+    elif kind == "throughput":   # everything at once, up to its cap
+        concurrency = cap or 0
+    elif kind in _GUIDELLM_RATE_KINDS:
+        rate = _num(strategy, "rate", at)
+        concurrency = cap or 0
     else:
-        raise UserError(f"{where}.config.strategy.type_: unknown strategy {kind!r}")
+        raise UserError(f"{at}.type_: unknown strategy {kind!r}")
     m = b.get("metrics")
     if not isinstance(m, Mapping):
         raise UserError(f"{where}.metrics: missing")
@@ -285,7 +318,7 @@ def _guidellm_level(b: Any, where: str) -> LevelResult:
     failed = _int(totals, "errored", f"{where}.metrics.request_totals", default=0)
     start = b.get("start_time")
     return LevelResult(
-        concurrency=concurrency, requests_ok=ok, requests_failed=failed,
+        concurrency=concurrency or (0 if rate is not None else ok + failed), rate=rate, requests_ok=ok, requests_failed=failed,
         duration_s=_num(b, "duration", where, default=0.0) or _span(b, where),
         output_tokens=int(_g_sum(m, "output_token_count", where)),
         input_tokens=int(_g_sum(m, "prompt_token_count", where)),
@@ -415,8 +448,9 @@ def _opt(d: Mapping[str, Any], key: str, where: str) -> float | None:
 def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
     """One `vllm bench serve --save-result` object per level, each with the file name vLLM would give it.
 
-    Names follow vLLM's `{label}-{rate}qps-concurrency{C}-{model}-{date}.json`; fields it writes that specmon does
-    not measure (std, peak output tok/s, peak concurrent requests) are left out rather than made up.
+    Names follow vLLM's `{label}-{rate}qps[-concurrency{C}]-{model}-{date}.json` (rate `inf` in a closed loop);
+    fields it writes that specmon does not measure (std, peak output tok/s, peak concurrent requests) are left out
+    rather than made up.
     """
     meta = result.meta
     label = _safe(meta.label)
@@ -428,16 +462,18 @@ def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
         obj: dict[str, Any] = {
             "date": date, "endpoint_type": backend, "backend": backend, "label": meta.label, "model_id": model,
             "tokenizer_id": model, "num_prompts": lv.requests_ok + lv.requests_failed,
-            "request_rate": "inf", "burstiness": 1.0, "max_concurrency": lv.concurrency,
+            "request_rate": "inf" if lv.rate is None else lv.rate,
+            "burstiness": float(meta.workload.get("burstiness") or 1.0), "max_concurrency": lv.concurrency or None,
             "duration": lv.duration_s, "completed": lv.requests_ok, "failed": lv.requests_failed,
             "total_input_tokens": lv.input_tokens, "total_output_tokens": lv.output_tokens,
-            "request_throughput": lv.request_throughput, "request_goodput": None,
+            "request_throughput": lv.request_throughput, "request_goodput": lv.goodput,
             "output_throughput": lv.output_throughput, "total_token_throughput": lv.total_throughput,
         }
         for name, (stem, _) in _FLAT_METRICS.items():
-            obj.update(_flat_keys(getattr(lv, name), stem, with_p90=True))
+            obj.update(_flat_keys(getattr(lv, name), stem))
         base_model = _safe(model.split("/")[-1]) or "model"
-        out.append((f"{label}-infqps-concurrency{lv.concurrency}-{base_model}-{date}.json", obj))
+        cap = f"-concurrency{lv.concurrency}" if lv.concurrency else ""
+        out.append((f"{label}-{obj['request_rate']}qps{cap}-{base_model}-{date}.json", obj))
     return out
 
 
@@ -449,8 +485,9 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
     out = []
     for lv in result.levels:
         obj: dict[str, Any] = {
-            "tag": meta.label, "backend": backend, "dataset_name": "random", "request_rate": math.inf,
-            "max_concurrency": lv.concurrency, "sharegpt_output_len": None,
+            "tag": meta.label, "backend": backend, "dataset_name": "random",
+            "request_rate": math.inf if lv.rate is None else lv.rate, "max_concurrency": lv.concurrency or None,
+            "sharegpt_output_len": None,
             "random_input_len": w.get("input_len"), "random_output_len": w.get("output_len"),
             "random_range_ratio": 0.0, "server_info": None,
             "duration": lv.duration_s, "completed": lv.requests_ok, "total_input_tokens": lv.input_tokens,
@@ -460,17 +497,15 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
             "output_throughput": lv.output_throughput, "total_throughput": lv.total_throughput,
         }
         for name, (_, stem) in _FLAT_METRICS.items():
-            obj.update(_flat_keys(getattr(lv, name), stem, with_p90=True))
+            obj.update(_flat_keys(getattr(lv, name), stem))
         obj["concurrency"] = lv.achieved_concurrency
         out.append(obj)
     return out
 
 
-def _flat_keys(s: Stats, stem: str, with_p90: bool) -> dict[str, float | None]:
-    keys = {f"mean_{stem}_ms": s.mean, f"median_{stem}_ms": s.p50, f"p99_{stem}_ms": s.p99}
-    if with_p90:
-        keys[f"p90_{stem}_ms"] = s.p90
-    return keys
+def _flat_keys(s: Stats, stem: str) -> dict[str, float | None]:
+    # vLLM's names for a run with --metric-percentiles 90,99 (SGLang writes these and more).
+    return {f"mean_{stem}_ms": s.mean, f"median_{stem}_ms": s.p50, f"p90_{stem}_ms": s.p90, f"p99_{stem}_ms": s.p99}
 
 
 def _safe(text: str) -> str:
