@@ -39,13 +39,14 @@ def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
-def compared(*paths: Path, cwd: Path) -> dict[str, dict[int, float]]:
-    """`specmon compare --json`: each file's output throughput per concurrency, by label."""
+def compared(*paths: Path, cwd: Path) -> dict[str, dict[float, float]]:
+    """`specmon compare --json`: each file's output throughput per concurrency (or rate), by label."""
     done = specmon("compare", "--json", *map(str, paths), cwd=cwd)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     labels = [f["label"] for f in data["files"]]
-    return {lb: {row["concurrency"]: row["output_throughput"][i] for row in data["levels"]
+    x = data["mode"]
+    return {lb: {row[x]: row["output_throughput"][i] for row in data["levels"]
                  if row["output_throughput"][i] is not None} for i, lb in enumerate(labels)}
 
 
@@ -76,12 +77,14 @@ def test_guidellm_real_report_gives_guidellms_own_throughput_per_level(tmp_path:
         assert round(ours[c], 1) == tput, c
 
 
-def test_guidellm_real_poisson_report_is_an_open_loop_sweep_at_its_rates() -> None:
+def test_guidellm_real_poisson_report_compares_on_the_rate_axis(tmp_path: Path) -> None:
     own = guidellm_console_throughput("guidellm-sim-poisson")
     assert sorted(own) == [1.0, 2.0, 4.0]
+    vllm = write_vllm_rates(tmp_path / "vllm-rates.json", (1.0, 2.0, 4.0))
+    ours = compared(FIXTURES / "guidellm-sim-poisson.json", vllm, cwd=tmp_path)
+    assert {r: round(t, 1) for r, t in ours["guidellm-sim-poisson"].items()} == own
     result = read_any_results(FIXTURES / "guidellm-sim-poisson.json")
     assert result.mode == "rate"
-    assert {lv.rate: round(lv.output_throughput, 1) for lv in result.levels} == own
     assert all(lv.concurrency == 10240 for lv in result.levels)   # guidellm's default cap, as its report says
 
 
@@ -293,12 +296,16 @@ def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -
     assert [lv.rate for lv in assert_reads_back_the_same(src, sg, "sglang").levels] == [2.0, 4.5]
 
 
-def test_an_uncapped_vllm_rate_run_is_an_open_loop_level_without_a_cap(tmp_path: Path) -> None:
+def write_vllm_rates(path: Path, rates: tuple[float, ...]) -> Path:
+    """`vllm bench serve --request-rate R --append-result` runs (uncapped), from the C=4 fixture's numbers."""
     o = flat_objects(next(VLLM_DIR.glob("*concurrency4-*.json")))[0]
-    runs = [{**o, "request_rate": r, "max_concurrency": None, "request_goodput": r * 0.9} for r in (8.0, 2.0)]
-    f = tmp_path / "appended.json"
-    f.write_text("\n".join(json.dumps(r) for r in runs))
-    result = read_any_results(f)
+    runs = [{**o, "request_rate": r, "max_concurrency": None, "request_goodput": r * 0.9} for r in rates]
+    path.write_text("\n".join(json.dumps(r) for r in runs))
+    return path
+
+
+def test_an_uncapped_vllm_rate_run_is_an_open_loop_level_without_a_cap(tmp_path: Path) -> None:
+    result = read_any_results(write_vllm_rates(tmp_path / "appended.json", (8.0, 2.0)))
     assert result.mode == "rate" and result.meta.workload["rates"] == [2.0, 8.0]
     assert [(lv.rate, lv.concurrency, lv.goodput) for lv in result.levels] == [(2.0, 0, 1.8), (8.0, 0, 7.2)]
 
