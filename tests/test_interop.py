@@ -180,16 +180,23 @@ def test_the_format_is_told_from_the_content_not_the_name(tmp_path: Path) -> Non
 
 
 # ---- export and re-read ----------------------------------------------------------------------------------------
-def write_specmon(path: Path) -> Path:
-    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="org/Model-8B", workload={"api": "chat", "input_len": 1024,
-                                "output_len": 512}, profile="eagle3", created_at="2026-11-29T10:11:12Z").to_dict())
-    for c, t in {1: 330.0, 4: 740.5, 16: 1370.25}.items():
+def write_specmon(path: Path, profile: str = "eagle3", rates: tuple[float, ...] = ()) -> Path:
+    """A specmon result: closed loop at C=1, 4, 16, or open loop at `rates` capped at C=32 (burstiness 0.5, an SLO)."""
+    workload: dict[str, object] = {"api": "chat", "input_len": 1024, "output_len": 512}
+    if rates:
+        workload.update({"mode": "rate", "rates": list(rates), "burstiness": 0.5, "max_concurrency": 32})
+    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="org/Model-8B", workload=workload, profile=profile,
+                                created_at="2026-11-29T10:11:12Z").to_dict())
+    points = [(32, r, 991.74) for r in rates] or [(c, None, t) for c, t in ((1, 330.0), (4, 740.5), (16, 1370.25))]
+    for c, rate, t in points:
         append_line(path, LevelResult(
-            concurrency=c, requests_ok=8 * c, requests_failed=c // 4, duration_s=12.5, output_tokens=int(t * 12.5),
-            output_throughput=t, request_throughput=0.64 * c, input_tokens=1024 * 8 * c, total_throughput=t * 3,
-            ttft_ms=Stats(20.5 + c, 19.0 + c, 30.25 + c, 41.0 + c), tpot_ms=Stats(3.1, 3.0, 3.5, 4.25),
-            itl_ms=Stats(8.5, 8.25, 11.0, 15.5), e2e_ms=Stats(1600.0, 1590.5, 1700.0, 1800.75),
-            tokens_per_chunk=2.75, achieved_concurrency=c * 0.98, client=ClientHealth(cpu_s=0.5, chunks=100),
+            concurrency=c, rate=rate, requests_ok=8 * c, requests_failed=c // 4, duration_s=12.5,
+            output_tokens=int(t * 12.5), output_throughput=t, request_throughput=0.64 * c, input_tokens=1024 * 8 * c,
+            total_throughput=t * 3, ttft_ms=Stats(20.5 + c, 19.0 + c, 30.25 + c, 41.0 + c),
+            tpot_ms=Stats(3.1, 3.0, 3.5, 4.25), itl_ms=Stats(8.5, 8.25, 11.0, 15.5),
+            e2e_ms=Stats(1600.0, 1590.5, 1700.0, 1800.75), tokens_per_chunk=2.75, achieved_concurrency=c * 0.98,
+            goodput=None if rate is None else rate * 0.75, good_share=None if rate is None else 0.75,
+            client=ClientHealth(cpu_s=0.5, chunks=100),
         ).to_dict())
     return path
 
@@ -262,23 +269,8 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
 
 
 # ---- open loop: levels at a request rate --------------------------------------------------------------------
-def write_open_loop(path: Path) -> Path:
-    append_line(path, SweepMeta(url="http://127.0.0.1:1", model="org/Model-8B",
-                                workload={"api": "chat", "mode": "rate", "rates": [2.0, 4.5], "burstiness": 0.5,
-                                          "max_concurrency": 32}, profile="open", created_at="2026-11-29T10:11:12Z"
-                                ).to_dict())
-    for rate in (2.0, 4.5):
-        append_line(path, LevelResult(
-            concurrency=32, rate=rate, requests_ok=60, requests_failed=0, duration_s=30.25, output_tokens=30000,
-            output_throughput=991.74, request_throughput=rate * 0.98, ttft_ms=Stats(40.0, 38.5, 60.0, 90.25),
-            tpot_ms=Stats(5.0, 4.5, 6.0, 8.0), itl_ms=Stats(9.0, 8.5, 12.0, 20.0), e2e_ms=Stats(2500.0, 2400.0, 2900.0,
-            3100.0), tokens_per_chunk=2.0, goodput=rate * 0.75, good_share=0.75, client=ClientHealth(),
-        ).to_dict())
-    return path
-
-
 def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -> None:
-    src = write_open_loop(tmp_path / "open.jsonl")
+    src = write_specmon(tmp_path / "open.jsonl", "open", rates=(2.0, 4.5))
     done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "open-vllm"
