@@ -41,6 +41,7 @@ TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "gui
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them), "
             "SGLang bench_serving JSONL or a guidellm benchmarks JSON report")
 
+_META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
 # guidellm keeps every request in its report: a long run's file is large, but a result file, never gigabytes.
 MAX_FILE_BYTES = 1 << 30
 
@@ -80,6 +81,8 @@ def parse_any_results(text: str, path: str) -> SweepResult:
 
 def _is_specmon(text: str) -> bool:
     first = next((line for line in text.splitlines() if line.strip()), "")
+    if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
+        return False
     try:
         obj = json.loads(first)
     except ValueError:
