@@ -88,6 +88,8 @@ CASES = [
     ("rates-decreasing", GOOD + "[sweep]\nrates = [\n  4,\n  2.5,\n]\n", 4, "sweep.rates",
      "strictly increasing (4 then 2.5)"),
     ("rates-empty", GOOD + "[sweep]\nrates = []\n", 4, "sweep.rates", "at least one request rate"),
+    ("slo-bad-key", GOOD + '[sweep]\nslo = "ttft:500,ttfb:9"\n', 4, "sweep.slo", "unknown target 'ttfb'"),
+    ("slo-table", GOOD + "[sweep]\nslo = { ttft = 500 }\n", 4, "sweep.slo", 'a string of targets in ms'),
     ("experiment-rates", TWO + '[experiments.ab]\nprofiles = ["a", "b"]\nrates = [1, 2]\n', 7,
      "experiments.ab.rates", "experiments sweep concurrency levels only"),
     ("api-unknown", GOOD + '[sweep]\napi = "chatt"\n', 4, "sweep.api", "must be one of 'chat', 'completions'"),

@@ -201,6 +201,9 @@ def test_rates_from_profiles_or_options_and_levels_win_back_closed_loop() -> Non
     assert workload_from(config).rates == (1.0, 2.0)
     assert workload_from(config, WorkloadOverrides(levels=(1, 4))).rates == ()
     assert workload_from(SweepDefaults(), WorkloadOverrides(rates=(8.0,))).open_loop
+    # [sweep] slo applies unless --slo says otherwise (also to closed-loop sweeps: goodput is per level either way).
+    assert workload_from(SweepDefaults(slo={"ttft": 5.0})).slo == {"ttft": 5.0}
+    assert workload_from(SweepDefaults(slo={"ttft": 5.0}), WorkloadOverrides(slo={"e2el": 9.0})).slo == {"e2el": 9.0}
     assert parse_rates("0.5, 1,2") == (0.5, 1.0, 2.0)
     with pytest.raises(ValueError, match="'x' is not a number"):
         parse_rates("1,x")

@@ -274,3 +274,51 @@ async def test_sweep_pane_says_in_words_who_leads_on_each_side_of_the_crossover(
     async with app.run_test(size=(80, 24)) as pilot:
         text = await _settled(app, pilot)
         assert "eagle3 ahead below C≈5, baseline ahead above" in text, text
+
+
+async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_path: Path) -> None:
+    """Issue 14: open-loop result files draw against the request rate (table "rate", "4/s", OVER where the server
+    fell behind the offered rate); g charts goodput and its crossover; a concurrency sweep is not mixed in."""
+    from test_open_loop import rate_file
+
+    from specmon.loadgen.workload import Workload
+    from specmon.model.keymap import KEYS
+    from specmon.model.results import SweepMeta
+    from specmon.model.sweepstats import LevelAccumulator
+    from specmon.ui.bridge import EngineBridge
+    from specmon.ui.sweep import SweepPane
+
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    base = rate_file(tmp_path / "base.jsonl", "base", [(1, 100, 1.0), (2, 200, 2.0), (4, 380, 3.0), (8, 400, 2.0)])
+    spec = rate_file(tmp_path / "spec.jsonl", "eagle3", [(1, 150, 1.5), (2, 290, 2.5), (4, 500, 2.0), (8, 520, 1.0)])
+    closed = tmp_path / "closed.jsonl"
+    meta = SweepMeta(url="http://127.0.0.1:1", model="m", workload=Workload(levels=(1,)).to_dict()).to_dict()
+    closed.write_text(json.dumps(meta) + "\n" + json.dumps(LevelAccumulator(1).result(1.0, 0.0, None).to_dict()) + "\n")
+    assert [k.keys for k in KEYS if k.id == "goodput"] == ["g"]
+    async with app.run_test(size=(160, 48), notifications=True) as pilot:
+        try:
+            for path in (base, spec):
+                await app.engine.overlay(path, app)  # type: ignore[union-attr]
+            text = await _settled(app, pilot)
+            pane = app.query_one(SweepPane)
+            # Throughput: eagle3 ahead at every rate, no crossover; x axis in req/s.
+            assert pane.border_subtitle == "" and "request rate (req/s)" in text
+            table = app.query_one("#sweep-table", DataTable)
+            assert [str(c.label) for c in table.columns.values()][1] == "rate"
+            assert table.get_row_at(0)[1] == "1/s"
+            await pilot.press("g")
+            text = await _settled(app, pilot)
+            assert app.chart_metric == "goodput" and "goodput req/s" in text
+            assert pane.border_subtitle == "spec ahead below ≈2.67 req/s, base ahead above"   # series: file stems
+            await pilot.press("g")
+            await _settled(app, pilot)
+            assert app.chart_metric == "throughput" and pane.border_subtitle == ""
+            await app.engine.overlay(closed, app)  # type: ignore[union-attr]
+            await pilot.pause()
+            assert "closed" not in app.series
+            assert any("is a concurrency sweep and the chart shows open-loop" in str(n.message)
+                       for n in app._notifications)
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]

@@ -76,6 +76,7 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
             "levels": list(config.sweep.levels), "requests_per_level": config.sweep.requests_per_level,
             "duration_s": config.sweep.duration_s, "warmup_requests": config.sweep.warmup_requests,
             "input_len": config.sweep.input_len, "output_len": config.sweep.output_len, "api": config.sweep.api,
+            "rates": list(config.sweep.rates), "slo": dict(config.sweep.slo),
         },
         "keys": dict(config.keys),
     }

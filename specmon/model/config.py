@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.goodput import parse_slo
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped
@@ -95,6 +96,7 @@ class SweepDefaults:
     output_len: int = 256
     api: str = "chat"                       # "chat" | "completions"
     rates: tuple[float, ...] = ()           # request rates (req/s): an open-loop sweep instead of levels
+    slo: Mapping[str, float] = field(default_factory=dict)   # goodput targets (ms), as `--slo` takes them
 
 
 @dataclass(frozen=True)
@@ -357,7 +359,7 @@ _PROFILE_KEYS = (
     "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
-               "rates")
+               "rates", "slo")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
@@ -670,6 +672,7 @@ class _Validator:
             self.problem(path + ("requests_per_level",), one_wave_problem(requests, levels[-1]))
         return SweepDefaults(
             rates=rates,
+            slo=self.slo(table, path, defaults.slo),
             levels=levels,
             requests_per_level=requests,
             duration_s=duration,
@@ -755,6 +758,20 @@ class _Validator:
             self.problem(key_path, str(exc).removeprefix("rates: "))
             return ()
         return tuple(float(v) for v in value)
+
+    def slo(self, table: Mapping[str, Any], path: _KeyPath, default: Mapping[str, float]) -> Mapping[str, float]:
+        """Goodput targets: a string as `--slo` takes it, e.g. "ttft:500,tpot:50" (milliseconds)."""
+        if "slo" not in table:
+            return default
+        value = table["slo"]
+        if not isinstance(value, str):
+            self.wrong_type(path + ("slo",), 'a string of targets in ms such as "ttft:500,tpot:50"', value)
+            return {}
+        try:
+            return parse_slo(value)
+        except ValueError as exc:
+            self.problem(path + ("slo",), str(exc))
+            return {}
 
     def ssh(self, table: Mapping[str, Any], base: Path) -> SshSettings:
         """The [ssh] table; relative file names are taken from the profiles file's directory."""

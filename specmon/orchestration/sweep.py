@@ -126,8 +126,9 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
         extra["burstiness"] = o.burstiness
     if o.max_concurrency is not None:
         extra["max_concurrency"] = o.max_concurrency
-    if o.slo is not None:
-        extra["slo"] = o.slo
+    slo = o.slo if o.slo is not None else defaults.slo
+    if slo:
+        extra["slo"] = slo
     if o.seed is not None:
         extra["seed"] = o.seed
     rates = o.rates if o.rates else (() if o.levels else defaults.rates)

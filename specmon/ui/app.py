@@ -129,6 +129,8 @@ class SpecmonApp(App[int]):
         self._pending_log: list[LogEntry] = []
         self.series: dict[str, list[Mapping[str, object]]] = {}
         self.crossover: CrossoverMark | None = None
+        self.goodput_crossover: CrossoverMark | None = None
+        self.chart_metric = "throughput"   # the Sweep chart's y axis: "throughput" or "goodput" (the g key)
         self.sweep_status = ""
         self.sweeping = False
         self.experiment_steps: list[str] = []
@@ -223,10 +225,13 @@ class SpecmonApp(App[int]):
             self._pending_log.clear()
             self._show_log_of_selected()
 
-    def set_series(self, name: str, levels: Levels, crossover: CrossoverMark | None = None) -> None:
-        """Replace one chart series (a profile's live sweep or a result file) and the crossover."""
+    def set_series(self, name: str, levels: Levels, crossover: CrossoverMark | None = None,
+                   goodput_crossover: CrossoverMark | None = None) -> None:
+        """Replace one chart series (a profile's live sweep or a result file) and the crossovers (of output
+        throughput, and of goodput)."""
         self.series[name] = list(levels)
         self.crossover = crossover
+        self.goodput_crossover = goodput_crossover
         self._chart_throttle.request()
 
     @on(GpusUpdated)
@@ -267,7 +272,9 @@ class SpecmonApp(App[int]):
     def _paint_chart(self) -> None:
         with contextlib.suppress(NoMatches):
             pane = self.query_one(SweepPane)
-            pane.show(self.series, self.crossover, self.sweep_status)
+            goodput = self.chart_metric == "goodput"
+            pane.show(self.series, self.goodput_crossover if goodput else self.crossover, self.sweep_status,
+                      self.chart_metric)
             pane.show_steps(self.experiment_steps)
 
     def _show_log_of_selected(self) -> None:
@@ -501,6 +508,18 @@ class SpecmonApp(App[int]):
     def theme_names(self) -> list[str]:
         """The themes `t` cycles through: specmon's own (themes/*.toml), else Textual's."""
         return self._custom_themes or sorted(self.available_themes)
+
+    def action_toggle_goodput(self) -> None:
+        """Chart goodput (requests/s meeting the sweep's SLO targets) instead of output tok/s, or back."""
+        self.chart_metric = "goodput" if self.chart_metric == "throughput" else "throughput"
+        if self.chart_metric == "goodput" and not any("goodput" in lv for levels in self.series.values()
+                                                      for lv in levels):
+            self.notify("chart: goodput, but no sweep shown has any (sweep with --slo, or set [sweep] slo)",
+                        severity="warning", timeout=5)
+        else:
+            self.notify(f"chart: {'goodput (req/s meeting the SLO)' if self.chart_metric == 'goodput' else 'output tok/s'}",
+                        timeout=2)
+        self._chart_throttle.request()
 
     def action_next_theme(self) -> None:
         names = self.theme_names

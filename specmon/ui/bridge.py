@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from specmon.errors import PortBusy
-from specmon.model.compare import find_crossover
+from specmon.model.compare import METRICS, find_crossover
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
@@ -223,14 +223,18 @@ class EngineBridge:
         """Send one series to the chart: its finished levels, plus the level in progress as a live point."""
         assert self._app is not None
         names = list(self._levels)
-        found = find_crossover(self._levels[names[0]], self._levels[names[1]]) if len(names) >= 2 else None
-        cross = None if found is None else CrossoverMark(found.concurrency, *found.leaders(names[0], names[1]))
+        marks: dict[str, CrossoverMark | None] = {}
+        for metric in METRICS:
+            found = find_crossover(self._levels[names[0]], self._levels[names[1]], metric) if len(names) >= 2 else None
+            mode = "rate" if found is not None and self._levels[names[0]][0].rate is not None else "concurrency"
+            marks[metric] = None if found is None else CrossoverMark(found.concurrency,
+                                                                     *found.leaders(names[0], names[1]), mode)
         levels: list[dict[str, object]] = [lv.to_dict() for lv in self._levels[name]]
         if live is not None and live.phase == "level" and live.requests_done > 0:
             levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,
                            "ttft_ms": {"p50": live.ttft_p50_ms}, "tokens_per_chunk": live.tokens_per_chunk,
-                           "live": True})
-        self._app.set_series(name, levels, crossover=cross)
+                           "live": True, **({"rate": live.rate} if live.rate is not None else {})})
+        self._app.set_series(name, levels, crossover=marks["throughput"], goodput_crossover=marks["goodput"])
 
     async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
         # The form showed [sweep]'s request count; an emptied field means its duration, else whole waves of C.
@@ -295,6 +299,14 @@ class EngineBridge:
     async def overlay(self, path: Path, app: SpecmonApp) -> None:
         result = await asyncio.to_thread(read_any_results, path)
         name = path.stem
+        shown = {lv.rate is not None for levels in self._levels.values() for lv in levels}
+        if result.levels and shown and shown != {result.levels[0].rate is not None}:
+            # One x axis per chart: request rates and concurrencies are not comparable points.
+            kinds = ("an open-loop (request-rate) sweep", "concurrency sweeps") if result.levels[0].rate is not None \
+                else ("a concurrency sweep", "open-loop (request-rate) sweeps")
+            app.notify(f"{path.name} is {kinds[0]} and the chart shows {kinds[1]}: not overlaid", severity="error",
+                       timeout=8)
+            return
         self._levels[name] = list(result.levels)
         self._publish_series(name)
         tool = f" ({TOOL_NAMES[result.meta.tool]} output)" if result.meta.tool else ""

@@ -131,15 +131,24 @@ def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
     if isinstance(tpc, Mapping):  # some writers keep a distribution; the mean is what the table shows
         tpc = tpc.get("mean")
     throughput = level.get("output_throughput")
+    rate = level.get("rate")
+    if level.get("live"):
+        status = "live"
+    elif level.get("over_capacity"):
+        status = "OVER"      # open loop: the server did not keep up with the offered rate
+    elif level.get("behind"):
+        status = "BEHIND"    # open loop: the generator did not keep its schedule
+    else:
+        status = "BOUND" if bound else "ok"
     return (
         series,
-        str(level.get("concurrency", NA)),
+        f"{rate:g}/s" if isinstance(rate, (int, float)) else str(level.get("concurrency", NA)),
         fmt_number(float(throughput) if isinstance(throughput, (int, float)) else None),
         fmt_ms(_stat(level, "itl_ms", "p99")),
         fmt_number(float(tpc) if isinstance(tpc, (int, float)) else None, 2),
         fmt_ms(_stat(level, "ttft_ms", "p50")),
         fmt_ms(_stat(level, "tpot_ms", "p50")),
-        "live" if level.get("live") else ("BOUND" if bound else "ok"),
+        status,
     )
 
 
@@ -174,14 +183,26 @@ def log_filter_matches(text: str, pattern: str) -> bool:
     return pattern.lower() in text.lower()
 
 
-def series_points(levels: Iterable[Mapping[str, object]]) -> list[tuple[float, float]]:
-    """(concurrency, output tok/s) points of a series, sorted by concurrency, skipping incomplete levels."""
+CHART_METRICS = {"throughput": ("output_throughput", "out tok/s"), "goodput": ("goodput", "goodput req/s")}
+
+
+def series_points(levels: Iterable[Mapping[str, object]], metric: str = "throughput") -> list[tuple[float, float]]:
+    """(load, value) points of a series, sorted by load, skipping levels without the value. The load is the
+    offered request rate of an open-loop level, else the concurrency; the value output tok/s or goodput req/s."""
+    key = CHART_METRICS[metric][0]
     points: list[tuple[float, float]] = []
     for level in levels:
-        c, tput = level.get("concurrency"), level.get("output_throughput")
-        if isinstance(c, (int, float)) and isinstance(tput, (int, float)):
-            points.append((float(c), float(tput)))
+        rate = level.get("rate")
+        x = rate if isinstance(rate, (int, float)) else level.get("concurrency")
+        y = level.get(key)
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+            points.append((float(x), float(y)))
     return sorted(points)
+
+
+def is_rate_series(series: Iterable[Iterable[Mapping[str, object]]]) -> bool:
+    """Whether the chart's levels are open-loop ones (x = request rate) rather than concurrency levels."""
+    return any(isinstance(level.get("rate"), (int, float)) for levels in series for level in levels)
 
 
 def parse_positive(text: str, name: str, allow_empty: bool = False) -> int | None:

@@ -58,11 +58,13 @@ class ServerRow:
 
 @dataclass(frozen=True)
 class CrossoverMark:
-    """Where two sweeps' throughput curves cross, and which series leads on each side (for the Sweep pane)."""
+    """Where two sweeps' throughput (or goodput) curves cross, and which series leads on each side (for the Sweep
+    pane). `concurrency` is the load there: a request rate when `mode` is "rate"."""
 
     concurrency: float
     ahead_below: str
     ahead_above: str
+    mode: str = "concurrency"
 
 
 @dataclass(frozen=True)

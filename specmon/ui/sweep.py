@@ -1,5 +1,6 @@
-"""Sweep pane: output tok/s against concurrency (one series per profile or result file, crossover marked) and a
-table of the levels. Redraws are throttled by the app; the chart is rebuilt only when its data changed."""
+"""Sweep pane: output tok/s (or goodput, toggled) against concurrency or, for open-loop sweeps, request rate (one
+series per profile or result file, crossover marked) and a table of the levels. Redraws are throttled by the app;
+the chart is rebuilt only when its data changed."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.containers import Horizontal
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from specmon.model.compare import crossover_words
+from specmon.model.compare import crossover_words, load_words
 from specmon.ui import format as fmt
 from specmon.ui.rows import CrossoverMark
 
@@ -51,7 +52,7 @@ class SweepPane(Horizontal):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
         self._narrow = False
-        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str] = ({}, None, "")
+        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str] = ({}, None, "", "throughput")
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="sweep-chart")
@@ -74,24 +75,29 @@ class SweepPane(Horizontal):
     def on_resize(self) -> None:
         self.show(*self._shown)  # the table's headers and names follow the terminal's width
 
-    def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str) -> None:
+    def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str,
+             metric: str = "throughput") -> None:
         """Draw every series (name -> level records) and the crossover, if any: a line on the chart and, under
-        the pane, which series leads on each side in words."""
-        self._shown = (series, crossover, status)
+        the pane, which series leads on each side in words. `metric` is what the chart's y axis shows: output
+        tok/s ("throughput") or requests/s meeting the sweep's SLO ("goodput"); its x axis is the concurrency, or
+        the request rate when the levels are open-loop ones."""
+        self._shown = (series, crossover, status, metric)
         # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
         self._narrow = self.app.size.width < WIDE_SCREEN
-        key = (tuple((name, tuple(fmt.series_points(levels))) for name, levels in series.items()), crossover, status,
-               self._narrow)
+        key = (tuple((name, tuple(fmt.series_points(levels, metric)), tuple(fmt.series_points(levels)))
+                     for name, levels in series.items()), crossover, status, self._narrow, metric)
         if key == self._drawn:
             return
         self._drawn = key
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
-        self.border_subtitle = crossover_words(crossover.concurrency, crossover.ahead_below,
-                                                   crossover.ahead_above) if crossover else ""
-        self._draw_chart(series, crossover)
+        self.border_subtitle = crossover_words(crossover.concurrency, crossover.ahead_below, crossover.ahead_above,
+                                               crossover.mode) if crossover else ""
+        self._draw_chart(series, crossover, metric)
         table = self.query_one(DataTable)
         table.clear(columns=True)
         headers = [fmt.LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
+        if fmt.is_rate_series(series.values()):
+            headers = ["rate" if h == "C" else h for h in headers]
         table.add_columns(*(_SHORT_HEADERS.get(h, h) for h in headers) if self._narrow else headers)
         names = short_series_names(list(series)) if self._narrow else {n: n for n in series}
         for name, levels in series.items():
@@ -99,17 +105,19 @@ class SweepPane(Horizontal):
                 cells = fmt.level_cells(names[name], level)
                 table.add_row(*(cells[i] for i in _TABLE_ORDER))
 
-    def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None) -> None:
+    def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
+                    metric: str = "throughput") -> None:
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        plt.xlabel("concurrency")
-        plt.ylabel("out tok/s")
+        rate = fmt.is_rate_series(series.values())
+        plt.xlabel("request rate (req/s)" if rate else "concurrency")
+        plt.ylabel(fmt.CHART_METRICS[metric][1])
         drawn = False
         ticks: set[float] = set()
         for index, (name, levels) in enumerate(series.items()):
-            points = fmt.downsample(fmt.series_points(levels), _MAX_POINTS)
+            points = fmt.downsample(fmt.series_points(levels, metric), _MAX_POINTS)
             if not points:
                 continue
             xs, ys = zip(*points)
@@ -123,5 +131,7 @@ class SweepPane(Horizontal):
             plt.xticks([math.log10(x) for x in shown], [f"{x:g}" for x in shown])
         if crossover is not None and crossover.concurrency > 0:
             plt.vline(math.log10(crossover.concurrency), "red")
-            plt.title(f"crossover C≈{crossover.concurrency:.3g}")
+            plt.title(f"crossover {load_words(crossover.concurrency, crossover.mode)}")
+        elif series and metric == "goodput" and not drawn:
+            plt.title("no goodput in these sweeps: sweep with --slo (or [sweep] slo)")
         chart.refresh()
