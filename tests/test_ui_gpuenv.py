@@ -28,7 +28,7 @@ async def until(check: Callable[[], bool], pilot_pause: Callable[[], object], ti
 
 
 def pane_text(app: SpecmonApp) -> str:
-    return str(app.query_one(GpuEnvPane).render())
+    return app.query_one(GpuEnvPane).text
 
 
 @pytest.fixture

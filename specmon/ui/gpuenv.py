@@ -4,17 +4,25 @@ profile (view "diff"). `e` cycles the views; the engine feeds the data (GpusUpda
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from textual.content import Content
+from textual.geometry import Region
 from textual.markup import escape
 from textual.message import Message
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widgets import Static
 
 from specmon.model.env import Difference, EnvReport, diff_lines, report_lines
 from specmon.model.gpu import GpuBoard, GpuTrack, sparkline
 
 VIEWS = ("gpus", "env", "diff")
+SPARK_S = 5.0   # the sparklines move this often; the numbers follow every sample (1 Hz)
 
 
 class GpusUpdated(Message):
@@ -47,17 +55,24 @@ def _holders(track: GpuTrack, known: Mapping[str, str]) -> str:
     return ", ".join(dict.fromkeys(names))
 
 
-def render_gpus(host: str, board: GpuBoard, known: Mapping[str, str], selected_run: str | None,
-                width: int) -> Content:
-    """Two lines a GPU: index, model, utilisation, memory (GiB), power; then a utilisation sparkline and the run
-    (profile) or process holding it. The selected run's GPUs are marked ▶. `width` is the pane's inner width.
+Line = tuple[tuple[str, str], ...]   # one line of the gpus view as (text, style) parts: cheap to build and compare
 
-    Built as styled segments, not markup: parsing ~20 lines of markup costs ~10x more, once a second."""
-    tracks = board.gpus()
-    parts: list[tuple[str, str]] = [(host, "bold"), (f" · {len(tracks)} GPU{'s' if len(tracks) != 1 else ''}\n", "")]
-    if board.error:
-        parts.append((board.error + "\n", "$warning"))
+
+def sparklines(board: GpuBoard, width: int) -> dict[str, str]:
+    """Each GPU's utilisation sparkline (by UUID), as wide as the gpus view gives it in a pane `width` wide."""
     spark_width = max(4, min(24, width // 2))
+    return {track.uuid: sparkline(track.utilization, 100.0, spark_width) for track in board.gpus()}
+
+
+def gpu_lines(host: str, board: GpuBoard, known: Mapping[str, str], selected_run: str | None, width: int,
+              sparks: Mapping[str, str]) -> list[Line]:
+    """The gpus view, two lines a GPU: index, model, utilisation, memory (GiB), power; then its utilisation
+    sparkline (from `sparks`, by UUID: the pane refreshes those on a slower cadence than the numbers) and the run
+    (profile) or process holding it. The selected run's GPUs are marked ▶. `width` is the pane's inner width."""
+    tracks = board.gpus()
+    lines: list[Line] = [((host, "bold"), (f" · {len(tracks)} GPU{'s' if len(tracks) != 1 else ''}", ""))]
+    if board.error:
+        lines.append(((board.error, "$warning"),))
     for track in tracks:
         g = track.latest
         mark = "▶" if selected_run is not None and any(h.run_id == selected_run for h in track.holders) else " "
@@ -71,11 +86,12 @@ def render_gpus(host: str, board: GpuBoard, known: Mapping[str, str], selected_r
         elif g.fault:
             head += f" {g.fault}"
         style = "$error" if track.gone or g.fault else "$accent" if mark == "▶" else ""
-        parts += [(head + "\n", style), ("  " + sparkline(track.utilization, 100.0, spark_width), "$primary"),
-                  (" " + _holders(track, known)[: max(4, width - spark_width - 3)] + "\n", "")]
+        spark = sparks.get(track.uuid, "")
+        lines += [((head, style),),
+                  (("  " + spark, "$primary"), (" " + _holders(track, known)[: max(4, width - len(spark) - 3)], ""))]
     if board.apps_error:
-        parts.append((f"holders unknown: {board.apps_error}", "dim"))
-    return Content.assemble(*parts).rstrip()
+        lines.append(((f"holders unknown: {board.apps_error}", "dim"),))
+    return lines
 
 
 def render_env(report: EnvReport) -> str:
@@ -92,7 +108,12 @@ def render_diff(a: EnvReport, b: EnvReport, diffs: Sequence[Difference]) -> str:
 
 
 class GpuEnvPane(Static):
-    """GPUs with sparklines, the environment, or a diff (one of VIEWS at a time)."""
+    """GPUs with sparklines, the environment, or a diff (one of VIEWS at a time).
+
+    The gpus view repaints once a second at most and only the lines whose text changed (each painted line costs
+    the compositor and the terminal, and a monitor is left open for hours): it keeps its lines as strips and
+    serves them through `render_line`, asking the compositor for just the changed rows. The sparklines move
+    every SPARK_S seconds while samples still arrive at 1 Hz. The env and diff views are plain Static text."""
 
     BORDER_TITLE = "GPU / env"
     ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
@@ -103,11 +124,26 @@ class GpuEnvPane(Static):
         self.view = "gpus"
         self._gpus: GpusUpdated | None = None
         self.selected_run: str | None = None
+        self._sparks: dict[str, str] = {}
+        self._sparks_at = float("-inf")
+        self._lines: list[Line] = []
+        self._strips: dict[Line, list[Strip]] = {}   # each shown line's rendering, reused while it is unchanged
+        self._rows: list[Strip] | None = None        # what render_line serves in the gpus view
+        self._rows_width = 0
+        self._styles: dict[str, RichStyle] = {}      # style name -> the rich style it resolves to on this pane
+
+    @property
+    def text(self) -> str:
+        """What the pane shows, as plain text."""
+        if self.view == "gpus" and self._rows is not None:
+            return "\n".join("".join(text for text, _ in line) for line in self._lines)
+        return str(self.render())
 
     def show(self, text: str | Content) -> None:
         """Replace the pane's text (markup, or ready-made Content). Its size is fixed by the layout, so no relayout
         is asked for: a relayout repaints every neighbouring pane, which at 1 Hz would cost ~20 KiB/s of terminal
         output. Unchanged text is not repainted."""
+        self._rows = None
         if text != self._text:
             self._text = text
             self.update(text, layout=False)
@@ -117,7 +153,7 @@ class GpuEnvPane(Static):
         self.view = view
         self.border_title = "GPU / env" if view == "gpus" else f"GPU / env · {view}"
         if view == "gpus" and self._gpus is not None:
-            self._paint_gpus()
+            self._paint_gpus(full=True)
         elif view != "gpus":
             self.show(f"[dim]{view}: reading…[/]")
 
@@ -128,7 +164,57 @@ class GpuEnvPane(Static):
         if self.view == "gpus":
             self._paint_gpus()
 
-    def _paint_gpus(self) -> None:
+    def on_resize(self) -> None:
+        if self.view == "gpus" and self._gpus is not None:
+            self._paint_gpus(full=True)
+
+    def render_line(self, y: int) -> Strip:
+        if self.view != "gpus" or self._rows is None:
+            return super().render_line(y)
+        return self._rows[y] if y < len(self._rows) else Strip.blank(self.size.width, self.visual_style.rich_style)
+
+    def _paint_gpus(self, full: bool = False) -> None:
         assert self._gpus is not None
-        width = max(20, self.content_region.width or 30)
-        self.show(render_gpus(self._gpus.host, self._gpus.board, self._gpus.known_runs, self.selected_run, width))
+        width = self.size.width
+        if not width:
+            return   # not laid out yet: the resize that follows paints
+        now = time.monotonic()
+        board = self._gpus.board
+        if full or now - self._sparks_at >= SPARK_S or self._sparks.keys() != board.tracks.keys():
+            self._sparks, self._sparks_at = sparklines(board, width), now
+        lines = gpu_lines(self._gpus.host, board, self._gpus.known_runs, self.selected_run, width, self._sparks)
+        full = full or self._rows is None or width != self._rows_width
+        if full:
+            self._strips.clear()
+        strips = {line: self._strips.get(line) or self._render_strips(line, width) for line in lines}
+        rows = [strip for line in lines for strip in strips[line]]
+        old = self._rows or []
+        self._lines, self._strips, self._rows, self._rows_width, self._text = lines, strips, rows, width, ""
+        if full:
+            self.refresh()
+            return
+        changed = [y for y in range(max(len(rows), len(old)))
+                   if y >= len(rows) or y >= len(old) or rows[y] is not old[y]]
+        if changed:
+            self.refresh(*(Region(0, y, width, 1) for y in changed))
+
+    def _render_strips(self, line: Line, width: int) -> list[Strip]:
+        """One line of the gpus view as the pane paints it. Built from segments: Content's wrapping machinery costs
+        ~10x more a line, once a second; only a line too long for the pane goes through it (wrapped, as Static)."""
+        if sum(cell_len(text) for text, _ in line) > width:
+            return Visual.to_strips(self, Content.assemble(*line), width, None, self.visual_style)
+        return [Strip([Segment(text, self._rich_style(style)) for text, style in line if text])]
+
+    def _rich_style(self, style: str) -> RichStyle:
+        cached = self._styles.get(style)
+        if cached is None:
+            base = self.visual_style
+            cached = self._styles[style] = (base + self._get_style(style)).rich_style if style else base.rich_style
+        return cached
+
+    def notify_style_update(self) -> None:
+        """A theme or CSS change: the kept strips carry the old colours."""
+        super().notify_style_update()
+        self._styles.clear()
+        if self._rows is not None and self._gpus is not None:
+            self._paint_gpus(full=True)
