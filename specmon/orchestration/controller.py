@@ -47,6 +47,7 @@ class WatchTimings:
     process_s: float = 0.5
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
+    health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one
     ready_retry_s: float = 0.2
 
 
@@ -449,7 +450,10 @@ class RunController:
             return False
 
         assert self.probe is not None
-        await poll(self.probe.health, self.timings.health_s, on_health)
+        def interval() -> float:
+            return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
+
+        await poll(self.probe.health, interval, on_health)
 
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()

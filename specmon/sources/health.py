@@ -122,12 +122,14 @@ async def probe_of(transport: Transport, port: int, health_path: str = "/health"
     return ServerProbe(url, health_path, timeout_s, transport=http)
 
 
-async def poll(probe: Callable[[], Awaitable[T]], interval_s: float, on_result: Callable[[T], bool | None]) -> None:
+async def poll(probe: Callable[[], Awaitable[T]], interval_s: float | Callable[[], float],
+               on_result: Callable[[T], bool | None]) -> None:
     """Call `probe` forever, `interval_s` after each one COMPLETES (never overlapping).
 
+    `interval_s` may be a function, asked before each pause (a ready server is polled less often).
     `on_result` gets each result; returning True stops the loop.
     """
     while True:
         if on_result(await probe()):
             return
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(interval_s() if callable(interval_s) else interval_s)

@@ -20,9 +20,11 @@ from textual.widgets import Static
 
 from specmon.model.env import Difference, EnvReport, diff_lines, report_lines
 from specmon.model.gpu import GpuBoard, GpuTrack, sparkline
+from specmon.ui.throttle import Throttle
 
 VIEWS = ("gpus", "env", "diff")
-SPARK_S = 5.0   # the sparklines move this often; the numbers follow every sample (1 Hz)
+PAINT_S = 2.0   # the gpus view repaints at most this often (samples still arrive, and are kept, at 1 Hz) ...
+SPARK_S = 6.0   # ... and its sparklines move this often
 
 
 class GpusUpdated(Message):
@@ -110,10 +112,11 @@ def render_diff(a: EnvReport, b: EnvReport, diffs: Sequence[Difference]) -> str:
 class GpuEnvPane(Static):
     """GPUs with sparklines, the environment, or a diff (one of VIEWS at a time).
 
-    The gpus view repaints once a second at most and only the lines whose text changed (each painted line costs
-    the compositor and the terminal, and a monitor is left open for hours): it keeps its lines as strips and
-    serves them through `render_line`, asking the compositor for just the changed rows. The sparklines move
-    every SPARK_S seconds while samples still arrive at 1 Hz. The env and diff views are plain Static text."""
+    The gpus view repaints every PAINT_S seconds at most and only the lines whose text changed (each frame costs
+    the compositor a pass over every pane beside this one, and a monitor is left open for hours): it keeps its
+    lines as strips and serves them through `render_line`, asking the compositor for just the changed rows. The
+    sparklines move every SPARK_S seconds while samples still arrive at 1 Hz. The env and diff views are plain
+    Static text."""
 
     BORDER_TITLE = "GPU / env"
     ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
@@ -131,6 +134,7 @@ class GpuEnvPane(Static):
         self._rows: list[Strip] | None = None        # what render_line serves in the gpus view
         self._rows_width = 0
         self._styles: dict[str, RichStyle] = {}      # style name -> the rich style it resolves to on this pane
+        self._throttle = Throttle(self, PAINT_S, self._paint_gpus)
 
     @property
     def text(self) -> str:
@@ -159,10 +163,14 @@ class GpuEnvPane(Static):
 
     def show_gpus(self, update: GpusUpdated, selected_run: str | None) -> None:
         """Keep the latest board; paint it when the gpus view is showing."""
+        repaint_now = self._gpus is None or selected_run != self.selected_run
         self._gpus = update
         self.selected_run = selected_run
         if self.view == "gpus":
-            self._paint_gpus()
+            if repaint_now:   # the first board, or the ▶ marks moved to another run's GPUs
+                self._paint_gpus()
+            else:
+                self._throttle.request()
 
     def on_resize(self) -> None:
         if self.view == "gpus" and self._gpus is not None:

@@ -15,6 +15,10 @@ from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 
 
+def _shape(text: str) -> list[int]:
+    return [len(line) for line in text.split("\n")]
+
+
 class RunCard(Vertical):
     """A profile and its run: a head line, the shard progress bar, and detail lines."""
 
@@ -29,11 +33,16 @@ class RunCard(Vertical):
         super().__init__(classes="run-card")
         self.profile = profile
         self._shown: tuple[str, str] | None = None
+        self._bar_shown: tuple[int | None, int] | None = None
+        # Kept rather than queried: rows arrive with every log batch and health answer.
+        self._head = Static(classes="card-head")
+        self._bar = ProgressBar(show_eta=False, show_percentage=True, classes="card-bar")
+        self._body = Static(classes="card-body")
 
     def compose(self) -> ComposeResult:
-        yield Static(classes="card-head")
-        yield ProgressBar(show_eta=False, show_percentage=True, classes="card-bar")
-        yield Static(classes="card-body")
+        yield self._head
+        yield self._bar
+        yield self._body
 
     def show(self, row: ServerRow, selected: bool) -> None:
         """Draw `row`; widgets are touched only where the text changed (every repaint costs terminal bytes)."""
@@ -48,14 +57,15 @@ class RunCard(Vertical):
         if row.link is not None and row.state != "idle":
             head += f" [dim]{escape(row.link)}[/]" if row.link_ok else f" [$warning b]⚡ {escape(row.link)}[/]"
 
-        bar = self.query_one(".card-bar", ProgressBar)
+        bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar: an indeterminate ProgressBar animates at full frame rate.
         # Assign only on change: setting `display` (even to its current value) asks for a relayout.
         show_bar = fraction is not None and row.state in ("launching", "loading", "ready")
         if bar.display != show_bar:
             bar.display = show_bar
-        if fraction is not None:
+        if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
+            self._bar_shown = (row.shards_total, row.shards_done or 0)
             bar.update(total=row.shards_total, progress=row.shards_done or 0)
 
         if row.state == "idle":
@@ -79,9 +89,13 @@ class RunCard(Vertical):
         # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
         shown = (head, "\n".join(lines))
         if shown != self._shown:
+            # A relayout repaints the whole screen: ask for one only when a text's shape (lines and their lengths)
+            # changed, not when `log 2s ago` became `log 7s ago`.
+            before = self._shown or ("\n", "\n")
+            for widget, old, new in ((self._head, before[0], head), (self._body, before[1], shown[1])):
+                if old != new:
+                    widget.update(new, layout=_shape(old) != _shape(new))
             self._shown = shown
-            self.query_one(".card-head", Static).update(head)
-            self.query_one(".card-body", Static).update(shown[1])
 
     def _node_line(self, node: NodeRow) -> str:
         """A multi-node run's node in one line: `node 1 gpu2 LOADING WEIGHTS 3/8`."""
@@ -107,13 +121,12 @@ class ServersPane(VerticalScroll):
 
     def __init__(self, profiles: Sequence[str], **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
-        self._profiles = list(profiles)
         self._warning = ""
+        self._cards = [RunCard(name) for name in profiles]
 
     def compose(self) -> ComposeResult:
         yield Static(id="confound", classes="warning-banner")
-        for name in self._profiles:
-            yield RunCard(name)
+        yield from self._cards
 
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
@@ -121,7 +134,7 @@ class ServersPane(VerticalScroll):
     def show(self, rows: Sequence[ServerRow], selected: str | None) -> None:
         """Draw every card and the confounded-comparison warning."""
         by_profile = {row.profile: row for row in rows}
-        for card in self.query(RunCard):
+        for card in self._cards:
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected)
         compared = [
             ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens)
