@@ -5,6 +5,7 @@ launched process whose /proc/PID/environ is read."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -111,9 +112,11 @@ def test_comparison_confound_warnings_name_an_injected_nccl_variable() -> None:
 
 # ---- specmon env / diff ----------------------------------------------------------------------------------------
 
-def _specmon(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def _specmon(config: Path, *args: str, timeout: float = 120,
+             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), *args], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                          env=None if env is None else {**os.environ, **env})
 
 
 @pytest.fixture
@@ -186,7 +189,10 @@ def test_pth_hook_in_a_venv_is_named(tmp_path: Path, profiles: Path) -> None:
 
 
 def test_profile_nccl_env_reaches_the_server_process(profiles: Path) -> None:
-    launched = _specmon(profiles, "launch", "served")
+    # CUDA_DEVICE_ORDER is in no profile: the server inherits it from the shell specmon runs in, as every process
+    # started from that shell (a profile's python included) would.
+    inherited = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+    launched = _specmon(profiles, "launch", "served", env=inherited)
     assert launched.returncode == 0, launched.stderr
     deadline = time.monotonic() + 60
     while True:
@@ -201,8 +207,15 @@ def test_profile_nccl_env_reaches_the_server_process(profiles: Path) -> None:
     assert [p["role"] for p in data["processes"]] == ["server"]
     # The live run against a profile without those variables: its process env against that profile's effective one.
     run_id = data["subject"].split()[1]
-    diff = json.loads(_specmon(profiles, "diff", run_id, "plain", "--json").stdout)
+    assert data["process_env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    diff = json.loads(_specmon(profiles, "diff", run_id, "plain", "--json", env=inherited).stdout)
     assert {"section": "env: effective", "key": "NCCL_SOCKET_IFNAME", "a": "lo", "b": None} in diff["differences"]
+    # What both would inherit is no difference (it was shown as "PCI_BUS_ID vs (unset)").
+    assert [d for d in diff["differences"] if d["key"] == "CUDA_DEVICE_ORDER"] == []
+    # ... and what only the run inherited still is.
+    elsewhere = json.loads(_specmon(profiles, "diff", run_id, "plain", "--json").stdout)
+    assert {"section": "env: effective", "key": "CUDA_DEVICE_ORDER", "a": "PCI_BUS_ID", "b": None} \
+        in elsewhere["differences"]
 
 
 def test_env_and_diff_over_ssh_name_the_injecting_file(sshd: Sshd, tmp_path: Path) -> None:

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 FAMILY_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "VLLM_", "NVSHMEM_", "OMP_")
 # Set by specmon on every run: always differs, says nothing about the server.
-IGNORED = frozenset({"SPECMON_RUN_ID"})
+# Set by specmon's launch wrapper or by the shell for every process, never by the user: not worth comparing.
+IGNORED = frozenset({"SPECMON_RUN_ID", "PYTHONUNBUFFERED", "_", "SHLVL", "OLDPWD"})
 REDACTED = "<redacted>"
 _SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _NCCL_SET = re.compile(r"NCCL INFO (NCCL_[A-Za-z0-9_]+) set by environment to (.*?)\s*$")
@@ -93,13 +94,17 @@ class Startup:
     python: str                                   # the interpreter that ran (sys.executable)
     injections: tuple[Injection, ...] = ()
     versions: dict[str, str] = field(default_factory=dict)
+    # The environment it started with, redacted: what the host's shell passes on plus the launch env, i.e. what a
+    # server launched now would inherit.
+    environ: dict[str, str] = field(default_factory=dict)
 
 
 def parse_startup(data: Mapping[str, object]) -> Startup:
     """The start-up probe's JSON object (see specmon/sources/startup_probe.py); ValueError if malformed."""
     raw = data.get("injections", [])
     versions = data.get("versions", {})
-    if not isinstance(raw, list) or not isinstance(versions, dict):
+    environ = data.get("environ", {})
+    if not isinstance(raw, list) or not isinstance(versions, dict) or not isinstance(environ, dict):
         raise ValueError("start-up probe: malformed answer")
     injections = []
     for item in raw:
@@ -115,7 +120,8 @@ def parse_startup(data: Mapping[str, object]) -> Startup:
                                     file if isinstance(file, str) else None))
     return Startup(python=str(data.get("python", "")),
                    injections=tuple(sorted(injections, key=lambda i: i.name)),
-                   versions={str(k): str(v) for k, v in versions.items()})
+                   versions={str(k): str(v) for k, v in versions.items()},
+                   environ=redact({str(k): str(v) for k, v in environ.items()}))
 
 
 @dataclass(frozen=True)
@@ -225,13 +231,19 @@ class EnvReport:
         raise KeyError(name)
 
     def effective(self) -> dict[str, str]:
-        """The environment the server runs with: the process's when live, else launch env + injections."""
+        """The environment the server runs with: the process's when live, else what a launch now would give it:
+        the environment the profile's python started with (inherited from the host's shell, plus the launch env),
+        then the start-up injections."""
         live = self.server_env
         if live is not None:
             return dict(live)
-        env = dict(self.launch_env)
-        for view in (self.view("injected") or {}).items():
-            env[view[0]] = view[1]
+        env = dict(self.startup.environ) if self.startup is not None else {}
+        env.update(self.launch_env)
+        for injection in self.startup.injections if self.startup is not None else ():
+            if injection.value is None:
+                env.pop(injection.name, None)
+            else:
+                env[injection.name] = injection.value
         return env
 
     def to_json(self, everything: bool = False) -> dict[str, object]:

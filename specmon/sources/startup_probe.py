@@ -1,8 +1,10 @@
 """Run by a profile's own `python -S -` on the server's host (sent on stdin; it imports nothing from specmon and
 keeps to what Python 3.8 has: annotations are never evaluated). Prints one JSON object:
 
-    {"python": sys.executable, "injections": [{"name", "value", "before", "file"}], "versions": {...}}
+    {"python": sys.executable, "injections": [{"name", "value", "before", "file"}], "versions": {...},
+     "environ": {...}}
 
+Environ: the environment the interpreter started with (what the host's shell passes on, plus the launch env).
 Injections: `os.environ` is compared before and after site initialisation (`site.main()`, which `-S` postponed),
 and each .pth file, sitecustomize and usercustomize is run under a wrapper that notes which variables it changed,
 so the file can be named. A sitecustomize that sets nothing (Debian/Ubuntu ship one) is no injection.
@@ -99,7 +101,8 @@ def main() -> None:
         {"name": name, "value": after.get(name), "before": _before.get(name), "file": _by_file.get(name)}
         for name in sorted(set(_before) | set(after)) if _before.get(name) != after.get(name)
     ]
-    answer: dict[str, object] = {"python": sys.executable, "injections": injections, "versions": _versions()}
+    answer: dict[str, object] = {"python": sys.executable, "injections": injections, "versions": _versions(),
+                                 "environ": _before}
     if error:
         answer["error"] = error
     sys.stdout.write("\n<<specmon-startup>>" + json.dumps(answer) + "\n")
