@@ -90,7 +90,10 @@ class Sshd:
                 f"connect_timeout_s = {connect_timeout_s}\nkeepalive_s = {keepalive_s}\n")
 
     @classmethod
-    def start(cls, tmp: Path) -> Sshd:
+    def start(cls, tmp: Path, set_env: dict[str, str] | None = None) -> Sshd:
+        """`set_env`: more variables for every session (sshd's SetEnv overrides its default PATH too), e.g. a
+        directory holding a stand-in tool first on the remote PATH. Values must not hold spaces or quotes."""
+        extra = "".join(f" {name}={value}" for name, value in (set_env or {}).items())
         tmp.mkdir(parents=True, exist_ok=True)
         self = cls(tmp)
         _keygen(tmp / "host_key")
@@ -105,7 +108,7 @@ class Sshd:
                 f"AuthorizedKeysFile {tmp}/authorized_keys\nPermitRootLogin prohibit-password\n"
                 "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
                 "AllowTcpForwarding yes\nMaxStartups 100:30:200\nLogLevel VERBOSE\n"
-                f"SetEnv HOME={self.home}\nSubsystem sftp internal-sftp\n")
+                f"SetEnv HOME={self.home}{extra}\nSubsystem sftp internal-sftp\n")
             Path("/run/sshd").mkdir(exist_ok=True)
             log = open(self.log, "ab")   # noqa: SIM115 - handed to the child
             self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(tmp / "sshd_config")],

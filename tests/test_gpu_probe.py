@@ -1,11 +1,13 @@
 """The GPU probe (specmon.sources.gpu) through the real LocalTransport against a fake `nvidia-smi` on PATH.
 
 The fake (tests/fixtures/gpu/fake-nvidia-smi) is the one stand-in here: no GPU exists on CI machines. It prints
-rows shaped like the real captures and can print [N/A], drop a GPU mid-stream, or hang."""
+rows shaped like the real captures and can print [N/A], drop a GPU mid-stream, or hang. `specmon gpus HOST` is
+also run through a real loopback sshd whose sessions find the fake on their PATH."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shlex
 import subprocess
@@ -15,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from sshd_support import Sshd, sshd_available
 
 from specmon.sources.gpu import GpuProbe, snapshot
 from specmon.sources.host import HostOps
@@ -145,3 +148,37 @@ async def test_stop_sees_a_process_on_two_gpus_holding_the_sum(fake_smi: Path, m
     assert await HostOps(LocalTransport()).compute_apps() == {4242: 39184, 77: 10}
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     assert await HostOps(LocalTransport()).compute_apps() is None
+
+
+def test_specmon_gpus_over_ssh_reads_the_hosts_gpus_and_holders(tmp_path: Path,
+                                                                marked_process: tuple[int, int]) -> None:
+    # A dedicated loopback sshd whose sessions have the fake nvidia-smi first on PATH (sshd's SetEnv): the host
+    # side of `specmon gpus gpu1` runs exactly as on a GPU host, nothing in system directories is touched.
+    reason = sshd_available()
+    if reason is not None:
+        pytest.skip(reason)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)
+    marked, stranger = marked_process
+    sshd = Sshd.start(tmp_path / "sshd", set_env={
+        "PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "FAKE_SMI_GPUS": "3",
+        "FAKE_SMI_APPS": f"2:{marked}:4000;2:{stranger}:50"})
+    try:
+        config = tmp_path / "profiles.toml"
+        config.write_text('[profiles.remote]\nhost = "gpu1"\ncommand = "true"\nport = 39301\n' + sshd.ssh_table())
+        shown = subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), "gpus", "gpu1", "--json"],
+                               capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert shown.returncode == 0, shown.stderr
+        data = json.loads(shown.stdout)
+        assert data["host"] == "gpu1" and data["apps_error"] is None
+        assert [(g["index"], g["name"], g["memory_total_mib"]) for g in data["gpus"]] == [
+            (0, "NVIDIA H200", 143771), (1, "NVIDIA H200", 143771), (2, "NVIDIA H200", 143771)]
+        assert data["gpus"][2]["uuid"] == "GPU-00000002-fake-4000-8000-000000000002"
+        assert data["gpus"][0]["holders"] == [] and data["gpus"][1]["holders"] == []
+        holders = {h["pid"]: (h["run_id"], h["used_mib"], h["description"]) for h in data["gpus"][2]["holders"]}
+        # run-a is no run of this profiles file: its marker is read on the host, but no profile is named.
+        assert holders == {marked: ("run-a", 4000, f"held by pid {marked} (specmon run run-a, not known here)"),
+                           stranger: (None, 50, f"held by pid {stranger} (not a specmon run)")}
+    finally:
+        sshd.stop()
