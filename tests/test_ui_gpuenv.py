@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
@@ -11,11 +12,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from lifecycle_support import kill_marked
+from textual.widgets import Static
 
 from specmon.model.config import parse_config
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
 from specmon.ui.gpuenv import GpuEnvPane
+from specmon.ui.servers import ServersPane
 
 FAKE = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"
 
@@ -68,3 +72,37 @@ async def test_pane_shows_gpus_then_env_then_diff(app_with_gpus: SpecmonApp) -> 
 
         await pilot.press("e")
         await until(lambda: "8 GPUs" in pane_text(app), pilot.pause)
+
+
+async def test_the_confound_banner_names_an_env_difference_of_the_compared_runs(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    # Two sims alike in every argument; one profile's interpreter gets NCCL_PROTO=LL from a sitecustomize.py. Once
+    # both run, the banner over the Servers pane names that difference (read by the start-up probe in a worker).
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text('import os\nos.environ["NCCL_PROTO"] = "LL"\n')
+    parts = []
+    for name, env in (("ll", f'env = {{ PYTHONPATH = "{inject}" }}\n'), ("plain", "")):
+        port = free_port_factory()
+        command = json.dumps(["specmon", "sim", "--port", str(port), "--shards", "2", "--load-seconds", "1"])
+        parts.append(f'[profiles.{name}]\ncommand = {command}\npython = "{sys.executable}"\nport = {port}\n{env}')
+    config = parse_config("".join(parts), "test-profiles.toml")
+    app = SpecmonApp(config, engine=EngineBridge(config, autolaunch=["ll", "plain"], results_dir=tmp_path / "r"),
+                     demo=True, state_path=tmp_path / "ui.json")
+    runs: list[str] = []
+
+    def banner() -> str:
+        return str(app.query_one("#confound", Static).render())
+
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(lambda: all(app.rows[p].state == "ready" for p in ("ll", "plain")), pilot.pause, 90)
+            runs = [str(app.rows[p].run_id) for p in ("ll", "plain")]
+            await until(lambda: "NCCL_PROTO" in banner(), pilot.pause, 90)
+            # (the values in the order of the first run's report, then this run's: the shared rule's wording)
+            assert "plain vs ll: differs: NCCL_PROTO: LL vs (unset) [env: injected]" in banner()
+            assert app.query_one(ServersPane).border_title == "Servers · ⚠ WARNING: confounded"
+            await pilot.press("q")   # demo: q stops both servers
+            await until(lambda: not app.is_running, pilot.pause, 60)
+    finally:
+        kill_marked(runs)

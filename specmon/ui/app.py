@@ -46,7 +46,7 @@ from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
-from specmon.ui.servers import RunCard, ServersPane
+from specmon.ui.servers import COMPARED_STATES, RunCard, ServersPane
 from specmon.ui.sweep import WIDE_SCREEN, Levels, SweepPane
 from specmon.ui.themes import DEFAULT_THEME, load_themes, load_ui_state, save_ui_state, ui_state_path
 from specmon.ui.throttle import Throttle
@@ -134,6 +134,10 @@ class SpecmonApp(App[int]):
         self.sweep_status = ""
         self.sweeping = False
         self.experiment_steps: list[str] = []
+        # Each compared run's set-up (env views, launch args, versions) for the confound banner: profile -> (run id,
+        # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
+        self.setups: dict[str, tuple[str, EnvReport]] = {}
+        self._setups_reading: set[str] = set()     # run ids whose report is being read
         self.log_lines = log_lines
         self._state_path = state_path or ui_state_path()
         self._custom_themes: list[str] = []
@@ -207,7 +211,33 @@ class SpecmonApp(App[int]):
             message = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
             self.bell()
             self.notify(message, severity=severity, timeout=8)
+        self._read_setups()
         self._state_throttle.request()
+
+    def _read_setups(self) -> None:
+        """When two or more runs are compared, read each one's set-up once (the confound banner's env diff)."""
+        compared = [r for r in self.rows.values() if r.state in COMPARED_STATES and r.run_id]
+        if self.engine is None or len(compared) < 2:
+            return
+        engine = self.engine
+        for row in compared:
+            profile, run_id = row.profile, row.run_id
+            known = self.setups.get(profile)
+            if run_id is None or (known is not None and known[0] == run_id) or run_id in self._setups_reading:
+                continue
+            self._setups_reading.add(run_id)
+
+            async def read(profile: str = profile, run_id: str = run_id) -> None:
+                try:
+                    self.setups[profile] = (run_id, await engine.environment(profile))
+                    self._state_throttle.request()
+                except Exception as exc:   # the banner goes without this run's set-up; say why once
+                    self.notify(f"{profile}: set-up not read for the comparison: {exc}", severity="warning",
+                                timeout=8)
+                finally:
+                    self._setups_reading.discard(run_id)
+
+            self.run_worker(read(), group=f"setup-{profile}", exit_on_error=False, description=f"set-up {profile}")
 
     def add_log(self, profile: str, entries: Sequence[LogEntry]) -> None:
         """New log lines of a profile's run (kept up to `log_lines`; shown when that profile is selected)."""
@@ -264,7 +294,10 @@ class SpecmonApp(App[int]):
     def _paint_state(self) -> None:
         # A throttled repaint can fire while the app shuts down, after the panes are gone: nothing to paint then.
         with contextlib.suppress(NoMatches):
-            self.query_one(ServersPane).show([self.rows[p] for p in self.profiles if p in self.rows], self.selected)
+            rows = [self.rows[p] for p in self.profiles if p in self.rows]
+            setups = {row.profile: self.setups[row.profile][1] for row in rows
+                      if row.profile in self.setups and self.setups[row.profile][0] == row.run_id}
+            self.query_one(ServersPane).show(rows, self.selected, setups)
             if self._pending_log:
                 batch, self._pending_log = self._pending_log, []
                 self.query_one(LogPane).append(batch)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
@@ -11,12 +11,16 @@ from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
+from specmon.model.env import EnvReport
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 
 
 def _shape(text: str) -> list[int]:
     return [len(line) for line in text.split("\n")]
+
+
+COMPARED_STATES = ("loading", "ready")   # runs in these states are the ones being compared
 
 
 class RunCard(Vertical):
@@ -123,6 +127,8 @@ class ServersPane(VerticalScroll):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._warning = ""
         self._cards = [RunCard(name) for name in profiles]
+        self._compared: tuple[tuple[str, float | None, int | None, int], ...] = ()
+        self._warnings: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Static(id="confound", classes="warning-banner")
@@ -131,17 +137,23 @@ class ServersPane(VerticalScroll):
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
 
-    def show(self, rows: Sequence[ServerRow], selected: str | None) -> None:
-        """Draw every card and the confounded-comparison warning."""
+    def show(self, rows: Sequence[ServerRow], selected: str | None,
+             setups: Mapping[str, EnvReport] | None = None) -> None:
+        """Draw every card and the confounded-comparison warning (with each run's set-up where it was read:
+        environment, launch arguments and versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
         for card in self._cards:
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected)
-        compared = [
-            ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens)
-            for r in rows
-            if r.state in ("loading", "ready")
-        ]
-        warnings = confound_warnings(compared)
+        setups = setups or {}
+        compared = [r for r in rows if r.state in COMPARED_STATES]
+        # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.
+        key = tuple((r.profile, r.mem_fraction_static, r.kv_cache_tokens, id(setups.get(r.profile))) for r in compared)
+        if key != self._compared:
+            self._compared = key
+            self._warnings = confound_warnings([
+                ComparedRun(r.profile, r.mem_fraction_static, r.kv_cache_tokens, setup=setups.get(r.profile))
+                for r in compared])
+        warnings = self._warnings
         text = "\n".join(f"⚠ {escape(w)}" for w in warnings)
         if text != self._warning:  # touch the widgets only on change: each touch is a relayout and a repaint
             self._warning = text
