@@ -82,7 +82,6 @@ from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
 from specmon.sources.host import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.sources.local import LocalTransport
-from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import Transport, TransportError
 
@@ -102,6 +101,10 @@ def default_transport(host: str, ssh: SshSettings) -> Transport:
     """LocalTransport for "local"; an SSHTransport (one shared connection) for any other host."""
     if host == "local":
         return LocalTransport()
+    # asyncssh and its crypto take about a second to import here: only a session that reaches an SSH host pays it
+    # (the TUI's first frame no longer waits for it).
+    from specmon.sources.ssh import SSHTransport
+
     return SSHTransport(host, ssh)
 
 
