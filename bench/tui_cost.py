@@ -154,11 +154,15 @@ def main() -> int:
         os.write(term.fd, b"q")
         term.pump(10)
     finally:
-        try:
+        # Also when a step above failed: `q` stops the demo's servers (a SIGTERM alone would leave them running).
+        running = os.waitpid(term.pid, os.WNOHANG) == (0, 0)
+        if running:
+            os.write(term.fd, b"q")
+            term.pump(10)
+            running = os.waitpid(term.pid, os.WNOHANG) == (0, 0)
+        if running:
             os.kill(term.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        os.waitpid(term.pid, 0)
+            os.waitpid(term.pid, 0)
     print(f"terminal {cols}x{rows}; load average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return 0
 
