@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import kill_marked
 from textual.widgets import Static
+from ui_states import fed_app
 
 from specmon.model.config import parse_config
 from specmon.ui.app import SpecmonApp
@@ -106,3 +107,20 @@ async def test_the_confound_banner_names_an_env_difference_of_the_compared_runs(
             await until(lambda: not app.is_running, pilot.pause, 60)
     finally:
         kill_marked(runs)
+
+
+async def test_gpu_lines_take_the_new_theme_colours(tmp_path: Path) -> None:
+    # The gpus view keeps its painted lines between samples; a theme change must repaint them in the new colours.
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        pane = app.query_one(GpuEnvPane)
+        await until(lambda: "gpu7 · 2 GPUs" in pane.text, pilot.pause)
+
+        def colours() -> set[str]:
+            return {str(seg.style.color) for y in range(1, 5) for seg in pane.render_line(y) if seg.style}
+
+        dark = colours()
+        app.theme = "specmon-light"
+        await until(lambda: colours() != dark, pilot.pause, 10)
+        app.theme = "specmon-dark"
+        await until(lambda: colours() == dark, pilot.pause, 10)
