@@ -182,10 +182,9 @@ class GpuEnvPane(Static):
         return self._rows[y] if y < len(self._rows) else Strip.blank(self.size.width, self.visual_style.rich_style)
 
     def _paint_gpus(self, full: bool = False) -> None:
-        assert self._gpus is not None
         width = self.size.width
-        if not width:
-            return   # not laid out yet: the resize that follows paints
+        if self._gpus is None or self.view != "gpus" or not width:
+            return   # a throttled paint after the view changed; or not laid out yet (the resize that follows paints)
         now = time.monotonic()
         board = self._gpus.board
         if full or now - self._sparks_at >= SPARK_S or self._sparks.keys() != board.tracks.keys():
