@@ -134,7 +134,8 @@ def test_full_file_read_back(tmp_path: Path) -> None:
     assert config.profiles["other"] == Profile(name="other", command=("./serve.sh", "--flag", ""), server="other")
     assert config.profiles["other"].is_local
     assert config.sweep == SweepDefaults(levels=(1, 4, 16), requests_per_level=48, duration_s=None,
-                                         warmup_requests=0, input_len=1024, output_len=64, api="completions")
+                                         warmup_requests=0, input_len=1024, output_len=64, api="completions",
+                                         output_from_dataset=False)   # output_len written: fixed lengths
     assert config.keys == {"launch": "L", "quit": "ctrl+q"}
     # Later checks (the TUI validates binding ids) can still point at the line.
     assert config.where("keys", "quit") == f"{path}:29"
@@ -283,3 +284,19 @@ def test_demo_moved_to_other_ports_changes_port_and_the_command_port() -> None:
         on_ports(builtin_config(), [30003])
     with pytest.raises(UserError, match="1..65535"):
         on_ports(builtin_config(), [0, 30004])
+
+
+def test_sweep_dataset_keys_and_a_relative_path_taken_from_the_profiles_file(tmp_path: Path) -> None:
+    path = tmp_path / "conf" / "p.toml"
+    path.parent.mkdir()
+    path.write_text('[profiles.a]\ncommand = "x"\n[sweep]\ndataset = "sharegpt"\ndataset_path = "data/sg.json"\n'
+                    "input_range = 0.25\noutput_range = 0.1\nseed = 7\n"
+                    '[experiments.e]\nprofiles = ["a", "b"]\ndataset = "builtin"\noutput_len = 32\n'
+                    '[profiles.b]\ncommand = "y"\n', encoding="utf-8")
+    sweep = load_config(path, env={}).sweep
+    assert (sweep.dataset, sweep.dataset_path) == ("sharegpt", str(tmp_path / "conf" / "data" / "sg.json"))
+    assert (sweep.input_range, sweep.output_range, sweep.seed, sweep.output_from_dataset) == (0.25, 0.1, 7, True)
+    # An experiment's own dataset drops [sweep]'s file; its output_len makes lengths fixed.
+    exp = load_config(path, env={}).experiments["e"].sweep
+    assert (exp.dataset, exp.dataset_path, exp.seed, exp.output_from_dataset) == ("builtin", None, 7, False)
+    assert SweepDefaults().dataset == "builtin"   # realistic prompts unless a profiles file says otherwise

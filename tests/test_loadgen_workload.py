@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
-from specmon.loadgen import workload
-from specmon.loadgen.workload import RequestFactory, Workload, load_prompts
+from specmon.loadgen.workload import RequestFactory, Workload
+from specmon.model.datasets import Dataset, load_dataset
 
 
 def test_synthetic_prompts_have_the_length_and_differ_from_the_first_token() -> None:
@@ -36,32 +36,69 @@ def test_requests_per_level_default_is_whole_waves() -> None:
     assert Workload.from_dict(wl.to_dict()) == wl
 
 
-def test_prompt_files_jsonl_messages_and_sharegpt(tmp_path: Path) -> None:
-    jl = tmp_path / "p.jsonl"
-    jl.write_text('{"prompt": "Tell me"}\n\n{"messages": [{"role": "user", "content": "Hi"}]}\n'
-                  '{"conversations": [{"from": "gpt", "value": "x"}, {"from": "human", "value": "Why?"}]}\n')
-    prompts = load_prompts(jl)
-    assert prompts == ["Tell me", ({"role": "user", "content": "Hi"},), "Why?"]
-    sg = tmp_path / "sharegpt.json"
-    sg.write_text(json.dumps([{"id": "a", "conversations": [{"from": "human", "value": "Q1"}]}]))
-    assert load_prompts(sg) == ["Q1"]
-    f = RequestFactory(Workload(levels=(1,)), "m", prompts)
-    assert json.loads(f.body(1, 1))["messages"] == [{"role": "user", "content": "Hi"}]
-    assert json.loads(f.body(1, 3))["messages"] == [{"role": "user", "content": "Tell me"}]   # cycles
+def _jsonl(tmp_path: Path, rows: list[dict[str, object]]) -> Dataset:
+    p = tmp_path / "p.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return load_dataset("jsonl", p)
 
 
-@pytest.mark.parametrize(
-    ("content", "where"),
-    [('{"prompt": "a"}\n{"prompt": \n', ":2: not valid JSON"),
-     ('{"prompt": "a"}\n\n{"question": "b"}\n', ":3: expected"),
-     ("", ":1: no prompts")],
-)
-def test_bad_prompt_file_names_file_and_line(tmp_path: Path, content: str, where: str) -> None:
-    p = tmp_path / "bad.jsonl"
-    p.write_text(content)
-    with pytest.raises(UserError) as err:
-        load_prompts(p)
-    assert str(err.value).startswith(str(p)) and where in str(err.value)
+def test_dataset_prompts_go_as_written_in_one_seeded_order_for_every_level(tmp_path: Path) -> None:
+    ds = _jsonl(tmp_path, [{"prompt": f"question {n}", "category": "odd" if n % 2 else "even"} for n in range(10)]
+                + [{"messages": [{"role": "user", "content": "Hi"}]}])
+    wl = Workload(levels=(1, 4), dataset="jsonl", dataset_path="p.jsonl", seed=3)
+    f = RequestFactory(wl, "m", ds)
+    first = [json.loads(f.body(1, i))["messages"] for i in range(11)]
+    assert sorted(json.dumps(m) for m in first) == sorted(
+        json.dumps([{"role": "user", "content": e.prompt}] if isinstance(e.prompt, str) else list(e.prompt))
+        for e in ds.entries)                                     # a permutation: every prompt once per pass
+    assert first[:10] != [[{"role": "user", "content": f"question {n}"}] for n in range(10)]   # shuffled, not file order
+    assert [json.loads(f.body(4, i))["messages"] for i in range(11)] == first             # the same at each level
+    assert [json.loads(f.body(1, i + 11))["messages"] for i in range(11)] == first        # then it cycles
+    assert [f.category(i) for i in range(11)] == [f.sample(1, i).category for i in range(11)]
+    assert {f.category(i) for i in range(11)} == {"odd", "even", None}
+
+
+def test_seed_makes_prompts_and_lengths_repeatable() -> None:
+    ds = load_dataset("builtin")
+
+    def bodies(seed: int) -> list[bytes]:
+        wl = Workload(levels=(8,), dataset="builtin", seed=seed, output_range=0.3)
+        return [RequestFactory(wl, "m", ds).body(8, i) for i in range(300)]
+
+    assert bodies(11) == bodies(11)
+    assert bodies(11) != bodies(12)
+    rand = [Workload(levels=(2,), seed=5, input_range=0.5, output_range=0.5) for _ in range(2)]
+    assert [RequestFactory(rand[0], "m").body(2, i) for i in range(50)] == [RequestFactory(rand[1], "m").body(2, i) for i in range(50)]
+
+
+def test_length_ranges_are_uniform_within_their_bounds() -> None:
+    wl = Workload(levels=(1,), input_len=100, input_range=0.2, output_len=200, output_range=0.5, seed=1)
+    f = RequestFactory(wl, "m")
+    bodies = [json.loads(f.body(1, i)) for i in range(1000)]
+    inputs = [len(b["messages"][0]["content"].split()) - 1 + 4 for b in bodies]   # words after the tag, + the tag's 4
+    outputs = [b["max_tokens"] for b in bodies]
+    assert min(inputs) == 80 and max(inputs) == 120 and 95 < sum(inputs) / len(inputs) < 105
+    assert min(outputs) == 100 and max(outputs) == 300 and 190 < sum(outputs) / len(outputs) < 210
+    assert all(b["min_tokens"] == b["max_tokens"] for b in bodies)     # ignore_eos: each request its own length
+    assert len(set(inputs)) > 30 and len(set(outputs)) > 150
+
+
+def test_output_len_from_the_dataset_unless_given(tmp_path: Path) -> None:
+    ds = _jsonl(tmp_path, [{"prompt": "long answer", "output_len": 700}, {"prompt": "no length given"}])
+    by_prompt = {}
+    for from_dataset in (True, False):
+        wl = Workload(levels=(1,), dataset="jsonl", dataset_path="p.jsonl", output_len=64, output_from_dataset=from_dataset)
+        f = RequestFactory(wl, "m", ds)
+        by_prompt[from_dataset] = {f.sample(1, i).prompt: f.sample(1, i).output_len for i in range(2)}
+    assert by_prompt[True] == {"long answer": 700, "no length given": 64}
+    assert by_prompt[False] == {"long answer": 64, "no length given": 64}
+
+
+def test_old_result_files_workload_reads_back() -> None:
+    """A meta line written before datasets had `prompt_file` (or nothing): it reads as jsonl (or random)."""
+    old = Workload.from_dict({"levels": [1, 2], "input_len": 128, "output_len": 256, "prompt_file": "/p.jsonl"})
+    assert (old.dataset, old.dataset_path) == ("jsonl", "/p.jsonl")
+    assert Workload.from_dict({"levels": [1], "prompt_file": None}).dataset == "random"
 
 
 def test_workload_rejects_nonsense() -> None:
@@ -69,6 +106,12 @@ def test_workload_rejects_nonsense() -> None:
         Workload(levels=(0,))
     with pytest.raises(UserError, match="api"):
         Workload(levels=(1,), api="grpc")
+    with pytest.raises(UserError, match="dataset jsonl needs a dataset path"):
+        Workload(levels=(1,), dataset="jsonl")
+    with pytest.raises(UserError, match="dataset builtin takes no dataset path"):
+        Workload(levels=(1,), dataset="builtin", dataset_path="x.jsonl")
+    with pytest.raises(UserError, match=r"output range: must be a fraction in \[0, 1\)"):
+        Workload(levels=(1,), output_range=1.0)
 
 
 def test_workload_from_sweep_defaults_and_overrides() -> None:
@@ -87,15 +130,3 @@ def test_workload_from_sweep_defaults_and_overrides() -> None:
     w = workload_from(counted, WorkloadOverrides(duration_s=5.0, warmup_requests=0, timeout_s=9.0))
     assert (w.requests_per_level, w.duration_s, w.warmup_requests, w.timeout_s) == (None, 5.0, 0, 9.0)
     assert workload_from(counted).requests_per_level == 40
-
-
-def test_prompt_file_that_is_not_text_stops_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--prompt-file /dev/zero` read without limit until a MemoryError; a NUL byte or an oversized file now stops
-    the read with one line naming the file."""
-    with pytest.raises(UserError, match=r"^/dev/zero:1: a NUL byte at offset 0: not a text file"):
-        load_prompts("/dev/zero")
-    big = tmp_path / "big.jsonl"
-    big.write_text('{"prompt": "hello"}\n' * 2000)
-    monkeypatch.setattr(workload, "MAX_PROMPT_BYTES", 10_000)
-    with pytest.raises(UserError, match=r"big.jsonl:1: larger than 10000 bytes"):
-        load_prompts(big)

@@ -38,7 +38,7 @@ def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_sweep_url_writes_default_results_file_and_prints_table(server: str, tmp_path: Path) -> None:
     done = specmon("sweep", "--url", server, "--levels", "1,3", "--requests", "3", "--output-len", "9",
-                   "--input-len", "8", cwd=tmp_path)
+                   "--dataset", "random", "--input-len", "8", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (out,) = (tmp_path / "results").glob("127.0.0.1_*-*Z.jsonl")
     res = read_results(out)

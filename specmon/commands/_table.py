@@ -16,6 +16,8 @@ from typing import Literal, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from specmon.model.results import LevelResult
+
 Align = Literal["left", "right"]
 GAP = 2                # blanks between columns
 UNCUT_WIDTH = 10_000   # rich's width when nothing may be cut
@@ -46,3 +48,27 @@ def table_text(header: Sequence[str], rows: Iterable[Sequence[str]], *, align: A
     Console(file=buffer, width=UNCUT_WIDTH, color_system=None, force_terminal=False, highlight=False,
             emoji=False, markup=False).print(table)
     return "\n".join(line.rstrip() for line in buffer.getvalue().splitlines())
+
+
+def category_table(series: Sequence[tuple[str, Sequence[LevelResult]]], out: TextIO | None = None) -> str | None:
+    """Acceptance by prompt category: one row per sweep and level, one column per category; None without categories.
+
+    `series` is (label, levels) per sweep; the label column is left out for a single sweep.
+    """
+    names = sorted({name for _, levels in series for lv in levels for name in lv.categories})
+    if not names:
+        return None
+    labelled = len(series) > 1
+    rate = any(lv.rate is not None for _, levels in series for lv in levels)
+    head = (["sweep"] if labelled else []) + ["rate" if rate else "C"] + names
+    rows = []
+    for label, levels in series:
+        for lv in levels:
+            cells = [lv.categories.get(name) for name in names]
+            x = str(lv.concurrency) if lv.rate is None else f"{lv.rate:g}"
+            rows.append(([label] if labelled else []) + [x] + [
+                "-" if c is None or c.tokens_per_chunk is None else f"{c.tokens_per_chunk:.2f}" for c in cells])
+    first: list[Align] = ["left"] if labelled else []
+    right: list[Align] = ["right"] * (len(names) + 1)
+    return ("acceptance by prompt category (tokens per chunk: the accept length where a chunk is one verify step)\n"
+            + table_text(head, rows, align=first + right, out=out))

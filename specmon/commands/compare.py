@@ -16,7 +16,7 @@ from typing import Any
 
 import plotext as plt
 
-from specmon.commands._table import table_text
+from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
 from specmon.model.compare import (
     METRIC_UNITS,
@@ -70,6 +70,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), "warnings": list(warnings)}, indent=2))
         return 0
     print(render_table(sweeps, rows, metric))
+    by_category = category_table(list(zip(_labels(sweeps), (s.levels for s in sweeps))))
+    if by_category is not None:
+        print(by_category)
     for label, c in crossings:
         print(_crossing_text(sweeps[0].label, label, c, mode))
     for warning in warnings:
@@ -185,6 +188,8 @@ def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
             {x_key: row.load if x_key == "rate" else int(row.load),
              "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
              **({"goodput": [None if lv is None else lv.goodput for lv in row.levels]} if with_goodput else {}),
+             "categories": [None if lv is None else {name: c.to_dict() for name, c in lv.categories.items()}
+                            for lv in row.levels],
              "ratio": [row.ratio(i, metric=metric) for i in range(1, len(sweeps))]}
             for row in rows
         ],

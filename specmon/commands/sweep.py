@@ -17,10 +17,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from specmon.commands._lifecycle import config_for
-from specmon.commands._table import table_text
+from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates
+from specmon.model.datasets import DATASETS
 from specmon.model.goodput import parse_slo
 from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
@@ -59,17 +60,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    ">1 more even")
     p.add_argument("--max-concurrency", type=_positive_int, metavar="N",
                    help="open loop: at most N requests in flight; later arrivals wait for a free slot")
-    p.add_argument("--seed", type=_nonneg_int, metavar="N", help="seed of the arrival schedule and prompts (default 0)")
+    p.add_argument("--seed", type=_nonneg_int, metavar="N", help="seed of the arrival schedule, the prompt order and the lengths drawn (default 0)")
     p.add_argument("--slo", type=_slo, metavar="ttft:MS,tpot:MS,e2el:MS",
                    help="goodput targets in ms (any subset): report requests/s meeting every one, and their share")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", type=_positive_int, metavar="N", help="measured requests per level")
     stop.add_argument("--duration", type=_positive_float, metavar="S", help="seconds per level instead of a count")
     p.add_argument("--warmup", type=_nonneg_int, metavar="N", help="warm-up requests before the first level")
-    p.add_argument("--input-len", type=_positive_int, metavar="N", help="prompt length in tokens (approximate)")
-    p.add_argument("--output-len", type=_positive_int, metavar="N", help="output tokens per request")
+    p.add_argument("--dataset", choices=DATASETS,
+                   help="prompts: builtin (default: realistic prompts by category), random (synthetic words), or a "
+                   "sharegpt, jsonl or specbench file given with --dataset-path")
+    p.add_argument("--dataset-path", metavar="FILE", help="the file of a sharegpt, jsonl or specbench dataset")
+    p.add_argument("--input-len", type=_positive_int, metavar="N", help="random prompts' length in tokens (approximate)")
+    p.add_argument("--input-range", type=_fraction, metavar="R", help="random prompts' lengths uniform in N x [1-R, 1+R]")
+    p.add_argument("--output-len", type=_positive_int, metavar="N",
+                   help="output tokens per request (default: the dataset's lengths where it has them, else [sweep]'s)")
+    p.add_argument("--output-range", type=_fraction, metavar="R", help="output lengths uniform in N x [1-R, 1+R]")
     p.add_argument("--api", choices=APIS, help="chat or completions endpoint")
-    p.add_argument("--prompt-file", metavar="FILE", help="JSONL/ShareGPT prompts instead of synthetic ones")
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="do not send ignore_eos/min_tokens (for servers that reject them, e.g. transformers serve); "
                    "outputs may then end before --output-len")
@@ -99,12 +106,17 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from(config.sweep, WorkloadOverrides(
         levels=args.levels, rates=rates, burstiness=args.burstiness, max_concurrency=args.max_concurrency,
         slo=args.slo, seed=args.seed, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
-        input_len=args.input_len, output_len=args.output_len, api=args.api, prompt_file=args.prompt_file,
+        input_len=args.input_len, output_len=args.output_len, api=args.api, dataset=args.dataset,
+        dataset_path=args.dataset_path, input_range=args.input_range, output_range=args.output_range,
         timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos))
     if not workload.open_loop:
         for flag, value in (("--burstiness", args.burstiness), ("--max-concurrency", args.max_concurrency)):
             if value is not None:
                 raise UserError(f"sweep: {flag} applies to an open-loop sweep (--request-rate or --rates)")
+    if workload.dataset != "random" and (args.input_len is not None or args.input_range is not None):
+        # Ignoring it would leave the user believing the prompts had the length asked for.
+        raise UserError(f"--input-len/--input-range shape random prompts only; the {workload.dataset} dataset's "
+                        "prompts are sent as written (add --dataset random for synthetic prompts of a set length)")
     out_path = args.out or default_out_path(label)
     view = _StderrProgress(sys.stderr)
     levels: list[LevelResult] = []
@@ -208,7 +220,9 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
     if open_loop:
         notes += "; rate offered and sent/s achieved in req/s; late = send lateness vs the schedule; " \
                  "load OVER = over capacity, BEHIND = generator fell behind"
-    return table_text(tuple(head), rows, align="right") + f"\n({notes})"
+    text = table_text(tuple(head), rows, align="right") + f"\n({notes})"
+    by_category = category_table([("", levels)])
+    return text if by_category is None else text + "\n" + by_category
 
 
 def _ms(v: float | None) -> str:
@@ -290,6 +304,16 @@ def _nonneg_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return v
+
+
+def _fraction(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= v < 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1) (0.2 means +-20 %), got {text!r}")
     return v
 
 

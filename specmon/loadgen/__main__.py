@@ -22,7 +22,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.loadgen.runner import SweepRunner
-from specmon.loadgen.workload import Workload, load_prompts
+from specmon.loadgen.workload import Workload
 
 
 def _emit(msg: dict[str, Any]) -> None:
@@ -42,10 +42,10 @@ async def _watch_stdin(main: asyncio.Task[Any]) -> None:
 
 async def _main(spec: dict[str, Any]) -> int:
     workload = Workload.from_dict(spec["workload"])
-    prompts = load_prompts(workload.prompt_file) if workload.prompt_file else None
+    dataset = workload.load_dataset()
     key_env = spec.get("api_key_env")
     runner = SweepRunner(spec["url"], spec["model"], workload, _emit, spec.get("records_path"),
-                         api_key=os.environ.get(key_env) if key_env else None, prompts=prompts)
+                         api_key=os.environ.get(key_env) if key_env else None, dataset=dataset)
     loop = asyncio.get_running_loop()
     main = loop.create_task(runner.run())
     for sig in (signal.SIGTERM, signal.SIGINT):

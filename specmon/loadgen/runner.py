@@ -26,8 +26,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from specmon.loadgen.client import Stream, StreamClient
-from specmon.loadgen.workload import Prompt, RequestFactory, Workload
+from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.arrivals import arrival_times
+from specmon.model.datasets import Dataset
 from specmon.model.results import append_whole, redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
 
@@ -127,10 +128,10 @@ class SweepRunner:
     """Runs every level of a workload against one server, emitting progress, level and warning messages."""
 
     def __init__(self, url: str, model: str, workload: Workload, emit: Emit, records_path: str | None = None,
-                 api_key: str | None = None, prompts: Sequence[Prompt] | None = None) -> None:
+                 api_key: str | None = None, dataset: Dataset | None = None) -> None:
         self.w = workload
         self.emit = emit
-        self.factory = RequestFactory(workload, model, prompts)
+        self.factory = RequestFactory(workload, model, dataset)
         self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}))
         # Open loop without a cap has no bound on requests in flight: no pool limit (0) either.
         top = (workload.max_concurrency or 0) if workload.open_loop else max(max(workload.levels),
@@ -225,7 +226,7 @@ class SweepRunner:
                 finished(s)
                 if s.detail is not None:
                     s.detail = redact(s.detail, self._secrets)  # error bodies may echo the key
-                finish(_record(c, i, s, t0_ns, warmup))
+                finish(_record(c, i, s, t0_ns, warmup, self.factory.category(i)))
                 if s.error == "refused":
                     await asyncio.sleep(REFUSED_BACKOFF_S)
 
@@ -256,7 +257,7 @@ class SweepRunner:
                     slots.release()
             if s.detail is not None:
                 s.detail = redact(s.detail, self._secrets)
-            r = _record(c, i, s, t0_ns, warmup)
+            r = _record(c, i, s, t0_ns, warmup, self.factory.category(i))
             finish(dataclasses.replace(r, rate=rate, late_ms=max(0.0, (s.start_ns - ready_ns) / 1e6),
                                        queued_ms=queued_ms))
 
@@ -333,7 +334,7 @@ class SweepRunner:
         return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited).to_dict()
 
 
-def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool) -> RequestRecord:
+def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None) -> RequestRecord:
     times = s.times
     ok = s.error is None
     gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
@@ -343,6 +344,7 @@ def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool) -> RequestRecor
         ttft_ms=(times[0] - s.start_ns) / 1e6 if ok and times else None,
         e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
         chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
+        category=category,
     )
 
 

@@ -1,12 +1,18 @@
-"""What the load generator sends: the workload description, prompts, and pre-encoded request bodies.
+"""What the load generator sends: the workload description, prompt sampling, and pre-encoded request bodies.
 
-Synthetic prompts are common English words (about one token each in Llama/Qwen-style tokenizers), so a prompt of
-`input_len` words is roughly `input_len` tokens; the server's `usage.prompt_tokens` records the real count. Every
-request starts with its own tag so server prefix caches cannot turn prefill into a cache hit.
+Prompts come from a dataset (specmon.model.datasets): the built-in set, a user's ShareGPT/JSONL/SpecBench file,
+or `random`, synthetic prompts of common English words (about one token each in Llama/Qwen-style tokenizers), so a
+prompt of `input_len` words is roughly `input_len` tokens; the server's `usage.prompt_tokens` records the real
+count. Each synthetic prompt starts with its own tag so server prefix caches cannot turn prefill into a cache hit;
+dataset prompts are sent exactly as written (speculative acceptance depends on the text).
 
-Prompt files (for realistic speculative acceptance) are JSONL with one object per line, or one JSON array:
-`{"prompt": "..."}`, `{"text": "..."}`, `{"messages": [{"role": ..., "content": ...}, ...]}`, or ShareGPT-style
-`{"conversations": [{"from": "human", "value": "..."}, ...]}` (the first human turn is used).
+Sampling (all from `seed`, so two sweeps with the same seed send the same requests in the same order):
+- request i of every level gets dataset entry order[i mod N], where `order` is a seeded shuffle of the N entries;
+  every level thus sees the same prompts, and acceptance across levels is not confounded by a change of prompts;
+- output length: `output_len` fixed, or uniform in output_len x [1 - output_range, 1 + output_range]; with
+  `output_from_dataset`, the entry's own length where it has one (ShareGPT's reply, a JSONL `output_len`);
+- input length (random only): `input_len`, or uniform in input_len x [1 - input_range, 1 + input_range].
+Lengths are drawn once per position of a seeded sequence (period: the dataset size, or RANDOM_PERIOD).
 """
 
 from __future__ import annotations
@@ -14,23 +20,20 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import check_levels, check_rates, one_wave_problem
+from specmon.model.datasets import DATASETS, FILE_DATASETS, Dataset, Prompt, load_dataset
 from specmon.model.goodput import check_slo
-from specmon.model.textfile import NotTextError, read_capped
 
 APIS = ("chat", "completions")
-MAX_PROMPT_BYTES = 1 << 30   # the ShareGPT dump is ~0.7 GB; past 1 GiB a path is almost certainly wrong
 DEFAULT_RATE_SECONDS = 30.0   # open loop, no count or duration given: this much schedule per level
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
-
-# One message list (chat) or one string (completions / synthetic).
-Prompt = str | tuple[Mapping[str, Any], ...]
+RANDOM_PERIOD = 1024      # synthetic prompts: lengths repeat after this many requests
+RANDOM_POOL = 16          # distinct synthetic texts (the per-request tag keeps every prompt distinct anyway)
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which this be has had not but "
@@ -59,12 +62,16 @@ class Workload:
     input_len: int = 128
     output_len: int = 256
     api: str = "chat"
-    prompt_file: str | None = None
+    dataset: str = "random"                 # one of datasets.DATASETS; random for result files from before datasets
+    dataset_path: str | None = None         # the file of a sharegpt/jsonl/specbench dataset
+    input_range: float = 0.0                # random prompts: lengths uniform in input_len x [1 - r, 1 + r]
+    output_range: float = 0.0               # output lengths uniform in output_len x [1 - r, 1 + r]
+    output_from_dataset: bool = False       # the dataset entry's output length where it has one
     timeout_s: float = 120.0                # longest silence on one stream before it counts as a timeout
     deadline_s: float | None = None         # longest a request may run, start to end; None: 10 x timeout_s
     fixed_length: bool = True               # send ignore_eos + min_tokens so every request generates output_len
     temperature: float = 0.0
-    seed: int = 0
+    seed: int = 0                           # the prompt order and lengths, and the open-loop arrival times
     rates: tuple[float, ...] = ()           # requests/s per level: open loop; () is closed loop
     burstiness: float = 1.0                 # gamma shape of the gaps between arrivals; 1 is Poisson
     max_concurrency: int | None = None      # open loop: most requests in flight; later arrivals wait for a slot
@@ -95,6 +102,15 @@ class Workload:
             raise UserError(f"input/output length must be >= 1, got {self.input_len}/{self.output_len}")
         if self.warmup_requests < 0:
             raise UserError(f"warmup requests must be >= 0, got {self.warmup_requests}")
+        if self.dataset not in DATASETS:
+            raise UserError(f"dataset: must be one of {', '.join(DATASETS)}, got {self.dataset!r}")
+        if self.dataset in FILE_DATASETS and not self.dataset_path:
+            raise UserError(f"dataset {self.dataset} needs a dataset path (--dataset-path FILE)")
+        if self.dataset not in FILE_DATASETS and self.dataset_path:
+            raise UserError(f"dataset {self.dataset} takes no dataset path (give --dataset sharegpt, jsonl or specbench)")
+        for name, r in (("input range", self.input_range), ("output range", self.output_range)):
+            if not 0.0 <= r < 1.0:
+                raise UserError(f"{name}: must be a fraction in [0, 1) (0.2 means +-20 %), got {r}")
 
     def requests_for(self, concurrency: int) -> int | None:
         """Measured requests at this level; None when the level runs for duration_s instead."""
@@ -133,82 +149,77 @@ class Workload:
         known["levels"] = tuple(int(c) for c in known.get("levels", ()))
         known["rates"] = tuple(float(r) for r in known.get("rates", ()))
         known["slo"] = dict(known.get("slo") or {})
+        if d.get("prompt_file") and "dataset" not in d:   # a result file from before datasets
+            known.update(dataset="jsonl", dataset_path=d["prompt_file"])
         return cls(**known)
 
-
-def load_prompts(path: str | Path) -> list[Prompt]:
-    """Prompts from a JSONL or JSON-array file; a bad entry raises UserError naming file:line."""
-    p = Path(path)
-    try:
-        text = read_capped(p, MAX_PROMPT_BYTES).decode("utf-8")
-    except NotTextError as exc:
-        raise UserError(f"{p}:{exc.line}: {exc}; expected a JSONL or JSON prompt file") from None
-    except UnicodeDecodeError as exc:
-        raise UserError(f"{p}: cannot read prompt file (not UTF-8 text: {exc.reason} at byte {exc.start})") from None
-    except OSError as exc:
-        raise UserError(f"{p}: cannot read prompt file ({exc.strerror or exc})") from None
-    entries: list[tuple[str, Any]] = []   # (where, entry)
-    if text.lstrip().startswith("["):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{p}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-        entries = [(f"{p}: entry {n}", e) for n, e in enumerate(data, 1)]
-    else:
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                entries.append((f"{p}:{lineno}", json.loads(line)))
-            except json.JSONDecodeError as exc:
-                raise UserError(f"{p}:{lineno}: not valid JSON ({exc.msg})") from None
-    prompts = [_prompt_of(entry, where) for where, entry in entries]
-    if not prompts:
-        raise UserError(f"{p}:1: no prompts in file")
-    return prompts
+    def load_dataset(self) -> Dataset:
+        """The workload's prompt set; UserError naming FILE:LINE for a malformed entry."""
+        return load_dataset(self.dataset, self.dataset_path)
 
 
-def _prompt_of(entry: Any, where: str) -> Prompt:
-    if isinstance(entry, Mapping):
-        for key in ("prompt", "text"):
-            if isinstance(entry.get(key), str) and entry[key]:
-                return entry[key]
-        msgs = entry.get("messages")
-        if isinstance(msgs, list) and msgs and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in msgs):
-            return tuple(dict(m) for m in msgs)
-        conv = entry.get("conversations")
-        if isinstance(conv, list):
-            for turn in conv:
-                if isinstance(turn, Mapping) and turn.get("from") in ("human", "user") and isinstance(turn.get("value"), str):
-                    return turn["value"]
-    raise UserError(f"{where}: expected {{\"prompt\": ...}}, {{\"messages\": [...]}} or ShareGPT conversations")
+@dataclass(frozen=True)
+class Sample:
+    """What request i of a level sends: its prompt, the prompt's category (None if the set has none), its length."""
+
+    prompt: Prompt
+    category: str | None
+    output_len: int
 
 
 class RequestFactory:
-    """Builds the encoded JSON body of request i of a level; bodies differ from the very first token."""
+    """Builds the encoded JSON body of request i of a level; see the module docstring for the sampling."""
 
-    def __init__(self, workload: Workload, model: str, prompts: Sequence[Prompt] | None = None) -> None:
+    def __init__(self, workload: Workload, model: str, dataset: Dataset | None = None) -> None:
         self._w = workload
         self._model = model
-        self._prompts = list(prompts) if prompts else None
-        rng = random.Random(workload.seed)
+        self._entries = dataset.entries if dataset is not None else ()
+        seed = workload.seed
+        period = len(self._entries) or RANDOM_PERIOD
+        self._order = list(range(len(self._entries)))
+        random.Random(f"{seed}/order").shuffle(self._order)
+        self._out = _lengths(workload.output_len, workload.output_range, period, random.Random(f"{seed}/output"))
+        self._in = _lengths(workload.input_len, workload.input_range, period, random.Random(f"{seed}/input"))
+        rng = random.Random(seed)
         # A small pool of synthetic texts; the per-request tag in front keeps every prompt distinct.
-        self._pool = [" ".join(rng.choices(_WORDS, k=max(1, workload.input_len - 4))) for _ in range(16)]
+        longest = max(self._in)
+        self._pool = [rng.choices(_WORDS, k=max(1, longest - 4)) for _ in range(RANDOM_POOL)]
+
+    def sample(self, level: int | str, i: int) -> Sample:
+        """Request i of the level `level` (its concurrency, or an open-loop level's label)."""
+        w = self._w
+        out = self._out[i % len(self._out)]
+        if not self._entries:
+            words = self._pool[i % RANDOM_POOL][:max(1, self._in[i % len(self._in)] - 4)]
+            return Sample(f"[{level}-{i}] " + " ".join(words), None, out)
+        entry = self._entries[self._order[i % len(self._order)]]
+        if w.output_from_dataset and entry.output_len is not None:
+            out = entry.output_len
+        return Sample(entry.prompt, entry.category, out)
+
+    def category(self, i: int) -> str | None:
+        """The category of request i's prompt (the same at every level)."""
+        return self._entries[self._order[i % len(self._order)]].category if self._entries else None
 
     def body(self, level: int | str, i: int) -> bytes:
         w = self._w
-        tag = f"[{level}-{i}]"
-        if self._prompts is not None:
-            prompt = self._prompts[i % len(self._prompts)]
-        else:
-            prompt = f"{tag} {self._pool[i % len(self._pool)]}"
-        req: dict[str, Any] = {"model": self._model, "max_tokens": w.output_len, "stream": True,
+        s = self.sample(level, i)
+        req: dict[str, Any] = {"model": self._model, "max_tokens": s.output_len, "stream": True,
                                "stream_options": {"include_usage": True}, "temperature": w.temperature}
         if w.fixed_length:
             req["ignore_eos"] = True
-            req["min_tokens"] = w.output_len
+            req["min_tokens"] = s.output_len
+        prompt = s.prompt
         if w.api == "chat":
             req["messages"] = list(prompt) if isinstance(prompt, tuple) else [{"role": "user", "content": prompt}]
         else:
             req["prompt"] = prompt if isinstance(prompt, str) else "\n".join(str(m["content"]) for m in prompt)
         return json.dumps(req, separators=(",", ":")).encode()
+
+
+def _lengths(base: int, spread: float, n: int, rng: random.Random) -> list[int]:
+    """n lengths: all `base`, or uniform integers in base x [1 - spread, 1 + spread] (at least 1)."""
+    if not spread:
+        return [base]
+    lo, hi = max(1, round(base * (1 - spread))), max(1, round(base * (1 + spread)))
+    return [rng.randint(lo, hi) for _ in range(n)]

@@ -128,11 +128,14 @@ def crossover(a: Sequence[LevelResult], b: Sequence[LevelResult]) -> float | Non
 
 # ---- confounds: what makes a comparison unfair ----------------------------------------------------------------
 KV_TOKENS_APART = 0.10     # KV capacities further apart than this bound throughput at high concurrency differently
-# Workload keys that change what a level measures; levels, warm-up, timeout and seed do not. The open-loop ones
-# (arrival shape, cap) and the goodput targets are compared with their defaults filled in, so files written before
-# they existed do not differ from new ones by a missing key.
-_WORKLOAD_KEYS = ("input_len", "output_len", "api", "prompt_file", "fixed_length", "temperature")
-_WORKLOAD_DEFAULTS: Mapping[str, Any] = {"burstiness": 1.0, "max_concurrency": None, "slo": {}}
+# Workload keys that change what a level measures; levels, warm-up and timeout do not. The seed does with a
+# dataset: it picks which prompts a level of fewer requests than the set sends. The keys added later (open-loop
+# arrival shape and cap, goodput targets, the dataset and its sampling) are compared with their defaults filled in,
+# so files written before they existed do not differ from new ones by a missing key.
+_WORKLOAD_KEYS = ("dataset_path", "input_len", "output_len", "api", "fixed_length", "temperature")
+_WORKLOAD_DEFAULTS: Mapping[str, Any] = {"burstiness": 1.0, "max_concurrency": None, "slo": {}, "dataset": "random",
+                                         "seed": 0, "input_range": 0.0, "output_range": 0.0,
+                                         "output_from_dataset": False}
 
 
 @dataclass(frozen=True)
@@ -146,6 +149,7 @@ class ComparedRun:
     client_bound: tuple[float, ...] = ()             # loads where the load generator was the bottleneck
     mode: str = "concurrency"                        # what the loads are: "concurrency" or "rate" (req/s)
     setup: EnvReport | None = None                   # environment, launch args, versions (when they were read)
+    dataset_sha256: str | None = None                # the prompt file's content hash (an edited file differs)
 
     @classmethod
     def of_result(cls, result: SweepResult) -> ComparedRun:
@@ -162,7 +166,13 @@ class ComparedRun:
             workload=None if result.meta.tool else result.meta.workload,
             client_bound=tuple(lv.load for lv in result.levels if lv.client.bound),
             mode=result.mode,
+            dataset_sha256=_sha(result.meta.dataset),
         )
+
+
+def _sha(dataset: Mapping[str, Any] | None) -> str | None:
+    value = dataset.get("sha256") if dataset is not None else None
+    return value if isinstance(value, str) else None
 
 
 def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
@@ -187,6 +197,9 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
         values = [(label, w.get(key, _WORKLOAD_DEFAULTS.get(key))) for label, w in workloads]
         if len({repr(v) for _, v in values}) > 1:
             warnings.append(f"workload {key}: " + " ≠ ".join(f"{label} {v}" for label, v in values))
+    hashes = [(r.label, r.dataset_sha256) for r in runs if r.dataset_sha256 is not None]
+    if len({h for _, h in hashes}) > 1:
+        warnings.append("dataset content (sha256): " + " ≠ ".join(f"{label} {h[:12]}" for label, h in hashes))
     base = runs[0] if runs else None
     for r in runs[1:]:
         if base is not None and base.setup is not None and r.setup is not None:

@@ -27,6 +27,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.goodput import parse_slo
+from specmon.model.datasets import DATASETS, FILE_DATASETS
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped
@@ -97,6 +98,12 @@ class SweepDefaults:
     api: str = "chat"                       # "chat" | "completions"
     rates: tuple[float, ...] = ()           # request rates (req/s): an open-loop sweep instead of levels
     slo: Mapping[str, float] = field(default_factory=dict)   # goodput targets (ms), as `--slo` takes them
+    dataset: str = "builtin"                # datasets.DATASETS; builtin: realistic prompts, so acceptance is real
+    dataset_path: str | None = None         # sharegpt/jsonl/specbench file (relative: to the profiles file)
+    input_range: float = 0.0                # lengths uniform in len x [1 - range, 1 + range]
+    output_range: float = 0.0
+    seed: int = 0
+    output_from_dataset: bool = True       # no output_len written: the dataset's lengths where it has them
 
 
 @dataclass(frozen=True)
@@ -359,7 +366,7 @@ _PROFILE_KEYS = (
     "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
-               "rates", "slo")
+               "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
@@ -385,6 +392,7 @@ class _Validator:
     def __init__(self) -> None:
         self.problems: list[tuple[_KeyPath, str]] = []
         self.warnings: list[tuple[_KeyPath, str]] = []
+        self.base = Path(".")   # the profiles file's directory: relative paths in it are taken from there
 
     def problem(self, path: _KeyPath, message: str) -> None:
         self.problems.append((path, message))
@@ -474,6 +482,7 @@ class _Validator:
     # -- document -------------------------------------------------------------------------------------------------
 
     def config(self, data: Mapping[str, Any], source: str, found_by: str) -> Config | None:
+        self.base = Path(source).parent
         self.no_nul(data, ())
         self.unknown_keys(data, (), _TOP_KEYS)
         profiles: dict[str, Profile] = {}
@@ -681,7 +690,41 @@ class _Validator:
             input_len=self.integer(table, path, "input_len", defaults.input_len, 1) or defaults.input_len,
             output_len=self.integer(table, path, "output_len", defaults.output_len, 1) or defaults.output_len,
             api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
+            **self.dataset(table, path, defaults),
         )
+
+    def dataset(self, table: Mapping[str, Any], path: _KeyPath, defaults: SweepDefaults) -> dict[str, Any]:
+        """The prompt-set keys of a sweep table: dataset, dataset_path, the length ranges and the seed."""
+        given = "dataset" in table or "dataset_path" in table
+        name = self.choice(table, path, "dataset", defaults.dataset, DATASETS)
+        data_path = self.string(table, path, "dataset_path", None if given else defaults.dataset_path)
+        if name in FILE_DATASETS and data_path is None:
+            self.problem(path + ("dataset",), f"dataset {name!r} needs dataset_path = \"FILE\"")
+        elif name not in FILE_DATASETS and data_path is not None and given:
+            self.problem(path + ("dataset_path",), f"dataset {name!r} takes no file (dataset_path is for "
+                                                   + ", ".join(FILE_DATASETS) + ")")
+            data_path = None
+        if data_path is not None and "dataset_path" in table:
+            expanded = Path(data_path).expanduser()
+            data_path = str(expanded if expanded.is_absolute() else self.base / expanded)
+        return {
+            "dataset": name, "dataset_path": data_path,
+            "input_range": self.fraction(table, path, "input_range", defaults.input_range),
+            "output_range": self.fraction(table, path, "output_range", defaults.output_range),
+            "seed": self.integer(table, path, "seed", defaults.seed, 0) or 0,
+            "output_from_dataset": "output_len" not in table and defaults.output_from_dataset,
+        }
+
+    def fraction(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: float) -> float:
+        """A length range: a number in [0, 1) (0.2 means +-20 %)."""
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.wrong_type(path + (key,), "a fraction in [0, 1), e.g. 0.2 for +-20 %", value)
+        elif not 0 <= value < 1:
+            self.problem(path + (key,), f"must be a fraction in [0, 1), e.g. 0.2 for +-20 %, got {value}")
+        else:
+            return float(value)
+        return default
 
     def experiment(self, name: str, raw: object, sweep: SweepDefaults,
                    profiles: Mapping[str, Any]) -> ExperimentSpec | None:

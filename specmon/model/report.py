@@ -27,7 +27,8 @@ def level_to_dict(lv: LevelSummary) -> dict[str, Any]:
             "out_tok_s_spread": _r(lv.spread), "out_tok_s": [_r(v) for v in lv.values],
             "client_bound": lv.client_bound, "accept_disagree": lv.disagreeing,
             "ttft_p50_ms": _r(lv.ttft_p50_ms), "tpot_p50_ms": _r(lv.tpot_p50_ms),
-            "acceptance": None if lv.acceptance is None else lv.acceptance.to_dict()}
+            "acceptance": None if lv.acceptance is None else lv.acceptance.to_dict(),
+            "categories": {name: c.to_dict() for name, c in lv.categories.items()}}
 
 
 def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = None) -> dict[str, Any]:
@@ -164,6 +165,18 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
                          _num(a.client_tokens_per_chunk, ".2f"), _num(a.server_tok_s), f"{lv.mean:.1f}", queue,
                          "DISAGREE" if lv.disagreeing else ""])
     lines += _table(head, rows)
+    names = sorted({name for p in summary.profiles for lv in p.levels for name in lv.categories})
+    if names:
+        lines += ["", "## Acceptance by prompt category", "",
+                  "The client's tokens per chunk over each category's requests (pooled over the repeats): the accept "
+                  "length where the server streams one chunk per verify step.", ""]
+        rows = []
+        for p in summary.profiles:
+            for lv in p.levels:
+                cells = [lv.categories.get(name) for name in names]
+                rows.append([p.profile, str(lv.concurrency)]
+                            + ["–" if c is None else _num(c.tokens_per_chunk, ".2f") for c in cells])
+        lines += _table(["profile", "C", *names], rows)
     lines += ["", "## Warnings", ""]
     lines += [f"- {w}" for w in summary.warnings] or ["- none"]
     lines.append("")

@@ -6,7 +6,11 @@ Schema (version 1)::
      "profile": "eagle3" | null, "url": "http://127.0.0.1:30000", "model": "...",
      "server": {...what the server exposes: kv_cache_tokens, mem_fraction, speculative {...}, version...},
      "workload": {"api": "chat", "levels": [1, 2, 5], "requests_per_level": 16 | null, "duration_s": null,
-                  "warmup_requests": 2, "input_len": 128, "output_len": 256, "prompt_file": null},
+                  "warmup_requests": 2, "input_len": 128, "output_len": 256, "dataset": "builtin",
+                  "dataset_path": null, "seed": 0, "input_range": 0.0, "output_range": 0.0,
+                  "output_from_dataset": false, ...},
+     "dataset": {"name": "builtin", "path": "specmon/data/prompts.jsonl", "sha256": "...", "prompts": 250,
+                 "skipped": 0, "categories": {"chat": 50, ...}} | null,
      "records": "results/x.requests.jsonl" | null}
     {"type": "level", "concurrency": 1, "requests_ok": 16, "requests_failed": 0,
      "errors": {"refused": 0, ...only kinds that happened},
@@ -19,10 +23,17 @@ Schema (version 1)::
                                      "cpu_wait_s": 0.01},
      ...open loop only: "rate": 4.0, "achieved_rate": 3.99, "served_rate": 3.9, "send_late_ms": {...},
      "behind": false, "over_capacity": false, "ttft_growth": 1.1,
+     "categories": {"code": {"requests": 4, "output_tokens": 1024, "chunks": 300, "tokens_per_chunk": 3.41}, ...},
+     ...open loop only: "rate": 4.0, "achieved_rate": 3.99, "served_rate": 3.9, "send_late_ms": {...},
+     "behind": false, "over_capacity": false, "ttft_growth": 1.1,
      ...with --slo only: "goodput": 3.5, "good_share": 0.88}
 
 In an open-loop file (workload.mode "rate") a level's x value is its offered `rate`; its `concurrency` is the
 max-concurrency cap, 0 without one.
+
+The meta's `dataset` says which prompts were sent (the file's sha256 tells an edited file apart); its `workload`
+holds the sampling (seed, lengths, ranges). A level's `categories` is acceptance per prompt category (tokens per
+chunk over that category's requests), empty when the prompts have no categories.
 
 A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
 finished level. Statistics whose sample is empty are written as null. API keys never reach a file:
@@ -119,6 +130,43 @@ class ClientHealth:
 
 
 @dataclass(frozen=True)
+class CategoryStats:
+    """One prompt category's successful requests at a level, and its acceptance as the client sees it."""
+
+    requests: int
+    output_tokens: int   # from usage
+    chunks: int          # text-carrying chunks of the same requests
+
+    @property
+    def tokens_per_chunk(self) -> float | None:
+        """Usage tokens per streamed chunk: the category's accept length where a chunk is one verify step."""
+        return self.output_tokens / self.chunks if self.chunks else None
+
+    def to_dict(self) -> dict[str, Any]:
+        tpc = self.tokens_per_chunk
+        return {"requests": self.requests, "output_tokens": self.output_tokens, "chunks": self.chunks,
+                "tokens_per_chunk": None if tpc is None else round(tpc, 4)}
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str) -> CategoryStats:
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected an object with requests, output_tokens, chunks")
+        return cls(_req_int(d, "requests", where), _req_int(d, "output_tokens", where), _req_int(d, "chunks", where))
+
+
+def pool_categories(levels: Iterable[LevelResult]) -> dict[str, CategoryStats]:
+    """Each prompt category's counts summed over several levels (repeats of one level, or a whole sweep)."""
+    totals: dict[str, list[int]] = {}
+    for lv in levels:
+        for name, c in lv.categories.items():
+            t = totals.setdefault(name, [0, 0, 0])
+            t[0] += c.requests
+            t[1] += c.output_tokens
+            t[2] += c.chunks
+    return {name: CategoryStats(*t) for name, t in sorted(totals.items())}
+
+
+@dataclass(frozen=True)
 class LevelResult:
     """Everything measured at one concurrency level (metric definitions: specmon.model.sweepstats)."""
 
@@ -142,6 +190,7 @@ class LevelResult:
     achieved_concurrency: float | None = None
     usage_missing: int = 0
     started_at: str | None = None
+    categories: Mapping[str, CategoryStats] = field(default_factory=dict)   # prompt category -> its requests
     rate: float | None = None              # open loop: offered requests/s; None in a closed-loop level
     achieved_rate: float | None = None     # open loop: requests sent / time to the last send
     served_rate: float | None = None       # open loop: completions/s while arrivals were still coming
@@ -193,6 +242,7 @@ class LevelResult:
             "usage_missing": self.usage_missing,
             "started_at": self.started_at,
             "client": self.client.to_dict(),
+            "categories": {name: c.to_dict() for name, c in self.categories.items()},
         }
 
     @classmethod
@@ -209,6 +259,9 @@ class LevelResult:
             raise ValueError(f"{where}: errors must map an error kind to a count")
         tpc = d.get("tokens_per_chunk")
         ach = d.get("achieved_concurrency")
+        categories = d.get("categories") or {}
+        if not isinstance(categories, Mapping):
+            raise ValueError(f"{where}: categories must map a prompt category to its counts")
         return cls(
             concurrency=concurrency,
             requests_ok=_req_int(d, "requests_ok", where),
@@ -239,6 +292,7 @@ class LevelResult:
             ttft_growth=_opt_float(d.get("ttft_growth"), f"{where}: ttft_growth"),
             goodput=_opt_float(d.get("goodput"), f"{where}: goodput"),
             good_share=_opt_float(d.get("good_share"), f"{where}: good_share"),
+            categories={str(k): CategoryStats.from_dict(v, f"{where}: categories.{k}") for k, v in categories.items()},
         )
 
 
@@ -255,6 +309,7 @@ class SweepMeta:
     created_at: str = ""
     records: str | None = None
     tool: str | None = None   # the other load generator whose file this was read from (specmon.model.interop)
+    dataset: Mapping[str, Any] | None = None   # datasets.Dataset.describe(): name, path, sha256, prompts, categories
 
     @property
     def label(self) -> str:
@@ -277,6 +332,7 @@ class SweepMeta:
             "model": self.model,
             "server": dict(self.server),
             "workload": dict(self.workload),
+            "dataset": None if self.dataset is None else dict(self.dataset),
             "records": self.records,
         }
 
@@ -289,6 +345,9 @@ class SweepMeta:
         server = d.get("server") or {}
         if not isinstance(workload, Mapping) or not isinstance(server, Mapping):
             raise ValueError(f"{where}: workload and server must be objects")
+        dataset = d.get("dataset")
+        if dataset is not None and not isinstance(dataset, Mapping):
+            raise ValueError(f"{where}: dataset must be an object or null")
         return cls(
             url=url,
             model=d.get("model"),
@@ -298,6 +357,7 @@ class SweepMeta:
             specmon_version=str(d.get("specmon_version") or ""),
             created_at=str(d.get("created_at") or ""),
             records=d.get("records"),
+            dataset=None if dataset is None else dict(dataset),
         )
 
 

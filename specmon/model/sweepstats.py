@@ -19,7 +19,9 @@ Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so n
   the first measured request sent to the last one finished (closed loop, drain tail included, as vLLM does; the
   generator starts a level's C streams 0.5 ms apart, so at C=256 the first wave ramps up over 128 ms).
 - Tokens per chunk: sum of usage output tokens / sum of text chunks over requests that had usage: a client-side
-  accept-length proxy (1.0 without speculation).
+  accept-length proxy (1.0 without speculation). Per prompt category (datasets with categories) the same ratio over
+  that category's requests: acceptance per category. A server that streams one chunk per verify step (vLLM, SGLang
+  at its default stream interval) makes it the accept length; one that merges steps into a chunk overstates it.
 - Achieved concurrency: sum of request busy times / duration (Little's law, SGLang's "Concurrency").
 - Percentiles are linear-interpolated (numpy's default), p50/p90/p99 plus the mean.
 - Client-bound verdict: the level is flagged when the generator's event loop lagged more than
@@ -48,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specmon.model.goodput import meets_slo
-from specmon.model.results import ClientHealth, LevelResult, Stats
+from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stats
 
 LOOP_LAG_BOUND_MS = 10.0
 CPU_BOUND_FRACTION = 0.85
@@ -85,6 +87,7 @@ class RequestRecord:
     rate: float | None = None          # open loop: the level's offered rate
     late_ms: float | None = None       # open loop: sent this long after its scheduled time (slot wait excluded)
     queued_ms: float | None = None     # open loop with a cap: waited this long for a free slot
+    category: str | None = None        # the prompt's category, for datasets that give one
 
     @property
     def usage(self) -> bool:
@@ -118,6 +121,8 @@ class RequestRecord:
             d["late_ms"] = None if self.late_ms is None else round(self.late_ms, 3)
             if self.queued_ms:
                 d["queued_ms"] = round(self.queued_ms, 3)
+        if self.category is not None:
+            d["category"] = self.category
         return d
 
     @classmethod
@@ -129,7 +134,7 @@ class RequestRecord:
             chunks=int(d.get("chunks", 0)), output_tokens=d.get("output_tokens"),
             prompt_tokens=d.get("prompt_tokens"), itl_us=tuple(d.get("itl_us", ())),
             warmup=bool(d.get("warmup", False)), rate=d.get("rate"), late_ms=d.get("late_ms"),
-            queued_ms=d.get("queued_ms"),
+            queued_ms=d.get("queued_ms"), category=d.get("category"),
         )
 
 
@@ -237,6 +242,7 @@ class LevelAccumulator:
     last_send_s: float | None = None
     ok_ends: array = field(default_factory=lambda: array("d"))
     ttft_by_index: list[tuple[int, float]] = field(default_factory=list)
+    categories: dict[str, list[int]] = field(default_factory=dict)   # category -> [requests, usage tokens, chunks]
 
     def add(self, r: RequestRecord) -> None:
         if r.warmup:
@@ -265,6 +271,11 @@ class LevelAccumulator:
         if r.usage:
             self.usage_tokens += tokens
             self.usage_chunks += r.chunks
+            if r.category is not None:
+                counts = self.categories.setdefault(r.category, [0, 0, 0])
+                counts[0] += 1
+                counts[1] += tokens
+                counts[2] += r.chunks
         else:
             self.usage_missing += 1
         for gap in r.itl_us:
@@ -321,6 +332,7 @@ class LevelAccumulator:
             usage_missing=self.usage_missing,
             started_at=started_at,
             client=client,
+            categories={name: CategoryStats(*counts) for name, counts in sorted(self.categories.items())},
             goodput=self.good / dur if self.slo else None,
             good_share=self.good / measured if self.slo and measured else None,
             **open_loop,

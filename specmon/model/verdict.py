@@ -22,7 +22,7 @@ from specmon.model import compare
 from specmon.model.acceptance import DISAGREE_FRACTION, LevelAcceptance
 from specmon.model.compare import ComparedRun, find_crossover
 from specmon.model.env import EnvReport
-from specmon.model.results import LevelResult, SweepMeta, SweepResult
+from specmon.model.results import CategoryStats, LevelResult, SweepMeta, SweepResult, pool_categories
 
 MIN_REPEATS = 3
 
@@ -48,6 +48,7 @@ class LevelSummary:
     disagreeing: int = 0                 # repeats whose acceptance sources disagreed by > 10 %
     ttft_p50_ms: float | None = None
     tpot_p50_ms: float | None = None
+    categories: Mapping[str, CategoryStats] = field(default_factory=dict)   # pooled over the repeats
 
     @property
     def n(self) -> int:
@@ -121,6 +122,7 @@ def summarize_profile(runs: ProfileRuns) -> ProfileSummary:
             disagreeing=sum(1 for a in acc if a.disagree),
             ttft_p50_ms=_mean([lv.ttft_ms.p50 for _, lv in entries]),
             tpot_p50_ms=_mean([lv.tpot_ms.p50 for _, lv in entries]),
+            categories=pool_categories(lv for _, lv in entries),
         ))
     meta = runs.results[0][1].meta if runs.results else None
     return ProfileSummary(runs.profile, meta, tuple(levels), runs.setup)

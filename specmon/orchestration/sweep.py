@@ -40,7 +40,7 @@ import httpx
 
 from specmon import __version__
 from specmon.errors import UserError
-from specmon.loadgen.workload import Workload, load_prompts
+from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
@@ -86,7 +86,8 @@ class WorkloadOverrides:
 
     Giving a request count turns the config's duration off and vice versa, so a level never has both. Giving
     levels makes the sweep closed loop and giving rates open loop, whatever `[sweep]` says; with neither, a
-    `[sweep] rates` list makes it open loop.
+    `[sweep] rates` list makes it open loop. Giving a dataset drops the config's dataset path; giving an output
+    length makes it fixed (not the dataset's).
     """
 
     levels: tuple[int, ...] | None = None
@@ -101,7 +102,10 @@ class WorkloadOverrides:
     input_len: int | None = None
     output_len: int | None = None
     api: str | None = None
-    prompt_file: str | None = None
+    dataset: str | None = None
+    dataset_path: str | None = None
+    input_range: float | None = None
+    output_range: float | None = None
     timeout_s: float | None = None
     deadline_s: float | None = None
     fixed_length: bool | None = None
@@ -129,15 +133,19 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
     slo = o.slo if o.slo is not None else defaults.slo
     if slo:
         extra["slo"] = slo
-    if o.seed is not None:
-        extra["seed"] = o.seed
     rates = o.rates if o.rates else (() if o.levels else defaults.rates)
+    dataset = o.dataset or defaults.dataset
+    dataset_path = o.dataset_path if o.dataset is not None else (o.dataset_path or defaults.dataset_path)
     return Workload(
         rates=rates,
         levels=o.levels or tuple(defaults.levels), requests_per_level=requests, duration_s=duration,
         warmup_requests=defaults.warmup_requests if o.warmup_requests is None else o.warmup_requests,
         input_len=o.input_len or defaults.input_len, output_len=o.output_len or defaults.output_len,
-        api=o.api or defaults.api, prompt_file=o.prompt_file, **extra,
+        api=o.api or defaults.api, dataset=dataset, dataset_path=dataset_path,
+        input_range=defaults.input_range if o.input_range is None else o.input_range,
+        output_range=defaults.output_range if o.output_range is None else o.output_range,
+        output_from_dataset=defaults.output_from_dataset and o.output_len is None,
+        seed=defaults.seed if o.seed is None else o.seed, **extra,
     )
 
 
@@ -211,8 +219,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
         except Exception:  # noqa: BLE001 - a broken view must not cost the user a running sweep
             log.exception("sweep update callback failed")
     api_key = api_key_from_env(spec.api_key_env)
-    if spec.workload.prompt_file:
-        load_prompts(spec.workload.prompt_file)  # a bad file fails here, naming file:line, before any load
+    dataset = spec.workload.load_dataset()   # a bad file fails here, naming FILE:LINE, before any load
     claimed = claim_out_files(spec.out_path, spec.records)   # before any request, so a bad --out costs nothing
     try:
         ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None)
@@ -226,7 +233,8 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
         raise
     secrets = [api_key] if api_key else []
     meta = SweepMeta(url=spec.url, model=model, workload=spec.workload.to_dict(), profile=spec.profile,
-                     server=server, specmon_version=__version__, created_at=utc_now_iso(), records=str(spec.records))
+                     server=server, specmon_version=__version__, created_at=utc_now_iso(), records=str(spec.records),
+                     dataset=dataset.describe())
     levels: list[LevelResult] = []
     _append(spec.out_path, meta.to_dict(), secrets, levels)
     child_spec = {"url": spec.url, "model": model, "workload": spec.workload.to_dict(),

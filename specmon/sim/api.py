@@ -40,6 +40,7 @@ class Generation:
     stream: bool
     include_usage: bool
     model: str
+    prompt_text: str = ""  # the prompt as one string (chat: message contents joined by newlines)
 
     def completion_tokens(self) -> int:
         """How many tokens this request will produce: max_tokens with ignore_eos, else a deterministic EOS point."""
@@ -136,7 +137,7 @@ def parse_request(body: object, chat: bool, served_model: str, context_length: i
         )
     return Generation(chat=chat, prompt_key=zlib.crc32(text.encode()), prompt_tokens=prompt_tokens,
                       max_tokens=max_tokens, min_tokens=min_tokens, ignore_eos=ignore_eos,
-                      stream=stream, include_usage=include_usage, model=served_model)
+                      stream=stream, include_usage=include_usage, model=served_model, prompt_text=text)
 
 
 def token_text(prompt_key: int, start: int, count: int) -> str:

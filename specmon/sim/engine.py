@@ -33,6 +33,7 @@ class Request:
     prompt_tokens: int
     target_tokens: int  # how many tokens this request will produce
     reservation: int  # KV tokens held while running
+    accept_len: float  # mean tokens per step for this request (the model's, or its prompt category's)
     tokens: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     generated: int = 0
     steps: int = 0
@@ -100,10 +101,14 @@ class Engine:
         self._last_accept_len: float | None = None
 
     # -- public API ---------------------------------------------------------------------
-    def submit(self, prompt_tokens: int, target_tokens: int, max_tokens: int) -> Request:
-        """Queue a request; its tokens arrive on `request.tokens`, one item per step."""
+    def submit(self, prompt_tokens: int, target_tokens: int, max_tokens: int, accept_len: float | None = None) -> Request:
+        """Queue a request; its tokens arrive on `request.tokens`, one item per step.
+
+        `accept_len` overrides the model's tokens per step for this request (acceptance by prompt category).
+        """
         n = next(self._numbers)
-        req = Request(n, prompt_tokens, target_tokens, throughput.kv_reservation(prompt_tokens, max_tokens))
+        req = Request(n, prompt_tokens, target_tokens, throughput.kv_reservation(prompt_tokens, max_tokens),
+                      self.model.tokens_per_step if accept_len is None else accept_len)
         self.counters.requests += 1
         self.counters.prompt_tokens += prompt_tokens
         self.waiting.append(req)
@@ -206,7 +211,6 @@ class Engine:
         return new_tokens
 
     def _advance(self) -> None:
-        accept_len = self.model.tokens_per_step
         max_per_step = self.model.max_tokens_per_step
         spec = self.spec_steps is not None
         still: list[Request] = []
@@ -215,7 +219,7 @@ class Engine:
             if req.cancelled:
                 self._release(req)
                 continue
-            k = throughput.tokens_this_step(accept_len, max_per_step, req.steps, req.number,
+            k = throughput.tokens_this_step(req.accept_len, max_per_step, req.steps, req.number,
                                             req.target_tokens - req.generated)
             req.steps += 1
             req.generated += k

@@ -6,6 +6,7 @@ import argparse
 from dataclasses import dataclass, replace
 
 from specmon.errors import UserError
+from specmon.model.datasets import BUILTIN_CATEGORIES
 from specmon.sim import model as throughput
 
 FLAVORS = ("sglang", "vllm")
@@ -29,6 +30,8 @@ class SimConfig:
     mem_fraction_static: float = 0.88
     spec: str = "none"
     accept_len: float = throughput.DEFAULT_ACCEPT_LEN
+    # Built-in prompt category -> accept length for its prompts; other prompts get accept_len.
+    accept_by_category: tuple[tuple[str, float], ...] = ()
     spec_steps: int = 3
     spec_step_cost: float = 1.0
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
@@ -79,6 +82,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--mem-fraction-static", type=float, default=d.mem_fraction_static, help="shown in the args dump and server info (0 < F <= 1)")
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
     p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
+    p("--accept-by-category", metavar="CAT=LEN,...", type=_category_lengths, default=(),
+      help="EAGLE-3 accept length by prompt category of the built-in prompt set (" + ",".join(BUILTIN_CATEGORIES)
+      + "), e.g. code=3.4,chat=2.2; a prompt the sim does not recognise, or of a category not listed, gets --accept-len")
     p("--spec-steps", type=int, default=d.spec_steps, help="EAGLE-3 draft steps (speculative_num_steps; topk 1, so draft tokens = steps+1)")
     p("--spec-step-cost", type=float, default=d.spec_step_cost, help="EAGLE-3 step (draft + verify) time, times the default; lower keeps speculation ahead longer")
     p("--model", default=d.model, help="model name: args dump, /v1/models and responses")
@@ -110,6 +116,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
     cfg = SimConfig(
         flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
         kv_tokens=ns.kv_tokens, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
+        accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
         crash_at_shard=ns.crash_at_shard, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
@@ -126,6 +133,11 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
         (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
         (1.0 <= cfg.accept_len <= cfg.spec_steps + 1, f"--accept-len must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1)"),
+        (not cfg.accept_by_category or cfg.speculative, "--accept-by-category needs --spec eagle3"),
+        *((1.0 <= v <= cfg.spec_steps + 1,
+           f"--accept-by-category: {cat}={v:g} must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1): an accept length "
+           f"counts the bonus token; for an acceptance rate r give 1 + r x spec-steps")
+          for cat, v in cfg.accept_by_category),
         (cfg.spec_step_cost > 0, "--spec-step-cost must be > 0"),
         (cfg.context_length >= 1, "--context-length must be >= 1"),
         (cfg.max_running >= 1, "--max-running-requests must be >= 1"),
@@ -149,3 +161,23 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
                       stall_at_shard=d.stall_at_shard, slow_health=d.slow_health, exit_zero_after=d.exit_zero_after,
                       ignore_sigterm=d.ignore_sigterm, spawn_child=d.spawn_child)
     return cfg
+
+
+def _category_lengths(text: str) -> tuple[tuple[str, float], ...]:
+    """`code=3.4,chat=2.2` -> (("code", 3.4), ("chat", 2.2)); categories of the built-in set, each once."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        cat, eq, value = part.strip().partition("=")
+        cat = cat.strip()
+        if not eq or not cat:
+            raise argparse.ArgumentTypeError(f"expected CATEGORY=ACCEPT_LEN pairs separated by commas, got {part.strip()!r}")
+        if cat not in BUILTIN_CATEGORIES:
+            raise argparse.ArgumentTypeError(f"unknown category {cat!r} (the built-in prompt set has "
+                                             + ", ".join(BUILTIN_CATEGORIES) + ")")
+        if cat in out:
+            raise argparse.ArgumentTypeError(f"category {cat!r} given twice")
+        try:
+            out[cat] = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{cat}: expected a number, got {value.strip()!r}") from None
+    return tuple(out.items())

@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
+from specmon.model.datasets import builtin_categories
 from specmon.sim import api
 from specmon.sim.engine import Engine, Request
 from specmon.sim.logwriter import LaunchLog, graph_sizes, make_log, server_args
@@ -53,6 +54,11 @@ class SimServer:
         self._runner: web.AppRunner | None = None
         self._stop = asyncio.Event()
         self._stats_task: asyncio.Task[None] | None = None
+        # Acceptance by prompt category: the sim has no model to find a prompt "easy", so it recognises the prompts
+        # of the built-in set by their exact text (what a real server's acceptance depends on, and all it sees).
+        by_category = dict(cfg.accept_by_category)
+        self._accept_by_text = {text: by_category[cat] for text, cat in builtin_categories().items()
+                                if cat in by_category} if by_category else {}
 
     # -- process entry ---------------------------------------------------------------------
     async def main(self) -> int:
@@ -279,6 +285,7 @@ class SimServer:
                 "model": {"base_s": step_model.base_s, "slope_s": step_model.slope_s,
                           "tokens_per_step": step_model.tokens_per_step, "max_running": step_model.max_running,
                           "prefill_s_per_token": step_model.prefill_s_per_token},
+                "accept_by_category": dict(self.cfg.accept_by_category),
                 "steps": c.steps, "step_planned_s": c.step_planned_s, "step_actual_s": c.step_actual_s,
                 "step_abs_error_s": c.step_abs_error_s, "steps_within_1pct": c.steps_within_1pct,
                 "steps_within_5pct": c.steps_within_5pct, "generation_tokens": c.generation_tokens,
@@ -306,7 +313,8 @@ class SimServer:
             gen = api.parse_request(body, chat, self.cfg.model, self.cfg.context_length)
         except api.BadRequest as exc:
             return web.json_response(api.error_body(str(exc), 400), status=400)
-        req = self.engine.submit(gen.prompt_tokens, gen.completion_tokens(), gen.max_tokens)
+        req = self.engine.submit(gen.prompt_tokens, gen.completion_tokens(), gen.max_tokens,
+                                 self._accept_by_text.get(gen.prompt_text))
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         try:
