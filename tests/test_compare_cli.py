@@ -59,7 +59,8 @@ def test_json(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert [f["label"] for f in data["files"]] == ["baseline", "eagle3"]
     assert data["crossover"][0]["concurrency"] == pytest.approx(2 + 2 * 34 / 52)
     assert data["crossover"][0]["ahead_below"] == "eagle3"
-    assert data["levels"][0] == {"concurrency": 1, "output_throughput": [93.0, 128.0], "ratio": [pytest.approx(128 / 93)]}
+    assert data["levels"][0] == {"concurrency": 1, "output_throughput": [93.0, 128.0], "ratio": [pytest.approx(128 / 93)],
+                                 "categories": [{}, {}]}   # these sweeps' prompts had no categories
 
 
 def test_no_crossover_and_same_profile_twice(tmp_path: Path) -> None:

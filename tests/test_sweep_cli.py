@@ -78,11 +78,24 @@ def test_sweep_profile_and_json(server: str, tmp_path: Path) -> None:
         (["--timeout", "inf"], "--timeout: must be a finite number > 0, got 'inf'"),
         (["--duration", "inf"], "--duration: must be a finite number > 0, got 'inf'"),
         (["--deadline", "nan"], "--deadline: must be a finite number > 0, got 'nan'"),
+        (["--input-len", "512"], "--input-len/--input-range shape random prompts only; the builtin dataset's prompts"),
+        (["--dataset", "jsonl"], "dataset jsonl needs a dataset path (--dataset-path FILE)"),
+        (["--dataset", "random", "--dataset-path", "x.jsonl"], "dataset random takes no dataset path"),
+        (["--output-range", "1"], "--output-range: must be a fraction in [0, 1)"),
     ],
 )
 def test_bad_arguments_are_one_line(server: str, tmp_path: Path, args: list[str], message: str) -> None:
     done = specmon("sweep", "--url", server, *args, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_malformed_dataset_is_one_line_naming_file_and_line_before_anything_is_sent(server: str, tmp_path: Path) -> None:
+    (tmp_path / "q.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ["Hi?"]}\n{"question_id": 2}\n')
+    done = specmon("sweep", "--url", server, "--dataset", "specbench", "--dataset-path", "q.jsonl", "--out", "r.jsonl",
+                   cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr == "specmon: error: q.jsonl:2: 'turns' must be a non-empty list of strings (SpecBench question.jsonl), got null\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["q.jsonl"]
 
 
 def test_url_with_a_password_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -114,3 +114,54 @@ def test_record_and_progress_round_trip() -> None:
     assert RequestRecord.from_dict(r.to_dict()) == r
     p = SweepProgress(5, 1, 3, "level", 1.5, 10, 1, 40, None, 5, 123.4, 50.0, 2.5, 0.2, 0.3)
     assert SweepProgress.from_dict(p.to_dict()) == p
+
+
+def test_acceptance_per_category_is_tokens_per_chunk_over_that_categorys_requests() -> None:
+    from dataclasses import replace
+
+    from specmon.model.results import LevelResult
+
+    records = [replace(rec(i, tokens=120, chunks=40), category="code") for i in range(3)]      # 3.0
+    records += [replace(rec(i + 3, tokens=120, chunks=80), category="chat") for i in range(2)]  # 1.5
+    records.append(replace(rec(5, ok=False, error="timeout"), category="chat"))                # failed: not counted
+    records.append(replace(rec(6, tokens=None, chunks=9), category="chat"))                    # no usage: not counted
+    records.append(rec(7, tokens=50, chunks=50))                                              # no category
+    lv = level_from_records(records)
+    assert {k: (c.requests, c.tokens_per_chunk) for k, c in lv.categories.items()} == {"code": (3, 3.0), "chat": (2, 1.5)}
+    back = LevelResult.from_dict(lv.to_dict())
+    assert back.categories == lv.categories
+    assert lv.to_dict()["categories"]["code"] == {"requests": 3, "output_tokens": 360, "chunks": 120, "tokens_per_chunk": 3.0}
+    # Old level lines (no "categories") read back with none; a record's category survives its JSON line.
+    old = {k: v for k, v in lv.to_dict().items() if k != "categories"}
+    assert LevelResult.from_dict(old).categories == {}
+    assert RequestRecord.from_dict(records[0].to_dict()).category == "code"
+    assert "category" not in rec(0).to_dict()
+
+
+def test_category_tables_in_sweep_compare_and_report() -> None:
+    from specmon.commands._table import category_table
+    from specmon.model.report import summary_to_dict, summary_to_markdown
+    from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
+    from specmon.model.verdict import ProfileRuns, summarize
+
+    def level(c: int, code: tuple[int, int]) -> LevelResult:
+        return LevelResult(concurrency=c, requests_ok=2, requests_failed=0, duration_s=1.0, output_tokens=200,
+                           output_throughput=200.0, request_throughput=2.0, ttft_ms=Stats(), tpot_ms=Stats(),
+                           itl_ms=Stats(), e2e_ms=Stats(), tokens_per_chunk=2.0, client=ClientHealth(),
+                           categories={"code": CategoryStats(1, *code), "chat": CategoryStats(1, 100, 100)})
+
+    text = category_table([("", [level(1, (100, 25)), level(4, (100, 50))])])
+    assert text is not None
+    lines = text.splitlines()
+    assert lines[0].startswith("acceptance by prompt category") and lines[1].split() == ["C", "chat", "code"]
+    assert lines[2].split() == ["1", "1.00", "4.00"] and lines[3].split() == ["4", "1.00", "2.00"]
+    assert category_table([("a", [level(1, (1, 1))]), ("b", [level(1, (1, 1))])]).splitlines()[1].split()[:2] == ["sweep", "C"]
+    assert category_table([("", [])]) is None
+    # An experiment pools each category over the repeats: (100 + 300) tokens / (25 + 75) chunks = 4.0.
+    meta = SweepMeta(url="http://x", model="m", workload={}, profile="eagle")
+    repeats = [(1, SweepResult(None, meta, (level(1, (100, 25)),))), (2, SweepResult(None, meta, (level(1, (300, 75)),)))]
+    summary = summarize([ProfileRuns("eagle", repeats)], repeats=2)
+    assert summary.profiles[0].levels[0].categories["code"].tokens_per_chunk == 4.0
+    assert summary_to_dict(summary)["profiles"][0]["levels"][0]["categories"]["code"]["tokens_per_chunk"] == 4.0
+    md = summary_to_markdown(summary)
+    assert "## Acceptance by prompt category" in md and "| eagle | 1 | 1.00 | 4.00 |" in md

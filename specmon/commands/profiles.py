@@ -77,6 +77,7 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
             "duration_s": config.sweep.duration_s, "warmup_requests": config.sweep.warmup_requests,
             "input_len": config.sweep.input_len, "output_len": config.sweep.output_len, "api": config.sweep.api,
             "rates": list(config.sweep.rates), "slo": dict(config.sweep.slo),
+            "dataset": config.sweep.dataset, "dataset_path": config.sweep.dataset_path, "seed": config.sweep.seed,
         },
         "keys": dict(config.keys),
     }
@@ -99,6 +100,12 @@ def render_table(config: Config) -> str:
         line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
         lines.append(line if len(line) <= width else line[: max(width - 3, 20)] + "...")
     levels = ",".join(str(level) for level in config.sweep.levels)
-    lines.append(f"sweep: levels {levels}, input {config.sweep.input_len}, output {config.sweep.output_len} tokens, "
-                 f"api {config.sweep.api}")
+    sweep = config.sweep
+    prompts = f"dataset {sweep.dataset}" + (f" ({escape_controls(sweep.dataset_path)})" if sweep.dataset_path else "")
+    if sweep.dataset == "random":
+        prompts += f", input {sweep.input_len}"
+    output = f"{sweep.output_len} tokens"
+    if sweep.output_from_dataset and sweep.dataset in ("sharegpt", "jsonl"):
+        output += " where the dataset gives none"
+    lines.append(f"sweep: levels {levels}, {prompts}, output {output}, api {sweep.api}")
     return "\n".join(lines)

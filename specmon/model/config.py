@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.goodput import parse_slo
 from specmon.model.datasets import DATASETS, FILE_DATASETS
+from specmon.model.goodput import parse_slo
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped

@@ -99,14 +99,18 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
         "name": spec.name, "profiles": list(spec.profiles), "repeats": spec.repeats,
         "sweep": {"levels": list(sweep.levels), "requests_per_level": sweep.requests_per_level,
                   "duration_s": sweep.duration_s, "warmup_requests": sweep.warmup_requests,
-                  "input_len": sweep.input_len, "output_len": sweep.output_len, "api": sweep.api},
+                  "input_len": sweep.input_len, "output_len": sweep.output_len, "api": sweep.api,
+                  "dataset": sweep.dataset, "dataset_path": sweep.dataset_path, "input_range": sweep.input_range,
+                  "output_range": sweep.output_range, "seed": sweep.seed,
+                  "output_from_dataset": sweep.output_from_dataset},
         "max_load_s": spec.max_load_s, "stall_s": spec.stall_s, "on_failure": spec.on_failure,
         "retries": spec.retries, "on_busy": spec.on_busy, "busy_wait_s": spec.busy_wait_s,
     }
 
 
 def spec_from_dict(d: Mapping[str, Any]) -> ExperimentSpec:
-    sweep = dict(d["sweep"])
+    # A state saved before datasets ran synthetic prompts of fixed lengths: a resume must go on sending those.
+    sweep = {"dataset": "random", "output_from_dataset": False, **d["sweep"]}
     sweep["levels"] = tuple(int(c) for c in sweep["levels"])
     return ExperimentSpec(
         name=str(d["name"]), profiles=tuple(d["profiles"]), sweep=SweepDefaults(**sweep),
