@@ -241,7 +241,7 @@ def test_records_file_cut_short_by_a_write_limit_still_ends_at_a_whole_line(serv
     exe = shutil.which("specmon")
     assert exe
     done = subprocess.run(
-        [exe, "sweep", "--url", server, "--levels", "1,4", "--requests", "40", "--output-len", "9", "--input-len", "8",
+        [exe, "sweep", "--url", server, "--levels", "1,4", "--requests", "40", "--output-len", "9", "--dataset", "random", "--input-len", "8",
          "--warmup", "0", "--out", "r.jsonl"], capture_output=True, text=True, timeout=90, cwd=tmp_path,
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY)))
     assert done.returncode == 0, done.stderr

@@ -488,11 +488,11 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
     out = []
     for lv in result.levels:
         obj: dict[str, Any] = {
-            "tag": meta.label, "backend": backend, "dataset_name": "random",
+            "tag": meta.label, "backend": backend, "dataset_name": _peer_dataset(w.get("dataset", "random")),
             "request_rate": math.inf if lv.rate is None else lv.rate, "max_concurrency": lv.concurrency or None,
             "sharegpt_output_len": None,
             "random_input_len": w.get("input_len"), "random_output_len": w.get("output_len"),
-            "random_range_ratio": 0.0, "server_info": None,
+            "random_range_ratio": w.get("input_range", 0.0), "server_info": None,
             "duration": lv.duration_s, "completed": lv.requests_ok, "total_input_tokens": lv.input_tokens,
             "total_output_tokens": lv.output_tokens,
             "request_throughput": lv.request_throughput,
@@ -504,6 +504,12 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
         obj["concurrency"] = lv.achieved_concurrency
         out.append(obj)
     return out
+
+
+def _peer_dataset(name: object) -> str:
+    """specmon's dataset as the peers name theirs: random and sharegpt alike, a prompt file (and the built-in
+    set) as "custom"."""
+    return name if name in ("random", "sharegpt") else "custom"
 
 
 def _flat_keys(s: Stats, stem: str) -> dict[str, float | None]:
