@@ -56,6 +56,7 @@ async def test_open_loop_below_capacity_keeps_the_rate_and_poisson_arrivals(tmp_
     n = int(rate * seconds)
     assert len(recs) == n and level.requests_ok == n and level.requests_failed == 0
     late_p50, late_p99 = level.send_late_ms.p50, level.send_late_ms.p99
+    assert all(r.late_ms is not None and r.late_ms >= 0 for r in recs)   # no request goes out before its time
     assert late_p50 is not None and late_p99 is not None
     print(f"\nsend lateness p50 {late_p50:.2f} ms, p99 {late_p99:.2f} ms; achieved {level.achieved_rate:.3f} req/s; "
           f"loop lag p99 {level.client.loop_lag_ms_p99} ms; cpu wait {level.client.cpu_wait_s} s; behind {level.behind}")

@@ -258,7 +258,7 @@ class SweepRunner:
             if s.detail is not None:
                 s.detail = redact(s.detail, self._secrets)
             r = _record(c, i, s, t0_ns, warmup, self.factory.category(i))
-            finish(dataclasses.replace(r, rate=rate, late_ms=max(0.0, (s.start_ns - ready_ns) / 1e6),
+            finish(dataclasses.replace(r, rate=rate, late_ms=(s.start_ns - ready_ns) / 1e6,
                                        queued_ms=queued_ms))
 
         async def dispatcher(times: Sequence[float]) -> None:
@@ -268,8 +268,9 @@ class SweepRunner:
             try:
                 for i, t in enumerate(times):
                     due_ns = t0_ns + int(t * 1e9)
-                    delay = (due_ns - time.perf_counter_ns()) / 1e9
-                    if delay > 0:
+                    # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so
+                    # no request goes out before its time (lateness is then never negative).
+                    while (delay := (due_ns - time.perf_counter_ns()) / 1e9) > 0:
                         await asyncio.sleep(delay)
                     task = loop.create_task(arrival(i, due_ns, slots))
                     tasks.add(task)
