@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 from textual.widgets import DataTable, Static
-from ui_states import ROWS, demo_config, fed_app, screen_text
+from ui_states import FAILED_ROWS, HELD_PORT, ROWS, demo_config, fed_app, screen_text
 
 from specmon.errors import UserError
 from specmon.ui.app import SpecmonApp
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.rows import ServerRow
+from specmon.ui.servers import RunCard
 
 
 async def test_remapped_key_runs_the_action_and_the_help_screen_lists_it(tmp_path: Path) -> None:
@@ -149,6 +150,25 @@ async def test_footer_at_80x24_keeps_quit_help_sweep_and_launch(tmp_path: Path) 
         footer = (await _settled(app, pilot)).splitlines()[-1]
         for hint in ("q Quit", "? Help", "f Follow", "m Max", "t Theme", "^p Palette"):
             assert hint in footer, footer
+
+
+async def test_a_long_failed_reason_at_80x24_is_cut_on_its_card_and_shown_whole_one_key_away(tmp_path: Path) -> None:
+    """A held port's reason (with the holder's whole command line) wrapped over eight lines of its card at 80x24
+    and pushed the next card off the screen. Now the card keeps two lines and says which key shows the rest: `m`
+    maximises the Servers pane, where the reason is whole; the profile's Log pane also holds it whole."""
+    app = fed_app(tmp_path, rows=FAILED_ROWS)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await _settled(app, pilot)
+        assert "demo-eagle3 LOADING WEIGHTS" in screen and "l tries again" in screen, screen
+        assert "… (m: whole)" in screen, screen
+        assert app.logs["demo-baseline"][0].text == f"✗ FAILED: {HELD_PORT}"
+        await pilot.press("m")
+        await _settled(app, pilot)
+        card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
+        body = str(card.query_one(".card-body", Static).render())
+        assert "".join(body.replace("✗", "").replace("l tries again", "").split()) == "".join(HELD_PORT.split())
+        await pilot.press("escape")
+        assert "… (m: whole)" in await _settled(app, pilot)
 
 
 async def test_footer_keeps_a_remapped_essential_key(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_states import PROFILES, fed_app
+from ui_states import FAILED_ROWS, PROFILES, fed_app
 
 from textual.pilot import Pilot
 
@@ -26,6 +26,12 @@ async def _settle(pilot: Pilot) -> None:
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 def test_main_screen(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
     assert snap_compare(fed_app(tmp_path), terminal_size=size, run_before=_settle)
+
+
+def test_failed_card_with_a_long_reason_80x24(snap_compare, tmp_path: Path) -> None:
+    """A held port's long reason: two lines on the card, ending in the key that shows it whole; the next card stays
+    on screen."""
+    assert snap_compare(fed_app(tmp_path, rows=FAILED_ROWS), terminal_size=(80, 24), run_before=_settle)
 
 
 def test_help_screen_80x24(snap_compare, tmp_path: Path) -> None:

@@ -35,6 +35,14 @@ ROWS = [
               port=30002),
 ]
 
+# A launch refused on a held port, with the message PortBusy gives (the holder's command line is long).
+HELD_PORT = ("port 30001 is already in use (profile demo-baseline) by pid 81234 (python3 -m sglang.launch_server "
+             "--model-path meta-llama/Llama-3.1-8B-Instruct --tp 8 --port 30001 --mem-fraction-static 0.85 "
+             "--speculative-algorithm EAGLE3 --speculative-draft-model-path jamesliu1/sglang-EAGLE3-Llama-3.1-"
+             "Instruct-8B); stop it or choose another port (free: 30003, 30004) · try: specmon demo --ports "
+             "30003,30004")
+FAILED_ROWS = [ServerRow(profile="demo-baseline", state="failed", failure=HELD_PORT, port=30001), ROWS[1]]
+
 LOG = [
     LogEntry("[2026-11-29 15:00:01] server_args=ServerArgs(model_path='demo/llama-8b', tp_size=1, ...)"),
     LogEntry("Loading safetensors checkpoint shards:  50% Completed | 4/8 [00:11<00:11,  2.80s/it]", "shard"),
@@ -71,12 +79,13 @@ def gpu_board() -> GpuBoard:
     return board
 
 
-def fed_app(tmp: Path) -> SpecmonApp:
-    """An app with no engine, its panes fed the fixed states above. Themes come from the repo; state in `tmp`."""
+def fed_app(tmp: Path, rows: list[ServerRow] = ROWS) -> SpecmonApp:
+    """An app with no engine, its panes fed the fixed states above (`rows`: the Servers pane's). Themes come from
+    the repo; state in `tmp`."""
     app = SpecmonApp(demo_config(), state_path=tmp / "ui.json")
 
     def feed() -> None:
-        app.update_rows(ROWS)
+        app.update_rows(rows)
         app.add_log("demo-baseline", LOG)
         app.set_series("demo-baseline", BASELINE)
         app.set_series("demo-eagle3", EAGLE, crossover=CROSSOVER)

@@ -158,7 +158,7 @@ class SpecmonApp(App[int]):
         yield Static(self._topbar_text(), id="topbar")
         with Vertical(id="main"):
             with Horizontal(id="top"):
-                yield ServersPane(self.profiles, id="servers", classes="pane")
+                yield ServersPane(self.profiles, keys.key_of(self.keymap, "maximize"), id="servers", classes="pane")
                 yield LogPane(self.log_lines, id="log", classes="pane")
                 yield GpuEnvPane(id="gpuenv", classes="pane")
             yield SweepPane(id="sweep", classes="pane")
@@ -203,6 +203,10 @@ class SpecmonApp(App[int]):
         """New state for some profiles; rings and toasts on ready/failed/stalled, repaints (throttled)."""
         before = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
         for row in rows:
+            old = self.rows.get(row.profile)
+            if row.state == "failed" and row.failure and (old is None or old.failure != row.failure):
+                # The card cuts a long reason (format.card_reason); the profile's Log pane keeps it whole.
+                self.add_log(row.profile, [LogEntry(f"✗ FAILED: {row.failure}", "error")])
             self.rows[row.profile] = row
         after = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
         for profile, what in transitions(before, after):
@@ -527,12 +531,14 @@ class SpecmonApp(App[int]):
             self.screen.minimize()
         else:
             self.screen.maximize(self._focused_pane(), container=False)
+        self._paint_state()   # a maximised Servers pane shows failure reasons whole
 
     def action_restore(self) -> None:
         if self.query_one(LogPane).close_filter():
             return
         if self.screen.maximized is not None:
             self.screen.minimize()
+            self._paint_state()
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))

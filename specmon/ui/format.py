@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 
 # Re-exported: the panes read every format through this module.
@@ -246,3 +247,19 @@ def short_log_time(text: str) -> str:
     `(APIServer pid=1) INFO 04:56:17 ...` (the date and vLLM's `[file.py:N]` go; the message stays whole)."""
     shortened = _SGLANG_DATE.sub("[", text, count=1)
     return shortened if shortened != text else _VLLM_STAMP.sub(r"\1 \2 ", text, count=1)
+
+
+REASON_LINES = 2
+
+
+def card_reason(reason: str, width: int, more: str, lines: int | None = REASON_LINES) -> list[str]:
+    """A failure reason wrapped to `width` columns and cut to `lines` lines (None: whole), so a long one (a held
+    port's holder command line, a traceback's last line) never pushes the next card off an 80x24 screen; a cut
+    reason ends in `more`, which says where the whole one is."""
+    width = max(width, len(more) + 8)
+    wrapped = textwrap.wrap(" ".join(reason.split()), width, break_on_hyphens=False) or [""]
+    if lines is None or len(wrapped) <= lines:
+        return wrapped
+    kept = wrapped[:lines]
+    kept[-1] = kept[-1][: width - len(more)].rstrip() + more
+    return kept

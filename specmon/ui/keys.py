@@ -47,3 +47,8 @@ def key_rows(keymap: Mapping[str, str]) -> list[tuple[str, str, str]]:
     """(keys, description, binding id) for every binding, with user remaps applied: the help screen's table."""
     keys = effective_keys(keymap)
     return [(display_key(keys[spec.id]), spec.help, spec.id) for spec in KEYS]
+
+
+def key_of(keymap: Mapping[str, str], binding_id: str) -> str:
+    """The first key of a binding as a hint shows it ("m"), with user remaps applied."""
+    return display_key(effective_keys(keymap)[binding_id]).split(",")[0]
