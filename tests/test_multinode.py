@@ -196,6 +196,28 @@ async def test_a_busy_master_port_refuses_the_launch_before_anything_starts(free
         await busy.wait_closed()
 
 
+async def test_two_racing_multinode_launches_of_one_profile_start_exactly_one(free_port_factory, engine) -> None:
+    """Multi-node launches skipped the host launch lock that single-node launches take: two racing launches both
+    passed their preflights and each started two nodes on the same ports. Now each node's host is locked, so one
+    launch starts its nodes and the other is refused in one line. (Both "hosts" are this machine here, one lock
+    directory under two names: the launch takes it once.)"""
+    port, master_port = free_port_factory(), free_port_factory()
+    profile = two_node_profile(port, master_port)
+    first, _ = engine(profile)
+    second, _ = engine(profile)   # another specmon: its own manager, the same hosts and state
+    for attempt in range(2):
+        results = await asyncio.gather(first.launch("mn", watch=False), second.launch("mn", watch=False),
+                                       return_exceptions=True)
+        won = [r for r in results if isinstance(r, RunView)]
+        lost = [r for r in results if isinstance(r, BaseException)]
+        assert len(won) == 1 and len(lost) == 1, f"attempt {attempt}: {results}"
+        assert isinstance(lost[0], UserError) and "is still" in str(lost[0]), lost[0]
+        groups = {r.group for r in first.store.all() if r.group is not None and not r.terminal}
+        assert groups == {won[0].run_id}, f"attempt {attempt}: live node runs of {groups}"
+        report = await first.stop(won[0].run_id, force=True)
+        assert report.stopped, report
+
+
 async def test_the_master_address_defaults_to_rank0s_address_towards_rank1(free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
     profile = dataclasses.replace(two_node_profile(port, master_port), master_addr=None)

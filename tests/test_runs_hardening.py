@@ -167,6 +167,31 @@ def test_status_json_has_the_exit_code_of_a_run_that_failed_from_its_log(cli, fr
     assert run["exit_code"] == int((run_dir / "exit_code").read_text()) == 1
 
 
+@pytest.mark.timeout(600)   # six specmon processes and a stop: 100 s measured at load 10 on 2 cores
+def test_status_says_a_run_failed_by_its_log_is_still_running_and_what_stop_does(cli, free_port) -> None:
+    """A server that printed its traceback and then hung (a dead rank, the others waiting forever) was listed as
+    plainly failed while its process still ran and held its port. status now says so, with the pid and what
+    `stop` does; after the stop it is an ended failure again."""
+    cli.config.write_text(profile_toml("sim", free_port, "--crash-at-shard", "2", "--hang-after-crash"))
+    failed = cli("launch", "sim", "--wait", "-q", timeout=240)   # 14-22 s measured under load
+    assert failed.returncode == 1, failed.stderr
+    [run] = cli.status()
+    pid, run_id = int(str(run["pid"])), str(run["run_id"])
+    assert run["state"] == "failed" and run["still_running"] is True and run["exit_code"] is None
+    assert _alive(pid)
+    table = cli("status").stdout.splitlines()
+    assert table[1].split()[2:5] == ["failed,", "still", "running"], table
+    assert table[2] == (f"run {run_id} (sim) failed by its log, but its process is still running (pid {pid}, port "
+                        f"{free_port} may still be held): `specmon stop {run_id}` sends it SIGTERM, then SIGKILL "
+                        "after 30 s")
+    stopped = cli("stop", run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not _alive(pid)
+    [run] = cli.status()
+    assert run["state"] == "failed" and run["still_running"] is False
+    assert "still running" not in cli("status").stdout
+
+
 def test_a_stopped_load_keeps_its_shard_count(cli, free_port) -> None:
     cli.config.write_text(profile_toml("sim", free_port, shards=8, load=40, scale=0.5))
     assert cli("launch", "sim").returncode == 0

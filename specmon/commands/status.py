@@ -35,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true",
                         help="a JSON list of {run_id, profile, host, state, pid, port, url, started_at, ready_at, "
-                        "load_seconds, shards, kv_cache_tokens, exit_code, failure, config}; an unreadable record "
+                        "load_seconds, shards, kv_cache_tokens, exit_code, failure, config, still_running (failed by the log while "
+                        "the process still runs)}; an unreadable record "
                         "has state \"unreadable\" and its reason in \"error\"; a multi-node run adds nodes: the same for each "
                         "node, with its node_rank; with --host an object "
                         "{runs: [...], adoptable: [{run_id, profile, port, launched_at, pid, running, exit_code}]}")
@@ -72,12 +73,20 @@ def _row(v: RunView, mine: bool, label: str | None = None) -> tuple[str, ...]:
     where = f"{v.host} 127.0.0.1:{v.port} (over SSH)" if v.host != "local" and v.url == \
         f"http://127.0.0.1:{v.port}" else v.url
     url = where if v.active and v.node_rank in (None, 0) else ""
-    return (label or v.profile, v.run_id, v.state, str(v.pid or "-"), str(v.port), shards, load, url, note)
+    state = f"{v.state}, still running" if v.still_running else v.state
+    return (label or v.profile, v.run_id, state, str(v.pid or "-"), str(v.port), shards, load, url, note)
 
 
 def _rows(v: RunView, mine: bool) -> list[tuple[str, ...]]:
     """A run's row, then (for a multi-node run) one indented row per node."""
     return [_row(v, mine)] + [_row(node, mine, f"  node {node.node_rank} {node.host}") for node in v.nodes]
+
+
+def _still_running(v: RunView, grace_s: float) -> str:
+    """The line under the table for a run its log calls failed while its process runs on: what `stop` does."""
+    return (f"run {v.run_id} ({v.profile}) {v.state} by its log, but its process is still running (pid {v.pid}, "
+            f"port {v.port} may still be held): `specmon stop {v.run_id}` sends it SIGTERM, then SIGKILL after "
+            f"{grace_s:.0f} s")
 
 
 def _table(rows: list[tuple[str, ...]]) -> None:
@@ -147,6 +156,8 @@ def run(args: argparse.Namespace) -> int:
         elif not found:
             print("no runs" + (f" on {args.host}" if args.host else "")
                   + (f" (and {hidden} older: `specmon status --all`)" if hidden else ""))
+        for v in (n for view in views for n in (view, *view.nodes) if n.still_running):
+            print(_still_running(v, manager.stop_timings.grace_s))
         if hidden and (views or broken):
             print(f"({hidden} run(s) ended over {WINDOW_S // 3600} h ago not shown: `specmon status --all` lists them, "
                   "`specmon forget` removes them)")

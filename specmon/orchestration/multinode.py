@@ -217,7 +217,22 @@ async def master_address(profile: Profile, ops: Sequence[HostOps]) -> str:
 
 
 async def launch(manager: RunManager, profile: Profile, *, watch: bool) -> RunView:
-    """Start every node of a multi-node profile (after checking every host first); see the module docstring."""
+    """Start every node of a multi-node profile (after checking every host first); see the module docstring.
+
+    Every node's host launch lock is held from the preflights to the recorded pids, as for a single-node launch,
+    so of two racing launches exactly one starts nodes."""
+    try:
+        async with manager.launch_locks(profile, profile.nodes):
+            run_id = await _start_nodes(manager, profile)
+    except TransportError as exc:
+        raise UserError(str(exc)) from None
+    if watch:
+        return await manager.attach(run_id)
+    return manager.view(run_id)
+
+
+async def _start_nodes(manager: RunManager, profile: Profile) -> str:
+    """Preflight every host, then start every node; returns the group's run id (the hosts' locks are held)."""
     hosts = profile.nodes
     ops = [manager.ops(host) for host in hosts]
     try:
@@ -256,9 +271,7 @@ async def launch(manager: RunManager, profile: Profile, *, watch: bool) -> RunVi
         if not isinstance(error, (UserError, TransportError)):
             raise error
         raise UserError(message)
-    if watch:
-        return await manager.attach(run_id)
-    return manager.view(run_id)
+    return run_id
 
 
 async def stop(manager: RunManager, record: RunRecord, force: bool) -> StopReport:

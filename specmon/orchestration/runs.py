@@ -53,7 +53,7 @@ import os
 import shlex
 import socket
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -497,16 +497,20 @@ class RunManager:
     async def _refresh_one(self, record: RunRecord) -> RunView:
         if record.run_id in self._controllers:
             return self._controllers[record.run_id].view()
+        still_running = False
         with contextlib.suppress(TransportError, TimeoutError):
             if not record.terminal:
                 record = await self._reconcile(record)
             elif record.exit_code is None and record.state in ("failed", "exited") and record.pid:
-                # Failed from the log while the process still ran: its exit code came later.
-                _, exit_code, _ = await self.ops(record.host).run_status(record.run_dir, record.pid)
+                # Failed from the log while the process still ran: its exit code comes later, if ever (a server
+                # whose rank died can wait forever), so say whether it still runs.
+                info, exit_code, _ = await self.ops(record.host).run_status(record.run_dir, record.pid)
                 if exit_code is not None:
                     record = self._save(record, exit_code=exit_code)
+                else:
+                    still_running = info is not None and info.alive and info.starttime == record.starttime
         if record.terminal:
-            return self._static_view(record)
+            return dataclasses.replace(self._static_view(record), still_running=still_running)
         rs, mtime = await self._replay(record)
         if record.state != "ready" and rs.ready and failure_of(rs) is None:
             record = await self._confirm_ready(record, rs.load_seconds)
@@ -654,24 +658,39 @@ class RunManager:
             return await multinode.launch(self, profile, watch=watch)
         self._check_profile(profile)
         ops = self.ops(profile.host)
-        token = f"{socket.gethostname()} pid {os.getpid()} {new_run_id()}"
         try:
-            await self._lock(ops, token, profile)
-            try:
+            async with self.launch_locks(profile, [profile.host]):
                 await self.preflight(profile, ops, profile.host)
                 record = await self.start_run(profile, profile.host, new_run_id(), profile.command)
-            finally:
-                with contextlib.suppress(TransportError, TimeoutError):
-                    await asyncio.shield(ops.unlock(token))
         except TransportError as exc:
             raise UserError(str(exc)) from None
         if watch:
             return await self.attach(record.run_id)
         return self._static_view(self.store.load(record.run_id) or record)
 
+    @contextlib.asynccontextmanager
+    async def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AsyncIterator[None]:
+        """Hold the launch lock of every host in `hosts` (from the preflight to the recorded pids).
+
+        Hosts are locked one by one in name order, so two launches over the same hosts never each hold one lock
+        while waiting for the other's; two names for one machine (one lock directory) take its lock once."""
+        token = f"{socket.gethostname()} pid {os.getpid()} {new_run_id()}"
+        held: list[HostOps] = []
+        try:
+            for host in sorted(set(hosts)):
+                ops = self.ops(host)
+                await self._lock(ops, token, profile)
+                held.append(ops)
+            yield
+        finally:
+            for ops in reversed(held):
+                with contextlib.suppress(TransportError, TimeoutError):
+                    await asyncio.shield(ops.unlock(token))
+
     async def _lock(self, ops: HostOps, token: str, profile: Profile) -> None:
         deadline = time.monotonic() + LOCK_WAIT_S
-        while (holder := await ops.try_lock(token)) is not None:
+        # Our own token as the holder: another name of a host already locked in this launch.
+        while (holder := await ops.try_lock(token)) not in (None, token):
             if time.monotonic() >= deadline:
                 raise UserError(f"{ops.host}: another launch holds the launch lock ({holder}) for over "
                                 f"{LOCK_WAIT_S:.0f} s (profile {profile.name})")

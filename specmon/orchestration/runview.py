@@ -62,6 +62,7 @@ class RunView:
     node_rank: int | None = None          # a node of a multi-node run: its rank
     nodes: tuple[RunView, ...] = ()       # a multi-node run: its nodes' views in rank order (rank 0 first)
     config: str | None = None             # the profiles file that launched the run (None: unknown, an old run)
+    still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
 
     @property
     def active(self) -> bool:
@@ -88,6 +89,7 @@ class RunView:
             **({"node_rank": self.node_rank} if self.node_rank is not None else {}),
             **({"nodes": [node.to_json() for node in self.nodes]} if self.nodes else {}),
             "config": self.config,
+            "still_running": self.still_running,
         }
 
 

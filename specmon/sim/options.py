@@ -41,6 +41,7 @@ class SimConfig:
     decode_log_interval: int = 40
     stats_interval: float = 10.0
     crash_at_shard: int | None = None
+    hang_after_crash: bool = False
     oom_at: str | None = None
     nccl_timeout: bool = False
     stall_at_shard: int | None = None
@@ -100,6 +101,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     m.add_argument("--dist-init-addr", metavar="ADDR:PORT", help="rank 0's rendezvous address (needed with --nnodes > 1)")
     f = parser.add_argument_group("fault injection")
     f.add_argument("--crash-at-shard", type=int, metavar="K", help="crash with a Python traceback while loading shard K; exit 1")
+    f.add_argument("--hang-after-crash", action="store_true",
+                   help="with --crash-at-shard: print the traceback, then stay alive (as a server whose rank died "
+                   "while the others wait forever)")
     f.add_argument("--oom-at", choices=("kv", "graph"), help="CUDA out-of-memory traceback at KV-cache allocation or CUDA-graph capture; exit 1")
     f.add_argument("--nccl-timeout", action="store_true", help="after the weights load, print the NCCL watchdog timeout lines and exit 1")
     f.add_argument("--stall-at-shard", type=int, metavar="K", help="stop progressing and logging at shard K, but stay alive")
@@ -119,7 +123,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
-        crash_at_shard=ns.crash_at_shard, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
+        crash_at_shard=ns.crash_at_shard, hang_after_crash=ns.hang_after_crash, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
         stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
         ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,
         nnodes=ns.nnodes, node_rank=ns.node_rank, dist_init_addr=ns.dist_init_addr,
@@ -145,6 +149,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (cfg.decode_log_interval >= 1, "--decode-log-interval must be >= 1"),
         (cfg.stats_interval > 0, "--stats-interval must be > 0"),
         (cfg.crash_at_shard is None or 1 <= cfg.crash_at_shard <= cfg.shards, "--crash-at-shard must be in 1..--shards"),
+        (not cfg.hang_after_crash or cfg.crash_at_shard is not None, "--hang-after-crash needs --crash-at-shard"),
         (cfg.stall_at_shard is None or 1 <= cfg.stall_at_shard <= cfg.shards, "--stall-at-shard must be in 1..--shards"),
         (cfg.slow_health >= 0, "--slow-health must be >= 0"),
         (cfg.exit_zero_after is None or cfg.exit_zero_after >= 0, "--exit-zero-after must be >= 0"),
@@ -157,7 +162,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
             raise UserError(f"sim: {message}")
     if ns.fault_rank is not None and ns.fault_rank != cfg.node_rank:
         d = SimConfig()
-        cfg = replace(cfg, crash_at_shard=d.crash_at_shard, oom_at=d.oom_at, nccl_timeout=d.nccl_timeout,
+        cfg = replace(cfg, crash_at_shard=d.crash_at_shard, hang_after_crash=d.hang_after_crash, oom_at=d.oom_at, nccl_timeout=d.nccl_timeout,
                       stall_at_shard=d.stall_at_shard, slow_health=d.slow_health, exit_zero_after=d.exit_zero_after,
                       ignore_sigterm=d.ignore_sigterm, spawn_child=d.spawn_child)
     return cfg

@@ -116,6 +116,8 @@ class SimServer:
             await _sleep_until(t0 + k * per_shard)
             if cfg.crash_at_shard == k:
                 log.crash_in_shard(k)
+                if cfg.hang_after_crash:
+                    await _forever()
                 return 1
             if bar:
                 log.shard_progress(k, loop.time() - t0)

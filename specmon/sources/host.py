@@ -217,7 +217,8 @@ class HostOps:
         await self.sh(f"[ \"$(cat -- {lock}/owner 2>/dev/null)\" = {shlex.quote(token)} ] && rm -rf -- {lock}; true")
 
     async def live_runs_on_port(self, port: int) -> list[str]:
-        """Run directories on the host whose server (pid alive, no exit code yet) was launched for `port`.
+        """Run directories on the host whose server (pid alive and not a zombie, no exit code yet) was launched for
+        `port`.
 
         Read from the host's run directories, not from specmon's local state, so a launch from another jump box
         or a record lost locally still counts.
@@ -228,7 +229,9 @@ class HostOps:
             f"for d in {roots}; do for m in \"$d\"/*/meta.json; do r=${{m%/meta.json}}; "
             f"[ -f \"$m\" ] && [ ! -e \"$r/exit_code\" ] && grep -qF -- {needle} \"$m\" || continue; "
             f"p=$(cat -- \"$r/pid\" 2>/dev/null); case $p in ''|*[!0-9]*) continue;; esac; "
-            f"[ -d /proc/$p ] && echo \"$r\"; done; done; true")
+            # A zombie (exited, not yet reaped by an init that reaps slowly, as in containers) is not running.
+            f"s=$(cat /proc/$p/stat 2>/dev/null) || continue; s=${{s##*) }}; [ \"${{s%% *}}\" != Z ] && echo \"$r\"; "
+            f"done; done; true")
         return [line for line in out.splitlines() if line.startswith("/")]
 
     async def read_file(self, path: str) -> str | None:
