@@ -88,8 +88,11 @@ class RunCard(Vertical):
             ]
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
-            # Two lines of this card (76 columns before the first layout); whole while the pane is maximised.
-            width = (self.content_size.width or 76) - 2
+            # Two lines of this card, whole while the pane is maximised. The width comes from the pane's outer size
+            # less its border, a scrollbar's room, the card's bar and "✗ ": the card's own width changes with the
+            # scrollbar that a longer reason brings, and would make the cut flip between two widths.
+            width = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 8
+            width = width if width > 0 else 70   # before the first layout
             whole = isinstance(self.screen.maximized, ServersPane)
             parts = fmt.card_reason(row.failure, width, f"… ({self._whole_key}: whole)", None if whole else 2)
             lines += [f"[$error b]{'✗' if i == 0 else ' '} {escape(part)}[/]" for i, part in enumerate(parts)]
