@@ -255,11 +255,11 @@ REASON_LINES = 2
 def card_reason(reason: str, width: int, more: str, lines: int | None = REASON_LINES) -> list[str]:
     """A failure reason wrapped to `width` columns and cut to `lines` lines (None: whole), so a long one (a held
     port's holder command line, a traceback's last line) never pushes the next card off an 80x24 screen; a cut
-    reason ends in `more`, which says where the whole one is."""
+    reason ends in `more`, which says where the whole one is. A reason that fits comes back as one line."""
     width = max(width, len(more) + 8)
     wrapped = textwrap.wrap(" ".join(reason.split()), width, break_on_hyphens=False) or [""]
     if lines is None or len(wrapped) <= lines:
-        return wrapped
+        return [" ".join(reason.split())]   # fits: one line, wrapped by the card itself
     kept = wrapped[:lines]
     kept[-1] = kept[-1][: width - len(more)].rstrip() + more
     return kept
