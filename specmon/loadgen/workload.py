@@ -17,6 +17,7 @@ Lengths are drawn once per position of a seeded sequence (period: the dataset si
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -183,15 +184,19 @@ class RequestFactory:
         rng = random.Random(seed)
         # A small pool of synthetic texts; the per-request tag in front keeps every prompt distinct.
         longest = max(self._in)
-        self._pool = [rng.choices(_WORDS, k=max(1, longest - 4)) for _ in range(RANDOM_POOL)]
+        pool = [rng.choices(_WORDS, k=max(1, longest - 4)) for _ in range(RANDOM_POOL)]
+        # Each text joined once, with where its k-th word ends: a prompt of k words is then one slice.
+        self._pool = [" ".join(words) for words in pool]
+        self._ends = [list(itertools.accumulate(len(w) + 1 for w in words)) for words in pool]
 
     def sample(self, level: int | str, i: int) -> Sample:
         """Request i of the level `level` (its concurrency, or an open-loop level's label)."""
         w = self._w
         out = self._out[i % len(self._out)]
         if not self._entries:
-            words = self._pool[i % RANDOM_POOL][:max(1, self._in[i % len(self._in)] - 4)]
-            return Sample(f"[{level}-{i}] " + " ".join(words), None, out)
+            k = i % RANDOM_POOL
+            end = self._ends[k][max(1, self._in[i % len(self._in)] - 4) - 1] - 1
+            return Sample(f"[{level}-{i}] " + self._pool[k][:end], None, out)
         entry = self._entries[self._order[i % len(self._order)]]
         if w.output_from_dataset and entry.output_len is not None:
             out = entry.output_len
