@@ -22,7 +22,8 @@ COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "st
                                     "sweep", "compare", "export", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
+    """The parser with these subcommands registered (all of them by default: `specmon --help` lists every one)."""
     parser = argparse.ArgumentParser(
         prog="specmon",
         description="Terminal monitor for LLM inference servers (SGLang, vLLM): launch, "
@@ -37,13 +38,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--profile", metavar="NAME", help="preselect this profile in the TUI")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    for name in commands:
         importlib.import_module(f"specmon.commands.{name}").register(sub)
     return parser
 
 
+def commands_needed(argv: Sequence[str]) -> tuple[str, ...]:
+    """Which subcommand modules a command line needs: the one it names, none for the TUI, all to list them.
+
+    Importing every module (httpx, plotext, the orchestration) took 2-3 s on a busy box before any command ran,
+    and before the TUI's first frame; one command needs only its own.
+    """
+    args = iter(argv)
+    for arg in args:
+        if arg in ("--config", "--profile"):
+            next(args, None)   # its value
+        elif arg in ("-h", "--help"):
+            return COMMAND_MODULES
+        elif not arg.startswith("-"):
+            # An unknown name gets argparse's error, which lists every command.
+            return (arg,) if arg in COMMAND_MODULES else COMMAND_MODULES
+    return ()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(commands_needed(argv))
     args = parser.parse_args(argv)
     func = getattr(args, "func", None)
     try:

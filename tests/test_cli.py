@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import specmon
@@ -108,3 +110,23 @@ def test_readme_documents_every_subcommand_and_option() -> None:
             for option in action.option_strings:
                 if option.startswith("--") and option != "--help":
                     assert option in sections[name], f"README.md: `specmon {name}` does not mention {option}"
+
+
+def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -> None:
+    """`specmon status` used to import every command (plotext, asyncssh, the sweep and experiment code): 2-3 s on a
+    busy box before it did anything, and before the TUI's first frame. A command now imports its own module only;
+    `specmon --help` still lists them all."""
+    probe = ("import sys\nfrom specmon.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(sorted(m for m in sys.modules if m.startswith('specmon.commands.') or m in ('asyncssh', 'plotext')))")
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "state")}
+    status = subprocess.run([sys.executable, "-c", probe, "--config", str(tmp_path / "none.toml"), "profiles", "--json"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    loaded = status.stdout.strip().splitlines()[-1]
+    assert "specmon.commands.profiles" in loaded and "specmon.commands.sweep" not in loaded
+    assert "asyncssh" not in loaded and "plotext" not in loaded
+    listed = subprocess.run([sys.executable, "-m", "specmon", "--help"], capture_output=True, text=True, env=env,
+                            timeout=120)
+    assert all(name in listed.stdout for name in ("profiles", "sweep", "trust", "demo"))
+    unknown = subprocess.run([sys.executable, "-m", "specmon", "swep"], capture_output=True, text=True, env=env,
+                             timeout=120)
+    assert unknown.returncode == 2 and "invalid choice: 'swep'" in unknown.stderr and "sweep" in unknown.stderr
