@@ -42,9 +42,10 @@ def sim_start_s(samples: int = 2) -> float:
     return worst
 
 
-def stall_timeout_for_this_box(floor_s: float) -> float:
-    """A stall timeout well above the silence of a healthy start here and now (three times it), at least `floor_s`."""
-    return max(floor_s, 3 * sim_start_s())
+def stall_timeout_for_this_box(floor_s: float, factor: float = 3.0) -> float:
+    """A stall timeout well above the silence of a healthy start here and now (`factor` times it), at least
+    `floor_s`."""
+    return max(floor_s, factor * sim_start_s())
 
 
 def sim_profile(port: int, *extra: str, name: str = "sim", stall_timeout_s: float = 30.0,
