@@ -147,8 +147,16 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
         print(f"the card said FAILED {took:.2f} s after the screen opened")
         # The Servers pane is the left 44 columns; its card text wraps, so read it as one string.
         servers = " ".join(re.sub(r"[▁▂▃▄▅▆▇█▌▎]", " ", line[:44]).strip("│ ") for line in screen.splitlines())
+        # At 80x24 the card keeps two lines of a long reason (the next card stays on screen) and names the key
+        # that shows it whole: `m` maximises the Servers pane.
+        assert re.search(r"already\s+in\s+use", servers) and "(m: whole)" in servers, screen
+        tmux("send-keys", "-t", "demo", "m")
+        screen = wait_screen(tmux, r"free:", 30)
+        servers = " ".join(re.sub(r"[▁▂▃▄▅▆▇█▌▎]", " ", line).strip("│ ") for line in screen.splitlines())
         assert re.search(rf"already\s+in\s+use.*by\s+pid\s+{os.getpid()}", servers), screen
         assert re.search(r"free:\s+\d+,\s+\d+", servers) and "--ports" in servers, screen
+        tmux("send-keys", "-t", "demo", "m")   # m again restores (an Escape just before q would read as alt+q)
+        wait_screen(tmux, r"─ Log ", 30)
         assert took < 10, took   # a guard; the measured time is printed above (about a second on a busy box)
         tmux("send-keys", "-t", "demo", "q")
         wait_screen(tmux, r"DEMO-EXIT=0", 60)
