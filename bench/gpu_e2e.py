@@ -12,6 +12,8 @@ Steps, each written to DIR (small text/JSON files, to bring back as test fixture
                              injected by the profile's sitecustomize.py (named); versions (torch, driver, GPU)
   diff.json/.txt             `specmon diff tf-gpu tf-gpu-plain`: NCCL_PROTO differs (injected)
   sweep.txt, stop.txt        `specmon sweep`, `specmon stop`
+  sweep-rates.{txt,jsonl}    an open-loop sweep (rates 1,4) on the built-in prompts with goodput targets
+  vllm-results/              that result exported in vLLM's format
   gpus-after.json/.txt       after the stop: no GPU held by the run
   summary.json               every check with ok/detail; the exit code is 1 if any failed
 The model, private HOME and specmon state live under --work (default /tmp/specmon-gpu-e2e-work), not in DIR.
@@ -210,6 +212,21 @@ def main() -> int:
                                   "--requests", "16", "--output-len", "32", "--no-ignore-eos",
                                   "--out", str(out / "sweep.jsonl"), timeout=600)
             steps.check("sweep exits 0", sweep.returncode == 0, sweep.stderr[-500:])
+            # Open loop on the built-in prompt set with goodput targets, then the result in vLLM's format.
+            rated = steps.specmon("sweep-rates", "sweep", "tf-gpu", "--model", str(model), "--rates", "1,4",
+                                  "--duration", "20", "--slo", "ttft:500,tpot:100", "--dataset", "builtin",
+                                  "--output-len", "32", "--no-ignore-eos", "--seed", "1",
+                                  "--out", str(out / "sweep-rates.jsonl"), timeout=600)
+            steps.check("open-loop sweep (rates 1,4, builtin prompts, SLO) exits 0", rated.returncode == 0,
+                        rated.stderr[-500:])
+            levels = [json.loads(line) for line in (out / "sweep-rates.jsonl").read_text().splitlines()[1:]] \
+                if (out / "sweep-rates.jsonl").is_file() else []
+            steps.check("open-loop levels carry their rate and goodput", len(levels) == 2 and all(
+                lv.get("rate") is not None and lv.get("goodput") is not None for lv in levels),
+                [{k: lv.get(k) for k in ("rate", "goodput", "requests_ok")} for lv in levels])
+            exported = steps.specmon("export-vllm", "export", str(out / "sweep-rates.jsonl"), "--format", "vllm",
+                                     "--out", str(out / "vllm-results"))
+            steps.check("export --format vllm exits 0", exported.returncode == 0, exported.stderr[-500:])
     finally:
         stop = steps.specmon("stop", "stop", "tf-gpu", timeout=300)
         steps.check("stop exits 0", stop.returncode == 0, stop.stderr[-500:])
