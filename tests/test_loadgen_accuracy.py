@@ -2,11 +2,12 @@
 at C=256 as at C=16, and the tokens counted must equal what the server reported in usage, exactly.
 
 The server writes every stream's token in one batch per interval, as a real server's decode step does, so the
-generator takes each burst of C chunks at once. Its cost per chunk is a property of the CPU (about 25-60 us on a
-slow shared core), so the pace starts at 20 ms and, when the generator could not carry C=256 at that pace, it must
-say so (its client-bound flag) and the test retries at a pace its core can carry, computed from the CPU per chunk it
-measured (GENERATOR_SHARE of the core). The claim tested is then the same: at a pace the generator can carry, its
-ITL tail does not grow with concurrency.
+generator takes each burst of C chunks at once and timestamps them one after another: a stream's gap can be off by
+up to C x the generator's CPU per chunk. That cost is a property of the CPU (33 us on an H200 host's core, 64 us on
+a slow shared one), so at C=256 a burst takes 8-16 ms, most of a 20 ms pace. The test therefore starts at 20 ms and,
+when the tail grew there, retries at a pace computed from the CPU per chunk it measured, at which one burst takes at
+most BURST_SHARE of the pace. The claim tested is then: at a pace where the generator's own burst handling is
+small, its ITL tail does not grow with concurrency.
 
 Timing on a shared box: the generator reports how long the OS kept it waiting for a CPU (Linux schedstat), and the
 server reports its own p99 gap between chunks. A run in which either level's generator waited more than
@@ -41,7 +42,7 @@ STARVED_FRACTION = 0.05
 SERVER_LATE = 1.10   # the server's own p99 write gap more than 10 % over the pace: the server was late
 FIRST_PACE_MS = 20.0
 REQUEST_S = 2.0   # each request streams for about this long, whatever the pace
-GENERATOR_SHARE = 0.4   # a pace at which C=256 needs at most this share of the generator's core
+BURST_SHARE = 0.1   # a pace at which handling one burst of C=256 chunks takes at most this share of it
 HIGH_C = 256
 POOL_DEFAULT = 100   # aiohttp's connection limit when none is set
 
@@ -66,10 +67,10 @@ def disturbed(lv: LevelResult, server_gap_p99_ms: float | None, pace_ms: float) 
 
 
 def carried_pace_ms(lv: LevelResult) -> float:
-    """The pace (ms, rounded up to 5) at which HIGH_C streams need GENERATOR_SHARE of the core, from the CPU per
+    """The pace (ms, rounded up to 5) at which one burst of HIGH_C chunks takes BURST_SHARE of it, from the CPU per
     chunk this level measured."""
     per_chunk_s = lv.client.cpu_s / max(1, lv.client.chunks)
-    return 5.0 * math.ceil(HIGH_C * per_chunk_s / GENERATOR_SHARE * 1000 / 5.0)
+    return 5.0 * math.ceil(HIGH_C * per_chunk_s / BURST_SHARE * 1000 / 5.0)
 
 
 def server_stats(url: str) -> dict[str, Any]:
@@ -116,16 +117,13 @@ async def test_itl_tail_does_not_grow_with_concurrency_and_tokens_match_usage(fr
             tried.append((pace_ms, lo, hi, lo_server, hi_server))
             carried = carried_pace_ms(hi)
             if disturbed(lo, lo_server, pace_ms) or disturbed(hi, hi_server, pace_ms) or running < HIGH_C:
-                if hi.client.bound:
-                    pace_ms = max(pace_ms, carried)   # less work for a busy box next time
+                pace_ms = max(pace_ms, carried)   # less work for a busy box next time
                 continue
             assert lo.itl_ms.p50 == pytest.approx(pace_ms, rel=0.1)
             if hi.itl_ms.p99 == pytest.approx(lo.itl_ms.p99, rel=0.15):
                 return
-            # The generator's tail grew: it measured itself. It must have said so, and it must be its core's
-            # limit: at a pace its measured CPU per chunk can carry, the tail must hold.
-            assert hi.client.bound, ("the ITL tail grew with concurrency but the level is not flagged client-bound",
-                                     lo.itl_ms, hi.itl_ms, hi.client)
+            # The generator's tail grew: it measured its own burst handling. That must be its CPU's limit: at a pace
+            # where a burst is a small share, the tail must hold.
             assert carried > pace_ms, (f"the ITL tail grew at a {pace_ms:g} ms pace the generator should carry "
                                        f"({carried:g} ms would do)", lo.itl_ms, hi.itl_ms, hi.client)
             pace_ms = carried
