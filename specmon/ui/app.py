@@ -1,9 +1,10 @@
 """The specmon TUI: Servers, Log, GPU/env and Sweep panes over the lifecycle engine and the sweep runner.
 
-Data flows one way. An engine bridge (`specmon.ui.bridge`) watches runs and sweeps in asyncio tasks and hands the
-app presentation rows through `update_rows`, `add_log`, `set_series` and `set_sweep_status`; the app stores them
-and repaints through two throttles (state ≤ 4 Hz, chart ≤ 1 Hz), so a chatty log or a live sweep never drives the
-frame rate. Key actions call the bridge in workers; the UI never waits on I/O.
+Data flows one way. An engine bridge (`specmon.ui.bridge`) watches runs and sweeps in asyncio tasks and posts the
+app Messages (`specmon.ui.messages`: rows, log lines, series, sweep status, notices); the app's handlers store them
+(`update_rows`, `add_log`, `set_series`, `set_sweep_status`) and repaint through two throttles (state ≤ 4 Hz,
+chart ≤ 1 Hz), so a chatty log or a live sweep never drives the frame rate. Key actions call the bridge in workers;
+the UI never waits on I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.events import Resize
 from textual.markup import escape
+from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
 from textual.theme import Theme
 from textual.widget import Widget
@@ -44,6 +46,16 @@ from specmon.ui.forms import (
 from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
+from specmon.ui.messages import (
+    ChartCleared,
+    EngineNotice,
+    ExperimentStepsChanged,
+    LogAdded,
+    LogCleared,
+    RowsChanged,
+    SeriesChanged,
+    SweepStatusChanged,
+)
 from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 from specmon.ui.servers import COMPARED_STATES, RunCard, ServersPane
@@ -65,8 +77,8 @@ _SCREEN_ACTIONS = frozenset(spec.action.split("(")[0] for spec in KEYS) - {"quit
 class Engine(Protocol):
     """What the app asks of the engine; `specmon.ui.bridge.EngineBridge` implements it over the RunManager."""
 
-    async def start(self, app: SpecmonApp) -> None:
-        """Begin watching runs; push rows and log lines into `app`."""
+    async def start(self, target: MessagePump) -> None:
+        """Begin watching runs; post rows, log lines and notices to `target` (the app) as Messages."""
 
     async def launch(self, profile: str) -> None: ...
 
@@ -74,14 +86,14 @@ class Engine(Protocol):
 
     async def restart(self, profile: str) -> None: ...
 
-    async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
-        """Run the sweep, pushing series and status into `app` as levels finish."""
+    async def sweep(self, request: SweepRequest) -> None:
+        """Run the sweep, posting series and status as levels finish; cancelled, it posts its last status."""
 
-    async def overlay(self, path: Path, app: SpecmonApp) -> None:
-        """Read a result file and add it to the chart as a series."""
+    async def overlay(self, path: Path) -> None:
+        """Read a result file and post it to the chart as a series."""
 
-    async def experiment(self, request: ExperimentRequest, app: SpecmonApp) -> None:
-        """Run (or resume) an experiment, pushing its steps, series and verdict into `app`."""
+    async def experiment(self, request: ExperimentRequest) -> None:
+        """Run (or resume) an experiment, posting its steps, series, status and verdict."""
 
     async def close(self, stop_started: bool) -> None:
         """Stop watching; with `stop_started`, stop the runs this session launched."""
@@ -289,6 +301,43 @@ class SpecmonApp(App[int]):
         self.experiment_steps = list(steps)
         self._chart_throttle.request()
 
+    @on(RowsChanged)
+    def _rows_changed(self, message: RowsChanged) -> None:
+        self.update_rows(message.rows)
+
+    @on(LogAdded)
+    def _log_added(self, message: LogAdded) -> None:
+        self.add_log(message.profile, message.entries)
+
+    @on(LogCleared)
+    def _log_cleared(self, message: LogCleared) -> None:
+        self.clear_log(message.profile)
+
+    @on(SeriesChanged)
+    def _series_changed(self, message: SeriesChanged) -> None:
+        self.set_series(message.name, message.levels, crossover=message.crossover,
+                        goodput_crossover=message.goodput_crossover)
+
+    @on(ChartCleared)
+    def _chart_cleared(self) -> None:
+        self.series.clear()
+        self.crossover = self.goodput_crossover = None
+        self._chart_throttle.request()
+
+    @on(SweepStatusChanged)
+    def _sweep_status_changed(self, message: SweepStatusChanged) -> None:
+        self.set_sweep_status(message.status, message.running)
+
+    @on(ExperimentStepsChanged)
+    def _experiment_steps_changed(self, message: ExperimentStepsChanged) -> None:
+        self.set_experiment_steps(message.steps)
+
+    @on(EngineNotice)
+    def _engine_notice(self, message: EngineNotice) -> None:
+        if message.bell:
+            self.bell()
+        self.notify(message.text, title=message.title, severity=message.severity, timeout=message.timeout)
+
     # ---------------------------------------------------------------- painting
     def flush(self) -> None:
         """Paint everything pending now, throttles aside (screenshots and tests want the latest state)."""
@@ -451,9 +500,10 @@ class SpecmonApp(App[int]):
 
         async def sweep() -> None:
             try:
-                await engine.sweep(request, self)
+                await engine.sweep(request)
             except Exception as exc:
-                self.set_sweep_status(f"failed: {exc}", running=False)
+                # Posted, not set: it must come after the sweep's own updates still queued.
+                self.post_message(SweepStatusChanged(f"failed: {exc}", running=False))
                 self.notify(f"sweep failed: {exc}", severity="error", timeout=10)
 
         self.sweeping = True
@@ -463,9 +513,12 @@ class SpecmonApp(App[int]):
         if not self.sweeping:
             self.notify("no sweep is running", severity="warning")
             return
-        self.workers.cancel_group(self, "sweep")
-        self.workers.cancel_group(self, "experiment")
-        self.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
+        running = [w for w in self.workers if w.group in ("sweep", "experiment") and not w.is_finished]
+        for worker in running:
+            worker.cancel()
+        if not running:
+            self.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
+        # Else the cancelled sweep posts its last chart and then its status: `sweeping` ends once the chart is final.
 
     def action_experiment(self) -> None:
         if not self._need_engine():
@@ -493,9 +546,9 @@ class SpecmonApp(App[int]):
 
         async def run() -> None:
             try:
-                await engine.experiment(request, self)
+                await engine.experiment(request)
             except Exception as exc:
-                self.set_sweep_status(f"experiment {name} failed: {exc}", running=False)
+                self.post_message(SweepStatusChanged(f"experiment {name} failed: {exc}", running=False))
                 self.notify(f"experiment {name}: {exc}", severity="error", timeout=10)
 
         self.sweeping = True
@@ -506,7 +559,7 @@ class SpecmonApp(App[int]):
             return
         engine = self.engine
         assert engine is not None
-        self.push_screen(OverlayScreen(lambda path: engine.overlay(path, self)))
+        self.push_screen(OverlayScreen(engine.overlay))
 
     def action_filter(self) -> None:
         self.query_one(LogPane).open_filter()

@@ -1,7 +1,8 @@
 """The TUI's link to the engine: RunManager views and log lines, and sweeps, turned into presentation rows.
 
 Runs in the app's event loop, in asyncio tasks it owns and cancels on `close`. Engine callbacks only store the
-latest view and hand the app a row; the app decides when to repaint. No engine call ever runs on a timer that
+latest view and post the app a Message (`specmon.ui.messages`); the app decides when to repaint. The bridge knows
+the app only as a message target, so neither module imports the other. No engine call ever runs on a timer that
 could pile up: the clock tick that ages "elapsed" and "last log" re-arms after each pass.
 """
 
@@ -13,7 +14,9 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+from textual.message import Message
+from textual.message_pump import MessagePump
 
 from specmon.errors import PortBusy
 from specmon.model.compare import METRICS, find_crossover
@@ -39,10 +42,17 @@ from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverri
 from specmon.sources.gpu import GpuProbe
 from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
-from specmon.ui.rows import CrossoverMark, ServerRow, entry_from_line, past_load, row_from_view
-
-if TYPE_CHECKING:
-    from specmon.ui.app import SpecmonApp
+from specmon.ui.messages import (
+    ChartCleared,
+    EngineNotice,
+    ExperimentStepsChanged,
+    LogAdded,
+    LogCleared,
+    RowsChanged,
+    SeriesChanged,
+    SweepStatusChanged,
+)
+from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line, past_load, row_from_view
 
 TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
 TICK_IDLE_S = 5.0     # ... and while every run is settled
@@ -73,12 +83,18 @@ class EngineBridge:
         self._levels: dict[str, list[LevelResult]] = {}
         self._refused: dict[str, str] = {}         # profile -> why its last launch never started (shown as FAILED)
         self._unsubscribe: object = None
-        self._app: SpecmonApp | None = None
+        self._target: MessagePump | None = None
         self._gpu_probe: GpuProbe | None = None
+        self._log_batches: dict[str, list[LogEntry]] = {}   # lines read in this loop turn, posted at its end
+
+    def _post(self, message: Message) -> None:
+        if self._target is not None:
+            self._target.post_message(message)
 
     # --------------------------------------------------------------- watching
-    async def start(self, app: SpecmonApp) -> None:
-        self._app = app
+    async def start(self, target: MessagePump) -> None:
+        """Begin watching runs; every update goes to `target` (the app) as a Message."""
+        self._target = target
         self._unsubscribe = self.manager.subscribe(self._on_view)
         for view in await self.manager.refresh():
             if view.profile in self.config.profiles:
@@ -112,7 +128,7 @@ class EngineBridge:
         return list(dict.fromkeys([*self._views, *self._refused]))
 
     def _push(self, profiles: Sequence[str]) -> None:
-        if self._app is None:
+        if self._target is None:
             return
         now = time.time()
         runs = self._earlier + list(self._views.values())
@@ -125,7 +141,7 @@ class EngineBridge:
             view = self._views[profile]
             expected = self.config.profiles[profile].expected_load_s
             rows.append(row_from_view(view, past_load(runs, profile, view.run_id, expected), now))
-        self._app.update_rows(rows)
+        self._post(RowsChanged(rows))
 
     async def _tick(self) -> None:
         while True:
@@ -139,8 +155,8 @@ class EngineBridge:
             return
         if current is not None:
             current[1].cancel()
-        if self._app is not None:
-            self._app.clear_log(view.profile)
+        self._log_batches.pop(view.profile, None)   # the old run's unposted lines must not follow the clear
+        self._post(LogCleared(view.profile))
         task = asyncio.create_task(self._read_log(view.profile, view.run_id), name=f"tui-log-{view.profile}")
         self._log_tasks[view.profile] = (view.run_id, task)
 
@@ -148,8 +164,20 @@ class EngineBridge:
         # commit=False: the TUI reads the whole log for display; it must not move `specmon logs`' resume point.
         async for line in self.manager.log_lines(run_id, commit=False):
             entry = entry_from_line(line)
-            if entry is not None and self._app is not None:
-                self._app.add_log(profile, [entry])
+            if entry is None:
+                continue
+            # One message per profile per loop turn: a burst of lines reaches the app as one batch, not N messages.
+            batch = self._log_batches.get(profile)
+            if batch is None:
+                self._log_batches[profile] = [entry]
+                asyncio.get_running_loop().call_soon(self._post_log, profile)
+            else:
+                batch.append(entry)
+
+    def _post_log(self, profile: str) -> None:
+        batch = self._log_batches.pop(profile, None)
+        if batch:
+            self._post(LogAdded(profile, batch))
 
     # ------------------------------------------------------------ GPUs / env
     def watch_gpus(self, host: str) -> None:
@@ -162,8 +190,7 @@ class EngineBridge:
         try:
             transport = self.manager.ops(host).transport
         except Exception as exc:   # e.g. no SSH transport for this host: say so in the pane, keep the UI
-            if self._app is not None:
-                self._app.notify(f"GPUs of {host}: {exc}", severity="warning", timeout=6)
+            self._post(EngineNotice(f"GPUs of {host}: {exc}", severity="warning", timeout=6))
             self._gpu_probe = None
             return
         probe = GpuProbe(transport)
@@ -172,9 +199,9 @@ class EngineBridge:
         probe.start()
 
     def _post_gpus(self, host: str, probe: GpuProbe) -> None:
-        if self._app is not None and probe is self._gpu_probe:
+        if probe is self._gpu_probe:
             known = {v.run_id: v.profile for v in self._earlier + list(self._views.values())}
-            self._app.post_message(GpusUpdated(host, probe.board, known))
+            self._post(GpusUpdated(host, probe.board, known))
 
     async def environment(self, profile: str) -> EnvReport:
         """The env report of the profile (and its live run)."""
@@ -202,9 +229,7 @@ class EngineBridge:
                 reason += f" · try: specmon demo --ports {','.join(map(str, exc.free[:len(self.config.profiles)]))}"
             self._refused[profile] = reason
             self._push([profile])
-            if self._app is not None:
-                self._app.bell()
-                self._app.notify(f"{profile}: FAILED to start: {reason}", severity="error", timeout=15)
+            self._post(EngineNotice(f"{profile}: FAILED to start: {reason}", severity="error", timeout=15, bell=True))
             return
         self._refused.pop(profile, None)
         self.started_here.append(view.run_id)
@@ -212,8 +237,8 @@ class EngineBridge:
 
     async def stop(self, profile: str) -> None:
         report = await self.manager.stop(profile)
-        if self._app is not None and report.blockers:
-            self._app.notify(f"{profile}: " + "; ".join(report.blockers), severity="warning", timeout=10)
+        if report.blockers:
+            self._post(EngineNotice(f"{profile}: " + "; ".join(report.blockers), severity="warning", timeout=10))
 
     async def restart(self, profile: str) -> None:
         await self._starting(profile, self.manager.restart(profile))
@@ -221,7 +246,6 @@ class EngineBridge:
     # ----------------------------------------------------------------- sweeps
     def _publish_series(self, name: str, live: SweepProgress | None = None) -> None:
         """Send one series to the chart: its finished levels, plus the level in progress as a live point."""
-        assert self._app is not None
         names = list(self._levels)
         marks: dict[str, CrossoverMark | None] = {}
         for metric in METRICS:
@@ -234,9 +258,9 @@ class EngineBridge:
             levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,
                            "ttft_ms": {"p50": live.ttft_p50_ms}, "tokens_per_chunk": live.tokens_per_chunk,
                            "live": True, **({"rate": live.rate} if live.rate is not None else {})})
-        self._app.set_series(name, levels, crossover=marks["throughput"], goodput_crossover=marks["goodput"])
+        self._post(SeriesChanged(name, levels, marks["throughput"], marks["goodput"]))
 
-    async def sweep(self, request: SweepRequest, app: SpecmonApp) -> None:
+    async def sweep(self, request: SweepRequest) -> None:
         # The form showed [sweep]'s request count; an emptied field means its duration, else whole waves of C.
         defaults = dataclasses.replace(self.config.sweep, requests_per_level=None)
         workload = workload_from(defaults, WorkloadOverrides(
@@ -246,7 +270,7 @@ class EngineBridge:
         for profile in request.profiles:
             view = self._views.get(profile)
             if view is None or view.state != "ready":
-                app.notify(f"{profile} is not ready; skipped", severity="warning")
+                self._post(EngineNotice(f"{profile} is not ready; skipped", severity="warning"))
             else:
                 ready.append(view)
 
@@ -258,7 +282,7 @@ class EngineBridge:
             nonlocal sweeping, earlier
             sweeping, earlier = profile, self._levels.get(profile, [])
             self._levels[profile] = []
-            app.set_sweep_status(f"{profile}: starting", running=True)
+            self._post(SweepStatusChanged(f"{profile}: starting", running=True))
 
         def on_result(profile: str, result: object) -> None:
             nonlocal sweeping
@@ -266,13 +290,13 @@ class EngineBridge:
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             if isinstance(update, SweepProgress):
-                app.set_sweep_status(sweep_status(update, profile), running=True)
+                self._post(SweepStatusChanged(sweep_status(update, profile), running=True))
                 self._publish_series(profile, live=update)
             elif isinstance(update, LevelResult):
                 self._levels[profile].append(update)
                 self._publish_series(profile)
             elif isinstance(update, SweepNotice):
-                app.notify(f"{profile}: {update.message}", severity="warning", timeout=6)
+                self._post(EngineNotice(f"{profile}: {update.message}", severity="warning", timeout=6))
 
         try:
             comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
@@ -280,12 +304,12 @@ class EngineBridge:
             if comparison.failures:
                 # The rule `specmon sweep` and `demo --headless` exit 1 by: a sweep of failures measured nothing.
                 reason = "; ".join(comparison.failures)
-                app.set_sweep_status(f"failed: {reason}", running=False)
-                app.notify(f"sweep failed: {reason}", severity="error", timeout=15)
+                self._post(SweepStatusChanged(f"failed: {reason}", running=False))
+                self._post(EngineNotice(f"sweep failed: {reason}", severity="error", timeout=15))
                 return
             written = [Path(r.path) for r in comparison.results if r.path]
             where = f" in {written[0].parent}" if written else ""
-            app.set_sweep_status("done: " + ", ".join(p.name for p in written) + where, running=False)
+            self._post(SweepStatusChanged("done: " + ", ".join(p.name for p in written) + where, running=False))
         except asyncio.CancelledError:
             if sweeping is not None:
                 # The unfinished level is not a result: drop its live point. The chart keeps the profile's last
@@ -293,10 +317,10 @@ class EngineBridge:
                 if earlier:
                     self._levels[sweeping] = earlier
                 self._publish_series(sweeping)
-            app.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
+            self._post(SweepStatusChanged("cancelled (finished levels kept in the result file)", running=False))
             raise
 
-    async def overlay(self, path: Path, app: SpecmonApp) -> None:
+    async def overlay(self, path: Path) -> None:
         result = await asyncio.to_thread(read_any_results, path)
         name = path.stem
         shown = {lv.rate is not None for levels in self._levels.values() for lv in levels}
@@ -304,16 +328,16 @@ class EngineBridge:
             # One x axis per chart: request rates and concurrencies are not comparable points.
             kinds = ("an open-loop (request-rate) sweep", "concurrency sweeps") if result.levels[0].rate is not None \
                 else ("a concurrency sweep", "open-loop (request-rate) sweeps")
-            app.notify(f"{path.name} is {kinds[0]} and the chart shows {kinds[1]}: not overlaid", severity="error",
-                       timeout=8)
+            self._post(EngineNotice(f"{path.name} is {kinds[0]} and the chart shows {kinds[1]}: not overlaid",
+                                    severity="error", timeout=8))
             return
         self._levels[name] = list(result.levels)
         self._publish_series(name)
         tool = f" ({TOOL_NAMES[result.meta.tool]} output)" if result.meta.tool else ""
-        app.notify(f"overlaid {path.name}{tool}: {len(result.levels)} levels", timeout=4)
+        self._post(EngineNotice(f"overlaid {path.name}{tool}: {len(result.levels)} levels", timeout=4))
 
     # ------------------------------------------------------------ experiments
-    async def experiment(self, request: ExperimentRequest, app: SpecmonApp) -> None:
+    async def experiment(self, request: ExperimentRequest) -> None:
         name = request.name
         steps: list[str] = []
         passes: dict[str, dict[int, list[LevelResult]]] = {}   # profile -> pass -> finished levels
@@ -326,9 +350,9 @@ class EngineBridge:
             x = summary.crossover
             cross = None if x is None else CrossoverMark(x.concurrency, x.ahead_below, x.ahead_above)
             for p in summary.profiles:
-                app.set_series(p.profile, [{"concurrency": lv.concurrency, "output_throughput": lv.mean,
-                                            "tokens_per_chunk": lv.acceptance.client_tokens_per_chunk
-                                            if lv.acceptance else None} for lv in p.levels], crossover=cross)
+                self._post(SeriesChanged(p.profile, [{"concurrency": lv.concurrency, "output_throughput": lv.mean,
+                                                      "tokens_per_chunk": lv.acceptance.client_tokens_per_chunk
+                                                      if lv.acceptance else None} for lv in p.levels], cross))
 
         def on_update(update: ExperimentUpdate) -> None:
             if isinstance(update, ExperimentStep):
@@ -336,29 +360,28 @@ class EngineBridge:
                 took = f" ({s.seconds:.1f}s)" if s.seconds is not None else ""
                 steps.append(f"{s.at[11:19]} {s.profile + ' ' if s.profile else ''}{s.step}: {s.detail}{took}")
                 del steps[:-STEPS_SHOWN]
-                app.set_experiment_steps(steps)
-                app.set_sweep_status(f"experiment {name}: {s.profile or ''} {s.step}".replace("  ", " "), running=True)
+                self._post(ExperimentStepsChanged(steps))
+                self._post(SweepStatusChanged(f"experiment {name}: {s.profile or ''} {s.step}".replace("  ", " "),
+                                              running=True))
             elif isinstance(update, ExperimentProgress):
                 status = sweep_status(update.progress, f"{update.profile} pass {update.pass_no}")
-                app.set_sweep_status(f"experiment {name}: {status}", running=True)
+                self._post(SweepStatusChanged(f"experiment {name}: {status}", running=True))
             elif isinstance(update, ExperimentLevel):
                 passes.setdefault(update.profile, {}).setdefault(update.pass_no, []).append(update.level)
                 publish()
 
-        for series in list(app.series):
-            app.set_series(series, [])   # a fresh chart for the experiment's profiles
-        app.series.clear()
+        self._post(ChartCleared())   # a fresh chart for the experiment's profiles
         try:
             state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
                                          resume=request.resume, on_update=on_update)
         except asyncio.CancelledError:
-            app.set_sweep_status(f"experiment {name} cancelled: x → resume continues it", running=False)
+            self._post(SweepStatusChanged(f"experiment {name} cancelled: x → resume continues it", running=False))
             raise
         summary = await asyncio.to_thread(lambda: summarize(experiment_runs(state), state.spec.repeats))
-        app.set_sweep_status(f"experiment {name} {state.status}: {summary.verdict}", running=False)
-        app.notify(summary.verdict, title=f"experiment {name}", timeout=15)
+        self._post(SweepStatusChanged(f"experiment {name} {state.status}: {summary.verdict}", running=False))
+        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=15))
         for warning in summary.warnings:
-            app.notify(warning, severity="warning", timeout=15)
+            self._post(EngineNotice(warning, severity="warning", timeout=15))
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:
@@ -386,7 +409,6 @@ class EngineBridge:
                 live.append(run_id)
         if not live:
             return
-        if self._app is not None:
-            self._app.notify(f"stopping {len(live)} server{'s' if len(live) > 1 else ''}…", timeout=60)
+        self._post(EngineNotice(f"stopping {len(live)} server{'s' if len(live) > 1 else ''}…", timeout=60))
         # A stop that fails (already gone, link down) must not keep the others from stopping.
         await asyncio.gather(*(self.manager.stop(run_id) for run_id in live), return_exceptions=True)

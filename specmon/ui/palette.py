@@ -3,21 +3,54 @@ themes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING, cast
+from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
-if TYPE_CHECKING:
-    from specmon.ui.app import SpecmonApp
+from specmon.model.config import Config
+
+
+class PaletteHost(Protocol):
+    """What the palette needs of the app (SpecmonApp provides it): a protocol, so the app, which lists this
+    provider in its COMMANDS, is not imported back here."""
+
+    theme: str   # the palette's "theme NAME" entries set it
+
+    @property
+    def config(self) -> Config: ...
+
+    @property
+    def profiles(self) -> Sequence[str]: ...
+
+    @property
+    def theme_names(self) -> list[str]: ...
+
+    def select_profile(self, profile: str) -> None: ...
+
+    def action_launch(self) -> None: ...
+
+    def action_stop(self) -> None: ...
+
+    def action_restart(self) -> None: ...
+
+    def action_sweep(self) -> None: ...
+
+    def action_cancel_sweep(self) -> None: ...
+
+    def action_overlay(self) -> None: ...
+
+    def action_quit_and_stop(self) -> None: ...
+
+    def start_experiment(self, name: str, resume: bool = False) -> None: ...
 
 
 class SpecmonCommands(Provider):
     """Every action the keys offer, by name, for each profile: the palette is the discoverable way in."""
 
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
-        app = cast("SpecmonApp", self.app)
+        app = cast(PaletteHost, self.app)
         commands: list[tuple[str, Callable[[], object], str]] = []
         for profile in app.profiles:
             for verb, action in (("launch", app.action_launch), ("stop", app.action_stop),
@@ -41,7 +74,7 @@ class SpecmonCommands(Provider):
         return commands
 
     def _on_profile(self, profile: str, action: Callable[[], None]) -> None:
-        cast("SpecmonApp", self.app).select_profile(profile)
+        cast(PaletteHost, self.app).select_profile(profile)
         action()
 
     async def discover(self) -> Hits:
