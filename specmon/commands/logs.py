@@ -14,11 +14,8 @@ from specmon.model.clean import PrintableStream, printable
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import node_prefix
-from specmon.sources.host import HostOps
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines
 from specmon.sources.transport import TransportError
-
-CHECK_S = 0.5
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,9 +60,9 @@ def _targets(manager: RunManager, record: RunRecord, node: int | None) -> list[t
     return [(nodes[node], "")]
 
 
-async def _follow(ops: HostOps, record: RunRecord, offset: int, printer: _Printer) -> None:
+async def _follow(manager: RunManager, record: RunRecord, offset: int, printer: _Printer) -> None:
     """Print new lines of one run's log until its process ends, then what is left."""
-    tailer = LogTailer(ops.transport, record.log_path, offset)
+    tailer = LogTailer(manager.ops(record.host).transport, record.log_path, offset)
 
     async def follow() -> None:
         async with contextlib.aclosing(tailer.follow()) as batches:
@@ -74,11 +71,7 @@ async def _follow(ops: HostOps, record: RunRecord, offset: int, printer: _Printe
 
     task = asyncio.create_task(follow())
     try:
-        while not record.terminal and record.pid is not None:
-            info, _, _ = await ops.run_status(record.run_dir, record.pid)
-            if info is None or not info.alive or info.starttime != record.starttime:
-                break
-            await asyncio.sleep(CHECK_S)
+        await manager.process_ended(record)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -100,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             printer.write(TailBatch(data, 0, offset), final=not args.follow)
             started.append((record, offset, printer))
         if args.follow:
-            await asyncio.gather(*(_follow(manager.ops(record.host), record, offset, printer)
+            await asyncio.gather(*(_follow(manager, record, offset, printer)
                                    for record, offset, printer in started))
         return 0
 

@@ -25,6 +25,7 @@ Engine API (used by the CLI commands and the TUI):
                                                             shown lines is saved, so a later process resumes
                                                             after them; commit=False also replays history
     manager.find(profile_or_run_id)                         -> RunRecord (latest run of a profile)
+    await manager.process_ended(record)                     returns once the run's process is gone
 
 Runs belong to the profiles file (and profile) that launched them: a profile name finds only runs launched from
 this manager's config file (`manager.config_key`), and queries list only those unless `all_configs`. A run id
@@ -89,6 +90,7 @@ log = logging.getLogger(__name__)
 TransportFactory = Callable[[str], Transport]
 PID_WAIT_S = 10.0
 COMMIT_EVERY_S = 1.0
+PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
 LOCK_WAIT_S = 60.0        # a racing launch waits this long for the host's launch lock (a launch holds it ~1-10 s)
 
 
@@ -358,6 +360,19 @@ class RunManager:
             if commit:
                 save()
 
+    async def process_ended(self, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
+        """Return once the run's process has ended, or its pid now belongs to another process (PID reuse); at
+        once for a run already over. One /proc read on the run's host every `poll_s`: `specmon logs -f` stops
+        following then, without watching the run's log."""
+        if record.terminal or record.pid is None:
+            return
+        ops = self.ops(record.host)
+        while True:
+            info = await ops.proc(record.pid)
+            if info is None or not info.alive or info.starttime != record.starttime:
+                return
+            await asyncio.sleep(poll_s)
+
     # ---- watching ----------------------------------------------------------------------------------------
     async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
         """Start watching a run (a no-op if already watched); returns its view."""
@@ -491,7 +506,7 @@ class RunManager:
             views[rank] = dataclasses.replace(views[rank], state=worker.state, ready_at=worker.ready_at,
                                               load_seconds=worker.load_seconds, stalled=False, stall_reason=None)
         view = multinode.compose(record, views)
-        self.store.update(record.run_id, **multinode.progress_fields(view))
+        multinode.save_progress(self.store, record.run_id, view)
         return view
 
     async def _refresh_one(self, record: RunRecord) -> RunView:
