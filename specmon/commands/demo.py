@@ -73,12 +73,12 @@ def run(args: argparse.Namespace) -> int:
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
     from specmon.commands._table import table_text
+    from specmon.model.numbers import LEVEL_COLUMNS, fmt_shards, level_cells
     from specmon.orchestration.comparison import sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager
     from specmon.orchestration.runview import RunView
     from specmon.orchestration.sweep import WorkloadOverrides, workload_from
-    from specmon.ui.format import LEVEL_COLUMNS, fmt_shards, level_cells
 
     manager = RunManager(config)
     started: list[str] = []

@@ -12,8 +12,13 @@ import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 
 # Re-exported: the panes read every format through this module.
+from specmon.model.numbers import LEVEL_COLUMNS as LEVEL_COLUMNS
 from specmon.model.numbers import NA as NA
 from specmon.model.numbers import fmt_count as fmt_count
+from specmon.model.numbers import fmt_ms as fmt_ms
+from specmon.model.numbers import fmt_number as fmt_number
+from specmon.model.numbers import fmt_shards as fmt_shards
+from specmon.model.numbers import level_cells as level_cells
 
 # Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
 _STATE_STYLES: dict[str, str] = {
@@ -51,20 +56,6 @@ def fmt_ago(seconds: float | None) -> str:
     if s < 3600:
         return f"{s // 60}m ago"
     return f"{s // 3600}h ago"
-
-
-def fmt_number(value: float | None, digits: int = 1) -> str:
-    """A fixed-point number, NA when unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NA
-    return f"{value:,.{digits}f}"
-
-
-def fmt_shards(done: int | None, total: int | None) -> str:
-    """`5/8` shards, or NA before the loader said how many there are."""
-    if not total:
-        return NA
-    return f"{done or 0}/{total}"
 
 
 def shard_fraction(done: int | None, total: int | None) -> float | None:
@@ -108,60 +99,6 @@ def fmt_elapsed_vs_past(elapsed_s: float | None, past_load_s: float | None) -> s
     if past_load_s:
         return f"{fmt_duration(elapsed_s)}/~{fmt_duration(past_load_s)}"
     return fmt_duration(elapsed_s)
-
-
-def _stat(level: Mapping[str, object], key: str, field: str) -> float | None:
-    block = level.get(key)
-    if isinstance(block, Mapping):
-        value = block.get(field)
-        return float(value) if isinstance(value, (int, float)) else None
-    return None
-
-
-LEVEL_COLUMNS: tuple[str, ...] = ("series", "C", "out tok/s", "ITL p99", "tok/chunk", "TTFT p50", "TPOT p50", "client")
-
-
-def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
-    """One row of the sweep table from a result-file level record (see specmon sweep's JSONL contract).
-
-    A record with `"live": true` is the level still running (its figures are running estimates).
-    """
-    client = level.get("client")
-    bound = isinstance(client, Mapping) and bool(client.get("bound"))
-    tpc = level.get("tokens_per_chunk")
-    if isinstance(tpc, Mapping):  # some writers keep a distribution; the mean is what the table shows
-        tpc = tpc.get("mean")
-    throughput = level.get("output_throughput")
-    rate = level.get("rate")
-    if level.get("live"):
-        status = "live"
-    elif level.get("over_capacity"):
-        status = "OVER"      # open loop: the server did not keep up with the offered rate
-    elif level.get("behind"):
-        status = "BEHIND"    # open loop: the generator did not keep its schedule
-    else:
-        status = "BOUND" if bound else "ok"
-    return (
-        series,
-        f"{rate:g}/s" if isinstance(rate, (int, float)) else str(level.get("concurrency", NA)),
-        fmt_number(float(throughput) if isinstance(throughput, (int, float)) else None),
-        fmt_ms(_stat(level, "itl_ms", "p99")),
-        fmt_number(float(tpc) if isinstance(tpc, (int, float)) else None, 2),
-        fmt_ms(_stat(level, "ttft_ms", "p50")),
-        fmt_ms(_stat(level, "tpot_ms", "p50")),
-        status,
-    )
-
-
-def fmt_ms(value: float | None) -> str:
-    """Milliseconds with a sensible precision: `8.41ms`, `143ms`, `1.20s`."""
-    if value is None:
-        return NA
-    if value >= 1000:
-        return f"{value / 1000:.2f}s"
-    if value >= 100:
-        return f"{value:.0f}ms"
-    return f"{value:.2f}ms"
 
 
 def downsample(points: Sequence[tuple[float, float]], limit: int = 200) -> list[tuple[float, float]]:
