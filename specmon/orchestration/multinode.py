@@ -79,11 +79,17 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
         eta_s=rank0.eta_s if state in ("launching", "loading") else None)
 
 
-def progress_fields(view: RunView) -> dict[str, object]:
-    """The multi-node run's record fields that follow its view (so a later process sees the same)."""
+def with_progress(record: RunRecord, view: RunView) -> RunRecord:
+    """The multi-node run's record with the fields that follow its view (stored, so a later process sees the
+    same)."""
     failure = None if view.failure is None else dataclasses.asdict(view.failure)
-    return {"state": view.state, "failure": failure, "ready_at": view.ready_at, "load_seconds": view.load_seconds,
-            "shards": view.shards, "kv_cache_tokens": view.kv_cache_tokens}
+    return dataclasses.replace(record, state=view.state, failure=failure, ready_at=view.ready_at,
+                               load_seconds=view.load_seconds, shards=view.shards, kv_cache_tokens=view.kv_cache_tokens)
+
+
+def save_progress(store: RunStore, run_id: str, view: RunView) -> RunRecord | None:
+    """Store the fields of the run's record that follow its view (see `with_progress`); the record as stored."""
+    return store.change(run_id, lambda record: with_progress(record, view))
 
 
 def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRecord]) -> list[RunRecord]:
@@ -148,9 +154,8 @@ class NodesWatcher:
         if view == self._last:
             return
         before, self._last = self._last, view
-        fields = progress_fields(view)
-        if any(getattr(self.record, key) != value for key, value in fields.items()):
-            self.record = self.store.update(self.record.run_id, **fields) or self.record
+        if with_progress(self.record, view) != self.record:
+            self.record = save_progress(self.store, self.record.run_id, view) or self.record
         if before is None or before.state != view.state:
             if view.state == "ready":
                 self._notify(self.record, "ready", f"ready after {view.load_seconds or 0:.1f} s")
@@ -293,7 +298,7 @@ async def stop(manager: RunManager, record: RunRecord, force: bool) -> StopRepor
             blockers.append(f"{label}: {result}")
         elif isinstance(result, BaseException):
             raise result
-    manager.store.update(record.run_id, **progress_fields(manager.view(record.run_id)))
+    save_progress(manager.store, record.run_id, manager.view(record.run_id))
     return StopReport(
         run_id=record.run_id, profile=record.profile,
         stopped=len(reports) == len(record.nodes) and all(r.stopped for r in reports),

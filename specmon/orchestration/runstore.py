@@ -238,7 +238,8 @@ class RunStore:
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
-            return Unreadable(run_id, str(path), str(getattr(exc, "strerror", None) or exc))
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            return Unreadable(run_id, str(path), reason)
         try:
             record = RunRecord.from_json(json.loads(text))
         except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -259,11 +260,16 @@ class RunStore:
 
     def update(self, run_id: str, **changes: Any) -> RunRecord | None:
         """Apply `changes` to the stored record under the lock (re-read first); returns the new record."""
+        return self.change(run_id, lambda current: dataclasses.replace(current, **changes))
+
+    def change(self, run_id: str, edit: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+        """Replace the stored record by `edit(record)` under the lock (re-read first; written only if it
+        differs); returns the new record, or None when there is none."""
         with self._locked():
             current = self.load(run_id)
             if current is None:
                 return None
-            new = dataclasses.replace(current, **changes)
+            new = edit(current)
             if new != current:
                 _atomic_write(self._path(run_id), json.dumps(new.to_json(), indent=1) + "\n")
             return new
