@@ -32,7 +32,7 @@ from textual.widgets import Static
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.keymap import KEYS
-from specmon.ui import keys
+from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
 from specmon.ui.forms import (
@@ -46,16 +46,6 @@ from specmon.ui.forms import (
 from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
-from specmon.ui.messages import (
-    ChartCleared,
-    EngineNotice,
-    ExperimentStepsChanged,
-    LogAdded,
-    LogCleared,
-    RowsChanged,
-    SeriesChanged,
-    SweepStatusChanged,
-)
 from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 from specmon.ui.servers import COMPARED_STATES, RunCard, ServersPane
@@ -301,39 +291,39 @@ class SpecmonApp(App[int]):
         self.experiment_steps = list(steps)
         self._chart_throttle.request()
 
-    @on(RowsChanged)
-    def _rows_changed(self, message: RowsChanged) -> None:
+    @on(messages.RowsChanged)
+    def _rows_changed(self, message: messages.RowsChanged) -> None:
         self.update_rows(message.rows)
 
-    @on(LogAdded)
-    def _log_added(self, message: LogAdded) -> None:
+    @on(messages.LogAdded)
+    def _log_added(self, message: messages.LogAdded) -> None:
         self.add_log(message.profile, message.entries)
 
-    @on(LogCleared)
-    def _log_cleared(self, message: LogCleared) -> None:
+    @on(messages.LogCleared)
+    def _log_cleared(self, message: messages.LogCleared) -> None:
         self.clear_log(message.profile)
 
-    @on(SeriesChanged)
-    def _series_changed(self, message: SeriesChanged) -> None:
+    @on(messages.SeriesChanged)
+    def _series_changed(self, message: messages.SeriesChanged) -> None:
         self.set_series(message.name, message.levels, crossover=message.crossover,
                         goodput_crossover=message.goodput_crossover)
 
-    @on(ChartCleared)
+    @on(messages.ChartCleared)
     def _chart_cleared(self) -> None:
         self.series.clear()
         self.crossover = self.goodput_crossover = None
         self._chart_throttle.request()
 
-    @on(SweepStatusChanged)
-    def _sweep_status_changed(self, message: SweepStatusChanged) -> None:
+    @on(messages.SweepStatusChanged)
+    def _sweep_status_changed(self, message: messages.SweepStatusChanged) -> None:
         self.set_sweep_status(message.status, message.running)
 
-    @on(ExperimentStepsChanged)
-    def _experiment_steps_changed(self, message: ExperimentStepsChanged) -> None:
+    @on(messages.ExperimentStepsChanged)
+    def _experiment_steps_changed(self, message: messages.ExperimentStepsChanged) -> None:
         self.set_experiment_steps(message.steps)
 
-    @on(EngineNotice)
-    def _engine_notice(self, message: EngineNotice) -> None:
+    @on(messages.EngineNotice)
+    def _engine_notice(self, message: messages.EngineNotice) -> None:
         if message.bell:
             self.bell()
         self.notify(message.text, title=message.title, severity=message.severity, timeout=message.timeout)
@@ -503,7 +493,7 @@ class SpecmonApp(App[int]):
                 await engine.sweep(request)
             except Exception as exc:
                 # Posted, not set: it must come after the sweep's own updates still queued.
-                self.post_message(SweepStatusChanged(f"failed: {exc}", running=False))
+                self.post_message(messages.SweepStatusChanged(f"failed: {exc}", running=False))
                 self.notify(f"sweep failed: {exc}", severity="error", timeout=10)
 
         self.sweeping = True
@@ -516,9 +506,9 @@ class SpecmonApp(App[int]):
         running = [w for w in self.workers if w.group in ("sweep", "experiment") and not w.is_finished]
         for worker in running:
             worker.cancel()
-        if not running:
-            self.set_sweep_status("cancelled (finished levels kept in the result file)", running=False)
-        # Else the cancelled sweep posts its last chart and then its status: `sweeping` ends once the chart is final.
+        # A cancelled sweep posts its last chart, then its status: `sweeping` ends once the chart is final.
+        self.set_sweep_status("cancelling…" if running else "cancelled (finished levels kept in the result file)",
+                              running=bool(running))
 
     def action_experiment(self) -> None:
         if not self._need_engine():
@@ -548,7 +538,7 @@ class SpecmonApp(App[int]):
             try:
                 await engine.experiment(request)
             except Exception as exc:
-                self.post_message(SweepStatusChanged(f"experiment {name} failed: {exc}", running=False))
+                self.post_message(messages.SweepStatusChanged(f"experiment {name} failed: {exc}", running=False))
                 self.notify(f"experiment {name}: {exc}", severity="error", timeout=10)
 
         self.sweeping = True
