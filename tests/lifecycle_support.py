@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -14,6 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from specmon.model.config import Config, Profile
+from specmon.orchestration.runs import RunManager
 
 SIM_READY = "The server is fired up and ready to roll!"
 
@@ -103,6 +106,20 @@ def kill_marked(run_ids: Iterable[str]) -> None:
                 os.kill(pid, 9)
             except OSError:
                 pass
+
+
+async def stop_everything(managers: Iterable[RunManager]) -> None:
+    """The end of an engine fixture: force-stop every run these managers launched that is still up (a multi-node
+    run as a whole, not node by node), close them, then kill whatever still carries those runs' markers."""
+    run_ids = []
+    for manager in managers:
+        for record in manager.store.all():
+            run_ids.append(record.run_id)
+            if not record.terminal and record.group is None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(manager.stop(record.run_id, force=True), 30)
+        await manager.close()
+    kill_marked(run_ids)
 
 
 def port_listening(port: int) -> bool:

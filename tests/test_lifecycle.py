@@ -21,11 +21,11 @@ from lifecycle_support import (
     SIM_READY,
     FileWatch,
     config_of,
-    kill_marked,
     marked_pids,
     port_listening,
     sim_profile,
     stall_timeout_for_this_box,
+    stop_everything,
     tail_pids,
 )
 
@@ -73,17 +73,7 @@ async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Recorder]]]:
         return manager, Recorder(manager)
 
     yield make
-    run_ids = []
-    for manager in made:
-        for record in manager.store.all():
-            run_ids.append(record.run_id)
-            if not record.terminal:
-                try:
-                    await manager.stop(record.run_id, force=True)
-                except Exception:
-                    pass
-        await manager.close()
-    kill_marked(run_ids)
+    await stop_everything(made)
 
 
 async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free_port_factory, engine,

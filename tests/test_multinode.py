@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import config_of, kill_marked, marked_pids, port_listening
+from lifecycle_support import config_of, marked_pids, port_listening, stop_everything
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -73,17 +73,7 @@ async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Views]]]:
         return manager, Views(manager)
 
     yield make
-    run_ids = []
-    for manager in made:
-        for record in manager.store.all():
-            run_ids.append(record.run_id)
-            if not record.terminal and record.group is None:
-                try:
-                    await manager.stop(record.run_id, force=True)
-                except Exception:
-                    pass
-        await manager.close()
-    kill_marked(run_ids)
+    await stop_everything(made)
 
 
 async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_stop_together(

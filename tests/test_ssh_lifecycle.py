@@ -4,14 +4,13 @@ loopback sshd (tests/sshd_support.py), directly and through ProxyJump, with link
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import kill_marked, marked_pids, port_listening
+from lifecycle_support import marked_pids, port_listening, stop_everything
 from sshd_support import Relay, Sshd
 from test_lifecycle import Recorder
 
@@ -49,15 +48,7 @@ async def remote(sshd: Sshd) -> AsyncIterator[Callable[..., tuple[RunManager, Re
         return manager, Recorder(manager)
 
     yield make
-    run_ids = []
-    for manager in made:
-        for record in manager.store.all():
-            run_ids.append(record.run_id)
-            if not record.terminal:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(manager.stop(record.run_id, force=True), 30)
-        await manager.close()
-    kill_marked(run_ids)
+    await stop_everything(made)
 
 
 class Reader:
