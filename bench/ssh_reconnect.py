@@ -20,14 +20,13 @@ import contextlib
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 
-from sshd_support import Relay, Sshd, sshd_available  # noqa: E402
+from sshd_support import Relay, Sshd, bench_sshd  # noqa: E402
 
 from specmon.sources.ssh import SSHTransport  # noqa: E402
 from specmon.sources.tailer import LogTailer  # noqa: E402
@@ -102,20 +101,12 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--trials", type=int, default=5)
     args = ap.parse_args()
-    reason = sshd_available()
-    if reason:
-        print(f"cannot run: {reason}")
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        sshd = Sshd.start(Path(tmp) / "sshd")
-        try:
-            for how in ("reset", "blackhole"):
-                delays = await trial_set(sshd, how, args.trials, Path(tmp))
-                print(f"{how}: link restored -> log resumed: median {statistics.median(delays) * 1000:.0f} ms, "
-                      f"max {max(delays) * 1000:.0f} ms over {len(delays)} trials "
-                      f"({', '.join(f'{d * 1000:.0f}' for d in delays)} ms)")
-        finally:
-            sshd.stop()
+    with bench_sshd() as (sshd, tmp):
+        for how in ("reset", "blackhole"):
+            delays = await trial_set(sshd, how, args.trials, tmp)
+            print(f"{how}: link restored -> log resumed: median {statistics.median(delays) * 1000:.0f} ms, "
+                  f"max {max(delays) * 1000:.0f} ms over {len(delays)} trials "
+                  f"({', '.join(f'{d * 1000:.0f}' for d in delays)} ms)")
     return 0
 
 

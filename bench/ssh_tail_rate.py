@@ -13,14 +13,13 @@ import argparse
 import asyncio
 import contextlib
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(HERE / "tests"))
 
-from sshd_support import Sshd, sshd_available  # noqa: E402
+from sshd_support import bench_sshd  # noqa: E402
 
 from specmon.sources.local import LocalTransport  # noqa: E402
 from specmon.sources.ssh import SSHTransport  # noqa: E402
@@ -45,29 +44,21 @@ async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--lines", type=int, default=500_000)
     args = ap.parse_args()
-    reason = sshd_available()
-    if reason:
-        print(f"cannot run: {reason}")
-        return 2
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "server.log"
+    with bench_sshd() as (sshd, tmp):
+        log = tmp / "server.log"
         line = "[2026-11-30 12:00:00 TP0] Decode batch. #running-req: 64, #token: 81234, token usage: 0.41, gen throughput (token/s): 2950.12 #{:08d}\n"
         with open(log, "w") as fh:
             for i in range(args.lines):
                 fh.write(line.format(i))
         mb = log.stat().st_size / 1e6
-        sshd = Sshd.start(Path(tmp) / "sshd")
-        try:
-            for name, transport in (("local", LocalTransport()), ("ssh gpu1", SSHTransport("gpu1", sshd.settings())),
-                                    ("ssh gpu2 (ProxyJump)", SSHTransport("gpu2", sshd.settings()))):
-                await transport.run("true")          # connect first: time the tail, not the login
-                seconds, lines = await rate(transport, log)
-                await transport.close()
-                assert lines == args.lines, f"{name}: {lines} of {args.lines} lines"
-                print(f"{name:22s} {lines / seconds:12,.0f} lines/s  {mb / seconds:7.1f} MB/s  "
-                      f"({lines} lines, {mb:.1f} MB in {seconds:.2f} s)")
-        finally:
-            sshd.stop()
+        for name, transport in (("local", LocalTransport()), ("ssh gpu1", SSHTransport("gpu1", sshd.settings())),
+                                ("ssh gpu2 (ProxyJump)", SSHTransport("gpu2", sshd.settings()))):
+            await transport.run("true")          # connect first: time the tail, not the login
+            seconds, lines = await rate(transport, log)
+            await transport.close()
+            assert lines == args.lines, f"{name}: {lines} of {args.lines} lines"
+            print(f"{name:22s} {lines / seconds:12,.0f} lines/s  {mb / seconds:7.1f} MB/s  "
+                  f"({lines} lines, {mb:.1f} MB in {seconds:.2f} s)")
     return 0
 
 

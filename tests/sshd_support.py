@@ -23,6 +23,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -255,6 +256,22 @@ class Relay:
 
 
 _SHARED: list[Sshd] = []
+
+
+@contextlib.contextmanager
+def bench_sshd() -> Iterator[tuple[Sshd, Path]]:
+    """For a bench script: a started sshd and a temporary directory (both gone after), or exit status 2 with the
+    reason where sshd cannot run here."""
+    reason = sshd_available()
+    if reason:
+        print(f"cannot run: {reason}")
+        raise SystemExit(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = Sshd.start(Path(tmp) / "sshd")
+        try:
+            yield server, Path(tmp)
+        finally:
+            server.stop()
 
 
 def shared_sshd() -> Sshd:
