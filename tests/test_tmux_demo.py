@@ -55,6 +55,18 @@ def wait_screen(tmux: Callable[..., str], pattern: str, timeout: float) -> str:
     raise AssertionError(f"{pattern!r} never appeared; last screen:\n{screen}")
 
 
+def specmon_for_the_builtin_ports() -> str:
+    """The installed specmon command, for a demo on its built-in ports 30001/30002: skipped (failed on CI) while
+    something else holds them."""
+    specmon = shutil.which("specmon")
+    assert specmon, "the specmon command is not installed (pip install -e .)"
+    if not (port_is_free(30001) and port_is_free(30002)):
+        if os.environ.get("CI"):
+            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
+        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
+    return specmon
+
+
 def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     specmon = shutil.which("specmon")
     assert specmon, "the specmon command is not installed (pip install -e .)"
@@ -100,12 +112,7 @@ def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_por
 def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., str], tmp_path: Path) -> None:
     """Issue 10 #1: `~/venv/bin/specmon demo` without the venv on PATH left both cards IDLE: the built-in profiles
     ran `specmon sim` from PATH. They run the running interpreter's specmon now (the built-in ports, 30001/2)."""
-    specmon = shutil.which("specmon")
-    assert specmon, "the specmon command is not installed (pip install -e .)"
-    if not (port_is_free(30001) and port_is_free(30002)):
-        if os.environ.get("CI"):
-            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
-        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
+    specmon = specmon_for_the_builtin_ports()
     bare_path = "/usr/bin:/bin"
     assert not any(Path(d, "specmon").exists() for d in bare_path.split(":")), "a specmon on the bare PATH"
     env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in os.environ}
@@ -125,12 +132,7 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
                                                                        tmp_path: Path) -> None:
     """Issue 10 #1: with 30001 taken, the demo showed `IDLE · not running` and nothing else. The card says FAILED
     now, names the holder (this test's pid) and free ports, with the `--ports` to use them; the other server runs."""
-    specmon = shutil.which("specmon")
-    assert specmon, "the specmon command is not installed (pip install -e .)"
-    if not (port_is_free(30001) and port_is_free(30002)):
-        if os.environ.get("CI"):
-            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
-        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
+    specmon = specmon_for_the_builtin_ports()
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a demo that just ended leaves TIME_WAIT there
     holder.bind(("127.0.0.1", 30001))
