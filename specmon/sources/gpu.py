@@ -40,6 +40,7 @@ from specmon.sources.transport import Transport, TransportError
 log = logging.getLogger(__name__)
 
 MISSING = 127
+CANCEL_AGAIN_S = 1.0   # close() cancels a task again after this long if it has not ended
 _NOT_FOUND = "command -v nvidia-smi >/dev/null 2>&1 || { echo 'nvidia-smi: not found on PATH'; exit 127; }; "
 _QUERY = f"nvidia-smi --query-gpu={','.join(QUERY_FIELDS)} --format=csv,noheader,nounits"
 # One round trip: the compute processes, then "PID [SPECMON_RUN_ID=...]" for each distinct pid.
@@ -128,9 +129,14 @@ class GpuProbe:
             self._tasks = [asyncio.ensure_future(self._stream_loop()), asyncio.ensure_future(self._apps_loop())]
 
     async def close(self) -> None:
-        """Cancel both tasks; the transport ends the nvidia-smi it started."""
-        for task in self._tasks:
-            task.cancel()
+        """Cancel both tasks and wait until they have ended; the transport ends the nvidia-smi it started.
+
+        A task that runs on is cancelled again: Python 3.11's `asyncio.wait_for` drops a cancellation that arrives
+        just as the read it guards completes, and quitting the TUI waits here (it hung on a loaded box)."""
+        while pending := [task for task in self._tasks if not task.done()]:
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
