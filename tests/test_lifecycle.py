@@ -412,3 +412,20 @@ async def test_stall_warning_clears_when_output_resumes(free_port_factory, engin
     assert stalled.state == "loading"
     _, resumed = await rec.until(lambda v: not v.stalled, timeout=10)
     assert resumed.state == "loading" and resumed.stall_reason is None
+
+
+async def test_process_ended_waits_for_the_server_process_and_returns_at_once_for_an_ended_run(
+        free_port_factory, engine) -> None:
+    """What `specmon logs -f` waits on before it stops following: the run's process, not its log."""
+    manager, rec = engine(sim_profile(free_port_factory()))
+    view = await manager.launch("sim")
+    record = manager.store.load(view.run_id)
+    assert record is not None and record.pid == view.pid
+    ended = asyncio.create_task(manager.process_ended(record, poll_s=0.1))
+    await rec.until(lambda v: v.state == "ready", timeout=40)
+    assert not ended.done(), "returned while the server still runs"
+    await manager.stop("sim")
+    await asyncio.wait_for(ended, 10)                      # the process is gone: it returns
+    stopped = manager.store.load(view.run_id)
+    assert stopped is not None and stopped.terminal
+    await asyncio.wait_for(manager.process_ended(stopped), 1)   # an ended run: at once, without polling
