@@ -320,7 +320,7 @@ async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_p
     async with app.run_test(size=(160, 48), notifications=True) as pilot:
         try:
             for path in (base, spec):
-                await app.engine.overlay(path, app)  # type: ignore[union-attr]
+                await app.engine.overlay(path)  # type: ignore[union-attr]
             text = await _settled(app, pilot)
             pane = app.query_one(SweepPane)
             # Throughput: eagle3 ahead at every rate, no crossover; x axis in req/s.
@@ -335,7 +335,7 @@ async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_p
             await pilot.press("g")
             await _settled(app, pilot)
             assert app.chart_metric == "throughput" and pane.border_subtitle == ""
-            await app.engine.overlay(closed, app)  # type: ignore[union-attr]
+            await app.engine.overlay(closed)  # type: ignore[union-attr]
             await pilot.pause()
             assert "closed" not in app.series
             assert any("is a concurrency sweep and the chart shows open-loop" in str(n.message)
