@@ -18,7 +18,7 @@ from lifecycle_support import Cli, kill_marked, port_listening
 from lifecycle_support import profile_toml as _profile
 
 STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
-               "shards", "kv_cache_tokens", "exit_code", "failure", "config"}
+               "shards", "kv_cache_tokens", "exit_code", "failure", "config", "still_running"}
 
 
 @pytest.fixture
