@@ -153,7 +153,9 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
         # that shows it whole: `m` maximises the Servers pane.
         assert re.search(r"already\s+in\s+use", servers) and "(m: whole)" in servers, screen
         tmux("send-keys", "-t", "demo", "m")
-        screen = wait_screen(tmux, r"free:", 30)
+        # Maximised: the Log pane is gone and the card shows the reason whole. (The toast also says "free:", so
+        # waiting for that alone read the screen before the key took effect, on CI with a CPU hog running.)
+        screen = wait_screen(tmux, r"(?s)\A(?!.*─ Log ).*free:", 30)
         servers = " ".join(re.sub(r"[▁▂▃▄▅▆▇█▌▎]", " ", line).strip("│ ") for line in screen.splitlines())
         assert re.search(rf"already\s+in\s+use.*by\s+pid\s+{os.getpid()}", servers), screen
         assert re.search(r"free:\s+\d+,\s+\d+", servers) and "--ports" in servers, screen
