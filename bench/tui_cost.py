@@ -1,12 +1,13 @@
 """What the TUI costs the machine it runs on (usually a shared jump box), measured in a real pty.
 
-    python3 bench/tui_cost.py [--size 160x48] [--idle-s 20] [--sweep-s 15]
+    python3 bench/tui_cost.py [--size 160x48] [--idle-s 20] [--sweep-s 15] [--fake-gpus N]
 
 1. Time to first frame: from spawning the app until the pty has received its first full screen (the Servers
    pane's title). Target < 1.5 s.
 2. Idle: the app with two ready runs (two `specmon sim` servers launched by the app itself) and the GPU pane
-   showing 8 GPUs from the real GPU probe at 1 Hz (`nvidia-smi -lms 1000`; on a machine without GPUs the fake
-   `tests/fixtures/gpu/fake-nvidia-smi` stands in, put first on PATH with FAKE_SMI_GPUS=8).
+   showing the host's GPUs from the real GPU probe at 1 Hz (`nvidia-smi -lms 1000`). On a machine without GPUs, or
+   with --fake-gpus N, the stand-in `tests/fixtures/gpu/fake-nvidia-smi` (first on PATH, FAKE_SMI_GPUS=N, default 8)
+   answers instead: every GPU's memory, utilisation and power change every second, a busier board than idle GPUs.
    CPU of the app process (% of one core, from /proc) and bytes written to the terminal per second.
    Target <= 2 % of a core. The stand-in nvidia-smi's own CPU is printed separately (a real one is not ours).
 3. Live sweep: `s` + enter in the pty starts a sweep of both servers; the same figures while it runs. The load
@@ -19,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -116,34 +119,40 @@ def main() -> int:
     parser.add_argument("--size", default="160x48", help="at least 150 wide, so the GPU/env pane shows")
     parser.add_argument("--idle-s", type=float, default=20.0)
     parser.add_argument("--sweep-s", type=float, default=15.0)
+    parser.add_argument("--fake-gpus", type=int, default=0, metavar="N",
+                        help="use the stand-in nvidia-smi with N GPUs even where a real one exists")
     args = parser.parse_args()
     cols, rows = (int(v) for v in args.size.split("x"))
     work = Path(tempfile.mkdtemp(prefix="tui-cost-"))
     profiles = []
     for name, spec in (("baseline", "none"), ("eagle3", "eagle3")):
         port = free_port()
-        profiles.append(f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", '
-                        f'"--shards", "8", "--load-seconds", "3", "--spec", "{spec}"]\n')
+        # The running interpreter's specmon (a host where `specmon` is not on PATH, or is another install).
+        profiles.append(f'[profiles.{name}]\nport = {port}\ncommand = [{json.dumps(sys.executable)}, "-m", "specmon", '
+                        f'"sim", "--port", "{port}", "--shards", "8", "--load-seconds", "3", "--spec", "{spec}"]\n')
     profiles.append("[sweep]\nlevels = [1, 4, 16, 64, 128]\nrequests_per_level = 200\nwarmup_requests = 0\n")
     (work / "profiles.toml").write_text("\n".join(profiles))
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor",
                XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"))
-    if not shutil.which("nvidia-smi"):
+    real = shutil.which("nvidia-smi") is not None and not args.fake_gpus
+    if not real:
         (work / "bin").mkdir()
         (work / "bin" / "nvidia-smi").symlink_to(FAKE_SMI)
-        env.update(PATH=f"{work / 'bin'}{os.pathsep}{env['PATH']}", FAKE_SMI_GPUS="8")
+        env.update(PATH=f"{work / 'bin'}{os.pathsep}{env['PATH']}", FAKE_SMI_GPUS=str(args.fake_gpus or 8))
     term = Terminal([sys.executable, "-c", CHILD, str(work / "profiles.toml"), str(work)], cols, rows, env)
     try:
         first = term.wait_for(b"Servers", 30)
         print(f"time to first frame: {first:.2f} s (target < 1.5 s)")
         term.wait_for(b"READY", 90)
         term.pump(15)  # both runs ready, toasts gone
-        term.wait_for(b"8 GPUs", 30)
+        term.wait_for(b" GPU", 30)
+        gpus = int(re.findall(rb"(\d+) GPUs?", term.tail)[-1])
         smi = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).find(b"nvidia-smi") >= 0]
         smi0 = sum(_cpu_or_zero(int(p.name)) for p in smi)
         cpu, rate = term.measure(args.idle_s)
         smi_cpu = 100 * (sum(_cpu_or_zero(int(p.name)) for p in smi) - smi0) / args.idle_s
-        print(f"idle, 2 ready runs, GPU pane polling 8 GPUs at 1 Hz: {cpu:.2f} % of a core, "
+        print(f"idle, 2 ready runs, GPU pane polling {gpus} {'real' if real else 'stand-in'} GPUs at 1 Hz: "
+              f"{cpu:.2f} % of a core, "
               f"{rate / 1024:.2f} KiB/s to the terminal (target <= 2 %); nvidia-smi itself {smi_cpu:.2f} %")
         os.write(term.fd, b"s")
         term.pump(1.0)

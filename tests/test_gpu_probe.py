@@ -82,6 +82,34 @@ async def test_missing_nvidia_smi_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     assert board.error == "local: nvidia-smi not found (no NVIDIA driver here?)" and not board.tracks
 
 
+async def test_a_host_without_gpus_gets_no_compute_apps_queries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A jump box has no nvidia-smi: the probe says so and does not start a compute-apps query every few seconds
+    for as long as the TUI stays open (the stream's retries back off to 30 s)."""
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    probe = GpuProbe(LocalTransport(), interval_s=0.1, apps_every_s=0.05)
+    probe.start()
+    try:
+        await until(lambda: probe.board.error is not None)
+        await asyncio.sleep(1.0)
+        assert probe.board.error == "local: nvidia-smi not found (no NVIDIA driver here?)"
+        assert probe.board.apps_error is None and not probe.board.tracks
+    finally:
+        await probe.close()
+
+
+async def test_holders_arrive_once_the_stream_has_shown_gpus(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            marked_process: tuple[int, int]) -> None:
+    marked, _ = marked_process
+    monkeypatch.setenv("FAKE_SMI_APPS", f"1:{marked}:4000")
+    probe = GpuProbe(LocalTransport(), interval_s=0.1, apps_every_s=60)
+    probe.start()
+    try:
+        await until(lambda: bool(probe.board.gpus_of_run("run-a")))
+        assert [g.latest.index for g in probe.board.gpus_of_run("run-a")] == [1]
+    finally:
+        await probe.close()
+
+
 async def test_bad_field_error_reaches_the_board(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SMI_BAD_FIELD", "1")
     board = await snapshot(LocalTransport())

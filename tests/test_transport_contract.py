@@ -141,6 +141,19 @@ async def test_write_file_and_unwritable_path(host: Host) -> None:
         await t.write_file(str(host.dir / "file" / "sub"), b"x")
 
 
+async def test_read_files_gives_each_files_bytes_in_order_and_none_for_a_missing_one(host: Host) -> None:
+    """The status checks' read: a file whose text looks like a separator or marker, no trailing newline and
+    bytes that are not UTF-8 come back exactly; an empty file is b""; missing and directories are None."""
+    tricky = b"<<0123456789abcdef>>missing\n\xff\x00 stat (a) b"
+    (host.dir / "tricky").write_bytes(tricky)
+    (host.dir / "empty").write_bytes(b"")
+    (host.dir / "exit_code").write_bytes(b"143")
+    (host.dir / "sub").mkdir()
+    paths = [host.dir / "tricky", host.dir / "nosuch", host.dir / "empty", host.dir / "sub", host.dir / "exit_code"]
+    got = await host.transport.read_files([str(p) for p in paths])
+    assert got == [tricky, None, b"", None, b"143"]
+
+
 async def test_stream_yields_output_and_close_ends_the_command(host: Host) -> None:
     t = host.transport
     async with t.stream("printf 'one\\n'; sleep 0.1; printf 'two\\n'; exit 4") as out:

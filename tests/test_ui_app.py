@@ -68,6 +68,16 @@ async def test_a_broken_ui_state_file_is_ignored(tmp_path: Path) -> None:
         assert app.theme == "specmon-dark"
 
 
+async def test_an_idle_screen_runs_no_animation_timers(tmp_path: Path) -> None:
+    """The TUI is left open for hours on shared jump boxes: nothing may repaint on a timer while nothing moves.
+    A card's shard bar without a total was an indeterminate ProgressBar, repainting 15 times a second even
+    while hidden: most of the idle TUI's CPU (bench/tui_cost.py: 1.3 % -> 0.4 % of a core with no runs)."""
+    app = SpecmonApp(demo_config(), state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        assert [w for w in app.query("*") if w.auto_refresh is not None] == []
+
+
 async def test_maximise_and_restore_and_too_small(tmp_path: Path) -> None:
     app = fed_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:

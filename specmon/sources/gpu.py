@@ -122,10 +122,12 @@ class GpuProbe:
         self.on_update = on_update
         self.restarts = 0
         self._tasks: list[asyncio.Task[None]] = []
+        self._gpus_seen: asyncio.Event | None = None   # set by the first tick: until then there is nothing to hold
 
     def start(self) -> None:
         """Start the stream and the apps poll (idempotent)."""
         if not self._tasks:
+            self._gpus_seen = asyncio.Event()
             self._tasks = [asyncio.ensure_future(self._stream_loop()), asyncio.ensure_future(self._apps_loop())]
 
     async def close(self) -> None:
@@ -177,6 +179,8 @@ class GpuProbe:
                         self.board.add_tick(tick, time.monotonic())
                         got_tick = True
                     if ticks:
+                        assert self._gpus_seen is not None
+                        self._gpus_seen.set()
                         self._changed()
             self.board.mark_stale(_failure(host, out.exit_code, parser.last_skipped))
         except SmiError as exc:
@@ -186,6 +190,10 @@ class GpuProbe:
         return got_tick
 
     async def _apps_loop(self) -> None:
+        # A host without GPUs (a jump box, most often) gets no compute-apps query at all: one less process
+        # started every apps_every_s, for as long as the TUI stays open.
+        assert self._gpus_seen is not None
+        await self._gpus_seen.wait()
         while True:
             try:
                 apps, runs = await poll_apps(self.transport, timeout_s=max(20.0, 2 * self.apps_every_s))

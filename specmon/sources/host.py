@@ -72,6 +72,10 @@ def wrapper_script(run_dir: str, argv: Sequence[str], env: Iterable[tuple[str, s
     return "\n".join(lines)
 
 
+def _stat_of(text: str | None) -> ProcInfo | None:
+    return parse_stat(text.strip()) if text else None
+
+
 class HostOps:
     """Lifecycle primitives on one host."""
 
@@ -235,23 +239,19 @@ class HostOps:
         return [line for line in out.splitlines() if line.startswith("/")]
 
     async def read_file(self, path: str) -> str | None:
-        code, out, _ = await self.sh(f"cat -- {shlex.quote(path)} 2>/dev/null")
-        return out if code == 0 else None
+        data, = await self.transport.read_files([path])
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     async def proc(self, pid: int) -> ProcInfo | None:
-        code, out, _ = await self.sh(f"cat /proc/{int(pid)}/stat 2>/dev/null")
-        return parse_stat(out) if code == 0 else None
+        return _stat_of(await self.read_file(f"/proc/{int(pid)}/stat"))
 
     async def run_status(self, run_dir: str, pid: int) -> tuple[ProcInfo | None, int | None, bool]:
         """(process info of pid, exit code if recorded, stop requested) in one round trip."""
-        q = shlex.quote
-        code, out, _ = await self.sh(
-            f"cat /proc/{int(pid)}/stat 2>/dev/null; echo '<<>>'; cat -- {q(run_dir + '/exit_code')} 2>/dev/null; "
-            f"echo '<<>>'; test -e {q(run_dir + '/stop_requested')} && echo stop")
-        stat, _, rest = out.partition("<<>>")
-        exit_text, _, stop = rest.partition("<<>>")
-        exit_code = int(exit_text.strip()) if exit_text.strip().lstrip("-").isdigit() else None
-        return parse_stat(stat.strip()), exit_code, stop.strip() == "stop"
+        stat, exit_text, stop = await self.transport.read_files(
+            [f"/proc/{int(pid)}/stat", run_dir + "/exit_code", run_dir + "/stop_requested"])
+        code = (exit_text or b"").decode("ascii", errors="replace").strip()
+        exit_code = int(code) if code.lstrip("-").isdigit() else None
+        return _stat_of(None if stat is None else stat.decode("utf-8", errors="replace")), exit_code, stop is not None
 
     async def _scan(self, run_id: str) -> tuple[list[ProcInfo], set[int]]:
         """Every live process's stat, and the pids whose environment carries the run's marker."""

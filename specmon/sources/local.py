@@ -6,10 +6,12 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Sequence
 
 from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
 
 _SHELL = "/bin/sh"
+_SMALL_FILE = 1 << 20   # read_files is for status files: more than this is not one
 
 
 async def _end(proc: asyncio.subprocess.Process) -> None:
@@ -57,6 +59,18 @@ class LocalTransport(Transport):
 
     def stream(self, command: str) -> OutputStream:
         return _LocalStream(self.host, command)
+
+    async def read_files(self, paths: Sequence[str]) -> list[bytes | None]:
+        """Read in-process: a status check every few seconds must not cost a fork and a shell (the idle TUI)."""
+        return [_read_small(path) for path in paths]
+
+
+def _read_small(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(_SMALL_FILE)
+    except OSError:
+        return None
 
 
 class _LocalStream(OutputStream):

@@ -9,6 +9,7 @@ transport slots in without engine changes.
         async run(command, *, input=None, timeout=None) -> CommandResult
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
         async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
+        async read_files(paths) -> list[bytes | None]        # small files in one round trip; None: missing
         async local_url(port) -> str                         # the host's 127.0.0.1:port as reached from here
         http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
         link: LinkState                                      # connected / reconnecting / refused (SSH)
@@ -23,10 +24,11 @@ trying and show it.
 
 from __future__ import annotations
 
+import secrets
 import shlex
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -161,6 +163,21 @@ class Transport(ABC):
         result = await self.run(f"umask 077 && cat > {q} && chmod {mode:o} {q}", input=data, timeout=30)
         if not result.ok:
             raise TransportError(f"{self.host}: cannot write {path}: {result.err or f'exit {result.exit_code}'}")
+
+    async def read_files(self, paths: Sequence[str]) -> list[bytes | None]:
+        """The contents of small files (a status file, `/proc/PID/stat`) in one round trip, in order; None for a
+        file that is missing or unreadable. Default: one shell command, the files told apart by a random token.
+
+        Raises TransportError if the host cannot be reached.
+        """
+        token, missing = (f"<<{secrets.token_hex(8)}>>" for _ in range(2))
+        q = shlex.quote
+        result = await self.run("; ".join(f"printf %s {q(token)}; cat -- {q(path)} 2>/dev/null || printf %s {q(missing)}"
+                                          for path in paths), timeout=30)
+        parts = result.stdout.split(token.encode())[1:]
+        if len(parts) != len(paths):
+            raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
+        return [None if part.endswith(missing.encode()) else part for part in parts]
 
     async def local_url(self, port: int) -> str:
         """A base URL, reachable from where specmon runs, for the host's 127.0.0.1:`port`.

@@ -47,12 +47,16 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def fmt_ago(seconds: float | None) -> str:
-    """How long ago something happened, in the coarsest unit that still says something: `3s`, `4m`, `2h`."""
+    """How long ago something happened, in steps coarse enough that the card does not repaint every second for
+    nothing: `<10s`, then tens of seconds, minutes, hours. (A server that logs our own health checks every few
+    seconds would otherwise flip between `0s` and `4s` forever: the idle TUI's largest repaint.)"""
     if seconds is None:
         return NA
     s = max(0, int(seconds))
+    if s < 10:
+        return "<10s ago"
     if s < 60:
-        return f"{s}s ago"
+        return f"{s // 10 * 10}s ago"
     if s < 3600:
         return f"{s // 60}m ago"
     return f"{s // 3600}h ago"

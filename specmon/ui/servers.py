@@ -41,7 +41,10 @@ class RunCard(Vertical):
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
         self._head = Static(classes="card-head")
-        self._bar = ProgressBar(show_eta=False, show_percentage=True, classes="card-bar")
+        # A total from the start: a ProgressBar without one is indeterminate and repaints 15 times a second
+        # (hidden or not: the idle TUI's largest cost). Hidden until a shard total is known.
+        self._bar = ProgressBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
+        self._bar.display = False
         self._body = Static(classes="card-body")
 
     def compose(self) -> ComposeResult:
@@ -64,8 +67,7 @@ class RunCard(Vertical):
 
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
-        # Only a known total gets a bar: an indeterminate ProgressBar animates at full frame rate.
-        # Assign only on change: setting `display` (even to its current value) asks for a relayout.
+        # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
         show_bar = fraction is not None and row.state in ("launching", "loading", "ready")
         if bar.display != show_bar:
             bar.display = show_bar
