@@ -137,7 +137,9 @@ def main() -> int:
     real = shutil.which("nvidia-smi") is not None and not args.fake_gpus
     if not real:
         (work / "bin").mkdir()
-        (work / "bin" / "nvidia-smi").symlink_to(FAKE_SMI)
+        # Through the running interpreter: a copied checkout may have lost the fake's exec bit.
+        (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
+        (work / "bin" / "nvidia-smi").chmod(0o755)
         env.update(PATH=f"{work / 'bin'}{os.pathsep}{env['PATH']}", FAKE_SMI_GPUS=str(args.fake_gpus or 8))
     term = Terminal([sys.executable, "-c", CHILD, str(work / "profiles.toml"), str(work)], cols, rows, env)
     try:
