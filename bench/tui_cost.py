@@ -23,12 +23,12 @@ import fcntl
 import json
 import os
 import pty
-import re
 import select
 import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import tempfile
 import termios
@@ -147,8 +147,9 @@ def main() -> int:
         print(f"time to first frame: {first:.2f} s (target < 1.5 s)")
         term.wait_for(b"READY", 90)
         term.pump(15)  # both runs ready, toasts gone
-        term.wait_for(b" GPU", 30)
-        gpus = int(re.findall(rb"(\d+) GPUs?", term.tail)[-1])
+        # The pane's own words are not scraped: a partial repaint may put colour codes between "8" and "GPUs".
+        gpus = (subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, env=env).stdout.count("GPU ")
+                if real else args.fake_gpus or 8)
         smi = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).find(b"nvidia-smi") >= 0]
         smi0 = sum(_cpu_or_zero(int(p.name)) for p in smi)
         cpu, rate = term.measure(args.idle_s)
