@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sshd_support import Sshd, shared_sshd, sshd_available
+
+
+def pytest_configure() -> None:
+    """Tests press Ctrl-C on commands they start, as a user does on a command in the foreground. A runner that
+    started the suite in the background of a non-interactive shell (`.ci/run &`) leaves SIGINT ignored, every child
+    inherits that, and Python then never raises KeyboardInterrupt: a handler here is reset to the default in
+    each child (an ignored signal is not)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _pick_free_port() -> int:
