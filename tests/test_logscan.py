@@ -273,6 +273,36 @@ def test_follow_notices_a_log_replaced_by_a_new_file(tmp_path: Path) -> None:
         follower.close()
 
 
+def test_follow_notices_a_rewrite_that_lands_between_its_check_and_its_read(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The truncate-and-refill lands after a poll has checked the file by name but before it reads (a loaded box
+    made that window real: CI under a CPU hog missed the note). The bytes read then are the middle of the new
+    file; they must not be parsed as what followed the old content."""
+    from specmon.commands import logscan
+
+    log = tmp_path / "server.log"
+    log.write_text(SHARD.format(p=50, n=1, t=2))
+    refill = SHARD.format(p=25, n=1, t=4) + "".join(f"[2025-03-08 12:29:{i:02d}] padding line {i}\n"
+                                                  for i in range(40)) + READY
+    real_read, reads = logscan._read, []
+
+    def read(handle: IO[bytes]) -> bytes:
+        reads.append(handle)
+        if len(reads) == 3:   # 1: the first line; 2: end of file (a poll with nothing new); 3: the rewrite lands
+            fd = os.open(log, os.O_WRONLY)
+            os.ftruncate(fd, 0)
+            os.write(fd, refill.encode())
+            os.close(fd)
+        return real_read(handle)
+
+    monkeypatch.setattr(logscan, "_read", read)
+    with open(log, "rb") as handle:
+        assert logscan._follow([str(log)], [handle], as_json=False, out=sys.stdout) == 0
+    captured = capsys.readouterr()
+    assert "rewritten in place, reading it again from the start" in captured.err
+    assert "shards 1/4" in captured.out and "ready" in captured.out
+
+
 def test_follow_notices_a_log_truncated_and_refilled_past_its_old_offset(tmp_path: Path) -> None:
     """Truncated and refilled beyond the read offset between two polls: the size never looked smaller, so the
     follower went on from the old offset, in the middle of the new content."""

@@ -245,6 +245,8 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
                         f.watch.close(time.monotonic(), step_printer(f, time.monotonic()))
                     continue
                 progressed = True
+                if not pipe and _check_rewritten(f):
+                    continue   # rewritten between the check by name and this read: `data` is the new file's middle
                 f.offset += len(data)
                 f.tail = (f.tail + data[-TAIL_CHECK_BYTES:])[-TAIL_CHECK_BYTES:]
                 now = time.monotonic()
@@ -301,16 +303,24 @@ def _follow_name(f: _Followed, on_step: StepCallback) -> None:
         f.handle.close()
         _restart(f, handle)
         return
+    _check_rewritten(f)
+
+
+def _check_rewritten(f: _Followed) -> bool:
+    """Same file, but shorter than what was read or its last-read bytes changed (truncated and refilled past the
+    old offset): say so and start again from the top. True if it did."""
     try:
         size = os.fstat(f.handle.fileno()).st_size
         same_tail = not f.tail or os.pread(f.handle.fileno(), len(f.tail), f.offset - len(f.tail)) == f.tail
     except OSError:
-        return
-    if size < f.offset or not same_tail:
-        _note(f, "truncated, reading it again from the start" if size < f.offset else
-              "rewritten in place, reading it again from the start")
-        f.handle.seek(0)
-        _restart(f, f.handle)
+        return False
+    if size >= f.offset and same_tail:
+        return False
+    _note(f, "truncated, reading it again from the start" if size < f.offset else
+          "rewritten in place, reading it again from the start")
+    f.handle.seek(0)
+    _restart(f, f.handle)
+    return True
 
 
 def _restart(f: _Followed, handle: IO[bytes]) -> None:
