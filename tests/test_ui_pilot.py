@@ -7,6 +7,8 @@ drawing points after `s`, a result file overlaid with `o`, and the log's filter 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import socket
 import subprocess
@@ -336,6 +338,33 @@ async def test_quit_after_a_restart_starts_stopping_at_once_and_says_so(tmp_path
     try:
         assert all(later.view(run_id).state == "stopped" for run_id in runs if run_id)
     finally:
+        await later.close()
+
+
+async def test_quit_while_a_launch_is_in_flight_waits_for_it_then_stops_its_server(tmp_path: Path,
+                                                                                    free_port: int) -> None:
+    """`q` (demo: stop the servers) pressed while a launch is under way: quitting used to stop only the runs whose
+    launch had returned, and the app's exit then cancelled the launch half-way, leaving a server running with a
+    record that said "launching". Now quit waits for the launch, and its server is stopped like the others."""
+    from specmon.orchestration.runs import RunManager
+
+    config = sim_config({"demo-a": free_port})
+    bridge = EngineBridge(config, results_dir=tmp_path / "results")
+    launch = asyncio.create_task(bridge.launch("demo-a"))   # the app's worker for `l`
+    while not bridge.manager.store.all():   # the launch is under way: its record is written, its pid not yet
+        assert not launch.done(), launch
+        await asyncio.sleep(0.002)
+    await bridge.close(stop_started=True)
+    launch.cancel()   # the app's exit cancels its workers
+    with contextlib.suppress(asyncio.CancelledError):
+        await launch
+    later = RunManager(config)
+    try:
+        assert [(v.profile, v.state) for v in await later.refresh()] == [("demo-a", "stopped")]
+    finally:
+        for view in await later.refresh():
+            if view.active:
+                await later.stop(view.run_id, force=True)
         await later.close()
 
 

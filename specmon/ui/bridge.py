@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from textual.message import Message
@@ -76,6 +76,8 @@ class EngineBridge:
         self.autolaunch = list(autolaunch)
         self.results_dir = results_dir
         self.started_here: list[str] = []          # run ids launched by this session (stopped by "quit and stop")
+        self._starts: set[asyncio.Task[RunView]] = set()   # launches and restarts in flight (quit waits for them)
+        self._closing = False
         self._views: dict[str, RunView] = {}       # profile -> its latest run
         self._earlier: list[RunView] = []          # every run known at start, oldest first (for past load times)
         self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
@@ -213,13 +215,27 @@ class EngineBridge:
 
     # ---------------------------------------------------------------- actions
     async def launch(self, profile: str) -> None:
-        await self._starting(profile, self.manager.launch(profile, watch=True))
+        await self._starting(profile, lambda: self.manager.launch(profile, watch=True))
 
-    async def _starting(self, profile: str, start: Awaitable[RunView]) -> None:
+    async def _starting(self, profile: str, start: Callable[[], Awaitable[RunView]]) -> None:
         """Launch or restart: a run that never started (busy port, missing command, ...) shows as FAILED on its
-        card with the one-line reason, and a toast says so; it is never an exception lost in a worker."""
+        card with the one-line reason, and a toast says so; it is never an exception lost in a worker.
+
+        The start runs in a task of its own that quitting waits for (the worker that asked may be cancelled by
+        the app's exit): a launch in flight when `q` is pressed ends with its server recorded, then stopped."""
+        if self._closing:
+            return
+
+        async def started() -> RunView:
+            view = await start()
+            self.started_here.append(view.run_id)
+            return view
+
+        task = asyncio.create_task(started(), name=f"tui-start-{profile}")
+        self._starts.add(task)
+        task.add_done_callback(self._starts.discard)
         try:
-            view = await start
+            view = await asyncio.shield(task)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -232,7 +248,6 @@ class EngineBridge:
             self._post(EngineNotice(f"{profile}: FAILED to start: {reason}", severity="error", timeout=15, bell=True))
             return
         self._refused.pop(profile, None)
-        self.started_here.append(view.run_id)
         self._on_view(view)
 
     async def stop(self, profile: str) -> None:
@@ -241,7 +256,7 @@ class EngineBridge:
             self._post(EngineNotice(f"{profile}: " + "; ".join(report.blockers), severity="warning", timeout=10))
 
     async def restart(self, profile: str) -> None:
-        await self._starting(profile, self.manager.restart(profile))
+        await self._starting(profile, lambda: self.manager.restart(profile))
 
     # ----------------------------------------------------------------- sweeps
     def _publish_series(self, name: str, live: SweepProgress | None = None) -> None:
@@ -385,6 +400,11 @@ class EngineBridge:
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:
+        self._closing = True
+        if self._starts:   # a launch in flight finishes first: its server is then stopped (or left, as asked)
+            self._post(EngineNotice(f"waiting for {len(self._starts)} launch{'es' if len(self._starts) > 1 else ''}"
+                                    " in flight…", timeout=30))
+            await asyncio.gather(*self._starts, return_exceptions=True)
         if stop_started:
             await self._stop_started()
         if callable(self._unsubscribe):
