@@ -158,6 +158,49 @@ async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
             await quit_with(pilot, "Q")
 
 
+def alive(pid: int | None) -> bool:
+    """The process runs (a zombie child of the launch wrapper counts as ended)."""
+    try:
+        return pid is not None and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_a_failed_server_whose_process_hangs_says_so_on_its_card_and_stop_ends_it(tmp_path: Path,
+                                                                                     free_port: int) -> None:
+    """A server that printed its traceback and then hung (a dead rank, the others waiting forever) showed as FAILED
+    while it still held its port and GPUs, and the stop key answered "has no running server". The card now says
+    its process still runs and which key stops it; that key stops it."""
+    app = make_app(sim_config({"hung": free_port}, {"hung": "--crash-at-shard 2 --hang-after-crash"}), tmp_path)
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "process still running" in card_text(app, "hung"), 60,
+                             "the card to say the failed server's process still runs")
+            pid = app.rows["hung"].pid
+            assert "FAILED" in card_text(app, "hung") and f"(pid {pid}) · S stops it" in card_text(app, "hung")
+            assert alive(pid)
+            await pilot.press("S", "y")
+            await wait_until(pilot, lambda: not alive(pid), 60, "S y to end the hung process")
+            await wait_until(pilot, lambda: "still running" not in card_text(app, "hung"), 10, "the line to go")
+            assert "FAILED" in card_text(app, "hung")   # the reason it failed stays
+            assert not any("no running server" in str(n.message) for n in app._notifications)
+        finally:
+            await quit_with(pilot, "Q")
+
+
+async def test_demo_q_also_stops_a_failed_server_whose_process_hangs(tmp_path: Path, free_port: int) -> None:
+    """"demo: q stops the servers": a failed server still holding its port is one of them."""
+    config = sim_config({"demo-a": free_port}, {"demo-a": "--crash-at-shard 2 --hang-after-crash"})
+    engine = EngineBridge(config, autolaunch=["demo-a"], results_dir=tmp_path / "results")
+    app = SpecmonApp(config, engine=engine, demo=True, state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: "process still running" in card_text(app, "demo-a"), 60, "still running")
+        pid = app.rows["demo-a"].pid
+        await quit_with(pilot, "q")
+    assert not alive(pid)
+
+
 async def test_stalled_load_is_flagged_with_a_toast(tmp_path: Path, free_port: int) -> None:
     # The stall time must outlast a healthy start's silence on this box now (python starts slowly under load). A
     # launch from the TUI is slower to speak than a bare sim start (the launch wrapper, and the app's own loop in

@@ -165,6 +165,7 @@ class RunController:
         self._last_view: RunView | None = None
         self._unwatch_link: Callable[[], None] | None = None
         self._link_down_since: float | None = None
+        self._process_alive = False   # the last process check found the server's process running
 
     # ---- views -------------------------------------------------------------------------------------------
     def view(self) -> RunView:
@@ -186,6 +187,7 @@ class RunController:
             load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
             kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase,
+            still_running=state == "failed" and self._process_alive,
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,
             probe_error=self.probe_error if state in ("launching", "loading") else None,
@@ -368,6 +370,7 @@ class RunController:
             self._ready_trigger.set()
         failure = failure_of(rs)
         if failure is not None and self.record.state in ("launching", "loading"):
+            self._process_alive = False   # "still running" only once a check after the verdict finds it so
             self._update(state="failed", failure=dataclasses.asdict(failure), **progress_of(rs))
             self._notify(self.record, "failed", failure.message)
         self._publish()
@@ -384,9 +387,13 @@ class RunController:
             except (TransportError, TimeoutError):
                 continue
             if info is not None and info.alive and info.starttime == self.record.starttime:
+                if not self._process_alive:
+                    self._process_alive = True
+                    self._publish()   # a run failed by its log says its process still runs
                 self._settle()
                 self._check_stall()
                 continue
+            self._process_alive = False
             await self._finish(exit_code, lost=exit_code is None, stop_requested=stop)
             return
 

@@ -160,7 +160,8 @@ class SpecmonApp(App[int]):
         yield Static(self._topbar_text(), id="topbar")
         with Vertical(id="main"):
             with Horizontal(id="top"):
-                yield ServersPane(self.profiles, keys.key_of(self.keymap, "maximize"), id="servers", classes="pane")
+                yield ServersPane(self.profiles, keys.key_of(self.keymap, "maximize"), keys.key_of(self.keymap, "stop"),
+                                  id="servers", classes="pane")
                 yield LogPane(self.log_lines, id="log", classes="pane")
                 yield GpuEnvPane(id="gpuenv", classes="pane")
             yield SweepPane(id="sweep", classes="pane")
@@ -441,7 +442,7 @@ class SpecmonApp(App[int]):
         row = self._selected_row()
         if row is None or not self._need_engine():
             return
-        if row.run_id is None or row.state in ("stopped", "exited", "failed", "idle"):
+        if row.run_id is None or (row.state in ("stopped", "exited", "failed", "idle") and not row.still_running):
             self.notify(f"{row.profile} has no running server", severity="warning")
             return
         self.push_screen(

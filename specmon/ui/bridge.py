@@ -421,11 +421,13 @@ class EngineBridge:
 
     async def _stop_started(self) -> None:
         """Stop this session's runs that are still up, all at once, while the cards still follow them (they say
-        STOPPING, then STOPPED); runs that already ended (the old run of a restart) are left alone."""
+        STOPPING, then STOPPED); runs that already ended (the old run of a restart) are left alone. A run failed
+        by its log whose process still runs (holding its port and GPUs) is stopped too."""
+        hung = {view.run_id for view in self._views.values() if view.still_running}
         live = []
         for run_id in dict.fromkeys(self.started_here):
             record = self.manager.store.load(run_id)
-            if record is not None and not record.terminal:
+            if record is not None and (not record.terminal or run_id in hung):
                 live.append(run_id)
         if not live:
             return

@@ -49,6 +49,7 @@ class ServerRow:
     spec_accept_len: float | None = None
     last_activity_ago_s: float | None = None
     failure: str | None = None
+    still_running: bool = False         # failed by its log while its process runs on (holding its port and GPUs)
     pid: int | None = None
     port: int | None = None
     link: str | None = None             # a remote run's SSH link: "connected", "reconnecting in 3s", "auth failed"
@@ -110,6 +111,7 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         spec_accept_len=rs.spec_accept_len if rs is not None else None,
         last_activity_ago_s=None if last is None else max(0.0, now - last),
         failure=failure,
+        still_running=view.still_running,
         pid=view.pid,
         port=view.port,
         link=None if view.link is None else view.link.label(now),

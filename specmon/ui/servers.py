@@ -33,10 +33,11 @@ class RunCard(Vertical):
             super().__init__()
             self.profile = profile
 
-    def __init__(self, profile: str, whole_key: str = "m") -> None:
+    def __init__(self, profile: str, whole_key: str = "m", stop_key: str = "S") -> None:
         super().__init__(classes="run-card")
         self.profile = profile
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
+        self._stop_key = stop_key     # named on a failed run whose process still runs
         self._shown: tuple[str, str] | None = None
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
@@ -98,6 +99,8 @@ class RunCard(Vertical):
             whole = isinstance(self.screen.maximized, ServersPane)
             parts = fmt.card_reason(row.failure, width, f"… ({self._whole_key}: whole)", None if whole else 2)
             lines += [f"[$error b]{'✗' if i == 0 else ' '} {escape(part)}[/]" for i, part in enumerate(parts)]
+        if row.still_running:
+            lines.append(f"[$warning b]process still running (pid {row.pid}) · {escape(self._stop_key)} stops it[/]")
         if row.run_id is None and row.state == "failed":
             lines.append("[dim]l tries again[/]")
         # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
@@ -133,10 +136,10 @@ class ServersPane(VerticalScroll):
     BORDER_TITLE = "Servers"
     ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
 
-    def __init__(self, profiles: Sequence[str], whole_key: str = "m", **kwargs: object) -> None:
+    def __init__(self, profiles: Sequence[str], whole_key: str = "m", stop_key: str = "S", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._warning = ""
-        self._cards = [RunCard(name, whole_key) for name in profiles]
+        self._cards = [RunCard(name, whole_key, stop_key) for name in profiles]
         self._compared: tuple[tuple[str, float | None, int | None, int], ...] = ()
         self._warnings: list[str] = []
 
