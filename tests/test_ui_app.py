@@ -352,3 +352,35 @@ async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_p
                        for n in app._notifications)
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
+
+
+async def test_overlay_of_a_file_with_a_torn_last_line_says_so_and_draws_the_whole_levels(tmp_path: Path) -> None:
+    """A result file cut inside its last line (a full disk, a kill) overlaid with `o`: compare and report say so and
+    use the rest; the TUI drew the rest and said nothing, so the cut level vanished unsaid."""
+    from specmon.loadgen.workload import Workload
+    from specmon.model.results import SweepMeta
+    from specmon.model.sweepstats import LevelAccumulator
+    from specmon.ui.bridge import EngineBridge
+
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    torn = tmp_path / "torn.jsonl"
+    meta = SweepMeta(url="http://127.0.0.1:1", model="m", workload=Workload(levels=(1, 2, 4)).to_dict()).to_dict()
+    levels = [json.dumps(LevelAccumulator(c).result(1.0, 0.0, None).to_dict()) for c in (1, 2, 4)]
+    torn.write_text(json.dumps(meta) + "\n" + levels[0] + "\n" + levels[1] + "\n" + levels[2][: len(levels[2]) // 2])
+    async with app.run_test(size=(120, 40), notifications=True) as pilot:
+        try:
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press(*str(torn), "enter")
+            for _ in range(100):
+                await pilot.pause(0.05)
+                if "torn" in app.series:
+                    break
+            assert [lv["concurrency"] for lv in app.series["torn"]] == [1, 2]
+            assert [str(n.message) for n in app._notifications if n.severity == "warning"] == [
+                f"{torn}:4: last line is cut short (an interrupted write); left out, the lines before it are used"], \
+                [str(n.message) for n in app._notifications]
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]

@@ -346,6 +346,8 @@ class EngineBridge:
             self._post(EngineNotice(f"{path.name} is {kinds[0]} and the chart shows {kinds[1]}: not overlaid",
                                     severity="error", timeout=8))
             return
+        for note in result.notes:   # a torn last line: said, and the whole lines before it drawn (as compare does)
+            self._post(EngineNotice(note, severity="warning", timeout=10))
         self._levels[name] = list(result.levels)
         self._publish_series(name)
         tool = f" ({TOOL_NAMES[result.meta.tool]} output)" if result.meta.tool else ""
