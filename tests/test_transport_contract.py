@@ -327,3 +327,28 @@ async def test_local_url_reaches_a_server_listening_on_the_hosts_loopback(host: 
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def test_port_holder_names_the_process_listening_on_the_hosts_port(host: Host) -> None:
+    """What a busy port's error says ("held by pid N (its command line)"), read on the host through the transport;
+    the command line's NUL separators become spaces, and the booted kernel's id comes back whole."""
+    import subprocess
+    import sys
+
+    from specmon.sources.host import HostOps
+
+    listener = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "
+                                 "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "
+                                 "time.sleep(60)", "holder-marker"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout is not None
+        port = int(listener.stdout.readline())
+        ops = HostOps(host.transport)
+        assert port in await ops.listening()
+        holder = await ops.port_holder(port)
+        command = " ".join([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "])
+        assert holder == f"pid {listener.pid} ({command[:60]}…)", holder
+        assert await ops.boot_id() == Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    finally:
+        listener.kill()
+        listener.wait()

@@ -115,8 +115,7 @@ class HostOps:
         return await self.runs_root(), f"{home}/{LEGACY_RUNS_SUBDIR}"
 
     async def boot_id(self) -> str:
-        code, out, _ = await self.sh("cat /proc/sys/kernel/random/boot_id")
-        return out.strip() if code == 0 else ""
+        return (await self.read_file("/proc/sys/kernel/random/boot_id") or "").strip()
 
     async def addresses(self) -> list[str]:
         """The host's own IP addresses (`hostname -I`), primary first; empty where the command is missing."""
@@ -133,23 +132,26 @@ class HostOps:
         fields = out.split()
         return fields[fields.index("src") + 1] if code == 0 and "src" in fields[:-1] else None
 
-    async def listening(self) -> set[int]:
+    async def _tcp_sockets(self) -> str:
+        """The host's TCP socket tables (IPv4, then IPv6 where the kernel has it), as one text. Read whole by `cat`:
+        a busy host's table can outgrow what `read_files` takes."""
         _, out, _ = await self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
-        return listening_ports(out)
+        return out
+
+    async def listening(self) -> set[int]:
+        return listening_ports(await self._tcp_sockets())
 
     async def port_holder(self, port: int) -> str | None:
         """Who listens on `port`: "pid N (its command line)", or None when the socket's owner cannot be seen
         (another user's process, or it just went away)."""
-        _, out, _ = await self.sh("cat /proc/net/tcp /proc/net/tcp6 2>/dev/null")
-        for inode in sorted(listener_inodes(out, port)):
+        for inode in sorted(listener_inodes(await self._tcp_sockets(), port)):
             if not inode.isdigit() or inode == "0":
                 continue
             code, found, _ = await self.sh(
                 f"find /proc/[0-9]*/fd -lname 'socket:\\[{inode}\\]' 2>/dev/null | head -n 1", timeout=10)
             pid = pid_of_path(found)
             if pid is not None:
-                _, cmdline, _ = await self.sh(f"tr '\\000' ' ' < /proc/{pid}/cmdline 2>/dev/null")
-                return describe_process(pid, cmdline)
+                return describe_process(pid, await self.read_file(f"/proc/{pid}/cmdline") or "")
         return None
 
     async def find_command(self, argv0: str, env: Iterable[tuple[str, str]], workdir: str | None) -> bool:
