@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     if len(args.files) < 2:
         raise UserError("compare: give at least two result files")
     sweeps = [read_any_results(f) for f in args.files]
-    for note in (n for s in sweeps for n in s.notes):
-        print(f"specmon: warning: {note}", file=sys.stderr)
+    for s in sweeps:
+        for note in s.notes:
+            print(f"specmon: warning: {s.path}: {note}" if s.meta.tool else f"specmon: warning: {note}", file=sys.stderr)
     for note in filter(None, map(lacks_note, sweeps)):
         print(f"specmon: note: {note}", file=sys.stderr)
     metric = args.metric
@@ -67,12 +68,18 @@ def run(args: argparse.Namespace) -> int:
     crossings = _crossings(sweeps, metric)
     warnings = compare_results(sweeps, metric).warnings
     if args.json:
-        print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), "warnings": list(warnings)}, indent=2))
+        print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), "warnings": list(warnings)}, indent=2,
+                         allow_nan=False))
         return 0
     print(render_table(sweeps, rows, metric))
-    by_category = category_table(list(zip(_labels(sweeps), (s.levels for s in sweeps))))
+    # Only files that hold prompt categories get rows (another tool's file has none to show).
+    by_category = category_table([(lb, s.levels) for lb, s in zip(_labels(sweeps), sweeps)
+                                  if any(lv.categories for lv in s.levels)])
     if by_category is not None:
         print(by_category)
+    accept = acceptance_table(sweeps, rows)
+    if accept is not None:
+        print(accept)
     for label, c in crossings:
         print(_crossing_text(sweeps[0].label, label, c, mode))
     for warning in warnings:
@@ -142,6 +149,31 @@ def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel], metric: st
     return text
 
 
+def acceptance_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str | None:
+    """Speculative acceptance per level and file, from each source a file holds: the accept length another tool
+    recorded (vLLM's spec_decode_acceptance_length, SGLang's accept_length) and specmon's client tokens per chunk.
+    None when no file holds any."""
+    labels = _labels(sweeps)
+    sources = [(lb, "accept length", "accept_length") for lb, s in zip(labels, sweeps)
+               if any(lv.accept_length is not None for lv in s.levels)]
+    sources += [(lb, "tok/chunk", "tokens_per_chunk") for lb, s in zip(labels, sweeps)
+                if any(lv.tokens_per_chunk is not None for lv in s.levels)]
+    if not sources:
+        return None
+    index = {lb: i for i, lb in enumerate(labels)}
+    head = [_x_name(sweeps)] + [f"{lb} {what}" for lb, what, _ in sources]
+    body = []
+    for row in rows:
+        cells = [f"{row.load:g}"]
+        for lb, _, attr in sources:
+            lv = row.levels[index[lb]]
+            v = None if lv is None else getattr(lv, attr)
+            cells.append("-" if v is None else f"{v:.2f}")
+        body.append(cells)
+    return ("speculative acceptance (accept length: as the file's tool recorded it; tok/chunk: specmon's client "
+            "count, the accept length where a chunk is one verify step)\n" + table_text(head, body, align="right"))
+
+
 def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, color: bool = False,
                  metric: str = "throughput") -> str:
     """The metric against the load (concurrency or request rate) for every sweep, as plotext text (log x axis)."""
@@ -188,6 +220,8 @@ def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
             {x_key: row.load if x_key == "rate" else int(row.load),
              "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
              **({"goodput": [None if lv is None else lv.goodput for lv in row.levels]} if with_goodput else {}),
+             "accept_length": [None if lv is None else lv.accept_length for lv in row.levels],
+             "tokens_per_chunk": [None if lv is None else lv.tokens_per_chunk for lv in row.levels],
              "categories": [None if lv is None else {name: c.to_dict() for name, c in lv.categories.items()}
                             for lv in row.levels],
              "ratio": [row.ratio(i, metric=metric) for i in range(1, len(sweeps))]}

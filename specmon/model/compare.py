@@ -11,8 +11,9 @@ compared is the output throughput, or the goodput (requests/s meeting the sweep'
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from specmon.errors import UserError
@@ -87,10 +88,38 @@ def crossover_words(concurrency: float, ahead_below: str, ahead_above: str, mode
 
 
 def align(*sweeps: Sequence[LevelResult]) -> list[AlignedLevel]:
-    """All loads of all sweeps, ascending; a repeated load within a sweep keeps the last level."""
-    by_x = [{lv.load: lv for lv in levels} for levels in sweeps]
+    """All loads of all sweeps, ascending; a load run several times within a sweep (repeats: vLLM's --num-runs,
+    appended files) stands at the mean of its throughputs (`repeat_spreads` says by how much they varied)."""
+    by_x = [pool_repeats(levels) for levels in sweeps]
     all_x = sorted(set().union(*(m.keys() for m in by_x)))
     return [AlignedLevel(x, tuple(m.get(x) for m in by_x)) for x in all_x]
+
+
+def pool_repeats(levels: Sequence[LevelResult]) -> dict[float, LevelResult]:
+    """Each load's level; a repeated load's throughputs (output, request, goodput) are the means of its repeats."""
+    groups: dict[float, list[LevelResult]] = {}
+    for lv in levels:
+        groups.setdefault(lv.load, []).append(lv)
+    return {x: g[0] if len(g) == 1 else replace(
+        g[-1], output_throughput=statistics.fmean(lv.output_throughput for lv in g),
+        request_throughput=statistics.fmean(lv.request_throughput for lv in g),
+        goodput=None if any(lv.goodput is None for lv in g) else statistics.fmean(lv.goodput or 0.0 for lv in g))
+        for x, g in groups.items()}
+
+
+def repeat_spreads(levels: Sequence[LevelResult]) -> list[str]:
+    """Each repeated load in words: its output throughputs, their mean and sample standard deviation."""
+    groups: dict[float, list[float]] = {}
+    for lv in levels:
+        groups.setdefault(lv.load, []).append(lv.output_throughput)
+    mode = "rate" if any(lv.rate is not None for lv in levels) else "concurrency"
+    return [f"{_at(x, mode)} ran {len(v)} times: output tok/s {', '.join(f'{t:.1f}' for t in v)} "
+            f"(mean {statistics.fmean(v):.1f} ± {statistics.stdev(v):.1f})"
+            for x, v in sorted(groups.items()) if len(v) > 1]
+
+
+def _at(load: float, mode: str) -> str:
+    return f"rate {load:g} req/s" if mode == "rate" else f"C={load:g}"
 
 
 def find_crossover(a: Sequence[LevelResult], b: Sequence[LevelResult], metric: str = "throughput") -> Crossover | None:

@@ -15,8 +15,8 @@ A level sits at its concurrency (vLLM/SGLang `max_concurrency`, guidellm `concur
 a run sent all at once with no cap, request rate inf, at its whole request count) or, for an open-loop run (a finite
 `request_rate`; guidellm `constant`/`poisson`/`async`), at its offered rate with the cap as its concurrency (0 for
 none), as specmon's own open-loop levels. Definitions line up with specmon's (specmon.model.sweepstats) except
-guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-chunk ITL. What a format lacks is None
-(shown as "-"); `LACKS` lists it.
+guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-chunk ITL. What a file lacks is None
+(shown as "-"); `lacks_note` says what, from the file's own levels.
 
 Written: vLLM `--save-result` objects (one per level) and SGLang JSONL lines, with their field names and units.
 """
@@ -34,25 +34,17 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.compare import repeat_spreads
 from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
 from specmon.model.textfile import NotTextError, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them), "
-            "SGLang bench_serving JSONL or a guidellm benchmarks JSON report")
+            "SGLang bench_serving JSONL or a guidellm benchmarks report (JSON or YAML)")
 
 _META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
 # guidellm keeps every request in its report: a long run's file is large, but a result file, never gigabytes.
 MAX_FILE_BYTES = 1 << 30
-
-# The specmon level fields each peer's file does not carry (they read back as "-").
-LACKS: Mapping[str, tuple[str, ...]] = {
-    "vllm": ("TTFT/TPOT/ITL/E2E p90 (unless run with --metric-percentiles 90)", "E2E (unless run with "
-             "--percentile-metrics ...,e2el)", "tokens per chunk", "achieved concurrency", "client health"),
-    "sglang": ("failed requests (only completed ones are counted)", "tokens per chunk", "client health"),
-    "guidellm": ("ITL per chunk (guidellm's ITL is specmon's TPOT)", "client health"),
-}
-
 
 # ---------------------------------------------------------------------------------------------------- reading
 def read_any_results(path: str | os.PathLike[str]) -> SweepResult:
@@ -130,12 +122,30 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
                 objs = []
                 break
             objs.append((n, obj))
+    if not objs and re.match(r"(---\s*)?benchmarks:", stripped):
+        objs = [(1, _guidellm_yaml(stripped, path))]
     if objs and isinstance(objs[0][1].get("benchmarks"), list):
         return "guidellm", objs
     tools = {_flat_tool(o) for _, o in objs}
     if len(tools) == 1 and None not in tools:
         return str(tools.pop()), objs
     raise UserError(f"{path}: not a result file specmon reads; expected {EXPECTED}")
+
+
+def _guidellm_yaml(text: str, path: str) -> Mapping[str, Any]:
+    """A guidellm report written as YAML (`--output-path x.yaml`): the same tree as its JSON."""
+    try:
+        import yaml
+    except ModuleNotFoundError:
+        raise UserError(f"{path}: a guidellm YAML report; reading it needs PyYAML (pip install pyyaml), or "
+                        "give guidellm's JSON report") from None
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise UserError(f"{path}: not YAML ({str(exc).splitlines()[0]}); expected {EXPECTED}") from None
+    if not isinstance(obj, dict):
+        raise UserError(f"{path}: not a result file specmon reads; expected {EXPECTED}")
+    return obj
 
 
 def _flat_tool(obj: Mapping[str, Any]) -> str | None:
@@ -170,8 +180,14 @@ _FLAT_METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"), "itl_
                  "e2e_ms": ("e2el", "e2e_latency")}
 
 
+# What makes two runs one workload (a file appending runs of other datasets or lengths holds several sweeps).
+_WORKLOAD_KEYS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "model_id")
+
+
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
                  label: str | None = None) -> SweepResult:
+    same, other = _first_workload(runs)
+    runs = same
     levels = _one_axis([(where, _flat_level(tool, o, where)) for where, o in runs], path)
     first = runs[0][1]
     model = first.get("model_id") if tool == "vllm" else _sglang_model(first)
@@ -181,7 +197,34 @@ def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path:
             workload[key] = first[key]
     meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
-    return SweepResult(path=path, meta=meta, levels=tuple(levels))
+    return SweepResult(path=path, meta=meta, levels=tuple(levels),
+                       notes=_derived(tool, runs) + _repeats(levels) + _other_workloads(other))
+
+
+def _workload_key(o: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(o.get(k) for k in _WORKLOAD_KEYS)
+
+
+def _first_workload(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list[tuple[str, Mapping[str, Any]]],
+                                                                           list[tuple[str, Mapping[str, Any]]]]:
+    """The runs of the first run's workload, and the others (another dataset, lengths or model: not its repeats)."""
+    key = _workload_key(runs[0][1])
+    return [r for r in runs if _workload_key(r[1]) == key], [r for r in runs if _workload_key(r[1]) != key]
+
+
+def _other_workloads(other: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
+    if not other:
+        return ()
+    what = "; ".join(f"line {where.rsplit(':', 1)[-1]}: "
+                     + " ".join(str(o.get(k)) for k in _WORKLOAD_KEYS if o.get(k) is not None) for where, o in other)
+    return (f"left out {len(other)} run(s) of another workload than the first line's (dataset, lengths, model; not "
+            f"repeats of it: put them in a file of their own to compare them): {what}",)
+
+
+def _repeats(levels: Sequence[LevelResult]) -> tuple[str, ...]:
+    """Loads run more than once (vLLM's --num-runs, appended files): kept, and said with their spread."""
+    said = repeat_spreads(levels)
+    return (f"repeats kept: {'; '.join(said)}; compare shows each load's mean",) if said else ()
 
 
 def _one_axis(levels: Sequence[tuple[str, LevelResult]], path: str) -> list[LevelResult]:
@@ -198,15 +241,15 @@ def _axis_workload(levels: Sequence[LevelResult]) -> dict[str, Any]:
     """The levels as specmon's workload names them: an open-loop sweep's rates, else its concurrencies."""
     if levels and levels[0].rate is not None:
         caps = {lv.concurrency for lv in levels}
-        return {"mode": "rate", "rates": [lv.rate for lv in levels],
+        return {"mode": "rate", "rates": sorted({lv.rate for lv in levels if lv.rate is not None}),
                 "max_concurrency": (caps.pop() or None) if len(caps) == 1 else None}
-    return {"levels": [lv.concurrency for lv in levels]}
+    return {"levels": sorted({lv.concurrency for lv in levels})}
 
 
 def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     completed = _int(o, "completed", where)
     failed = _int(o, "failed", where, default=0) if tool == "vllm" else 0
-    duration = _num(o, "duration", where)
+    duration = _positive(o, "duration", where)
     out_tokens = _int(o, "total_output_tokens", where)
     in_tokens = _int(o, "total_input_tokens", where, default=0)
     total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
@@ -216,18 +259,41 @@ def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
         raise UserError(f"{where}: no max_concurrency, no request rate and no request: no level to place")
     stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where)
              for name, stems in _FLAT_METRICS.items()}
+    # SGLang's 0.4-era lines have no request or total throughput: both are exactly derivable (DERIVED says so).
+    request_tput = _opt(o, "request_throughput", where)
+    total_tput = _opt(o, total_key, where)
     return LevelResult(
         # Sent all at once with no cap (rate inf), a run's concurrency is its whole request count.
         concurrency=cap or (0 if rate is not None else completed + failed), rate=rate,
         requests_ok=completed, requests_failed=failed, duration_s=duration,
         output_tokens=out_tokens, output_throughput=_num(o, "output_throughput", where),
-        request_throughput=_num(o, "request_throughput", where),
+        request_throughput=completed / duration if request_tput is None else request_tput,
         ttft_ms=stats["ttft_ms"], tpot_ms=stats["tpot_ms"], itl_ms=stats["itl_ms"], e2e_ms=stats["e2e_ms"],
         tokens_per_chunk=None, client=ClientHealth(), input_tokens=in_tokens,
-        total_throughput=_num(o, total_key, where, default=0.0),
+        total_throughput=(in_tokens + out_tokens) / duration if total_tput is None else total_tput,
         achieved_concurrency=_opt(o, "concurrency", where) if tool == "sglang" else None,
         goodput=_opt(o, "request_goodput", where) if tool == "vllm" else None,
+        accept_length=_opt(o, "spec_decode_acceptance_length" if tool == "vllm" else "accept_length", where),
+        accept_rate=_percent(o, "spec_decode_acceptance_rate", where) if tool == "vllm" else None,
     )
+
+
+def _derived(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
+    """The figures a flat file lacks that were derived exactly from its counts (said with the results)."""
+    total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
+    said = []
+    if any(o.get("request_throughput") is None for _, o in runs):
+        said.append("request throughput derived as completed / duration (the file has none)")
+    if any(o.get(total_key) is None for _, o in runs):
+        said.append("total throughput derived as (input + output tokens) / duration (the file has none)")
+    return tuple(said)
+
+
+def _percent(o: Mapping[str, Any], key: str, where: str) -> float | None:
+    v = _opt(o, key, where)
+    if v is not None and v > 100:
+        raise UserError(f"{where}: {key} is {v:g}; expected a percentage from 0 to 100")
+    return None if v is None else v / 100.0
 
 
 def _rate(o: Mapping[str, Any], where: str) -> float | None:
@@ -245,8 +311,9 @@ def _rate(o: Mapping[str, Any], where: str) -> float | None:
 
 def _cap(o: Mapping[str, Any], where: str) -> int | None:
     cap = o.get("max_concurrency")
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
-        raise UserError(f"{where}: max_concurrency must be a positive integer or null, got {cap!r}")
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CONCURRENCY):
+        raise UserError(f"{where}: max_concurrency must be an integer from 1 to {MAX_CONCURRENCY} or null, "
+                        f"got {_plain(cap) if isinstance(cap, float) else repr(cap)}")
     return cap
 
 
@@ -281,13 +348,20 @@ def _guidellm_result(report: Mapping[str, Any], path: str) -> SweepResult:
         # axis at the request rate they achieved, as guidellm itself places them.
         levels = [lv if lv.rate is not None else replace(lv, rate=lv.request_throughput) for lv in levels]
     levels.sort(key=lambda lv: lv.load)
-    spec = _dig(report, "config", "spec", "backend")
-    target = spec.get("target") if isinstance(spec, Mapping) else None
-    model = spec.get("model") if isinstance(spec, Mapping) else None
-    meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) and model
-                     else None, workload=_axis_workload(levels), profile=Path(path).stem,
+    target = _guidellm_first(report, benchmarks, "target")
+    model = _guidellm_first(report, benchmarks, "model")
+    meta = SweepMeta(url=target or "", model=model, workload=_axis_workload(levels), profile=Path(path).stem,
                      created_at=levels[0].started_at or "", tool="guidellm")
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+# Where each guidellm layout keeps the target and model: 0.8's report config (as given) and each benchmark's backend
+# config (auto-detected), 0.5's `args`, the 0.3-era worker's backend_*.
+def _guidellm_first(report: Mapping[str, Any], benchmarks: Sequence[Any], name: str) -> str | None:
+    places = [_dig(report, "config", "spec", "backend", name), _dig(report, "args", name)]
+    for b in benchmarks:
+        places += [_dig(b, "config", "backend", name), _dig(b, "worker", f"backend_{name}")]
+    return next((v for v in places if isinstance(v, str) and v), None)
 
 
 def _guidellm_level(b: Any, where: str) -> LevelResult:
@@ -323,8 +397,8 @@ def _guidellm_level(b: Any, where: str) -> LevelResult:
     return LevelResult(
         concurrency=concurrency or (0 if rate is not None else ok + failed), rate=rate, requests_ok=ok, requests_failed=failed,
         duration_s=_num(b, "duration", where, default=0.0) or _span(b, where),
-        output_tokens=int(_g_sum(m, "output_token_count", where)),
-        input_tokens=int(_g_sum(m, "prompt_token_count", where)),
+        output_tokens=round(_g_sum(m, "output_token_count", where)),
+        input_tokens=round(_g_sum(m, "prompt_token_count", where)),
         # The console's "Server Throughput Statistics" table: means over all requests.
         output_throughput=_g_mean(m, "output_tokens_per_second", where, "total"),
         request_throughput=_g_mean(m, "requests_per_second", where, "total"),
@@ -401,15 +475,39 @@ def _iso(epoch: float) -> str:
 
 
 def lacks_note(result: SweepResult) -> str | None:
-    """What a reader of `result` should know: which tool's file it was and what that tool does not record."""
+    """What a reader of `result` should know: which tool's file it was and what that file does not hold (computed
+    from its levels: a vLLM file run with --metric-percentiles 90 has p90, one without e2el has no E2E)."""
     tool = result.meta.tool
-    if tool is None or tool not in LACKS:
+    if tool is None or tool not in TOOL_NAMES:
         return None
-    return f"{result.path}: read as {TOOL_NAMES[tool]} output; it has no {', '.join(LACKS[tool])} (shown as -)"
+    levels = result.levels
+    lacks = []
+    for name, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("itl_ms", "ITL"), ("e2e_ms", "E2E")):
+        stats = [getattr(lv, name) for lv in levels]
+        if all(s == Stats() for s in stats):
+            lacks.append(label if tool != "guidellm" or name != "itl_ms" else "ITL per chunk (guidellm's ITL is "
+                         "specmon's TPOT)")
+        else:
+            missing = [k for k in ("mean", "p50", "p90", "p99") if all(getattr(s, k) is None for s in stats)]
+            if missing:
+                lacks.append(f"{label} {'/'.join(missing)}")
+    if tool == "sglang":
+        lacks.append("failed requests (only completed ones are counted)")
+    for present, what in ((any(lv.tokens_per_chunk is not None for lv in levels), "tokens per chunk"),
+                          (any(lv.achieved_concurrency is not None for lv in levels), "achieved concurrency"),
+                          (any(lv.accept_length is not None for lv in levels), "speculative accept length")):
+        if not present:
+            lacks.append(what)
+    lacks.append("client health")
+    return f"{result.path}: read as {TOOL_NAMES[tool]} output; it has no {', '.join(lacks)} (shown as -)"
 
 
 # --- field checks --------------------------------------------------------------------------------------------
 _MISSING = object()
+# No figure of a benchmark reaches this (a count, tokens, milliseconds, tokens/s): beyond it a value is a broken file.
+ABSURD = 1e12
+# A cap on concurrent requests beyond any load generator's (max_concurrency 1e18 is a broken file).
+MAX_CONCURRENCY = 10_000_000
 
 
 def _value(d: Mapping[str, Any], key: str, where: str, default: Any, expected: str) -> Any:
@@ -422,29 +520,46 @@ def _value(d: Mapping[str, Any], key: str, where: str, default: Any, expected: s
     return v
 
 
-def _num(d: Mapping[str, Any], key: str, where: str, default: Any = _MISSING) -> float:
-    v = _value(d, key, where, default, "a number")
+def _bounded(v: Any, key: str, where: str, expected: str) -> float:
+    """A number from a file: finite, >= 0 and below ABSURD, else one line naming the file (line) and field."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise UserError(f"{where}: {key} must be a number, got {v!r}")
+        raise UserError(f"{where}: {key} must be {expected}, got {v!r}")
+    if not math.isfinite(v) or v < 0 or v > ABSURD:
+        raise UserError(f"{where}: {key} is {_plain(v)}; expected {expected} (a finite number from 0 to {ABSURD:g})")
     return float(v)
+
+
+def _plain(v: float) -> str:
+    """A refused number as the file wrote it (NaN, Infinity), never Python's nan/inf."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    return repr(v)
+
+
+def _num(d: Mapping[str, Any], key: str, where: str, default: Any = _MISSING) -> float:
+    return _bounded(_value(d, key, where, default, "a number"), key, where, "a number")
+
+
+def _positive(d: Mapping[str, Any], key: str, where: str) -> float:
+    v = _num(d, key, where)
+    if v <= 0:
+        raise UserError(f"{where}: {key} is {v:g}; expected a time > 0 (seconds)")
+    return v
 
 
 def _int(d: Mapping[str, Any], key: str, where: str, default: Any = _MISSING) -> int:
     v = _value(d, key, where, default, "an integer")
-    if isinstance(v, float) and v.is_integer():
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+    n = _bounded(v, key, where, "a count (an integer >= 0)")
+    if not n.is_integer():
         raise UserError(f"{where}: {key} must be a count (an integer >= 0), got {v!r}")
-    return v
+    return int(n)
 
 
 def _opt(d: Mapping[str, Any], key: str, where: str) -> float | None:
     v = d.get(key)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise UserError(f"{where}: {key} must be a number or null, got {v!r}")
-    return float(v)
+    return None if v is None else _bounded(v, key, where, "a number or null")
 
 
 # ---------------------------------------------------------------------------------------------------- writing

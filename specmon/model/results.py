@@ -200,6 +200,8 @@ class LevelResult:
     ttft_growth: float | None = None       # open loop: TTFT p50 of the last quarter of arrivals / the first's
     goodput: float | None = None           # with an SLO: successful requests meeting every target, per second
     good_share: float | None = None        # with an SLO: share of measured requests meeting every target
+    accept_length: float | None = None     # another tool's file: the speculative accept length it recorded
+    accept_rate: float | None = None       # another tool's file: its draft-token acceptance rate (0..1)
 
     @property
     def load(self) -> float:
@@ -217,6 +219,10 @@ class LevelResult:
         if self.goodput is not None:
             d["goodput"] = round(self.goodput, 4)
             d["good_share"] = _round(self.good_share, 4)
+        if self.accept_length is not None:
+            d["accept_length"] = round(self.accept_length, 4)
+        if self.accept_rate is not None:
+            d["accept_rate"] = round(self.accept_rate, 4)
         return d
 
     def _closed_loop_dict(self) -> dict[str, Any]:
@@ -292,6 +298,8 @@ class LevelResult:
             ttft_growth=_opt_float(d.get("ttft_growth"), f"{where}: ttft_growth"),
             goodput=_opt_float(d.get("goodput"), f"{where}: goodput"),
             good_share=_opt_float(d.get("good_share"), f"{where}: good_share"),
+            accept_length=_opt_float(d.get("accept_length"), f"{where}: accept_length"),
+            accept_rate=_opt_float(d.get("accept_rate"), f"{where}: accept_rate"),
             categories={str(k): CategoryStats.from_dict(v, f"{where}: categories.{k}") for k, v in categories.items()},
         )
 
