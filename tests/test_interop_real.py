@@ -1,0 +1,197 @@
+"""Real result files of other tools (tests/fixtures/interop/real, SOURCES says where each comes from): every mapped
+number equals the file's; and the defects of issue 23 (files refused or misread), each shown on a real or minimal file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from specmon.errors import UserError
+from specmon.model.interop import lacks_note, read_any_results
+from specmon.model.results import CategoryStats, SweepMeta, append_line
+
+REAL = Path(__file__).parent / "fixtures" / "interop" / "real"
+FIXTURES = REAL.parent
+SGLANG04 = sorted(REAL.glob("sglang04-*.jsonl"))
+GUIDELLM03_JSON = REAL / "guidellm03-benchmarks_stripped.json"
+GUIDELLM03_YAML = REAL / "guidellm03-benchmarks_stripped.yaml"
+GUIDELLM08 = FIXTURES / "guidellm-sim-concurrent.json"
+VLLM_ONE = next((FIXTURES / "vllm-llama-base").glob("*concurrency4*.json"))
+
+
+def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+def lines_of(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# ---- a test per file: every mapped number is the file's -------------------------------------------------------
+@pytest.mark.parametrize("path", SGLANG04, ids=[p.name for p in SGLANG04])
+def test_sglang_04_era_file_is_read_with_the_files_own_numbers(path: Path) -> None:
+    """0.4-era lines carry no request_throughput or total_throughput: the file is read (it was refused whole,
+    `request_throughput: missing`), the two derived exactly and said; every other figure is the file's."""
+    result = read_any_results(path)
+    objs = lines_of(path)
+    first = objs[0]
+    kept = [o for o in objs if all(o.get(k) == first.get(k) for k in ("dataset_name", "random_input_len",
+                                                                       "random_output_len", "random_range_ratio"))]
+    assert len(result.levels) == len(kept)
+    for lv, o in zip(result.levels, sorted(kept, key=lambda o: float(o["request_rate"]))):  # type: ignore[arg-type]
+        assert lv.requests_ok == o["completed"] and lv.requests_failed == 0
+        assert lv.duration_s == o["duration"]
+        assert lv.output_tokens == o["total_output_tokens"] and lv.input_tokens == o["total_input_tokens"]
+        assert lv.output_throughput == o["output_throughput"]
+        assert lv.e2e_ms.mean == o["mean_e2e_latency_ms"] and lv.e2e_ms.p50 == o["median_e2e_latency_ms"]
+        assert lv.ttft_ms.p50 == o["median_ttft_ms"] and lv.itl_ms.p50 == o["median_itl_ms"]
+        assert lv.ttft_ms.mean is None and lv.tpot_ms.p50 is None
+        assert lv.request_throughput == pytest.approx(o["completed"] / o["duration"], rel=1e-12)  # type: ignore[operator]
+        assert lv.total_throughput == pytest.approx(
+            (o["total_input_tokens"] + o["total_output_tokens"]) / o["duration"], rel=1e-12)  # type: ignore[operator]
+        rate = o["request_rate"]
+        assert (lv.rate is None and lv.concurrency == o["completed"]) if math.isinf(rate) else lv.rate == rate  # type: ignore[arg-type]
+    assert any("request throughput derived as completed / duration" in n for n in result.notes)
+    assert (len(kept) < len(objs)) == any("left out" in n for n in result.notes)
+
+
+@pytest.mark.parametrize("path", [GUIDELLM03_JSON, GUIDELLM03_YAML], ids=["json", "yaml"])
+def test_guidellm_03_era_report_json_and_yaml_give_the_reports_numbers(path: Path) -> None:
+    """The 0.3-era layout (args.strategy, worker.backend_*): YAML was refused; the model and target were lost."""
+    result = read_any_results(path)
+    b = json.loads(GUIDELLM03_JSON.read_text())["benchmarks"][0]
+    (lv,) = result.levels
+    m = b["metrics"]
+    assert lv.concurrency == 1 and lv.rate is None   # synchronous
+    assert lv.requests_ok == b["request_totals"]["successful"] and lv.requests_failed == b["request_totals"]["errored"]
+    assert lv.output_tokens == m["output_token_count"]["successful"]["total_sum"]
+    assert lv.input_tokens == m["prompt_token_count"]["successful"]["total_sum"]
+    assert lv.output_throughput == m["output_tokens_per_second"]["total"]["mean"]
+    assert lv.request_throughput == m["requests_per_second"]["total"]["mean"]
+    assert lv.ttft_ms.p50 == m["time_to_first_token_ms"]["successful"]["median"]
+    assert lv.ttft_ms.p99 == m["time_to_first_token_ms"]["successful"]["percentiles"]["p99"]
+    assert lv.tpot_ms.mean == m["inter_token_latency_ms"]["successful"]["mean"]
+    assert lv.e2e_ms.p90 == pytest.approx(m["request_latency"]["successful"]["percentiles"]["p90"] * 1000, rel=1e-12)
+    assert lv.duration_s == b["duration"]
+    assert result.meta.model == b["worker"]["backend_model"] == "example_model"
+    assert result.meta.url == b["worker"]["backend_target"] == "example_target"
+
+
+def test_guidellm_08_report_keeps_the_auto_detected_model(tmp_path: Path) -> None:
+    """guidellm 0.8 keeps an auto-detected model only in benchmarks[].config.backend.model: it was lost."""
+    report = json.loads(GUIDELLM08.read_text())
+    assert report["config"]["spec"]["backend"].get("model") in (None, "")
+    assert report["benchmarks"][0]["config"]["backend"]["model"] == "sim-model"
+    assert read_any_results(GUIDELLM08).meta.model == "sim-model"
+
+
+def test_guidellm_fractional_token_totals_are_rounded_not_cut(tmp_path: Path) -> None:
+    report = json.loads(GUIDELLM08.read_text())
+    m = report["benchmarks"][0]["metrics"]
+    m["output_token_count"]["successful"]["total_sum"] = 1748.9999999999998
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(report))
+    assert read_any_results(f).levels[0].output_tokens == 1749
+
+
+# ---- repeats, acceptance --------------------------------------------------------------------------------------
+def test_repeats_at_one_load_are_kept_with_their_spread(tmp_path: Path) -> None:
+    """Three appended runs at C=4: compare showed the last one only; now their mean, and the spread is said."""
+    base = json.loads(VLLM_ONE.read_text())
+    runs = [dict(base, output_throughput=t) for t in (500.0, 520.0, 540.0)]
+    f = tmp_path / "repeats.jsonl"
+    f.write_text("".join(json.dumps(o) + "\n" for o in runs))
+    result = read_any_results(f)
+    assert [lv.output_throughput for lv in result.levels] == [500.0, 520.0, 540.0]
+    assert any("C=4 ran 3 times: output tok/s 500.0, 520.0, 540.0 (mean 520.0 ± 20.0)" in n for n in result.notes)
+    done = specmon("compare", "--json", str(f), str(VLLM_ONE), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["levels"]
+    assert row["output_throughput"][0] == pytest.approx(520.0)
+    assert "ran 3 times" in done.stderr
+
+
+def test_vllm_and_sglang_accept_length_is_read_and_shown(tmp_path: Path) -> None:
+    eagle = FIXTURES / "vllm-llama-eagle3.jsonl"
+    objs = lines_of(eagle)
+    result = read_any_results(eagle)
+    by_c = {o["max_concurrency"]: o for o in objs}
+    for lv in result.levels:
+        assert lv.accept_length == by_c[lv.concurrency]["spec_decode_acceptance_length"]
+        assert lv.accept_rate == pytest.approx(by_c[lv.concurrency]["spec_decode_acceptance_rate"] / 100)  # type: ignore[operator]
+    sglang = FIXTURES / "sglang-llama-eagle3.jsonl"
+    s_by_c = {o["max_concurrency"]: o for o in lines_of(sglang)}
+    assert [lv.accept_length for lv in read_any_results(sglang).levels] == [
+        s_by_c[c]["accept_length"] for c in sorted(s_by_c)]  # type: ignore[type-var]
+    done = specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(eagle), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("speculative acceptance")[1].splitlines()
+    assert "vllm-llama-eagle3 accept length" in table[1]
+    assert table[2].split() == ["1", f"{by_c[1]['spec_decode_acceptance_length']:.2f}"]
+
+
+# ---- compare's notes and tables -------------------------------------------------------------------------------
+def test_compare_note_says_what_the_file_holds(tmp_path: Path) -> None:
+    """vLLM's note always said it had no p90 or E2E: a file run with --metric-percentiles 90,99 and e2el has both."""
+    base = json.loads(VLLM_ONE.read_text())
+    full = dict(base, p90_ttft_ms=25.0, p90_tpot_ms=6.0, p90_itl_ms=6.1, mean_e2el_ms=2900.0, median_e2el_ms=2890.0,
+                p90_e2el_ms=3000.0, p99_e2el_ms=3100.0)
+    f = tmp_path / "full.json"
+    f.write_text(json.dumps(full))
+    note = lacks_note(read_any_results(f))
+    assert note is not None
+    assert "p90" not in note and "E2E" not in note
+    assert "E2E" in (lacks_note(read_any_results(VLLM_ONE)) or "")
+
+
+def test_compare_prints_no_category_rows_for_peer_files(tmp_path: Path) -> None:
+    peer = read_any_results(VLLM_ONE)
+    mine = tmp_path / "mine.jsonl"
+    lv = peer.levels[0]
+    append_line(mine, SweepMeta(url="http://x", model="m", workload={"levels": [4]}, profile="mine").to_dict())
+    append_line(mine, replace(lv, categories={"code": CategoryStats(4, 400, 100)}).to_dict())
+    done = specmon("compare", "--no-chart", str(mine), str(VLLM_ONE), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    block = done.stdout.split("acceptance by prompt category")[1].split("crossover")[0]
+    assert VLLM_ONE.stem not in block and " - " not in block
+    assert "4.00" in block
+
+
+# ---- bounded numbers ------------------------------------------------------------------------------------------
+BAD_NUMBERS = [
+    ("output_throughput", "NaN", "output_throughput is NaN"),
+    ("mean_ttft_ms", "Infinity", "mean_ttft_ms is Infinity"),
+    ("duration", "0", "duration is 0; expected a time > 0"),
+    ("total_output_tokens", "-5", "total_output_tokens is -5"),
+    ("max_concurrency", "1e18", "max_concurrency must be an integer from 1 to 10000000 or null, got 1e+18"),
+    ("output_throughput", "1e308", "output_throughput is 1e+308"),
+]
+
+
+@pytest.mark.parametrize(("key", "value", "message"), BAD_NUMBERS, ids=[f"{k}={v}" for k, v, _ in BAD_NUMBERS])
+def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_path: Path, key: str, value: str,
+                                                                          message: str) -> None:
+    good = VLLM_ONE.read_text().strip()
+    base = json.loads(good)
+    bad = dict(base)
+    bad[key] = "@@"
+    f = tmp_path / "bad.jsonl"
+    f.write_text(good + "\n" + json.dumps(bad).replace('"@@"', value) + "\n")
+    with pytest.raises(UserError) as err:
+        read_any_results(f)
+    assert str(err.value).startswith(f"{f}:2: {message}")
+    for args in (["compare", str(VLLM_ONE), str(f)], ["compare", "--json", str(VLLM_ONE), str(f)],
+                 ["export", str(f), "--format", "vllm", "--out", str(tmp_path / "x")]):
+        done = specmon(*args, cwd=tmp_path)
+        assert done.returncode == 2
+        assert done.stderr.splitlines() == [f"specmon: error: {err.value}"]
+        assert "nan" not in done.stdout.lower() and "inf" not in done.stdout.replace("info", "")
