@@ -48,7 +48,7 @@ def test_table_ratio_crossover_and_chart(files: tuple[Path, Path], tmp_path: Pat
     assert lines[4].split() == ["8", "471.0", "379.0*", "0.80x"]
     assert "* client-bound level" in out
     # diff +34 at C=2, -18 at C=4: 2 + 2 * 34/52
-    assert "crossover eagle3 vs baseline: C = 3.3 (eagle3 ahead below, baseline ahead above)" in out
+    assert "crossover eagle3 vs baseline: C≈3.31 (eagle3 ahead below, baseline ahead above)" in out
     assert "output tok/s vs concurrency" in out and "baseline" in out.split("output tok/s vs concurrency")[1]
     assert "\x1b[" not in out   # no colour codes when stdout is not a terminal
 

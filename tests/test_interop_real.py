@@ -195,3 +195,49 @@ def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_p
         assert done.returncode == 2
         assert done.stderr.splitlines() == [f"specmon: error: {err.value}"]
         assert "nan" not in done.stdout.lower() and "inf" not in done.stdout.replace("info", "")
+
+
+# ---- report ---------------------------------------------------------------------------------------------------
+def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossover(tmp_path: Path) -> None:
+    """`report` on a valid vLLM file said "not JSON"; two single sweeps read `C≈9.2 (±6)`, a ± with no meaning."""
+    out = tmp_path / "r.md"
+    done = specmon("report", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
+                   "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "not JSON" not in done.stderr
+    text = out.read_text()
+    verdict = next(line for line in text.splitlines() if line.startswith("**Verdict:**"))
+    assert verdict == ("**Verdict:** vllm-llama-eagle3 is faster up to C≈9.2 (somewhere between C=4 and C=16: single "
+                       "runs, no spread to bound it closer); vllm-llama-base beyond")
+    assert "±" not in verdict
+    compare = specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
+                      cwd=tmp_path)
+    assert "C≈9.2 (" in compare.stdout   # one crossover figure in compare and report
+    # The "Acceptance and server view" table ends with its last real column, not an empty one.
+    head = next(line for line in text.splitlines() if line.startswith("| profile | C | log |"))
+    assert head.endswith("| queue mean/max |")
+
+
+def test_report_refuses_open_loop_files_in_one_line(tmp_path: Path) -> None:
+    path = REAL / "sglang04-h200-llama_405b_online_output.jsonl"
+    done = specmon("report", "--format", "json", str(path), cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1].startswith(f"specmon: error: {path}: an open-loop sweep")
+
+
+def test_report_out_refuses_an_existing_file_and_a_symlink_unless_force(tmp_path: Path) -> None:
+    files = [str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl")]
+    victim = tmp_path / "precious.md"
+    victim.write_text("keep me")
+    link = tmp_path / "link.md"
+    link.symlink_to(victim)
+    for args in (["--out", str(victim)], ["--format", "json", "--out", str(victim)]):
+        done = specmon("report", *files, *args, cwd=tmp_path)
+        assert done.returncode == 2 and "exists; not overwritten (--force replaces it" in done.stderr
+    for args in (["--out", str(link), "--force"], ["--format", "csv", "--out", str(link), "--force"]):
+        done = specmon("report", *files, *args, cwd=tmp_path)
+        assert done.returncode == 2 and f"{link}: a symlink; not written through" in done.stderr
+    assert victim.read_text() == "keep me"
+    done = specmon("report", *files, "--format", "json", "--out", str(victim), "--force", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(victim.read_text())["crossover"]["plus_minus"] is None

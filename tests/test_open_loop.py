@@ -258,8 +258,8 @@ def test_compare_reads_the_rate_axis_and_crosses_over_on_goodput(tmp_path: Path)
     assert proc.returncode == 0, proc.stderr
     assert "base good/s" in proc.stdout and "goodput req/s vs request rate" in proc.stdout
     # eagle3 +0.5 good/s at 2 req/s, -1.0 at 4: the lines cross at 2 + 2 * 0.5 / 1.5 req/s.
-    assert "crossover eagle3 vs base: rate = 2.67 req/s (eagle3 ahead below, base ahead above)" in proc.stdout
-    assert "(crossover rate = 2.67)" in proc.stdout
+    assert "crossover eagle3 vs base: ≈2.67 req/s (eagle3 ahead below, base ahead above)" in proc.stdout
+    assert "(crossover ≈2.67 req/s)" in proc.stdout
     assert "request rate (req/s)" in proc.stdout
     proc = specmon("compare", str(base), str(spec), "--metric", "goodput", "--json", cwd=tmp_path)
     data = json.loads(proc.stdout)

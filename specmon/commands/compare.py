@@ -26,6 +26,7 @@ from specmon.model.compare import (
     align,
     compare_results,
     find_crossover,
+    load_words,
     metric_value,
     sweep_mode,
 )
@@ -113,8 +114,7 @@ def _crossing_text(base: str, other: str, c: Crossover | None, mode: str = "conc
         return f"crossover {other} vs {base}: none in the measured range"
     lead = other if c.b_ahead_before else base
     trail = base if c.b_ahead_before else other
-    at = f"rate = {c.concurrency:.2f} req/s" if mode == "rate" else f"C = {c.concurrency:.1f}"
-    return f"crossover {other} vs {base}: {at} ({lead} ahead below, {trail} ahead above)"
+    return f"crossover {other} vs {base}: {load_words(c.concurrency, mode)} ({lead} ahead below, {trail} ahead above)"
 
 
 def _x_name(sweeps: list[SweepResult]) -> str:
@@ -197,7 +197,7 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
         x = find_crossover(sweeps[0].levels, sweeps[1].levels, metric)
         if x is not None:
             plt.vline(x.concurrency)
-            title += f" (crossover {'rate' if rate else 'C'} = {x.concurrency:.{2 if rate else 1}f})"
+            title += f" (crossover {load_words(x.concurrency, 'rate' if rate else 'concurrency')})"
     plt.title(title)
     plt.xlabel("request rate (req/s)" if rate else "concurrency")
     text = plt.build()
@@ -212,6 +212,9 @@ def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
     labels = _labels(sweeps)
     x_key = "rate" if sweep_mode(sweeps) == "rate" else "concurrency"
     with_goodput = any(lv is not None and lv.goodput is not None for row in rows for lv in row.levels)
+    # Where another tool's file records speculative acceptance: its accept length beside specmon's tokens per chunk.
+    peer_accept = any(lv is not None and lv.accept_length is not None for row in rows for lv in row.levels)
+    acceptance = ("accept_length", "tokens_per_chunk") if peer_accept else ()
     return {
         "files": [{"path": s.path, "label": lb, "model": s.meta.model, "url": s.meta.url} for s, lb in zip(sweeps, labels)],
         "mode": x_key,
@@ -220,8 +223,7 @@ def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
             {x_key: row.load if x_key == "rate" else int(row.load),
              "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
              **({"goodput": [None if lv is None else lv.goodput for lv in row.levels]} if with_goodput else {}),
-             "accept_length": [None if lv is None else lv.accept_length for lv in row.levels],
-             "tokens_per_chunk": [None if lv is None else lv.tokens_per_chunk for lv in row.levels],
+             **{key: [None if lv is None else getattr(lv, key) for lv in row.levels] for key in acceptance},
              "categories": [None if lv is None else {name: c.to_dict() for name, c in lv.categories.items()}
                             for lv in row.levels],
              "ratio": [row.ratio(i, metric=metric) for i in range(1, len(sweeps))]}

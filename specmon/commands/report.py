@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.errors import UserError
+from specmon.model.compare import load_words
 from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
+from specmon.model.interop import read_any_results
 from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
-from specmon.model.results import SweepResult, read_results
+from specmon.model.results import SweepResult
 from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
 
 FORMATS = ("md", "json", "csv")
@@ -32,12 +34,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--format", choices=FORMATS, default="md", help="md (with a chart image), json or csv")
     p.add_argument("--out", type=Path, metavar="FILE", help="where to write (see above for the defaults)")
     p.add_argument("--image", choices=IMAGE_FORMATS, default="png", help="chart image format (default png)")
+    p.add_argument("--force", action="store_true", help="replace an existing report (or image) file; a symlink is "
+                   "never followed")
     p.set_defaults(func=run)
 
 
 def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentState | None]:
     """The runs to report: one experiment's, or sweep files grouped by profile (each file one repeat)."""
-    experiments = [Path(p) for p in paths if Path(p).is_dir() or Path(p).name == STATE_FILE]
+    # An experiment is a directory with its state file (another directory is a vLLM result folder, read below).
+    experiments = [Path(p) for p in paths if (Path(p) / STATE_FILE).is_file() or Path(p).name == STATE_FILE]
     if experiments:
         if len(paths) > 1:
             raise UserError(f"{paths[1]}: give one experiment directory, or sweep result files, not both or several")
@@ -45,9 +50,13 @@ def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentStat
         return experiment_runs(state), state
     grouped: dict[str, list[SweepResult]] = {}
     for path in paths:
-        result = read_results(path)
-        for note in result.notes:   # a torn last line: said, and the whole lines before it used (as compare does)
-            print(f"specmon: warning: {note}", file=sys.stderr)
+        result = read_any_results(path)   # specmon's, or a vLLM, SGLang or guidellm file (as compare reads them)
+        if result.meta.mode == "rate":
+            raise UserError(f"{path}: an open-loop sweep (levels at request rates); report sets levels by "
+                            "concurrency: compare open-loop files with `specmon compare`")
+        for note in result.notes:   # a torn last line, repeats, derived figures: said, as compare does
+            print(f"specmon: warning: {path}: {note}" if result.meta.tool else f"specmon: warning: {note}",
+                  file=sys.stderr)
         grouped.setdefault(result.label, []).append(result)
     runs = [ProfileRuns(label, [(i + 1, r) for i, r in enumerate(results)]) for label, results in grouped.items()]
     return runs, None
@@ -64,11 +73,14 @@ def run(args: argparse.Namespace) -> int:
         if args.out is None:
             sys.stdout.write(text)
         else:
+            _check_target(args.out, args.force)
             _write(args.out, text)
             print(f"wrote {args.out}", file=sys.stderr)
         return 0
     out: Path = args.out or ((state.directory if state else Path(".")) / "report.md")
     image = out.with_suffix("." + args.image)
+    for path in (out, image):
+        _check_target(path, args.force)
     try:
         draw_chart(summary, image)
     except ModuleNotFoundError:
@@ -80,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
     _write(out, summary_to_markdown(summary, image_name, state))
     print(f"wrote {out}" + (f" and {image}" if image_name else ""), file=sys.stderr)
     return 0
+
+
+def _check_target(path: Path, force: bool) -> None:
+    """A symlink is refused always (it would write through to another file); an existing file unless --force."""
+    if path.is_symlink():
+        raise UserError(f"{path}: a symlink; not written through (give a plain path with --out)")
+    if path.exists() and not force:
+        raise UserError(f"{path}: exists; not overwritten (--force replaces it, or choose another --out)")
 
 
 def _write(path: Path, text: str) -> None:
@@ -118,7 +138,7 @@ def draw_chart(summary: ExperimentSummary, path: Path) -> None:
         ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=p.profile, gid=series_id(p.profile))
     x = summary.crossover
     if x is not None:
-        ax.axvline(x.concurrency, color="grey", linestyle="--", label=f"crossover C≈{x.concurrency:.3g}",
+        ax.axvline(x.concurrency, color="grey", linestyle="--", label=f"crossover {load_words(x.concurrency)}",
                    gid="crossover")
         ax.axvspan(max(levels[0], x.concurrency - x.plus_minus), x.concurrency + x.plus_minus, color="grey",
                    alpha=0.15)

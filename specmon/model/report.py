@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.model.acceptance import LevelAcceptance
+from specmon.model.compare import load_words
 from specmon.model.experiment import ExperimentState
-from specmon.model.verdict import ExperimentSummary, LevelSummary, ProfileSummary
+from specmon.model.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
 
 CSV_COLUMNS = ("profile", "concurrency", "repeats", "out_tok_s_mean", "out_tok_s_spread", "server_tok_s",
                "queue_mean", "queue_max", "accept_len_log", "accept_len_metrics", "tokens_per_chunk",
@@ -39,7 +40,8 @@ def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = 
         "baseline": summary.baseline,
         "challenger": summary.challenger,
         "crossover": None if x is None else {
-            "concurrency": _r(x.concurrency), "plus_minus": _r(x.plus_minus), "bracket": list(x.bracket),
+            "concurrency": _r(x.concurrency), "plus_minus": _r(x.plus_minus) if x.from_spread else None,
+            "bracket": list(x.bracket),
             "ahead_below": x.ahead_below, "ahead_above": x.ahead_above},
         "warnings": list(summary.warnings),
         "profiles": [],
@@ -150,21 +152,23 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
     lines += _table(head, rows)
     x = summary.crossover
     if x is not None:
-        lines += ["", f"Crossover: C≈{x.concurrency:.3g} ± {x.plus_minus:.2g}, between the measured levels "
+        lines += ["", f"Crossover: {load_words(x.concurrency)} ({crossover_bound(x)}); measured levels around it "
                       f"{x.bracket[0]} and {x.bracket[1]}: {x.ahead_below} ahead below, {x.ahead_above} ahead above."]
     lines += ["", "## Acceptance and server view per level", "",
               "Accept length from the decode-batch log lines, from /metrics, and the client's tokens per chunk "
               "(flagged when they disagree by more than 10 %); server throughput and queue depth from /metrics.", ""]
-    head = ["profile", "C", "log", "metrics", "client tok/chunk", "server tok/s", "client tok/s", "queue mean/max", ""]
+    head = ["profile", "C", "log", "metrics", "client tok/chunk", "server tok/s", "client tok/s", "queue mean/max"]
+    # The sources' agreement gets a column only where some level's sources disagree (an empty column said nothing).
+    flagged = any(lv.disagreeing for p in summary.profiles for lv in p.levels)
     rows = []
     for p in summary.profiles:
         for lv in p.levels:
             a = lv.acceptance or LevelAcceptance()
             queue = "–" if a.queue_mean is None else f"{a.queue_mean:.1f}/{_num(a.queue_max, '.0f')}"
             rows.append([p.profile, str(lv.concurrency), _num(a.log_accept_len, ".2f"), _num(a.metrics_accept_len, ".2f"),
-                         _num(a.client_tokens_per_chunk, ".2f"), _num(a.server_tok_s), f"{lv.mean:.1f}", queue,
-                         "DISAGREE" if lv.disagreeing else ""])
-    lines += _table(head, rows)
+                         _num(a.client_tokens_per_chunk, ".2f"), _num(a.server_tok_s), f"{lv.mean:.1f}", queue]
+                        + (["DISAGREE" if lv.disagreeing else "agree"] if flagged else []))
+    lines += _table(head + (["sources"] if flagged else []), rows)
     names = sorted({name for p in summary.profiles for lv in p.levels for name in lv.categories})
     if names:
         lines += ["", "## Acceptance by prompt category", "",

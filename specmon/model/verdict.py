@@ -91,6 +91,7 @@ class CrossoverEstimate:
     bracket: tuple[int, int]             # the measured levels around it
     ahead_below: str                     # the profile faster below the crossover
     ahead_above: str
+    from_spread: bool = True             # plus_minus from the repeats' spread; False: half the bracket (single runs)
 
 
 @dataclass(frozen=True)
@@ -203,7 +204,7 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
                 ends.append(shifted.concurrency)
         plus_minus = max(abs(e - x) for e in ends)
     names = (challenger.profile, base.profile) if found.b_ahead_before else (base.profile, challenger.profile)
-    return CrossoverEstimate(x, plus_minus, bracket, names[0], names[1])
+    return CrossoverEstimate(x, plus_minus, bracket, names[0], names[1], from_spread=bool(spreads))
 
 
 def _template(concurrency: int) -> LevelResult:
@@ -214,8 +215,12 @@ def _template(concurrency: int) -> LevelResult:
                        itl_ms=Stats(), e2e_ms=Stats(), tokens_per_chunk=None, client=ClientHealth())
 
 
-def _fmt_c(x: float) -> str:
-    return f"{x:.3g}"
+def crossover_bound(x: CrossoverEstimate) -> str:
+    """The crossover's uncertainty in words: ± from the repeats' spread, or, where single runs give no spread, the
+    measured levels it lies between (a ± of half that bracket read as precision it does not have: C≈4.23 (±6))."""
+    if not x.from_spread:
+        return f"somewhere between C={x.bracket[0]:g} and C={x.bracket[1]:g}: single runs, no spread to bound it closer"
+    return f"±{x.plus_minus:.2g}"
 
 
 def verdict_sentence(base: ProfileSummary | None, challenger: ProfileSummary | None,
@@ -224,8 +229,8 @@ def verdict_sentence(base: ProfileSummary | None, challenger: ProfileSummary | N
     if base is None or challenger is None:
         return "no verdict: fewer than two profiles have finished levels"
     if crossover is not None:
-        return (f"{crossover.ahead_below} is faster up to C≈{_fmt_c(crossover.concurrency)} "
-                f"(±{_fmt_c(crossover.plus_minus)}); {crossover.ahead_above} beyond")
+        return (f"{crossover.ahead_below} is faster up to {compare.load_words(crossover.concurrency)} "
+                f"({crossover_bound(crossover)}); {crossover.ahead_above} beyond")
     common = sorted({lv.concurrency for lv in base.levels} & {lv.concurrency for lv in challenger.levels})
     if not common:
         return "no verdict: the profiles share no finished level"
