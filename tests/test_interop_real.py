@@ -241,3 +241,49 @@ def test_report_out_refuses_an_existing_file_and_a_symlink_unless_force(tmp_path
     done = specmon("report", *files, "--format", "json", "--out", str(victim), "--force", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(victim.read_text())["crossover"]["plus_minus"] is None
+
+
+# ---- `vllm bench sweep serve` folders -------------------------------------------------------------------------
+def sweep_folder(root: Path, runs: int = 2) -> dict[int, list[dict[str, object]]]:
+    """The layout `vllm bench sweep serve --bench-params ... --num-runs 2` leaves (vllm/benchmarks/sweep/serve.py):
+    EXPERIMENT/BENCH-max_concurrency=C/run=N.json (the result plus run_number and the overrides, indent 4),
+    warmup.json, summary.json (the list of the runs); summary.csv beside the combinations. The numbers are the
+    vllm-llama-base fixtures', the repeats 2 % apart."""
+    exp = root / "20261201_120000"
+    written: dict[int, list[dict[str, object]]] = {}
+    for src in sorted((FIXTURES / "vllm-llama-base").glob("*.json")):
+        base = json.loads(src.read_text())
+        c = base["max_concurrency"]
+        comb = exp / f"BENCH-max_concurrency={c}"
+        comb.mkdir(parents=True)
+        (comb / "warmup.json").write_text(json.dumps(dict(base, run_number=-1, num_prompts=4), indent=4))
+        data = []
+        for n in range(runs):
+            run = dict(base, output_throughput=base["output_throughput"] * (1 + 0.02 * n), run_number=n,
+                       max_concurrency=c)
+            (comb / f"run={n}.json").write_text(json.dumps(run, indent=4))
+            data.append(run)
+        (comb / "summary.json").write_text(json.dumps(data, indent=4))
+        written[c] = data
+    (exp / "summary.csv").write_text(",run_number\n0,0\n")
+    return written
+
+
+def test_vllm_sweep_serve_folder_is_read_nested_with_its_repeats(tmp_path: Path) -> None:
+    """The top folder was "a directory with no .json files", a combination folder and a summary.json "not a result
+    file specmon reads"."""
+    written = sweep_folder(tmp_path / "out")
+    for target in (tmp_path / "out", tmp_path / "out" / "20261201_120000"):
+        result = read_any_results(target)
+        assert sorted({lv.concurrency for lv in result.levels}) == sorted(written)
+        for c, data in written.items():
+            mine = [lv for lv in result.levels if lv.concurrency == c]
+            assert [lv.output_throughput for lv in mine] == [d["output_throughput"] for d in data]
+            assert all(lv.requests_ok == data[0]["completed"] for lv in mine)
+        assert any("ran 2 times" in n for n in result.notes)
+    comb = tmp_path / "out" / "20261201_120000" / "BENCH-max_concurrency=4"
+    for target in (comb, comb / "summary.json"):
+        result = read_any_results(target)
+        assert [lv.output_throughput for lv in result.levels] == [d["output_throughput"] for d in written[4]]
+    (comb / "summary.json").unlink()   # a combination still running: its run=N.json files, warmup left out
+    assert len(read_any_results(comb).levels) == 2

@@ -39,7 +39,8 @@ from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, S
 from specmon.model.textfile import NotTextError, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
-EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them), "
+EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them, or a `vllm bench "
+            "sweep serve` folder or summary.json), "
             "SGLang bench_serving JSONL or a guidellm benchmarks report (JSON or YAML)")
 
 _META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
@@ -65,6 +66,8 @@ def parse_any_results(text: str, path: str) -> SweepResult:
     """Parse a result file's text in whichever supported format it is (see `read_any_results`)."""
     if _is_specmon(text):
         return parse_results(text.splitlines(), path)
+    if text.lstrip().startswith("["):   # a `vllm bench sweep serve` summary.json
+        return _flat_result("vllm", _summary_runs(_json_value(text, path), path), path)
     tool, objs = _detect(text, path)
     if tool == "guidellm":
         return _guidellm_result(objs[0][1], path)
@@ -159,19 +162,46 @@ def _flat_tool(obj: Mapping[str, Any]) -> str | None:
     return None
 
 
+# `vllm bench sweep serve` leaves, per parameter combination, a folder of run=N.json (one per --num-runs repeat),
+# warmup.json, *.failure.json and summary.json (the list of its runs, as `vllm bench sweep plot` reads them).
+_NOT_RUNS = ("warmup.json", "summary.json")
+
+
 def _read_vllm_dir(d: Path) -> SweepResult:
-    files = sorted(f for f in d.glob("*.json") if not f.name.endswith(".pytorch.json"))
-    if not files:
-        raise UserError(f"{d}: a directory with no .json files; expected a directory of `vllm bench serve "
-                        "--save-result` files")
+    """A `--result-dir` of `vllm bench serve` files, or a `vllm bench sweep serve` output folder (its summaries; runs
+    of a combination without one), at any depth: one sweep, repeats kept."""
+    summaries = sorted(d.rglob("summary.json"))
     runs: list[tuple[str, Mapping[str, Any]]] = []
+    for f in summaries:
+        runs += _summary_runs(_json_value(_read_text(f), str(f)), str(f))
+    summed = {f.parent for f in summaries}
+    files = sorted(f for f in d.rglob("*.json") if f.parent not in summed and f.name not in _NOT_RUNS
+                   and not f.name.endswith((".pytorch.json", ".failure.json")))
     for f in files:
         tool, objs = _detect(_read_text(f), str(f))
         if tool != "vllm":
             raise UserError(f"{f}: not a `vllm bench serve --save-result` file (a directory is read as one vLLM "
                             f"sweep); found {TOOL_NAMES.get(tool, tool)} output")
         runs += _where(objs, str(f))
+    if not runs:
+        raise UserError(f"{d}: no result files in it; expected a directory of `vllm bench serve --save-result` "
+                        "files or a `vllm bench sweep serve` output folder")
     return _flat_result("vllm", runs, str(d), label=d.name)
+
+
+def _json_value(text: str, path: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{path}: not JSON ({exc}); expected {EXPECTED}") from None
+
+
+def _summary_runs(value: Any, path: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """A sweep summary.json: a list of `vllm bench serve` results (each with run_number and the overrides)."""
+    if not isinstance(value, list) or not all(isinstance(o, Mapping) and _flat_tool(o) == "vllm" for o in value):
+        raise UserError(f"{path}: not a result file specmon reads; expected {EXPECTED} (a list: a `vllm bench sweep "
+                        "serve` summary.json of `vllm bench serve` results)")
+    return [(f"{path}[{i}]", o) for i, o in enumerate(value)]
 
 
 # --- vLLM and SGLang: one flat object per run --------------------------------------------------------------
