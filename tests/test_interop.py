@@ -219,12 +219,17 @@ def test_export_vllm_writes_one_file_per_level_that_reads_back_the_same(tmp_path
     done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "eagle3-vllm"
-    names = sorted(p.name for p in out.iterdir())
-    assert names == sorted(f"eagle3-infqps-concurrency{c}-Model-8B-20261129-101112.json" for c in (1, 4, 16))
-    assert done.stdout.split() == [str(out / n) for n in
-                                   (f"eagle3-infqps-concurrency{c}-Model-8B-20261129-101112.json" for c in (1, 4, 16))]
+    # `vllm bench sweep serve`'s layout: a folder per load with run=0.json and the summary.json its plot reads.
+    assert sorted(p.name for p in out.iterdir()) == sorted(f"BENCH-max_concurrency={c}" for c in (1, 4, 16))
+    assert done.stdout.split() == [str(out / f"BENCH-max_concurrency={c}" / n) for c in (1, 4, 16)
+                                   for n in ("run=0.json", "summary.json")]
+    # `vllm bench sweep plot`'s own reading: every run of every **/summary.json.
+    plotted = [run for path in out.rglob("**/summary.json") for run in json.loads(path.read_text())]
+    assert {r["max_concurrency"]: r["output_throughput"] for r in plotted} == {
+        lv.concurrency: lv.output_throughput for lv in read_results(src).levels}
     # What a vLLM user's script reads, by vLLM's names.
-    o = json.loads((out / names[1]).read_text())
+    o = json.loads((out / "BENCH-max_concurrency=16" / "run=0.json").read_text())
+    assert o["run_number"] == 0
     assert o["max_concurrency"] == 16 and o["request_rate"] == "inf" and o["output_throughput"] == 1370.25
     assert (o["mean_ttft_ms"], o["median_ttft_ms"], o["p90_ttft_ms"], o["p99_ttft_ms"]) == (36.5, 35.0, 46.25, 57.0)
     assert o["mean_e2el_ms"] == 1600.0 and o["p99_tpot_ms"] == 4.25 and o["median_itl_ms"] == 8.25
@@ -254,7 +259,7 @@ def test_export_of_a_peer_file_converts_it(tmp_path: Path) -> None:
     done = specmon("export", str(GUIDELLM), "--format", "vllm", "--out", str(tmp_path / "g"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     got = {o["max_concurrency"]: round(o["output_throughput"], 1)
-           for f in (tmp_path / "g").iterdir() for o in flat_objects(f)}
+           for f in (tmp_path / "g").rglob("summary.json") for o in json.loads(f.read_text())}
     assert got == guidellm_console_throughput()
 
 
@@ -275,8 +280,8 @@ def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     out = tmp_path / "open-vllm"
     assert sorted(p.name for p in out.iterdir()) == [
-        "open-2.0qps-concurrency32-Model-8B-20261129-101112.json", "open-4.5qps-concurrency32-Model-8B-20261129-101112.json"]
-    o = json.loads((out / "open-4.5qps-concurrency32-Model-8B-20261129-101112.json").read_text())
+        "BENCH-request_rate=2-max_concurrency=32", "BENCH-request_rate=4.5-max_concurrency=32"]
+    o = json.loads((out / "BENCH-request_rate=4.5-max_concurrency=32" / "run=0.json").read_text())
     assert (o["request_rate"], o["max_concurrency"], o["burstiness"], o["request_goodput"]) == (4.5, 32, 0.5, 3.375)
     again = assert_reads_back_the_same(src, out, "vllm")
     assert again.mode == "rate" and [lv.rate for lv in again.levels] == [2.0, 4.5]

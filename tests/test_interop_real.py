@@ -287,3 +287,37 @@ def test_vllm_sweep_serve_folder_is_read_nested_with_its_repeats(tmp_path: Path)
         assert [lv.output_throughput for lv in result.levels] == [d["output_throughput"] for d in written[4]]
     (comb / "summary.json").unlink()   # a combination still running: its run=N.json files, warmup left out
     assert len(read_any_results(comb).levels) == 2
+
+
+# ---- exports --------------------------------------------------------------------------------------------------
+def test_exports_write_the_accept_length_and_read_it_back(tmp_path: Path) -> None:
+    eagle = FIXTURES / "vllm-llama-eagle3.jsonl"
+    done = specmon("export", str(eagle), "--format", "vllm", "--out", str(tmp_path / "v"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    plotted = [r for p in (tmp_path / "v").rglob("summary.json") for r in json.loads(p.read_text())]
+    want = {o["max_concurrency"]: o["spec_decode_acceptance_length"] for o in lines_of(eagle)}
+    assert {r["max_concurrency"]: r["spec_decode_acceptance_length"] for r in plotted} == want
+    assert [lv.accept_length for lv in read_any_results(tmp_path / "v").levels] == [want[c] for c in sorted(want)]
+    sglang = FIXTURES / "sglang-llama-eagle3.jsonl"
+    out = tmp_path / "s.jsonl"
+    done = specmon("export", str(sglang), "--format", "sglang", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [o["accept_length"] for o in lines_of(out)] == [o["accept_length"] for o in lines_of(sglang)]
+
+
+def test_sglang_export_gives_the_prompt_sets_real_input_length_and_says_what_it_cannot_hold(tmp_path: Path) -> None:
+    """The built-in prompts were exported as `random_input_len 128` (the sampling setting), their mean being 27.5."""
+    src = tmp_path / "builtin.jsonl"
+    append_line(src, SweepMeta(url="http://x", model="m", workload={"api": "chat", "input_len": 128, "output_len": 64,
+                                                                   "dataset": "builtin", "levels": [2]}).to_dict())
+    lv = read_any_results(VLLM_ONE).levels[0]
+    append_line(src, replace(lv, requests_ok=4, input_tokens=110, output_tokens=256, tokens_per_chunk=2.5,
+                             categories={"code": CategoryStats(4, 256, 100)}).to_dict())
+    out = tmp_path / "b.jsonl"
+    done = specmon("export", str(src), "--format", "sglang", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (line,) = lines_of(out)
+    assert line["dataset_name"] == "custom"
+    assert (line["random_input_len"], line["random_output_len"]) == (28, 64)   # 110 / 4 = 27.5 tokens, rounded
+    assert done.stderr.splitlines() == ["specmon: note: the sglang format has no field for: tokens per chunk, "
+                                        "acceptance by prompt category (not written)"]

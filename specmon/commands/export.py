@@ -1,19 +1,24 @@
 """`specmon export RESULT --format vllm|sglang [--out PATH]`: a result in the file format of vLLM's or SGLang's benchmark.
 
-vllm: one `vllm bench serve --save-result` JSON file per level, named as vLLM names them, in the directory --out
-(default: RESULT's name without its suffix, plus `-vllm`, next to it). sglang: one JSONL file with a line per level,
-as `bench_serving` appends them (default: RESULT's name with `.sglang.jsonl`). Field names and definitions are
-vLLM's (`output_throughput`, `mean/median/p90/p99_ttft_ms`, `tpot`, `itl`, `e2el`); nothing existing is overwritten.
+vllm: a `vllm bench sweep serve` output folder in the directory --out (default: RESULT's name without its suffix,
+plus `-vllm`, next to it): per load a folder BENCH-max_concurrency=C (or BENCH-request_rate=R-max_concurrency=C)
+holding run=0.json (a `vllm bench serve --save-result` result; run=1.json... for repeats) and summary.json, the list
+`vllm bench sweep plot` reads. sglang: one JSONL file with a line per level, as `bench_serving` appends them
+(default: RESULT's name with `.sglang.jsonl`); input and output lengths are the configured ones for random prompts,
+else the requests' mean. Field names and definitions are the tools' (`output_throughput`,
+`mean/median/p90/p99_ttft_ms`, `tpot`, `itl`, `e2el`, the accept length); what a format has no field for is said in
+one line; nothing existing is overwritten.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specmon.errors import UserError
-from specmon.model.interop import read_any_results, sglang_lines, vllm_runs
+from specmon.model.interop import cannot_hold, read_any_results, sglang_lines, vllm_runs
 
 FORMATS = ("vllm", "sglang")
 
@@ -36,10 +41,9 @@ def run(args: argparse.Namespace) -> int:
     stem = src.name[: -len(src.suffix)] if src.suffix else src.name
     if args.format == "vllm":
         out_dir: Path = args.out or src.with_name(f"{stem}-vllm")
-        files = [(out_dir / name, json.dumps(obj, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
+        files = [(out_dir / name, json.dumps(obj, indent=4, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
         if out_dir.exists() and not out_dir.is_dir():
             raise UserError(f"{out_dir}: exists and is not a directory")
-        out_dir.mkdir(parents=True, exist_ok=True)
     else:
         out_file: Path = args.out or src.with_name(f"{stem}.sglang.jsonl")
         # SGLang writes Python's json (an uncapped request rate is `Infinity`); so do we, for its readers.
@@ -47,7 +51,12 @@ def run(args: argparse.Namespace) -> int:
     taken = [str(path) for path, _ in files if path.exists()]
     if taken:
         raise UserError(f"{taken[0]}: exists; not overwritten (choose another --out)")
+    lost = cannot_hold(result, args.format)
+    if lost:
+        print(f"specmon: note: the {args.format} format has no field for: {', '.join(lost)} (not written)",
+              file=sys.stderr)
     for path, text in files:
+        path.parent.mkdir(parents=True, exist_ok=True)
         _write_new(path, text)
         print(path)
     return 0

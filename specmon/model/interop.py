@@ -18,7 +18,9 @@ none), as specmon's own open-loop levels. Definitions line up with specmon's (sp
 guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-chunk ITL. What a file lacks is None
 (shown as "-"); `lacks_note` says what, from the file's own levels.
 
-Written: vLLM `--save-result` objects (one per level) and SGLang JSONL lines, with their field names and units.
+Written: a `vllm bench sweep serve` folder (per load BENCH-.../run=N.json, `--save-result` objects, and the
+summary.json `vllm bench sweep plot` reads) and SGLang JSONL lines, with their field names and units; `cannot_hold`
+names what a format has no field for.
 """
 
 from __future__ import annotations
@@ -594,18 +596,18 @@ def _opt(d: Mapping[str, Any], key: str, where: str) -> float | None:
 
 # ---------------------------------------------------------------------------------------------------- writing
 def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
-    """One `vllm bench serve --save-result` object per level, each with the file name vLLM would give it.
+    """A `vllm bench sweep serve` output folder of `result`: per load, BENCH-<overrides>/run=N.json (a `vllm bench
+    serve --save-result` object, one per repeat, with run_number and the overrides as the sweep adds them) and
+    BENCH-<overrides>/summary.json (the list of its runs: what `vllm bench sweep plot` reads). Paths are relative.
 
-    Names follow vLLM's `{label}-{rate}qps[-concurrency{C}]-{model}-{date}.json` (rate `inf` in a closed loop);
-    fields it writes that specmon does not measure (std, peak output tok/s, peak concurrent requests) are left out
+    Fields vLLM writes that specmon does not measure (std, peak output tok/s, peak concurrent requests) are left out
     rather than made up.
     """
     meta = result.meta
-    label = _safe(meta.label)
     model = meta.model or ""
     date = _compact_date(meta.created_at)
     backend = "openai-chat" if meta.workload.get("api", "chat") == "chat" else "openai"
-    out = []
+    folders: dict[str, list[dict[str, Any]]] = {}
     for lv in result.levels:
         obj: dict[str, Any] = {
             "date": date, "endpoint_type": backend, "backend": backend, "label": meta.label, "model_id": model,
@@ -619,10 +621,37 @@ def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
         }
         for name, (stem, _) in _FLAT_METRICS.items():
             obj.update(_flat_keys(getattr(lv, name), stem))
-        base_model = _safe(model.split("/")[-1]) or "model"
-        cap = f"-concurrency{lv.concurrency}" if lv.concurrency else ""
-        out.append((f"{label}-{obj['request_rate']}qps{cap}-{base_model}-{date}.json", obj))
+        if lv.accept_length is not None:
+            obj["spec_decode_acceptance_length"] = lv.accept_length
+        if lv.accept_rate is not None:
+            obj["spec_decode_acceptance_rate"] = lv.accept_rate * 100.0
+        overrides = ({"request_rate": lv.rate} if lv.rate is not None else {}) | {"max_concurrency": lv.concurrency or None}
+        folder = "BENCH-" + "-".join(f"{k}={'none' if v is None else f'{v:g}'}" for k, v in overrides.items())
+        runs = folders.setdefault(folder, [])
+        runs.append(obj | {"run_number": len(runs)} | overrides)
+    out: list[tuple[str, Any]] = []
+    for folder, runs in folders.items():
+        out += [(f"{folder}/run={run['run_number']}.json", run) for run in runs]
+        out.append((f"{folder}/summary.json", runs))
     return out
+
+
+# What each format has no field for, when the result holds it (said in one line at export).
+def cannot_hold(result: SweepResult, fmt: str) -> list[str]:
+    levels = result.levels
+    has = {
+        "tokens per chunk": any(lv.tokens_per_chunk is not None for lv in levels),
+        "achieved concurrency": fmt == "vllm" and any(lv.achieved_concurrency is not None for lv in levels),
+        "goodput": fmt == "sglang" and any(lv.goodput is not None for lv in levels),
+        "failed requests": fmt == "sglang" and any(lv.requests_failed for lv in levels),
+        "acceptance rate": fmt == "sglang" and any(lv.accept_rate is not None for lv in levels),
+        "over-capacity and behind-schedule flags": any(lv.over_capacity or lv.behind for lv in levels),
+        "acceptance by prompt category": any(lv.categories for lv in levels),
+        "errors by kind": any(lv.errors for lv in levels),
+        "client health": any(lv.client.chunks for lv in levels),
+        "decode tok/s": any(lv.decode_tok_s.mean is not None for lv in levels),
+    }
+    return [name for name, held in has.items() if held]
 
 
 def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
@@ -630,13 +659,17 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
     meta = result.meta
     w = meta.workload
     backend = "sglang-oai-chat" if w.get("api", "chat") == "chat" else "sglang-oai"
+    random = _peer_dataset(w.get("dataset", "random")) == "random" and w.get("input_len") is not None
     out = []
     for lv in result.levels:
         obj: dict[str, Any] = {
             "tag": meta.label, "backend": backend, "dataset_name": _peer_dataset(w.get("dataset", "random")),
             "request_rate": math.inf if lv.rate is None else lv.rate, "max_concurrency": lv.concurrency or None,
             "sharegpt_output_len": None,
-            "random_input_len": w.get("input_len"), "random_output_len": w.get("output_len"),
+            # Honest lengths: the configured ones for random prompts; for a prompt set (the built-in prompts, a
+            # file), the mean the requests really had, from the token counts.
+            "random_input_len": w.get("input_len") if random else _mean_len(lv.input_tokens, lv.requests_ok),
+            "random_output_len": w.get("output_len") if random else _mean_len(lv.output_tokens, lv.requests_ok),
             "random_range_ratio": w.get("input_range", 0.0), "server_info": None,
             "duration": lv.duration_s, "completed": lv.requests_ok, "total_input_tokens": lv.input_tokens,
             "total_output_tokens": lv.output_tokens,
@@ -647,8 +680,14 @@ def sglang_lines(result: SweepResult) -> list[dict[str, Any]]:
         for name, (_, stem) in _FLAT_METRICS.items():
             obj.update(_flat_keys(getattr(lv, name), stem))
         obj["concurrency"] = lv.achieved_concurrency
+        if lv.accept_length is not None:
+            obj["accept_length"] = lv.accept_length
         out.append(obj)
     return out
+
+
+def _mean_len(tokens: int, requests: int) -> int | None:
+    return round(tokens / requests) if requests else None
 
 
 def _peer_dataset(name: object) -> str:
@@ -660,10 +699,6 @@ def _peer_dataset(name: object) -> str:
 def _flat_keys(s: Stats, stem: str) -> dict[str, float | None]:
     # vLLM's names for a run with --metric-percentiles 90,99 (SGLang writes these and more).
     return {f"mean_{stem}_ms": s.mean, f"median_{stem}_ms": s.p50, f"p90_{stem}_ms": s.p90, f"p99_{stem}_ms": s.p99}
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")
 
 
 def _compact_date(iso: str) -> str:
