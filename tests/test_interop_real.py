@@ -321,3 +321,30 @@ def test_sglang_export_gives_the_prompt_sets_real_input_length_and_says_what_it_
     assert (line["random_input_len"], line["random_output_len"]) == (28, 64)   # 110 / 4 = 27.5 tokens, rounded
     assert done.stderr.splitlines() == ["specmon: note: the sglang format has no field for: tokens per chunk, "
                                         "acceptance by prompt category (not written)"]
+
+
+# ---- the TUI overlay ------------------------------------------------------------------------------------------
+async def test_overlay_of_a_guidellm_report_claims_no_client_health(tmp_path: Path) -> None:
+    """guidellm records no client health; the overlay's table said `ok` in the client column for every level."""
+    from textual.widgets import DataTable
+    from ui_states import demo_config
+
+    from specmon.ui.app import SpecmonApp
+    from specmon.ui.bridge import EngineBridge
+
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(120, 30)) as pilot:
+        try:
+            await app.engine.overlay(GUIDELLM08)  # type: ignore[union-attr]
+            for _ in range(100):
+                await pilot.pause(0.05)
+                table = app.query_one("#sweep-table", DataTable)
+                if table.row_count:
+                    break
+            rows = [table.get_row_at(i) for i in range(table.row_count)]
+            assert len(rows) == 4
+            assert [row[-1] for row in rows] == ["—"] * 4, rows   # the client column: not recorded, not "ok"
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]
