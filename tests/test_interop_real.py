@@ -348,3 +348,16 @@ async def test_overlay_of_a_guidellm_report_claims_no_client_health(tmp_path: Pa
             assert [row[-1] for row in rows] == ["—"] * 4, rows   # the client column: not recorded, not "ok"
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
+
+
+def test_guidellm_csv_report_gives_the_same_levels_as_its_json(tmp_path: Path) -> None:
+    """guidellm's CSV (written by guidellm 0.8.1's own `guidellm export` from the JSON report) was refused."""
+    csv_path = REAL / "guidellm08-sim-concurrent.csv"
+    from_csv, from_json = read_any_results(csv_path), read_any_results(GUIDELLM08)
+    fields = ("concurrency", "rate", "requests_ok", "requests_failed", "duration_s", "output_tokens", "input_tokens",
+              "output_throughput", "request_throughput", "total_throughput", "ttft_ms", "tpot_ms", "itl_ms", "e2e_ms",
+              "tokens_per_chunk", "achieved_concurrency")
+    assert [{k: getattr(lv, k) for k in fields} for lv in from_csv.levels] == \
+        [{k: getattr(lv, k) for k in fields} for lv in from_json.levels]
+    assert (from_csv.meta.model, from_csv.meta.url) == ("sim-model", "http://127.0.0.1:31999")
+    assert any("a guidellm CSV holds no totals" in n for n in from_csv.notes)

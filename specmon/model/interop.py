@@ -25,6 +25,8 @@ names what a format has no field for.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -43,7 +45,7 @@ from specmon.model.textfile import NotTextError, read_capped
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them, or a `vllm bench "
             "sweep serve` folder or summary.json), "
-            "SGLang bench_serving JSONL or a guidellm benchmarks report (JSON or YAML)")
+            "SGLang bench_serving JSONL or a guidellm benchmarks report (JSON, YAML or CSV)")
 
 _META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
 # guidellm keeps every request in its report: a long run's file is large, but a result file, never gigabytes.
@@ -68,6 +70,8 @@ def parse_any_results(text: str, path: str) -> SweepResult:
     """Parse a result file's text in whichever supported format it is (see `read_any_results`)."""
     if _is_specmon(text):
         return parse_results(text.splitlines(), path)
+    if text.startswith(_GUIDELLM_CSV_START):
+        return _guidellm_csv(text, path)
     if text.lstrip().startswith("["):   # a `vllm bench sweep serve` summary.json
         return _flat_result("vllm", _summary_runs(_json_value(text, path), path), path)
     tool, objs = _detect(text, path)
@@ -385,6 +389,106 @@ def _guidellm_result(report: Mapping[str, Any], path: str) -> SweepResult:
     meta = SweepMeta(url=target or "", model=model, workload=_axis_workload(levels), profile=Path(path).stem,
                      created_at=levels[0].started_at or "", tool="guidellm")
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
+
+
+# guidellm's CSV report (`--output kind=csv`, 0.8): a three-row header (group, field, unit or statistic) over one
+# row per benchmark; distributions of successful requests only, percentiles as a list in _G_PERCENTILES order.
+_GUIDELLM_CSV_START = "Run Info,"
+_G_PERCENTILES = ("p001", "p01", "p05", "p10", "p25", "p50", "p75", "p90", "p95", "p99", "p999")
+
+
+def _guidellm_csv(text: str, path: str) -> SweepResult:
+    rows = list(csv.reader(io.StringIO(text)))
+    if len(rows) < 4:
+        raise UserError(f"{path}: a guidellm CSV report with no benchmark row (a three-row header, then one row each)")
+    heads = list(zip(rows[0], rows[1], rows[2]))
+    levels = []
+    model = target = None
+    for n, row in enumerate(rows[3:], 4):
+        cell = dict(zip(heads, row))
+        where = f"{path}:{n}"
+        backend = _csv_json(cell, ("Run Info", "Backend", ""), where)
+        model = model or (backend.get("model") if isinstance(backend, Mapping) else None)
+        target = target or (backend.get("target") if isinstance(backend, Mapping) else None)
+        levels.append(_guidellm_csv_level(cell, where))
+    if any(lv.rate is not None for lv in levels):
+        levels = [lv if lv.rate is not None else replace(lv, rate=lv.request_throughput) for lv in levels]
+    levels.sort(key=lambda lv: lv.load)
+    meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) else None,
+                     workload=_axis_workload(levels), profile=Path(path).stem, tool="guidellm")
+    note = ("throughputs are over successful requests and token totals are mean x count (a guidellm CSV holds no "
+            "totals)",)
+    return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=note)
+
+
+def _csv_cell(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], where: str) -> float:
+    if key not in cell or cell[key] == "":
+        raise UserError(f"{where}: column {' / '.join(k for k in key if k)}: missing; expected a guidellm 0.8 CSV report")
+    try:
+        v = float(cell[key])
+    except ValueError:
+        raise UserError(f"{where}: column {' / '.join(k for k in key if k)}: {cell[key]!r} is not a number") from None
+    return _bounded(v, " / ".join(k for k in key if k), where, "a number")
+
+
+def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], where: str) -> Any:
+    try:
+        return json.loads(cell.get(key) or "null")
+    except ValueError:
+        return None
+
+
+def _csv_stats(cell: Mapping[tuple[str, ...], str], group: str, field: str, where: str, scale: float = 1.0) -> Stats:
+    if (group, field, "Mean") not in cell:
+        return Stats()
+    pct = _csv_json(cell, (group, field, "Percentiles"), where)
+    named = dict(zip(_G_PERCENTILES, pct)) if isinstance(pct, list) and len(pct) == len(_G_PERCENTILES) else {}
+    at = f"{where}: {group} / {field}"
+    p90, p99 = (_bounded(named[k], f"{k}", at, "a number") * scale if k in named else None for k in ("p90", "p99"))
+    return Stats(_csv_cell(cell, (group, field, "Mean"), where) * scale,
+                 _csv_cell(cell, (group, field, "Median"), where) * scale, p90, p99)
+
+
+def _guidellm_csv_level(cell: Mapping[tuple[str, ...], str], where: str) -> LevelResult:
+    strategy = cell.get(("Benchmark", "Strategy", ""), "")
+    kind, _, value = strategy.partition("@")
+    rate: float | None = None
+    try:
+        number = float(value) if value else None
+    except ValueError:
+        number = None
+    if kind == "synchronous":
+        concurrency = 1
+    elif kind == "concurrent" and number is not None and number.is_integer() and 1 <= number <= MAX_CONCURRENCY:
+        concurrency = int(number)
+    elif kind == "throughput":
+        concurrency = 0
+    elif kind in _GUIDELLM_RATE_KINDS and number is not None and 0 < number <= ABSURD:
+        rate, concurrency = number, 0
+    else:
+        raise UserError(f"{where}: column Benchmark / Strategy: {strategy!r}; expected synchronous, throughput, "
+                        "concurrent@N or constant/poisson/async@RATE")
+    ok = round(_csv_cell(cell, ("Request Counts", "Successful", ""), where))
+    failed = round(_csv_cell(cell, ("Request Counts", "Errored", ""), where))
+    tokens = "Token Metrics"
+    return LevelResult(
+        concurrency=concurrency or (0 if rate is not None else ok + failed), rate=rate, requests_ok=ok,
+        requests_failed=failed, duration_s=_csv_cell(cell, ("Timings", "Duration", "Sec"), where),
+        output_tokens=round(_csv_cell(cell, (tokens, "Successful Output Tokens", "Mean"), where) * ok),
+        input_tokens=round(_csv_cell(cell, (tokens, "Successful Input Tokens", "Mean"), where) * ok),
+        output_throughput=_csv_cell(cell, ("Token Throughput", "Successful Output Tokens/Sec", "Mean"), where),
+        request_throughput=_csv_cell(cell, ("Server Throughput", "Successful Requests/Sec", "Mean"), where),
+        total_throughput=_csv_cell(cell, ("Token Throughput", "Successful Total Tokens/Sec", "Mean"), where),
+        ttft_ms=_csv_stats(cell, "Time to First Token", "Successful ms", where),
+        tpot_ms=_csv_stats(cell, "Inter Token Latency", "Successful ms", where),   # guidellm's ITL: specmon's TPOT
+        itl_ms=Stats(),
+        e2e_ms=_csv_stats(cell, "Request Latency", "Successful Sec", where, scale=1000.0),
+        tokens_per_chunk=_csv_cell(cell, ("Token Streaming", "Successful Output Tokens/Iter", "Mean"), where)
+        if ("Token Streaming", "Successful Output Tokens/Iter", "Mean") in cell else None,
+        achieved_concurrency=_csv_cell(cell, ("Server Throughput", "Successful Concurrency", "Mean"), where)
+        if ("Server Throughput", "Successful Concurrency", "Mean") in cell else None,
+        client=ClientHealth(),
+    )
 
 
 # Where each guidellm layout keeps the target and model: 0.8's report config (as given) and each benchmark's backend
