@@ -405,9 +405,9 @@ def _guidellm_csv(text: str, path: str) -> SweepResult:
     levels = []
     model = target = None
     for n, row in enumerate(rows[3:], 4):
-        cell = dict(zip(heads, row))
+        cell: dict[tuple[str, ...], str] = dict(zip(heads, row))
         where = f"{path}:{n}"
-        backend = _csv_json(cell, ("Run Info", "Backend", ""), where)
+        backend = _csv_json(cell, ("Run Info", "Backend", ""))
         model = model or (backend.get("model") if isinstance(backend, Mapping) else None)
         target = target or (backend.get("target") if isinstance(backend, Mapping) else None)
         levels.append(_guidellm_csv_level(cell, where))
@@ -431,7 +431,8 @@ def _csv_cell(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], wh
     return _bounded(v, " / ".join(k for k in key if k), where, "a number")
 
 
-def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], where: str) -> Any:
+def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str]) -> Any:
+    """A cell guidellm writes as JSON (the backend's settings, a percentile list); None when it is not."""
     try:
         return json.loads(cell.get(key) or "null")
     except ValueError:
@@ -441,7 +442,7 @@ def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], wh
 def _csv_stats(cell: Mapping[tuple[str, ...], str], group: str, field: str, where: str, scale: float = 1.0) -> Stats:
     if (group, field, "Mean") not in cell:
         return Stats()
-    pct = _csv_json(cell, (group, field, "Percentiles"), where)
+    pct = _csv_json(cell, (group, field, "Percentiles"))
     named = dict(zip(_G_PERCENTILES, pct)) if isinstance(pct, list) and len(pct) == len(_G_PERCENTILES) else {}
     at = f"{where}: {group} / {field}"
     p90, p99 = (_bounded(named[k], f"{k}", at, "a number") * scale if k in named else None for k in ("p90", "p99"))
