@@ -216,6 +216,12 @@ def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossov
     # The "Acceptance and server view" table ends with its last real column, not an empty one.
     head = next(line for line in text.splitlines() if line.startswith("| profile | C | log |"))
     assert head.endswith("| queue mean/max |")
+    # The accept length vLLM recorded, beside specmon's own three sources.
+    assert head.startswith("| profile | C | log | metrics | client tok/chunk | file's tool |")
+    recorded = {o["max_concurrency"]: o["spec_decode_acceptance_length"]
+                for o in lines_of(FIXTURES / "vllm-llama-eagle3.jsonl")}
+    for c, v in recorded.items():
+        assert f"| vllm-llama-eagle3 | {c} | – | – | – | {v:.2f} |" in text
 
 
 def test_report_refuses_open_loop_files_in_one_line(tmp_path: Path) -> None:

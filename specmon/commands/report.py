@@ -149,7 +149,7 @@ def draw_chart(summary: ExperimentSummary, path: Path) -> None:
     if speculative:
         acc = axes[1][0]
         for p in speculative:
-            for source, style in (("log", "o-"), ("metrics", "s--"), ("client", "^:")):
+            for source, style in (("log", "o-"), ("metrics", "s--"), ("client", "^:"), ("file", "d-.")):
                 pts = [(lv.concurrency, lv.acceptance.sources[source]) for lv in p.levels
                        if lv.acceptance is not None and source in lv.acceptance.sources]
                 if pts:

@@ -117,11 +117,13 @@ class LevelAcceptance:
     queue_max: float | None = None
     running_mean: float | None = None
     metrics_samples: int = 0
+    file_accept_len: float | None = None   # the accept length another tool's result file recorded (vLLM, SGLang)
 
     @property
     def sources(self) -> dict[str, float]:
         """The accept-length figures that exist, by source name."""
-        found = {"log": self.log_accept_len, "metrics": self.metrics_accept_len, "client": self.client_tokens_per_chunk}
+        found = {"log": self.log_accept_len, "metrics": self.metrics_accept_len, "client": self.client_tokens_per_chunk,
+                 "file": self.file_accept_len}
         return {k: v for k, v in found.items() if v is not None and v > 0}
 
     @property

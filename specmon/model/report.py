@@ -155,9 +155,14 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         lines += ["", f"Crossover: {load_words(x.concurrency)} ({crossover_bound(x)}); measured levels around it "
                       f"{x.bracket[0]} and {x.bracket[1]}: {x.ahead_below} ahead below, {x.ahead_above} ahead above."]
     lines += ["", "## Acceptance and server view per level", "",
-              "Accept length from the decode-batch log lines, from /metrics, and the client's tokens per chunk "
+              "Accept length from the decode-batch log lines, from /metrics, the client's tokens per chunk (and, for "
+              "another tool's result file, the accept length it recorded) "
               "(flagged when they disagree by more than 10 %); server throughput and queue depth from /metrics.", ""]
-    head = ["profile", "C", "log", "metrics", "client tok/chunk", "server tok/s", "client tok/s", "queue mean/max"]
+    # Another tool's file brings its own accept length (vLLM, SGLang): a column beside specmon's three sources.
+    from_file = any(lv.acceptance is not None and lv.acceptance.file_accept_len is not None
+                    for p in summary.profiles for lv in p.levels)
+    head = ["profile", "C", "log", "metrics", "client tok/chunk"] + (["file's tool"] if from_file else []) + [
+        "server tok/s", "client tok/s", "queue mean/max"]
     # The sources' agreement gets a column only where some level's sources disagree (an empty column said nothing).
     flagged = any(lv.disagreeing for p in summary.profiles for lv in p.levels)
     rows = []
@@ -166,7 +171,9 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
             a = lv.acceptance or LevelAcceptance()
             queue = "–" if a.queue_mean is None else f"{a.queue_mean:.1f}/{_num(a.queue_max, '.0f')}"
             rows.append([p.profile, str(lv.concurrency), _num(a.log_accept_len, ".2f"), _num(a.metrics_accept_len, ".2f"),
-                         _num(a.client_tokens_per_chunk, ".2f"), _num(a.server_tok_s), f"{lv.mean:.1f}", queue]
+                         _num(a.client_tokens_per_chunk, ".2f")]
+                        + ([_num(a.file_accept_len, ".2f")] if from_file else [])
+                        + [_num(a.server_tok_s), f"{lv.mean:.1f}", queue]
                         + (["DISAGREE" if lv.disagreeing else "agree"] if flagged else []))
     lines += _table(head + (["sources"] if flagged else []), rows)
     names = sorted({name for p in summary.profiles for lv in p.levels for name in lv.categories})

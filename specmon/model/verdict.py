@@ -78,7 +78,8 @@ class ProfileSummary:
     def speculative(self) -> bool:
         server = self.meta.server if self.meta is not None else {}
         return bool(server.get("speculative")) or any(
-            lv.acceptance is not None and lv.acceptance.log_accept_len is not None for lv in self.levels)
+            lv.acceptance is not None and (lv.acceptance.log_accept_len is not None
+                                           or lv.acceptance.file_accept_len is not None) for lv in self.levels)
 
     def level(self, concurrency: int) -> LevelSummary | None:
         return next((lv for lv in self.levels if lv.concurrency == concurrency), None)
@@ -119,7 +120,8 @@ def summarize_profile(runs: ProfileRuns) -> ProfileSummary:
             concurrency=c,
             values=tuple(lv.output_throughput for _, lv in entries),
             client_bound=sum(1 for _, lv in entries if lv.client.bound),
-            acceptance=_mean_acceptance(acc, [lv.tokens_per_chunk for _, lv in entries]),
+            acceptance=_mean_acceptance(acc, [lv.tokens_per_chunk for _, lv in entries],
+                                        [lv.accept_length for _, lv in entries]),
             disagreeing=sum(1 for a in acc if a.disagree),
             ttft_p50_ms=_mean([lv.ttft_ms.p50 for _, lv in entries]),
             tpot_p50_ms=_mean([lv.tpot_ms.p50 for _, lv in entries]),
@@ -292,11 +294,15 @@ def _mean(values: Sequence[float | None]) -> float | None:
     return math.fsum(known) / len(known) if known else None
 
 
-def _mean_acceptance(items: Sequence[LevelAcceptance], tokens_per_chunk: Sequence[float | None]) -> LevelAcceptance | None:
-    """Each field averaged over the repeats that have it; the client figure from the level lines themselves."""
+def _mean_acceptance(items: Sequence[LevelAcceptance], tokens_per_chunk: Sequence[float | None],
+                     file_accept: Sequence[float | None] = ()) -> LevelAcceptance | None:
+    """Each field averaged over the repeats that have it; the client figure (and a peer file's accept length) from
+    the level lines themselves."""
     client = _mean(tokens_per_chunk)
+    recorded = _mean(file_accept)
     if not items:
-        return LevelAcceptance(client_tokens_per_chunk=client) if client is not None else None
+        return None if client is None and recorded is None else LevelAcceptance(client_tokens_per_chunk=client,
+                                                                                 file_accept_len=recorded)
     fields: dict[str, Any] = {}
     dicts = [a.to_dict() for a in items]
     for name in LevelAcceptance.__dataclass_fields__:
@@ -309,4 +315,5 @@ def _mean_acceptance(items: Sequence[LevelAcceptance], tokens_per_chunk: Sequenc
         else:
             fields[name] = _mean(values)
     fields["client_tokens_per_chunk"] = client
+    fields["file_accept_len"] = recorded
     return LevelAcceptance(**fields)
