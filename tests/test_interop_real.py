@@ -367,3 +367,17 @@ def test_guidellm_csv_report_gives_the_same_levels_as_its_json(tmp_path: Path) -
         [{k: getattr(lv, k) for k in fields} for lv in from_json.levels]
     assert (from_csv.meta.model, from_csv.meta.url) == ("sim-model", "http://127.0.0.1:31999")
     assert any("a guidellm CSV holds no totals" in n for n in from_csv.notes)
+
+
+def test_vllm_sweep_serve_folder_of_two_server_settings_is_not_pooled_as_repeats(tmp_path: Path) -> None:
+    written = sweep_folder(tmp_path / "a", runs=1)
+    exp = tmp_path / "a" / "20261201_120000"
+    for comb in list(exp.iterdir()):
+        if comb.is_dir():
+            for serve in ("SERVE-max_num_seqs=64", "SERVE-max_num_seqs=256"):
+                shutil.copytree(comb, exp / f"{serve}-{comb.name}")
+            shutil.rmtree(comb)
+    result = read_any_results(tmp_path / "a")
+    assert sorted(lv.concurrency for lv in result.levels) == sorted(written)   # one setting's levels, no repeats
+    assert not any("ran 2 times" in n for n in result.notes)
+    assert any("left out 3 run(s) of another workload" in n and "SERVE-max_num_seqs=64" in n for n in result.notes)

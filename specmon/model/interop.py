@@ -179,7 +179,11 @@ def _read_vllm_dir(d: Path) -> SweepResult:
     summaries = sorted(d.rglob("summary.json"))
     runs: list[tuple[str, Mapping[str, Any]]] = []
     for f in summaries:
-        runs += _summary_runs(_json_value(_read_text(f), str(f)), str(f))
+        # One server configuration per sweep: a combination folder's SERVE- part tells them apart (runs of another
+        # are left out as another workload, not pooled as repeats).
+        serve = f.parent.name.split("-BENCH-")[0] if f.parent.name.startswith("SERVE-") else None
+        runs += [(where, {**o, _SERVE_KEY: serve} if serve else o)
+                 for where, o in _summary_runs(_json_value(_read_text(f), str(f)), str(f))]
     summed = {f.parent for f in summaries}
     files = sorted(f for f in d.rglob("*.json") if f.parent not in summed and f.name not in _NOT_RUNS
                    and not f.name.endswith((".pytorch.json", ".failure.json")))
@@ -217,7 +221,9 @@ _FLAT_METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"), "itl_
 
 
 # What makes two runs one workload (a file appending runs of other datasets or lengths holds several sweeps).
-_WORKLOAD_KEYS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "model_id")
+_SERVE_KEY = "serve_combination"   # a `vllm bench sweep serve` folder's server parameters (its SERVE- name)
+_WORKLOAD_KEYS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "model_id",
+                  _SERVE_KEY)
 
 
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
