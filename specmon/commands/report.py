@@ -1,11 +1,12 @@
 """`specmon report RESULTS... [--format md|json|csv] [--out FILE]`: an experiment (or sweep files) as a report.
 
 RESULTS is one experiment directory (or its experiment.json), or sweep result files (files of the same profile
-count as repeats). Markdown (the default) gives the setup of each profile, the throughput table with mean ± spread,
-acceptance per level, warnings and the verdict, and draws the chart (throughput vs concurrency with error bars and
-the crossover; acceptance vs concurrency) as an image next to it with matplotlib (`pip install 'specmon[report]'`).
-Markdown goes to --out (default: report.md in the experiment directory, else in the current one); json and csv go
-to stdout unless --out is given.
+count as repeats): specmon's, or closed-loop vLLM, SGLang or guidellm files as `compare` reads them. Markdown (the
+default) gives the setup of each profile, the throughput table with mean ± spread, acceptance per level, warnings
+and the verdict, and draws the chart (throughput vs concurrency with error bars and the crossover; acceptance vs
+concurrency) as an image next to it with matplotlib (`pip install 'specmon[report]'`). Markdown goes to --out
+(default: report.md in the experiment directory, else in the current one); json and csv go to stdout unless --out
+is given. An existing file is replaced only with --force; a symlink never.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ IMAGE_FORMATS = ("png", "svg")
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser("report", help="write an experiment's (or sweep files') report: Markdown with a chart, "
                               "JSON or CSV", description=__doc__)
-    p.add_argument("results", nargs="+", metavar="RESULTS", help="an experiment directory, or sweep result files")
+    p.add_argument("results", nargs="+", metavar="RESULTS", help="an experiment directory, or sweep result files "
+                   "(specmon's, vLLM's, SGLang's or guidellm's)")
     p.add_argument("--format", choices=FORMATS, default="md", help="md (with a chart image), json or csv")
     p.add_argument("--out", type=Path, metavar="FILE", help="where to write (see above for the defaults)")
     p.add_argument("--image", choices=IMAGE_FORMATS, default="png", help="chart image format (default png)")
