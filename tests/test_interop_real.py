@@ -381,3 +381,18 @@ def test_vllm_sweep_serve_folder_of_two_server_settings_is_not_pooled_as_repeats
     assert sorted(lv.concurrency for lv in result.levels) == sorted(written)   # one setting's levels, no repeats
     assert not any("ran 2 times" in n for n in result.notes)
     assert any("left out 3 run(s) of another workload" in n and "SERVE-max_num_seqs=64" in n for n in result.notes)
+
+
+def test_guidellm_05_report_keeps_args_model_and_target(tmp_path: Path) -> None:
+    """guidellm 0.5 keeps the target and model in the report's `args` (GenerativeBenchmarksReport.args in v0.5.0's
+    schemas/generative/report.py): both were lost. No real 0.5 file was found, so the 0.8 report with them moved
+    there stands in."""
+    report = json.loads(GUIDELLM08.read_text())
+    report.pop("config")
+    for b in report["benchmarks"]:
+        b["config"].pop("backend")
+    report["args"] = {"target": "http://10.0.0.7:8000", "model": "org/model-0.5"}
+    f = tmp_path / "g05.json"
+    f.write_text(json.dumps(report))
+    result = read_any_results(f)
+    assert (result.meta.url, result.meta.model) == ("http://10.0.0.7:8000", "org/model-0.5")
