@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 from dataclasses import replace
@@ -396,3 +397,28 @@ def test_guidellm_05_report_keeps_args_model_and_target(tmp_path: Path) -> None:
     f.write_text(json.dumps(report))
     result = read_any_results(f)
     assert (result.meta.url, result.meta.model) == ("http://10.0.0.7:8000", "org/model-0.5")
+
+
+# ---- guidellm's own loading code, where a guidellm is installed -------------------------------------------------
+GUIDELLM_PYTHON = os.environ.get("SPECMON_GUIDELLM_PYTHON")   # a python with guidellm installed (it needs torch)
+
+_GUIDELLM_READ = """
+import json, sys
+from guidellm.benchmark import GenerativeBenchmarksReport
+report = GenerativeBenchmarksReport.load_file(sys.argv[1])
+print(json.dumps([{"streams": b.config.strategy.streams, "output_tok_s": b.metrics.output_tokens_per_second.total.mean,
+                   "ttft_p99": b.metrics.time_to_first_token_ms.successful.percentiles.p99,
+                   "model": b.config.backend["model"]} for b in report.benchmarks]))
+"""
+
+
+@pytest.mark.skipif(not GUIDELLM_PYTHON, reason="set SPECMON_GUIDELLM_PYTHON to a python with guidellm installed")
+def test_guidellm_report_reads_as_guidellms_own_loader_reads_it() -> None:
+    done = subprocess.run([str(GUIDELLM_PYTHON), "-c", _GUIDELLM_READ, str(GUIDELLM08)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.splitlines()[-1])
+    ours = read_any_results(GUIDELLM08)
+    assert [(lv.concurrency, lv.output_throughput, lv.ttft_ms.p99) for lv in ours.levels] == \
+        [(b["streams"], b["output_tok_s"], b["ttft_p99"]) for b in theirs]
+    assert {b["model"] for b in theirs} == {ours.meta.model}
