@@ -16,7 +16,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.model.interop import lacks_note, read_any_results
-from specmon.model.results import CategoryStats, SweepMeta, append_line
+from specmon.model.results import CategoryStats, LevelResult, Stats, SweepMeta, append_line
 
 REAL = Path(__file__).parent / "fixtures" / "interop" / "real"
 FIXTURES = REAL.parent
@@ -85,6 +85,70 @@ def test_guidellm_03_era_report_json_and_yaml_give_the_reports_numbers(path: Pat
     assert lv.duration_s == b["duration"]
     assert result.meta.model == b["worker"]["backend_model"] == "example_model"
     assert result.meta.url == b["worker"]["backend_target"] == "example_target"
+
+
+VLLM025_ONE = REAL / "vllm025-bench_serve_v0.25.1.json"
+VLLM025_SPEC = REAL / "vllm025-bench_serve_speculative_v0.25.1.json"
+VLLM025_FAILED = REAL / "vllm025-bench_serve_all_requests_failed_v0.25.1.json"
+VLLM025_SWEEP = REAL / "vllm025-sweep-er0080"
+
+
+def assert_vllm_numbers(lv: LevelResult, o: dict[str, object]) -> None:
+    """Every figure specmon maps from one `vllm bench serve --save-result` object is the object's own."""
+    assert (lv.concurrency, lv.rate) == (o["max_concurrency"], None)   # request_rate "inf"
+    assert (lv.requests_ok, lv.requests_failed) == (o["completed"], o["failed"])
+    assert lv.duration_s == o["duration"]
+    assert (lv.input_tokens, lv.output_tokens) == (o["total_input_tokens"], o["total_output_tokens"])
+    assert lv.output_throughput == o["output_throughput"] and lv.request_throughput == o["request_throughput"]
+    assert lv.total_throughput == o["total_token_throughput"] and lv.goodput is None
+    for stats, stem in ((lv.ttft_ms, "ttft"), (lv.tpot_ms, "tpot"), (lv.itl_ms, "itl"), (lv.e2e_ms, "e2el")):
+        assert (stats.mean, stats.p50, stats.p90, stats.p99) == tuple(
+            o.get(f"{k}_{stem}_ms") for k in ("mean", "median", "p90", "p99")), stem
+    assert lv.accept_length == o.get("spec_decode_acceptance_length")
+
+
+@pytest.mark.parametrize("path", [VLLM025_ONE, VLLM025_SPEC], ids=["plain", "speculative"])
+def test_vllm_025_bench_serve_result_gives_the_files_own_numbers(path: Path) -> None:
+    """Payloads vLLM 0.25.1's `vllm bench serve --save-result` wrote (captured by er0080/vllm-benchmarking)."""
+    o = json.loads(path.read_text())
+    result = read_any_results(path)
+    (lv,) = result.levels
+    assert_vllm_numbers(lv, o)
+    assert result.meta.model == o["model_id"]
+    assert result.notes == ()   # nothing derived, nothing left out
+
+
+def test_vllm_025_speculative_result_keeps_acceptance_length_and_rate() -> None:
+    (lv,) = read_any_results(VLLM025_SPEC).levels
+    assert lv.accept_length == 3.161111111111111
+    assert lv.accept_rate == pytest.approx(0.7203703703703704, rel=1e-12)   # the file's 72.037... per cent
+
+
+def test_vllm_025_result_with_every_request_failed_shows_no_latency() -> None:
+    """vLLM writes 0.0 for every latency of a run where nothing completed (the mean of nothing): specmon showed
+    TTFT, TPOT and ITL of 0.0 ms; they are absent."""
+    o = json.loads(VLLM025_FAILED.read_text())
+    assert (o["completed"], o["failed"], o["mean_ttft_ms"]) == (0, 8, 0.0)
+    (lv,) = read_any_results(VLLM025_FAILED).levels
+    assert (lv.requests_ok, lv.requests_failed, lv.output_throughput) == (0, 8, 0.0)
+    assert lv.concurrency == 8   # no max_concurrency, all sent at once: the run's request count
+    assert lv.ttft_ms == lv.tpot_ms == lv.itl_ms == lv.e2e_ms == Stats()
+
+
+def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() -> None:
+    """A folder `vllm bench sweep serve` 0.25.1 wrote (SERVE--max_num_seqs=4|8-BENCH--max_concurrency=2-...,
+    two runs each): the first server setting's two runs are repeats, the other setting is left out and said."""
+    first = VLLM025_SWEEP / "SERVE--max_num_seqs=4-BENCH--max_concurrency=2-num_prompts=8"
+    runs = json.loads((first / "summary.json").read_text())
+    assert [json.loads((first / f"run={n}.json").read_text()) for n in (0, 1)] == runs
+    for target in (VLLM025_SWEEP, first, first / "summary.json"):
+        result = read_any_results(target)
+        assert len(result.levels) == 2
+        for lv, o in zip(result.levels, runs):
+            assert_vllm_numbers(lv, o)
+        assert any("C=2 ran 2 times: output tok/s 93.7, 199.4" in n for n in result.notes)
+    notes = read_any_results(VLLM025_SWEEP).notes
+    assert any("left out 2 run(s) of another workload" in n and "SERVE--max_num_seqs=8" in n for n in notes)
 
 
 def test_guidellm_08_report_keeps_the_auto_detected_model(tmp_path: Path) -> None:

@@ -299,7 +299,8 @@ def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     cap = _cap(o, where)
     if rate is None and cap is None and completed + failed < 1:
         raise UserError(f"{where}: no max_concurrency, no request rate and no request: no level to place")
-    stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where)
+    # With no request completed, vLLM writes 0.0 for every latency (the mean of nothing): absent, not zero.
+    stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where) if completed else Stats()
              for name, stems in _FLAT_METRICS.items()}
     # SGLang's 0.4-era lines have no request or total throughput: both are exactly derivable (DERIVED says so).
     request_tput = _opt(o, "request_throughput", where)
