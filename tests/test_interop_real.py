@@ -151,6 +151,36 @@ def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() 
     assert any("left out 2 run(s) of another workload" in n and "SERVE--max_num_seqs=8" in n for n in notes)
 
 
+GUIDELLM05 = REAL / "guidellm05-sanity-concurrent4.json"
+
+
+def test_guidellm_05_report_gives_the_reports_numbers() -> None:
+    """A real guidellm 0.5.0.dev0 report (concurrent, 4 streams, 4 requests): every mapped number is the report's."""
+    report = json.loads(GUIDELLM05.read_text())
+    assert report["metadata"]["guidellm_version"] == "0.5.0.dev0"
+    b = report["benchmarks"][0]
+    m = b["metrics"]
+    result = read_any_results(GUIDELLM05)
+    (lv,) = result.levels
+    assert (lv.concurrency, lv.rate) == (b["config"]["strategy"]["streams"], None) == (4, None)
+    assert (lv.requests_ok, lv.requests_failed) == (m["request_totals"]["successful"], m["request_totals"]["errored"])
+    assert lv.output_tokens == round(m["output_token_count"]["successful"]["total_sum"]) == 4096
+    assert lv.input_tokens == round(m["prompt_token_count"]["successful"]["total_sum"])
+    assert lv.output_throughput == m["output_tokens_per_second"]["total"]["mean"]
+    assert lv.request_throughput == m["requests_per_second"]["total"]["mean"]
+    assert lv.total_throughput == m["tokens_per_second"]["total"]["mean"]
+    ttft = m["time_to_first_token_ms"]["successful"]
+    assert (lv.ttft_ms.mean, lv.ttft_ms.p50, lv.ttft_ms.p90, lv.ttft_ms.p99) == (
+        ttft["mean"], ttft["median"], ttft["percentiles"]["p90"], ttft["percentiles"]["p99"])
+    assert lv.tpot_ms.mean == m["inter_token_latency_ms"]["successful"]["mean"]
+    assert lv.e2e_ms.p90 == pytest.approx(m["request_latency"]["successful"]["percentiles"]["p90"] * 1000, rel=1e-12)
+    assert lv.tokens_per_chunk == m["output_tokens_per_iteration"]["successful"]["mean"]
+    assert lv.achieved_concurrency == m["request_concurrency"]["successful"]["mean"]
+    assert lv.duration_s == b["duration"]
+    assert (result.meta.model, result.meta.url) == (report["args"]["model"], report["args"]["target"]) == (
+        "Qwen/Qwen3-4B-Thinking-2507", "http://0.0.0.0:8000")
+
+
 def test_guidellm_08_report_keeps_the_auto_detected_model(tmp_path: Path) -> None:
     """guidellm 0.8 keeps an auto-detected model only in benchmarks[].config.backend.model: it was lost."""
     report = json.loads(GUIDELLM08.read_text())
@@ -450,8 +480,8 @@ def test_vllm_sweep_serve_folder_of_two_server_settings_is_not_pooled_as_repeats
 
 def test_guidellm_05_report_keeps_args_model_and_target(tmp_path: Path) -> None:
     """guidellm 0.5 keeps the target and model in the report's `args` (GenerativeBenchmarksReport.args in v0.5.0's
-    schemas/generative/report.py): both were lost. No real 0.5 file was found, so the 0.8 report with them moved
-    there stands in."""
+    schemas/generative/report.py): both were lost. The real 0.5 report (GUIDELLM05) also has them in each
+    benchmark's config.backend; this one, the 0.8 report with them moved to `args` only, shows `args` alone serves."""
     report = json.loads(GUIDELLM08.read_text())
     report.pop("config")
     for b in report["benchmarks"]:
