@@ -151,6 +151,62 @@ def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() 
     assert any("left out 2 run(s) of another workload" in n and "SERVE--max_num_seqs=8" in n for n in notes)
 
 
+VLLM015 = REAL / "vllm-bench-serve-2026-01-glm47-fp8-c100.json"
+VLLM07_CUT = REAL / "vllm07-serving_llama8B_tp1_1-cut.json"
+SGLANG059 = REAL / "sglang059-h100-qwen3.5-27b-in8192.jsonl"
+
+
+def test_vllm_015_bench_serve_result_gives_the_files_and_the_consoles_numbers() -> None:
+    """A `vllm bench serve --save-result` file (vLLM 0.15 era, with e2el percentiles) and what the same run printed:
+    every mapped number is the file's, and rounded as vLLM prints them, the console's."""
+    o = json.loads(VLLM015.read_text())
+    (lv,) = read_any_results(VLLM015).levels
+    assert_vllm_numbers(lv, o)
+    console = VLLM015.with_name(VLLM015.stem + ".console.txt").read_text().split("Serving Benchmark Result")[1]
+    printed = {name.strip(): float(value) for name, value in
+               (line.rsplit(":", 1) for line in console.splitlines() if line.count(":") == 1)}
+    mine = {"Successful requests": lv.requests_ok, "Failed requests": lv.requests_failed,
+            "Maximum request concurrency": lv.concurrency, "Benchmark duration (s)": lv.duration_s,
+            "Total input tokens": lv.input_tokens, "Total generated tokens": lv.output_tokens,
+            "Request throughput (req/s)": lv.request_throughput, "Output token throughput (tok/s)": lv.output_throughput,
+            "Total token throughput (tok/s)": lv.total_throughput,
+            "Mean TTFT (ms)": lv.ttft_ms.mean, "Median TTFT (ms)": lv.ttft_ms.p50, "P99 TTFT (ms)": lv.ttft_ms.p99,
+            "Mean TPOT (ms)": lv.tpot_ms.mean, "Median TPOT (ms)": lv.tpot_ms.p50, "P99 TPOT (ms)": lv.tpot_ms.p99,
+            "Mean ITL (ms)": lv.itl_ms.mean, "Median ITL (ms)": lv.itl_ms.p50, "P99 ITL (ms)": lv.itl_ms.p99,
+            "Mean E2EL (ms)": lv.e2e_ms.mean, "Median E2EL (ms)": lv.e2e_ms.p50, "P99 E2EL (ms)": lv.e2e_ms.p99}
+    for name, value in mine.items():
+        assert value is not None and round(value, 2) == printed[name], name
+
+
+def test_vllm_v0_era_file_cut_of_its_counts_is_refused_naming_the_field() -> None:
+    """A v0-era file (benchmark_serving.py keys: best_of, no endpoint_type) committed without its counts and
+    throughputs: it was "not a result file specmon reads"; now one line names the missing field."""
+    with pytest.raises(UserError) as err:
+        read_any_results(VLLM07_CUT)
+    assert str(err.value) == f"{VLLM07_CUT}: completed: missing; expected an integer"
+
+
+def test_sglang_059_bench_serving_line_gives_the_files_own_numbers() -> None:
+    """SGLang 0.5.9's bench_serving line (server_info.version; --output-details arrays trimmed): every figure."""
+    (o,) = lines_of(SGLANG059)
+    assert o["server_info"]["version"] == "0.5.9"
+    result = read_any_results(SGLANG059)
+    (lv,) = result.levels
+    assert (lv.concurrency, lv.rate) == (o["max_concurrency"], None)   # request_rate Infinity
+    assert (lv.requests_ok, lv.requests_failed) == (o["completed"], 0)
+    assert lv.duration_s == o["duration"]
+    assert (lv.input_tokens, lv.output_tokens) == (o["total_input_tokens"], o["total_output_tokens"])
+    assert (lv.output_throughput, lv.request_throughput, lv.total_throughput) == (
+        o["output_throughput"], o["request_throughput"], o["total_throughput"])
+    for stats, stem in ((lv.ttft_ms, "ttft"), (lv.tpot_ms, "tpot"), (lv.itl_ms, "itl"), (lv.e2e_ms, "e2e_latency")):
+        assert (stats.mean, stats.p50, stats.p90, stats.p99) == tuple(
+            o.get(f"{k}_{stem}_ms") for k in ("mean", "median", "p90", "p99")), stem
+    assert lv.achieved_concurrency == o["concurrency"]
+    assert lv.accept_length is None and o["accept_length"] is None   # no speculative decoding on that server
+    assert result.meta.model == o["server_info"]["model_path"]
+    assert result.notes == ()
+
+
 GUIDELLM05 = REAL / "guidellm05-sanity-concurrent4.json"
 
 

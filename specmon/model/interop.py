@@ -161,7 +161,7 @@ def _flat_tool(obj: Mapping[str, Any]) -> str | None:
     """vLLM or SGLang, from the keys only each writes; None when the object is neither's summary."""
     if "output_throughput" not in obj and "mean_ttft_ms" not in obj:
         return None
-    if "total_token_throughput" in obj or "endpoint_type" in obj or "mean_e2el_ms" in obj:
+    if "total_token_throughput" in obj or "endpoint_type" in obj or "mean_e2el_ms" in obj or "tokenizer_id" in obj:
         return "vllm"
     if "total_throughput" in obj or "mean_e2e_latency_ms" in obj or "server_info" in obj:
         return "sglang"
