@@ -118,10 +118,14 @@ def test_vllm_025_bench_serve_result_gives_the_files_own_numbers(path: Path) -> 
     assert result.notes == ()   # nothing derived, nothing left out
 
 
-def test_vllm_025_speculative_result_keeps_acceptance_length_and_rate() -> None:
+def test_vllm_025_speculative_result_keeps_acceptance_length_and_rate(tmp_path: Path) -> None:
     (lv,) = read_any_results(VLLM025_SPEC).levels
     assert lv.accept_length == 3.161111111111111
     assert lv.accept_rate == pytest.approx(0.7203703703703704, rel=1e-12)   # the file's 72.037... per cent
+    done = specmon("compare", "--no-chart", str(VLLM025_ONE), str(VLLM025_SPEC), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    table = done.stdout.split("speculative acceptance")[1].splitlines()
+    assert table[2].split() == ["2", "3.16"]
 
 
 def test_vllm_025_result_with_every_request_failed_shows_no_latency() -> None:
