@@ -34,6 +34,8 @@ async def test_remapped_key_runs_the_action_and_the_help_screen_lists_it(tmp_pat
         text = screen_text(app)
         assert re.search(r"\bL +launch +Launch the selected profile", text), text
         assert re.search(r"\s/ +filter ", text) and re.search(r"\bf2 +help ", text), text
+        # The table name was eaten as markup ("Run or resume an  A/B unattended").
+        assert "Run or resume an [experiments] A/B" in text, text
         await pilot.press("end")
         await pilot.pause()
         assert re.search(r"\bQ +quit_stop ", screen_text(app))

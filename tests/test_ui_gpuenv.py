@@ -124,3 +124,25 @@ async def test_gpu_lines_take_the_new_theme_colours(tmp_path: Path) -> None:
         await until(lambda: colours() != dark, pilot.pause, 10)
         app.theme = "specmon-dark"
         await until(lambda: colours() == dark, pilot.pause, 10)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (100, 30)])
+async def test_e_opens_the_hidden_gpu_pane_full_screen_on_a_narrow_terminal(
+        app_with_gpus: SpecmonApp, size: tuple[int, int]) -> None:
+    # Below 150 columns the pane has no room beside the log. It was unreachable there: `e` changed its view
+    # unseen and said nothing. Now `e` opens it full screen as it is (the GPUs), `e` cycles there, esc closes it.
+    app = app_with_gpus
+    async with app.run_test(size=size) as pilot:
+        pane = app.query_one(GpuEnvPane)
+        await pilot.pause()
+        assert pane.region.width == 0   # hidden until asked for
+        await pilot.press("e")
+        await until(lambda: "local · 8 GPUs" in pane_text(app), pilot.pause)
+        assert app.screen.maximized is pane and pane.region.width == size[0]
+        assert pane.view == "gpus" and pane_text(app).count("H200") == 8
+        await pilot.press("e")
+        await until(lambda: "injected at start-up" in pane_text(app), pilot.pause)
+        assert app.screen.maximized is pane
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen.maximized is None and pane.region.width == 0

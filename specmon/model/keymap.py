@@ -47,7 +47,8 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("filter", "slash", "filter", "Filter", "Filter the log (! inverts)"),
     KeySpec("follow", "f", "toggle_follow", "Follow", "Toggle following the log's end"),
     KeySpec("gpuenv", "e", "gpuenv_view", "GPU/env",
-            "GPU/env pane: cycle GPUs, the environment, and its diff from the previous profile", shown=False),
+            "GPU/env pane: cycle GPUs, the environment, and its diff from the previous profile; below 150 "
+            "columns, where the pane is hidden, this key opens it full screen (esc closes it)", shown=False),
     KeySpec("maximize", "m", "maximize", "Max", "Maximise the focused pane (esc restores)"),
     KeySpec("select_next", "j,down", "select(1)", "Next", "Select the next profile", shown=False),
     KeySpec("select_prev", "k,up", "select(-1)", "Prev", "Select the previous profile", shown=False),

@@ -389,8 +389,14 @@ class SpecmonApp(App[int]):
             self._read_environment()
 
     def action_gpuenv_view(self) -> None:
-        """Cycle the GPU/env pane: GPUs, the selected profile's environment, its diff from the previous one."""
+        """Cycle the GPU/env pane: GPUs, the selected profile's environment, its diff from the previous one.
+
+        Below WIDE_SCREEN columns the pane has no room beside the log and is hidden: the first press opens it full
+        screen as it is (esc closes it), the next ones cycle its views there."""
         pane = self.query_one(GpuEnvPane)
+        if self.screen.has_class("-narrow") and self.screen.maximized is not pane:
+            self.screen.maximize(pane, container=False)
+            return
         pane.set_view(VIEWS[(VIEWS.index(pane.view) + 1) % len(VIEWS)])
         if pane.view != "gpus":
             self._read_environment()

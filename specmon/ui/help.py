@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rich.table import Table
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -21,7 +22,8 @@ def keys_table(keymap: Mapping[str, str]) -> Table:
     table.add_column("id", no_wrap=True)
     table.add_column("does", ratio=1)
     for keys, text, binding_id in key_rows(keymap):
-        table.add_row(keys, binding_id, text)
+        # Plain text, not markup: "[experiments]" is a table name the reader needs to see.
+        table.add_row(Text(keys), Text(binding_id), Text(text))
     return table
 
 
