@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import specmon
+from specmon.model.interpreter import python_module
 
 
 def _run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -47,8 +48,9 @@ def test_profiles_without_any_file_says_built_in(tmp_path: Path) -> None:
     assert rows[0].split()[:4] == ["demo-baseline", "local", "sglang", "30001"]
     # The built-in profiles run the simulator of the specmon that is running, not whichever one PATH finds.
     listed = json.loads(_run("profiles", "--json", cwd=tmp_path).stdout)
-    python, *rest = next(p for p in listed["profiles"] if p["name"] == "demo-baseline")["command"][:4]
-    assert Path(python).is_absolute() and Path(python).name.startswith("python") and rest == ["-m", "specmon", "sim"]
+    python, *rest = next(p for p in listed["profiles"] if p["name"] == "demo-baseline")["command"][:5]
+    assert Path(python).is_absolute() and Path(python).name.startswith("python")
+    assert rest == [*python_module("specmon")[1:], "sim"]   # isolated from the working directory
     assert rows[1].split()[:4] == ["demo-eagle3", "local", "sglang", "30002"]
 
 

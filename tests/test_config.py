@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,10 @@ from specmon.model.config import (
     parse_config,
     parse_host,
 )
+from specmon.model.interpreter import python_module
 
 REPO = Path(__file__).resolve().parent.parent
+RUNNING = python_module("specmon")   # `specmon` at the start of a local profile's command
 
 
 def parse_toml(text: str) -> dict:
@@ -153,10 +154,10 @@ def test_defaults_when_optional_tables_are_absent() -> None:
 def test_shipped_profiles_toml_matches_built_in_demo() -> None:
     shipped = load_config(REPO / "profiles.toml", env={})
     builtin = builtin_config()
-    # The same profiles, except that the built-in ones run the running interpreter's specmon (issue 10 #1).
-    assert {n: replace(p, command=p.command[3:]) for n, p in builtin.profiles.items()} == \
-        {n: replace(p, command=p.command[1:]) for n, p in shipped.profiles.items()}
-    assert all(p.command[:1] == ("specmon",) for p in shipped.profiles.values())
+    # The same profiles; both run the running interpreter's specmon (issue 10 #1, issue 21 #3), which their env
+    # views inspect (issue 21 #7).
+    assert builtin.profiles == shipped.profiles
+    assert all(p.command[:len(RUNNING)] == RUNNING and p.python == sys.executable for p in shipped.profiles.values())
     assert shipped.sweep == builtin.sweep
     assert shipped.experiments == builtin.experiments
     demo = builtin.experiment("demo")
@@ -169,7 +170,7 @@ def test_shipped_profiles_toml_matches_built_in_demo() -> None:
     def flag(profile: Profile, name: str) -> str:
         return profile.command[profile.command.index(name) + 1]
 
-    assert baseline.command[:4] == eagle.command[:4] == (sys.executable, "-m", "specmon", "sim")
+    assert baseline.command[:len(RUNNING) + 1] == eagle.command[:len(RUNNING) + 1] == (*RUNNING, "sim")
     assert flag(baseline, "--port") == "30001" and flag(eagle, "--port") == "30002"
     assert flag(baseline, "--spec") == "none" and flag(eagle, "--spec") == "eagle3"
     assert flag(baseline, "--mem-fraction-static") == flag(eagle, "--mem-fraction-static")

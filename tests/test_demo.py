@@ -98,3 +98,20 @@ def test_headless_demo_whose_every_request_failed_exits_1_saying_why(
     assert "crossover" not in done.stdout
     assert all(port_is_free(p) for p in ports.values())
 
+
+
+def test_headless_demo_started_beside_a_specmon_folder_runs(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """Started from a clone's parent directory (it holds `specmon/`): the built-in profiles' `python -m specmon sim`
+    and the load generator's `python -m specmon.loadgen` imported that folder as a namespace package and died
+    (`FileNotFoundError: …/specmon/data/prompts.jsonl`, an ImportError). Their children are now isolated from the
+    working directory."""
+    (tmp_path / "specmon").mkdir()
+    ports = [free_port_factory(), free_port_factory()]
+    done = subprocess.run([shutil.which("specmon") or "specmon", "demo", "--headless", "--ports", f"{ports[0]},{ports[1]}",
+                           "--levels", "1", "--requests", "4", "--results-dir", str(tmp_path / "res")],
+                          capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    table = [line.split() for line in done.stdout.splitlines() if line.startswith(("demo-baseline ", "demo-eagle3 "))]
+    assert [(row[0], row[1]) for row in table] == [("demo-baseline", "1"), ("demo-eagle3", "1")], done.stdout
+    assert all(port_is_free(p) for p in ports)

@@ -17,6 +17,8 @@ import pytest
 from lifecycle_support import Cli, kill_marked, port_listening
 from lifecycle_support import profile_toml as _profile
 
+from specmon.model.interpreter import python_module
+
 STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
                "shards", "kv_cache_tokens", "exit_code", "failure", "config", "still_running"}
 
@@ -155,3 +157,26 @@ def test_logs_never_print_a_logs_escape_sequences(cli: Cli, free_port: int) -> N
     _wait_until(lambda: "after" in (shown.append(cli("logs", "raw")) or shown[-1].stdout), timeout=30, step=0.2)
     assert shown[-1].returncode == 0, shown[-1].stderr
     assert shown[-1].stdout == "loading\ntitle linkx c1 redR\nafter\n", repr(shown[-1].stdout)
+
+
+def test_a_local_specmon_command_runs_the_running_specmon_with_no_specmon_on_path(
+        tmp_path: Path, free_port: int) -> None:
+    """The shipped profiles.toml's demo profiles say `specmon sim`. From a venv that is not activated, `launch`
+    and `experiment demo` failed: 'local: command not found: specmon'. A local profile's `specmon ...` runs the
+    running specmon; its env view inspects that interpreter (it inspected `python3` on PATH)."""
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.sim]\nport = {free_port}\ncommand = ["specmon", "sim", "--port", "{free_port}", '
+                      f'"--shards", "2", "--load-seconds", "1"]\n')
+    env = dict(os.environ, PATH="/usr/bin:/bin")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*python_module("specmon"), "--config", str(config), *args], capture_output=True,
+                              text=True, timeout=90, env=env, stdin=subprocess.DEVNULL, check=False)
+
+    try:
+        launched = run("launch", "sim", "--wait", "--timeout", "60", "-q")
+        assert launched.returncode == 0, launched.stdout + launched.stderr
+        report = json.loads(run("env", "sim", "--json").stdout)
+        assert report["python"] == sys.executable
+    finally:
+        run("stop", "sim")

@@ -28,6 +28,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.datasets import DATASETS, FILE_DATASETS
 from specmon.model.goodput import parse_slo
+from specmon.model.interpreter import python_module
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.textfile import NotTextError, read_capped
@@ -283,18 +284,10 @@ def on_ports(config: Config, ports: Iterable[int]) -> Config:
 
 
 def builtin_config() -> Config:
-    """The demo profiles shipped inside the package (two `specmon sim` servers).
-
-    Their `specmon ...` commands run as `<this interpreter> -m specmon ...`: the demo must start the simulator of
-    the specmon that is running, whether or not its venv is on PATH or another `specmon` comes first there.
-    """
+    """The demo profiles shipped inside the package (two `specmon sim` servers, run by the running specmon as
+    any local profile's `specmon ...` command is)."""
     text = resources.files("specmon").joinpath("demo_profiles.toml").read_text(encoding="utf-8")
-    config = parse_config(text, BUILTIN_SOURCE, found_by="built-in")
-    profiles = {
-        name: replace(p, command=(sys.executable, "-m", "specmon", *p.command[1:])) if p.command[:1] == ("specmon",) else p
-        for name, p in config.profiles.items()
-    }
-    return replace(config, profiles=profiles)
+    return parse_config(text, BUILTIN_SOURCE, found_by="built-in")
 
 
 def _load_file(path: Path, found_by: str) -> Config:
@@ -538,6 +531,12 @@ class _Validator:
             self.problem(path + ("health_path",), f"must start with '/', got {_shown(health_path)}")
         port = self.integer(table, path, "port", 30000, 1, 65535) or 30000
         self.command_port(command, server, port, "port" in table, path)
+        python = self.string(table, path, "python", "python3") or "python3"
+        if host == "local" and command[:1] == ("specmon",):
+            # The running specmon (`specmon sim` in the demo profiles), whether or not its venv is on PATH or
+            # another `specmon` comes first there; its env view then shows the interpreter that runs it.
+            command = (*python_module("specmon"), *command[1:])
+            python = python if "python" in table else sys.executable
         return Profile(
             name=name,
             command=command,
@@ -547,7 +546,7 @@ class _Validator:
             workdir=self.string(table, path, "workdir", None),
             port=port,
             health_path=health_path,
-            python=self.string(table, path, "python", "python3") or "python3",
+            python=python,
             expected_load_s=self.seconds(table, path, "expected_load_s", None),
             notify_cmd=self.string(table, path, "notify_cmd", None),
             stall_timeout_s=self.seconds(table, path, "stall_timeout_s", 300.0) or 300.0,

@@ -29,7 +29,6 @@ import logging
 import os
 import re
 import signal
-import sys
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
+from specmon.model.interpreter import python_module
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
 
@@ -240,7 +240,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     child_spec = {"url": spec.url, "model": model, "workload": spec.workload.to_dict(),
                   "records_path": str(spec.records), "api_key_env": spec.api_key_env}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "specmon.loadgen",
+        *python_module("specmon.loadgen"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         start_new_session=True, limit=1 << 20,
     )
