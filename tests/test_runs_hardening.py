@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -493,3 +494,36 @@ def test_a_launch_lock_left_by_a_killed_launch_does_not_block_launches(cli, free
     launched = cli("launch", "sim")
     assert launched.returncode == 0, launched.stderr
     assert not lock.exists()
+
+
+def test_status_lists_what_it_can_when_ssh_hosts_do_not_answer(cli, free_port_factory) -> None:
+    """One unreachable SSH host blanked `status` and `status --all`: exit 2 with 'gpu1: cannot connect …', the
+    local runs not listed either. Now each host that does not answer gets one line (stderr), its runs are listed
+    as last recorded (NOTE: unchecked), the rest as checked; exit 1 only when nothing could be checked."""
+    port = free_port_factory()
+    cli.config.write_text(profile_toml("sim", port))
+    mine = os.path.realpath(cli.config)
+    local = _ended_record("20261130-000000-10ca10", port, time.time() - 60)
+    dead = [dataclasses.replace(local, run_id=f"20261130-00000{i}-dead0{i}", host=f"127.0.0.1:{free_port_factory()}",
+                                state="ready", exit_code=None, failure=None, pid=4242, started_at=time.time() - 30)
+            for i in range(3)]
+    dead[2] = dataclasses.replace(dead[2], host=dead[1].host)   # two runs on one host: one line for it
+    _record_path(local.run_id).parent.mkdir(parents=True, exist_ok=True)
+    for record in (local, *dead):
+        _record_path(record.run_id).write_text(json.dumps({**record.to_json(), "config": mine}))
+    for args in (("status",), ("status", "--all")):
+        out = cli(*args)
+        assert out.returncode == 0, out.stderr
+        assert "Traceback" not in out.stderr
+        lines = out.stderr.splitlines()
+        assert len(lines) == 2 and all("cannot connect to" in line for line in lines), out.stderr
+        assert {line.split()[2].rstrip(":") for line in lines} == {dead[0].host, dead[1].host}
+        rows = {line.split()[1]: line for line in out.stdout.splitlines()[1:] if line.strip()}
+        assert rows.keys() == {local.run_id, *(r.run_id for r in dead)}, out.stdout
+        assert "unchecked" not in rows[local.run_id] and all("unchecked" in rows[r.run_id] for r in dead)
+    listed = cli("status", "--json")
+    assert listed.returncode == 0 and len(json.loads(listed.stdout)) == 4
+    # Nothing but runs on hosts that do not answer: listed as recorded, and exit 1 says nothing was checked.
+    _record_path(local.run_id).unlink()
+    only_dead = cli("status", "--json")
+    assert only_dead.returncode == 1 and len(json.loads(only_dead.stdout)) == 3, only_dead.stderr

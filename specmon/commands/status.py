@@ -7,6 +7,11 @@ records. A state record that cannot be read is listed as `unreadable` and the ot
 With --host: that host's runs, plus the runs found in its run directories that this specmon does not know
 (launched from another jump box, or before the local state was lost); --adopt takes one of those into the
 local index so every command and the TUI can follow and stop it.
+
+A host that does not answer gets one line on stderr; its runs are listed as last recorded (NOTE: unchecked), the
+others as checked now. Exit status: 0 when the runs were listed (some hosts may not have answered), 1 when no
+host holding a run answered (nothing could be checked), 2 for a usage or profiles-file error, or a --host that
+does not answer.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Collection
 from typing import Any
 
 from specmon.commands._lifecycle import run_with_manager
@@ -57,7 +63,7 @@ def _cut(text: str, limit: int = NOTE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _row(v: RunView, mine: bool, label: str | None = None) -> tuple[str, ...]:
+def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = False) -> tuple[str, ...]:
     shards = f"{v.shards[0]}/{v.shards[1]}" if v.shards else "-"
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
     note = ""
@@ -67,6 +73,8 @@ def _row(v: RunView, mine: bool, label: str | None = None) -> tuple[str, ...]:
         note = _cut(f"STALLED: {v.stall_reason}")
     elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
         note = v.phase or ""
+    if unchecked:
+        note = "unchecked: its host did not answer" + (f"; {note}" if note else "")
     if not mine:
         note = (note + " " if note else "") + f"(from {v.config or 'an unknown profiles file'})"
     # A remote run's own loopback URL means nothing on this machine: say where it is instead.
@@ -77,9 +85,14 @@ def _row(v: RunView, mine: bool, label: str | None = None) -> tuple[str, ...]:
     return (label or v.profile, v.run_id, state, str(v.pid or "-"), str(v.port), shards, load, url, note)
 
 
-def _rows(v: RunView, mine: bool) -> list[tuple[str, ...]]:
+def _rows(v: RunView, mine: bool, unanswered: Collection[str]) -> list[tuple[str, ...]]:
     """A run's row, then (for a multi-node run) one indented row per node."""
-    return [_row(v, mine)] + [_row(node, mine, f"  node {node.node_rank} {node.host}") for node in v.nodes]
+    return [_row(v, mine, unchecked=_unchecked(v, unanswered))] + [
+        _row(node, mine, f"  node {node.node_rank} {node.host}", node.host in unanswered) for node in v.nodes]
+
+
+def _unchecked(v: RunView, unanswered: Collection[str]) -> bool:
+    return any(host in unanswered for host in (v.host, *(node.host for node in v.nodes)))
 
 
 def _still_running(v: RunView, grace_s: float) -> str:
@@ -142,16 +155,21 @@ def run(args: argparse.Namespace) -> int:
         broken = manager.unreadable() if profile is None and not args.host else []
         for warning in manager.state_warnings:
             print(f"specmon: warning: {warning}", file=sys.stderr)
+        unanswered = manager.unanswered
+        for reason in unanswered.values():
+            print(f"specmon: warning: {reason} (its runs are listed as last recorded)", file=sys.stderr)
+        # Exit 1 when runs were to be checked and no host holding one answered: nothing here is known now.
+        code = 1 if unanswered and views and all(_unchecked(v, unanswered) for v in views) else 0
         if args.json:
             runs = [_json_of(v) for v in views] + [_unreadable_json(u) for u in broken]
             if args.host:
                 print(json.dumps({"runs": runs, "adoptable": [dataclasses.asdict(r) for r in found]}, indent=2))
             else:
                 print(json.dumps(runs, indent=2))
-            return 0
+            return code
         if views or broken:
             header = ("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "URL", "NOTE")
-            _table([header] + [r for v in views for r in _rows(v, v.config in (None, manager.config_key))]
+            _table([header] + [r for v in views for r in _rows(v, v.config in (None, manager.config_key), unanswered)]
                    + [_unreadable_row(u) for u in broken])
         elif not found:
             print("no runs" + (f" on {args.host}" if args.host else "")
@@ -164,6 +182,6 @@ def run(args: argparse.Namespace) -> int:
         if found:
             print(f"\non {args.host}, not known here (adopt with `specmon status --host {args.host} --adopt RUN`):")
             _table([("PROFILE", "RUN", "STATE", "PID", "PORT", "LAUNCHED")] + [_found_row(r) for r in found])
-        return 0
+        return code
 
     return run_with_manager(args, body)

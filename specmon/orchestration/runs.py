@@ -13,6 +13,8 @@ Engine API (used by the CLI commands and the TUI):
     manager.runs(all_configs=False)                         -> list[RunView]  known runs, newest last
     await manager.refresh(all_configs=False)                -> list[RunView]  one-shot check of the runs
                                                                (process alive? exit code? log state?)
+    manager.unanswered                                      host -> why it did not answer that check (its
+                                                               runs keep their last recorded state)
     manager.unreadable()                                    -> list[Unreadable]  corrupt state records
     manager.state_warnings                                  state writes that failed (full disk), one line each
     view = await manager.attach(run_id, stall_timeout_s=None)   start watching a run (reattach)
@@ -161,6 +163,7 @@ class RunManager:
         self.watch_timings = watch_timings
         self.config_key = config_key(config)
         self.state_warnings: list[str] = []
+        self.unanswered: dict[str, str] = {}   # host -> why it did not answer refresh() (its runs: as recorded)
 
     # ---- helpers -----------------------------------------------------------------------------------------
     def ops(self, host: str) -> HostOps:
@@ -491,11 +494,26 @@ class RunManager:
             if record.group is not None:
                 continue   # a node: checked with its multi-node run
             nodes = self.node_records(record)
-            if nodes and record.run_id not in self._controllers:
-                views.append(await self._refresh_nodes(record, nodes))
-            else:
-                views.append(await self._refresh_one(record))
+            hosts = {node.host for node in nodes} | {record.host}
+            if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
+                views.append(self._static_view(record))
+                continue
+            try:
+                if nodes and record.run_id not in self._controllers:
+                    views.append(await self._refresh_nodes(record, nodes))
+                else:
+                    views.append(await self._refresh_one(record))
+            except (TransportError, TimeoutError) as exc:
+                # One host that does not answer must not hide the others' runs: say it once, show this run
+                # as last recorded.
+                self.unanswered[self._host_of(exc, hosts)] = str(exc)
+                views.append(self._static_view(record))
         return views
+
+    @staticmethod
+    def _host_of(exc: Exception, hosts: set[str]) -> str:
+        """Which of a run's hosts an error is about (the transport's messages start with the host)."""
+        return next((h for h in sorted(hosts) if str(exc).startswith(f"{h}:")), min(hosts))
 
     async def _refresh_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> RunView:
         """Check each node of an unwatched multi-node run; keep the run's record in step with them."""
