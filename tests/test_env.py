@@ -236,3 +236,19 @@ def test_env_and_diff_over_ssh_name_the_injecting_file(sshd: Sshd, tmp_path: Pat
         in data["injected"]
     diff = _specmon(config, "diff", "remote-ll", "remote-plain")
     assert diff.returncode == 1 and "  NCCL_PROTO  A LL  |  B (unset)" in diff.stdout, diff.stdout + diff.stderr
+
+
+def test_env_without_nvidia_smi_or_frameworks_says_so_in_notes(tmp_path: Path) -> None:
+    """No nvidia-smi and an interpreter with no torch: the report said nothing (`versions: {}`, `notes: []`), though
+    a probe that cannot answer is to leave a `note:` line."""
+    bare = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(bare)], check=True, timeout=120)
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.cpu]\ncommand = "true"\npython = "{bare / "bin" / "python"}"\nport = 39105\n')
+    shown = _specmon(config, "env", "cpu", env={"PATH": "/usr/bin:/bin"})
+    assert shown.returncode == 0, shown.stderr
+    notes = [line for line in shown.stdout.splitlines() if line.startswith("note:")]
+    assert any("no nvidia-smi" in line for line in notes), shown.stdout
+    assert any("none of torch, sglang, vllm" in line for line in notes), shown.stdout
+    data = json.loads(_specmon(config, "env", "cpu", "--json", env={"PATH": "/usr/bin:/bin"}).stdout)
+    assert data["versions"] == {} and len(data["notes"]) == 2

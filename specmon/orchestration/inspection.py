@@ -109,8 +109,20 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
     async def log_() -> NcclLog | None:
         return None if record is None else await _noted(nccl_log(transport, record.log_path), notes)
 
-    started, inventory, processes, nccl = await asyncio.gather(
-        startup_(), _noted(gpu_inventory(transport), notes), processes_(), log_())
+    async def inventory_() -> SmiInventory | None:
+        try:
+            found = await gpu_inventory(transport)
+        except EnvProbeError as exc:
+            notes.append(str(exc))
+            return None
+        if found is None:
+            notes.append(f"{host}: no nvidia-smi: no NVIDIA driver, CUDA driver or GPU versions")
+        return found
+
+    started, inventory, processes, nccl = await asyncio.gather(startup_(), inventory_(), processes_(), log_())
+    if started is not None and not started.versions:
+        notes.append(f"{host}: {started.python} has none of torch, sglang, vllm, transformers, flashinfer, the NCCL "
+                     "wheel or triton installed: no framework versions")
     facts = {}
     if record is not None and record.kv_cache_tokens is not None:
         facts["kv cache tokens"] = str(record.kv_cache_tokens)
