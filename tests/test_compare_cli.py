@@ -77,8 +77,15 @@ def test_bad_file_names_file_and_line(files: tuple[Path, Path], tmp_path: Path) 
     done = specmon("compare", str(files[0]), str(bad), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == f"specmon: error: {bad}:2: level: concurrency must be >= 1, got 0"
+
+
+def test_one_file_shows_its_table_and_chart(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """The usage says FILE [FILE ...]; one file was refused ("give at least two result files")."""
     done = specmon("compare", str(files[0]), cwd=tmp_path)
-    assert done.returncode == 2 and "at least two result files" in done.stderr
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].split() == ["C", "baseline", "tok/s"] and lines[1].split() == ["1", "93.0"]
+    assert "output tok/s vs concurrency" in done.stdout and "crossover" not in done.stdout
 
 
 def test_kv_tokens_more_than_10_percent_apart_is_a_confounded_comparison(tmp_path: Path) -> None:

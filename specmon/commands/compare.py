@@ -55,8 +55,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    if len(args.files) < 2:
-        raise UserError("compare: give at least two result files")
     sweeps = [read_any_results(f) for f in args.files]
     for s in sweeps:
         for note in s.notes:
