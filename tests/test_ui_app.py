@@ -386,3 +386,27 @@ async def test_overlay_of_a_file_with_a_torn_last_line_says_so_and_draws_the_who
                 [str(n.message) for n in app._notifications]
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("dataset", ["builtin", "random"])
+async def test_sweep_form_asks_for_an_input_length_only_for_random_prompts(tmp_path: Path, dataset: str) -> None:
+    """The form showed "input tokens 128" for the built-in prompt set, which ignores it (the CLI refuses
+    `--input-len` with it); it names the prompts instead, and asks for a length only where one is used."""
+    from dataclasses import replace
+
+    from textual.widgets import Input, Label
+
+    from specmon.ui.forms import SweepFormScreen
+
+    config = demo_config()
+    app = SpecmonApp(config, state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(80, 24)) as pilot:
+        form = SweepFormScreen(["demo-baseline"], ["demo-baseline"], replace(config.sweep, dataset=dataset))
+        await app.push_screen(form)
+        await pilot.pause()
+        asked = [w.id for w in form.query(Input)]
+        if dataset == "random":
+            assert "input_len" in asked and not form.query("#prompts")
+        else:
+            assert "input_len" not in asked and "input tokens" not in screen_text(app)
+            assert "builtin ([sweep] dataset), sent with their own lengths" in str(form.query_one("#prompts", Label).render())

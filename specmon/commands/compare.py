@@ -17,7 +17,6 @@ from typing import Any
 import plotext as plt
 
 from specmon.commands._table import category_table, table_text
-from specmon.errors import UserError
 from specmon.model.compare import (
     METRIC_UNITS,
     METRICS,

@@ -79,16 +79,24 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
             with Horizontal(classes="row"):
                 for name in self.ready:
                     yield Checkbox(name, value=name in self.checked, name=name, compact=True)
-            for label, widget_id, value in (
+            fields = [
                 ("levels", "levels", ",".join(map(str, d.levels))),
                 ("requests/level", "requests", "" if d.requests_per_level is None else str(d.requests_per_level)),
                 ("input tokens", "input_len", str(d.input_len)),
                 ("output tokens", "output_len", str(d.output_len)),
-            ):
+            ]
+            if d.dataset != "random":   # only random prompts have a length to set; the others are sent as written
+                fields.pop(2)
+            for label, widget_id, value in fields:
                 with Horizontal(classes="row"):
                     yield Label(label, classes="field-label")
                     yield Input(value, id=widget_id, compact=True,
                                 placeholder=self._requests_hint() if widget_id == "requests" else "")
+            if d.dataset != "random":
+                with Horizontal(classes="row"):
+                    yield Label("prompts", classes="field-label")
+                    yield Label(f"{d.dataset} ([sweep] dataset), sent with their own lengths", id="prompts",
+                                markup=False)
             yield Static("", id="form-error")
             with Horizontal(classes="buttons"):
                 yield Button("Start", id="start", variant="primary", compact=True)
@@ -117,7 +125,8 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
             profiles=profiles,
             levels=levels,
             requests_per_level=requests,
-            input_len=fmt.parse_positive(self._value("input_len"), "input length") or 1,
+            input_len=(fmt.parse_positive(self._value("input_len"), "input length") or 1
+                       if self.defaults.dataset == "random" else self.defaults.input_len),
             output_len=fmt.parse_positive(self._value("output_len"), "output length") or 1,
         )
 
