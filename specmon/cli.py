@@ -64,7 +64,11 @@ def commands_needed(argv: Sequence[str]) -> tuple[str, ...]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(commands_needed(argv))
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        # argparse reports a subcommand's unknown option under the top-level usage; the subcommand's is the help.
+        command = args.command and next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        (command.choices[args.command] if command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     func = getattr(args, "func", None)
     try:
         if func is None:

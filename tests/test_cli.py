@@ -132,3 +132,11 @@ def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -
     unknown = subprocess.run([sys.executable, "-m", "specmon", "swep"], capture_output=True, text=True, env=env,
                              timeout=120)
     assert unknown.returncode == 2 and "invalid choice: 'swep'" in unknown.stderr and "sweep" in unknown.stderr
+
+
+def test_a_mistyped_option_of_a_subcommand_shows_that_subcommands_usage(tmp_path: Path) -> None:
+    """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options."""
+    done = _run("launch", "--wiat", "base", cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.startswith("usage: specmon launch ") and "--wait" in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == "specmon launch: error: unrecognized arguments: --wiat"

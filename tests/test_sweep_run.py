@@ -177,7 +177,7 @@ async def test_generator_crash_keeps_finished_levels(server: tuple[ServerState, 
                 os.kill(pid, 9)
         raise RuntimeError("a broken view")   # must not end the sweep either
 
-    with pytest.raises(UserError, match=r"load generator exited with code -9 .*1 finished levels kept in"):
+    with pytest.raises(UserError, match=r"load generator exited with code -9 .*1 finished level kept in"):
         await run_sweep(spec(url, out, levels=(1, 2), requests=2, output_len=10), on_update)
     assert [lv.concurrency for lv in read_results(out).levels] == [1]
 

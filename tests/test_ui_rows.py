@@ -66,3 +66,15 @@ def test_log_pane_lines_carry_no_control_sequences() -> None:
     entry = entry_from_line(LogLine(raw, 10))
     assert entry is not None
     assert entry.text == "[2025-03-08 12:29:21 TP0] Load weighting done\\x08\\x07"
+
+
+def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
+    """Cards and `launch --wait` said "failed: exited: exited with code 1", and "loading, ready" for a load the
+    log calls ready before a test completion confirmed it."""
+    from specmon.commands._lifecycle import progress_text
+
+    exited = view(state="failed", failure=FailureInfo("exited", "exited with code 1"), phase="failed")
+    assert row_from_view(exited, None, now=T0 + 30).failure == "exited with code 1"
+    assert progress_text(exited) == "eagle: failed, exited with code 1"
+    assert "eagle: loading, log says ready, checking" in progress_text(view(phase="ready"))
+    assert "loading, ready," not in progress_text(view(phase="ready"))

@@ -53,8 +53,8 @@ def progress_text(view: RunView) -> str:
     """One line: where the load is (phase, shard n/N, ETA) or the verdict."""
     parts = [f"{view.profile}: {view.state}"]
     if view.state in ("launching", "loading"):
-        if view.phase:
-            parts.append(view.phase)
+        if view.phase:   # "ready" is the log's word until a test completion confirms it
+            parts.append("log says ready, checking" if view.phase == "ready" else view.phase)
         if view.shards:
             parts.append(f"shard {view.shards[0]}/{view.shards[1]}")
         if view.eta_s is not None:
@@ -67,7 +67,7 @@ def progress_text(view: RunView) -> str:
     if view.state == "ready":
         parts.append(f"{view.url} after {_duration(view.load_seconds)}")
     if view.failure is not None:
-        parts.append(f"{view.failure.kind}: {view.failure.message}")
+        parts.append(view.failure.text)
     if view.nodes:
         parts.append("nodes: " + "; ".join(node_text(node) for node in view.nodes))
     return ", ".join(parts)
@@ -87,7 +87,7 @@ def print_failure(view: RunView) -> None:
     """The reason and the last log lines, on stderr."""
     if view.failure is None:
         return
-    print(f"specmon: {view.profile} {view.state}: {view.failure.kind}: {redact_text(view.failure.message)}",
+    print(f"specmon: {view.profile} {view.state}: {redact_text(view.failure.text)}",
           file=sys.stderr)
     if view.failure.last_lines:
         print("last log lines:", file=sys.stderr)

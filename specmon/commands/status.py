@@ -68,7 +68,7 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
     load = f"{v.load_seconds:.1f}s" if v.load_seconds is not None else "-"
     note = ""
     if v.failure:
-        note = _cut(redact_text(f"{v.failure.kind}: {v.failure.message}"))
+        note = _cut(redact_text(v.failure.text))
     if v.stalled:
         note = _cut(f"STALLED: {v.stall_reason}")
     elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):

@@ -23,6 +23,7 @@ from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates
 from specmon.model.datasets import DATASETS
 from specmon.model.goodput import parse_slo
+from specmon.model.numbers import counted
 from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.runs import RunManager
@@ -144,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         result = asyncio.run(go())
     except KeyboardInterrupt:
         view.end()
-        print(f"specmon: interrupted; {len(levels)} finished levels kept in {out_path}", file=sys.stderr)
+        print(f"specmon: interrupted; {counted(len(levels), 'finished level')} kept in {out_path}", file=sys.stderr)
         if levels:
             print(render_levels(levels))
         return 130

@@ -18,6 +18,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from specmon.model.numbers import counted
+
 FAMILY_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "VLLM_", "NVSHMEM_", "OMP_")
 # Set by specmon on every run: always differs, says nothing about the server.
 # Set by specmon's launch wrapper or by the shell for every process, never by the user: not worth comparing.
@@ -390,7 +392,7 @@ def report_lines(report: EnvReport, everything: bool = False) -> list[str]:
         lines.append("facts: " + ", ".join(f"{k} {v}" for k, v in report.facts.items()))
     lines += [f"note: {note}" for note in report.notes]
     if hidden and not everything:
-        lines.append(f"({hidden} other variables not shown; --all shows them)")
+        lines.append(f"({counted(hidden, 'other variable')} not shown; --all shows them)")
     return lines
 
 

@@ -21,6 +21,11 @@ def fmt_count(n: float | None) -> str:
     return f"{value:.0f}"
 
 
+def counted(n: int, noun: str) -> str:
+    """`1 finished level`, `2 finished levels`: a count and its noun (plural by an `s`)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def fmt_number(value: float | None, digits: int = 1) -> str:
     """A fixed-point number, NA when unknown."""
     if value is None or (isinstance(value, float) and math.isnan(value)):

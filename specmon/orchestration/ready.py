@@ -47,7 +47,7 @@ def verdict_of(view: RunView, stop_at_stall: bool = True) -> Verdict | None:
         return Verdict("stalled", view, view.stall_reason or "stalled")
     if view.state not in ("launching", "loading"):
         failure = view.failure
-        reason = f"{failure.kind}: {failure.message}" if failure else f"run is {view.state}"
+        reason = failure.text if failure else f"run is {view.state}"
         return Verdict("failed", view, reason)
     return None
 

@@ -23,6 +23,12 @@ class FailureInfo:
     message: str
     last_lines: tuple[str, ...] = ()
 
+    @property
+    def text(self) -> str:
+        """`kind: message`, or the message alone where it starts with its kind ("exited with code 1", not
+        "exited: exited with code 1")."""
+        return self.message if self.message.split(" ", 1)[0] == self.kind else f"{self.kind}: {self.message}"
+
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> FailureInfo | None:
         """From the dict kept in a RunRecord (None stays None)."""

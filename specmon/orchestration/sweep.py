@@ -42,6 +42,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.interpreter import python_module
+from specmon.model.numbers import counted
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
 
@@ -276,7 +277,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
         rc = await proc.wait()
         if ending is None:
             last = stderr_tail[-1] if stderr_tail else "no output"
-            raise UserError(f"load generator exited with code {rc} ({last}); {len(levels)} finished levels kept in {spec.out_path}")
+            raise UserError(f"load generator exited with code {rc} ({last}); {counted(len(levels), 'finished level')} kept in {spec.out_path}")
     finally:
         await _stop(proc)
         drain.cancel()
@@ -326,7 +327,7 @@ def _append(path: Path, obj: Mapping[str, Any], secrets: list[str], levels: list
         append_line(path, obj, secrets)
     except OSError as exc:
         raise UserError(f"{path}: cannot append to the results file ({exc.strerror}); the file ends at its last "
-                        f"whole line, {len(levels)} finished levels kept") from None
+                        f"whole line, {counted(len(levels), 'finished level')} kept") from None
 
 
 def level_name(level: LevelResult) -> str:

@@ -88,7 +88,7 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
     elapsed = view.load_seconds if view.load_seconds is not None else max(0.0, end - view.started_at)
     failure = None
     if view.failure is not None:
-        failure = f"{view.failure.kind}: {view.failure.message}"
+        failure = view.failure.text
     elif view.stalled and view.stall_reason:
         failure = view.stall_reason
     phase = (view.phase or "").replace("_", " ") or None
