@@ -410,3 +410,16 @@ async def test_sweep_form_asks_for_an_input_length_only_for_random_prompts(tmp_p
         else:
             assert "input_len" not in asked and "input tokens" not in screen_text(app)
             assert "builtin ([sweep] dataset), sent with their own lengths" in str(form.query_one("#prompts", Label).render())
+
+
+async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: Path) -> None:
+    """The steps list showed its first three lines for the whole run at 80×24: the step running now was never seen."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        steps = [f"✓ pass {n // 2 + 1}: {'demo-baseline' if n % 2 == 0 else 'demo-eagle3'} swept" for n in range(11)]
+        app.set_experiment_steps([*steps, "▶ pass 6: demo-eagle3 sweeping C=4"])
+        app.flush()
+        await pilot.pause()
+        await pilot.pause()
+        text = screen_text(app)
+        assert "▶ pass 6: demo-eagle3" in text, text

@@ -42,6 +42,31 @@ def short_series_names(names: Sequence[str]) -> dict[str, str]:
     return {n: "-".join(p[shared:]) for n, p in zip(names, parts)}
 
 
+class StepsList(Static):
+    """An experiment's steps, newest last: as many of the newest as fit, under a line counting the earlier ones
+    (at 80×24 a pass outgrows the pane; the step running now must stay in view)."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__("", **kwargs)  # type: ignore[arg-type]
+        self._steps: list[str] = []
+
+    def show(self, steps: Sequence[str]) -> None:
+        self._steps = list(steps)
+        self._paint()
+
+    def on_resize(self) -> None:
+        self._paint()
+
+    def _paint(self) -> None:
+        rows = self.content_size.height or len(self._steps)
+        shown = self._steps
+        if len(shown) > rows:
+            earlier = len(shown) - rows + 1
+            shown = [f"… {earlier} earlier step{'s' if earlier != 1 else ''}", *shown[-(rows - 1):]] if rows > 1 \
+                else shown[-1:]
+        self.update(Text("\n".join(shown), no_wrap=True, overflow="ellipsis"))
+
+
 class SweepPane(Horizontal):
     """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
 
@@ -58,15 +83,15 @@ class SweepPane(Horizontal):
         yield PlotextPlot(id="sweep-chart")
         table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
         yield table
-        yield Static("", id="experiment-steps")
+        yield StepsList(id="experiment-steps")
 
     def show_steps(self, steps: Sequence[str]) -> None:
         """An experiment's step list beside the chart; hidden when there is none."""
-        panel = self.query_one("#experiment-steps", Static)
+        panel = self.query_one(StepsList)
         panel.display = bool(steps)
         self.set_class(bool(steps), "-experiment")
         if steps:
-            panel.update(Text("\n".join(steps), no_wrap=True, overflow="ellipsis"))
+            panel.show(steps)
 
     def on_mount(self) -> None:
         self.query_one("#experiment-steps", Static).display = False
