@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import socket
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import FrameType
 
 import pytest
 from sshd_support import Sshd, shared_sshd, sshd_available
@@ -18,6 +22,36 @@ def pytest_configure() -> None:
     each child (an ignored signal is not)."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Every process a test starts inherits this marker, servers detached with setsid included: a run cut short
+    # (`timeout 60 pytest`, a CI job cancelled) kills them on its SIGTERM, and a finished one kills what is left.
+    os.environ.setdefault(SESSION_MARKER, f"{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+SESSION_MARKER = "SPECMON_TEST_SESSION"
+
+
+def kill_session_processes() -> None:
+    """SIGKILL every process (but this one) that carries this test session's marker in its environment."""
+    marker = f"{SESSION_MARKER}={os.environ.get(SESSION_MARKER, '')}".encode() + b"\0"
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if marker in f.read():
+                    os.kill(int(entry), signal.SIGKILL)
+
+
+def _terminated(signum: int, frame: FrameType | None) -> None:
+    kill_session_processes()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def pytest_unconfigure() -> None:
+    if os.environ.get(SESSION_MARKER, "").startswith(f"{os.getpid()}-"):   # the session that set it, not a child
+        kill_session_processes()
 
 
 def _pick_free_port() -> int:
