@@ -409,7 +409,7 @@ async def test_sweep_form_asks_for_an_input_length_only_for_random_prompts(tmp_p
             assert "input_len" in asked and not form.query("#prompts")
         else:
             assert "input_len" not in asked and "input tokens" not in screen_text(app)
-            assert "builtin ([sweep] dataset), sent with their own lengths" in str(form.query_one("#prompts", Label).render())
+            assert "builtin, sent with their own lengths" in str(form.query_one("#prompts", Label).render())
 
 
 async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""Layout snapshots of the TUI at 80×24 and 160×48, fed fixed model states (no clocks, no processes).
+"""Layout snapshots of the TUI, fed fixed model states (no clocks, no processes): every view (main, GPU/env,
+experiment, help, sweep form, overlay) at 80×24, 100×30 and 160×48, and a few states beside them.
 
 Update after an intended layout change with `pytest tests/test_ui_snapshots.py --snapshot-update` and review the
 SVGs in tests/__snapshots__/. textual and pytest-textual-snapshot are pinned exactly in pyproject.toml because
@@ -14,7 +15,7 @@ from ui_states import FAILED_ROWS, PROFILES, fed_app
 
 from textual.pilot import Pilot
 
-from specmon.ui.forms import SweepFormScreen
+from specmon.ui.forms import OverlayScreen, SweepFormScreen
 
 
 async def _settle(pilot: Pilot) -> None:
@@ -23,19 +24,49 @@ async def _settle(pilot: Pilot) -> None:
     await pilot.pause()
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-def test_main_screen(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
-    assert snap_compare(fed_app(tmp_path), terminal_size=size, run_before=_settle)
+SIZES = {"80x24": (80, 24), "100x30": (100, 30), "160x48": (160, 48)}
+STEPS = [*(f"✓ pass {n // 2 + 1}: {('demo-baseline', 'demo-eagle3')[n % 2]} launched, swept, stopped" for n in range(7)),
+         "▶ pass 4: demo-eagle3 sweeping C=16"]
+
+
+async def _open_view(pilot: Pilot, view: str) -> None:
+    """Bring `view` on screen the way a user does (its key), or as its key would (a dialog needing an engine)."""
+    await _settle(pilot)
+    app = pilot.app
+    if view == "gpuenv":
+        await pilot.press("e")   # below 150 columns: the hidden pane, full screen
+    elif view == "experiment":
+        app.set_experiment_steps(STEPS)  # type: ignore[attr-defined]
+        app.set_sweep_status("experiment demo: pass 4/6, demo-eagle3 C=16", running=True)  # type: ignore[attr-defined]
+    elif view == "help":
+        await pilot.press("question_mark")
+    elif view == "sweep_form":
+        await app.push_screen(SweepFormScreen(list(PROFILES), list(PROFILES), app.config.sweep))  # type: ignore[attr-defined]
+    elif view == "overlay":
+        async def load(path: Path) -> None:
+            return None
+
+        await app.push_screen(OverlayScreen(load, "results/demo-eagle3-20261129T120000Z.jsonl"))
+    await _settle(pilot)
+
+
+# At 150 columns and more the GPU/env pane is part of the main view: no snapshot of its own there.
+VIEWS = [(view, size) for view in ("main", "gpuenv", "experiment", "help", "sweep_form", "overlay") for size in SIZES
+         if (view, size) != ("gpuenv", "160x48")]
+
+
+@pytest.mark.parametrize(("view", "size"), VIEWS, ids=[f"{view}-{size}" for view, size in VIEWS])
+def test_view(snap_compare, tmp_path: Path, view: str, size: str) -> None:
+    async def run_before(pilot: Pilot) -> None:
+        await _open_view(pilot, view)
+
+    assert snap_compare(fed_app(tmp_path), terminal_size=SIZES[size], run_before=run_before)
 
 
 def test_failed_card_with_a_long_reason_80x24(snap_compare, tmp_path: Path) -> None:
     """A held port's long reason: two lines on the card, ending in the key that shows it whole; the next card stays
     on screen."""
     assert snap_compare(fed_app(tmp_path, rows=FAILED_ROWS), terminal_size=(80, 24), run_before=_settle)
-
-
-def test_help_screen_80x24(snap_compare, tmp_path: Path) -> None:
-    assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), press=["question_mark"], run_before=_settle)
 
 
 def test_light_theme_160x48(snap_compare, tmp_path: Path) -> None:
@@ -50,13 +81,3 @@ def test_too_small_notice(snap_compare, tmp_path: Path) -> None:
 def test_high_contrast_theme_80x24(snap_compare, tmp_path: Path) -> None:
     (tmp_path / "ui.json").write_text('{"theme": "specmon-high-contrast"}')
     assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), run_before=_settle)
-
-
-def test_sweep_form_80x24(snap_compare, tmp_path: Path) -> None:
-    async def open_form(pilot: Pilot) -> None:
-        await _settle(pilot)
-        app = pilot.app
-        await app.push_screen(SweepFormScreen(list(PROFILES), list(PROFILES), app.config.sweep))  # type: ignore[attr-defined]
-        await pilot.pause()
-
-    assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), run_before=open_form)

@@ -396,6 +396,8 @@ class SpecmonApp(App[int]):
         pane = self.query_one(GpuEnvPane)
         if self.screen.has_class("-narrow") and self.screen.maximized is not pane:
             self.screen.maximize(pane, container=False)
+            pane.border_subtitle = (f"{keys.key_of(self.keymap, 'gpuenv')} cycles · "
+                                    f"{keys.key_of(self.keymap, 'restore')} closes")
             return
         pane.set_view(VIEWS[(VIEWS.index(pane.view) + 1) % len(VIEWS)])
         if pane.view != "gpus":
@@ -578,7 +580,7 @@ class SpecmonApp(App[int]):
 
     def action_maximize(self) -> None:
         if self.screen.maximized is not None:
-            self.screen.minimize()
+            self._minimize()
         else:
             self.screen.maximize(self._focused_pane(), container=False)
         self._paint_state()   # a maximised Servers pane shows failure reasons whole
@@ -587,8 +589,12 @@ class SpecmonApp(App[int]):
         if self.query_one(LogPane).close_filter():
             return
         if self.screen.maximized is not None:
-            self.screen.minimize()
+            self._minimize()
             self._paint_state()
+
+    def _minimize(self) -> None:
+        self.screen.minimize()
+        self.query_one(GpuEnvPane).border_subtitle = ""   # the hint of a pane opened full screen by its key
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.keymap))

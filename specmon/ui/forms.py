@@ -95,7 +95,7 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
             if d.dataset != "random":
                 with Horizontal(classes="row"):
                     yield Label("prompts", classes="field-label")
-                    yield Label(f"{d.dataset} ([sweep] dataset), sent with their own lengths", id="prompts",
+                    yield Label(f"{d.dataset}, sent with their own lengths", id="prompts",
                                 markup=False)
             yield Static("", id="form-error")
             with Horizontal(classes="buttons"):
