@@ -416,10 +416,11 @@ async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: P
     """The steps list showed its first three lines for the whole run at 80×24: the step running now was never seen."""
     app = fed_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        steps = [f"✓ pass {n // 2 + 1}: {'demo-baseline' if n % 2 == 0 else 'demo-eagle3'} swept" for n in range(11)]
-        app.set_experiment_steps([*steps, "▶ pass 6: demo-eagle3 sweeping C=4"])
+        # As the engine bridge writes them; at 80 columns the list drops the clock time so the step shows.
+        steps = [f"12:00:{n:02} demo-baseline level: C={2 ** n} (5.0s)" for n in range(11)]
+        app.set_experiment_steps([*steps, "12:01:00 demo-eagle3 launch: started"])
         app.flush()
         await pilot.pause()
         await pilot.pause()
         text = screen_text(app)
-        assert "▶ pass 6: demo-eagle3" in text, text
+        assert "demo-eagle3 launch" in text and "… 4 earlier steps" in text, text

@@ -457,6 +457,31 @@ async def test_sweep_form_refuses_levels_it_would_not_run_as_typed(
         assert problem in str(form.query_one("#form-error", Static).render())
 
 
+async def test_q_after_a_cancelled_experiment_stops_the_server_it_launched(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """Seen in the newcomer walk: `x`, then `c` while a profile was being swept, then the demo's `q`: the server
+    the experiment had launched kept running (its port held), since only runs launched by key were this session's."""
+    free_port, other = free_port_factory(), free_port_factory()
+    profiles = "".join(f'[profiles.{name}]\nport = {port}\ncommand = ["specmon", "sim", "--port", "{port}", '
+                       '"--shards", "2", "--load-seconds", "1"]\n' for name, port in (("exp-base", free_port),
+                                                                                      ("exp-other", other)))
+    config = parse_config(profiles + '[experiments.ab]\nprofiles = ["exp-base", "exp-other"]\nlevels = [1]\n'
+                          "repeats = 1\nduration_s = 120\nwarmup_requests = 0\noutput_len = 32\n",
+                          "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("x")
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "exp-base ready" in "\n".join(app.experiment_steps), 60, "the server ready")
+        await pilot.press("c")
+        await wait_until(pilot, lambda: not app.sweeping, 30, "the experiment to be cancelled")
+        assert socket.create_connection(("127.0.0.1", free_port), timeout=5)   # left up by the cancel, as designed
+        await quit_with(pilot, "Q")
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", free_port)) != 0, "the experiment's server still holds its port"
+
+
 async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}

@@ -25,8 +25,9 @@ async def _settle(pilot: Pilot) -> None:
 
 
 SIZES = {"80x24": (80, 24), "100x30": (100, 30), "160x48": (160, 48)}
-STEPS = [*(f"✓ pass {n // 2 + 1}: {('demo-baseline', 'demo-eagle3')[n % 2]} launched, swept, stopped" for n in range(7)),
-         "▶ pass 4: demo-eagle3 sweeping C=16"]
+# As the engine bridge writes them: clock time, profile, step, detail.
+STEPS = [f"12:0{n}:00 demo-{('baseline', 'eagle3')[n % 2]} level: pass {n // 2 + 1} C=16 644.8 tok/s (5.1s)"
+         for n in range(8)]
 
 
 async def _open_view(pilot: Pilot, view: str) -> None:

@@ -388,12 +388,18 @@ class EngineBridge:
                 publish()
 
         self._post(ChartCleared())   # a fresh chart for the experiment's profiles
+        before = {record.run_id for record in self.manager.store.all()}
         try:
             state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
                                          resume=request.resume, on_update=on_update)
         except asyncio.CancelledError:
             self._post(SweepStatusChanged(f"experiment {name} cancelled: x → resume continues it", running=False))
             raise
+        finally:
+            # Its launches are this session's: a cancelled experiment leaves its current server up, and the demo's
+            # q (or Q) must stop it as it stops the ones launched by key.
+            self.started_here.extend(record.run_id for record in self.manager.store.all()
+                                     if record.run_id not in before and self.manager.mine(record))
         summary = await asyncio.to_thread(lambda: summarize(experiment_runs(state), state.spec.repeats))
         self._post(SweepStatusChanged(f"experiment {name} {state.status}: {summary.verdict}", running=False))
         self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=15))

@@ -5,6 +5,7 @@ the chart is rebuilt only when its data changed."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
@@ -64,7 +65,13 @@ class StepsList(Static):
             earlier = len(shown) - rows + 1
             shown = [f"… {earlier} earlier step{'s' if earlier != 1 else ''}", *shown[-(rows - 1):]] if rows > 1 \
                 else shown[-1:]
+        if self.content_size.width < NARROW_STEPS:   # the step, not its clock time, is what must show
+            shown = [_CLOCK.sub("", step) for step in shown]
         self.update(Text("\n".join(shown), no_wrap=True, overflow="ellipsis"))
+
+
+NARROW_STEPS = 40                          # a steps list narrower than this drops the clock time of each step
+_CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")   # a step's leading "HH:MM:SS "
 
 
 class SweepPane(Horizontal):
