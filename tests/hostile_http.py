@@ -7,8 +7,15 @@ every POST gets the behaviour named by `mode`:
 - `bad_chunk_size`: one valid SSE text chunk, then the chunk-size line `ZZZZ`, then silence (connection held open).
 - `endless_chunks`: text chunks every 20 ms, forever.
 - `usage`: a normal short stream whose final usage chunk carries the JSON text given as `usage` (e.g. `10**400`).
+- `endless_line`: one SSE event that never ends (`data: {"x` and then 64 KiB of `x` after 64 KiB, forever).
 
-Run standalone: python tests/hostile_http.py --port P --mode MODE [--usage TEXT]; prints "ready" when listening.
+`get` names what GETs do instead of answering /v1/models normally (other paths get 404):
+- `trickle`: /v1/models announces 1000 bytes and sends one every 2 s;
+- `huge`: /v1/models answers 400 MB (one model whose id is all of it), as fast as the client reads;
+- `long_id`: /v1/models lists one model whose id is 5000 characters;
+- `huge_info`: /v1/models is normal, /server_info answers 400 MB.
+
+Run standalone: python tests/hostile_http.py --port P --mode MODE [--usage TEXT] [--get GET]; prints "ready" when listening.
 """
 
 from __future__ import annotations
@@ -35,9 +42,10 @@ def chunk(data: bytes) -> bytes:
 class HostileServer:
     """Serves `mode` on 127.0.0.1; `url` once started. Counts POSTs in `requests`."""
 
-    def __init__(self, mode: str, usage: str = "{}") -> None:
+    def __init__(self, mode: str, usage: str = "{}", get: str = "ok") -> None:
         self.mode = mode
         self.usage = usage
+        self.get = get
         self.requests = 0
         self.server: asyncio.AbstractServer | None = None
         self.url = ""
@@ -63,9 +71,7 @@ class HostileServer:
                 if length:
                     await reader.readexactly(length)
                 if head.startswith(b"GET "):
-                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
-                                 % len(MODELS) + MODELS)
-                    await writer.drain()
+                    await self._answer_get(head.split(b" ")[1].decode(), writer)
                     continue
                 self.requests += 1
                 writer.write(HEAD)
@@ -73,6 +79,36 @@ class HostileServer:
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
         writer.close()
+
+    async def _answer_get(self, path: str, writer: asyncio.StreamWriter) -> None:
+        json_head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        if path == "/v1/models" and self.get == "trickle":
+            writer.write(json_head % 1000)
+            for _ in range(1000):
+                writer.write(b" ")
+                await writer.drain()
+                await asyncio.sleep(2)
+        elif (path, self.get) in (("/v1/models", "huge"), ("/server_info", "huge_info")):
+            head, tail, size = b'{"object":"list","data":[{"id":"', b'"}]}', 400 << 20
+            writer.write(json_head % (len(head) + size + len(tail)) + head)
+            block = b"x" * (1 << 20)
+            for _ in range(size >> 20):
+                writer.write(block)
+                await writer.drain()
+            writer.write(tail)
+        elif path == "/v1/models":
+            body = MODELS if self.get != "long_id" else json.dumps({"data": [{"id": "m" * 5000}]}).encode()
+            writer.write(json_head % len(body) + body)
+        else:
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+
+    async def _endless_line(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(chunk(b'data: {"x'))
+        block = chunk(b"x" * (64 << 10))
+        while True:
+            writer.write(block)
+            await writer.drain()
 
     async def _bad_chunk_size(self, writer: asyncio.StreamWriter) -> None:
         writer.write(chunk(text_event("a")))
@@ -95,8 +131,8 @@ class HostileServer:
         await writer.drain()
 
 
-async def _serve(port: int, mode: str, usage: str) -> None:
-    server = HostileServer(mode, usage)
+async def _serve(port: int, mode: str, usage: str, get: str) -> None:
+    server = HostileServer(mode, usage, get)
     await server.start(port)
     print("ready", flush=True)
     await asyncio.Event().wait()
@@ -105,7 +141,8 @@ async def _serve(port: int, mode: str, usage: str) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage"))
+    ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage", "endless_line"))
     ap.add_argument("--usage", default="{}")
+    ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info"))
     a = ap.parse_args()
-    asyncio.run(_serve(a.port, a.mode, a.usage))
+    asyncio.run(_serve(a.port, a.mode, a.usage, a.get))

@@ -18,11 +18,15 @@ import json
 import os
 import signal
 import sys
+import threading
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.loadgen.runner import SweepRunner
 from specmon.loadgen.workload import Workload
+
+EXIT_GRACE_S = 3.0   # after a stop, how long the sweep has to end in order before the process just exits
+EXIT_STOPPED = 3
 
 
 def _emit(msg: dict[str, Any]) -> None:
@@ -30,38 +34,61 @@ def _emit(msg: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-async def _watch_stdin(main: asyncio.Task[Any]) -> None:
-    """Cancel the sweep when the parent closes our stdin (or dies)."""
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while await reader.read(4096):
-        pass
-    main.cancel()
+class _Stopper:
+    """Stops the sweep on SIGTERM/SIGINT or end of stdin, whatever the process is doing at that moment.
+
+    The signal handler is a plain Python one (it runs between two bytecodes even while the loop is busy building a
+    level) and stdin is watched from a thread (it sees the parent go away without the loop's help). Either asks the
+    loop to cancel the sweep, and arms a last-resort exit EXIT_GRACE_S later, in case the loop never gets to it:
+    the generator never outlives the specmon that started it.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, main: asyncio.Task[Any]) -> None:
+        self._loop, self._main = loop, main
+        self._armed = threading.Lock()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda _sig, _frame: self.stop())
+        threading.Thread(target=self._watch_stdin, name="stdin-eof", daemon=True).start()
+
+    def stop(self) -> None:
+        if not self._armed.acquire(blocking=False):
+            return
+        timer = threading.Timer(EXIT_GRACE_S, os._exit, (EXIT_STOPPED,))
+        timer.daemon = True
+        timer.start()
+        with contextlib.suppress(RuntimeError):   # the loop has closed: the process is ending anyway
+            self._loop.call_soon_threadsafe(self._main.cancel)
+
+    def _watch_stdin(self) -> None:
+        # os.read, not sys.stdin: a daemon thread blocked inside a buffered reader's lock aborts the interpreter's
+        # exit. The parent sends nothing after the spec line; whatever comes is read and dropped.
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):
+                pass
+        self.stop()
 
 
 async def _main(spec: dict[str, Any]) -> int:
-    workload = Workload.from_dict(spec["workload"])
-    dataset = workload.load_dataset()
-    key_env = spec.get("api_key_env")
-    runner = SweepRunner(spec["url"], spec["model"], workload, _emit, spec.get("records_path"),
-                         api_key=os.environ.get(key_env) if key_env else None, dataset=dataset)
     loop = asyncio.get_running_loop()
-    main = loop.create_task(runner.run())
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, main.cancel)
-    watcher = loop.create_task(_watch_stdin(main))
+    main = loop.create_task(_sweep(spec))
+    _Stopper(loop, main)
     try:
         await main
     except asyncio.CancelledError:
         _emit({"type": "stopped"})
         return 0
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watcher
     _emit({"type": "done"})
     return 0
+
+
+async def _sweep(spec: dict[str, Any]) -> None:
+    await asyncio.sleep(0)   # the stop handlers are in place before any work is built
+    workload = Workload.from_dict(spec["workload"])
+    dataset = workload.load_dataset()
+    key_env = spec.get("api_key_env")
+    runner = SweepRunner(spec["url"], spec["model"], workload, _emit, spec.get("records_path"),
+                         api_key=os.environ.get(key_env) if key_env else None, dataset=dataset)
+    await runner.run()
 
 
 def main() -> int:

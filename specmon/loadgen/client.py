@@ -8,7 +8,8 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 - The connection pool is sized to the concurrency (the 100-connection defaults silently cap C=250).
 - Reads are whatever the socket has (no line iteration: aiohttp's line reader fails on 128 KB+ lines) with a
   10 MB read buffer; SSE events are split on bytes.
-- The timestamp is taken as soon as a read returns, before any parsing, and shared by every event in that read.
+- Each chunk's time is when its bytes came off the socket: aiohttp's protocol stamps every socket read before the
+  HTTP parser runs (_StampingProtocol), and each SSE event takes the stamp of the read holding its last byte.
 - Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
   the final usage chunk, errors) are parsed as JSON.
 - Every request ends by its own deadlines whatever the server sends: a watchdog timer (one per request, re-armed
@@ -20,15 +21,18 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import sys
+from collections import deque
 from collections.abc import AsyncIterator
 from time import perf_counter_ns
 from typing import Any
 
 import aiohttp
 import httpx
+from aiohttp.client_proto import ResponseHandler
 from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
@@ -36,6 +40,8 @@ CLOSE_TIMEOUT_S = 1.0
 DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence timeouts
 USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)
 _DETAIL_MAX = 200
+SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
+ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
 _TEXT = {
@@ -74,7 +80,7 @@ class StreamClient:
     def __init__(self, base_url: str, api: str, max_connections: int, timeout_s: float, api_key: str | None = None,
                  deadline_s: float | None = None) -> None:
         self._silence_s = timeout_s
-        self._deadline_s = deadline_s if deadline_s is not None else DEADLINE_FACTOR * timeout_s
+        self.deadline_s = deadline_s if deadline_s is not None else DEADLINE_FACTOR * timeout_s
         self.url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
         self._text = _TEXT[api]
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
@@ -83,6 +89,10 @@ class StreamClient:
 
         def session() -> aiohttp.ClientSession:
             connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, keepalive_timeout=60)
+            if isinstance(getattr(connector, "_factory", None), functools.partial):
+                # aiohttp's own protocol, stamping each socket read (see _StampingProtocol)
+                connector._factory = functools.partial(  # type: ignore[assignment]
+                    _StampingProtocol, loop=asyncio.get_running_loop())
             return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE)
 
         timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s), pool=None)
@@ -116,7 +126,7 @@ class StreamClient:
         """
         request = httpx.Request("POST", self._url, headers=self._headers, content=body, extensions=self._extensions)
         s.start_ns = s.heard_ns = perf_counter_ns()
-        watchdog = _Watchdog(s, self._silence_s, self._deadline_s)
+        watchdog = _Watchdog(s, self._silence_s, self.deadline_s)
         try:
             resp = await self._transport.handle_async_request(request)
             try:
@@ -148,19 +158,37 @@ class StreamClient:
         return s
 
     async def _read_events(self, resp: httpx.Response, s: Stream) -> None:
+        content, arrivals = _body_of(resp)
+        reads = _raw_chunks(resp, content)
         buf = b""
+        end = 0   # payload bytes read so far: buf holds the last len(buf) of them
         t = 0
-        async for raw in _raw_chunks(resp):
+        async for raw in reads:
             t = s.heard_ns = perf_counter_ns()
+            end += len(raw)
             buf = buf + raw if buf else raw
+            if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
+                if len(buf) > SSE_EVENT_MAX:   # one endless line must not take the memory
+                    s.fail("malformed_sse", f"one SSE event is longer than {SSE_EVENT_MAX >> 20} MiB")
+                    return
+                continue
             if b"\r" in buf:
-                buf = buf.replace(b"\r\n", b"\n")
-            if b"\n\n" not in buf:
+                buf = buf.replace(b"\r\n", b"\n")   # offsets shift: the whole read shares its last arrival
+                at = t if arrivals is None else _arrival(arrivals, content, end, t)
+                events = buf.split(b"\n\n")
+                buf = events.pop()
+                for ev in events:
+                    if self._event(ev, s, at):
+                        return
                 continue
             events = buf.split(b"\n\n")
+            pos = end - len(buf)     # where the first event starts in the payload
             buf = events.pop()
             for ev in events:
-                if self._event(ev, s, t):
+                pos += len(ev) + 2
+                # The event's time: when the socket read holding its last byte came in (before any parsing).
+                at = t if arrivals is None else _arrival(arrivals, content, pos, t)
+                if self._event(ev, s, at):
                     return
         if buf.strip():
             self._event(buf.strip(), s, t)   # a last event without its blank line
@@ -297,16 +325,60 @@ async def _close(resp: httpx.Response) -> None:
         pass
 
 
-async def _raw_chunks(resp: httpx.Response) -> AsyncIterator[bytes]:
-    """The response body as the socket delivers it.
+class _StampingProtocol(ResponseHandler):
+    """aiohttp's connection protocol, noting when each socket read came in, before the HTTP parser runs.
+
+    A burst of C streams' chunks arriving together is handed to the streams' code one coroutine after another; a
+    time taken there would be late by the handling of every stream ahead in the burst. Here each read is stamped
+    as the event loop takes it off the socket: `arrivals` holds (ns, payload, payload bytes after this read),
+    consumed by the reading stream (_arrival), a bounded few per connection when nobody reads them.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(loop)
+        self.arrivals: deque[tuple[int, aiohttp.StreamReader, int]] = deque(maxlen=ARRIVALS_KEPT)
+
+    def data_received(self, data: bytes) -> None:
+        t = perf_counter_ns()
+        super().data_received(data)
+        payload = self._payload
+        if payload is not None:
+            self.arrivals.append((t, payload, payload.total_bytes))
+
+
+def _arrival(arrivals: deque[tuple[int, aiohttp.StreamReader, int]], content: aiohttp.StreamReader | None,
+             offset: int, default: int) -> int:
+    """When the payload's byte `offset` came off the socket; `default` when that was not recorded.
+
+    Offsets asked for only grow, so stamps before the one asked for (and other responses' stamps) are dropped.
+    """
+    while arrivals:
+        t, payload, total = arrivals[0]
+        if payload is content and total >= offset:
+            return t
+        arrivals.popleft()
+    return default
+
+
+def _body_of(resp: httpx.Response) -> tuple[aiohttp.StreamReader | None, deque[tuple[int, Any, int]] | None]:
+    """The aiohttp body reader under an httpx response, and its connection's arrival stamps (None where absent).
 
     httpx's aiter_raw stacks four async generators per read on top of aiohttp's (a third of the per-chunk CPU,
-    measured); when the body comes from the aiohttp transport, read its StreamReader directly instead.
+    measured); when the body comes from the aiohttp transport it is read directly.
     """
     stream = resp.stream
     aio = getattr(stream, "_aiohttp_response", None) or getattr(getattr(stream, "_stream", None), "_aiohttp_response", None)
     content = getattr(aio, "content", None)
     if not isinstance(content, aiohttp.StreamReader):
+        return None, None
+    connection = getattr(aio, "connection", None)
+    protocol = getattr(connection, "protocol", None)
+    return content, protocol.arrivals if isinstance(protocol, _StampingProtocol) else None
+
+
+async def _raw_chunks(resp: httpx.Response, content: aiohttp.StreamReader | None) -> AsyncIterator[bytes]:
+    """The response body as the socket delivers it."""
+    if content is None:
         async for raw in resp.aiter_raw():
             yield raw
         return

@@ -22,12 +22,12 @@ import json
 import os
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
-from specmon.model.arrivals import arrival_times
+from specmon.model.arrivals import Schedule
 from specmon.model.datasets import Dataset
 from specmon.model.results import append_whole, redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
@@ -261,7 +261,7 @@ class SweepRunner:
             finish(dataclasses.replace(r, rate=rate, late_ms=(s.start_ns - ready_ns) / 1e6,
                                        queued_ms=queued_ms))
 
-        async def dispatcher(times: Sequence[float]) -> None:
+        async def dispatcher(times: Iterable[float]) -> None:
             slots = asyncio.Semaphore(self.w.max_concurrency) if self.w.max_concurrency else None
             tasks: set[asyncio.Task[None]] = set()
             loop = asyncio.get_running_loop()
@@ -269,9 +269,14 @@ class SweepRunner:
                 for i, t in enumerate(times):
                     due_ns = t0_ns + int(t * 1e9)
                     # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so
-                    # no request goes out before its time (lateness is then never negative).
-                    while (delay := (due_ns - time.perf_counter_ns()) / 1e9) > 0:
+                    # no request goes out before its time (lateness is then never negative). A dispatcher behind
+                    # its schedule still yields once per send, so the requests it started (and a stop) can run.
+                    delay = (due_ns - time.perf_counter_ns()) / 1e9
+                    if delay <= 0:
+                        await asyncio.sleep(0)
+                    while delay > 0:
                         await asyncio.sleep(delay)
+                        delay = (due_ns - time.perf_counter_ns()) / 1e9
                     task = loop.create_task(arrival(i, due_ns, slots))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
@@ -312,13 +317,23 @@ class SweepRunner:
                     gc.collect()
                     collected_at = done
 
-        # The schedule is drawn before the clock starts: a level's seed is the workload's plus its index.
-        schedule = arrival_times(n or 0, rate, self.w.burstiness, self.w.seed + idx) if rate is not None else ()
+        # The schedule is summed before the clock starts (in blocks, each followed by a yield, so a stop is obeyed
+        # while a long level's schedule is drawn) and then drawn lazily as the level runs; a level's seed is the
+        # workload's plus its index.
+        times: Iterable[float] = ()
+        if rate is not None:
+            schedule = Schedule(n or 0, rate, self.w.burstiness, self.w.seed + idx)
+            total = 0.0
+            for part in schedule.gap_sums():
+                total += part
+                await asyncio.sleep(0)
+            times = schedule.times(total)
+            self._warn_far_first_arrival(schedule, total)
         tick = asyncio.get_running_loop().create_task(ticker())
         t0_ns = time.perf_counter_ns()
         try:
             if rate is not None:
-                await dispatcher(schedule)
+                await dispatcher(times)
             else:
                 await asyncio.gather(*(worker(k) for k in range(c)))
         finally:
@@ -333,6 +348,16 @@ class SweepRunner:
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
         return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited).to_dict()
+
+
+    def _warn_far_first_arrival(self, schedule: Schedule, total: float) -> None:
+        """A level whose first request is due later than a request's deadline would sit silent: say so."""
+        first = next(iter(schedule.times(total)), None)
+        deadline = self.client.deadline_s
+        if first is not None and first > deadline:
+            self.emit({"type": "warning", "message": f"{schedule.rate:g} req/s: the first request is due {first:.0f} s "
+                       f"after the level starts, later than the {deadline:g} s request deadline; nothing is sent "
+                       "until then"})
 
 
 def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None) -> RequestRecord:

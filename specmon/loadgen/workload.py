@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import itertools
 import json
-import math
 import random
+from array import array
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,6 +35,15 @@ DEFAULT_RATE_SECONDS = 30.0   # open loop, no count or duration given: this much
 API_PATHS = {"chat": "/v1/chat/completions", "completions": "/v1/completions"}
 RANDOM_PERIOD = 1024      # synthetic prompts: lengths repeat after this many requests
 RANDOM_POOL = 16          # distinct synthetic texts (the per-request tag keeps every prompt distinct anyway)
+# Sizes past these are refused when the workload is built (at parse time, in one line), never half-run: one
+# generator process cannot hold more streams or send faster, and a level longer than a week is a typo.
+MAX_CONCURRENCY = 100_000     # requests in flight (levels, warm-up, --max-concurrency)
+MIN_RATE, MAX_RATE = 1e-3, 1e5   # requests/s: one per 1000 s .. far above what one process sends
+MIN_BURSTINESS, MAX_BURSTINESS = 0.01, 100.0
+MAX_SECONDS = 7 * 24 * 3600.0    # --duration, --timeout, --deadline
+MAX_ARRIVALS = 10_000_000     # one open-loop level's schedule (drawn lazily, but still minutes of setup beyond)
+MAX_INPUT_LEN = 1 << 20       # synthetic prompt words (the longest contexts served)
+MAX_OUTPUT_LEN = 10**8        # = client.USAGE_MAX
 
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which this be has had not but "
@@ -88,13 +97,28 @@ class Workload:
             raise UserError(str(exc)) from None
         if not self.rates and self.requests_per_level is not None and self.requests_per_level < max(self.levels):
             raise UserError(one_wave_problem(self.requests_per_level, max(self.levels)))
-        if not 0 < self.burstiness < math.inf:
-            raise UserError(f"burstiness: must be a finite number > 0, got {self.burstiness}")
+        if not MIN_BURSTINESS <= self.burstiness <= MAX_BURSTINESS:
+            raise UserError(f"burstiness: must be a number in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}] "
+                            f"(1 is Poisson), got {self.burstiness:g}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise UserError(f"max concurrency: must be >= 1, got {self.max_concurrency}")
         for name, v in (("timeout", self.timeout_s), ("deadline", self.deadline_s), ("duration", self.duration_s)):
-            if v is not None and not (0 < v < math.inf):
-                raise UserError(f"{name}: must be a finite number of seconds > 0, got {v}")
+            if v is not None and not (0 < v <= MAX_SECONDS):
+                raise UserError(f"{name}: must be a number of seconds in (0, {MAX_SECONDS:g}] (7 days), got {v:g}")
+        for name, n in (("concurrency level", max(self.levels)), ("max concurrency", self.max_concurrency or 0),
+                        ("warm-up requests", self.warmup_requests)):
+            if n > MAX_CONCURRENCY:
+                raise UserError(f"{name}: {n} is more than one load generator can keep in flight "
+                                f"(at most {MAX_CONCURRENCY})")
+        for rate in self.rates:
+            if not MIN_RATE <= rate <= MAX_RATE:
+                raise UserError(f"request rate: must be in [{MIN_RATE:g}, {MAX_RATE:g}] requests/s, got {rate:g}")
+            if self.arrivals_for(rate) > MAX_ARRIVALS:
+                raise UserError(f"{rate:g} req/s: {self.arrivals_for(rate)} requests in one level, more than "
+                                f"{MAX_ARRIVALS}; ask for fewer (--requests) or a shorter --duration")
+        if self.input_len > MAX_INPUT_LEN or self.output_len > MAX_OUTPUT_LEN:
+            raise UserError(f"input/output length: at most {MAX_INPUT_LEN}/{MAX_OUTPUT_LEN} tokens, "
+                            f"got {self.input_len}/{self.output_len}")
         if self.api not in APIS:
             raise UserError(f"api: must be one of {', '.join(APIS)}, got {self.api!r}")
         if self.requests_per_level is not None and self.requests_per_level < 1:
@@ -184,10 +208,14 @@ class RequestFactory:
         rng = random.Random(seed)
         # A small pool of synthetic texts; the per-request tag in front keeps every prompt distinct.
         longest = max(self._in)
-        pool = [rng.choices(_WORDS, k=max(1, longest - 4)) for _ in range(RANDOM_POOL)]
-        # Each text joined once, with where its k-th word ends: a prompt of k words is then one slice.
-        self._pool = [" ".join(words) for words in pool]
-        self._ends = [list(itertools.accumulate(len(w) + 1 for w in words)) for words in pool]
+        # Each text joined once, with where its k-th word ends (a compact array: 4 bytes a word at the longest
+        # prompts), so a prompt of k words is then one slice.
+        self._pool: list[str] = []
+        self._ends: list[array[int]] = []
+        for _ in range(RANDOM_POOL):
+            words = rng.choices(_WORDS, k=max(1, longest - 4))
+            self._pool.append(" ".join(words))
+            self._ends.append(array("L", itertools.accumulate(len(w) + 1 for w in words)))
 
     def sample(self, level: int | str, i: int) -> Sample:
         """Request i of the level `level` (its concurrency, or an open-loop level's label)."""

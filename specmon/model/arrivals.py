@@ -12,30 +12,59 @@ random gaps take, so the offered rate of every level is R and the achieved rate 
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+
+
+class Schedule:
+    """One level's arrival schedule, drawn lazily: memory stays flat however many arrivals the level has.
+
+    The gaps come from a generator seeded by (seed, rate, burstiness), drawn twice: once to sum them (`gap_sums`,
+    in blocks, so the caller can stay responsive between blocks), once to give the times (`times`).
+    """
+
+    def __init__(self, n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> None:
+        if not (0 < rate < math.inf) or not (0 < burstiness < math.inf):
+            raise ValueError(f"rate and burstiness must be finite and > 0, got {rate}, {burstiness}")
+        self.n, self.rate, self.burstiness = max(0, n), rate, burstiness
+        self._key = f"arrivals:{seed}:{rate!r}:{burstiness!r}"
+
+    def _gaps(self) -> Iterator[float]:
+        rng = random.Random(self._key)
+        shape, scale = self.burstiness, 1.0 / (self.rate * self.burstiness)
+        for _ in range(self.n):
+            yield rng.gammavariate(shape, scale)
+
+    def gap_sums(self, block: int = 65536) -> Iterator[float]:
+        """The sum of each block of `block` gaps, in order (their total is what `times` needs)."""
+        gaps = self._gaps()
+        while part := list(itertools.islice(gaps, block)):
+            yield math.fsum(part)
+
+    def times(self, total: float) -> Iterator[float]:
+        """The send times, the gaps scaled so they add up to n/rate (`total`: the sum of gap_sums)."""
+        if self.n < 1:
+            return
+        if not total > 0:   # every gap rounded to zero: an absurd burstiness the workload refuses anyway
+            raise ValueError(f"burstiness {self.burstiness} draws gaps too small to schedule")
+        scale = (self.n / self.rate) / total
+        t = 0.0
+        for i, gap in enumerate(self._gaps(), 1):
+            t += gap * scale
+            yield self.n / self.rate if i == self.n else t   # the last exact, whatever the running sum's rounding
 
 
 def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -> list[float]:
     """N scheduled send times (seconds from the level's start) at `rate` requests/s; the last is exactly n/rate.
 
-    The same (n, rate, burstiness, seed) always gives the same schedule.
+    The same (n, rate, burstiness, seed) always gives the same schedule (Schedule's, as a list).
     """
     if n < 1:
         return []
-    if not (0 < rate < math.inf) or not (0 < burstiness < math.inf):
-        raise ValueError(f"rate and burstiness must be finite and > 0, got {rate}, {burstiness}")
-    rng = random.Random(f"arrivals:{seed}:{rate!r}:{burstiness!r}")
-    gaps = [rng.gammavariate(burstiness, 1.0 / (rate * burstiness)) for _ in range(n)]
-    scale = (n / rate) / math.fsum(gaps)
-    times: list[float] = []
-    t = 0.0
-    for gap in gaps:
-        t += gap * scale
-        times.append(t)
-    times[-1] = n / rate   # exact, whatever the rounding of the running sum
-    return times
+    schedule = Schedule(n, rate, burstiness, seed)
+    return list(schedule.times(math.fsum(schedule.gap_sums())))
 
 
 def ks_exponential(samples: Sequence[float], rate: float) -> float:

@@ -39,6 +39,7 @@ import httpx
 
 from specmon import __version__
 from specmon.errors import UserError
+from specmon.loadgen.client import DEADLINE_FACTOR
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.interpreter import python_module
@@ -47,7 +48,10 @@ from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_li
 from specmon.model.sweepstats import SweepProgress
 
 log = logging.getLogger(__name__)
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0   # one read of the probe
+PROBE_PHASE_S = 60.0     # the whole probe, at most (also at most the workload's request deadline)
+PROBE_BODY_MAX = 4 << 20   # one probe answer: /v1/models, /server_info and the like are a few KB
+MODEL_ID_MAX = 256         # a model id longer than this is not taken from /v1/models unasked
 STOP_GRACE_S = 5.0
 
 
@@ -166,48 +170,95 @@ def api_key_from_env(name: str | None, env: Mapping[str, str] | None = None) -> 
     return (os.environ if env is None else env).get(name) or None
 
 
-async def probe_server(url: str, api_key: str | None, need_models: bool = True) -> tuple[list[str], dict[str, Any]]:
+async def probe_server(url: str, api_key: str | None, need_models: bool = True,
+                       budget_s: float = PROBE_PHASE_S) -> tuple[list[str], dict[str, Any]]:
     """Model ids from /v1/models and a summary of what the server exposes about itself.
 
     Raises UserError when the server cannot be reached, or when /v1/models fails and `need_models` (no --model
     given). With a model named, a failing /v1/models is tolerated: transformers serve, for one, answers 500 there
-    when its HF cache directory does not exist.
+    when its HF cache directory does not exist. Each answer is read up to PROBE_BODY_MAX bytes, and the whole probe
+    ends within `budget_s` (a server trickling its answer a byte at a time never times out a single read); what
+    the optional endpoints had not answered by then is left out.
     """
     headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
-    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=PROBE_TIMEOUT_S) as client:
-        try:
-            r = await client.get("/v1/models")
-        except httpx.HTTPError as exc:
-            raise UserError(f"{url}: cannot reach the server ({type(exc).__name__}: {exc or 'no detail'})") from None
+    end = asyncio.get_running_loop().time() + budget_s
+    timeout = min(PROBE_TIMEOUT_S, budget_s)
+    async with httpx.AsyncClient(base_url=url, headers=headers, timeout=timeout) as client:
+
+        async def get(path: str) -> tuple[int, bytes]:
+            """Status and body; httpx.HTTPError, TimeoutError past the budget, _TooBig over PROBE_BODY_MAX."""
+            async def read() -> tuple[int, bytes]:
+                async with client.stream("GET", path) as r:
+                    body = bytearray()
+                    async for part in r.aiter_bytes():
+                        body += part
+                        if len(body) > PROBE_BODY_MAX:
+                            raise _TooBig(f"{url}{path}: answer is over {PROBE_BODY_MAX >> 20} MiB")
+                    return r.status_code, bytes(body)
+            left = end - asyncio.get_running_loop().time()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            return await asyncio.wait_for(read(), left)
+
         models_json: Any = None
-        if r.status_code != 200:
+        try:
+            status, body = await get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise UserError(f"{url}: cannot reach the server ({type(exc).__name__}: "
+                            f"{str(exc)[:120] or 'no detail'})") from None
+        except asyncio.TimeoutError:
+            raise UserError(f"{url}/v1/models: no whole answer within {budget_s:g} s (the probe's time limit: "
+                            "--deadline, else 10 x --timeout, at most 60 s)") from None
+        except _TooBig as exc:
             if need_models:
-                raise UserError(f"{url}/v1/models: HTTP {r.status_code} {r.text[:120]!r}; pass --model to skip it")
+                raise UserError(f"{exc}; pass --model to skip it") from None
+            status, body = 0, b""
+        if status != 200:
+            if need_models:
+                text = body[:120].decode("utf-8", "replace")
+                raise UserError(f"{url}/v1/models: HTTP {status} {text!r}; pass --model to skip it")
         else:
             try:
-                models_json = r.json()
+                models_json = json.loads(body)
             except ValueError:
                 if need_models:
                     raise UserError(f"{url}/v1/models: answer is not JSON; pass --model to skip it") from None
 
+        async def get_text(path: str) -> str | None:
+            with contextlib.suppress(httpx.HTTPError, asyncio.TimeoutError, _TooBig):
+                status, body = await get(path)
+                if status == 200:
+                    return body.decode("utf-8", "replace")
+            return None
+
         async def get_json(path: str) -> Any:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
-                resp = await client.get(path)
-                if resp.status_code == 200:
-                    return resp.json()
+            text = await get_text(path)
+            with contextlib.suppress(ValueError):
+                return None if text is None else json.loads(text)
             return None
 
         info = await get_json("/server_info") or await get_json("/get_server_info")
         version = await get_json("/version")
-        metrics = None
-        if info is None:
-            with contextlib.suppress(httpx.HTTPError):
-                resp = await client.get("/metrics")
-                if resp.status_code == 200:
-                    metrics = resp.text
+        metrics = await get_text("/metrics") if info is None else None
     data = models_json.get("data") if isinstance(models_json, dict) else None
     ids = [m["id"] for m in data or [] if isinstance(m, dict) and isinstance(m.get("id"), str)]
     return ids, summarize_server(models_json, info, version, metrics)
+
+
+class _TooBig(Exception):
+    """A probe answer past PROBE_BODY_MAX."""
+
+
+def default_model(url: str, ids: list[str]) -> str:
+    """The model to request when none was named: the first one /v1/models lists, if it is a plausible id."""
+    if not ids:
+        raise UserError(f"{url}/v1/models: lists no model; pass --model")
+    first = ids[0]
+    if len(first) > MODEL_ID_MAX or not first.isprintable():
+        shown = repr(first[:40]) + ("..." if len(first) > 40 else "")
+        raise UserError(f"{url}/v1/models: the first model id is not a plausible name ({len(first)} characters, "
+                        f"{shown}); pass --model")
+    return first
 
 
 async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | None = None) -> SweepResult:
@@ -223,10 +274,10 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     dataset = spec.workload.load_dataset()   # a bad file fails here, naming FILE:LINE, before any load
     claimed = claim_out_files(spec.out_path, spec.records)   # before any request, so a bad --out costs nothing
     try:
-        ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None)
-        model = spec.model or (ids[0] if ids else None)
-        if model is None:
-            raise UserError(f"{spec.url}/v1/models: lists no model; pass --model")
+        w = spec.workload
+        budget = min(PROBE_PHASE_S, w.deadline_s if w.deadline_s is not None else DEADLINE_FACTOR * w.timeout_s)
+        ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None, budget_s=budget)
+        model = spec.model or default_model(spec.url, ids)
     except BaseException:
         for path in claimed:
             with contextlib.suppress(OSError):
