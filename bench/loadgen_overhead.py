@@ -1,20 +1,25 @@
-"""CPU cost of the load generator per streamed chunk, beside a plain default-httpx client.
+"""CPU cost and accuracy of the load generator, with the figures issue 22 asks for printed in one run.
 
 A minimal streaming server (tests/sse_server.py, aiohttp + uvloop) runs pinned to CPU 0; each client run is a
-separate process pinned to CPU 1, so `process_time()` is the client's own cost. Two cases:
+separate process pinned to CPU 1, so `process_time()` is the client's own cost. Cases:
 
-  (a) back to back: the server writes 256 tokens per stream as fast as it can; C = 1, 64, 256, 1024.
-      Target: specmon <= 10 us per chunk at C=1024.
+  (a) back to back: the server writes 256 tokens per stream as fast as it can; C = 1024 (and, with --full, 1, 64,
+      256, each beside a plain default-httpx client). Target: specmon <= 10 us per chunk at C=1024.
   (b) paced: C=256 streams, one token every 25 ms each (~10k tokens/s offered), so chunks arrive one by one.
       Target: specmon <= 40 us per chunk.
-  (c) open loop, paced alike: Poisson arrivals at R = 10000 / output_len requests/s (~10k tokens/s offered, ~250
-      streams in flight), 2 x 256 arrivals; the same figure for specmon's open-loop generator (dispatcher, schedule,
-      lateness records), printed next to (b), with its send lateness p50/p99.
+  (c) ITL tail vs concurrency: one token every 20 ms, C = 16, 256, 1024; the same server, so the ITL p99 must not
+      grow with C. Targets: ITL p99 C=256/C=16 <= 1.05, C=1024/C=16 <= 1.10.
+  (d) stamps in bursts: tests/burst_server.py writes every stream's next chunk in one burst every 20 ms, in a new
+      random order each time, and keeps each write's time; C=256. Printed: how far each measured gap is from the
+      true one (p50/p99), with chunk times stamped on arrival (specmon) and, for comparison, stamped when each
+      stream's code saw its chunk (the generator before arrival stamps). Target: within 0.5 ms.
+  (e) open loop: Poisson arrivals at 1000 req/s, 16 tokens each 10 ms apart, three runs: the achieved rate and the
+      send lateness p50/p99. Target: achieved within 2 % of 1000, lateness p99 <= 1 ms.
 
 "specmon" is the real generator (SweepRunner: httpx + aiohttp transport, byte-level SSE, records written to a
 file, statistics, loop-lag ticker). "plain httpx" is httpx.AsyncClient with its default transport (pool raised to
 C so it is not capped at 100), iterating lines and json-decoding every data line, as typical clients do.
-Both run on uvloop. Run: python bench/loadgen_overhead.py [--quick] [--only-paced]
+Both run on uvloop. Run: python bench/loadgen_overhead.py [--quick] [--full]
 
 CPU per chunk depends on how many chunks one socket read finds: on an idle box the client keeps up and reads them
 one by one (~10 us each at C=1024, mostly aiohttp's per-read protocol work); when other work delays it, reads batch
@@ -36,6 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "sse_server.py"
+BURST_SERVER = ROOT / "tests" / "burst_server.py"
 
 
 def free_port() -> int:
@@ -46,28 +52,63 @@ def free_port() -> int:
 
 # ---------------------------------------------------------------- client runs (in a child process on CPU 1)
 
-async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False) -> dict[str, float]:
-    """specmon's generator at concurrency c, or (open_loop) at request rate c."""
+async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False,
+                      burst: str | None = None) -> dict[str, float]:
+    """specmon's generator at concurrency c, or (open_loop) at request rate c; with `burst` ("arrival" or "read",
+    against tests/burst_server.py), also how far its gaps are from the server's true ones."""
+    from specmon.loadgen import client
     from specmon.loadgen.runner import SweepRunner
     from specmon.loadgen.workload import Workload
 
+    if burst == "read":   # chunk times taken when each stream's code sees its chunk: the generator before stamps
+        body_of = client._body_of
+        client._body_of = lambda resp: (body_of(resp)[0], None)
     levels: list[dict] = []
     if open_loop:
         wl = Workload(levels=(1,), rates=(c,), requests_per_level=n, warmup_requests=0, output_len=output_len,
-                      input_len=16, timeout_s=300)
+                      input_len=16, timeout_s=300, dataset="random")
     else:
         wl = Workload(levels=(int(c),), requests_per_level=n, warmup_requests=0, output_len=output_len, input_len=16,
-                      timeout_s=300)
+                      timeout_s=300, dataset="random")
+    errors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
         runner = SweepRunner(url, "fixture-model", wl, lambda m: levels.append(m["level"]) if m["type"] == "level" else None,
                              records_path=str(Path(d) / "records.jsonl"))
         await runner.run()
+        if burst:
+            errors = burst_errors(url, Path(d) / "records.jsonl")
     lv = levels[0]
-    return {"cpu_s": lv["client"]["cpu_s"], "chunks": lv["client"]["chunks"], "wall_s": lv["duration_s"],
+    return {**errors, "cpu_s": lv["client"]["cpu_s"], "chunks": lv["client"]["chunks"], "wall_s": lv["duration_s"],
             "ok": lv["requests_ok"], "itl_p50_ms": lv["itl_ms"]["p50"], "itl_p99_ms": lv["itl_ms"]["p99"],
             "lag_p99_ms": lv["client"]["loop_lag_ms_p99"], "cpu_wait_s": lv["client"]["cpu_wait_s"],
             "late_p50_ms": (lv.get("send_late_ms") or {}).get("p50"), "late_p99_ms": (lv.get("send_late_ms") or {}).get("p99"),
-            "achieved_rate": lv.get("achieved_rate")}
+            "achieved_rate": lv.get("achieved_rate"), "handling_ms_p99": lv["client"].get("handling_ms_p99"),
+            "burst_max": lv["client"].get("burst_max")}
+
+
+def _q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[round(p / 100 * (len(xs) - 1))] if xs else float("nan")
+
+
+def burst_errors(url: str, records: Path) -> dict[str, float]:
+    """|measured gap - true gap| p50/p99 (ms) over every gap, and the true and measured ITL p99."""
+    import urllib.request
+
+    with urllib.request.urlopen(url + "/schedule") as resp:
+        schedule = json.load(resp)
+    measured: list[float] = []
+    true: list[float] = []
+    for line in records.read_text().splitlines():
+        r = json.loads(line)
+        writes = schedule["writes"].get(f"{r['concurrency']}-{r['i']}", [])
+        if not r["ok"] or len(writes) != len(r["itl_us"]) + 1:
+            continue
+        measured += [g / 1000 for g in r["itl_us"]]
+        true += [(b - a) / 1e6 for a, b in zip(writes, writes[1:])]
+    errs = [abs(m - t) for m, t in zip(measured, true)]
+    return {"err_p50_ms": _q(errs, 50), "err_p99_ms": _q(errs, 99), "true_itl_p99_ms": _q(true, 99),
+            "server_late_p99_ms": schedule["late_ms_p99"], "gaps": len(errs)}
 
 
 async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> dict[str, float]:
@@ -113,6 +154,8 @@ def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
 
     if kind == "specmon-open":
         result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True))
+    elif kind.startswith("specmon-burst-"):
+        result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1]))
     elif kind == "specmon":
         result = uvloop.run(run_specmon(url, c, n, output_len))
     else:
@@ -122,9 +165,9 @@ def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
 
 # ---------------------------------------------------------------- orchestration
 
-def start_server(interval_s: float) -> tuple[subprocess.Popen[str], str]:
+def start_server(interval_s: float, script: Path = SERVER) -> tuple[subprocess.Popen[str], str]:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(SERVER), "--port", str(port), "--cpu", "0", "--interval-s", str(interval_s)],
+    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), "--cpu", "0", "--interval-s", str(interval_s)],
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc, f"http://127.0.0.1:{port}"
@@ -151,7 +194,7 @@ def row(case: str, kind: str, c: float | str, r: dict[str, float]) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
-    ap.add_argument("--only-paced", action="store_true", help="only the paced closed-loop and open-loop cases")
+    ap.add_argument("--full", action="store_true", help="also back to back at C=1, 64, 256, and plain httpx beside")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "URL", "C", "N", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -160,33 +203,78 @@ def main() -> None:
         return
     if len(os.sched_getaffinity(0)) < 2:
         sys.exit("needs 2 CPUs (server on CPU 0, client on CPU 1)")
-    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (other work on the box inflates CPU figures)")
+    print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          "(other work on the box inflates CPU figures and ITL tails)")
     print(f"{'case':<13} {'client':<12} {'C':>7} {'chunks':>9} {'cpu_s':>8} {'us/chunk':>9} {'chunks/s':>10} "
           f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8} {'lag p99':>8} {'cpu wait':>9}")
     print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU)")
+    figures: dict[str, float] = {}
+    kinds = ("specmon", "plain-httpx") if args.full else ("specmon",)
     server, url = start_server(0.0)
     try:
-        for c in () if args.only_paced else (1, 64, 256, 1024):
+        for c in (1, 64, 256, 1024) if args.full else (1024,):
             n = max(c, 8 if args.quick else 32)
-            for kind in ("specmon", "plain-httpx"):
-                print(row("back-to-back", kind, c, measure(kind, url, c, n, 256)), flush=True)
+            for kind in kinds:
+                r = measure(kind, url, c, n, 256)
+                print(row("back-to-back", kind, c, r), flush=True)
+                if kind == "specmon":
+                    figures[f"b2b_us_{c}"] = r["cpu_s"] * 1e6 / r["chunks"]
     finally:
         server.kill()
         server.wait()
     server, url = start_server(0.025)
     output_len = 80 if args.quick else 120
     try:
-        for kind in ("specmon", "plain-httpx"):
-            print(row("paced 25ms", kind, 256, measure(kind, url, 256, 256, output_len)), flush=True)
-        # The open loop at the same offered load: 10k tokens/s in requests of output_len tokens.
-        rate = round(10000 / output_len, 2)
-        print(row("open 25ms", "specmon-open", f"{rate:g}/s", measure("specmon-open", url, rate, 512, output_len)),
-              flush=True)
+        for kind in kinds:
+            r = measure(kind, url, 256, 256, output_len)
+            print(row("paced 25ms", kind, 256, r), flush=True)
+            if kind == "specmon":
+                figures["paced_us_256"] = r["cpu_s"] * 1e6 / r["chunks"]
     finally:
         server.kill()
         server.wait()
-    print("(open 25ms: C is the offered request rate; the generator's CPU per chunk is comparable with paced 25ms)")
-    print("targets: specmon <= 10 us/chunk back-to-back at C=1024; <= 40 us/chunk paced at C=256 (closed or open loop)")
+    server, url = start_server(0.020)
+    try:
+        for c in (16, 256, 1024):
+            r = measure("specmon", url, c, max(2 * c, 32) if c < 1024 else c, 50 if args.quick else 100)
+            print(row("paced 20ms", "specmon", c, r), flush=True)
+            figures[f"itl_p99_{c}"] = r["itl_p99_ms"]
+    finally:
+        server.kill()
+        server.wait()
+    for stamp in ("arrival", "read"):
+        server, url = start_server(0.020, BURST_SERVER)
+        try:
+            r = measure(f"specmon-burst-{stamp}", url, 256, 256, 50)
+        finally:
+            server.kill()
+            server.wait()
+        print(row("burst 20ms", f"at {stamp}", 256, r) + f"  |gap error| p50/p99 {r['err_p50_ms']:.3f}/"
+              f"{r['err_p99_ms']:.3f} ms over {r['gaps']} gaps, true ITL p99 {r['true_itl_p99_ms']:.2f}, server late p99 "
+              f"{r['server_late_p99_ms']:.2f} ms, handling p99 {r['handling_ms_p99']} ms, burst max {r['burst_max']}",
+              flush=True)
+        figures[f"burst_err_p99_{stamp}"] = r["err_p99_ms"]
+    server, url = start_server(0.010)
+    try:
+        opens = []
+        for _ in range(3):
+            r = measure("specmon-open", url, 1000, 2000 if args.quick else 5000, 16)
+            print(row("open 10ms", "specmon-open", "1000/s", r), flush=True)
+            opens.append(r)
+    finally:
+        server.kill()
+        server.wait()
+    lo = figures["itl_p99_16"]
+    print(f"\nissue 22 figures (load average now {os.getloadavg()[0]:.2f}):")
+    print(f"  ITL p99 C=256/C=16   {figures['itl_p99_256'] / lo:.3f}   (target <= 1.05)")
+    print(f"  ITL p99 C=1024/C=16  {figures['itl_p99_1024'] / lo:.3f}   (target <= 1.10)")
+    print(f"  back to back C=1024  {figures['b2b_us_1024']:.1f} us/chunk   (target <= 10)")
+    print(f"  paced C=256          {figures['paced_us_256']:.1f} us/chunk   (target <= 40)")
+    print(f"  burst C=256 |gap error| p99: {figures['burst_err_p99_arrival']:.3f} ms stamped on arrival, "
+          f"{figures['burst_err_p99_read']:.3f} ms stamped when read   (target <= 0.5)")
+    for i, r in enumerate(opens, 1):
+        print(f"  open loop 1000 req/s run {i}: sent {r['achieved_rate']:.1f} req/s, lateness p50/p99 "
+              f"{r['late_p50_ms']:.3f}/{r['late_p99_ms']:.3f} ms   (target: within 2 %, p99 <= 1 ms)")
 
 
 if __name__ == "__main__":

@@ -133,3 +133,67 @@ async def test_itl_tail_does_not_grow_with_concurrency_and_tokens_match_usage(fr
                       f"{sa} ms), C={HIGH_C} {b.client.cpu_wait_s:.2f} of {b.duration_s:.2f} s (server gap p99 {sb} ms, "
                       f"client-bound {b.client.bound})" for p, a, b, sa, sb in tried)
     pytest.skip(f"machine overloaded in all {ATTEMPTS} attempts (generator waiting for a CPU, or server late: {waits})")
+
+
+STAMP_TOLERANCE_MS = 0.5
+
+
+def stamp_errors(records_path: Path, schedule: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
+    """Per gap between two chunks of one stream: measured (from the records) and true (the server's writes), ms,
+    and the absolute difference."""
+    measured: list[float] = []
+    true: list[float] = []
+    for line in records_path.read_text().splitlines():
+        r = json.loads(line)
+        writes = schedule["writes"][f"{r['concurrency']}-{r['i']}"]
+        assert r["ok"] and len(r["itl_us"]) == len(writes) - 1
+        measured += [g / 1000 for g in r["itl_us"]]
+        true += [(b - a) / 1e6 for a, b in zip(writes, writes[1:])]
+    return measured, true, [abs(m - t) for m, t in zip(measured, true)]
+
+
+def _q(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[round(p / 100 * (len(xs) - 1))]
+
+
+@pytest.mark.timeout(240)
+async def test_chunk_times_are_arrival_times_in_bursts_of_256(free_port: int, tmp_path: Path) -> None:
+    """Chunks stamped on arrival: a server writes every stream's next chunk in one burst every 20 ms, in a new random
+    order each time (a stream first in one burst is last in the next), and notes each write's time. Stamped as each
+    stream's code got to its chunk, a gap was off by up to the handling of the whole burst (256 streams' work);
+    stamped as the bytes come off the socket, each measured gap is within STAMP_TOLERANCE_MS of the true one."""
+    pin = ["--cpu", str(min(CPUS))] if len(CPUS) >= 2 else []
+    if len(CPUS) >= 2:
+        os.sched_setaffinity(0, CPUS[1:])
+    tried = []
+    try:
+        for attempt in range(ATTEMPTS):
+            proc = subprocess.Popen([sys.executable, str(TESTS / "burst_server.py"), "--port", str(free_port), *pin],
+                                    stdout=subprocess.PIPE, text=True)
+            try:
+                assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+                url = f"http://127.0.0.1:{free_port}"
+                wl = Workload(levels=(HIGH_C,), requests_per_level=HIGH_C, warmup_requests=0, dataset="random",
+                              input_len=8, output_len=50)
+                result = await run_sweep(SweepSpec(url=url, workload=wl, out_path=tmp_path / f"b{attempt}.jsonl"))
+                with urllib.request.urlopen(url + "/schedule") as resp:
+                    schedule = json.load(resp)
+            finally:
+                proc.kill()
+                proc.wait()
+            (lv,) = result.levels
+            measured, true, errors = stamp_errors(Path(result.meta.records or ""), schedule)
+            figures = (f"|error| p50 {_q(errors, 50):.3f} p99 {_q(errors, 99):.3f} ms; ITL p50 {_q(measured, 50):.2f} "
+                       f"(true {_q(true, 50):.2f}), p99 {_q(measured, 99):.2f} (true {_q(true, 99):.2f}) ms; "
+                       f"server late p99 {schedule['late_ms_p99']:.2f} ms, generator waited {lv.client.cpu_wait_s} s "
+                       f"of {lv.duration_s:.1f}")
+            tried.append(figures)
+            if disturbed(lv, schedule["late_ms_p99"] + FIRST_PACE_MS, FIRST_PACE_MS):
+                continue
+            assert _q(errors, 99) <= STAMP_TOLERANCE_MS, figures
+            assert abs(_q(measured, 99) - _q(true, 99)) <= STAMP_TOLERANCE_MS, figures
+            return
+    finally:
+        os.sched_setaffinity(0, CPUS)
+    pytest.skip(f"machine overloaded in all {ATTEMPTS} attempts: " + " | ".join(tried))

@@ -42,6 +42,7 @@ USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well p
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
+BURST_GAP_NS = 50_000     # socket reads closer than this belong to one burst
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
 _TEXT = {
@@ -54,7 +55,7 @@ class Stream:
     """The state of one in-flight request; `times` (ns) grows by one per text-carrying chunk."""
 
     __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns",
-                 "last", "heard_ns")
+                 "last", "heard_ns", "handled_max_ns")
 
     def __init__(self) -> None:
         self.start_ns = 0
@@ -68,6 +69,7 @@ class Stream:
         self.end_ns = 0
         self.last: bytes | None = None   # the last data payload: tells a finished stream from a cut one
         self.heard_ns = 0                # when the server last sent anything (the watchdog's silence clock)
+        self.handled_max_ns = 0          # longest a chunk waited between its arrival and this stream's code seeing it
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -187,7 +189,12 @@ class StreamClient:
             for ev in events:
                 pos += len(ev) + 2
                 # The event's time: when the socket read holding its last byte came in (before any parsing).
-                at = t if arrivals is None else _arrival(arrivals, content, pos, t)
+                if arrivals is None:
+                    at = t
+                else:
+                    at = _arrival(arrivals, content, pos, t)
+                    if t - at > s.handled_max_ns:
+                        s.handled_max_ns = t - at
                 if self._event(ev, s, at):
                     return
         if buf.strip():
@@ -325,6 +332,21 @@ async def _close(resp: httpx.Response) -> None:
         pass
 
 
+class BurstMeter:
+    """How many socket reads came in back to back (each within BURST_GAP_NS of the one before): the largest burst
+    since `largest` was last reset. One per process, as the event loop is."""
+
+    __slots__ = ("last_ns", "size", "largest")
+
+    def __init__(self) -> None:
+        self.last_ns = 0
+        self.size = 0
+        self.largest = 0
+
+
+BURSTS = BurstMeter()
+
+
 class _StampingProtocol(ResponseHandler):
     """aiohttp's connection protocol, noting when each socket read came in, before the HTTP parser runs.
 
@@ -340,6 +362,11 @@ class _StampingProtocol(ResponseHandler):
 
     def data_received(self, data: bytes) -> None:
         t = perf_counter_ns()
+        bursts = BURSTS
+        bursts.size = bursts.size + 1 if t - bursts.last_ns < BURST_GAP_NS else 1
+        bursts.last_ns = t
+        if bursts.size > bursts.largest:
+            bursts.largest = bursts.size
         super().data_received(data)
         payload = self._payload
         if payload is not None:

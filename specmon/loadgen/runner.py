@@ -25,12 +25,12 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specmon.loadgen.client import Stream, StreamClient
+from specmon.loadgen.client import BURSTS, Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.arrivals import Schedule
 from specmon.model.datasets import Dataset
 from specmon.model.results import append_whole, redact, utc_now_iso
-from specmon.model.sweepstats import LevelAccumulator, RequestRecord, SweepProgress, percentile
+from specmon.model.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress, percentile
 
 PROGRESS_INTERVAL_S = 0.25
 LAG_TICK_S = 0.01
@@ -181,6 +181,8 @@ class SweepRunner:
         gc.freeze()
         gc.disable()
         acc = LevelAccumulator(c, rate=rate, slo=self.w.slo)
+        handled = LogHistogram()   # per request, the longest a chunk waited for the stream's code after arriving
+        BURSTS.largest = 0
         self._first_error = None
         in_flight: set[Stream] = set()
         issued = 0
@@ -224,6 +226,7 @@ class SweepRunner:
                 finally:
                     in_flight.discard(s)
                 finished(s)
+                handled.add(s.handled_max_ns / 1e6)
                 if s.detail is not None:
                     s.detail = redact(s.detail, self._secrets)  # error bodies may echo the key
                 finish(_record(c, i, s, t0_ns, warmup, self.factory.category(i)))
@@ -255,6 +258,7 @@ class SweepRunner:
                 in_flight.discard(s)
                 if slots is not None:
                     slots.release()
+            handled.add(s.handled_max_ns / 1e6)
             if s.detail is not None:
                 s.detail = redact(s.detail, self._secrets)
             r = _record(c, i, s, t0_ns, warmup, self.factory.category(i))
@@ -347,7 +351,8 @@ class SweepRunner:
         first, last = acc.first_start_s, acc.last_end_s
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
-        return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited).to_dict()
+        return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited,
+                          handling_ms_p99=handled.quantile(99), burst_max=BURSTS.largest).to_dict()
 
 
     def _warn_far_first_arrival(self, schedule: Schedule, total: float) -> None:

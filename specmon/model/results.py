@@ -100,6 +100,9 @@ class ClientHealth:
     loop_lag_ms_p99: float | None = None
     bound: bool = False
     cpu_wait_s: float | None = None   # runnable but waiting for a CPU (Linux schedstat): a busy box, not us
+    handling_ms_p99: float | None = None   # p99 over requests of the longest a chunk waited for its stream's code
+    burst_max: int | None = None      # most socket reads that came in back to back
+    skewed: bool = False              # that wait is a material share of the ITL: the level is flagged as bound
 
     @property
     def cpu_us_per_chunk(self) -> float | None:
@@ -114,6 +117,9 @@ class ClientHealth:
             "loop_lag_ms_p99": None if self.loop_lag_ms_p99 is None else round(self.loop_lag_ms_p99, 3),
             "bound": self.bound,
             "cpu_wait_s": None if self.cpu_wait_s is None else round(self.cpu_wait_s, 4),
+            "handling_ms_p99": None if self.handling_ms_p99 is None else round(self.handling_ms_p99, 3),
+            "burst_max": self.burst_max,
+            "skewed": self.skewed,
         }
 
     @classmethod
@@ -126,6 +132,9 @@ class ClientHealth:
             loop_lag_ms_p99=_opt_float(d.get("loop_lag_ms_p99"), f"{where}.loop_lag_ms_p99"),
             bound=bool(d.get("bound", False)),
             cpu_wait_s=_opt_float(d.get("cpu_wait_s"), f"{where}.cpu_wait_s"),
+            handling_ms_p99=_opt_float(d.get("handling_ms_p99"), f"{where}.handling_ms_p99"),
+            burst_max=None if d.get("burst_max") is None else _req_int(d, "burst_max", where),
+            skewed=bool(d.get("skewed", False)),
         )
 
 

@@ -54,6 +54,8 @@ from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stat
 
 LOOP_LAG_BOUND_MS = 10.0
 CPU_BOUND_FRACTION = 0.85
+SKEW_SHARE = 0.1        # a level's chunk handling delay p99 past this share of its ITL p50 (and past SKEW_FLOOR_MS)
+SKEW_FLOOR_MS = 1.0     # flags the level as client-bound
 LATE_BOUND_MS = 10.0
 LATE_GAP_SHARE = 0.25
 OVER_CAPACITY_SHARE = 0.9
@@ -202,6 +204,15 @@ class LogHistogram:
         return Stats(self.total / self.count, self.quantile(50), self.quantile(90), self.quantile(99))
 
 
+def client_skewed(handling_ms_p99: float | None, itl_p50_ms: float | None) -> bool:
+    """True when chunks waited for their stream's code (after their arrival was stamped) long enough, against the
+    level's ITL, that the stamps themselves may be late: a burst's later socket reads wait for the handling of the
+    earlier ones before the event loop gets to them."""
+    if handling_ms_p99 is None or itl_p50_ms is None:
+        return False
+    return handling_ms_p99 > max(SKEW_FLOOR_MS, SKEW_SHARE * itl_p50_ms)
+
+
 def client_bound(cpu_s: float, duration_s: float, loop_lag_ms_p99: float | None) -> bool:
     """True when the generator's own load makes a level's timings untrustworthy."""
     if loop_lag_ms_p99 is not None and loop_lag_ms_p99 > LOOP_LAG_BOUND_MS:
@@ -299,17 +310,20 @@ class LevelAccumulator:
 
     def result(
         self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None,
-        cpu_wait_s: float | None = None,
+        cpu_wait_s: float | None = None, handling_ms_p99: float | None = None, burst_max: int | None = None,
     ) -> LevelResult:
         """The finished level. duration_s: first measured request sent -> last one finished."""
         dur = max(duration_s, 1e-9)
         measured = self.requests_ok + self.requests_failed
         open_loop = self._open_loop_figures()
+        itl = self.itl.stats()
+        skewed = client_skewed(handling_ms_p99, itl.p50)
         client = ClientHealth(
             cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
             # A level with no successful request has no timings for the client to distort: requests that all
             # failed at once (a refused port, a 401) make any level look CPU-bound over its few milliseconds.
-            bound=self.requests_ok > 0 and client_bound(cpu_s, duration_s, loop_lag_ms_p99), cpu_wait_s=cpu_wait_s,
+            bound=self.requests_ok > 0 and (skewed or client_bound(cpu_s, duration_s, loop_lag_ms_p99)),
+            cpu_wait_s=cpu_wait_s, handling_ms_p99=handling_ms_p99, burst_max=burst_max, skewed=skewed,
         )
         return LevelResult(
             concurrency=self.concurrency,
@@ -324,7 +338,7 @@ class LevelAccumulator:
             request_throughput=self.requests_ok / dur,
             ttft_ms=stats_of(self.ttft),
             tpot_ms=stats_of(self.tpot),
-            itl_ms=self.itl.stats(),
+            itl_ms=itl,
             e2e_ms=stats_of(self.e2e),
             decode_tok_s=stats_of(self.decode),
             tokens_per_chunk=self.tokens_per_chunk,

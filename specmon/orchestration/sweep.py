@@ -45,7 +45,7 @@ from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.interpreter import python_module
 from specmon.model.numbers import counted
 from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.sweepstats import SweepProgress, client_bound
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 10.0   # one read of the probe
@@ -393,7 +393,11 @@ def level_warnings(level: LevelResult) -> list[str]:
     if level.usage_missing:
         out.append(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
-    if level.client.bound:
+    if level.client.skewed:
+        out.append(f"{c}: chunks waited up to {level.client.handling_ms_p99:.1f} ms (p99) for the load generator after "
+                   f"arriving, in bursts of up to {level.client.burst_max} reads, against an ITL p50 of "
+                   f"{level.itl_ms.p50:.1f} ms; chunk times at this level may carry that skew")
+    if level.client.bound and client_bound(level.client.cpu_s, level.duration_s, level.client.loop_lag_ms_p99):
         why = f"loop lag p99 {level.client.loop_lag_ms_p99} ms, {level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s"
         if level.client.cpu_wait_s:
             why += f", {level.client.cpu_wait_s:.2f} s waiting for a CPU: the machine is busy"

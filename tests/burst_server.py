@@ -1,0 +1,122 @@
+"""A streaming server whose chunk times are known: every open stream gets its next chunk in one burst per tick.
+
+The load generator's hardest case is C chunks arriving together: its streams' code then runs one after another,
+and a time taken there is late by the handling of every stream ahead in the burst. This server makes that case on
+purpose and keeps the truth: every `interval_s` it writes one text chunk to each open stream, back to back, in a
+fresh random order each tick (so a stream is early in one burst and late in the next), and notes when each write
+went out (time.perf_counter_ns, CLOCK_MONOTONIC, the clock the generator stamps with, on the same machine).
+
+POST /v1/chat/completions streams `max_tokens` one-token chunks, then a finish/usage chunk and [DONE]; the stream is
+known by the `[level-i]` tag that starts its (random dataset) prompt. GET /schedule answers {"writes": {tag: [write ns, ...]},
+"late_ms_p99": how late the server itself started its bursts}, GET /v1/models one model.
+
+Run standalone: python tests/burst_server.py --port P [--interval-s 0.02] [--cpu N]; prints "ready" when listening.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import time
+
+TAG = re.compile(r"\[([^\]]+)\]")
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n" % len(data) + data + b"\r\n"
+
+
+TEXT = _chunk(b'data: {"choices":[{"index":0,"delta":{"content":" tok"},"finish_reason":null}]}\n\n')
+
+
+class BurstServer:
+    def __init__(self, interval_s: float) -> None:
+        self.interval_s = interval_s
+        self.open: list[list] = []          # [writer, tag, remaining]
+        self.writes: dict[str, list[int]] = {}
+        self.late_ms: list[float] = []      # how late each burst started against its tick
+        self._rng = random.Random(1)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                body = await reader.readexactly(length) if length else b""
+                if head.startswith(b"GET "):
+                    path = head.split(b" ")[1]
+                    obj: object = {"data": [{"id": "burst-model"}]}
+                    if path == b"/schedule":
+                        late = sorted(self.late_ms) or [0.0]
+                        obj = {"writes": self.writes, "late_ms_p99": late[int(0.99 * (len(late) - 1))]}
+                    data = json.dumps(obj).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                                 % len(data) + data)
+                    continue
+                req = json.loads(body)
+                match = TAG.search(req["messages"][0]["content"])
+                tag = match.group(1) if match else f"untagged-{len(self.writes)}"
+                self.writes[tag] = []
+                writer.write(HEAD)
+                self.open.append([writer, tag, int(req["max_tokens"])])
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
+            writer.close()
+
+    async def tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        due = loop.time()
+        while True:
+            due += self.interval_s
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            streams, self.open = self.open, []
+            if streams:
+                self.late_ms.append((loop.time() - due) * 1000)
+            self._rng.shuffle(streams)
+            for entry in streams:
+                writer, tag, remaining = entry
+                if writer.is_closing():
+                    continue
+                writer.write(TEXT)
+                self.writes[tag].append(time.perf_counter_ns())
+                entry[2] = remaining - 1
+                if remaining > 1:
+                    self.open.append(entry)
+                else:
+                    n = len(self.writes[tag])
+                    final = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
+                             b'"usage":{"prompt_tokens":8,"completion_tokens":%d}}\n\n' % n)
+                    writer.write(_chunk(final) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+async def _serve(port: int, interval_s: float) -> None:
+    server = BurstServer(interval_s)
+    listener = await asyncio.start_server(server.handle, "127.0.0.1", port, backlog=4096)
+    ticker = asyncio.get_running_loop().create_task(server.tick())
+    print("ready", flush=True)
+    async with listener:
+        await listener.serve_forever()
+    ticker.cancel()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--interval-s", type=float, default=0.02)
+    ap.add_argument("--cpu", type=int, help="pin the server to this CPU")
+    a = ap.parse_args()
+    if a.cpu is not None:
+        os.sched_setaffinity(0, {a.cpu})
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(_serve(a.port, a.interval_s))
+    else:
+        uvloop.run(_serve(a.port, a.interval_s))
