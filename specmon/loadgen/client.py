@@ -42,7 +42,7 @@ USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well p
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
-BURST_GAP_NS = 50_000     # socket reads closer than this belong to one burst
+PHASE_STALE_NS = 100_000_000   # an I/O phase never lasts this long: one whose closing callback never ran is over
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
 _TEXT = {
@@ -332,28 +332,39 @@ async def _close(resp: httpx.Response) -> None:
         pass
 
 
-class BurstMeter:
-    """How many socket reads came in back to back (each within BURST_GAP_NS of the one before): the largest burst
-    since `largest` was last reset. One per process, as the event loop is."""
+class IoPhase:
+    """The event loop's current I/O phase: when it began (its first socket read) and how many reads it has had.
 
-    __slots__ = ("last_ns", "size", "largest")
+    Every socket that is readable when the loop polls is read in one phase, one after another; each read's bytes
+    arrived before the phase began, so the phase's start is the truest time this process can give them, and a
+    burst's last socket is not charged for the parsing of the ones read before it. The phase ends with the first
+    callback the loop runs after its reads (one call_soon per phase). `largest`: the most reads one phase had
+    since it was last reset: the burst size. One per process, as the event loop is.
+    """
+
+    __slots__ = ("start_ns", "reads", "largest", "open")
 
     def __init__(self) -> None:
-        self.last_ns = 0
-        self.size = 0
+        self.start_ns = 0
+        self.reads = 0
         self.largest = 0
+        self.open = False
+
+    def close(self) -> None:
+        self.open = False
 
 
-BURSTS = BurstMeter()
+PHASE = IoPhase()
 
 
 class _StampingProtocol(ResponseHandler):
     """aiohttp's connection protocol, noting when each socket read came in, before the HTTP parser runs.
 
     A burst of C streams' chunks arriving together is handed to the streams' code one coroutine after another; a
-    time taken there would be late by the handling of every stream ahead in the burst. Here each read is stamped
-    as the event loop takes it off the socket: `arrivals` holds (ns, payload, payload bytes after this read),
-    consumed by the reading stream (_arrival), a bounded few per connection when nobody reads them.
+    time taken there would be late by the handling of every stream ahead in the burst. Here each read is stamped,
+    before the HTTP parser runs, with the start of the event loop's I/O phase that read it (IoPhase): `arrivals`
+    holds (ns, payload, payload bytes after this read), consumed by the reading stream (_arrival), a bounded few per
+    connection when nobody reads them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -361,16 +372,20 @@ class _StampingProtocol(ResponseHandler):
         self.arrivals: deque[tuple[int, aiohttp.StreamReader, int]] = deque(maxlen=ARRIVALS_KEPT)
 
     def data_received(self, data: bytes) -> None:
+        phase = PHASE
         t = perf_counter_ns()
-        bursts = BURSTS
-        bursts.size = bursts.size + 1 if t - bursts.last_ns < BURST_GAP_NS else 1
-        bursts.last_ns = t
-        if bursts.size > bursts.largest:
-            bursts.largest = bursts.size
+        if not phase.open or t - phase.start_ns > PHASE_STALE_NS:
+            phase.open = True
+            phase.start_ns = t
+            phase.reads = 0
+            self._loop.call_soon(phase.close)
+        phase.reads += 1
+        if phase.reads > phase.largest:
+            phase.largest = phase.reads
         super().data_received(data)
         payload = self._payload
         if payload is not None:
-            self.arrivals.append((t, payload, payload.total_bytes))
+            self.arrivals.append((phase.start_ns, payload, payload.total_bytes))
 
 
 def _arrival(arrivals: deque[tuple[int, aiohttp.StreamReader, int]], content: aiohttp.StreamReader | None,

@@ -25,7 +25,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specmon.loadgen.client import BURSTS, Stream, StreamClient
+from specmon.loadgen.client import PHASE, Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.arrivals import Schedule
 from specmon.model.datasets import Dataset
@@ -182,7 +182,7 @@ class SweepRunner:
         gc.disable()
         acc = LevelAccumulator(c, rate=rate, slo=self.w.slo)
         handled = LogHistogram()   # per request, the longest a chunk waited for the stream's code after arriving
-        BURSTS.largest = 0
+        PHASE.largest = 0
         self._first_error = None
         in_flight: set[Stream] = set()
         issued = 0
@@ -352,7 +352,7 @@ class SweepRunner:
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
         return acc.result(duration, cpu_s, self.lag.p99(), started_at, cpu_wait_s=waited,
-                          handling_ms_p99=handled.quantile(99), burst_max=BURSTS.largest).to_dict()
+                          handling_ms_p99=handled.quantile(99), burst_max=PHASE.largest).to_dict()
 
 
     def _warn_far_first_arrival(self, schedule: Schedule, total: float) -> None:
