@@ -1,0 +1,233 @@
+"""One level of a sweep in progress, and the two ways of loading it: a closed loop and an open loop.
+
+A `Level` holds what every request of the level adds to (the accumulator, the records, the requests in flight, the
+chunk handling delays) and reports progress and the result. A driver sends the level's requests:
+- `ClosedLoop`: C workers each send a request, wait for it to finish and send the next, until the level's request
+  count is issued or its duration has passed (in-flight requests then finish and count);
+- `OpenLoop`: one dispatcher sleeps until each arrival of the level's schedule (absolute times from the level's
+  start, so a late send never shifts the ones after it) and starts that request as its own task, whatever is still
+  in flight; with a max-concurrency cap a request whose arrival finds every slot taken waits for one. Each record
+  notes how late its send was against the schedule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import gc
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from specmon.loadgen.client import PHASE, Stream, StreamClient
+from specmon.loadgen.workload import RequestFactory
+from specmon.model.results import redact, utc_now_iso
+from specmon.model.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
+
+PROGRESS_INTERVAL_S = 0.25
+REFUSED_BACKOFF_S = 0.2   # a refused worker waits, so a dead server is not hammered in duration mode
+START_SPACING_S = 0.0005  # level start ramp: 256 streams start within 128 ms
+GC_EVERY_REQUESTS = 2000  # ~45 cyclic objects each: a few tens of MB between collections
+
+
+@dataclasses.dataclass
+class LevelSetup:
+    """What a level is: its index, concurrency (an open loop's cap, 0 for none), request count (None: by
+    duration), duration, rate (None: closed loop), and whether it is the warm-up."""
+
+    index: int
+    concurrency: int
+    count: int | None
+    duration_s: float | None
+    warmup: bool
+    rate: float | None = None
+    level_count: int = 1
+
+
+class Level:
+    """A level in progress: requests finish into it (`finish`), it reports progress and its result."""
+
+    def __init__(self, setup: LevelSetup, slo: Any, secrets: list[str], write: Callable[[RequestRecord], None],
+                 emit_progress: Callable[[dict[str, Any]], None], take_lag_max: Callable[[], float]) -> None:
+        self.setup = setup
+        self.acc = LevelAccumulator(setup.concurrency, rate=setup.rate, slo=slo)
+        self.handled = LogHistogram()   # per request, the longest a chunk waited for its stream's code after arriving
+        self.in_flight: set[Stream] = set()
+        self.first_error: str | None = None
+        self.started_at = utc_now_iso()
+        self.t0_ns = 0
+        self._secrets = secrets
+        self._write = write
+        self._emit_progress = emit_progress
+        self._take_lag_max = take_lag_max
+        self._cpu_mark, self._wall_mark = time.process_time(), time.perf_counter()
+        PHASE.largest = 0
+
+    def start(self) -> None:
+        """The level's clock starts: record times and an open loop's schedule count from here."""
+        self.t0_ns = time.perf_counter_ns()
+
+    def finish(self, s: Stream, category: str | None, i: int, **extra: Any) -> None:
+        """A request ended: record it (with `extra` fields: an open loop's rate, lateness, queueing)."""
+        self.handled.add(s.handled_max_ns / 1e6)
+        if s.detail is not None:
+            s.detail = redact(s.detail, self._secrets)   # error bodies may echo the key
+        r = _record(self.setup.concurrency, i, s, self.t0_ns, self.setup.warmup, category)
+        if extra:
+            r = dataclasses.replace(r, **extra)
+        if r.detail is not None and self.first_error is None:
+            self.first_error = f"{r.error}: {r.detail}"
+        self._write(r)
+        self.acc.add(r)
+
+    def progress(self) -> None:
+        setup, acc = self.setup, self.acc
+        elapsed = (time.perf_counter_ns() - self.t0_ns) / 1e9
+        tpc = acc.tokens_per_chunk or 1.0
+        live_tokens = acc.output_tokens + tpc * sum(len(s.times) for s in self.in_flight)
+        cpu_now, wall = time.process_time(), time.perf_counter()
+        cpu_frac = (cpu_now - self._cpu_mark) / (wall - self._wall_mark) if wall > self._wall_mark else None
+        self._cpu_mark, self._wall_mark = cpu_now, wall
+        p = SweepProgress(
+            concurrency=setup.concurrency, level_index=setup.index, level_count=setup.level_count,
+            phase="warmup" if setup.warmup else "level", elapsed_s=round(elapsed, 3),
+            requests_done=acc.requests_ok + acc.requests_failed, requests_failed=acc.requests_failed,
+            requests_target=setup.count, duration_target_s=setup.duration_s, in_flight=len(self.in_flight),
+            output_tok_s=round(live_tokens / elapsed, 2) if elapsed > 0 else 0.0,
+            ttft_p50_ms=acc.ttft_live.quantile(50), tokens_per_chunk=acc.tokens_per_chunk,
+            loop_lag_ms=round(self._take_lag_max(), 3), cpu_fraction=None if cpu_frac is None else round(cpu_frac, 3),
+            rate=setup.rate,
+        )
+        self._emit_progress(p.to_dict())
+
+    async def ticker(self) -> None:
+        """Progress about 4 times a second; a cyclic collection every GC_EVERY_REQUESTS requests (the collector is
+        off during a level: its full collections stop every stream for 30 ms+)."""
+        collected_at = 0
+        while True:
+            await asyncio.sleep(PROGRESS_INTERVAL_S)
+            self.progress()
+            done = self.acc.requests_ok + self.acc.requests_failed
+            if done - collected_at >= GC_EVERY_REQUESTS:
+                gc.collect()
+                collected_at = done
+
+
+class ClosedLoop:
+    """C workers, each sending its next request when the last one ends; see the module docstring."""
+
+    def __init__(self, level: Level, client: StreamClient, factory: RequestFactory) -> None:
+        self._level, self._client, self._factory = level, client, factory
+        self._issued = 0
+        self._first_start_ns: int | None = None   # duration mode: the level's time starts with its first send
+        self._latest_end_ns = 0
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._worker(k) for k in range(self._level.setup.concurrency)))
+
+    def _take(self) -> int | None:
+        setup = self._level.setup
+        if setup.duration_s is not None and setup.count is None:
+            # The first wave always goes out whole, even when the duration is shorter than the start ramp:
+            # otherwise the level would be labelled C without ever having had C requests in flight. After it,
+            # a level stops once a request has ended past the deadline, so its measured time (first send to
+            # last end) is never shorter than asked, however late this process was scheduled.
+            if (self._issued >= setup.concurrency and self._first_start_ns is not None
+                    and self._latest_end_ns >= self._first_start_ns + setup.duration_s * 1e9):
+                return None
+        elif setup.count is not None and self._issued >= setup.count:
+            return None
+        self._issued += 1
+        return self._issued - 1
+
+    async def _worker(self, k: int) -> None:
+        # Workers start START_SPACING_S apart: sending C requests in one loop iteration would hold back the
+        # first streams' chunks (~0.1 ms of client work per request start) and show up as client-made ITL.
+        await asyncio.sleep(k * START_SPACING_S)
+        level = self._level
+        c = level.setup.concurrency
+        while (i := self._take()) is not None:
+            s = Stream()
+            level.in_flight.add(s)
+            try:
+                await self._client.send(self._factory.body(c, i), s)
+            finally:
+                level.in_flight.discard(s)
+            if self._first_start_ns is None or s.start_ns < self._first_start_ns:
+                self._first_start_ns = s.start_ns
+            self._latest_end_ns = max(self._latest_end_ns, s.end_ns)
+            level.finish(s, self._factory.category(i), i)
+            if s.error == "refused":
+                await asyncio.sleep(REFUSED_BACKOFF_S)
+
+
+class OpenLoop:
+    """Requests sent on a schedule of arrival times (seconds from the level's start); see the module docstring."""
+
+    def __init__(self, level: Level, client: StreamClient, factory: RequestFactory, times: Iterable[float],
+                 max_concurrency: int | None) -> None:
+        self._level, self._client, self._factory = level, client, factory
+        self._times = times
+        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+
+    async def run(self) -> None:
+        tasks: set[asyncio.Task[None]] = set()
+        loop = asyncio.get_running_loop()
+        t0_ns = self._level.t0_ns
+        try:
+            for i, t in enumerate(self._times):
+                due_ns = t0_ns + int(t * 1e9)
+                # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so no
+                # request goes out before its time (lateness is then never negative). A dispatcher behind its
+                # schedule still yields once per send, so the requests it started (and a stop) can run.
+                delay = (due_ns - time.perf_counter_ns()) / 1e9
+                if delay <= 0:
+                    await asyncio.sleep(0)
+                while delay > 0:
+                    await asyncio.sleep(delay)
+                    delay = (due_ns - time.perf_counter_ns()) / 1e9
+                task = loop.create_task(self._arrival(i, due_ns))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _arrival(self, i: int, due_ns: int) -> None:
+        # Lateness counts from the scheduled time, or from when a slot came free if the cap held this one back
+        # (that wait is the cap doing its job: recorded as queued_ms).
+        level, slots = self._level, self._slots
+        ready_ns, queued_ms = due_ns, None
+        if slots is not None:
+            if slots.locked():
+                await slots.acquire()
+                ready_ns = time.perf_counter_ns()
+                queued_ms = (ready_ns - due_ns) / 1e6
+            else:
+                await slots.acquire()
+        s = Stream()
+        level.in_flight.add(s)
+        try:
+            await self._client.send(self._factory.body(f"r{level.setup.rate:g}", i), s)
+        finally:
+            level.in_flight.discard(s)
+            if slots is not None:
+                slots.release()
+        level.finish(s, self._factory.category(i), i, rate=level.setup.rate, late_ms=(s.start_ns - ready_ns) / 1e6,
+                     queued_ms=queued_ms)
+
+
+def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None) -> RequestRecord:
+    times = s.times
+    ok = s.error is None
+    gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
+    return RequestRecord(
+        concurrency=c, index=i, start_s=(s.start_ns - t0_ns) / 1e9, end_s=(s.end_ns - t0_ns) / 1e9, ok=ok,
+        error=s.error, detail=s.detail, status=s.status,
+        ttft_ms=(times[0] - s.start_ns) / 1e6 if ok and times else None,
+        e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
+        chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
+        category=category,
+    )
