@@ -23,6 +23,8 @@ import random
 import re
 import time
 
+from hostile_http import read_request
+
 TAG = re.compile(r"\[([^\]]+)\]")
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 
@@ -45,12 +47,7 @@ class BurstServer:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                body = await reader.readexactly(length) if length else b""
+                head, body = await read_request(reader)
                 if head.startswith(b"GET "):
                     path = head.split(b" ")[1]
                     obj: object = {"data": [{"id": "burst-model"}]}

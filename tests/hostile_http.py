@@ -39,6 +39,16 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request off the connection: its head and its body (by Content-Length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head, await reader.readexactly(length) if length else b""
+
+
 class HostileServer:
     """Serves `mode` on 127.0.0.1; `url` once started. Counts POSTs in `requests`."""
 
@@ -63,13 +73,7 @@ class HostileServer:
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":", 1)[1])
-                if length:
-                    await reader.readexactly(length)
+                head, _ = await read_request(reader)
                 if head.startswith(b"GET "):
                     await self._answer_get(head.split(b" ")[1].decode(), writer)
                     continue
