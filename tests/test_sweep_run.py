@@ -82,6 +82,8 @@ async def test_sweep_writes_each_level_as_it_ends(server: tuple[ServerState, str
         assert lv.requests_ok == 6 and lv.requests_failed == 0
         assert lv.output_tokens == 6 * 12 and lv.tokens_per_chunk == 2.0
         assert lv.client.chunks == 6 * 6
+        # The skew figures: how long chunks waited for their stream's code, and the largest burst of socket reads.
+        assert lv.client.handling_ms_p99 is not None and lv.client.burst_max is not None and lv.client.burst_max >= 1
     # Every request, warm-up included, is in the records file; tokens match the server's usage exactly.
     recs = records(Path(result.meta.records or ""))
     assert len(recs) == 1 + 12 and sum(r.warmup for r in recs) == 1
