@@ -1,17 +1,21 @@
-"""Shared fixtures only: free loopback ports, and a private HOME/XDG so no test touches the user's files."""
+"""Shared fixtures only: free loopback ports, a private HOME/XDG so no test touches the user's files, a real sshd and
+a real Slurm cluster."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
 import pytest
+from slurm_support import SlurmCluster, slurm_available, slurm_cluster
 from sshd_support import Sshd, shared_sshd, sshd_available
 
 
@@ -106,3 +110,20 @@ def sshd() -> Sshd:
     if reason is not None:
         pytest.skip(reason)
     return shared_sshd()
+
+
+@pytest.fixture
+def slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """A real single-node Slurm cluster (two fake GPUs) for this test, SLURM_CONF pointing at it; skipped with
+    the reason when Slurm is not installed. Every daemon and job of it is gone after the test, and its files.
+    (Not under pytest's tmp_path: munged refuses a socket below a directory others cannot traverse.)"""
+    reason = slurm_available()
+    if reason is not None:
+        pytest.skip(reason)
+    root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
+    try:
+        with slurm_cluster(root) as cluster:
+            monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

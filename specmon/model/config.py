@@ -26,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model import slurm
 from specmon.model.datasets import DATASETS, FILE_DATASETS
 from specmon.model.goodput import parse_slo
 from specmon.model.interpreter import python_module
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
+from specmon.model.slurm import SlurmRequest
 from specmon.model.textfile import NotTextError, read_capped
 
 if sys.version_info >= (3, 11):
@@ -75,6 +77,7 @@ class Profile:
     hosts: tuple[str, ...] = ()       # multi-node: node rank i runs on hosts[i] (then host == hosts[0])
     master_addr: str | None = None    # multi-node rendezvous address; None: rank 0's host's own address
     master_port: int = DEFAULT_MASTER_PORT
+    slurm: SlurmRequest | None = None  # a Slurm profile: the server runs as a batch job submitted on `host`
 
     @property
     def is_local(self) -> bool:
@@ -356,7 +359,7 @@ def _parse_config(text: str, source: str, found_by: str) -> Config:
 
 _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
-    "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port",
+    "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port", "slurm",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
                "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed")
@@ -553,7 +556,43 @@ class _Validator:
             url=url.rstrip("/") if url else None,
             hosts=hosts,
             **self.rendezvous(table, path, hosts, server, command),
+            slurm=self.slurm(table, path, hosts),
         )
+
+    def slurm(self, table: Mapping[str, Any], path: _KeyPath, hosts: tuple[str, ...]) -> SlurmRequest | None:
+        """A Slurm profile's job request ([profiles.NAME.slurm]); `host` is then where sbatch runs."""
+        if "slurm" not in table:
+            return None
+        path += ("slurm",)
+        request = self.table(table["slurm"], path)
+        if request is None:
+            return None
+        if hosts:
+            self.problem(path, "a Slurm profile runs one job on the nodes Slurm gives it: use slurm.nodes, not hosts")
+        self.unknown_keys(request, path, slurm.KEYS)
+        values: dict[str, Any] = {}
+        for key in slurm.STRING_OPTIONS:
+            value = self.string(request, path, key, None)
+            check = {"time": slurm.time_problem, "mem": slurm.mem_problem}.get(key)
+            problem = None if value is None else (check(value) if check else slurm.name_problem(value))
+            if problem:
+                self.problem(path + (key,), f"{problem}, got {_shown(value)}")
+            values[key] = value
+        for key in slurm.INTEGER_OPTIONS:
+            values[key] = self.integer(request, path, key, None, 1)
+        if (values["nodes"] or 1) > 1:
+            self.problem(path + ("nodes",), "multi-node Slurm jobs are not supported yet; use nodes = 1")
+        if values["gpus"] is not None and values["gres"] is not None:
+            self.problem(path + ("gres",), "set gpus or gres, not both (gres = \"gpu:TYPE:N\" names a GPU type)")
+        extra = request.get("extra_args", [])
+        if not isinstance(extra, list) or not all(isinstance(a, str) for a in extra):
+            self.wrong_type(path + ("extra_args",), 'an array of sbatch options such as ["--exclusive"]', extra)
+            extra = []
+        for arg in extra:
+            problem = slurm.extra_arg_problem(arg)
+            if problem:
+                self.problem(path + ("extra_args",), problem)
+        return SlurmRequest(**values, extra_args=tuple(extra))
 
     def check_host(self, host: str, key_path: _KeyPath) -> None:
         if host == "local":

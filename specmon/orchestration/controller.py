@@ -27,10 +27,12 @@ from typing import Any, Protocol
 
 from specmon.model.events import highlights
 from specmon.model.runstate import LogWatch, RunState, eta_seconds
+from specmon.model.slurm import JobInfo, slurm_failure
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
+from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError
 
@@ -102,6 +104,20 @@ def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | 
     return ("exited" if record.ready_at is not None else "failed"), failure
 
 
+def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
+                stop_requested: bool) -> tuple[str, FailureInfo | None]:
+    """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
+
+    An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
+    own verdict, ahead of whatever the server's log said as it was being killed."""
+    state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
+    cause = slurm_failure(job) if job is not None else None
+    if cause is not None and state != "stopped" and not (record.state == "failed" and record.failure):
+        state = "exited" if record.ready_at is not None else "failed"
+        failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
+    return state, failure
+
+
 class Watcher(Protocol):
     """What the RunManager needs of a watched run: a RunController, or a multi-node run's NodesWatcher."""
 
@@ -166,6 +182,7 @@ class RunController:
         self._unwatch_link: Callable[[], None] | None = None
         self._link_down_since: float | None = None
         self._process_alive = False   # the last process check found the server's process running
+        self.job: JobInfo | None = None   # a Slurm run: its job as last read
 
     # ---- views -------------------------------------------------------------------------------------------
     def view(self) -> RunView:
@@ -194,6 +211,7 @@ class RunController:
             health=None if self.last_health is None or state not in ACTIVE_STATES else
             str(self.last_health.status or self.last_health.error),
             link=self.ops.transport.link if r.host != "local" and state in ACTIVE_STATES else None,
+            job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
         )
 
     def _publish(self) -> None:
@@ -290,7 +308,8 @@ class RunController:
         self._tail_task = asyncio.create_task(self._tail_loop(), name=f"tail {self.record.run_id}")
         self._tasks += [
             self._tail_task,
-            asyncio.create_task(self._process_loop(), name=f"process {self.record.run_id}"),
+            asyncio.create_task(self._process_loop() if self.record.slurm_job is None else self._job_loop(),
+                                name=f"process {self.record.run_id}"),
         ]
         if self.record.serves_api:   # a worker node answers no client: its readiness is rank 0's
             self._tasks += [
@@ -397,6 +416,38 @@ class RunController:
             await self._finish(exit_code, lost=exit_code is None, stop_requested=stop)
             return
 
+    async def _job_loop(self) -> None:
+        """A Slurm run: its job's state says when the server starts (the time queued is neither load time nor
+        stall time) and how it ended; the job's node may be another machine, so no pid is looked at."""
+        assert self.record.slurm_job is not None
+        slurm = SlurmHost(self.ops.transport)
+        while True:
+            try:
+                job = await slurm.job(self.record.slurm_job)
+            except (TransportError, TimeoutError):
+                await asyncio.sleep(self.timings.process_s)
+                continue
+            if job != self.job:
+                self.job = job
+                self._publish()
+            if job is not None and job.running and self.record.state == "launching":
+                started = job.start_epoch or time.time()
+                self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
+                self.last_bytes_at = max(self.last_bytes_at, started)
+                self._update(state="loading", started_at=started)
+                self._publish()
+            if job is None or not job.active:
+                exit_code, stop = None, False
+                with contextlib.suppress(TransportError, TimeoutError):
+                    _, exit_code, stop = await self.ops.run_status(self.record.run_dir, 0)   # its files only
+                await self._finish(exit_code, lost=job is None and exit_code is None, stop_requested=stop, job=job)
+                return
+            if self.record.state in ("loading", "ready"):
+                self._settle()
+                self._check_stall()
+            ready = self.record.state == "ready"
+            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+
     def _settle(self) -> None:
         """No bytes for a poll period: read the progress update waiting after the log's last `\\r`."""
         if time.time() - self.last_bytes_at < self.timings.process_s:
@@ -423,7 +474,8 @@ class RunController:
             self._notify(self.record, "stalled", self.stall_reason)
             self._publish()
 
-    async def _finish(self, exit_code: int | None, *, lost: bool, stop_requested: bool) -> None:
+    async def _finish(self, exit_code: int | None, *, lost: bool, stop_requested: bool,
+                      job: JobInfo | None = None) -> None:
         """The process has ended: drain the log, record the verdict, end the other loops."""
         if self._tail_task is not None:
             self._tail_task.cancel()
@@ -431,7 +483,10 @@ class RunController:
         with contextlib.suppress(TransportError, TimeoutError):
             self._on_batch(await self.tailer.drain())
         self._feed(b"", time.time(), self.tailer.offset)
-        state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
+        if self.record.slurm_job is not None:
+            state, failure = job_verdict(self.record, self.watch.state, job, exit_code, stop_requested)
+        else:
+            state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
         already_failed = self.record.state == "failed"
         self._update(state=state,
                      exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,

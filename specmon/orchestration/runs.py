@@ -66,7 +66,7 @@ from specmon.errors import PortBusy, UserError
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
-from specmon.orchestration import multinode
+from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.controller import (
     REPLAY_LIMIT,
     RunController,
@@ -85,6 +85,7 @@ from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
 from specmon.sources.host import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.sources.local import LocalTransport
+from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import Transport, TransportError
 
@@ -427,6 +428,12 @@ class RunManager:
     async def _reconcile(self, record: RunRecord) -> RunRecord:
         """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
         ops = self.ops(record.host)
+        if record.slurm_job is not None:
+            rs = None
+            job = await SlurmHost(ops.transport).job(record.slurm_job)
+            if job is None or not job.active:
+                rs, _ = await self._replay(record)
+            return self._save(record, **await slurmjobs.reconcile(ops, record, job, rs))
         if record.pid is None:
             return await self._adopt_pid(record)
         info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
@@ -764,6 +771,10 @@ class RunManager:
                 "config": self.config_key,
                 **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
             })
+            if profile.slurm is not None:
+                # The job holds the run from here: its state says when the server starts (slurmjobs).
+                job = await SlurmHost(ops.transport).submit(profile.slurm, run_id, run_dir, f"{run_dir}/launch.sh")
+                return self.store.update(run_id, slurm_job=job) or record
             await ops.start_detached(run_dir, run_id)
         except TransportError as exc:
             await asyncio.shield(self._unmake(ops, record, made))
@@ -821,7 +832,8 @@ class RunManager:
             if isinstance(controller, RunController):
                 controller.set_record(record)
         try:
-            report = await stop_run(ops, record, force=force, timings=self.stop_timings)
+            report = await (slurmjobs.cancel(ops, record, self.stop_timings) if record.slurm_job is not None else
+                            stop_run(ops, record, force=force, timings=self.stop_timings))
         except TransportError as exc:
             raise UserError(str(exc)) from None
         if controller is not None and not controller.finished.is_set():

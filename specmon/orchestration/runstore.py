@@ -95,6 +95,7 @@ class RunRecord:
     nodes: tuple[str, ...] = ()
     dist_init_addr: str | None = None  # ADDR:PORT of rank 0's rendezvous (multi-node only)
     config: str | None = None          # the profiles file that launched it (None: a run from before that was kept)
+    slurm_job: str | None = None       # a Slurm run: its job id (the job's state decides when it runs and ends)
 
     @property
     def serves_api(self) -> bool:

@@ -69,6 +69,7 @@ class RunView:
     nodes: tuple[RunView, ...] = ()       # a multi-node run: its nodes' views in rank order (rank 0 first)
     config: str | None = None             # the profiles file that launched the run (None: unknown, an old run)
     still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
+    job: str | None = None                # a Slurm run: its job's state, "PENDING (Resources)", "RUNNING on n1, ..."
 
     @property
     def active(self) -> bool:
@@ -96,6 +97,7 @@ class RunView:
             **({"nodes": [node.to_json() for node in self.nodes]} if self.nodes else {}),
             "config": self.config,
             "still_running": self.still_running,
+            **({"job": self.job} if self.job is not None else {}),
         }
 
 

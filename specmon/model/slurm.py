@@ -1,0 +1,209 @@
+"""Slurm as a host kind, the pure part: a profile's job request, the `sbatch` command line that submits a run, the
+job's state as `scontrol show job -o` prints it, and what an ended job means for the run.
+
+A Slurm profile runs its server as a batch job: the run's launch.sh (command, env, workdir, every argument quoted)
+is the batch script, the job's output file is the run's server.log (so the log parser, readiness and failure
+verdicts work as for any run), and the job's name `specmon-<run id>` lets any specmon find it again.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+# Keys of a profile's [profiles.NAME.slurm] table, each an sbatch option.
+STRING_OPTIONS = {"partition": "--partition", "account": "--account", "qos": "--qos", "gres": "--gres",
+                  "constraint": "--constraint", "reservation": "--reservation", "mem": "--mem",
+                  "time": "--time"}
+INTEGER_OPTIONS = {"gpus": "--gpus", "nodes": "--nodes", "cpus": "--cpus-per-task"}
+KEYS = tuple(STRING_OPTIONS) + tuple(INTEGER_OPTIONS) + ("extra_args",)
+# Options specmon sets itself: an extra_args entry naming one would break the run's log or its job name.
+OWN_OPTIONS = ("--output", "-o", "--error", "-e", "--job-name", "-J", "--comment", "--parsable", "--chdir", "-D",
+               "--wrap", "--open-mode", "--array", "-a")
+JOB_PREFIX = "specmon-"
+
+_TIME = re.compile(r"\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}")
+_MEM = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
+
+# Job states (squeue/scontrol names) while the job is queued or holds its allocation.
+ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
+                 "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "STOPPED")
+# Ended jobs whose end is Slurm's doing, not the server's: each is its own verdict (kind, what it means).
+SLURM_ENDS = {
+    "TIMEOUT": ("timeout", "reached its time limit"),
+    "NODE_FAIL": ("node_fail", "ended because its node failed"),
+    "PREEMPTED": ("preempted", "was preempted"),
+    "CANCELLED": ("cancelled", "was cancelled outside specmon (scancel)"),
+    "BOOT_FAIL": ("boot_fail", "ended: its node failed to boot"),
+    "DEADLINE": ("deadline", "reached its deadline"),
+    "OUT_OF_MEMORY": ("oom", "ran out of memory (Slurm's memory limit)"),
+}
+
+
+@dataclass(frozen=True)
+class SlurmRequest:
+    """What a profile asks Slurm for; None / () where the cluster's default applies."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    time: str | None = None            # sbatch --time: MIN, MIN:SEC, H:M:S, D-H, D-H:M, D-H:M:S
+    gpus: int | None = None
+    gres: str | None = None
+    nodes: int | None = None
+    cpus: int | None = None            # --cpus-per-task
+    mem: str | None = None             # --mem: 64G, 500M, ...
+    constraint: str | None = None
+    reservation: str | None = None
+    extra_args: tuple[str, ...] = ()
+
+
+def time_problem(value: str) -> str | None:
+    """Why `value` is no sbatch --time (None when it is one)."""
+    if value == "UNLIMITED" or _TIME.fullmatch(value):
+        return None
+    return "must be a Slurm time limit: MINUTES, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS"
+
+
+def name_problem(value: str) -> str | None:
+    """Why `value` cannot be a partition, account, QOS, GRES, constraint or reservation name."""
+    return None if value.isprintable() and not any(c.isspace() for c in value) else "must be one word"
+
+
+def mem_problem(value: str) -> str | None:
+    return None if _MEM.fullmatch(value) else "must be a size such as 64G, 500M or 8000 (MB)"
+
+
+def extra_arg_problem(arg: str) -> str | None:
+    """Why an extra_args entry cannot be passed to sbatch (None when it can)."""
+    if not arg.startswith("-"):
+        return f"each entry must be an sbatch option starting with '-', got {arg!r} (write --opt=value)"
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--"):
+        name = name[:2]   # a short option with its value attached: -ofile
+    if name in OWN_OPTIONS:
+        return f"{name} is set by specmon (the job's output is the run's log; its name finds the job again)"
+    return None
+
+
+def job_name(run_id: str) -> str:
+    return JOB_PREFIX + run_id
+
+
+def sbatch_argv(request: SlurmRequest, run_id: str, run_dir: str, script: str) -> list[str]:
+    """The sbatch command that submits `script` as the run's job: its output is the run's server.log, run in the
+    run directory; `--parsable` prints the job id."""
+    argv = ["sbatch", "--parsable", f"--job-name={job_name(run_id)}", f"--comment=specmon:{run_id}",
+            f"--output={run_dir}/server.log", "--open-mode=append", f"--chdir={run_dir}"]
+    for key, option in {**STRING_OPTIONS, **INTEGER_OPTIONS}.items():
+        value = getattr(request, key)
+        if value is not None:
+            argv.append(f"{option}={value}")
+    return argv + list(request.extra_args) + [script]
+
+
+def parse_job_id(out: str) -> str | None:
+    """The job id `sbatch --parsable` printed (`ID` or `ID;CLUSTER`), None when it printed none."""
+    first = out.strip().split(";", 1)[0]
+    return first if first.isdigit() else None
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """One job as the controller sees it now."""
+
+    job_id: str
+    state: str                       # PENDING, RUNNING, TIMEOUT, ... (Slurm's words)
+    reason: str | None = None        # why it waits (Priority, Resources, QOSMaxJobsPerUserLimit, ...)
+    nodes: str | None = None         # the node list once it runs
+    start: str | None = None         # Slurm's start time (an estimate while pending), as it prints it
+    time_left_s: int | None = None   # before the time limit (None: unlimited or not running)
+    exit_code: int | None = None     # of the batch script, once ended
+    signal: int | None = None        # that ended it, once ended
+
+    @property
+    def active(self) -> bool:
+        return self.state in ACTIVE_STATES
+
+    @property
+    def pending(self) -> bool:
+        return self.state in ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD")
+
+    @property
+    def running(self) -> bool:
+        return self.active and not self.pending
+
+    @property
+    def start_epoch(self) -> float | None:
+        """The start time as epoch seconds (Slurm prints the controller's local time), None when it has none."""
+        try:
+            return datetime.fromisoformat(self.start or "").timestamp()
+        except ValueError:
+            return None
+
+    def describe(self) -> str:
+        """One line for a card or `status`: `PENDING (Resources)`, `RUNNING on n1`, `TIMEOUT`."""
+        if self.pending:
+            text = f"{self.state} ({self.reason or 'None'})"
+            if self.start and self.start not in ("N/A", "Unknown", "None"):
+                text += f", start expected {self.start}"
+            return text
+        if self.running:
+            text = f"{self.state} on {self.nodes or '?'}"
+            if self.time_left_s is not None:
+                text += f", {duration(self.time_left_s)} left"
+            return text
+        return self.state
+
+
+def duration(seconds: int) -> str:
+    """12 s, 4 min 05 s, 2 h 03 min."""
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def slurm_seconds(text: str) -> int | None:
+    """Seconds of a Slurm duration (`[D-]HH:MM:SS`, `MM:SS`); None for UNLIMITED, INVALID or anything else."""
+    m = re.fullmatch(r"(?:(\d+)-)?(?:(\d+):)?(\d+):(\d+)", text)
+    if m is None:
+        return None
+    days, hours, minutes, secs = (int(g) if g else 0 for g in m.groups())
+    return ((days * 24 + hours) * 60 + minutes) * 60 + secs
+
+
+def _fields(line: str) -> Mapping[str, str]:
+    """KEY=VALUE words of `scontrol show job -o` (values holding spaces keep only their first word)."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"(?:^|\s)(\w+)=(\S*)", line)}
+
+
+def parse_scontrol_job(out: str) -> JobInfo | None:
+    """The job `scontrol show job -o J` printed (None when it printed none)."""
+    f = _fields(out.strip().splitlines()[0] if out.strip() else "")
+    if "JobId" not in f or "JobState" not in f:
+        return None
+    state = f["JobState"]
+    limit, run = slurm_seconds(f.get("TimeLimit", "")), slurm_seconds(f.get("RunTime", ""))
+    code, _, sig = f.get("ExitCode", "").partition(":")
+    nodes = f.get("NodeList", "")
+    return JobInfo(
+        job_id=f["JobId"], state=state,
+        reason=f.get("Reason") if f.get("Reason") not in (None, "", "None") else None,
+        nodes=nodes if nodes not in ("", "(null)") else None,
+        start=f.get("StartTime"),
+        time_left_s=max(0, limit - run) if limit is not None and run is not None and state == "RUNNING" else None,
+        exit_code=int(code) if code.isdigit() and state not in ACTIVE_STATES else None,
+        signal=int(sig) if sig.isdigit() and state not in ACTIVE_STATES else None,
+    )
+
+
+def slurm_failure(job: JobInfo) -> tuple[str, str] | None:
+    """(failure kind, message) when an ended job's end was Slurm's doing; None when the server's own exit decides."""
+    if job.state not in SLURM_ENDS:
+        return None
+    kind, what = SLURM_ENDS[job.state]
+    return kind, f"Slurm job {job.job_id} {what}" + (f" ({job.reason})" if job.reason else "")

@@ -1,0 +1,175 @@
+"""A real single-node Slurm cluster for tests: munged, slurmctld and slurmd from Debian's packages, every file in
+a temp dir, started inside a PID namespace (`unshare --pid --fork --kill-child`) so that one SIGKILL ends the
+daemons and every job they started, whatever state a test left them in.
+
+The node (`localhost`, 2 CPUs) has two fake GPUs: character devices made with mknod (`/dev/null`'s numbers),
+declared as `gres/gpu`, so jobs get CUDA_VISIBLE_DEVICES as on a GPU node. Ports are free ones picked at start, so
+two clusters in one test run never meet. `../shared/reference/slurm.md` (the recipe this follows) says what each
+setting does; clients need only `SLURM_CONF` (the fixture sets it for the test).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo",
+            "unshare", "mknod")
+START_TIMEOUT_S = 30.0
+
+
+def slurm_available() -> str | None:
+    """Why a real Slurm cannot run here (None when it can)."""
+    missing = [name for name in BINARIES if shutil.which(name) is None and not Path("/usr/sbin", name).exists()]
+    if missing:
+        return ("Slurm is not installed (missing " + ", ".join(missing) + "); "
+                "apt-get install --no-install-recommends slurmctld slurmd munge slurm-client")
+    if os.geteuid() != 0:
+        return "the test Slurm cluster runs its daemons as root (SlurmUser=root, a PID namespace); not root here"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _sbin(name: str) -> str:
+    return shutil.which(name) or f"/usr/sbin/{name}"
+
+
+@dataclass
+class SlurmCluster:
+    """A running test cluster: `conf` is its slurm.conf (what SLURM_CONF must name for every client)."""
+
+    root: Path
+    conf: Path
+    process: subprocess.Popen[bytes]
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "SLURM_CONF": str(self.conf)}
+
+    def run(self, *argv: str, check: bool = True) -> str:
+        """A Slurm client command's stdout (`check`: a failure raises, with its stderr)."""
+        done = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=30)
+        if check and done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)}: exit {done.returncode}: {done.stderr.strip()}")
+        return done.stdout
+
+    def jobs(self) -> list[str]:
+        """Ids of the jobs the controller still lists (any state)."""
+        return self.run("squeue", "-h", "-o", "%i").split()
+
+    def fill_node(self) -> str:
+        """Submit a job that holds every CPU of the node (so the next job pends with reason Resources); its id."""
+        return self.run("sbatch", "--parsable", "--job-name=filler", "--exclusive", f"--output={self.root}/filler.out",
+                        "--wrap", "sleep 600").strip().split(";")[0]
+
+    def logs(self) -> str:
+        """The daemons' logs, for a failing test's message."""
+        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                         for p in sorted((self.root / "log").glob("*")) + [self.root / "daemons.out"] if p.exists())
+
+
+def _write_conf(root: Path) -> Path:
+    ctld, slurmd = _free_port(), _free_port()
+    conf = root / "slurm.conf"
+    conf.write_text("\n".join([
+        "ClusterName=specmontest",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={ctld}",
+        f"SlurmdPort={slurmd}",
+        "AuthType=auth/munge",
+        "CredType=cred/munge",
+        f"AuthInfo=socket={root}/munge/munge.socket",
+        "SlurmUser=root",
+        "SlurmdUser=root",
+        f"StateSaveLocation={root}/state",
+        f"SlurmdSpoolDir={root}/spool/%n",
+        f"SlurmctldPidFile={root}/slurmctld.pid",
+        f"SlurmdPidFile={root}/slurmd-%n.pid",
+        f"SlurmctldLogFile={root}/log/slurmctld.log",
+        f"SlurmdLogFile={root}/log/slurmd-%n.log",
+        "ProctrackType=proctrack/linuxproc",
+        "TaskPlugin=task/none",
+        "SelectType=select/cons_tres",
+        "SelectTypeParameters=CR_Core",
+        "SchedulerType=sched/backfill",
+        "JobCompType=jobcomp/none",
+        "AccountingStorageType=accounting_storage/none",
+        "JobAcctGatherType=jobacct_gather/none",
+        "MpiDefault=none",
+        "ReturnToService=2",
+        "KillWait=2",
+        "MinJobAge=300",
+        "SchedulerParameters=batch_sched_delay=0",
+        "GresTypes=gpu",
+        "NodeName=localhost CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN",
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        "",
+    ]))
+    (root / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={root}/dev/nvidia[0-1]\n")
+    return conf
+
+
+@contextmanager
+def slurm_cluster(root: Path) -> Iterator[SlurmCluster]:
+    """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists); on
+    exit every daemon and job of it is gone."""
+    for sub in ("munge", "state", "spool", "log", "dev"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    for path in (root, root / "munge"):
+        path.chmod(0o755)   # munged refuses a socket directory others cannot reach
+    for i in range(2):
+        subprocess.run([_sbin("mknod"), "-m", "666", str(root / "dev" / f"nvidia{i}"), "c", "1", "3"], check=True)
+    conf = _write_conf(root)
+    subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={root}/munge/munge.key"], check=True,
+                   capture_output=True)
+    m = f"{root}/munge"
+    start = (
+        f"{_sbin('munged')} -S {m}/munge.socket --key-file={m}/munge.key --pid-file={m}/munged.pid "
+        f"--log-file={m}/munged.log --seed-file={m}/munged.seed || exit 1; "
+        f"{_sbin('slurmctld')} -D -f {conf} </dev/null >>{root}/log/ctld.out 2>&1 & "
+        f"{_sbin('slurmd')} -D -N localhost -f {conf} </dev/null >>{root}/log/slurmd.out 2>&1 & "
+        "while :; do wait; sleep 1; done"
+    )
+    with open(root / "daemons.out", "wb") as out:
+        process = subprocess.Popen(
+            ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child=SIGKILL", "bash", "-c", start],
+            env={**os.environ, "SLURM_CONF": str(conf)}, stdin=subprocess.DEVNULL, stdout=out,
+            stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = SlurmCluster(root, conf, process)
+    try:
+        _wait_idle(cluster)
+        yield cluster
+    finally:
+        # SIGKILL to unshare kills its child (--kill-child), the namespace's init: the kernel then ends every
+        # process in the namespace, the daemons and each job's slurmstepd and tasks included.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+def _wait_idle(cluster: SlurmCluster) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    state = ""
+    while time.monotonic() < deadline:
+        if cluster.process.poll() is not None:
+            raise RuntimeError(f"the test Slurm's daemons ended at start\n{cluster.logs()}")
+        state = cluster.run("sinfo", "-h", "-o", "%T", check=False).strip()
+        if state == "idle":
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the test Slurm's node is not idle after {START_TIMEOUT_S:.0f} s (sinfo: {state!r})\n"
+                       f"{cluster.logs()}")

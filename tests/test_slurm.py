@@ -1,0 +1,120 @@
+"""Slurm runs against a real single-node Slurm cluster (tests/slurm_support.py): `specmon sim` as the job, launched,
+queued behind another job with Slurm's reason shown, running, ready, stopped with scancel; a job cancelled outside
+specmon; a specmon that reattaches to a queued job."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+from lifecycle_support import config_of, port_listening, sim_profile, stop_everything
+from slurm_support import SlurmCluster
+
+from specmon.model.config import Profile
+from specmon.model.slurm import SlurmRequest
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
+from specmon.orchestration.stopping import StopTimings
+
+
+def slurm_profile(port: int, name: str = "sim") -> Profile:
+    return dataclasses.replace(sim_profile(port, name=name, stall_timeout_s=5.0),
+                               slurm=SlurmRequest(gpus=1, time="10"))
+
+
+class Views:
+    """Every view a manager publishes."""
+
+    def __init__(self, manager: RunManager) -> None:
+        self.seen: list[RunView] = []
+        manager.subscribe(self.seen.append)
+
+    async def until(self, pred: Callable[[RunView], bool], timeout: float = 60.0) -> RunView:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = next((v for v in self.seen if pred(v)), None)
+            if match is not None:
+                return match
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no matching view within {timeout} s; last: {self.seen[-1] if self.seen else None}")
+
+
+@pytest.fixture
+async def managers(tmp_path: Path) -> AsyncIterator[Callable[[Profile], tuple[RunManager, Views]]]:
+    made: list[RunManager] = []
+
+    def make(profile: Profile) -> tuple[RunManager, Views]:
+        manager = RunManager(config_of(profile), state_dir=tmp_path / "state",
+                             stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+        made.append(manager)
+        return manager, Views(manager)
+
+    yield make
+    await stop_everything(made)
+
+
+async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_and_stop_cancels_it(
+        slurm: SlurmCluster, managers, free_port: int) -> None:
+    filler = slurm.fill_node()
+    manager, views = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+    record = manager.store.load(view.run_id)
+    assert record is not None and record.slurm_job is not None
+    job = record.slurm_job
+    assert slurm.run("squeue", "-h", "-j", job, "-o", "%j").strip() == f"specmon-{view.run_id}"
+
+    pending = await views.until(lambda v: bool(v.job and v.job.startswith("PENDING (Resources)")))
+    assert pending.state == "launching" and not pending.stalled
+    # Queued well past the stall time (5 s): waiting for the node is neither a stall nor load time.
+    await asyncio.sleep(6)
+    assert manager.view(view.run_id).state == "launching" and not manager.view(view.run_id).stalled
+
+    queued_until = time.time()
+    slurm.run("scancel", filler)
+    ready = await views.until(lambda v: v.state == "ready", timeout=90)
+    assert ready.job is not None and ready.job.startswith("RUNNING on localhost")
+    assert ready.load_seconds is not None and ready.started_at >= queued_until - 1.5
+    assert ready.shards == (4, 4)
+    # The job's output file is the run's log.
+    assert "ready to roll" in Path(ready.log_path).read_text()
+
+    report = await manager.stop("sim")
+    assert report.clean and report.stopped
+    assert slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "CANCELLED")
+    assert not port_listening(free_port)
+    assert manager.store.load(view.run_id).state == "stopped"
+
+
+async def test_a_job_cancelled_outside_specmon_is_reported_cancelled(slurm: SlurmCluster, managers,
+                                                                     free_port: int) -> None:
+    manager, views = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+    await views.until(lambda v: v.state == "ready", timeout=90)
+    slurm.run("scancel", manager.store.load(view.run_id).slurm_job)
+    ended = await views.until(lambda v: v.state in ("exited", "failed", "stopped", "lost"), timeout=30)
+    assert ended.state == "exited" and ended.failure is not None
+    assert ended.failure.kind == "cancelled" and "cancelled outside specmon" in ended.failure.message
+
+
+async def test_a_restarted_specmon_reattaches_to_its_queued_job(slurm: SlurmCluster, managers,
+                                                                free_port: int) -> None:
+    filler = slurm.fill_node()
+    profile = slurm_profile(free_port)
+    first, views = managers(profile)
+    view = await first.launch("sim")
+    await views.until(lambda v: bool(v.job and v.job.startswith("PENDING")))
+    await first.close()   # specmon ends; the job stays queued
+
+    second, views = managers(profile)
+    [status] = await second.refresh()
+    assert status.state == "launching"
+    again = await second.attach(view.run_id)
+    assert again.job is not None
+    slurm.run("scancel", filler)
+    ready = await views.until(lambda v: v.state == "ready", timeout=90)
+    assert ready.run_id == view.run_id and ready.job is not None and ready.job.startswith("RUNNING on localhost")
+    assert (await second.stop("sim")).clean
