@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from lifecycle_support import config_of, port_listening, sim_profile, stop_everything
 from slurm_support import SlurmCluster
 
+from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.slurm import SlurmRequest
 from specmon.orchestration.runs import RunManager
@@ -118,3 +120,16 @@ async def test_a_restarted_specmon_reattaches_to_its_queued_job(slurm: SlurmClus
     ready = await views.until(lambda v: v.state == "ready", timeout=90)
     assert ready.run_id == view.run_id and ready.job is not None and ready.job.startswith("RUNNING on localhost")
     assert (await second.stop("sim")).clean
+
+
+async def test_a_request_slurm_refuses_is_one_line_and_leaves_nothing_behind(slurm: SlurmCluster, managers,
+                                                                             free_port: int) -> None:
+    profile = dataclasses.replace(slurm_profile(free_port), slurm=SlurmRequest(partition="nosuch"))
+    manager, _ = managers(profile)
+    with pytest.raises(UserError) as caught:
+        await manager.launch("sim")
+    message = str(caught.value)
+    assert message.startswith("local: sbatch refused the job: ") and "invalid partition" in message.lower(), message
+    assert manager.store.all() == [] and slurm.jobs() == []
+    runs_root = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
+    assert not runs_root.exists() or [p.name for p in runs_root.iterdir() if not p.name.startswith(".")] == []
