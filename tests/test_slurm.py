@@ -113,7 +113,7 @@ async def test_a_restarted_specmon_reattaches_to_its_queued_job(slurm: SlurmClus
 
     second, views = managers(profile)
     [status] = await second.refresh()
-    assert status.state == "launching"
+    assert status.state == "launching" and status.job in ("PENDING (Resources)", "PENDING (Priority)")
     again = await second.attach(view.run_id)
     assert again.job is not None
     slurm.run("scancel", filler)
@@ -133,3 +133,26 @@ async def test_a_request_slurm_refuses_is_one_line_and_leaves_nothing_behind(slu
     assert manager.store.all() == [] and slurm.jobs() == []
     runs_root = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
     assert not runs_root.exists() or [p.name for p in runs_root.iterdir() if not p.name.startswith(".")] == []
+
+
+async def test_the_servers_card_of_a_queued_run_shows_slurms_reason(slurm: SlurmCluster, managers, free_port: int,
+                                                                      tmp_path: Path) -> None:
+    from ui_states import ROWS, fed_app
+
+    from specmon.ui.rows import row_from_view
+    from specmon.ui.servers import RunCard
+
+    slurm.fill_node()
+    manager, views = managers(slurm_profile(free_port, name="demo-eagle3"))
+    await manager.launch("demo-eagle3")
+    pending = await views.until(lambda v: bool(v.job and v.job.startswith("PENDING (Resources)")))
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        app.update_rows([ROWS[0], row_from_view(pending, None, time.time())])
+        app.flush()
+        await pilot.pause()
+        card = next(c for c in app.query(RunCard) if c.profile == "demo-eagle3")
+        body = str(card.query_one(".card-body").render())
+        assert "slurm PENDING (Resources)" in body, body
+        assert "STALLED" not in str(card.render()) + body

@@ -52,6 +52,8 @@ def _duration(seconds: float | None) -> str:
 def progress_text(view: RunView) -> str:
     """One line: where the load is (phase, shard n/N, ETA) or the verdict."""
     parts = [f"{view.profile}: {view.state}"]
+    if view.job and view.active:
+        parts.append(view.job)
     if view.state in ("launching", "loading"):
         if view.phase:   # "ready" is the log's word until a test completion confirms it
             parts.append("log says ready, checking" if view.phase == "ready" else view.phase)

@@ -73,6 +73,8 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
         note = _cut(f"STALLED: {v.stall_reason}")
     elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
         note = v.phase or ""
+    elif v.job and v.active and not v.failure:
+        note = _cut(v.job)
     if unchecked:
         note = "unchecked: its host did not answer" + (f"; {note}" if note else "")
     if not mine:

@@ -551,6 +551,11 @@ class RunManager:
                     still_running = info is not None and info.alive and info.starttime == record.starttime
         if record.terminal:
             return dataclasses.replace(self._static_view(record), still_running=still_running)
+        job = None
+        if record.slurm_job is not None:
+            with contextlib.suppress(TransportError, TimeoutError):
+                queued = await SlurmHost(self.ops(record.host).transport).job(record.slurm_job)
+                job = queued.describe() if queued is not None else None
         rs, mtime = await self._replay(record)
         if record.state != "ready" and rs.ready and failure_of(rs) is None:
             record = await self._confirm_ready(record, rs.load_seconds)
@@ -560,7 +565,7 @@ class RunManager:
         stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
         return dataclasses.replace(
             base, shards=progress["shards"], kv_cache_tokens=progress["kv_cache_tokens"], phase=rs.phase,
-            run_state=rs, stalled=stalled,
+            run_state=rs, stalled=stalled, job=job,
             stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None)
 
     async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:

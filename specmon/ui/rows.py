@@ -50,6 +50,7 @@ class ServerRow:
     last_activity_ago_s: float | None = None
     failure: str | None = None
     still_running: bool = False         # failed by its log while its process runs on (holding its port and GPUs)
+    job: str | None = None              # a Slurm run: its job's state ("PENDING (Resources)", "RUNNING on n1")
     pid: int | None = None
     port: int | None = None
     link: str | None = None             # a remote run's SSH link: "connected", "reconnecting in 3s", "auth failed"
@@ -112,6 +113,7 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         last_activity_ago_s=None if last is None else max(0.0, now - last),
         failure=failure,
         still_running=view.still_running,
+        job=view.job if view.active else None,
         pid=view.pid,
         port=view.port,
         link=None if view.link is None else view.link.label(now),

@@ -89,6 +89,8 @@ class RunCard(Vertical):
                 f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
                 f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
             ]
+        if row.job:
+            lines.insert(0, f"[dim]slurm[/] {escape(row.job)}")
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card, whole while the pane is maximised. The width comes from the pane's outer size
