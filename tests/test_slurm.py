@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import re
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -14,13 +16,16 @@ from pathlib import Path
 import pytest
 from lifecycle_support import config_of, port_listening, sim_profile, stop_everything
 from slurm_support import SlurmCluster
+from sshd_support import Sshd
 
 from specmon.errors import UserError
-from specmon.model.config import Profile
+from specmon.loadgen.workload import Workload
+from specmon.model.config import Config, Profile
 from specmon.model.slurm import SlurmRequest
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.stopping import StopTimings
+from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 
 def slurm_profile(port: int, name: str = "sim") -> Profile:
@@ -59,8 +64,8 @@ async def managers(tmp_path: Path) -> AsyncIterator[Callable[[Profile], tuple[Ru
     await stop_everything(made)
 
 
-async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_and_stop_cancels_it(
-        slurm: SlurmCluster, managers, free_port: int) -> None:
+async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_is_swept_and_stop_cancels_it(
+        slurm: SlurmCluster, managers, free_port: int, tmp_path: Path) -> None:
     filler = slurm.fill_node()
     manager, views = managers(slurm_profile(free_port))
     view = await manager.launch("sim")
@@ -83,6 +88,11 @@ async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_and_stop_canc
     assert ready.shards == (4, 4)
     # The job's output file is the run's log.
     assert "ready to roll" in Path(ready.log_path).read_text()
+    # A sweep against the job's server, as against any ready run.
+    workload = Workload(levels=(1, 2), requests_per_level=4, warmup_requests=1, input_len=16, output_len=16)
+    result = await run_sweep(SweepSpec(url=ready.url, workload=workload, out_path=tmp_path / "sweep.jsonl"))
+    assert [(level.concurrency, level.requests_ok, level.requests_failed) for level in result.levels] == [
+        (1, 4, 0), (2, 4, 0)]
 
     report = await manager.stop("sim")
     assert report.clean and report.stopped
@@ -156,3 +166,42 @@ async def test_the_servers_card_of_a_queued_run_shows_slurms_reason(slurm: Slurm
         body = str(card.query_one(".card-body").render())
         assert "slurm PENDING (Resources)" in body, body
         assert "STALLED" not in str(card.render()) + body
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+async def test_a_job_at_its_time_limit_shows_the_time_left_then_ends_as_timeout(slurm: SlurmCluster, managers,
+                                                                                 free_port: int) -> None:
+    # Slurm's limits are whole minutes, enforced about every 30 s: this takes 60-100 s.
+    manager, views = managers(dataclasses.replace(slurm_profile(free_port), slurm=SlurmRequest(time="1")))
+    await manager.launch("sim")
+    ready = await views.until(lambda v: v.state == "ready", timeout=90)
+    assert ready.job is not None and re.fullmatch(r"RUNNING on localhost, \d+ s left", ready.job), ready.job
+    ended = await views.until(lambda v: not v.active, timeout=150)
+    assert ended.state == "exited" and ended.failure is not None, ended
+    assert ended.failure.kind == "timeout" and "reached its time limit" in ended.failure.message
+
+
+async def test_a_login_node_reached_over_ssh_submits_follows_and_cancels_the_job(slurm: SlurmCluster, tmp_path: Path,
+                                                                                 free_port: int) -> None:
+    # Jump box -> SSH (the loopback sshd, a session whose SLURM_CONF names the test cluster) -> Slurm.
+    sshd = Sshd.start(tmp_path / "sshd", set_env={"SLURM_CONF": str(slurm.conf),
+                                                  "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin"})
+    profile = dataclasses.replace(slurm_profile(free_port), host="gpu1")
+    manager = RunManager(Config(source="test profiles", profiles={"sim": profile}, ssh=sshd.settings()),
+                         state_dir=tmp_path / "state", stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    views = Views(manager)
+    try:
+        view = await manager.launch("sim")
+        assert view.run_dir.startswith(str(sshd.home))   # the run directory is the login node's
+        ready = await views.until(lambda v: v.state == "ready", timeout=90)
+        assert ready.host == "gpu1" and ready.job is not None and ready.job.startswith("RUNNING on localhost")
+        assert "ready to roll" in Path(ready.log_path).read_text()
+        report = await manager.stop("sim")
+        job = manager.store.load(view.run_id).slurm_job
+        assert report.clean and slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in (
+            "", "CANCELLED")
+        assert manager.store.load(view.run_id).state == "stopped" and not port_listening(free_port)
+    finally:
+        await stop_everything([manager])
+        sshd.stop()
