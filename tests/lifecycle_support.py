@@ -12,11 +12,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from specmon.model.config import Config, Profile
 from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
 
 SIM_READY = "The server is fired up and ready to roll!"
 
@@ -196,3 +197,20 @@ class Cli:
         out = self("status", "--json")
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
+
+
+class Views:
+    """Every view a manager publishes; `until` waits for the first that matches."""
+
+    def __init__(self, manager: RunManager) -> None:
+        self.seen: list[RunView] = []
+        manager.subscribe(self.seen.append)
+
+    async def until(self, pred: Callable[[RunView], bool], timeout: float = 60.0) -> RunView:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for view in self.seen:
+                if pred(view):
+                    return view
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"no matching view within {timeout}s; last: {self.seen[-1] if self.seen else None}")

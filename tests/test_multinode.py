@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import config_of, marked_pids, port_listening, stop_everything
+from lifecycle_support import Views, config_of, marked_pids, port_listening, stop_everything
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -43,23 +43,6 @@ def args_dump(log: Path) -> dict[str, object]:
         if "server_args=" in line:
             return dict(ast.literal_eval(line.split("server_args=", 1)[1]))
     raise AssertionError(f"no args dump in {log}")
-
-
-class Views:
-    """Every view the manager publishes."""
-
-    def __init__(self, manager: RunManager) -> None:
-        self.seen: list[RunView] = []
-        manager.subscribe(self.seen.append)
-
-    async def until(self, pred: Callable[[RunView], bool], timeout: float = 60.0) -> RunView:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for view in self.seen:
-                if pred(view):
-                    return view
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no matching view within {timeout}s; last: {self.seen[-1] if self.seen else None}")
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import config_of, port_listening, sim_profile, stop_everything
+from lifecycle_support import Views, config_of, port_listening, sim_profile, stop_everything
 from slurm_support import SlurmCluster
 from sshd_support import Sshd
 
@@ -23,7 +23,6 @@ from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, Profile
 from specmon.model.slurm import SlurmRequest
 from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
 from specmon.orchestration.stopping import StopTimings
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
@@ -31,23 +30,6 @@ from specmon.orchestration.sweep import SweepSpec, run_sweep
 def slurm_profile(port: int, name: str = "sim") -> Profile:
     return dataclasses.replace(sim_profile(port, name=name, stall_timeout_s=5.0),
                                slurm=SlurmRequest(gpus=1, time="10"))
-
-
-class Views:
-    """Every view a manager publishes."""
-
-    def __init__(self, manager: RunManager) -> None:
-        self.seen: list[RunView] = []
-        manager.subscribe(self.seen.append)
-
-    async def until(self, pred: Callable[[RunView], bool], timeout: float = 60.0) -> RunView:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            match = next((v for v in self.seen if pred(v)), None)
-            if match is not None:
-                return match
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"no matching view within {timeout} s; last: {self.seen[-1] if self.seen else None}")
 
 
 @pytest.fixture
@@ -170,16 +152,25 @@ async def test_the_servers_card_of_a_queued_run_shows_slurms_reason(slurm: Slurm
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-async def test_a_job_at_its_time_limit_shows_the_time_left_then_ends_as_timeout(slurm: SlurmCluster, managers,
-                                                                                 free_port: int) -> None:
+async def test_a_job_at_its_time_limit_shows_the_time_left_warns_then_ends_as_timeout(
+        slurm: SlurmCluster, managers, free_port: int, tmp_path: Path) -> None:
     # Slurm's limits are whole minutes, enforced about every 30 s: this takes 60-100 s.
-    manager, views = managers(dataclasses.replace(slurm_profile(free_port), slurm=SlurmRequest(time="1")))
+    notes = tmp_path / "notes"
+    profile = dataclasses.replace(slurm_profile(free_port), slurm=SlurmRequest(time="1"),
+                                  notify_cmd=f'echo "$SPECMON_STATE|$SPECMON_REASON" >> {notes}')
+    manager, views = managers(profile)
     await manager.launch("sim")
     ready = await views.until(lambda v: v.state == "ready", timeout=90)
     assert ready.job is not None and re.fullmatch(r"RUNNING on localhost, \d+ s left", ready.job), ready.job
+    # A quarter of the limit before it (15 s): the card says so and the notify_cmd is told, once.
+    near = await views.until(lambda v: bool(v.job and v.job.endswith("left before its time limit")), timeout=90)
+    assert near.state == "ready"
     ended = await views.until(lambda v: not v.active, timeout=150)
     assert ended.state == "exited" and ended.failure is not None, ended
     assert ended.failure.kind == "timeout" and "reached its time limit" in ended.failure.message
+    said = [line for line in notes.read_text().splitlines() if line.startswith("time_limit|")]
+    assert len(said) == 1 and re.fullmatch(r"time_limit\|Slurm job \d+ RUNNING on localhost, \d+ s left before its "
+                                           r"time limit", said[0]), said
 
 
 async def test_a_login_node_reached_over_ssh_submits_follows_and_cancels_the_job(slurm: SlurmCluster, tmp_path: Path,

@@ -23,6 +23,7 @@ KEYS = tuple(STRING_OPTIONS) + tuple(INTEGER_OPTIONS) + ("extra_args",)
 OWN_OPTIONS = ("--output", "-o", "--error", "-e", "--job-name", "-J", "--comment", "--parsable", "--chdir", "-D",
                "--wrap", "--open-mode", "--array", "-a")
 JOB_PREFIX = "specmon-"
+TIME_WARN_S = 300   # a running job this close to its time limit (or a quarter of the limit, if shorter) is warned of
 
 _TIME = re.compile(r"\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}")
 _MEM = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
@@ -120,6 +121,7 @@ class JobInfo:
     nodes: str | None = None         # the node list once it runs
     start: str | None = None         # Slurm's start time (an estimate while pending), as it prints it
     time_left_s: int | None = None   # before the time limit (None: unlimited or not running)
+    time_limit_s: int | None = None  # None: unlimited
     exit_code: int | None = None     # of the batch script, once ended
     signal: int | None = None        # that ended it, once ended
 
@@ -134,6 +136,12 @@ class JobInfo:
     @property
     def running(self) -> bool:
         return self.active and not self.pending
+
+    @property
+    def near_time_limit(self) -> bool:
+        """Running, and its time limit ends it soon: within TIME_WARN_S, or a quarter of the limit if that is less."""
+        return (self.running and self.time_left_s is not None and self.time_limit_s is not None
+                and self.time_left_s <= min(TIME_WARN_S, self.time_limit_s // 4))
 
     @property
     def start_epoch(self) -> float | None:
@@ -154,6 +162,8 @@ class JobInfo:
             text = f"{self.state} on {self.nodes or '?'}"
             if self.time_left_s is not None:
                 text += f", {duration(self.time_left_s)} left"
+            if self.near_time_limit:
+                text += " before its time limit"
             return text
         return self.state
 
@@ -196,6 +206,7 @@ def parse_scontrol_job(out: str) -> JobInfo | None:
         nodes=nodes if nodes not in ("", "(null)") else None,
         start=f.get("StartTime"),
         time_left_s=max(0, limit - run) if limit is not None and run is not None and state == "RUNNING" else None,
+        time_limit_s=limit,
         exit_code=int(code) if code.isdigit() and state not in ACTIVE_STATES else None,
         signal=int(sig) if sig.isdigit() and state not in ACTIVE_STATES else None,
     )

@@ -427,6 +427,8 @@ class RunController:
             except (TransportError, TimeoutError):
                 await asyncio.sleep(self.timings.process_s)
                 continue
+            if job is not None and job.near_time_limit and not (self.job is not None and self.job.near_time_limit):
+                self._notify(self.record, "time_limit", f"Slurm job {job.job_id} {job.describe()}")
             if job != self.job:
                 self.job = job
                 self._publish()

@@ -647,12 +647,23 @@ class RunManager:
             # Adopted while alive: the start time read now guards against PID reuse from here on.
             pid=pid, starttime=info.starttime if alive and info else None,
             boot_id=await ops.boot_id() if alive else "")
-        self.store.save(record)
         try:
-            record = await self._reconcile(record)
+            if meta.get("slurm"):
+                # A Slurm job (from any jump box): found by its name; its pid means nothing on this host.
+                record = await self._adopt_job(ops, dataclasses.replace(record, pid=None, starttime=None, boot_id=""))
+            self.store.save(record)
+            record = await self._reconcile(record) if not record.terminal else record
         except TransportError as exc:
             raise UserError(str(exc)) from None
         return self._static_view(record)
+
+    async def _adopt_job(self, ops: HostOps, record: RunRecord) -> RunRecord:
+        """A found Slurm run: its job while Slurm still lists it, else its verdict from the files it left."""
+        job = await SlurmHost(ops.transport).find(record.run_id)
+        if job is not None:
+            return dataclasses.replace(record, slurm_job=job.job_id, state="launching")
+        rs, _ = await self._replay(record)
+        return dataclasses.replace(record, **await slurmjobs.reconcile(ops, record, None, rs))
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
     @staticmethod
@@ -773,7 +784,7 @@ class RunManager:
             await ops.write_json(f"{run_dir}/meta.json", {
                 "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
                 "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
-                "config": self.config_key,
+                "config": self.config_key, **({"slurm": True} if profile.slurm is not None else {}),
                 **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
             })
             if profile.slurm is not None:

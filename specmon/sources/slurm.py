@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shlex
 
-from specmon.model.slurm import JobInfo, SlurmRequest, parse_job_id, parse_scontrol_job, sbatch_argv
+from specmon.model.slurm import JobInfo, SlurmRequest, job_name, parse_job_id, parse_scontrol_job, sbatch_argv
 from specmon.sources.transport import Transport, TransportError
 
 
@@ -35,6 +35,12 @@ class SlurmHost:
             raise TransportError(f"{self.transport.host}: scontrol show job {job_id}: "
                                  f"{result.err.strip() or f'exit {result.exit_code}'}")
         return parse_scontrol_job(result.out)
+
+    async def find(self, run_id: str) -> JobInfo | None:
+        """The job specmon submitted for `run_id` (from any jump box: found by its name), while Slurm lists it."""
+        result = await self.transport.run(f"squeue -h -o %i --name={shlex.quote(job_name(run_id))}", timeout=30)
+        ids = result.out.split() if result.exit_code == 0 else []
+        return await self.job(ids[-1]) if ids else None
 
     async def cancel(self, job_id: str) -> None:
         result = await self.transport.run(f"scancel {shlex.quote(job_id)}", timeout=30)

@@ -89,8 +89,10 @@ class RunCard(Vertical):
                 f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
                 f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
             ]
-        if row.job:
-            lines.insert(0, f"[dim]slurm[/] {escape(row.job)}")
+        if row.job:   # a Slurm run's job; near its time limit, a warning
+            job = escape(row.job)
+            lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
+                                                else job))
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card, whole while the pane is maximised. The width comes from the pane's outer size
