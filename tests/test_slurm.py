@@ -196,3 +196,30 @@ async def test_a_login_node_reached_over_ssh_submits_follows_and_cancels_the_job
     finally:
         await stop_everything([manager])
         sshd.stop()
+
+
+async def test_a_job_launched_from_another_jump_box_is_found_by_its_name_and_adopted(slurm: SlurmCluster,
+                                                                                      tmp_path: Path,
+                                                                                      free_port: int) -> None:
+    filler = slurm.fill_node()
+    profile = slurm_profile(free_port)
+    other = RunManager(config_of(profile), state_dir=tmp_path / "other-box")
+    here = RunManager(config_of(profile), state_dir=tmp_path / "this-box",
+                      stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    views = Views(here)
+    try:
+        launched = await other.launch("sim", watch=False)
+        await other.close()
+        [found] = await here.host_runs("local")
+        assert found.run_id == launched.run_id
+        adopted = await here.adopt("local", launched.run_id)
+        assert adopted.state == "launching"
+        assert here.store.load(launched.run_id).slurm_job == other.store.load(launched.run_id).slurm_job
+        await here.attach(launched.run_id)
+        slurm.run("scancel", filler)
+        ready = await views.until(lambda v: v.state == "ready", timeout=90)
+        assert ready.job is not None and ready.job.startswith("RUNNING on localhost")
+        assert (await here.stop(launched.run_id)).clean
+        assert here.store.load(launched.run_id).state == "stopped"
+    finally:
+        await stop_everything([here])
