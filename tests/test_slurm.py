@@ -211,7 +211,7 @@ async def test_a_job_launched_from_another_jump_box_is_found_by_its_name_and_ado
         launched = await other.launch("sim", watch=False)
         await other.close()
         [found] = await here.host_runs("local")
-        assert found.run_id == launched.run_id
+        assert found.run_id == launched.run_id and found.running   # queued: its job is there, though no pid is
         adopted = await here.adopt("local", launched.run_id)
         assert adopted.state == "launching"
         assert here.store.load(launched.run_id).slurm_job == other.store.load(launched.run_id).slurm_job

@@ -605,10 +605,14 @@ class RunManager:
             if not RUN_ID.match(run_id) or run_id in known:
                 continue
             pid = int(pid_text) if pid_text.strip().isdigit() else None
-            info = await ops.proc(pid) if pid else None
+            if meta.get("slurm"):   # a job's pid is its node's: Slurm says whether it still runs (or waits)
+                running = await SlurmHost(ops.transport).find(run_id) is not None
+            else:
+                info = await ops.proc(pid) if pid else None
+                running = info is not None and info.alive
             found.append(HostRun(
                 run_id=run_id, profile=str(meta.get("profile") or "?"), port=_int_or(meta.get("port"), 0),
-                launched_at=str(meta.get("launched_at") or ""), pid=pid, running=info is not None and info.alive,
+                launched_at=str(meta.get("launched_at") or ""), pid=pid, running=running,
                 exit_code=int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None))
         return sorted(found, key=lambda r: r.run_id)
 
