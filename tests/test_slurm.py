@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import os
 import re
+import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -223,3 +224,29 @@ async def test_a_job_launched_from_another_jump_box_is_found_by_its_name_and_ado
         assert here.store.load(launched.run_id).state == "stopped"
     finally:
         await stop_everything([here])
+
+
+def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path: Path, free_port: int) -> None:
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.llama-slurm]\nhost = "local"\n'
+                      f'command = "specmon sim --port {free_port} --load-seconds 2 --shards 4"\nport = {free_port}\n\n'
+                      '[profiles.llama-slurm.slurm]\ntime = "04:00:00"\ngpus = 1\nextra_args = ["--exclusive"]\n')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def specmon(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), *args], env=env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    filler = slurm.fill_node()
+    launched = specmon("launch", "llama-slurm")
+    assert launched.returncode == 0, launched.stderr
+    assert re.search(r"launched llama-slurm run \S+ on local \(job \d+, port \d+\)", launched.stderr), launched.stderr
+    status = specmon("status")
+    assert re.search(r"llama-slurm .* launching .* PENDING \((Resources|Priority)\)", status.stdout), status.stdout
+    slurm.run("scancel", filler)
+    waited = specmon("wait", "llama-slurm", "-q", timeout=120)
+    assert waited.returncode == 0 and "RUNNING on localhost" in waited.stdout + waited.stderr, waited
+    stopped = specmon("stop", "llama-slurm")
+    assert stopped.returncode == 0 and re.search(r"stopped in [\d.]+s \(scancel job \d+; exit code", stopped.stdout), \
+        stopped
+    assert re.search(r"llama-slurm .* stopped ", specmon("status").stdout)

@@ -104,7 +104,7 @@ def print_report(report: StopReport) -> None:
     for what, one in lines:
         how = "SIGKILL needed" if one.killed else "SIGTERM"
         state = "stopped" if one.stopped else "NOT fully stopped"
-        print(f"{what}: {state} in {one.seconds:.1f}s ({how}; {len(one.pids)} process(es); "
-              f"exit code {one.exit_code})")
+        signalled = f"scancel job {one.job}" if one.job else f"{how}; {len(one.pids)} process(es)"
+        print(f"{what}: {state} in {one.seconds:.1f}s ({signalled}; exit code {one.exit_code})")
     for blocker in report.blockers:
         print(f"specmon: still blocking: {blocker}", file=sys.stderr)

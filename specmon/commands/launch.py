@@ -22,7 +22,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     async def body(manager: RunManager) -> int:
         view = await manager.launch(args.profile, watch=False)
-        print(f"launched {view.profile} run {view.run_id} on {view.host} (pid {view.pid}, port {view.port}); "
+        print(f"launched {view.profile} run {view.run_id} on {view.host} ({view.job or f'pid {view.pid}'}, "
+              f"port {view.port}); "
               f"log: {view.log_path}", file=sys.stderr, flush=True)
         if not args.wait:
             print(view.run_id)

@@ -249,7 +249,8 @@ class RunManager:
             kv_cache_tokens=record.kv_cache_tokens,
             exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir,
-            node_rank=record.node_rank, config=record.config)
+            node_rank=record.node_rank, config=record.config,
+            job=f"job {record.slurm_job}" if record.slurm_job is not None and not record.terminal else None)
 
     # ---- queries -----------------------------------------------------------------------------------------
     def runs(self, all_configs: bool = False) -> list[RunView]:

@@ -57,7 +57,7 @@ async def cancel(ops: HostOps, record: RunRecord, timings: StopTimings) -> StopR
         await asyncio.sleep(timings.poll_s)
     return StopReport(run_id=record.run_id, profile=record.profile, stopped=job is None or not job.active,
                       killed=False, pids=(), blockers=tuple(blockers), seconds=time.monotonic() - t0,
-                      exit_code=await exit_code_of(ops, record))
+                      exit_code=await exit_code_of(ops, record), job=record.slurm_job)
 
 
 async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
