@@ -23,6 +23,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, Profile
 from specmon.model.slurm import SlurmRequest
+from specmon.orchestration.ready import wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.stopping import StopTimings
 from specmon.orchestration.sweep import SweepSpec, run_sweep
@@ -250,3 +251,22 @@ def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path
     assert stopped.returncode == 0 and re.search(r"stopped in [\d.]+s \(scancel job \d+; exit code", stopped.stdout), \
         stopped
     assert re.search(r"llama-slurm .* stopped ", specmon("status").stdout)
+
+
+async def test_a_wait_for_ready_does_not_count_queue_time_as_load_time(slurm: SlurmCluster, managers,
+                                                                        free_port: int) -> None:
+    filler = slurm.fill_node()
+    manager, _ = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+
+    async def free_the_node_later() -> None:
+        await asyncio.sleep(10)
+        slurm.run("scancel", filler)
+
+    freeing = asyncio.ensure_future(free_the_node_later())
+    try:
+        # Queued 10 s, then loading in about 3 s: a 9 s load limit holds once the queue time is left out.
+        verdict = await wait_ready(manager, view.run_id, timeout_s=9.0, heartbeat_s=1.0)
+    finally:
+        await freeing
+    assert verdict.ready, verdict.reason

@@ -56,7 +56,7 @@ from specmon.model.experiment import (
 from specmon.model.logparse import LogParser
 from specmon.model.results import LevelResult, utc_now_iso
 from specmon.model.sweepstats import SweepProgress
-from specmon.orchestration.ready import wait_ready
+from specmon.orchestration.ready import queued, wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.sweep import (
@@ -276,7 +276,7 @@ class ExperimentRunner:
             else:
                 stall = self.spec.stall_s if self.spec.stall_s is not None else profile.stall_timeout_s
                 verdict = await wait_ready(self.manager, view.run_id, timeout_s=self.spec.max_load_s,
-                                           stall_timeout_s=stall)
+                                           stall_timeout_s=stall, on_progress=self._queue_step(name))
                 if verdict.ready:
                     self._step(name, "ready", verdict.reason, time.monotonic() - t0)
                     return verdict.view
@@ -289,6 +289,23 @@ class ExperimentRunner:
                 continue
             self._give_up(name, f"launch failed {attempts} time{'s' if attempts > 1 else ''}: {reason}")
             return None
+
+    def _queue_step(self, name: str) -> Callable[[RunView], None]:
+        """A wait's progress callback that records, once a Slurm run's job starts, how long it waited in the queue
+        (a step of its own: queue time is no load time)."""
+        since: float | None = None
+        reason = ""
+
+        def see(view: RunView) -> None:
+            nonlocal since, reason
+            if queued(view):
+                since = since if since is not None else time.monotonic()
+                reason = view.job or ""
+            elif since is not None:
+                self._step(name, "queued", f"{reason}; then {view.job}", time.monotonic() - since)
+                since = None
+
+        return see
 
     def _adoptable(self, name: str) -> RunView | None:
         run_id = self.state.profile(name).run_id

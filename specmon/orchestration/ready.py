@@ -58,7 +58,8 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
                      on_progress: Callable[[RunView], None] | None = None) -> Verdict:
     """Follow one run (attaching if needed) until it is ready, failed, stalled, or `timeout_s` passed.
 
-    With `stop_at_stall` False a stall is shown through `on_progress` (view.stalled) and the wait goes on.
+    With `stop_at_stall` False a stall is shown through `on_progress` (view.stalled) and the wait goes on. The time a
+    Slurm run's job waits in the queue is not load time: `timeout_s` counts from the job's start.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     view = await manager.attach(run_id, stall_timeout_s=stall_timeout_s)
@@ -70,6 +71,8 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
                 verdict = verdict_of(view, stop_at_stall)
                 if verdict is not None:
                     return verdict
+                if timeout_s is not None and queued(view):
+                    deadline = time.monotonic() + timeout_s
                 if on_progress is not None:
                     on_progress(view)
                 left = None if deadline is None else deadline - time.monotonic()
@@ -92,6 +95,11 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
             if nxt is not None:
                 nxt.cancel()
                 await asyncio.gather(nxt, return_exceptions=True)
+
+
+def queued(view: RunView) -> bool:
+    """A Slurm run whose job has not started yet."""
+    return view.job is not None and view.state == "launching"
 
 
 async def wait_all_ready(manager: RunManager, run_ids: Sequence[str], *, timeout_s: float | None = None,
