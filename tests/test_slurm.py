@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -270,3 +271,29 @@ async def test_a_wait_for_ready_does_not_count_queue_time_as_load_time(slurm: Sl
     finally:
         await freeing
     assert verdict.ready, verdict.reason
+
+
+def test_an_experiment_on_slurm_profiles_waits_for_each_job_and_steps_show_the_queue(slurm: SlurmCluster,
+                                                                                      tmp_path: Path,
+                                                                                      free_port_factory) -> None:
+    profiles = "".join(f'[profiles.{name}]\ncommand = "specmon sim --port {port} --load-seconds 2 --shards 2"\n'
+                       f'port = {port}\n[profiles.{name}.slurm]\ngpus = 1\n'
+                       for name, port in (("a", free_port_factory()), ("b", free_port_factory())))
+    config = tmp_path / "profiles.toml"
+    config.write_text(profiles + '[experiments.q]\nprofiles = ["a", "b"]\nlevels = [1]\nrepeats = 1\n'
+                                 'requests_per_level = 4\ninput_len = 16\noutput_len = 16\nmax_load_s = 10\n')
+    filler = slurm.fill_node()
+    freeing = threading.Timer(12, slurm.run, ("scancel", filler))
+    freeing.start()
+    try:
+        done = subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), "experiment", "q"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=200, stdin=subprocess.DEVNULL,
+                              env={**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    finally:
+        freeing.join()
+    # Queued 12 s against a 10 s load limit: the queue is a step of its own, and a went on to be swept.
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    queued = re.search(r" a: queued: PENDING \((Resources|Priority)\); then RUNNING on localhost\S* .*\((\d+\.\d)s\)",
+                       done.stderr)
+    assert queued and float(queued.group(2)) >= 10, done.stderr
+    assert re.search(r" a: ready: .*\n.* a: sweep: ", done.stderr) and " b: swept: " in done.stderr, done.stderr

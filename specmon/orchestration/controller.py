@@ -429,14 +429,14 @@ class RunController:
                 continue
             if job is not None and job.near_time_limit and not (self.job is not None and self.job.near_time_limit):
                 self._notify(self.record, "time_limit", f"Slurm job {job.job_id} {job.describe()}")
-            if job != self.job:
-                self.job = job
-                self._publish()
+            changed = job != self.job
+            self.job = job
             if job is not None and job.running and self.record.state == "launching":
                 started = job.start_epoch or time.time()
                 self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
                 self.last_bytes_at = max(self.last_bytes_at, started)
                 self._update(state="loading", started_at=started)
+            if changed:
                 self._publish()
             if job is None or not job.active:
                 exit_code, stop = None, False
