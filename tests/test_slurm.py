@@ -297,3 +297,32 @@ def test_an_experiment_on_slurm_profiles_waits_for_each_job_and_steps_show_the_q
                        done.stderr)
     assert queued and float(queued.group(2)) >= 10, done.stderr
     assert re.search(r" a: ready: .*\n.* a: sweep: ", done.stderr) and " b: swept: " in done.stderr, done.stderr
+
+
+async def test_a_restarted_specmon_reattaches_mid_load_without_losing_a_log_line(slurm: SlurmCluster, managers,
+                                                                                  free_port: int) -> None:
+    profile = dataclasses.replace(sim_profile(free_port, shards=16, load_seconds=6, time_scale=0.5),
+                                  slurm=SlurmRequest(gpus=1))
+    first, views = managers(profile)
+    view = await first.launch("sim")
+    await views.until(lambda v: v.shards is not None and v.shards[0] >= 2, timeout=90)
+    before: list[str] = []
+
+    async def read(manager: RunManager, into: list[str], until: Callable[[], bool]) -> None:
+        async for line in manager.log_lines(view.run_id, commit=True):
+            if until():
+                return   # as a reader that quits: this line was not handled (a later reader gets it)
+            if line.kind == "line":
+                into.append(line.text)
+
+    await asyncio.wait_for(read(first, before, lambda: len(before) >= 3), 30)
+    await first.close()   # specmon ends mid-load; the job goes on
+
+    second, views = managers(profile)
+    after: list[str] = []
+    await asyncio.wait_for(read(second, after, lambda: any("ready to roll" in t for t in after)), 90)
+    assert before and after
+    assert (await views.until(lambda v: v.state == "ready", timeout=30)).job.startswith("RUNNING on localhost")
+    logged = Path(view.log_path).read_bytes().decode().split("\n")   # as written: progress bars' \r kept
+    assert before + after == logged[:len(before) + len(after)], "a line was lost or shown twice across the restart"
+    assert (await second.stop("sim")).clean
