@@ -326,3 +326,14 @@ async def test_a_restarted_specmon_reattaches_mid_load_without_losing_a_log_line
     logged = Path(view.log_path).read_bytes().decode().split("\n")   # as written: progress bars' \r kept
     assert before + after == logged[:len(before) + len(after)], "a line was lost or shown twice across the restart"
     assert (await second.stop("sim")).clean
+
+
+async def test_a_command_missing_on_the_jobs_node_fails_the_run_with_the_shells_words(slurm: SlurmCluster, managers,
+                                                                                       free_port: int) -> None:
+    # Not refused before submitting: the login node need not have the compute nodes' software.
+    profile = dataclasses.replace(slurm_profile(free_port), command=("no-such-server", "--port", str(free_port)))
+    manager, views = managers(profile)
+    await manager.launch("sim")
+    ended = await views.until(lambda v: not v.active, timeout=60)
+    assert ended.state == "failed" and ended.exit_code == 127, ended
+    assert ended.failure is not None and "not found" in " ".join(ended.failure.last_lines), ended.failure

@@ -690,6 +690,10 @@ class RunManager:
                     raise UserError(f"{where}: run {record.group or record.run_id} (profile {record.profile}) is "
                                     f"still {record.state} on {ops.host} port {record.port}; stop it first or use "
                                     "`specmon restart`")
+        if profile.workdir and not await ops.workdir_exists(profile.workdir):
+            raise UserError(f"{ops.host}: workdir {profile.workdir} does not exist ({where})")
+        if profile.slurm is not None:
+            return   # the server runs on a node Slurm picks: this host's ports and commands are not the node's
         for run_dir in await ops.live_runs_on_port(profile.port):
             raise UserError(f"{where}: run {run_dir.rsplit('/', 1)[1]} is still running on {ops.host} port "
                             f"{profile.port} ({run_dir}); stop it first")
@@ -702,8 +706,6 @@ class RunManager:
                            + (f" by {holder}" if holder else " by a process specmon cannot see")
                            + f"; stop it or choose another port (free: {', '.join(map(str, free))})",
                            profile.port, free)
-        if profile.workdir and not await ops.workdir_exists(profile.workdir):
-            raise UserError(f"{ops.host}: workdir {profile.workdir} does not exist ({where})")
         if not await ops.find_command(profile.command[0], profile.env, profile.workdir):
             raise UserError(f"{ops.host}: command not found: {profile.command[0]} ({where}: command)")
 
@@ -794,8 +796,14 @@ class RunManager:
             })
             if profile.slurm is not None:
                 # The job holds the run from here: its state says when the server starts (slurmjobs).
-                job = await SlurmHost(ops.transport).submit(profile.slurm, run_id, run_dir, f"{run_dir}/launch.sh")
-                return self.store.update(run_id, slurm_job=job) or record
+                slurm = SlurmHost(ops.transport)
+                job = await slurm.submit(profile.slurm, run_id, run_dir, f"{run_dir}/launch.sh")
+                try:
+                    return self.store.update(run_id, slurm_job=job) or record
+                except StateWriteError:   # a job specmon cannot record must not run on unseen
+                    with contextlib.suppress(TransportError, TimeoutError):
+                        await slurm.cancel(job)
+                    raise
             await ops.start_detached(run_dir, run_id)
         except TransportError as exc:
             await asyncio.shield(self._unmake(ops, record, made))
