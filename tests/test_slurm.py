@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -245,6 +246,8 @@ def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path
     assert re.search(r"launched llama-slurm run \S+ on local \(job \d+, port \d+\)", launched.stderr), launched.stderr
     status = specmon("status")
     assert re.search(r"llama-slurm .* launching .* PENDING \((Resources|Priority)\)", status.stdout), status.stdout
+    [run] = json.loads(specmon("status", "--json").stdout)
+    assert run["state"] == "launching" and run["job"] in ("PENDING (Resources)", "PENDING (Priority)"), run
     slurm.run("scancel", filler)
     waited = specmon("wait", "llama-slurm", "-q", timeout=120)
     assert waited.returncode == 0 and "RUNNING on localhost" in waited.stdout + waited.stderr, waited
