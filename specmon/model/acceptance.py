@@ -17,7 +17,7 @@ the window, and the queue depth (`sglang:num_queue_reqs`, `vllm:num_requests_wai
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,14 +33,19 @@ QUEUE = ("sglang:num_queue_reqs", "vllm:num_requests_waiting")
 RUNNING = ("sglang:num_running_reqs", "vllm:num_requests_running")
 
 
-def parse_metrics(text: str) -> dict[str, list[float]]:
+def parse_metrics(text: str, only: Collection[str] | None = None) -> dict[str, list[float]]:
     """Prometheus text exposition -> metric name -> the values of its label sets.
 
     Counters are keyed without their `_total` suffix (vLLM exposes both spellings over versions). Samples with a
-    `position` label (per-position acceptance) are left out: they are not totals.
+    `position` label (per-position acceptance) are left out: they are not totals. `only`: the names wanted (as
+    keyed); every other line is skipped by a prefix test before it is split (a real vLLM answer is mostly
+    histogram buckets nobody here reads).
     """
     out: dict[str, list[float]] = {}
+    prefixes = None if only is None else tuple(only)
     for line in text.splitlines():
+        if prefixes is not None and not line.startswith(prefixes):
+            continue
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -66,6 +71,8 @@ def parse_metrics(text: str) -> dict[str, list[float]]:
             continue
         if name.endswith("_total"):
             name = name[: -len("_total")]
+        if only is not None and name not in only:
+            continue
         out.setdefault(name, []).append(value)
     return out
 

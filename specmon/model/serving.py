@@ -1,0 +1,228 @@
+"""The serving view of a ready server: its own `/metrics` read as the figures a user watches, their recent history,
+and the alerts they raise. Pure.
+
+Names by server and version (`_total` dropped from counters, as `acceptance.parse_metrics` keys them):
+- running:   `vllm:num_requests_running` (V0, V1), `sglang:num_running_reqs`
+- waiting:   `vllm:num_requests_waiting`, `sglang:num_queue_reqs`
+- KV use:    `vllm:kv_cache_usage_perc` (V1), `vllm:gpu_cache_usage_perc` (V0, and V1 until it was dropped),
+             `sglang:token_usage`; all three are 0-1 ratios
+- tokens/s:  the rate of `vllm:generation_tokens` / `sglang:generation_tokens` between two reads; a single read
+             falls back to the server's own gauge (`sglang:gen_throughput`, V0 `vllm:avg_generation_throughput_toks_per_s`)
+- prefix hit: V1 counters `vllm:prefix_cache_hits` / `vllm:prefix_cache_queries` (older V1: `vllm:gpu_prefix_cache_*`),
+             over the interval (cumulative on a single read); V0 gauge `vllm:gpu_prefix_cache_hit_rate` (-1: caching
+             off); `sglang:cache_hit_rate`
+- preemptions: counter `vllm:num_preemptions` (SGLang: `sglang:num_retracted_requests`), as a rate per second
+- acceptance: vLLM counters `vllm:spec_decode_num_accepted_tokens` / `_num_drafts` / `_num_draft_tokens`
+             (length = 1 + accepted / drafts, rate = accepted / draft tokens); V0 gauge
+             `vllm:spec_decode_draft_acceptance_rate`; SGLang gauges `sglang:spec_accept_length` / `spec_accept_rate`
+A family a server does not export is None (shown as absent), never 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, fields
+from typing import Any
+
+from specmon.model.acceptance import MetricsSample, parse_metrics
+
+RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
+WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+KV_USAGE = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage")
+GEN_TOKENS = ("vllm:generation_tokens", "sglang:generation_tokens")
+GEN_GAUGE = ("sglang:gen_throughput", "vllm:avg_generation_throughput_toks_per_s")
+PREFIX_COUNTERS = (("vllm:prefix_cache_hits", "vllm:prefix_cache_queries"),
+                   ("vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries"))
+PREFIX_GAUGE = ("vllm:gpu_prefix_cache_hit_rate", "sglang:cache_hit_rate")
+PREEMPTIONS = ("vllm:num_preemptions", "sglang:num_retracted_requests")
+VLLM_ACCEPTED = "vllm:spec_decode_num_accepted_tokens"
+VLLM_DRAFTS = "vllm:spec_decode_num_drafts"
+VLLM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
+ACCEPT_RATE_GAUGE = ("sglang:spec_accept_rate", "vllm:spec_decode_draft_acceptance_rate")
+ACCEPT_LEN_GAUGE = ("sglang:spec_accept_length",)
+
+FAMILIES = frozenset([*RUNNING, *WAITING, *KV_USAGE, *GEN_TOKENS, *GEN_GAUGE, *PREFIX_GAUGE, *PREEMPTIONS,
+                      *(n for pair in PREFIX_COUNTERS for n in pair), VLLM_ACCEPTED, VLLM_DRAFTS, VLLM_DRAFT_TOKENS,
+                      *ACCEPT_RATE_GAUGE, *ACCEPT_LEN_GAUGE])
+
+HISTORY_S = 180.0            # the sparklines' span
+WAITING_ALERT_S = 30.0       # requests waiting this long without a break
+KV_ALERT_PCT = 95.0          # KV use at or above this
+
+
+def read_sample(text: str, at: float) -> MetricsSample:
+    """One answer of /metrics, reduced to the families read here (the rest is skipped unparsed)."""
+    return MetricsSample(at, parse_metrics(text, FAMILIES))
+
+
+@dataclass(frozen=True)
+class ServingFigures:
+    """What the card shows; None where the server does not export it (or a rate needs a second read)."""
+
+    running: float | None = None
+    waiting: float | None = None
+    kv_pct: float | None = None
+    tok_s: float | None = None
+    prefix_hit_pct: float | None = None
+    preemptions: float | None = None       # the counter's value (since the server started)
+    preempt_per_s: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None       # 0-1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (None if (v := getattr(self, f.name)) is None else round(v, 4)) for f in fields(self)}
+
+
+def _first_total(sample: MetricsSample, names: tuple[str, ...]) -> tuple[str, float] | None:
+    for name in names:
+        value = sample.total(name)
+        if value is not None:
+            return name, value
+    return None
+
+
+def _delta(prev: MetricsSample | None, cur: MetricsSample, name: str) -> float | None:
+    """A counter's growth since `prev`; None without `prev`, or when it went backwards (a restarted server)."""
+    b = cur.total(name)
+    if prev is None or b is None:
+        return None
+    a = prev.total(name)
+    return None if a is None or b < a else b - a
+
+
+def _rate(prev: MetricsSample | None, cur: MetricsSample, names: tuple[str, ...]) -> float | None:
+    found = _first_total(cur, names)
+    if found is None or prev is None or cur.at <= prev.at:
+        return None
+    grown = _delta(prev, cur, found[0])
+    return None if grown is None else grown / (cur.at - prev.at)
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    return None if num is None or not den else num / den
+
+
+def figures(cur: MetricsSample, prev: MetricsSample | None = None) -> ServingFigures:
+    """The figures of one read; rates over the interval since `prev` (counters' cumulative values without it)."""
+    kv = cur.first_mean(KV_USAGE)
+    tok_s = _rate(prev, cur, GEN_TOKENS)
+    if tok_s is None:
+        tok_s = cur.first_mean(GEN_GAUGE)
+    preempt = _first_total(cur, PREEMPTIONS)
+    return ServingFigures(
+        running=cur.first_total(RUNNING), waiting=cur.first_total(WAITING),
+        kv_pct=None if kv is None else kv * 100.0, tok_s=tok_s, prefix_hit_pct=_prefix_hit(cur, prev),
+        preemptions=None if preempt is None else preempt[1], preempt_per_s=_rate(prev, cur, PREEMPTIONS),
+        **_acceptance(cur, prev))
+
+
+def _prefix_hit(cur: MetricsSample, prev: MetricsSample | None) -> float | None:
+    for hits, queries in PREFIX_COUNTERS:
+        if cur.total(queries) is None:
+            continue
+        grown = _delta(prev, cur, queries)
+        if grown is not None:   # over the interval; an interval without queries keeps the cumulative figure
+            if grown > 0:
+                return _pct(_ratio(_delta(prev, cur, hits), grown))
+        return _pct(_ratio(cur.total(hits), cur.total(queries)))
+    gauge = cur.first_mean(PREFIX_GAUGE)
+    return None if gauge is None or gauge < 0 else gauge * 100.0
+
+
+def _pct(fraction: float | None) -> float | None:
+    return None if fraction is None else fraction * 100.0
+
+
+def _acceptance(cur: MetricsSample, prev: MetricsSample | None) -> dict[str, float | None]:
+    if cur.total(VLLM_DRAFTS) is not None or cur.total(VLLM_DRAFT_TOKENS) is not None:
+        drafts, accepted, tokens = (_delta(prev, cur, n) for n in (VLLM_DRAFTS, VLLM_ACCEPTED, VLLM_DRAFT_TOKENS))
+        if not drafts:   # no drafts in the interval (or a single read): the cumulative figures
+            drafts, accepted, tokens = (cur.total(n) for n in (VLLM_DRAFTS, VLLM_ACCEPTED, VLLM_DRAFT_TOKENS))
+        length = _ratio(accepted, drafts)
+        return {"accept_len": None if length is None else 1.0 + length, "accept_rate": _ratio(accepted, tokens)}
+    # SGLang's gauges read 0 before the first speculative batch: that is no figure yet.
+    return {"accept_len": cur.first_mean(ACCEPT_LEN_GAUGE) or None,
+            "accept_rate": cur.first_mean(ACCEPT_RATE_GAUGE) or None}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When the serving view raises an alert."""
+
+    waiting_s: float = WAITING_ALERT_S
+    kv_pct: float = KV_ALERT_PCT
+
+
+class ServingHistory:
+    """One run's reads of /metrics: the latest figures, the last minutes of each (sparklines), and its alerts.
+
+    `add` takes each successful read, `failed` each read that got no answer; `alerts` says what is wrong now.
+    """
+
+    def __init__(self, thresholds: Thresholds = Thresholds(), span_s: float = HISTORY_S) -> None:
+        self.thresholds = thresholds
+        self.span_s = span_s
+        self.points: deque[tuple[float, ServingFigures]] = deque()
+        self.latest: ServingFigures | None = None
+        self._prev: MetricsSample | None = None
+        self._waiting_since: float | None = None
+        self.answered = False          # /metrics answered at least once
+        self.failing: str | None = None   # why the last read got no answer (None: it answered)
+        self.failed_at: float | None = None
+
+    def add(self, sample: MetricsSample) -> ServingFigures:
+        now = figures(sample, self._prev)
+        self._prev = sample
+        self.latest = now
+        self.answered = True
+        self.failing = None
+        self.failed_at = None
+        if not now.waiting:
+            self._waiting_since = None
+        elif self._waiting_since is None:
+            self._waiting_since = sample.at
+        self.points.append((sample.at, now))
+        while self.points and self.points[0][0] < sample.at - self.span_s:
+            self.points.popleft()
+        return now
+
+    def failed(self, at: float, reason: str) -> None:
+        if self.failing is None:
+            self.failed_at = at
+        self.failing = reason
+
+    def series(self, name: str) -> list[float]:
+        """The values of one figure over the span (absent reads left out)."""
+        return [v for _, f in self.points if (v := getattr(f, name)) is not None]
+
+    def alerts(self, now: float, process_running: bool = True) -> list[str]:
+        """What is wrong now, one line each."""
+        out: list[str] = []
+        if self.failing is not None and self.answered and process_running:
+            out.append(f"/metrics stopped answering ({self.failing})")
+        f = self.latest
+        if f is None:
+            return out
+        t = self.thresholds
+        if self._waiting_since is not None and now - self._waiting_since >= t.waiting_s:
+            out.append(f"{f.waiting or 0:.0f} waiting for {now - self._waiting_since:.0f}s")
+        if f.kv_pct is not None and f.kv_pct >= t.kv_pct:
+            out.append(f"KV {f.kv_pct:.0f}% (≥ {t.kv_pct:.0f}%)")
+        if f.preempt_per_s:
+            out.append(f"preemptions rising ({f.preempt_per_s:.1f}/s)")
+        return out
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 12, top: float | None = None) -> str:
+    """The last `width` values as block characters, scaled to `top` (default: their maximum)."""
+    shown = values[-width:]
+    if not shown:
+        return ""
+    peak = top if top is not None else max(shown)
+    if not peak or not math.isfinite(peak):
+        return SPARK[0] * len(shown)
+    return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v / peak * (len(SPARK) - 1) + 0.5)))] for v in shown)

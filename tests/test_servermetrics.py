@@ -1,0 +1,108 @@
+"""The serving view's parser on real /metrics captures (tests/fixtures/metrics, see SOURCES.md): each figure
+equals the capture's, for SGLang and for vLLM's V0 and V1 names; families a server does not export are absent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from specmon.model.acceptance import MetricsSample, parse_metrics
+from specmon.model.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample, sparkline
+
+CAPTURES = Path(__file__).parent / "fixtures" / "metrics"
+
+
+def capture(name: str) -> str:
+    return (CAPTURES / name).read_text()
+
+
+def test_sglang_capture_under_load() -> None:
+    f = figures(read_sample(capture("sglang-llama31-8b-production-metrics.prom"), 0.0))
+    assert f.running == 162.0 and f.waiting == 2826.0
+    assert f.kv_pct == pytest.approx(28.0)                       # sglang:token_usage 0.28
+    assert f.tok_s == pytest.approx(86.50814177726902)          # sglang:gen_throughput on a single read
+    assert f.prefix_hit_pct == pytest.approx(0.7507552643049313)  # sglang:cache_hit_rate 0.0075...
+    # This SGLang exports no retraction counter and no speculative gauges: absent, not 0.
+    assert f.preemptions is None and f.preempt_per_s is None
+    assert f.accept_len is None and f.accept_rate is None
+
+
+def test_vllm_v0_capture_old_names() -> None:
+    f = figures(read_sample(capture("vllm-v0-aibrix-qwen25-coder.prom"), 0.0))
+    assert (f.running, f.waiting) == (0.0, 0.0)
+    assert f.kv_pct == 0.0                       # vllm:gpu_cache_usage_perc
+    assert f.preemptions == 0.0                  # vllm:num_preemptions_total
+    assert f.prefix_hit_pct is None              # gpu_prefix_cache_hit_rate -1.0: prefix caching off
+    assert f.tok_s is None                       # no throughput gauge in 0.7, and a rate needs two reads
+    assert f.accept_len is None
+
+
+def test_vllm_v1_capture_new_names() -> None:
+    f = figures(read_sample(capture("vllm-v1-kserve-llama-idle.prom"), 0.0))
+    assert (f.running, f.waiting, f.kv_pct, f.preemptions) == (0.0, 0.0, 0.0, 0.0)   # vllm:kv_cache_usage_perc
+    assert f.prefix_hit_pct is None              # 0 hits of 0 queries is no hit rate
+    assert f.accept_len is None
+
+
+def test_vllm_v1_spec_capture_acceptance() -> None:
+    f = figures(read_sample(capture("vllm-v1-spec-dgx-spark.prom"), 0.0))
+    assert f.accept_len == pytest.approx(1 + 7.268642e06 / 2.04363e06)
+    assert f.accept_rate == pytest.approx(7.268642e06 / 1.0218118e07)
+    # the trimmed capture holds no scheduler families: absent
+    assert f.running is None and f.waiting is None and f.kv_pct is None
+
+
+def test_only_the_needed_families_are_parsed() -> None:
+    text = capture("sglang-llama31-8b-production-metrics.prom")
+    everything = parse_metrics(text)
+    kept = read_sample(text, 0.0).values
+    assert set(kept) <= FAMILIES
+    assert "sglang:time_per_output_token_seconds_bucket" in everything
+    assert not any("bucket" in name for name in kept)
+
+
+def test_parsing_a_large_capture_is_cheap() -> None:
+    # A real vLLM answer is tens of kB, mostly histogram buckets: all four captures, repeated 20 times (~0.4 MB).
+    text = "".join(capture(p.name) for p in sorted(CAPTURES.glob("*.prom"))) * 20
+    t0 = time.process_time()
+    for _ in range(10):
+        read_sample(text, 0.0)
+    per_read = (time.process_time() - t0) / 10
+    assert per_read < 0.05, f"{per_read * 1000:.1f} ms per read of {len(text)} bytes"
+
+
+def sample(at: float, **values: float) -> MetricsSample:
+    return MetricsSample(at, {k: [v] for k, v in values.items()})
+
+
+def test_rates_come_from_counters_between_two_reads() -> None:
+    a = sample(10.0, **{"vllm:generation_tokens": 1000.0, "vllm:num_preemptions": 2.0,
+                        "vllm:prefix_cache_queries": 100.0, "vllm:prefix_cache_hits": 50.0})
+    b = sample(12.0, **{"vllm:generation_tokens": 1600.0, "vllm:num_preemptions": 6.0,
+                        "vllm:prefix_cache_queries": 200.0, "vllm:prefix_cache_hits": 140.0})
+    f = figures(b, a)
+    assert f.tok_s == pytest.approx(300.0) and f.preempt_per_s == pytest.approx(2.0)
+    assert f.prefix_hit_pct == pytest.approx(90.0)
+    restarted = sample(13.0, **{"vllm:generation_tokens": 5.0})
+    assert figures(restarted, b).tok_s is None   # a counter that went back: a restarted server, no rate
+
+
+def test_history_alerts() -> None:
+    h = ServingHistory(Thresholds(waiting_s=5.0, kv_pct=90.0))
+    h.add(sample(0.0, **{"sglang:num_queue_reqs": 3.0, "sglang:token_usage": 0.5}))
+    assert h.alerts(1.0) == []
+    h.add(sample(6.0, **{"sglang:num_queue_reqs": 4.0, "sglang:token_usage": 0.97}))
+    assert h.alerts(6.0) == ["4 waiting for 6s", "KV 97% (≥ 90%)"]
+    h.add(sample(7.0, **{"sglang:num_queue_reqs": 0.0, "sglang:token_usage": 0.5}))
+    assert h.alerts(7.0) == []
+    h.failed(8.0, "connection refused")
+    assert h.alerts(8.0) == ["/metrics stopped answering (connection refused)"]
+    assert h.alerts(8.0, process_running=False) == []
+    assert h.series("waiting") == [3.0, 4.0, 0.0]
+
+
+def test_sparkline() -> None:
+    assert sparkline([0.0, 1.0, 2.0, 4.0]) == "▁▃▅█"
+    assert sparkline([]) == "" and sparkline([0.0, 0.0]) == "▁▁"
