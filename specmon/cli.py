@@ -18,7 +18,7 @@ from specmon.errors import UserError
 from specmon.sources.transport import TransportError
 
 # Subcommand modules, in the order `specmon --help` lists them.
-COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "forget", "wait", "logs", "logscan", "sim",
+COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "status", "forget", "wait", "metrics", "logs", "logscan", "sim",
                                     "sweep", "compare", "export", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
 
 

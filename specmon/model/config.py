@@ -78,6 +78,9 @@ class Profile:
     master_addr: str | None = None    # multi-node rendezvous address; None: rank 0's host's own address
     master_port: int = DEFAULT_MASTER_PORT
     slurm: SlurmRequest | None = None  # a Slurm profile: the server runs as a batch job submitted on `host`
+    metrics_interval_s: float = 1.0   # a READY server's /metrics is read this often (the serving view)
+    alert_waiting_s: float = 30.0     # requests waiting this long without a break: an alert
+    alert_kv_pct: int = 95            # KV-cache use at or above this percentage: an alert
 
     @property
     def is_local(self) -> bool:
@@ -360,6 +363,7 @@ def _parse_config(text: str, source: str, found_by: str) -> Config:
 _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
     "expected_load_s", "notify_cmd", "stall_timeout_s", "url", "hosts", "master_addr", "master_port", "slurm",
+    "metrics_interval_s", "alert_waiting_s", "alert_kv_pct",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
                "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed")
@@ -553,6 +557,9 @@ class _Validator:
             expected_load_s=self.seconds(table, path, "expected_load_s", None),
             notify_cmd=self.string(table, path, "notify_cmd", None),
             stall_timeout_s=self.seconds(table, path, "stall_timeout_s", 300.0) or 300.0,
+            metrics_interval_s=self.seconds(table, path, "metrics_interval_s", 1.0) or 1.0,
+            alert_waiting_s=self.seconds(table, path, "alert_waiting_s", 30.0) or 30.0,
+            alert_kv_pct=self.integer(table, path, "alert_kv_pct", 95, 1, 100) or 95,
             url=url.rstrip("/") if url else None,
             hosts=hosts,
             **self.rendezvous(table, path, hosts, server, command),

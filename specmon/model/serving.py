@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specmon.model.acceptance import MetricsSample, parse_metrics
@@ -226,3 +226,44 @@ def sparkline(values: list[float], width: int = 12, top: float | None = None) ->
     if not peak or not math.isfinite(peak):
         return SPARK[0] * len(shown)
     return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v / peak * (len(SPARK) - 1) + 0.5)))] for v in shown)
+
+
+def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
+    """(label, value) of each figure, as the card and `specmon metrics` print them; "—" where absent."""
+    def num(v: float | None, spec: str, unit: str = "") -> str:
+        return "—" if v is None else f"{v:{spec}}{unit}"
+
+    f = f or ServingFigures()
+    accept = "—" if f.accept_len is None and f.accept_rate is None else \
+        num(f.accept_len, ".2f") + ("" if f.accept_rate is None else f" ({f.accept_rate * 100:.0f}%)")
+    return [("running", num(f.running, ".0f")), ("waiting", num(f.waiting, ".0f")), ("KV", num(f.kv_pct, ".0f", "%")),
+            ("tok/s", num(f.tok_s, ".0f")), ("prefix hit", num(f.prefix_hit_pct, ".0f", "%")),
+            ("preempt", num(f.preempt_per_s, ".1f", "/s")), ("accept", accept)]
+
+
+SPARK_FIGURES = ("running", "waiting", "kv_pct", "tok_s")
+
+
+@dataclass(frozen=True)
+class ServingUpdate:
+    """One run's serving view now."""
+
+    profile: str
+    run_id: str
+    figures: ServingFigures | None = None
+    history: dict[str, tuple[float, ...]] = field(default_factory=dict)   # figure -> its recent values
+    alerts: tuple[str, ...] = ()
+    note: str | None = None          # e.g. "no /metrics (HTTP 404)": said once, reading stopped
+    raised: tuple[str, ...] = ()     # alerts that appeared with this read (for a toast)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"profile": self.profile, "run_id": self.run_id,
+                **(self.figures.to_dict() if self.figures else {}), "alerts": list(self.alerts),
+                **({"note": self.note} if self.note else {})}
+
+
+def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
+              note: str | None = None) -> ServingUpdate:
+    return ServingUpdate(profile, run_id, history.latest,
+                         {name: tuple(history.series(name)) for name in SPARK_FIGURES},
+                         tuple(history.alerts(now)), note, raised)

@@ -40,6 +40,7 @@ class SimConfig:
     time_scale: float = 1.0
     decode_log_interval: int = 40
     stats_interval: float = 10.0
+    no_metrics: bool = False          # /metrics answers 404, as SGLang's does without --enable-metrics
     crash_at_shard: int | None = None
     hang_after_crash: bool = False
     oom_at: str | None = None
@@ -94,6 +95,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--time-scale", type=float, default=d.time_scale, help="multiplies every startup duration (tests use small values)")
     p("--decode-log-interval", type=int, default=d.decode_log_interval, help="SGLang: a 'Decode batch' line every N decode steps")
     p("--stats-interval", type=float, default=d.stats_interval, help="vLLM: seconds between 'Engine 000:' stats lines (VLLM_LOG_STATS_INTERVAL)")
+    p("--no-metrics", action="store_true", help="serve no /metrics (404), as SGLang without --enable-metrics")
     m = parser.add_argument_group("multi-node (SGLang's flags)")
     m.add_argument("--nnodes", type=int, default=d.nnodes, help="number of nodes the server spans")
     m.add_argument("--node-rank", type=int, default=d.node_rank,
@@ -123,6 +125,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
+        no_metrics=ns.no_metrics,
         crash_at_shard=ns.crash_at_shard, hang_after_crash=ns.hang_after_crash, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
         stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
         ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,

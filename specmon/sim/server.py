@@ -219,7 +219,8 @@ class SimServer:
         r = app.router
         r.add_get("/health", self.health)
         r.add_get("/v1/models", self.models)
-        r.add_get("/metrics", self.metrics)
+        if not self.cfg.no_metrics:
+            r.add_get("/metrics", self.metrics)
         r.add_get("/server_info", self.server_info)
         r.add_post("/v1/chat/completions", self.chat_completions)
         r.add_post("/v1/completions", self.completions)

@@ -32,6 +32,7 @@ from textual.widgets import Static
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.keymap import KEYS
+from specmon.model.serving import ServingUpdate
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
@@ -139,6 +140,7 @@ class SpecmonApp(App[int]):
         # Each compared run's set-up (env views, launch args, versions) for the confound banner: profile -> (run id,
         # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
         self.setups: dict[str, tuple[str, EnvReport]] = {}
+        self.serving: dict[str, ServingUpdate] = {}   # profile -> its ready run's serving view (from /metrics)
         self._setups_reading: set[str] = set()     # run ids whose report is being read
         self.log_lines = log_lines
         self._state_path = state_path or ui_state_path()
@@ -296,6 +298,15 @@ class SpecmonApp(App[int]):
     def _rows_changed(self, message: messages.RowsChanged) -> None:
         self.update_rows(message.rows)
 
+    @on(messages.ServingChanged)
+    def _serving_changed(self, message: messages.ServingChanged) -> None:
+        update = message.update
+        self.serving[update.profile] = update
+        for alert in update.raised:
+            self.bell()
+            self.notify(f"{update.profile}: {alert}", severity="warning", timeout=10)
+        self._state_throttle.request()
+
     @on(messages.LogAdded)
     def _log_added(self, message: messages.LogAdded) -> None:
         self.add_log(message.profile, message.entries)
@@ -341,7 +352,7 @@ class SpecmonApp(App[int]):
             rows = [self.rows[p] for p in self.profiles if p in self.rows]
             setups = {row.profile: self.setups[row.profile][1] for row in rows
                       if row.profile in self.setups and self.setups[row.profile][0] == row.run_id}
-            self.query_one(ServersPane).show(rows, self.selected, setups)
+            self.query_one(ServersPane).show(rows, self.selected, setups, self.serving)
             if self._pending_log:
                 batch, self._pending_log = self._pending_log, []
                 self.query_one(LogPane).append(batch)

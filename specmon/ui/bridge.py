@@ -38,6 +38,7 @@ from specmon.orchestration.experiment import (
 from specmon.orchestration.inspection import diff_targets, env_report
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
+from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
 from specmon.ui.forms import ExperimentRequest, SweepRequest
@@ -50,6 +51,7 @@ from specmon.ui.messages import (
     LogCleared,
     RowsChanged,
     SeriesChanged,
+    ServingChanged,
     SweepStatusChanged,
 )
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line, past_load, row_from_view
@@ -88,6 +90,7 @@ class EngineBridge:
         self._target: MessagePump | None = None
         self._gpu_probe: GpuProbe | None = None
         self._log_batches: dict[str, list[LogEntry]] = {}   # lines read in this loop turn, posted at its end
+        self._serving = ServingWatcher(self.manager, lambda update: self._post(ServingChanged(update)))
 
     def _post(self, message: Message) -> None:
         if self._target is not None:
@@ -106,6 +109,7 @@ class EngineBridge:
             if view.active:
                 await self.manager.attach(view.run_id)
                 self._follow_log(view)
+            self._serving.track(view)
         self._push(self._shown())
         self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
         for profile in self.autolaunch:
@@ -123,6 +127,7 @@ class EngineBridge:
             return  # a late update of an older run must not hide the newer one
         self._views[view.profile] = view
         self._follow_log(view)
+        self._serving.track(view)
         self._push([view.profile])
 
     def _shown(self) -> list[str]:
@@ -419,6 +424,7 @@ class EngineBridge:
             self._unsubscribe()
         if self._gpu_probe is not None:
             await self._gpu_probe.close()
+        await self._serving.close()
         tasks = self._tasks + [task for _, task in self._log_tasks.values()]
         for task in tasks:
             task.cancel()

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from textual.message import Message
 from textual.notifications import SeverityLevel
 
+from specmon.model.serving import ServingUpdate
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 from specmon.ui.sweep import Levels
 
@@ -36,6 +37,19 @@ class RowsChanged(Message):
         # Superseded only by rows of the same profiles that differ in their ageing figures alone.
         return (isinstance(message, RowsChanged) and len(message.rows) == len(self.rows)
                 and all(_without_age(a) == _without_age(b) for a, b in zip(self.rows, message.rows)))
+
+
+class ServingChanged(Message):
+    """A ready run's serving view (its /metrics) read again. Superseded by the next read of the same profile,
+    unless it raised an alert or carries a note (their toasts must still happen)."""
+
+    def __init__(self, update: ServingUpdate) -> None:
+        super().__init__()
+        self.update = update
+
+    def can_replace(self, message: Message) -> bool:
+        return (isinstance(message, ServingChanged) and message.update.profile == self.update.profile
+                and not message.update.raised and message.update.note is None)
 
 
 class LogAdded(Message):

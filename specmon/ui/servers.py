@@ -12,6 +12,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import EnvReport
+from specmon.model.serving import ServingUpdate, figure_texts, sparkline
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 
@@ -53,8 +54,9 @@ class RunCard(Vertical):
         yield self._bar
         yield self._body
 
-    def show(self, row: ServerRow, selected: bool) -> None:
-        """Draw `row`; widgets are touched only where the text changed (every repaint costs terminal bytes)."""
+    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None) -> None:
+        """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
+        (every repaint costs terminal bytes)."""
         if self.has_class("-selected") != selected:
             self.set_class(selected, "-selected")
         style = fmt.state_style(row.state, row.stalled)
@@ -93,6 +95,8 @@ class RunCard(Vertical):
             job = escape(row.job)
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
+        if serving is not None and row.state == "ready" and serving.run_id == row.run_id:
+            lines += serving_lines(serving)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card, whole while the pane is maximised. The width comes from the pane's outer size
@@ -134,6 +138,32 @@ class RunCard(Vertical):
         self.post_message(self.Clicked(self.profile))
 
 
+SPARK_WIDTH = 8   # the last 8 reads of a figure beside it on the card
+
+
+def serving_lines(update: ServingUpdate) -> list[str]:
+    """A ready run's serving view on its card: the figures from its /metrics with a sparkline each for the busy
+    ones, what it says is wrong, or why there is nothing to show."""
+    if update.note is not None:
+        return [f"[dim]{escape(update.note)}[/]"]
+    if update.figures is None:
+        return [f"[$warning]⚠ {escape(a)}[/]" for a in update.alerts] or ["[dim]reading /metrics…[/]"]
+    texts = dict(figure_texts(update.figures))
+    tops = {"kv_pct": 100.0}
+
+    def spark(name: str) -> str:
+        values = list(update.history.get(name, ()))
+        return f"[dim]{sparkline(values, SPARK_WIDTH, tops.get(name))}[/]" if values else ""
+
+    lines = [f"run {texts['running']} {spark('running')} wait {texts['waiting']} {spark('waiting')}"
+             f" KV {texts['KV']} {spark('kv_pct')}",
+             f"{texts['tok/s']} tok/s {spark('tok_s')} hit {texts['prefix hit']} preempt {texts['preempt']}"
+             + (f" acc {escape(texts['accept'])}" if texts["accept"] != "—" else "")]
+    if update.alerts:
+        lines.append(f"[$warning b]⚠ {escape(' · '.join(update.alerts))}[/]")
+    return lines
+
+
 class ServersPane(VerticalScroll):
     """Profiles and their runs, with a warning when the runs being compared are configured differently."""
 
@@ -155,12 +185,14 @@ class ServersPane(VerticalScroll):
         self.query_one("#confound").display = False
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
-             setups: Mapping[str, EnvReport] | None = None) -> None:
-        """Draw every card and the confounded-comparison warning (with each run's set-up where it was read:
-        environment, launch arguments and versions that differ are named too)."""
+             setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
+        """Draw every card (a ready run's with its serving view) and the confounded-comparison warning (with each
+        run's set-up where it was read: environment, launch arguments and versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
+        serving = serving or {}
         for card in self._cards:
-            card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected)
+            card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
+                      serving.get(card.profile))
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.

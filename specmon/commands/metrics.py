@@ -1,0 +1,73 @@
+"""`specmon metrics PROFILE|RUN`: the serving view of a READY server from its own /metrics: requests running and
+waiting, KV-cache use, output tokens/s, prefix-cache hits, preemptions, speculative acceptance, and alerts.
+
+Reads /metrics twice, one interval apart (rates need two reads), and prints the figures; `--follow` keeps reading
+and prints a line per read (JSON lines with `--json`) until interrupted. A figure the server does not export is
+"—" (null in JSON). Reaches a remote server through its host's SSH connection. Exit 1 when the server does not
+serve /metrics (SGLang needs --enable-metrics).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+from specmon.commands._lifecycle import run_with_manager
+from specmon.errors import UserError
+from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.serving import read_once
+from specmon.sources.health import probe_of
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("metrics", help="live server metrics of a ready run (running, waiting, KV, "
+                                   "tok/s, acceptance)", description=__doc__)
+    parser.add_argument("target", metavar="NAME|RUN", help="profile name (its latest run) or run id")
+    parser.add_argument("--json", action="store_true", help="print JSON (one object per line with --follow)")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep reading until interrupted")
+    parser.add_argument("--interval", type=float, metavar="S",
+                        help="seconds between reads (default: the profile's metrics_interval_s, 1)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    return run_with_manager(args, lambda manager: show(manager, args))
+
+
+def _line(update: ServingUpdate, as_json: bool) -> str:
+    if as_json:
+        return json.dumps(update.to_dict())
+    text = "  ".join(f"{label} {value}" for label, value in figure_texts(update.figures))
+    return f"{update.profile}: {text}" + "".join(f"  ⚠ {a}" for a in update.alerts)
+
+
+async def show(manager: RunManager, args: argparse.Namespace) -> int:
+    run_id = manager.find(args.target).run_id
+    view = next((v for v in await manager.refresh() if v.run_id == run_id), None) or manager.view(run_id)
+    if view.state != "ready":
+        raise UserError(f"{view.profile} ({run_id}) is {view.state}, not ready: no serving metrics to read")
+    profile = manager.config.profiles.get(view.profile)
+    interval = args.interval or (profile.metrics_interval_s if profile else 1.0)
+    if interval <= 0:
+        raise UserError(f"--interval must be > 0, got {interval}")
+    history = ServingHistory(Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds())
+    probe = await probe_of(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+    try:
+        reads = 0
+        while True:
+            started = time.monotonic()
+            note = await read_once(probe, history, started)
+            reads += 1
+            if note is not None:
+                print(f"specmon: {view.profile}: {note}", flush=True)
+                return 1
+            if args.follow or reads >= 2:
+                print(_line(update_of(view.profile, run_id, history, time.monotonic()), args.json), flush=True)
+                if not args.follow:
+                    return 0
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+    finally:
+        await probe.aclose()

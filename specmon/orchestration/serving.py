@@ -1,0 +1,118 @@
+"""The serving view: every READY run's `/metrics`, read at its profile's `metrics_interval_s` (1 s by default)
+through the host's existing transport (over SSH: a direct-tcpip channel of the one connection to that host, kept
+alive between reads), turned into figures, history and alerts (`specmon.model.serving`).
+
+A front end hands `track` each RunView it sees; reading starts when a run is READY and stops when it is not. Each
+read that changes something reaches `on_update` as a ServingUpdate. An alert that appears is also passed to the
+profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anything but 200 before it ever answered
+(SGLang without `--enable-metrics`) says so once and is not asked again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable
+
+from specmon.model.config import Profile
+from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
+from specmon.orchestration.controller import run_notify
+from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runview import RunView
+from specmon.sources.health import ServerProbe, probe_of
+
+
+def no_metrics_note(status: int) -> str:
+    return f"no /metrics (HTTP {status}); SGLang serves it only with --enable-metrics"
+
+
+async def read_once(probe: ServerProbe, history: ServingHistory, at: float) -> str | None:
+    """One read into `history`; returns the note when /metrics is not served at all (before any answer)."""
+    result, text = await probe.metrics_answer()
+    if text is not None:
+        history.add(read_sample(text, at))
+        return None
+    if result.status is not None and not history.answered:
+        return no_metrics_note(result.status)
+    history.failed(at, result.error or f"HTTP {result.status}")
+    return None
+
+
+class ServingWatcher:
+    """Reads /metrics of the READY runs it is shown. Close with `close()`."""
+
+    def __init__(self, manager: RunManager, on_update: Callable[[ServingUpdate], None]) -> None:
+        self.manager = manager
+        self.on_update = on_update
+        self._tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}   # profile -> (run id, its reader)
+        self._notices: set[asyncio.Task[None]] = set()
+
+    def track(self, view: RunView) -> None:
+        """Start reading a READY run's /metrics, or stop reading a run that is not READY any more."""
+        current = self._tasks.get(view.profile)
+        if view.state == "ready" and view.node_rank in (None, 0):
+            if current is not None and current[0] == view.run_id:
+                return
+            if current is not None:
+                current[1].cancel()
+            task = asyncio.create_task(self._read(view), name=f"serving-{view.profile}")
+            self._tasks[view.profile] = (view.run_id, task)
+        elif current is not None and current[0] == view.run_id:
+            current[1].cancel()
+            del self._tasks[view.profile]
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self._tasks.values()] + list(self._notices)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+
+    def _profile(self, name: str) -> Profile | None:
+        return self.manager.config.profiles.get(name)
+
+    async def _read(self, view: RunView) -> None:
+        profile = self._profile(view.profile)
+        interval = profile.metrics_interval_s if profile else 1.0
+        thresholds = Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds()
+        history = ServingHistory(thresholds)
+        probe = await probe_of(self.manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+        shown: set[str] = set()
+        try:
+            while True:
+                now = time.monotonic()
+                note = await read_once(probe, history, now)
+                alerts = history.alerts(time.monotonic())
+                raised = tuple(a for a in alerts if _kind(a) not in shown)
+                shown = {_kind(a) for a in alerts}
+                self.on_update(update_of(view.profile, view.run_id, history, time.monotonic(), raised, note))
+                for alert in raised:
+                    self._notify(view, alert)
+                if note is not None:
+                    return
+                await asyncio.sleep(max(0.0, interval - (time.monotonic() - now)))
+        finally:
+            await probe.aclose()
+
+    def _notify(self, view: RunView, alert: str) -> None:
+        profile = self._profile(view.profile)
+        if profile is None or not profile.notify_cmd:
+            return
+        try:
+            record = self.manager.find(view.run_id)
+        except Exception:   # the run's record is gone: nothing to say it with
+            return
+        task = run_notify(profile.notify_cmd, record, "alert", alert)
+        self._notices.add(task)
+        task.add_done_callback(self._notices.discard)
+
+
+def _kind(alert: str) -> str:
+    """An alert's kind (its wording holds figures that change with every read)."""
+    for kind in ("waiting", "KV", "preemptions", "/metrics"):
+        if kind in alert:
+            return kind
+    return alert

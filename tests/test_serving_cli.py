@@ -1,0 +1,85 @@
+"""`specmon metrics NAME|RUN` against real sim servers: figures, JSON lines when following, and a server without
+/metrics saying so."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from lifecycle_support import Cli, kill_marked
+from lifecycle_support import profile_toml as _profile
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Iterator[Cli]:
+    runner = Cli(tmp_path / "profiles.toml")
+    yield runner
+    if runner.config.exists():
+        for run in runner.status():
+            if run["state"] in ("launching", "loading", "ready", "stopping"):
+                runner("stop", str(run["run_id"]), "--force")
+        kill_marked(str(r["run_id"]) for r in runner.status())
+
+
+def _load(port: int, n: int, max_tokens: int, stop: threading.Event) -> None:
+    """`n` concurrent streams of completions against the sim until `stop`."""
+    def one() -> None:
+        with httpx.Client(timeout=60) as client:
+            while not stop.is_set():
+                try:
+                    client.post(f"http://127.0.0.1:{port}/v1/completions",
+                                json={"prompt": "Hi", "max_tokens": max_tokens, "ignore_eos": True})
+                except httpx.HTTPError:   # the server stopped at the test's end
+                    return
+    for _ in range(n):
+        threading.Thread(target=one, daemon=True).start()
+
+
+def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None:
+    # A small batch (4) and KV (4000 tokens): 12 clients keep requests waiting and the KV cache busy.
+    cli.config.write_text(_profile("sim", free_port, "--max-running-requests", "4", "--kv-tokens", "4000",
+                                   load=0.5) + "metrics_interval_s = 0.3\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    idle = cli("metrics", "sim")
+    assert idle.returncode == 0, idle.stderr
+    assert idle.stdout.startswith("sim: running 0  waiting 0  KV 0%  tok/s 0"), idle.stdout
+    assert "accept —" in idle.stdout          # no speculation: absent, not 0
+
+    stop = threading.Event()
+    _load(free_port, 12, 400, stop)
+    follow = subprocess.Popen(cli.argv("metrics", "sim", "--json", "--follow"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[dict[str, object]] = []
+        deadline = time.monotonic() + 60
+        assert follow.stdout is not None
+        while time.monotonic() < deadline:
+            lines.append(json.loads(follow.stdout.readline()))
+            if any(float(x["waiting"] or 0) > 0 for x in lines) and any(float(x["tok_s"] or 0) > 0 for x in lines):
+                break
+        busy = [x for x in lines if float(x["running"] or 0) > 0]
+        assert busy and max(float(x["running"]) for x in busy) <= 4                  # type: ignore[arg-type]
+        assert any(float(x["waiting"] or 0) > 0 for x in lines)                     # type: ignore[arg-type]
+        assert any(float(x["kv_pct"] or 0) > 0 for x in lines)                      # type: ignore[arg-type]
+        assert set(lines[0]) >= {"running", "waiting", "kv_pct", "tok_s", "prefix_hit_pct", "preempt_per_s",
+                                 "accept_len", "alerts"}
+    finally:
+        stop.set()
+        follow.terminate()
+        follow.wait(10)
+
+
+def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:
+    cli.config.write_text(_profile("bare", free_port, "--no-metrics", load=0.5))
+    assert cli("launch", "bare", "--wait").returncode == 0
+    out = cli("metrics", "bare")
+    assert out.returncode == 1
+    assert out.stdout == "specmon: bare: no /metrics (HTTP 404); SGLang serves it only with --enable-metrics\n"
+    missing = cli("metrics", "no-such-profile")
+    assert missing.returncode == 2 and "no-such-profile" in missing.stderr

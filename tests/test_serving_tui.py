@@ -1,0 +1,118 @@
+"""The serving view in the TUI (Textual Pilot) against a real `specmon sim` through the real engine: a READY card
+shows the server's own /metrics figures, they move during a sweep, and driving the sim past its capacity raises an
+alert on the card and as a toast."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from lifecycle_support import kill_marked
+from sshd_support import Sshd
+from test_ui_pilot import card_text, make_app, quit_with, wait_until
+
+from specmon.model.config import parse_config
+from specmon.model.serving import ServingFigures
+from specmon.ui.forms import SweepRequest
+
+pytestmark = pytest.mark.timeout(120)
+
+
+async def test_card_follows_metrics_through_a_sweep_and_alerts_past_capacity(tmp_path: Path, free_port: int) -> None:
+    # Capacity: 4 running requests and a small KV cache; the sweep asks for 24 at once, so requests queue.
+    args = ["specmon", "sim", "--port", str(free_port), "--shards", "2", "--load-seconds", "1",
+            "--max-running-requests", "4", "--kv-tokens", "6000"]
+    config = parse_config(f"[profiles.sim-m]\nport = {free_port}\ncommand = {json.dumps(args)}\n"
+                          "metrics_interval_s = 0.25\nalert_waiting_s = 1\n", "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    seen: list[ServingFigures] = []
+    toasts: list[str] = []
+    app.notify = lambda message, **kw: toasts.append(str(message))   # type: ignore[method-assign,assignment]
+
+    def figures() -> ServingFigures | None:
+        update = app.serving.get("sim-m")
+        if update is not None and update.figures is not None and (not seen or seen[-1] is not update.figures):
+            seen.append(update.figures)
+        return None if update is None else update.figures
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "sim-m"), 60, "READY")
+            await wait_until(pilot, lambda: figures() is not None, 20, "the first /metrics read")
+            idle = figures()
+            assert idle is not None and (idle.running, idle.waiting) == (0.0, 0.0)
+            await pilot.pause(0.6)
+            assert "run 0" in card_text(app, "sim-m") and "wait 0" in card_text(app, "sim-m")
+
+            app._start_sweep(SweepRequest(("sim-m",), (24,), 40, 64, 128))
+            await wait_until(pilot, lambda: (figures() is not None and any(f.waiting for f in seen)
+                                             and any(f.running for f in seen) and any(f.kv_pct for f in seen)),
+                             60, "running, waiting and KV to move")
+            assert max(f.running or 0 for f in seen) <= 4
+            await wait_until(pilot, lambda: any("waiting for" in t for t in toasts), 30, "the waiting alert's toast")
+            await pilot.pause(0.6)
+            assert "⚠" in card_text(app, "sim-m") and "waiting for" in card_text(app, "sim-m")
+            await wait_until(pilot, lambda: not app.sweeping, 90, "the sweep to end")
+            await wait_until(pilot, lambda: (f := figures()) is not None and f.waiting == 0 and f.running == 0,
+                             20, "the queue to drain")
+            await pilot.pause(0.6)
+            assert "⚠" not in card_text(app, "sim-m")
+        finally:
+            await quit_with(pilot, "Q")
+
+
+async def test_remote_card_reads_metrics_over_the_one_ssh_connection(sshd: Sshd, tmp_path: Path,
+                                                                    free_port: int) -> None:
+    """A remote READY run's /metrics is read 5 times a second through the host's SSH connection: the loopback sshd
+    sees no login after the first, however many reads."""
+    command = [sys.executable, "-m", "specmon.sim", "--port", str(free_port), "--shards", "2", "--load-seconds", "1"]
+    text = (f'[profiles.far]\nhost = "gpu1"\nport = {free_port}\ncommand = {json.dumps(command)}\n'
+            "metrics_interval_s = 0.2\n\n" + sshd.ssh_table(keepalive_s=5.0))
+    before = logins(sshd)
+    app = make_app(parse_config(text, str(tmp_path / "profiles.toml")), tmp_path)
+    run_ids: list[str] = []
+
+    def reads() -> int:
+        update = app.serving.get("far")
+        return 0 if update is None else len(update.history.get("running", ()))
+
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "far"), 60, "READY")
+            run_ids += [v.run_id for v in app.engine.manager.runs()]  # type: ignore[attr-defined]
+            await wait_until(pilot, lambda: reads() >= 2, 20, "the first reads of /metrics")
+            at_ready, first = logins(sshd), reads()
+            await wait_until(pilot, lambda: reads() >= first + 20, 30, "20 more reads")
+            await pilot.pause(0.6)
+            assert "run 0" in card_text(app, "far")
+            assert logins(sshd) == at_ready == before + 1, "a read of /metrics opened an SSH connection"
+        finally:
+            await quit_with(pilot, "Q")
+    kill_marked(run_ids)
+
+
+def logins(sshd: Sshd) -> int:
+    return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
+
+
+async def test_a_server_without_metrics_says_so_once(tmp_path: Path, free_port: int) -> None:
+    args = ["specmon", "sim", "--port", str(free_port), "--shards", "2", "--load-seconds", "1", "--no-metrics"]
+    config = parse_config(f"[profiles.bare]\nport = {free_port}\ncommand = {json.dumps(args)}\n"
+                          "metrics_interval_s = 0.2\n", "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "bare"), 60, "READY")
+            await wait_until(pilot, lambda: "no /metrics (HTTP 404)" in card_text(app, "bare"), 20, "the note")
+            await pilot.pause(1.5)   # 7 intervals: no more asking
+            log = Path(app.engine.manager.runs()[0].log_path).read_text()   # type: ignore[attr-defined]
+            assert log.count("GET /metrics") == 1
+            assert "--enable-metrics" in card_text(app, "bare")
+        finally:
+            await quit_with(pilot, "Q")
