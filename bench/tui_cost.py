@@ -1,10 +1,12 @@
 """What the TUI costs the machine it runs on (usually a shared jump box), measured in a real pty.
 
-    python3 bench/tui_cost.py [--size 160x48] [--idle-s 20] [--sweep-s 15] [--fake-gpus N]
+    python3 bench/tui_cost.py [--size 160x48] [--idle-s 20] [--sweep-s 15] [--fake-gpus N] [--runs N]
+                              [--metrics-interval S] [--no-sweep]
 
 1. Time to first frame: from spawning the app until the pty has received its first full screen (the Servers
    pane's title). Target < 1.5 s.
-2. Idle: the app with two ready runs (two `specmon sim` servers launched by the app itself) and the GPU pane
+2. Idle: the app with two ready runs (two `specmon sim` servers launched by the app itself; --runs N for N), each
+   card's serving view reading its server's /metrics every --metrics-interval seconds (1), and the GPU pane
    showing the host's GPUs from the real GPU probe at 1 Hz (`nvidia-smi -lms 1000`). On a machine without GPUs, or
    with --fake-gpus N, the stand-in `tests/fixtures/gpu/fake-nvidia-smi` (first on PATH, FAKE_SMI_GPUS=N, default 8)
    answers instead: every GPU's memory, utilisation and power change every second, a busier board than idle GPUs.
@@ -69,6 +71,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def answers(port: int) -> bool:
+    """Whether the server on 127.0.0.1:`port` answers /health with 200."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), 1) as s:
+            s.sendall(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            return s.recv(64).split(b" ")[1:2] == [b"200"]
+    except OSError:
+        return False
+
+
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -121,14 +133,25 @@ def main() -> int:
     parser.add_argument("--sweep-s", type=float, default=15.0)
     parser.add_argument("--fake-gpus", type=int, default=0, metavar="N",
                         help="use the stand-in nvidia-smi with N GPUs even where a real one exists")
+    parser.add_argument("--runs", type=int, default=2, metavar="N", help="ready sim runs (alternately with EAGLE-3)")
+    parser.add_argument("--metrics-interval", type=float, default=1.0, metavar="S",
+                        help="each READY card reads its server's /metrics this often (metrics_interval_s)")
+    parser.add_argument("--no-sweep", action="store_true", help="measure the idle app only")
     args = parser.parse_args()
+    # Killed (a timeout), still quit through `q` below so the demo stops the servers it launched.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cols, rows = (int(v) for v in args.size.split("x"))
     work = Path(tempfile.mkdtemp(prefix="tui-cost-"))
     profiles = []
-    for name, spec in (("baseline", "none"), ("eagle3", "eagle3")):
+    ports = []
+    for i in range(args.runs):
+        name, spec = ("baseline", "none") if i % 2 == 0 else ("eagle3", "eagle3")
+        name += "" if i < 2 else str(i // 2 + 1)
         port = free_port()
+        ports.append(port)
         # The running interpreter's specmon (a host where `specmon` is not on PATH, or is another install).
-        profiles.append(f'[profiles.{name}]\nport = {port}\ncommand = [{json.dumps(sys.executable)}, "-m", "specmon", '
+        profiles.append(f'[profiles.{name}]\nport = {port}\nmetrics_interval_s = {args.metrics_interval}\n'
+                        f'command = [{json.dumps(sys.executable)}, "-m", "specmon", '
                         f'"sim", "--port", "{port}", "--shards", "8", "--load-seconds", "3", "--spec", "{spec}"]\n')
     profiles.append("[sweep]\nlevels = [1, 4, 16, 64, 128]\nrequests_per_level = 200\nwarmup_requests = 0\n")
     (work / "profiles.toml").write_text("\n".join(profiles))
@@ -146,7 +169,10 @@ def main() -> int:
         first = term.wait_for(b"Servers", 30)
         print(f"time to first frame: {first:.2f} s (target < 1.5 s)")
         term.wait_for(b"READY", 90)
-        term.pump(15)  # both runs ready, toasts gone
+        for port in ports:   # every server answers (the app marks them READY within a probe or two)
+            while not answers(port):
+                term.pump(0.5)
+        term.pump(15)  # every run ready, its /metrics read, toasts gone
         # The pane's own words are not scraped: a partial repaint may put colour codes between "8" and "GPUs".
         gpus = (subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, env=env).stdout.count("GPU ")
                 if real else args.fake_gpus or 8)
@@ -154,15 +180,17 @@ def main() -> int:
         smi0 = sum(_cpu_or_zero(int(p.name)) for p in smi)
         cpu, rate = term.measure(args.idle_s)
         smi_cpu = 100 * (sum(_cpu_or_zero(int(p.name)) for p in smi) - smi0) / args.idle_s
-        print(f"idle, 2 ready runs, GPU pane polling {gpus} {'real' if real else 'stand-in'} GPUs at 1 Hz: "
+        print(f"idle, {args.runs} ready runs (/metrics every {args.metrics_interval:g} s), GPU pane polling {gpus} "
+              f"{'real' if real else 'stand-in'} GPUs at 1 Hz: "
               f"{cpu:.2f} % of a core, "
               f"{rate / 1024:.2f} KiB/s to the terminal (target <= 2 %); nvidia-smi itself {smi_cpu:.2f} %")
-        os.write(term.fd, b"s")
-        term.pump(1.0)
-        os.write(term.fd, b"\r")
-        term.wait_for(b"C=", 30)
-        cpu, rate = term.measure(args.sweep_s)
-        print(f"live sweep: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal")
+        if not args.no_sweep:
+            os.write(term.fd, b"s")
+            term.pump(1.0)
+            os.write(term.fd, b"\r")
+            term.wait_for(b"C=", 30)
+            cpu, rate = term.measure(args.sweep_s)
+            print(f"live sweep: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal")
         os.write(term.fd, b"q")
         term.pump(10)
     finally:
@@ -175,7 +203,8 @@ def main() -> int:
         if running:
             os.kill(term.pid, signal.SIGTERM)
             os.waitpid(term.pid, 0)
-    print(f"terminal {cols}x{rows}; load average now {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print(f"terminal {cols}x{rows}; load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
+          f"on {os.cpu_count()} cores")
     return 0
 
 

@@ -52,6 +52,10 @@ def test_log_entries() -> None:
     ok = '[2026-11-29 15:47:31] INFO:     127.0.0.1:40954 - "GET /health HTTP/1.1" 200 OK'
     assert entry_from_line(LogLine(ok, 20)) is None
     assert entry_from_line(LogLine(ok.replace("200 OK", "503 Service Unavailable"), 30)) is not None
+    # Nor its /metrics reads (the serving view, once a second): this line is from vllm-project/vllm#8612.
+    metrics = 'INFO:     127.0.0.1:44772 - "GET /metrics HTTP/1.1" 200 OK'
+    assert entry_from_line(LogLine(metrics, 40)) is None
+    assert entry_from_line(LogLine(metrics.replace("200 OK", "404 Not Found"), 50)) is not None
 
 
 def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:

@@ -19,7 +19,7 @@ from specmon.errors import UserError
 from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.serving import read_once
-from specmon.sources.health import probe_of
+from specmon.sources.scrape import MetricsScraper
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -54,12 +54,12 @@ async def show(manager: RunManager, args: argparse.Namespace) -> int:
     if interval <= 0:
         raise UserError(f"--interval must be > 0, got {interval}")
     history = ServingHistory(Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds())
-    probe = await probe_of(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+    scraper = MetricsScraper(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
     try:
         reads = 0
         while True:
             started = time.monotonic()
-            note = await read_once(probe, history, started)
+            note = await read_once(scraper, history, started)
             reads += 1
             if note is not None:
                 print(f"specmon: {view.profile}: {note}", flush=True)
@@ -70,4 +70,4 @@ async def show(manager: RunManager, args: argparse.Namespace) -> int:
                     return 0
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
     finally:
-        await probe.aclose()
+        await scraper.aclose()

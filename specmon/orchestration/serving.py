@@ -20,16 +20,18 @@ from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, rea
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
-from specmon.sources.health import ServerProbe, probe_of
+from specmon.sources.scrape import MetricsScraper
+
+SPARK_WINDOW = 12   # the most reads of a figure a card's sparkline shows (the card shows 8)
 
 
 def no_metrics_note(status: int) -> str:
     return f"no /metrics (HTTP {status}); SGLang serves it only with --enable-metrics"
 
 
-async def read_once(probe: ServerProbe, history: ServingHistory, at: float) -> str | None:
+async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float) -> str | None:
     """One read into `history`; returns the note when /metrics is not served at all (before any answer)."""
-    result, text = await probe.metrics_answer()
+    result, text = await scraper.read()
     if text is not None:
         history.add(read_sample(text, at))
         return None
@@ -79,23 +81,29 @@ class ServingWatcher:
         interval = profile.metrics_interval_s if profile else 1.0
         thresholds = Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds()
         history = ServingHistory(thresholds)
-        probe = await probe_of(self.manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+        scraper = MetricsScraper(self.manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
         shown: set[str] = set()
+        last: ServingUpdate | None = None
         try:
             while True:
                 now = time.monotonic()
-                note = await read_once(probe, history, now)
+                note = await read_once(scraper, history, now)
                 alerts = history.alerts(time.monotonic())
                 raised = tuple(a for a in alerts if _kind(a) not in shown)
                 shown = {_kind(a) for a in alerts}
-                self.on_update(update_of(view.profile, view.run_id, history, time.monotonic(), raised, note))
+                update = update_of(view.profile, view.run_id, history, time.monotonic(), raised, note)
+                if last is None or _visible(update) != _visible(last):   # an idle server's reads change nothing
+                    self.on_update(update)
+                    last = update
                 for alert in raised:
                     self._notify(view, alert)
                 if note is not None:
                     return
-                await asyncio.sleep(max(0.0, interval - (time.monotonic() - now)))
+                # On a shared clock: every run's read (and the access-log line it causes) lands in the same moment,
+                # so the app repaints the cards once for all of them instead of once for each.
+                await asyncio.sleep(interval - time.monotonic() % interval)
         finally:
-            await probe.aclose()
+            await scraper.aclose()
 
     def _notify(self, view: RunView, alert: str) -> None:
         profile = self._profile(view.profile)
@@ -108,6 +116,12 @@ class ServingWatcher:
         task = run_notify(profile.notify_cmd, record, "alert", alert)
         self._notices.add(task)
         task.add_done_callback(self._notices.discard)
+
+
+def _visible(update: ServingUpdate, width: int = SPARK_WINDOW) -> tuple[object, ...]:
+    """What a card shows of an update: its figures, alerts, note, and each sparkline's last `width` values."""
+    return (update.figures, update.alerts, update.note, update.raised,
+            tuple(values[-width:] for values in update.history.values()))
 
 
 def _kind(alert: str) -> str:

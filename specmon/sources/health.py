@@ -96,13 +96,8 @@ class ServerProbe:
 
     async def metrics(self) -> str | None:
         """The Prometheus text of /metrics, or None when it does not answer 200 (SGLang needs --enable-metrics)."""
-        _, text = await self.metrics_answer()
-        return text
-
-    async def metrics_answer(self) -> tuple[ProbeResult, str | None]:
-        """GET /metrics: how it answered, and its text when that was a 200."""
         result, resp = await self._request("GET", "/metrics")
-        return result, (resp.text if result.ok and resp is not None else None)
+        return resp.text if result.ok and resp is not None else None
 
     async def server_info(self) -> dict[str, Any] | None:
         """SGLang's /server_info (or /get_server_info), else vLLM's /v1/models; None if neither answers."""

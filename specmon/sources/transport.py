@@ -11,6 +11,7 @@ transport slots in without engine changes.
         async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
         async read_files(paths) -> list[bytes | None]        # small files in one round trip; None: missing
         async local_url(port) -> str                         # the host's 127.0.0.1:port as reached from here
+        async open_tcp(host, port) -> (reader, writer)       # a TCP connection started ON the host
         http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
         link: LinkState                                      # connected / reconnecting / refused (SSH)
         watch_link(callback) -> unsubscribe
@@ -24,6 +25,7 @@ trying and show it.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 import shlex
 import time
@@ -31,6 +33,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import httpx
 
@@ -185,6 +188,12 @@ class Transport(ABC):
         Locally that is the port itself; a remote transport forwards it (on 127.0.0.1 only).
         """
         return f"http://127.0.0.1:{port}"
+
+    async def open_tcp(self, host: str, port: int, wait_s: float | None = None) -> tuple[Any, Any]:
+        """A TCP connection to `host:port` as seen FROM the host, as (reader, writer) streams (asyncio's locally,
+        a direct-tcpip channel of the one connection over SSH). ConnectionRefusedError when nothing listens
+        there; TransportError when the link is down."""
+        return await asyncio.open_connection(host, port)
 
     def http_transport(self) -> httpx.AsyncBaseTransport | None:
         """An httpx transport whose TCP connections are opened FROM the host (so `http://127.0.0.1:PORT` means the

@@ -136,20 +136,20 @@ def past_load(views: Sequence[RunView], profile: str, exclude_run: str | None, e
     return expected
 
 
-# An access-log line of a successful /health poll (specmon's own, once a second per run).
-_HEALTH_OK = re.compile(r'"GET /health(?:_generate)?[ ?][^"]*" 200\b')
+# An access-log line of a successful /health or /metrics poll (specmon's own, about once a second per run).
+_POLL_OK = re.compile(r'"GET /(?:health(?:_generate)?|metrics)[ ?/][^"]*" 200\b')
 
 
 def entry_from_line(line: LogLine) -> LogEntry | None:
     """A log line as the Log pane shows it: specmon's notes become markers, lines the parser recognised get its
     highlight.
 
-    None for successful /health polls: specmon's own probes would scroll the log (and repaint the terminal)
-    every second while nothing happens; failed polls are kept, they are news.
+    None for successful /health and /metrics polls: specmon's own probes would scroll the log (and repaint the
+    terminal) every second while nothing happens; failed polls are kept, they are news.
     """
     if line.kind != "line":
         return LogEntry(node_prefix(line.node) + line.text, "marker")
     text = line.clean
-    if "GET /health" in text and _HEALTH_OK.search(text):
+    if "GET /" in text and _POLL_OK.search(text):
         return None
     return LogEntry(node_prefix(line.node) + text, line.highlight)
