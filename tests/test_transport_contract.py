@@ -352,3 +352,37 @@ async def test_port_holder_names_the_process_listening_on_the_hosts_port(host: H
     finally:
         listener.kill()
         listener.wait()
+
+
+async def test_open_tcp_carries_metrics_reads_from_the_host(host: Host, free_port: int) -> None:
+    """The serving view's reads: one connection from the host to its 127.0.0.1:PORT, kept for many reads (over
+    SSH a channel of the one connection); nothing listening reads as "connection refused"."""
+    from specmon.sources.scrape import MetricsScraper
+
+    connections = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await reader.readuntil(b"\r\n\r\n")
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 27\r\n\r\nvllm:num_requests_running 3")
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    scraper = MetricsScraper(host.transport, server.sockets[0].getsockname()[1])
+    refused = MetricsScraper(host.transport, free_port)
+    try:
+        for _ in range(3):
+            result, text = await scraper.read()
+            assert (result.status, text) == (200, "vllm:num_requests_running 3")
+        assert connections == 1
+        result, text = await refused.read()
+        assert (result.status, result.error, text) == (None, "connection refused", None)
+    finally:
+        await scraper.aclose()
+        await refused.aclose()
+        server.close()
+        await server.wait_closed()

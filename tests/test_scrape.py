@@ -1,0 +1,114 @@
+"""The lean /metrics reader against a real HTTP server on loopback: both body framings real servers use (uvicorn
+sends vLLM's /metrics chunked), one kept-alive connection for many reads, a server that drops it, 404, refusal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from specmon.sources.local import LocalTransport
+from specmon.sources.scrape import MetricsScraper
+
+CAPTURE = (Path(__file__).parent / "fixtures" / "metrics" / "vllm-v0-aibrix-qwen25-coder.prom").read_text()
+
+
+class Server:
+    def __init__(self) -> None:
+        self.peers: set[object] = set()
+        self.close_after = False
+
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        self.peers.add(request.transport.get_extra_info("peername") if request.transport else None)
+        if request.query.get("chunked") or request.path == "/chunked":
+            resp = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+            resp.enable_chunked_encoding()
+            await resp.prepare(request)
+            for i in range(0, len(CAPTURE), 700):
+                await resp.write(CAPTURE[i:i + 700].encode())
+            await resp.write_eof()
+            return resp
+        headers = {"Connection": "close"} if self.close_after else {}
+        return web.Response(text=CAPTURE, content_type="text/plain", headers=headers)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[tuple[Server, int]]:
+    state = Server()
+    app = web.Application()
+    app.router.add_get("/metrics", state.metrics)
+    app.router.add_get("/chunked", state.metrics)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]   # type: ignore[union-attr]
+    yield state, port
+    await runner.cleanup()
+
+
+async def test_reads_over_one_kept_alive_connection(server: tuple[Server, int]) -> None:
+    state, port = server
+    scraper = MetricsScraper(LocalTransport(), port)
+    try:
+        for _ in range(5):
+            result, text = await scraper.read()
+            assert result.status == 200 and text == CAPTURE
+        assert len(state.peers) == 1
+    finally:
+        await scraper.aclose()
+
+
+async def test_chunked_body_and_a_server_that_closes(server: tuple[Server, int]) -> None:
+    state, port = server
+    chunked = MetricsScraper(LocalTransport(), port, path="/chunked")
+    closing = MetricsScraper(LocalTransport(), port)
+    state.close_after = True
+    try:
+        assert (await chunked.read())[1] == CAPTURE
+        assert (await chunked.read())[1] == CAPTURE
+        for _ in range(3):   # each answer says Connection: close: a new connection each time, no error
+            result, text = await closing.read()
+            assert result.status == 200 and text == CAPTURE
+    finally:
+        await chunked.aclose()
+        await closing.aclose()
+
+
+async def test_not_found_and_refused(server: tuple[Server, int], free_port: int) -> None:
+    _, port = server
+    missing = MetricsScraper(LocalTransport(), port, path="/nope")
+    refused = MetricsScraper(LocalTransport(), free_port)
+    try:
+        result, text = await missing.read()
+        assert result.status == 404 and text is None
+        result, text = await refused.read()
+        assert result.status is None and result.error == "connection refused" and text is None
+    finally:
+        await missing.aclose()
+        await refused.aclose()
+
+
+async def test_a_kept_alive_connection_the_server_timed_out_is_replaced() -> None:
+    """uvicorn drops an idle keep-alive connection after 5 s: with metrics_interval_s above that, the next read
+    finds it closed and goes again on a new one."""
+    state = Server()
+    app = web.Application()
+    app.router.add_get("/metrics", state.metrics)
+    runner = web.AppRunner(app, keepalive_timeout=0.2)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]   # type: ignore[union-attr]
+    scraper = MetricsScraper(LocalTransport(), port)
+    try:
+        assert (await scraper.read())[1] == CAPTURE
+        await asyncio.sleep(0.6)
+        result, text = await scraper.read()
+        assert result.status == 200 and text == CAPTURE and len(state.peers) == 2
+    finally:
+        await scraper.aclose()
+        await runner.cleanup()
