@@ -106,3 +106,14 @@ def test_history_alerts() -> None:
 def test_sparkline() -> None:
     assert sparkline([0.0, 1.0, 2.0, 4.0]) == "▁▃▅█"
     assert sparkline([]) == "" and sparkline([0.0, 0.0]) == "▁▁"
+
+
+def test_sparkline_slices_span_the_last_two_minutes() -> None:
+    h = ServingHistory(span_s=120.0)
+    for t in range(0, 121):   # a queue of 5 for one second at t=30, otherwise empty
+        h.add(sample(float(t), **{"vllm:num_requests_waiting": 5.0 if t == 30 else 0.0}))
+    assert h.slices("waiting") == (0.0, 0.0, 5.0, 0.0, 0.0, 0.0, 0.0, 0.0)   # the 15 s slice holding t=30
+    young = ServingHistory(span_s=120.0)
+    young.add(sample(0.0, **{"vllm:num_requests_waiting": 1.0}))
+    assert young.slices("waiting") == (1.0,)
+    assert young.slices("kv_pct") == ()                                         # absent: no line

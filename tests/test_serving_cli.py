@@ -7,24 +7,11 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
-from lifecycle_support import Cli, kill_marked
+from lifecycle_support import Cli
 from lifecycle_support import profile_toml as _profile
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Iterator[Cli]:
-    runner = Cli(tmp_path / "profiles.toml")
-    yield runner
-    if runner.config.exists():
-        for run in runner.status():
-            if run["state"] in ("launching", "loading", "ready", "stopping"):
-                runner("stop", str(run["run_id"]), "--force")
-        kill_marked(str(r["run_id"]) for r in runner.status())
+from test_lifecycle_cli import cli  # noqa: F401  (the fixture: a private config, its runs stopped after)
 
 
 def _load(port: int, n: int, max_tokens: int, stop: threading.Event) -> None:
@@ -41,7 +28,7 @@ def _load(port: int, n: int, max_tokens: int, stop: threading.Event) -> None:
         threading.Thread(target=one, daemon=True).start()
 
 
-def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None:
+def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None:  # noqa: F811
     # A small batch (4) and KV (4000 tokens): 12 clients keep requests waiting and the KV cache busy.
     cli.config.write_text(_profile("sim", free_port, "--max-running-requests", "4", "--kv-tokens", "4000",
                                    load=0.5) + "metrics_interval_s = 0.3\n")
@@ -75,7 +62,7 @@ def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None
         follow.wait(10)
 
 
-def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:
+def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:  # noqa: F811
     cli.config.write_text(_profile("bare", free_port, "--no-metrics", load=0.5))
     assert cli("launch", "bare", "--wait").returncode == 0
     out = cli("metrics", "bare")

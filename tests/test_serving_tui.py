@@ -5,12 +5,14 @@ alert on the card and as a toast."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import sys
 from pathlib import Path
 
 import pytest
-from lifecycle_support import kill_marked
+from lifecycle_support import kill_marked, marked_pids
 from sshd_support import Sshd
 from test_ui_pilot import card_text, make_app, quit_with, wait_until
 
@@ -116,4 +118,36 @@ async def test_a_server_without_metrics_says_so_once(tmp_path: Path, free_port: 
             assert log.count("GET /metrics") == 1
             assert "--enable-metrics" in card_text(app, "bare")
         finally:
+            await quit_with(pilot, "Q")
+
+
+async def test_metrics_that_stop_answering_while_the_process_runs_raise_an_alert(tmp_path: Path,
+                                                                                 free_port: int) -> None:
+    """The server's process is frozen (SIGSTOP): it still runs, its /metrics no longer answers; the card and a
+    toast say so; thawed, the alert clears."""
+    args = ["specmon", "sim", "--port", str(free_port), "--shards", "2", "--load-seconds", "1"]
+    config = parse_config(f"[profiles.froze]\nport = {free_port}\ncommand = {json.dumps(args)}\n"
+                          "metrics_interval_s = 0.5\n", "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    toasts: list[str] = []
+    app.notify = lambda message, **kw: toasts.append(str(message))   # type: ignore[method-assign,assignment]
+    async with app.run_test(size=(120, 40)) as pilot:
+        frozen: list[int] = []
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "froze"), 60, "READY")
+            await wait_until(pilot, lambda: "run 0" in card_text(app, "froze"), 20, "the serving view")
+            frozen = marked_pids(app.engine.manager.runs()[0].run_id)   # type: ignore[attr-defined]
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            await wait_until(pilot, lambda: any("/metrics stopped answering" in t for t in toasts), 30, "the toast")
+            await pilot.pause(0.6)
+            assert "/metrics stopped answering" in card_text(app, "froze")
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            frozen = []
+            await wait_until(pilot, lambda: "stopped answering" not in card_text(app, "froze"), 30, "it to clear")
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
             await quit_with(pilot, "Q")

@@ -46,7 +46,8 @@ FAMILIES = frozenset([*RUNNING, *WAITING, *KV_USAGE, *GEN_TOKENS, *GEN_GAUGE, *P
                       *(n for pair in PREFIX_COUNTERS for n in pair), VLLM_ACCEPTED, VLLM_DRAFTS, VLLM_DRAFT_TOKENS,
                       *ACCEPT_RATE_GAUGE, *ACCEPT_LEN_GAUGE])
 
-HISTORY_S = 180.0            # the sparklines' span
+HISTORY_S = 120.0            # the sparklines' span
+SPARK_SLICES = 8             # ... cut into this many slices of 15 s, each shown as its largest value
 WAITING_ALERT_S = 30.0       # requests waiting this long without a break
 KV_ALERT_PCT = 95.0          # KV use at or above this
 
@@ -196,6 +197,21 @@ class ServingHistory:
         """The values of one figure over the span (absent reads left out)."""
         return [v for _, f in self.points if (v := getattr(f, name)) is not None]
 
+    def slices(self, name: str, count: int = SPARK_SLICES) -> tuple[float, ...]:
+        """One figure over the span as `count` equal time slices ending at the latest read, each its largest
+        value (a queue that built up and drained within a slice still shows); slices before the first read are
+        left out, so a young run's line grows from the left."""
+        if not self.points:
+            return ()
+        start, width = self.points[-1][0] - self.span_s, self.span_s / count
+        found: list[float | None] = [None] * count
+        for at, f in self.points:
+            value, i = getattr(f, name), min(count - 1, int((at - start) / width))
+            if value is not None and i >= 0:
+                found[i] = value if found[i] is None else max(value, found[i] or 0.0)
+        first = next((i for i, v in enumerate(found) if v is not None), count)
+        return tuple(v or 0.0 for v in found[first:])
+
     def alerts(self, now: float, process_running: bool = True) -> list[str]:
         """What is wrong now, one line each."""
         out: list[str] = []
@@ -251,7 +267,7 @@ class ServingUpdate:
     profile: str
     run_id: str
     figures: ServingFigures | None = None
-    history: dict[str, tuple[float, ...]] = field(default_factory=dict)   # figure -> its recent values
+    history: dict[str, tuple[float, ...]] = field(default_factory=dict)   # figure -> its sparkline's slices
     alerts: tuple[str, ...] = ()
     note: str | None = None          # e.g. "no /metrics (HTTP 404)": said once, reading stopped
     raised: tuple[str, ...] = ()     # alerts that appeared with this read (for a toast)
@@ -265,5 +281,5 @@ class ServingUpdate:
 def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
               note: str | None = None) -> ServingUpdate:
     return ServingUpdate(profile, run_id, history.latest,
-                         {name: tuple(history.series(name)) for name in SPARK_FIGURES},
+                         {name: history.slices(name) for name in SPARK_FIGURES},
                          tuple(history.alerts(now)), note, raised)

@@ -22,8 +22,6 @@ from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.sources.scrape import MetricsScraper
 
-SPARK_WINDOW = 12   # the most reads of a figure a card's sparkline shows (the card shows 8)
-
 
 def no_metrics_note(status: int) -> str:
     return f"no /metrics (HTTP {status}); SGLang serves it only with --enable-metrics"
@@ -118,10 +116,9 @@ class ServingWatcher:
         task.add_done_callback(self._notices.discard)
 
 
-def _visible(update: ServingUpdate, width: int = SPARK_WINDOW) -> tuple[object, ...]:
-    """What a card shows of an update: its figures, alerts, note, and each sparkline's last `width` values."""
-    return (update.figures, update.alerts, update.note, update.raised,
-            tuple(values[-width:] for values in update.history.values()))
+def _visible(update: ServingUpdate) -> tuple[object, ...]:
+    """What a card shows of an update: its figures, alerts, note and sparklines."""
+    return update.figures, update.alerts, update.note, update.raised, update.history
 
 
 def _kind(alert: str) -> str:

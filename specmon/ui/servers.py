@@ -138,12 +138,9 @@ class RunCard(Vertical):
         self.post_message(self.Clicked(self.profile))
 
 
-SPARK_WIDTH = 8   # the last 8 reads of a figure beside it on the card
-
-
 def serving_lines(update: ServingUpdate) -> list[str]:
-    """A ready run's serving view on its card: the figures from its /metrics with a sparkline each for the busy
-    ones, what it says is wrong, or why there is nothing to show."""
+    """A ready run's serving view on its card: the figures from its /metrics with a sparkline of the last two
+    minutes for the busy ones, what it says is wrong, or why there is nothing to show."""
     if update.note is not None:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
@@ -153,7 +150,7 @@ def serving_lines(update: ServingUpdate) -> list[str]:
 
     def spark(name: str) -> str:
         values = list(update.history.get(name, ()))
-        return f"[dim]{sparkline(values, SPARK_WIDTH, tops.get(name))}[/]" if values else ""
+        return f"[dim]{sparkline(values, len(values), tops.get(name))}[/]" if values else ""
 
     lines = [f"run {texts['running']} {spark('running')} wait {texts['waiting']} {spark('waiting')}"
              f" KV {texts['KV']} {spark('kv_pct')}",
