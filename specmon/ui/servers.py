@@ -12,7 +12,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import EnvReport
-from specmon.model.serving import ServingUpdate, figure_texts, sparkline
+from specmon.model.serving import SPARK_SLICES, ServingUpdate, figure_texts, sparkline
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 
@@ -150,7 +150,8 @@ def serving_lines(update: ServingUpdate) -> list[str]:
 
     def spark(name: str) -> str:
         values = list(update.history.get(name, ()))
-        return f"[dim]{sparkline(values, len(values), tops.get(name))}[/]" if values else ""
+        # Padded to its full width: a line whose length changes asks for a relayout of the whole screen.
+        return f"[dim]{sparkline(values, SPARK_SLICES, tops.get(name)).rjust(SPARK_SLICES)}[/]"
 
     lines = [f"run {texts['running']} {spark('running')} wait {texts['waiting']} {spark('waiting')}"
              f" KV {texts['KV']} {spark('kv_pct')}",
