@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.errors import UserError
+from specmon.files import write_private
 from specmon.model.compare import load_words
 from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
 from specmon.model.interop import read_any_results
@@ -107,7 +108,7 @@ def _check_target(path: Path, force: bool) -> None:
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_private(path, text)   # 0600: the setups hold command lines and environments
     except OSError as exc:
         raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
 

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.files import InputError, read_json
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import SweepResult, append_line, parse_results, redact, utc_now_iso
+from specmon.model.results import SweepResult, append_line, parse_results, utc_now_iso
+from specmon.model.secrets import redact, redact_argv, redact_env
 from specmon.model.verdict import ProfileRuns
 
 SCHEMA_VERSION = 1
@@ -170,7 +172,8 @@ class ExperimentState:
             config_source=str(d.get("config", "")), status=str(d.get("status", "running")),
             profiles={str(k): ProfileState.from_dict(v) for k, v in (d.get("profiles") or {}).items()},
             steps=tuple(Step.from_dict(s) for s in d.get("steps") or ()),
-            setups={str(k): dict(v) for k, v in (d.get("setups") or {}).items()},
+            # Redacted again: a state written before the redaction rule covered every flag and URL.
+            setups={str(k): redact(dict(v)) for k, v in (d.get("setups") or {}).items()},
         )
 
 
@@ -179,7 +182,8 @@ def save_state(state: ExperimentState) -> None:
     state.directory.mkdir(parents=True, exist_ok=True)
     tmp = state.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # 0600: the setups hold each profile's command line and environment.
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             json.dump(state.to_dict(), fh, indent=1)
             fh.write("\n")
             fh.flush()
@@ -195,10 +199,11 @@ def load_state(path: Path) -> ExperimentState:
     """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
     file = path / STATE_FILE if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        return ExperimentState.from_dict(data, file.parent)
+        return ExperimentState.from_dict(read_json(file), file.parent)
     except FileNotFoundError:
         raise UserError(f"{file}: no such file") from None
+    except InputError:
+        raise
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a readable experiment state ({exc})") from None
 
@@ -302,4 +307,4 @@ def experiment_runs(state: ExperimentState) -> list[ProfileRuns]:
 def profile_setup(profile: Profile) -> dict[str, Any]:
     """What the report shows of how a profile was started (secrets redacted)."""
     return redact({"host": profile.host, "server": profile.server, "port": profile.port,
-                   "command": list(profile.command), "env": dict(profile.env)})
+                   "command": redact_argv(profile.command), "env": redact_env(profile.env)})

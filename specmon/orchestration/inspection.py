@@ -26,9 +26,9 @@ from specmon.model.env import (
     Startup,
     diff_reports,
     key_launch_args,
-    redact,
 )
 from specmon.model.gpu import GpuBoard, SmiInventory
+from specmon.model.secrets import redact_env
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
@@ -127,7 +127,7 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
     if record is not None and record.kv_cache_tokens is not None:
         facts["kv cache tokens"] = str(record.kv_cache_tokens)
     return EnvReport(
-        subject=subject, host=host, launch_env=redact(dict(profile.env)) if profile is not None else {},
+        subject=subject, host=host, launch_env=redact_env(profile.env) if profile is not None else {},
         startup=started, processes=processes or (), nccl=nccl, args=key_launch_args(argv),
         versions=_versions(started, inventory), facts=facts, notes=tuple(notes))
 

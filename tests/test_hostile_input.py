@@ -1,0 +1,100 @@
+"""Hostile input, third pass (issue 20): secrets never reach a shareable file or the terminal, every input file
+is read bounded, strings from outside are made printable, experiment inputs are checked before a launch."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specmon.model.config import load_config
+from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
+
+SECRETS = ("sk-live0123456789", "hfsecret2", "pwsecret3", "toksecret4", "dbsecret5", "hfenvsecret6")
+PROFILES = f"""
+[profiles.leaky]
+port = 1
+command = ["python", "-m", "specmon", "sim", "--port", "1", "--api-key", "{SECRETS[0]}", "--hf-token={SECRETS[1]}",
+           "--password", "{SECRETS[2]}", "--token={SECRETS[3]}"]
+env = {{ DB_URL = "postgres://u:{SECRETS[4]}@db/x", HF_TOKEN = "{SECRETS[5]}", NCCL_DEBUG = "INFO" }}
+
+[profiles.plain]
+port = 2
+command = ["python", "-m", "specmon", "sim", "--port", "2"]
+
+[experiments.leak]
+profiles = ["leaky", "plain"]
+levels = [1]
+"""
+
+
+def specmon(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("specmon")
+    assert exe
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False)
+
+
+def assert_no_secret(text: str, where: str) -> None:
+    leaked = [s for s in SECRETS if s in text]
+    assert not leaked, f"{where} holds {leaked}"
+
+
+@pytest.fixture
+def leaky(tmp_path: Path) -> Path:
+    config = tmp_path / "profiles.toml"
+    config.write_text(PROFILES)
+    return config
+
+
+def test_item1_no_secret_flag_or_url_password_in_experiment_json_or_report_md(leaky: Path, tmp_path: Path) -> None:
+    config = load_config(leaky)
+    directory = tmp_path / "results" / "experiments" / "leak-1"
+    state = ExperimentState(directory, config.experiment("leak"), utc_now_iso(), str(leaky),
+                            setups={"leaky": profile_setup(config.profile("leaky"))})
+    save_state(state)
+    text = state.path.read_text()
+    assert_no_secret(text, "experiment.json")
+    assert os.stat(state.path).st_mode & 0o777 == 0o600
+    setup = json.loads(text)["setups"]["leaky"]
+    # What is not secret stays, so the report still says how the server was started.
+    assert setup["command"][:4] == ["python", "-m", "specmon", "sim"] and setup["env"]["NCCL_DEBUG"] == "INFO"
+    assert setup["env"]["DB_URL"] == "postgres://u:<redacted>@db/x"
+
+    done = specmon("report", str(directory), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    report = directory / "report.md"
+    assert "--api-key <redacted>" in report.read_text()
+    assert_no_secret(report.read_text(), "report.md")
+    assert os.stat(report).st_mode & 0o777 == 0o600
+
+
+def test_item1_an_old_experiment_json_holding_secrets_gives_a_report_without_them(leaky: Path, tmp_path: Path) -> None:
+    config = load_config(leaky)
+    directory = tmp_path / "leak-1"
+    profile = config.profile("leaky")
+    raw = {"host": "local", "server": "sglang", "port": 1, "command": list(profile.command), "env": dict(profile.env)}
+    save_state(ExperimentState(directory, config.experiment("leak"), utc_now_iso(), str(leaky), setups={"leaky": raw}))
+    done = specmon("report", str(directory), "--format", "json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "<redacted>" in done.stdout
+    assert_no_secret(done.stdout, "report --format json")
+
+
+def test_item1_profiles_json_and_env_all_hide_a_url_password_under_a_harmless_name(leaky: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"),
+               XDG_CONFIG_HOME=str(tmp_path / "cfg"), OTHER_URL="https://me:dbsecret5@example.invalid/")
+    done = specmon("--config", str(leaky), "profiles", "--json", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert_no_secret(done.stdout, "profiles --json")
+    assert json.loads(done.stdout)["profiles"][0]["env"]["DB_URL"] == "postgres://u:<redacted>@db/x"
+    done = specmon("--config", str(leaky), "profiles", cwd=tmp_path, env=env)
+    assert_no_secret(done.stdout, "profiles")
+    for args in (("env", "leaky", "--all"), ("env", "leaky", "--all", "--json")):
+        done = specmon("--config", str(leaky), *args, cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stderr
+        assert "DB_URL" in done.stdout
+        assert_no_secret(done.stdout + done.stderr, " ".join(args))
