@@ -3,16 +3,21 @@ is read bounded, strings from outside are made printable, experiment inputs are 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import subprocess
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from sshd_support import Sshd, sshd_available
 
 from specmon.model.config import load_config
 from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
+from specmon.sources.ssh import SSHTransport
 
 SECRETS = ("sk-live0123456789", "hfsecret2", "pwsecret3", "toksecret4", "dbsecret5", "hfenvsecret6")
 PROFILES = f"""
@@ -98,3 +103,71 @@ def test_item1_profiles_json_and_env_all_hide_a_url_password_under_a_harmless_na
         assert done.returncode == 0, done.stderr
         assert "DB_URL" in done.stdout
         assert_no_secret(done.stdout + done.stderr, " ".join(args))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 2: a remote shell that prints at start-up
+
+
+@pytest.fixture
+def talking_sshd(tmp_path: Path) -> Iterator[Sshd]:
+    """A real sshd of its own (its HOME gets a ~/.bashrc that the other tests' shared sshd must not see)."""
+    reason = sshd_available()
+    if reason:
+        pytest.skip(reason)
+    server = Sshd.start(tmp_path / "sshd")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _remote_processes(needle: str) -> list[int]:
+    """Pids of processes here (the sshd is on loopback) whose command line holds `needle`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+async def test_item2_a_bashrc_that_prints_on_stdout_and_stderr_leaves_commands_and_their_output_alone(
+        talking_sshd: Sshd) -> None:
+    (talking_sshd.home / ".bashrc").write_text('echo "Welcome to gpu1, load 0.3"\necho "module: ok" >&2\n'
+                                              'printf "no newline here"\n')
+    transport = SSHTransport("gpu1", talking_sshd.settings())
+    try:
+        result = await transport.run("echo hi; echo oops >&2; exit 3")
+        assert (result.exit_code, result.stdout, result.stderr) == (3, b"hi\n", b"oops\n")
+        stream = transport.stream("printf 'a\\nb\\n'")
+        await stream.start()
+        chunks = b""
+        while chunk := await stream.read_chunk():
+            chunks += chunk
+        await stream.aclose()
+        assert chunks == b"a\nb\n"
+    finally:
+        await transport.close()
+
+
+async def test_item2_a_bashrc_printing_a_victims_process_group_never_gets_it_killed(talking_sshd: Sshd) -> None:
+    victim = subprocess.Popen(["sleep", "300"], start_new_session=True)   # its own process group, pgid = pid
+    (talking_sshd.home / ".bashrc").write_text(f"echo {victim.pid}\n")
+    hung = "sleep 299.75"                      # the hung remote command (nvidia-smi that never answers)
+    transport = SSHTransport("gpu1", talking_sshd.settings())
+    try:
+        with pytest.raises(TimeoutError):
+            await transport.run(f"exec {hung}", timeout=2)
+        deadline = time.monotonic() + 10
+        while _remote_processes(hung) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert not _remote_processes(hung), "the timed-out remote command is still running"
+        assert victim.poll() is None, "an unrelated process group was killed"
+    finally:
+        await transport.close()
+        victim.kill()
+        victim.wait()

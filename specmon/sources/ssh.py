@@ -14,7 +14,9 @@ What it promises on top of the Transport contract:
     (HTTP probes, the port forward) have their own bound.
   - The remote command line is `exec /bin/sh -c <quoted>` behind a one-line preamble that reports the
     command's process group, so a timeout, a cancellation or a closed stream ends the command on the host
-    with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers).
+    with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers). The
+    preamble frames what it says with a random marker on stdout and stderr: whatever the remote shell's
+    start-up files print (a banner, a number) is skipped, never taken for the pid or for the command's output.
   - Agent forwarding is off. The environment of the exec channel is never relied on (sshd drops it without
     AcceptEnv); launch scripts carry their environment.
 """
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -47,7 +50,10 @@ MAX_TCP_CHANNELS = 64
 MAX_HOPS = 8
 # How long a command waits for a link that is down before it fails (the caller's timeout, if any, is shorter).
 LINK_WAIT_S = 60.0
-_PREAMBLE = "echo $$; exec /bin/sh -c \"$1\""
+# Says "MARKER PID" on stdout and "MARKER" on stderr, then becomes the command. The marker is random per command:
+# what the remote shell's start-up files print before it (a banner, a number) is never taken for the pid.
+_PREAMBLE = 'printf "%s %s\\n" "$2" $$; printf "%s\\n" "$2" >&2; exec /bin/sh -c "$1"'
+START_NOISE_MAX = 1 << 20   # what a remote shell may print at start-up before the command starts
 
 
 class HostKeyRefused(TransportError):
@@ -333,10 +339,13 @@ class SSHTransport(Transport):
                               f"host's key, run: specmon trust {self.host}", key)
 
     # ---- commands ----------------------------------------------------------------------------------------
-    async def _process(self, command: str, wait_s: float | None) -> tuple[asyncssh.SSHClientProcess[bytes], int]:
-        """Start `command` under the pid preamble; returns the process and its process group on the host."""
+    async def _process(self, command: str, wait_s: float | None
+                       ) -> tuple[asyncssh.SSHClientProcess[bytes], int, bytes]:
+        """Start `command` under the pid preamble; returns the process, its process group on the host and the
+        marker line that ends the remote shell's start-up output on stderr."""
         conn = await self._connection(wait_s)
-        wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)}"
+        marker = f"specmon-{secrets.token_hex(12)}"
+        wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)} {marker}"
         for attempt in range(SESSION_RETRIES + 1):
             try:
                 proc = await conn.create_process(wrapped, encoding=None)
@@ -350,13 +359,30 @@ class SSHTransport(Transport):
             except (OSError, asyncssh.Error) as exc:
                 raise TransportError(f"{self.host}: link lost: {exc}") from None
         try:
-            first = await proc.stdout.readline()
-        except (OSError, asyncssh.Error) as exc:
-            raise TransportError(f"{self.host}: link lost: {exc}") from None
-        if not first.strip().isdigit():
+            return proc, await self._read_pid(proc, marker.encode()), marker.encode() + b"\n"
+        except BaseException:
             proc.close()
-            raise TransportError(f"{self.host}: link lost while starting a command")
-        return proc, int(first)
+            raise
+
+    async def _read_pid(self, proc: asyncssh.SSHClientProcess[bytes], marker: bytes) -> int:
+        """The command's pid (its process group) from the preamble's framed line; lines before it (the remote
+        shell's start-up output) are skipped, up to START_NOISE_MAX bytes."""
+        noise = 0
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except (OSError, asyncssh.Error) as exc:
+                raise TransportError(f"{self.host}: link lost: {exc}") from None
+            if not line:
+                raise TransportError(f"{self.host}: link lost while starting a command")
+            _, found, pid = line.rstrip(b"\n").rpartition(marker + b" ")
+            if found and pid.isdigit():
+                # Start-up output not ended by a newline shares the framed line; it is noise, like the rest.
+                return int(pid)
+            noise += len(line)
+            if noise > START_NOISE_MAX:
+                raise TransportError(f"{self.host}: the remote shell printed over {START_NOISE_MAX >> 20} MiB at "
+                                     "start-up (a ~/.bashrc or profile script?); no command could start")
 
     async def _end_group(self, pgid: int) -> None:
         """End a command's process group on the host (detached servers have their own session: untouched)."""
@@ -373,7 +399,7 @@ class SSHTransport(Transport):
         pgid = 0
         try:
             async with self._sessions:
-                proc, pgid = await self._process(command, timeout)
+                proc, pgid, marker = await self._process(command, timeout)
                 try:
                     try:
                         if input:
@@ -398,7 +424,7 @@ class SSHTransport(Transport):
         if proc.exit_status is None and proc.exit_signal is None:
             raise TransportError(f"{self.host}: link lost while a command ran")
         code = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else 255
-        return CommandResult(code, stdout or b"", stderr or b"")
+        return CommandResult(code, stdout or b"", _after_marker(stderr or b"", marker))
 
     def stream(self, command: str) -> OutputStream:
         return _SshStream(self, command)
@@ -465,7 +491,7 @@ class _SshStream(OutputStream):
         await self._t._sessions.acquire()
         self._holding = True
         try:
-            self._proc, self._pgid = await self._t._process(self._command, None)
+            self._proc, self._pgid, _ = await self._t._process(self._command, None)
             self._proc.stdin.write_eof()
         except BaseException:
             self._release()
@@ -539,6 +565,13 @@ class _PortForward:
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+def _after_marker(stderr: bytes, marker: bytes) -> bytes:
+    """The command's own stderr: what follows the preamble's marker line (before it: the remote shell's
+    start-up output)."""
+    head, found, tail = stderr.partition(marker)
+    return tail if found else head
 
 
 async def _copy(reader: asyncio.StreamReader | asyncssh.SSHReader[bytes],
