@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 from sshd_support import Sshd, sshd_available
 
+from specmon.errors import UserError
 from specmon.model.config import load_config
+from specmon.model.datasets import load_dataset
 from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
 from specmon.sources.ssh import SSHTransport
 
@@ -171,3 +173,75 @@ async def test_item2_a_bashrc_printing_a_victims_process_group_never_gets_it_kil
         await transport.close()
         victim.kill()
         victim.wait()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Items 3, 4 and 8: every JSON and text input read bounded (depth, size, FIFOs and devices)
+
+DEEP = "[" * 100_000
+
+
+def _one_clean_line(done: subprocess.CompletedProcess[str], names: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr and "MemoryError" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and names in lines[0] and len(lines[0]) < 400, lines[:3]
+
+
+def _isolated(tmp_path: Path) -> dict[str, str]:
+    return dict(os.environ, HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"),
+                XDG_CONFIG_HOME=str(tmp_path / "cfg"))
+
+
+@pytest.mark.parametrize("text", [DEEP, '{"type": "meta", "x": ' + DEEP + "\n", "{\"a\":" * 100_000],
+                         ids=["array", "specmon-meta", "object"])
+@pytest.mark.parametrize("command", [("compare",), ("report", "--format", "csv"), ("export", "--format", "vllm")],
+                         ids=["compare", "report", "export"])
+def test_item3_deeply_nested_result_file_is_one_line_naming_it(tmp_path: Path, text: str,
+                                                                command: tuple[str, ...]) -> None:
+    deep = tmp_path / "deep.json"
+    deep.write_text(text)
+    files = (str(deep), str(deep)) if command == ("compare",) else (str(deep),)
+    done = specmon(*command, *files, cwd=tmp_path, env=_isolated(tmp_path))
+    _one_clean_line(done, str(deep))
+
+
+@pytest.mark.parametrize("name", ["jsonl", "sharegpt"])
+@pytest.mark.parametrize("text", [DEEP, '{"prompt": ' + DEEP, '[{"conversations": ' + DEEP],
+                         ids=["array", "jsonl-line", "sharegpt-array"])
+def test_item3_deeply_nested_dataset_is_one_line_naming_it(tmp_path: Path, name: str, text: str) -> None:
+    path = tmp_path / "deep.jsonl"
+    path.write_text(text)
+    with pytest.raises(UserError, match=rf"^{path}:1: "):
+        load_dataset(name, str(path))
+
+
+def test_item3_item4_deep_or_endless_experiment_json_is_one_line_naming_it(tmp_path: Path) -> None:
+    directory = tmp_path / "exp"
+    directory.mkdir()
+    (directory / "experiment.json").write_text(DEEP)
+    _one_clean_line(specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
+    (directory / "experiment.json").unlink()
+    (directory / "experiment.json").symlink_to("/dev/zero")
+    _one_clean_line(specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
+
+
+def test_item3_a_deep_local_run_record_is_listed_unreadable_not_a_traceback(tmp_path: Path) -> None:
+    env = _isolated(tmp_path)
+    runs = tmp_path / "state" / "specmon" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "20260101-000000-abcdef.json").write_text(DEEP)
+    done = specmon("status", "--all", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "20260101-000000-abcdef" in done.stdout and "unreadable" in done.stdout and "nested deeper" in done.stdout
+    done = specmon("forget", "20260101-000000-abcdef", cwd=tmp_path, env=env)
+    assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
+
+
+def test_item8_a_fifo_dataset_is_refused_at_once_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "prompts.jsonl"
+    os.mkfifo(fifo)
+    started = time.monotonic()
+    with pytest.raises(UserError, match=rf"^{fifo}:1: a FIFO, not a regular file"):
+        load_dataset("jsonl", str(fifo))
+    assert time.monotonic() - started < 5

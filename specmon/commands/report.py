@@ -17,12 +17,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.errors import UserError
-from specmon.files import write_private
 from specmon.model.compare import load_words
 from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
 from specmon.model.interop import read_any_results
 from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
 from specmon.model.results import SweepResult
+from specmon.model.textfile import write_private
 from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
 
 FORMATS = ("md", "json", "csv")

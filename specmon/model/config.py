@@ -295,7 +295,7 @@ def builtin_config() -> Config:
 
 def _load_file(path: Path, found_by: str) -> Config:
     try:
-        data = read_capped(path, MAX_CONFIG_BYTES)
+        data = read_capped(path, MAX_CONFIG_BYTES, special=True)   # `--config <(generate)` is a pipe
     except NotTextError as exc:
         raise UserError(f"{path}:{exc.line}: {exc} (named by {found_by})") from None
     except FileNotFoundError:

@@ -24,15 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.files import InputError, read_json
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
 from specmon.model.results import SweepResult, append_line, parse_results, utc_now_iso
 from specmon.model.secrets import redact, redact_argv, redact_env
+from specmon.model.textfile import NotTextError, loads, read_capped
 from specmon.model.verdict import ProfileRuns
 
 SCHEMA_VERSION = 1
 STATE_FILE = "experiment.json"
+MAX_STATE_BYTES = 64 << 20      # a state of a thousand profiles and steps is well under 1 MiB
 ACCEPTANCE_FILE = "acceptance.jsonl"
 PROFILE_STATES = ("pending", "launching", "sweeping", "done", "failed", "skipped")
 
@@ -199,11 +200,11 @@ def load_state(path: Path) -> ExperimentState:
     """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
     file = path / STATE_FILE if path.is_dir() else path
     try:
-        return ExperimentState.from_dict(read_json(file), file.parent)
+        return ExperimentState.from_dict(loads(read_capped(file, MAX_STATE_BYTES)), file.parent)
     except FileNotFoundError:
         raise UserError(f"{file}: no such file") from None
-    except InputError:
-        raise
+    except NotTextError as exc:
+        raise UserError(f"{file}:{exc.line}: {exc}; expected an experiment state") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a readable experiment state ({exc})") from None
 
@@ -285,9 +286,13 @@ def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptan
     out: dict[tuple[str, int, int], LevelAcceptance] = {}
     if not file.exists():
         return out
-    for line in file.read_text(encoding="utf-8").splitlines():
+    try:
+        text = read_capped(file, MAX_STATE_BYTES).decode("utf-8", errors="replace")
+    except (OSError, NotTextError) as exc:
+        raise UserError(f"{file}: cannot read ({exc})") from None
+    for line in text.splitlines():
         try:
-            d = json.loads(line)
+            d = loads(line)
             out[(str(d["profile"]), int(d["pass"]), int(d["concurrency"]))] = LevelAcceptance.from_dict(d)
         except (ValueError, KeyError, TypeError):
             continue

@@ -40,7 +40,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.compare import repeat_spreads
 from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
-from specmon.model.textfile import NotTextError, read_capped
+from specmon.model.textfile import NotTextError, loads, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them, or a `vllm bench "
@@ -85,7 +85,7 @@ def _is_specmon(text: str) -> bool:
     if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
         return False
     try:
-        obj = json.loads(first)
+        obj = loads(first)
     except ValueError:
         return False
     return isinstance(obj, dict) and obj.get("type") == "meta"
@@ -114,7 +114,7 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
         raise UserError(f"{path}: empty file; expected {EXPECTED}")
     objs: list[tuple[int, Mapping[str, Any]]] = []
     try:
-        whole = json.loads(stripped)
+        whole = loads(stripped)
         if isinstance(whole, dict):
             objs = [(1, whole)]
     except ValueError:
@@ -122,7 +122,7 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except ValueError:
                 if objs:
                     raise UserError(f"{path}:{n}: not JSON; expected one JSON object per line") from None

@@ -54,8 +54,10 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.secrets import redact
+from specmon.model.textfile import NotTextError, loads, read_capped
 
 SCHEMA_VERSION = 1
+MAX_RESULT_BYTES = 1 << 30    # a sweep of 10,000 levels is about 30 MiB
 ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout", "bad_usage")
 STAT_KEYS = ("mean", "p50", "p90", "p99")
 
@@ -452,7 +454,7 @@ def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
         if not isinstance(obj, dict):
@@ -483,9 +485,11 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
     """Read a result file written by `specmon sweep` (finished levels only, in file order)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_capped(p, MAX_RESULT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{p}: no such file") from None
+    except NotTextError as exc:
+        raise UserError(f"{p}:{exc.line}: {exc}; expected a specmon result file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read ({exc})") from None
     lines = text.splitlines()
@@ -501,7 +505,7 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
 
 def _is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        loads(text)
     except ValueError:
         return False
     return True

@@ -12,7 +12,6 @@ probe that cannot answer leaves a one-line note in the report instead of failing
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -29,6 +28,7 @@ from specmon.model.env import (
 )
 from specmon.model.gpu import GpuBoard, SmiInventory
 from specmon.model.secrets import redact_env
+from specmon.model.textfile import loads
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
@@ -84,7 +84,8 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
         subject = f"run {record.run_id} (profile {record.profile}, {record.state})"
         meta = await manager.ops(host).read_file(f"{record.run_dir}/meta.json")
         try:
-            recorded = json.loads(meta or "{}").get("argv")
+            data = loads(meta or "{}")
+            recorded = data.get("argv") if isinstance(data, dict) else None
             if isinstance(recorded, list):
                 argv = [str(word) for word in recorded]
         except ValueError:
