@@ -72,14 +72,20 @@ def _read_small(path: str) -> bytes | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
-    with open(fd, "rb") as f:
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            os.set_blocking(fd, True)
-            return f.read(SMALL_FILE_BYTES)
-        except OSError:
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
+        os.set_blocking(fd, True)
+        parts: list[bytes] = []
+        size = 0
+        while size < SMALL_FILE_BYTES and (part := os.read(fd, SMALL_FILE_BYTES - size)):
+            parts.append(part)
+            size += len(part)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class _LocalStream(OutputStream):
