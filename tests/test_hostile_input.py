@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sshd_support import Sshd, sshd_available
 
+from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.config import load_config
 from specmon.model.datasets import load_dataset
@@ -245,3 +246,45 @@ def test_item8_a_fifo_dataset_is_refused_at_once_not_waited_on(tmp_path: Path) -
     with pytest.raises(UserError, match=rf"^{fifo}:1: a FIFO, not a regular file"):
         load_dataset("jsonl", str(fifo))
     assert time.monotonic() - started < 5
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 5: strings from outside reach the terminal escaped
+
+OSC52 = "\x1b]52;c;aGFja2Vk\x07"      # "copy 'hacked' to the clipboard", then a colour code
+FAKE_SMI = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"
+
+
+def test_item5_a_gpu_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE_SMI)
+    env = _isolated(tmp_path)
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", FAKE_SMI_NAME=f"H200{OSC52}\x1b[31mred")
+    done = specmon("gpus", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "H200\\x1b]52;c;aGFja2Vk\\x07\\x1b[31mred" in done.stdout
+
+
+def test_item5_env_names_and_values_a_sitecustomize_injects_are_shown_escaped(tmp_path: Path) -> None:
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        "import os\n"
+        f"os.environ['NCCL_EVIL'] = {OSC52!r}\n"
+        f"os.environ['NCCL_{OSC52}'] = 'x'\n")
+    config = tmp_path / "profiles.toml"
+    config.write_text('[profiles.p]\nport = 1\ncommand = ["python", "-m", "specmon", "sim", "--port", "1"]\n'
+                      f'env = {{ PYTHONPATH = "{hooks}", NCCL_LAUNCH = "\\u001b[2J" }}\n')
+    done = specmon("--config", str(config), "env", "p", "--all", cwd=tmp_path, env=_isolated(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert "NCCL_EVIL" in done.stdout and "\\x1b]52;c;aGFja2Vk\\x07" in done.stdout
+    assert "\x1b" not in done.stdout and "\x07" not in done.stdout
+
+
+def test_item5_table_cells_from_outside_are_escaped() -> None:
+    """Every headless table (status --host's runs from a remote meta.json, per-category acceptance from a dataset's
+    `category`) goes through table_text."""
+    text = table_text(("profile", f"code{OSC52}"), [(f"p{OSC52}", "1.0")])
+    assert "\x1b" not in text and "\x07" not in text and "p\\x1b]52" in text and "code\\x1b]52" in text

@@ -27,6 +27,7 @@ from typing import Any
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
 from specmon.errors import UserError
+from specmon.model.clean import one_line
 from specmon.model.secrets import redact_text, redact_value
 from specmon.orchestration.runs import HostRun, RunManager
 from specmon.orchestration.runstore import Unreadable
@@ -141,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             manager.config.profile(profile)   # an unknown name is a UserError naming the file
         if args.adopt:
             view = await manager.adopt(args.host, args.adopt)
-            print(f"adopted {view.run_id} (profile {view.profile}) on {args.host}: {view.state}")
+            print(one_line(f"adopted {view.run_id} (profile {view.profile}) on {args.host}: {view.state}"))
         # A run found on a host and adopted belongs to no profiles file: --host lists every file's runs there.
         views = await manager.refresh(all_configs=args.all or bool(args.host))
         if profile is not None:
