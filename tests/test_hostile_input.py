@@ -186,7 +186,7 @@ def _one_clean_line(done: subprocess.CompletedProcess[str], names: str) -> None:
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr and "MemoryError" not in done.stderr
     lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1 and names in lines[0] and len(lines[0]) < 400, lines[:3]
+    assert len(lines) == 1 and names in lines[0] and len(lines[0]) < 700, lines[:3]
 
 
 def _isolated(tmp_path: Path) -> dict[str, str]:
@@ -288,3 +288,60 @@ def test_item5_table_cells_from_outside_are_escaped() -> None:
     `category`) goes through table_text."""
     text = table_text(("profile", f"code{OSC52}"), [(f"p{OSC52}", "1.0")])
     assert "\x1b" not in text and "\x07" not in text and "p\\x1b]52" in text and "code\\x1b]52" in text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Items 6, 7 and 10: experiment inputs checked before the first launch; bad output paths are one line
+
+
+def _experiment_config(tmp_path: Path, extra: str = "") -> Path:
+    config = tmp_path / "profiles.toml"
+    parts = [f'[profiles.{name}]\nport = {port}\ncommand = ["python", "-m", "specmon", "sim", "--port", "{port}"]\n'
+             for name, port in (("a", _free_port()), ("b", _free_port()))]
+    config.write_text("".join(parts) + '[experiments.ab]\nprofiles = ["a", "b"]\nlevels = [1]\n' + extra)
+    return config
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _no_run_launched(tmp_path: Path) -> None:
+    runs = tmp_path / "state" / "specmon" / "runs"
+    assert not (runs.is_dir() and list(runs.glob("*.json"))), "a server was launched"
+
+
+def test_item7_a_bad_experiment_dataset_is_refused_before_any_server_is_launched(tmp_path: Path) -> None:
+    bad = tmp_path / "prompts.jsonl"
+    bad.write_text('{"prompt": "fine"}\nroot:$6$salt$hash:19000:0:99999:7:::\n')
+    config = _experiment_config(tmp_path, f'dataset = "jsonl"\ndataset_path = "{bad}"\n')
+    done = specmon("--config", str(config), "experiment", "ab", "--results-dir", str(tmp_path / "results"),
+                   cwd=tmp_path, env=_isolated(tmp_path))
+    _one_clean_line(done, f"{bad}:2: not valid JSON")
+    _no_run_launched(tmp_path)
+
+
+@pytest.mark.parametrize("where", ["/proc/nope", "file", "long"])
+def test_item6_an_unusable_results_dir_is_one_line_before_any_launch(tmp_path: Path, where: str) -> None:
+    results = {"/proc/nope": Path("/proc/nope"), "file": tmp_path / "a-file", "long": tmp_path / ("x" * 300)}[where]
+    (tmp_path / "a-file").write_text("")
+    config = _experiment_config(tmp_path)
+    done = specmon("--config", str(config), "experiment", "ab", "--results-dir", str(results), cwd=tmp_path,
+                   env=_isolated(tmp_path))
+    _one_clean_line(done, "cannot create the experiment's directory")
+    _no_run_launched(tmp_path)
+
+
+def test_item10_resume_of_a_corrupt_experiment_json_names_the_corruption(tmp_path: Path) -> None:
+    config = _experiment_config(tmp_path)
+    state = tmp_path / "results" / "experiments" / "ab-20260101T000000Z" / "experiment.json"
+    state.parent.mkdir(parents=True)
+    state.write_text('{"type": "experiment", "schema": 1, "name": "ab", "spec": ')
+    done = specmon("--config", str(config), "experiment", "ab", "--resume", "--results-dir",
+                   str(tmp_path / "results"), cwd=tmp_path, env=_isolated(tmp_path))
+    _one_clean_line(done, f"{state}: not a readable experiment state")
+    _no_run_launched(tmp_path)

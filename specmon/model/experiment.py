@@ -210,16 +210,21 @@ def load_state(path: Path) -> ExperimentState:
 
 
 def find_unfinished(results_dir: Path, name: str) -> ExperimentState | None:
-    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any."""
+    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any; when there is
+    none but a state file could not be read, that file's UserError (it may be the one to resume)."""
     root = results_dir / "experiments"
     candidates = sorted(root.glob(f"{name}-*/{STATE_FILE}")) if root.is_dir() else []
+    unreadable: UserError | None = None
     for file in reversed(candidates):
         try:
             state = load_state(file)
-        except UserError:
+        except UserError as exc:
+            unreadable = unreadable or exc
             continue
         if state.spec.name == name and not state.finished:
             return state
+    if unreadable is not None:
+        raise unreadable
     return None
 
 
