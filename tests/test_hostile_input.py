@@ -21,6 +21,7 @@ from specmon.model.config import load_config
 from specmon.model.datasets import load_dataset
 from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
 from specmon.sources.ssh import SSHTransport
+from specmon.sources.transport import TransportError
 
 SECRETS = ("sk-live0123456789", "hfsecret2", "pwsecret3", "toksecret4", "dbsecret5", "hfenvsecret6")
 PROFILES = f"""
@@ -345,3 +346,27 @@ def test_item10_resume_of_a_corrupt_experiment_json_names_the_corruption(tmp_pat
                    str(tmp_path / "results"), cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, f"{state}: not a readable experiment state")
     _no_run_launched(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Items 9 and 10: a ProxyJump loop and a 100,000-character host
+
+
+async def test_item9_a_proxyjump_loop_is_refused_at_once_not_followed_for_ever(talking_sshd: Sshd) -> None:
+    with open(talking_sshd.config, "a") as fh:
+        fh.write(f"\nHost loop\n  HostName 127.0.0.1\n  Port {talking_sshd.port}\n  User root\n"
+                 f"  IdentityFile {talking_sshd.user_key}\n  ProxyJump loop\n")
+    transport = SSHTransport("loop", talking_sshd.settings(connect_timeout_s=3.0))
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"^loop: .*ssh_config: ProxyJump loop: (loop -> )+loop reaches loop twice$"):
+            await asyncio.wait_for(transport.run("true"), 30)
+        assert time.monotonic() - started < 3.0
+    finally:
+        await transport.close()
+
+
+def test_item10_a_100000_character_host_is_one_short_line_saying_so(tmp_path: Path) -> None:
+    done = specmon("gpus", "a" * 100_000, cwd=tmp_path, env=_isolated(tmp_path))
+    _one_clean_line(done, "100,000 characters long")
+    assert "idna" not in done.stderr

@@ -53,6 +53,7 @@ RESERVED_ENV = ("SPECMON_RUN_ID",)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+MAX_HOST_CHARS = 300     # a DNS name has at most 253, a user name 32, a port 6
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 
@@ -200,6 +201,8 @@ def parse_host(host: str) -> SshTarget:
 
     Leading dashes and whitespace are refused outright so a host can never be read as an ssh option.
     """
+    if len(host) > MAX_HOST_CHARS:
+        raise ValueError(f"{len(host):,} characters long (a [user@]host[:port] has at most {MAX_HOST_CHARS})")
     user: str | None = None
     rest = host
     if "@" in rest:

@@ -62,8 +62,8 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import PortBusy, UserError
-from specmon.model.clean import escape_controls
-from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
+from specmon.model.clean import escape_controls, one_line
+from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings, parse_host
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
 from specmon.model.textfile import loads
@@ -170,6 +170,11 @@ class RunManager:
     # ---- helpers -----------------------------------------------------------------------------------------
     def ops(self, host: str) -> HostOps:
         if host not in self._ops:
+            if host != "local":
+                try:
+                    parse_host(host)   # one named on the command line is not checked by the config
+                except ValueError as exc:
+                    raise UserError(f"host {one_line(host, 60)}: {exc}") from None
             self._ops[host] = HostOps(self._factory(host))
         return self._ops[host]
 

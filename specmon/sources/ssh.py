@@ -114,6 +114,25 @@ class _Hop:
         return self.key_name if self.port == 22 else f"[{self.key_name}]:{self.port}"
 
 
+class BadProxyJump(TransportError):
+    """The config's ProxyJump chain cannot be followed (a malformed entry, a loop): retrying cannot help."""
+
+    permanent = True
+
+
+def _refuse_loop(host: str, config: str, hops: list[_Hop]) -> None:
+    """TransportError when a ProxyJump chain passes a host twice (`Host loop` / `ProxyJump loop`): asyncssh would
+    follow it for ever. The first hop's own ProxyJump is followed by asyncssh, so it counts too."""
+    names = [hop.name for hop in hops]
+    if hops and hops[0].tunnel:
+        names[:0] = [n.strip() for n in hops[0].tunnel.split(",") if n.strip()]
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise BadProxyJump(f"{host}: {config}: ProxyJump loop: {' -> '.join(names)} reaches {name} twice")
+        seen.add(name)
+
+
 def expand(path: str) -> str:
     """`~` expanded with $HOME (the one tests and users set), not the password database."""
     return os.path.expanduser(path)
@@ -282,13 +301,14 @@ class SSHTransport(Transport):
                     chain.append(await loop.run_in_executor(None, _resolve, name, self.settings))
             if len(chain) > MAX_HOPS:
                 raise TransportError(f"{self.host}: more than {MAX_HOPS} jump hosts in the ProxyJump chain")
+            _refuse_loop(self.host, self.settings.config, [*chain, final])
             via: asyncssh.SSHClientConnection | None = None
             for hop in [*chain, final]:
                 via = await self._open_hop(hop, via, known)
                 hops.append(via)
         except ValueError as exc:   # a malformed jump host name in the config
             self._close_all(hops)
-            raise TransportError(f"{self.host}: {self.settings.config}: bad ProxyJump entry: {exc}") from None
+            raise BadProxyJump(f"{self.host}: {self.settings.config}: bad ProxyJump entry: {exc}") from None
         except BaseException:
             self._close_all(hops)
             raise
