@@ -21,6 +21,7 @@ from specmon.model.config import load_config
 from specmon.model.datasets import load_dataset
 from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
 from specmon.sources.ssh import SSHTransport
+from specmon.sources.tailer import last_lines, read_range
 from specmon.sources.transport import TransportError
 
 SECRETS = ("sk-live0123456789", "hfsecret2", "pwsecret3", "toksecret4", "dbsecret5", "hfenvsecret6")
@@ -370,3 +371,30 @@ def test_item10_a_100000_character_host_is_one_short_line_saying_so(tmp_path: Pa
     done = specmon("gpus", "a" * 100_000, cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, "100,000 characters long")
     assert "idna" not in done.stderr
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Item 8: a server.log that is a FIFO, `logscan /dev/zero`
+
+
+async def test_item8_a_fifo_server_log_is_refused_over_ssh_and_leaves_no_reader_on_the_host(
+        sshd: Sshd, tmp_path: Path) -> None:
+    fifo = tmp_path / "run" / "server.log"
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)
+    transport = SSHTransport("gpu1", sshd.settings())
+    try:
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"cannot read .*server.log: not a regular file"):
+            await last_lines(transport, str(fifo), 50)
+        assert await read_range(transport, str(fifo), 0, 100) == b""
+        assert time.monotonic() - started < 20
+        assert not _remote_processes(str(fifo)), "a reader of the FIFO was left on the host"
+    finally:
+        await transport.close()
+
+
+def test_item8_logscan_of_an_endless_device_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run([shutil.which("specmon") or "specmon", "logscan", "/dev/zero"], capture_output=True,
+                          text=True, timeout=30, cwd=tmp_path, check=False)
+    _one_clean_line(done, "/dev/zero: a device, not a log file")
