@@ -398,3 +398,16 @@ def test_item8_logscan_of_an_endless_device_is_refused(tmp_path: Path) -> None:
     done = subprocess.run([shutil.which("specmon") or "specmon", "logscan", "/dev/zero"], capture_output=True,
                           text=True, timeout=30, cwd=tmp_path, check=False)
     _one_clean_line(done, "/dev/zero: a device, not a log file")
+
+
+async def test_item10_a_revoked_host_key_is_reported_as_revoked_not_changed(talking_sshd: Sshd) -> None:
+    line = talking_sshd.known_hosts.read_text()
+    talking_sshd.known_hosts.write_text(line + "@revoked " + line)
+    transport = SSHTransport("gpu1", talking_sshd.settings())
+    try:
+        with pytest.raises(TransportError, match=r"^gpu1: the host key of \[127.0.0.1\]:\d+ \(ssh-ed25519 SHA256:\S+\) "
+                                                 r"is marked @revoked in .*known_hosts; not connecting$"):
+            await transport.run("true")
+        assert "CHANGED" not in transport.link.detail and transport.link.refused
+    finally:
+        await transport.close()

@@ -74,6 +74,10 @@ class HostKeyChanged(HostKeyRefused):
     """The host presented a key other than the one known_hosts lists for it."""
 
 
+class HostKeyRevoked(HostKeyRefused):
+    """The host presented a key that known_hosts marks `@revoked`."""
+
+
 class AuthRefused(TransportError):
     """The host refused every key we offered."""
 
@@ -221,7 +225,8 @@ class SSHTransport(Transport):
                 if exc.permanent:
                     self._fatal = exc
                     state = "host key changed" if isinstance(exc, HostKeyChanged) else \
-                        "host key unknown" if isinstance(exc, HostKeyRefused) else "auth failed"
+                        "host key unknown" if isinstance(exc, HostKeyRefused) else \
+                        "bad ssh config" if isinstance(exc, BadProxyJump) else "auth failed"
                     self._set_link(LinkState(state, str(exc)))
                     return
                 attempt += 1
@@ -341,8 +346,9 @@ class SSHTransport(Transport):
 
     async def _host_key_error(self, name: str, hop: _Hop, via: asyncssh.SSHClientConnection | None,
                               known: asyncssh.SSHKnownHosts) -> HostKeyRefused:
-        """HostKeyChanged when known_hosts lists other keys for the host, else HostKeyUnknown (with the key)."""
-        listed = known.match(hop.key_name, "", hop.port)[0]
+        """HostKeyRevoked when known_hosts marks the presented key @revoked, HostKeyChanged when it lists other keys
+        for the host, else HostKeyUnknown (with the key)."""
+        listed, _, revoked = known.match(hop.key_name, "", hop.port)[:3]
         key: HostKey | None = None
         try:
             key = await fetch_host_key(hop, via, self.settings.connect_timeout_s)
@@ -350,6 +356,9 @@ class SSHTransport(Transport):
         except TransportError:
             shown = "its key"
         kh = self.settings.known_hosts
+        if key is not None and any(k.get_fingerprint("sha256") == key.fingerprint for k in revoked):
+            return HostKeyRevoked(f"{name}: the host key of {hop.entry} ({shown}) is marked @revoked in {kh}; "
+                                  "not connecting", key)
         if listed:
             return HostKeyChanged(
                 f"{name}: HOST KEY CHANGED for {hop.entry}: it now presents {shown}, which {kh} does not list for "

@@ -42,7 +42,8 @@ class TransportError(Exception):
 
 
 SMALL_FILE_BYTES = 1 << 20   # read_files is for status files: more than this is not one
-LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed")
+LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed",
+               "bad ssh config")
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class LinkState:
     @property
     def refused(self) -> bool:
         """The host refused us for good (host key or authentication): no reconnect will be tried."""
-        return self.state in ("host key unknown", "host key changed", "auth failed")
+        return self.state in ("host key unknown", "host key changed", "auth failed", "bad ssh config")
 
     def label(self, now: float | None = None) -> str:
         """What a card shows: "connected", "reconnecting in 3s", "host key refused", "auth failed"."""
