@@ -411,3 +411,30 @@ async def test_item10_a_revoked_host_key_is_reported_as_revoked_not_changed(talk
         assert "CHANGED" not in transport.link.detail and transport.link.refused
     finally:
         await transport.close()
+
+
+def test_item10_a_sweep_killed_during_its_probe_does_not_block_a_rerun_with_the_same_out(tmp_path: Path) -> None:
+    import signal
+    import socket
+
+    silent = socket.socket()     # accepts the probe's connection, never answers it
+    silent.bind(("127.0.0.1", 0))
+    silent.listen()
+    port = silent.getsockname()[1]
+    exe = shutil.which("specmon") or "specmon"
+    env = _isolated(tmp_path)
+    try:
+        sweep = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl"], cwd=tmp_path,
+                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "r.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        sweep.send_signal(signal.SIGKILL)
+        sweep.wait()
+        assert (tmp_path / "r.jsonl").stat().st_size == 0    # what a kill during the probe leaves
+    finally:
+        silent.close()
+    done = specmon("sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl", cwd=tmp_path, env=env)
+    assert done.returncode == 2 and "cannot reach the server" in done.stderr, done.stderr
+    assert "already exists" not in done.stderr and not (tmp_path / "r.jsonl").exists()
