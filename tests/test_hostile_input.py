@@ -20,6 +20,7 @@ from specmon.errors import UserError
 from specmon.model.config import load_config
 from specmon.model.datasets import load_dataset
 from specmon.model.experiment import ExperimentState, profile_setup, save_state, utc_now_iso
+from specmon.model.gpu import SmiError, parse_query
 from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import last_lines, read_range
 from specmon.sources.transport import TransportError
@@ -438,3 +439,11 @@ def test_item10_a_sweep_killed_during_its_probe_does_not_block_a_rerun_with_the_
     done = specmon("sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl", cwd=tmp_path, env=env)
     assert done.returncode == 2 and "cannot reach the server" in done.stderr, done.stderr
     assert "already exists" not in done.stderr and not (tmp_path / "r.jsonl").exists()
+
+
+@pytest.mark.parametrize("line", ["NVIDIA-SMI has failed " + "y" * 10_000_000, "0, " * 3_000_000],
+                         ids=["failure", "many-fields"])
+def test_item10_a_10_mb_nvidia_smi_line_is_quoted_short_in_its_error(line: str) -> None:
+    with pytest.raises(SmiError) as info:
+        parse_query(line)
+    assert len(str(info.value)) < 400 and "characters in all" in str(info.value)
