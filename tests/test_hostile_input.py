@@ -447,3 +447,31 @@ def test_item10_a_10_mb_nvidia_smi_line_is_quoted_short_in_its_error(line: str) 
     with pytest.raises(SmiError) as info:
         parse_query(line)
     assert len(str(info.value)) < 400 and "characters in all" in str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Items 3, 4, 5 and 11 on a host: a remote meta.json that is deep, huge, escaping or out of range
+
+
+def test_items_3_4_5_11_hostile_remote_meta_json_in_status_host_and_adopt(talking_sshd: Sshd, tmp_path: Path) -> None:
+    runs = talking_sshd.home / ".specmon" / "runs"     # the legacy root: always searched
+    metas = {
+        "20260101-000000-aaaaaa": json.dumps({"run_id": "20260101-000000-aaaaaa", "profile": f"evil{OSC52}",
+                                              "port": 70000, "launched_at": "2026-01-01T00:00:00Z"}),
+        "20260101-000000-bbbbbb": '{"run_id": "20260101-000000-bbbbbb", "profile": ' + DEEP,
+        "20260101-000000-cccccc": json.dumps({"run_id": "20260101-000000-cccccc", "pad": "x" * (3 << 20)}),
+    }
+    for run_id, text in metas.items():
+        (runs / run_id).mkdir(parents=True)
+        (runs / run_id / "meta.json").write_text(text)
+    config = tmp_path / "profiles.toml"
+    config.write_text('[profiles.far]\nhost = "gpu1"\nport = 30000\ncommand = ["true", "--port", "30000"]\n\n'
+                      + talking_sshd.ssh_table())
+    env = _isolated(tmp_path)
+    done = specmon("--config", str(config), "status", "--host", "gpu1", cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "\x1b" not in done.stdout and "\x07" not in done.stdout
+    assert "evil\\x1b]52" in done.stdout and "bbbbbb" not in done.stdout and "cccccc" not in done.stdout
+    done = specmon("--config", str(config), "status", "--host", "gpu1", "--adopt", "20260101-000000-aaaaaa",
+                   cwd=tmp_path, env=env)
+    _one_clean_line(done, "meta.json: port: 70000 is not a TCP port (1-65535); not adopted")
