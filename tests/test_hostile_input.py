@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from simproc import free_port
 from sshd_support import Sshd, sshd_available
 
 from specmon.commands._table import table_text
@@ -300,17 +301,9 @@ def test_item5_table_cells_from_outside_are_escaped() -> None:
 def _experiment_config(tmp_path: Path, extra: str = "") -> Path:
     config = tmp_path / "profiles.toml"
     parts = [f'[profiles.{name}]\nport = {port}\ncommand = ["python", "-m", "specmon", "sim", "--port", "{port}"]\n'
-             for name, port in (("a", _free_port()), ("b", _free_port()))]
+             for name, port in (("a", free_port()), ("b", free_port()))]
     config.write_text("".join(parts) + '[experiments.ab]\nprofiles = ["a", "b"]\nlevels = [1]\n' + extra)
     return config
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _no_run_launched(tmp_path: Path) -> None:
