@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
@@ -201,7 +200,7 @@ def _read_vllm_dir(d: Path) -> SweepResult:
 
 def _json_value(text: str, path: str) -> Any:
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc}); expected {EXPECTED}") from None
 
@@ -441,7 +440,7 @@ def _csv_cell(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], wh
 def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str]) -> Any:
     """A cell guidellm writes as JSON (the backend's settings, a percentile list); None when it is not."""
     try:
-        return json.loads(cell.get(key) or "null")
+        return loads(cell.get(key) or "null")
     except ValueError:
         return None
 
