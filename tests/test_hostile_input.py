@@ -468,3 +468,15 @@ def test_items_3_4_5_11_hostile_remote_meta_json_in_status_host_and_adopt(talkin
     done = specmon("--config", str(config), "status", "--host", "gpu1", "--adopt", "20260101-000000-aaaaaa",
                    cwd=tmp_path, env=env)
     _one_clean_line(done, "meta.json: port: 70000 is not a TCP port (1-65535); not adopted")
+
+
+def test_item6_export_of_a_result_with_a_5000_character_profile_writes_files_with_short_names(tmp_path: Path) -> None:
+    """'File name too long' before the vLLM export wrote sweep folders (BENCH-<overrides>/run=N.json): the profile
+    is no longer part of a file name."""
+    from test_compare_cli import write_sweep
+
+    write_sweep(tmp_path / "r.jsonl", "p" * 5000, {1: 10.0, 2: 20.0})
+    done = specmon("export", "--format", "vllm", "r.jsonl", cwd=tmp_path, env=_isolated(tmp_path))
+    assert done.returncode == 0, done.stderr[-500:]
+    written = [p for p in (tmp_path / "r-vllm").rglob("*") if p.is_file()]
+    assert written and all(len(part) <= 200 for p in written for part in p.relative_to(tmp_path).parts)
