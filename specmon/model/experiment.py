@@ -26,7 +26,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import SweepResult, append_line, parse_results, utc_now_iso
+from specmon.model.results import MAX_RESULT_BYTES, SweepResult, append_line, parse_results, utc_now_iso
 from specmon.model.secrets import redact, redact_argv, redact_env
 from specmon.model.textfile import NotTextError, loads, read_capped
 from specmon.model.verdict import ProfileRuns
@@ -246,10 +246,10 @@ def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepR
 def _complete_lines(file: Path) -> SweepResult | None:
     """A result file's whole lines (a kill can leave it empty, or end it inside a line); None before its meta line."""
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_capped(file, MAX_RESULT_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, NotTextError) as exc:
         raise UserError(f"{file}: cannot read ({exc})") from None
     whole = text[: text.rfind("\n") + 1]
     return parse_results(whole.splitlines(), str(file)) if whole.strip() else None
