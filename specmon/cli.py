@@ -15,6 +15,7 @@ from collections.abc import Sequence
 
 from specmon import __version__
 from specmon.errors import UserError
+from specmon.model.clean import one_line
 from specmon.sources.transport import TransportError
 
 # Subcommand modules, in the order `specmon --help` lists them.
@@ -77,10 +78,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_tui(args)
         return int(func(args) or 0)
     except UserError as exc:
-        print(f"specmon: error: {exc}", file=sys.stderr)
+        print(f"specmon: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
     except TransportError as exc:   # a host that cannot be reached (or refused us) is the user's to fix
-        print(f"specmon: error: {exc}", file=sys.stderr)
+        print(f"specmon: error: {one_line(str(exc))}", file=sys.stderr)
         return UserError.exit_code
     except KeyboardInterrupt:
         print("specmon: interrupted", file=sys.stderr)

@@ -67,7 +67,7 @@ def test_profiles_json_names_the_file_and_redacts_credentials(tmp_path: Path) ->
     (profile,) = data["profiles"]
     assert profile["name"] == "a" and profile["command"] == ["serve", "--port", "9000"]
     assert profile["url"] == "http://127.0.0.1:9000"
-    assert profile["env"] == {"NCCL_DEBUG": "INFO", "HF_TOKEN": "***", "OPENAI_API_KEY": "***"}
+    assert profile["env"] == {"NCCL_DEBUG": "INFO", "HF_TOKEN": "<redacted>", "OPENAI_API_KEY": "<redacted>"}
     assert data["sweep"]["levels"] == [1, 2, 5, 10, 30, 70, 100, 250]
 
 

@@ -30,8 +30,8 @@ from specmon.model.env import (
     key_launch_args,
     parse_environ,
     parse_nccl_log,
-    redact,
 )
+from specmon.model.secrets import redact_env as redact
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 

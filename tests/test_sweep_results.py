@@ -12,15 +12,14 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.model.results import (
-    REDACTED,
     ClientHealth,
     LevelResult,
     Stats,
     SweepMeta,
     append_line,
     read_results,
-    redact,
 )
+from specmon.model.secrets import REDACTED, redact
 
 REQUIRED_LEVEL_KEYS = {
     "concurrency", "requests_ok", "requests_failed", "duration_s", "output_tokens", "output_throughput",

@@ -9,7 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import Config, load_config
-from specmon.model.results import redact_text
+from specmon.model.secrets import redact_text
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, StopReport
 

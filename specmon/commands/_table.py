@@ -16,6 +16,7 @@ from typing import Literal, TextIO
 from rich.console import Console
 from rich.table import Table
 
+from specmon.model.clean import escape_controls
 from specmon.model.results import LevelResult
 
 Align = Literal["left", "right"]
@@ -32,7 +33,9 @@ def table_text(header: Sequence[str], rows: Iterable[Sequence[str]], *, align: A
     """
     stream = sys.stdout if out is None else out
     isatty = getattr(stream, "isatty", None)
-    body = [tuple(row) for row in rows]
+    # Cells hold strings from outside (GPU and process names, a host's meta.json, dataset categories): escaped.
+    header = [escape_controls(title) for title in header]
+    body = [tuple(escape_controls(cell) for cell in row) for row in rows]
     widths = [max([len(title), *(len(row[i]) for row in body)]) for i, title in enumerate(header)]
     if isatty is not None and isatty():
         room = shutil.get_terminal_size((120, 24)).columns - sum(widths[:-1]) - GAP * (len(widths) - 1)

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from specmon.commands._lifecycle import run_with_manager
+from specmon.model.clean import escape_controls
 from specmon.model.env import report_lines
 from specmon.orchestration.inspection import env_report
 from specmon.orchestration.runs import RunManager
@@ -29,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(report.to_json(args.all), indent=2))
         else:
-            print("\n".join(report_lines(report, args.all)))
+            # Names and values come from the host and its start-up hooks: escaped, one line each.
+            print("\n".join(escape_controls(line) for line in report_lines(report, args.all)))
         return 0
 
     return run_with_manager(args, body)

@@ -8,6 +8,7 @@ import json
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
+from specmon.model.clean import escape_controls, one_line
 from specmon.model.gpu import GpuTrack
 from specmon.orchestration.inspection import gpu_board
 from specmon.orchestration.runs import RunManager
@@ -62,9 +63,9 @@ def run(args: argparse.Namespace) -> int:
             } for t in gpus]}, indent=2))
             return 0
         for track in gpus:
-            print("\n".join(_line(track, known)))
+            print("\n".join(escape_controls(line) for line in _line(track, known)))   # names come from the host
         if board.apps_error:
-            print(f"note: holders unknown: {board.apps_error}")
+            print(one_line(f"note: holders unknown: {board.apps_error}"))
         return 0
 
     return run_with_manager(args, body)

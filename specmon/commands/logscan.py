@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import time
 from dataclasses import dataclass, field
@@ -47,9 +48,13 @@ def _open(path: str) -> IO[bytes]:
         return sys.stdin.buffer
     try:
         handle = open(path, "rb")  # noqa: SIM115 - closed by the caller
-        if os.path.isdir(path):
+        mode = os.fstat(handle.fileno()).st_mode
+        if stat.S_ISDIR(mode):
             handle.close()
             raise IsADirectoryError(21, "is a directory")
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):   # /dev/zero never ends; a pipe or FIFO is a log being fed
+            handle.close()
+            raise UserError(f"{path}: a device, not a log file (refused: it may never end; pipe it in with -)")
         return handle
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None

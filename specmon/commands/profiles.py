@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import re
 import shlex
 import shutil
 from collections.abc import Mapping
@@ -13,12 +12,11 @@ from typing import Any
 
 from specmon.commands._lifecycle import config_for
 from specmon.model.clean import escape_controls
-from specmon.model.config import Config, Profile
-from specmon.model.results import redact_argv
+from specmon.model.config import Config
+from specmon.model.secrets import redact_argv, redact_env, redact_text, redact_value
 from specmon.orchestration.runs import RunManager
 
 # Env values whose names look like credentials are never printed.
-_SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASS|CREDENTIAL", re.IGNORECASE)
 _DISCOVERY = "--config, $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml"
 
 
@@ -42,11 +40,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def redacted_env(profile: Profile) -> dict[str, str]:
-    """The profile's env with credential-looking values replaced by '***'."""
-    return {name: "***" if _SECRET_NAME.search(name) else value for name, value in profile.env}
-
-
 async def _local_urls(config: Config) -> dict[str, str]:
     """Each profile's URL as its run (through its transport) gives it: local ones, and remote ones with their own
     `url`. A remote host's loopback port is not forwarded here: that URL exists only while a specmon process holds
@@ -65,10 +58,10 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
         "found_by": config.found_by,
         "profiles": [
             {
-                "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": urls.get(p.name),
-                "command": redact_argv(p.command), "env": redacted_env(p), "workdir": p.workdir,
+                "name": p.name, "host": p.host, "server": p.server, "port": p.port, "url": _url(urls.get(p.name)),
+                "command": redact_argv(p.command), "env": redact_env(p.env), "workdir": p.workdir,
                 "health_path": p.health_path, "python": p.python, "expected_load_s": p.expected_load_s,
-                "notify_cmd": p.notify_cmd, "stall_timeout_s": p.stall_timeout_s,
+                "notify_cmd": redact_text(p.notify_cmd) if p.notify_cmd else None, "stall_timeout_s": p.stall_timeout_s,
             }
             for p in config.profiles.values()
         ],
@@ -81,6 +74,10 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
         },
         "keys": dict(config.keys),
     }
+
+
+def _url(url: str | None) -> str | None:
+    return None if url is None else redact_value(url)
 
 
 def render_table(config: Config) -> str:

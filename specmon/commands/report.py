@@ -22,6 +22,7 @@ from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_run
 from specmon.model.interop import read_any_results
 from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
 from specmon.model.results import SweepResult
+from specmon.model.textfile import write_private
 from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
 
 FORMATS = ("md", "json", "csv")
@@ -107,7 +108,7 @@ def _check_target(path: Path, force: bool) -> None:
 def _write(path: Path, text: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_private(path, text)   # 0600: the setups hold command lines and environments
     except OSError as exc:
         raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
 

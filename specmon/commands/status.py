@@ -27,7 +27,8 @@ from typing import Any
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
 from specmon.errors import UserError
-from specmon.model.results import redact_text
+from specmon.model.clean import one_line
+from specmon.model.secrets import redact_text, redact_value
 from specmon.orchestration.runs import HostRun, RunManager
 from specmon.orchestration.runstore import Unreadable
 from specmon.orchestration.runview import RunView
@@ -82,7 +83,7 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
     # A remote run's own loopback URL means nothing on this machine: say where it is instead.
     where = f"{v.host} 127.0.0.1:{v.port} (over SSH)" if v.host != "local" and v.url == \
         f"http://127.0.0.1:{v.port}" else v.url
-    url = where if v.active and v.node_rank in (None, 0) else ""
+    url = redact_value(where) if v.active and v.node_rank in (None, 0) else ""
     state = f"{v.state}, still running" if v.still_running else v.state
     return (label or v.profile, v.run_id, state, str(v.pid or "-"), str(v.port), shards, load, url, note)
 
@@ -119,6 +120,7 @@ def _unreadable_row(u: Unreadable) -> tuple[str, ...]:
 
 def _json_of(v: RunView) -> dict[str, Any]:
     data = v.to_json()
+    data["url"] = data["url"] and redact_value(data["url"])
     if data["failure"] is not None:
         data["failure"] = {**data["failure"], "message": redact_text(data["failure"]["message"])}
     return data
@@ -140,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
             manager.config.profile(profile)   # an unknown name is a UserError naming the file
         if args.adopt:
             view = await manager.adopt(args.host, args.adopt)
-            print(f"adopted {view.run_id} (profile {view.profile}) on {args.host}: {view.state}")
+            print(one_line(f"adopted {view.run_id} (profile {view.profile}) on {args.host}: {view.state}"))
         # A run found on a host and adopted belongs to no profiles file: --host lists every file's runs there.
         views = await manager.refresh(all_configs=args.all or bool(args.host))
         if profile is not None:

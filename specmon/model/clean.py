@@ -113,6 +113,14 @@ def escape_controls(text: str) -> str:
     return _ANY_CONTROL_RE.sub(_hex, text)
 
 
+def one_line(text: str, limit: int = 2000) -> str:
+    """`text` from outside (a host, a server, a file) as one terminal line: controls escaped (`escape_controls`),
+    cut at `limit` characters saying how long it was (a 10 MB line must not become a 10 MB error)."""
+    if len(text) > limit:
+        text = f"{text[:limit]}… (cut: {len(text):,} characters in all)"
+    return escape_controls(text)
+
+
 def _hex(m: re.Match[str]) -> str:
     return f"\\x{ord(m.group()):02x}"
 

@@ -53,6 +53,7 @@ RESERVED_ENV = ("SPECMON_RUN_ID",)
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+MAX_HOST_CHARS = 300     # a DNS name has at most 253, a user name 32, a port 6
 _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 
@@ -203,6 +204,8 @@ def parse_host(host: str) -> SshTarget:
 
     Leading dashes and whitespace are refused outright so a host can never be read as an ssh option.
     """
+    if len(host) > MAX_HOST_CHARS:
+        raise ValueError(f"{len(host):,} characters long (a [user@]host[:port] has at most {MAX_HOST_CHARS})")
     user: str | None = None
     rest = host
     if "@" in rest:
@@ -298,7 +301,7 @@ def builtin_config() -> Config:
 
 def _load_file(path: Path, found_by: str) -> Config:
     try:
-        data = read_capped(path, MAX_CONFIG_BYTES)
+        data = read_capped(path, MAX_CONFIG_BYTES, special=True)   # `--config <(generate)` is a pipe
     except NotTextError as exc:
         raise UserError(f"{path}:{exc.line}: {exc} (named by {found_by})") from None
     except FileNotFoundError:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.textfile import NotTextError, read_capped
+from specmon.model.textfile import MAX_DEPTH, NotTextError, loads, read_capped, too_deep_at
 
 DATASETS = ("builtin", "random", "sharegpt", "jsonl", "specbench")
 FILE_DATASETS = ("sharegpt", "jsonl", "specbench")   # those that need a dataset path
@@ -136,11 +136,15 @@ def _objects(text: str, shown: str) -> Iterator[tuple[int, Any]]:
         for lineno, raw in enumerate(text.splitlines(), 1):
             if raw.strip():
                 try:
-                    yield lineno, json.loads(raw)
+                    yield lineno, loads(raw)
                 except json.JSONDecodeError as exc:
                     raise UserError(f"{shown}:{lineno}: not valid JSON ({exc.msg}, column {exc.colno})") from None
         return
     # A JSON array, walked element by element so each one's line is known (json.loads would only give values).
+    deep = too_deep_at(text)
+    if deep >= 0:
+        raise UserError(f"{shown}:{text.count(chr(10), 0, deep) + 1}: not valid JSON (nested deeper than {MAX_DEPTH} "
+                        "levels)")
     decoder = json.JSONDecoder()
     pos, line, counted = start + 1, 1 + text.count("\n", 0, start), start
 

@@ -9,7 +9,7 @@ The four environment views of one profile or run (`EnvReport`):
     nccl log   NCCL's own "NCCL_X set by environment to V" lines and its version banner (NCCL_DEBUG=INFO)
 
 `diff_reports(a, b)` lists every difference; `confounds(diffs)` turns them into one-line warnings for comparisons
-and experiments. Secrets are redacted when a report is built (`redact`), so nothing downstream sees them.
+and experiments. Secrets are redacted when a report is built (`secrets.redact_env`), so nothing downstream sees them.
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from specmon.model.numbers import counted
+from specmon.model.secrets import REDACTED, is_secret_name, redact_env, redact_value
 
 FAMILY_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "VLLM_", "NVSHMEM_", "OMP_")
 # Set by specmon on every run: always differs, says nothing about the server.
 # Set by specmon's launch wrapper or by the shell for every process, never by the user: not worth comparing.
 IGNORED = frozenset({"SPECMON_RUN_ID", "PYTHONUNBUFFERED", "_", "SHLVL", "OLDPWD"})
-REDACTED = "<redacted>"
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|COOKIE|SESSION", re.IGNORECASE)
 _NCCL_SET = re.compile(r"NCCL INFO (NCCL_[A-Za-z0-9_]+) set by environment to (.*?)\s*$")
 _NCCL_VERSION = re.compile(r"NCCL INFO NCCL version (\S+)")
 VIEWS = ("launch", "injected", "process", "nccl log")
@@ -34,16 +33,6 @@ VIEWS = ("launch", "injected", "process", "nccl log")
 def is_relevant(name: str) -> bool:
     """Whether a variable belongs to the families that change GPU-server performance (the default filter)."""
     return name.startswith(FAMILY_PREFIXES) or name.endswith("_VISIBLE_DEVICES")
-
-
-def is_secret(name: str) -> bool:
-    """Whether a variable's value must never be shown or written (API keys, tokens, passwords)."""
-    return bool(_SECRET.search(name))
-
-
-def redact(env: Mapping[str, str]) -> dict[str, str]:
-    """`env` with secret values replaced by REDACTED."""
-    return {name: REDACTED if is_secret(name) else value for name, value in env.items()}
 
 
 def parse_environ(data: bytes) -> dict[str, str]:
@@ -76,7 +65,7 @@ def parse_nccl_log(lines: Iterable[str]) -> NcclLog:
         match = _NCCL_VERSION.search(line)
         if match:
             version = match.group(1)
-    return NcclLog(version, redact(settings))
+    return NcclLog(version, redact_env(settings))
 
 
 @dataclass(frozen=True)
@@ -114,16 +103,19 @@ def parse_startup(data: Mapping[str, object]) -> Startup:
             raise ValueError("start-up probe: malformed injection")
         name = item["name"]
         value, before, file = item.get("value"), item.get("before"), item.get("file")
-        if is_secret(name):
+        if is_secret_name(name):
             value = None if value is None else REDACTED
             before = None if before is None else REDACTED
+        else:
+            value = redact_value(value) if isinstance(value, str) else value
+            before = redact_value(before) if isinstance(before, str) else before
         injections.append(Injection(name, value if isinstance(value, str) else None,
                                     before if isinstance(before, str) else None,
                                     file if isinstance(file, str) else None))
     return Startup(python=str(data.get("python", "")),
                    injections=tuple(sorted(injections, key=lambda i: i.name)),
                    versions={str(k): str(v) for k, v in versions.items()},
-                   environ=redact({str(k): str(v) for k, v in environ.items()}))
+                   environ=redact_env({str(k): str(v) for k, v in environ.items()}))
 
 
 @dataclass(frozen=True)

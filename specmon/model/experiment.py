@@ -26,11 +26,14 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import SweepResult, append_line, parse_results, redact, utc_now_iso
+from specmon.model.results import MAX_RESULT_BYTES, SweepResult, append_line, parse_results, utc_now_iso
+from specmon.model.secrets import redact, redact_argv, redact_env
+from specmon.model.textfile import NotTextError, loads, read_capped
 from specmon.model.verdict import ProfileRuns
 
 SCHEMA_VERSION = 1
 STATE_FILE = "experiment.json"
+MAX_STATE_BYTES = 64 << 20      # a state of a thousand profiles and steps is well under 1 MiB
 ACCEPTANCE_FILE = "acceptance.jsonl"
 PROFILE_STATES = ("pending", "launching", "sweeping", "done", "failed", "skipped")
 
@@ -170,7 +173,8 @@ class ExperimentState:
             config_source=str(d.get("config", "")), status=str(d.get("status", "running")),
             profiles={str(k): ProfileState.from_dict(v) for k, v in (d.get("profiles") or {}).items()},
             steps=tuple(Step.from_dict(s) for s in d.get("steps") or ()),
-            setups={str(k): dict(v) for k, v in (d.get("setups") or {}).items()},
+            # Redacted again: a state written before the redaction rule covered every flag and URL.
+            setups={str(k): redact(dict(v)) for k, v in (d.get("setups") or {}).items()},
         )
 
 
@@ -179,7 +183,8 @@ def save_state(state: ExperimentState) -> None:
     state.directory.mkdir(parents=True, exist_ok=True)
     tmp = state.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
+        # 0600: the setups hold each profile's command line and environment.
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
             json.dump(state.to_dict(), fh, indent=1)
             fh.write("\n")
             fh.flush()
@@ -195,25 +200,31 @@ def load_state(path: Path) -> ExperimentState:
     """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
     file = path / STATE_FILE if path.is_dir() else path
     try:
-        data = json.loads(file.read_text(encoding="utf-8"))
-        return ExperimentState.from_dict(data, file.parent)
+        return ExperimentState.from_dict(loads(read_capped(file, MAX_STATE_BYTES)), file.parent)
     except FileNotFoundError:
         raise UserError(f"{file}: no such file") from None
+    except NotTextError as exc:
+        raise UserError(f"{file}:{exc.line}: {exc}; expected an experiment state") from None
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a readable experiment state ({exc})") from None
 
 
 def find_unfinished(results_dir: Path, name: str) -> ExperimentState | None:
-    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any."""
+    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any; when there is
+    none but a state file could not be read, that file's UserError (it may be the one to resume)."""
     root = results_dir / "experiments"
     candidates = sorted(root.glob(f"{name}-*/{STATE_FILE}")) if root.is_dir() else []
+    unreadable: UserError | None = None
     for file in reversed(candidates):
         try:
             state = load_state(file)
-        except UserError:
+        except UserError as exc:
+            unreadable = unreadable or exc
             continue
         if state.spec.name == name and not state.finished:
             return state
+    if unreadable is not None:
+        raise unreadable
     return None
 
 
@@ -235,10 +246,10 @@ def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepR
 def _complete_lines(file: Path) -> SweepResult | None:
     """A result file's whole lines (a kill can leave it empty, or end it inside a line); None before its meta line."""
     try:
-        text = file.read_text(encoding="utf-8")
+        text = read_capped(file, MAX_RESULT_BYTES).decode("utf-8")
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, NotTextError) as exc:
         raise UserError(f"{file}: cannot read ({exc})") from None
     whole = text[: text.rfind("\n") + 1]
     return parse_results(whole.splitlines(), str(file)) if whole.strip() else None
@@ -280,9 +291,13 @@ def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptan
     out: dict[tuple[str, int, int], LevelAcceptance] = {}
     if not file.exists():
         return out
-    for line in file.read_text(encoding="utf-8").splitlines():
+    try:
+        text = read_capped(file, MAX_STATE_BYTES).decode("utf-8", errors="replace")
+    except (OSError, NotTextError) as exc:
+        raise UserError(f"{file}: cannot read ({exc})") from None
+    for line in text.splitlines():
         try:
-            d = json.loads(line)
+            d = loads(line)
             out[(str(d["profile"]), int(d["pass"]), int(d["concurrency"]))] = LevelAcceptance.from_dict(d)
         except (ValueError, KeyError, TypeError):
             continue
@@ -302,4 +317,4 @@ def experiment_runs(state: ExperimentState) -> list[ProfileRuns]:
 def profile_setup(profile: Profile) -> dict[str, Any]:
     """What the report shows of how a profile was started (secrets redacted)."""
     return redact({"host": profile.host, "server": profile.server, "port": profile.port,
-                   "command": list(profile.command), "env": dict(profile.env)})
+                   "command": redact_argv(profile.command), "env": redact_env(profile.env)})

@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from specmon.model.clean import one_line
+
 # What the probe asks for, in this order (parsed by position). `name` is last: a product name could hold a comma.
 QUERY_FIELDS: tuple[str, ...] = (
     "index", "uuid", "memory.used", "memory.total", "utilization.gpu", "power.draw", "power.limit",
@@ -33,12 +35,17 @@ _ABSENT = re.compile(r"^\[?(N/A|Not Supported|Unknown Error|GPU requires reset|I
                      r"Not Found|GPU is lost)\]?$", re.IGNORECASE)
 _NUMBER = re.compile(r"^(-?\d+(?:\.\d+)?)(?:\s*(MiB|W|%|MHz|C))?$")
 _BAD_FIELD = re.compile(r'Field "([^"]*)" is not a valid field to query')
+MAX_QUOTED = 300   # characters of nvidia-smi's output an error quotes
 # Values that mean the GPU itself is in trouble (as opposed to a metric it does not report).
 _GPU_FAULT = re.compile(r"Unknown Error|GPU requires reset|GPU is lost", re.IGNORECASE)
 
 
 class SmiError(ValueError):
-    """nvidia-smi printed an error instead of data (e.g. a field it does not know). The message is one line."""
+    """nvidia-smi printed an error instead of data (e.g. a field it does not know). The message is one line, the
+    output it quotes cut short (a 10 MB line must not become a 10 MB error)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message, MAX_QUOTED))
 
 
 def number(text: str) -> float | None:

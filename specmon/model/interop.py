@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import re
@@ -40,7 +39,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.compare import repeat_spreads
 from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
-from specmon.model.textfile import NotTextError, read_capped
+from specmon.model.textfile import NotTextError, loads, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them, or a `vllm bench "
@@ -85,7 +84,7 @@ def _is_specmon(text: str) -> bool:
     if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
         return False
     try:
-        obj = json.loads(first)
+        obj = loads(first)
     except ValueError:
         return False
     return isinstance(obj, dict) and obj.get("type") == "meta"
@@ -114,7 +113,7 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
         raise UserError(f"{path}: empty file; expected {EXPECTED}")
     objs: list[tuple[int, Mapping[str, Any]]] = []
     try:
-        whole = json.loads(stripped)
+        whole = loads(stripped)
         if isinstance(whole, dict):
             objs = [(1, whole)]
     except ValueError:
@@ -122,7 +121,7 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
             if not line.strip():
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads(line)
             except ValueError:
                 if objs:
                     raise UserError(f"{path}:{n}: not JSON; expected one JSON object per line") from None
@@ -201,7 +200,7 @@ def _read_vllm_dir(d: Path) -> SweepResult:
 
 def _json_value(text: str, path: str) -> Any:
     try:
-        return json.loads(text)
+        return loads(text)
     except ValueError as exc:
         raise UserError(f"{path}: not JSON ({exc}); expected {EXPECTED}") from None
 
@@ -441,7 +440,7 @@ def _csv_cell(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str], wh
 def _csv_json(cell: Mapping[tuple[str, ...], str], key: tuple[str, str, str]) -> Any:
     """A cell guidellm writes as JSON (the backend's settings, a percentile list); None when it is not."""
     try:
-        return json.loads(cell.get(key) or "null")
+        return loads(cell.get(key) or "null")
     except ValueError:
         return None
 

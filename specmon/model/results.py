@@ -53,17 +53,13 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.secrets import redact
+from specmon.model.textfile import NotTextError, loads, read_capped
 
 SCHEMA_VERSION = 1
+MAX_RESULT_BYTES = 1 << 30    # a sweep of 10,000 levels is about 30 MiB
 ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout", "bad_usage")
 STAT_KEYS = ("mean", "p50", "p90", "p99")
-REDACTED = "<redacted>"
-
-# Keys whose values are secrets (SGLang's /server_info carries `api_key`, `admin_api_key`...).
-_SECRET_KEY = re.compile(r"(api[_-]?key|secret|passw(or)?d|authorization|(^|_)token$|^hf_token$|access_token)", re.I)
-# Values that look like bearer tokens or provider keys, whatever key holds them.
-_SECRET_VALUE = re.compile(r"(Bearer\s+\S+|\bsk-[A-Za-z0-9_\-]{8,}|\bhf_[A-Za-z0-9]{16,})")
-
 
 def utc_now_iso() -> str:
     """The current UTC time as ISO-8601 with a Z suffix, to the second."""
@@ -417,64 +413,6 @@ class SweepResult:
         return self.meta.mode
 
 
-def redact(value: Any, secrets: Iterable[str] = ()) -> Any:
-    """A deep copy of `value` with secret-looking keys/values, and the given secret strings, replaced."""
-    secret_set = {s for s in secrets if s}
-
-    def walk(v: Any, key: str | None) -> Any:
-        if key is not None and _SECRET_KEY.search(key) and v not in (None, "", False):
-            return REDACTED
-        if isinstance(v, Mapping):
-            return {k: walk(x, str(k)) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [walk(x, None) for x in v]
-        if isinstance(v, str):
-            v = _SECRET_VALUE.sub(REDACTED, v)
-            for s in secret_set:
-                if s in v:
-                    v = v.replace(s, REDACTED)
-        return v
-
-    return walk(value, None)
-
-
-# A secret-looking command-line flag (`--api-key X`, `--token=X`, `--hf-token X`) and its value.
-_SECRET_FLAG = re.compile(r"^--?(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|token|secret|passw(?:or)?d|credentials?)$", re.I)
-# The same in free text (a log line echoing argv or a Python repr of the server's args).
-_SECRET_IN_TEXT = re.compile(
-    r"(?P<key>--?(?:[A-Za-z0-9]+[_-])*(?:api[_-]?key|token|secret|passw(?:or)?d)(?:=|\s+)"
-    r"|\b(?:[A-Za-z0-9]+_)*(?:api_key|token|secret|password)\s*[=:]\s*)"
-    r"(?P<value>'[^']*'|\"[^\"]*\"|[^\s,)]+)", re.I)
-
-
-def redact_argv(argv: Iterable[str]) -> list[str]:
-    """argv with the values of secret-looking flags (and token-looking words) replaced by REDACTED."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("--"):
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        hide_next = False
-        name, eq, _ = arg.partition("=")
-        if _SECRET_FLAG.match(name):
-            if eq:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(_SECRET_VALUE.sub(REDACTED, arg))
-    return out
-
-
-def redact_text(text: str) -> str:
-    """`text` with secret-looking `--flag value`, `key=value` pairs and token-looking words redacted."""
-    text = _SECRET_IN_TEXT.sub(lambda m: m.group("key") + REDACTED, text)
-    return _SECRET_VALUE.sub(REDACTED, text)
-
-
 def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:
     """Append one redacted JSON line and fsync it, so a finished level survives a crash right after.
 
@@ -516,7 +454,7 @@ def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
         if not text.strip():
             continue
         try:
-            obj = json.loads(text)
+            obj = loads(text)
         except json.JSONDecodeError as exc:
             raise UserError(f"{where}: not JSON ({exc.msg}, column {exc.colno})") from None
         if not isinstance(obj, dict):
@@ -547,9 +485,11 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
     """Read a result file written by `specmon sweep` (finished levels only, in file order)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        text = read_capped(p, MAX_RESULT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise UserError(f"{p}: no such file") from None
+    except NotTextError as exc:
+        raise UserError(f"{p}:{exc.line}: {exc}; expected a specmon result file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UserError(f"{p}: cannot read ({exc})") from None
     lines = text.splitlines()
@@ -565,7 +505,7 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
 
 def _is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        loads(text)
     except ValueError:
         return False
     return True

@@ -121,17 +121,25 @@ def new_state(config: Config, spec: ExperimentSpec, results_dir: Path) -> Experi
 async def run_experiment(manager: RunManager, config: Config, name: str, *, results_dir: Path = Path("results"),
                          resume: bool = False,
                          on_update: Callable[[ExperimentUpdate], None] | None = None) -> ExperimentState:
-    """Run (or with `resume`, continue) experiment `name`; returns the final state (see the module docstring)."""
+    """Run (or with `resume`, continue) experiment `name`; returns the final state (see the module docstring).
+
+    Every input is checked before the first launch: a bad dataset fails naming FILE:LINE (not after each profile's
+    server has loaded), an unusable results directory before anything is started."""
+    found = find_unfinished(results_dir, name) if resume else None
     if resume:
-        state = find_unfinished(results_dir, name)
-        if state is None:
+        if found is None:
             raise UserError(f"experiment {name}: nothing to resume under {results_dir / 'experiments'} "
                             "(run it without --resume to start one)")
-        for profile in state.spec.profiles:
+        for profile in found.spec.profiles:
             config.profile(profile)   # a profile removed from the file since: say so before anything runs
-    else:
-        state = new_state(config, config.experiment(name), results_dir)
-    state.directory.mkdir(parents=True, exist_ok=True)
+    spec = found.spec if found is not None else config.experiment(name)
+    workload_from(spec.sweep, WorkloadOverrides()).load_dataset()
+    try:
+        state = found if found is not None else new_state(config, spec, results_dir)
+        state.directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"{results_dir}: cannot create the experiment's directory there ({exc.strerror or exc}); "
+                        "choose another --results-dir") from None
     with _exclusive(state.directory):
         runner = ExperimentRunner(manager, config, state, on_update)
         return await runner.run(resumed=resume)

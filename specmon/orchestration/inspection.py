@@ -12,7 +12,6 @@ probe that cannot answer leaves a one-line note in the report instead of failing
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable
 from typing import TypeVar
 
@@ -26,9 +25,10 @@ from specmon.model.env import (
     Startup,
     diff_reports,
     key_launch_args,
-    redact,
 )
 from specmon.model.gpu import GpuBoard, SmiInventory
+from specmon.model.secrets import redact_env
+from specmon.model.textfile import loads
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
@@ -84,7 +84,8 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
         subject = f"run {record.run_id} (profile {record.profile}, {record.state})"
         meta = await manager.ops(host).read_file(f"{record.run_dir}/meta.json")
         try:
-            recorded = json.loads(meta or "{}").get("argv")
+            data = loads(meta or "{}")
+            recorded = data.get("argv") if isinstance(data, dict) else None
             if isinstance(recorded, list):
                 argv = [str(word) for word in recorded]
         except ValueError:
@@ -127,7 +128,7 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
     if record is not None and record.kv_cache_tokens is not None:
         facts["kv cache tokens"] = str(record.kv_cache_tokens)
     return EnvReport(
-        subject=subject, host=host, launch_env=redact(dict(profile.env)) if profile is not None else {},
+        subject=subject, host=host, launch_env=redact_env(profile.env) if profile is not None else {},
         startup=started, processes=processes or (), nccl=nccl, args=key_launch_args(argv),
         versions=_versions(started, inventory), facts=facts, notes=tuple(notes))
 

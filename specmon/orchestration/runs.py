@@ -50,7 +50,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import json
 import logging
 import os
 import shlex
@@ -63,9 +62,11 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import PortBusy, UserError
-from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings
+from specmon.model.clean import escape_controls, one_line
+from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings, parse_host
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
+from specmon.model.textfile import loads
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.controller import (
     REPLAY_LIMIT,
@@ -87,7 +88,7 @@ from specmon.sources.host import RUN_ID, HostOps, check_env, wrapper_script
 from specmon.sources.local import LocalTransport
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range
-from specmon.sources.transport import Transport, TransportError
+from specmon.sources.transport import SMALL_FILE_BYTES, Transport, TransportError
 
 log = logging.getLogger(__name__)
 TransportFactory = Callable[[str], Transport]
@@ -169,6 +170,11 @@ class RunManager:
     # ---- helpers -----------------------------------------------------------------------------------------
     def ops(self, host: str) -> HostOps:
         if host not in self._ops:
+            if host != "local":
+                try:
+                    parse_host(host)   # one named on the command line is not checked by the config
+                except ValueError as exc:
+                    raise UserError(f"host {one_line(host, 60)}: {exc}") from None
             self._ops[host] = HostOps(self._factory(host))
         return self._ops[host]
 
@@ -588,7 +594,8 @@ class RunManager:
         root = " and ".join(roots)
         # One round trip: each meta.json, its pid and exit code, separated by RS characters.
         code, out, err = await ops.sh(
-            f"for d in {' '.join(shlex.quote(r) + '/*/' for r in roots)}; do [ -f \"$d/meta.json\" ] || continue; cat -- \"$d/meta.json\"; "
+            f"for d in {' '.join(shlex.quote(r) + '/*/' for r in roots)}; do [ -f \"$d/meta.json\" ] || continue; "
+            f"head -c {SMALL_FILE_BYTES} -- \"$d/meta.json\"; "
             "printf '\\036'; cat -- \"$d/pid\" 2>/dev/null; printf '\\036'; cat -- \"$d/exit_code\" 2>/dev/null; "
             "printf '\\035'; done; true", timeout=60)
         if code != 0:
@@ -599,7 +606,7 @@ class RunManager:
             meta_text, _, rest = entry.partition("\x1e")
             pid_text, _, exit_text = rest.partition("\x1e")
             try:
-                meta = json.loads(meta_text)
+                meta = loads(meta_text)   # one cut at SMALL_FILE_BYTES is not JSON: skipped
             except ValueError:
                 continue
             run_id = str(meta.get("run_id", "")) if isinstance(meta, dict) else ""
@@ -631,7 +638,7 @@ class RunManager:
             if text is not None:
                 break
         try:
-            meta = json.loads(text or "")
+            meta = loads(text or "")
         except ValueError:
             meta = None
         if not isinstance(meta, dict) or meta.get("run_id") != run_id:
@@ -642,6 +649,9 @@ class RunManager:
         alive = info is not None and info.alive
         profile = self.config.profiles.get(str(meta.get("profile")))
         port = _int_or(meta.get("port"), 0)
+        if not 1 <= port <= 65535:
+            raise UserError(f"{host}: {run_dir}/meta.json: port: {escape_controls(repr(meta.get('port')))[:40]} is not a "
+                            "TCP port (1-65535); not adopted")
         record = RunRecord(
             run_id=run_id, profile=str(meta.get("profile") or run_id), host=host, run_dir=run_dir, port=port,
             url=host_url(port), server=str(meta.get("server") or "sglang"),

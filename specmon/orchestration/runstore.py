@@ -30,8 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model import textfile
 
 SCHEMA_VERSION = 1
+MAX_RECORD_BYTES = 16 << 20      # a record is about 2 KiB
+MAX_HISTORY_BYTES = 256 << 20    # one line of ~150 bytes per launch
 RECORD_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
 TERMINAL_STATES = ("stopped", "exited", "failed", "lost")
 
@@ -235,14 +238,14 @@ class RunStore:
     def _read(self, run_id: str) -> RunRecord | Unreadable | None:
         path = self._path(run_id)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = textfile.read_capped(path, MAX_RECORD_BYTES).decode("utf-8")
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             return Unreadable(run_id, str(path), reason)
         try:
-            record = RunRecord.from_json(json.loads(text))
+            record = RunRecord.from_json(textfile.loads(text))
         except ValueError as exc:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
             reason = "empty file" if not text.strip() else str(exc)
             return Unreadable(run_id, str(path), reason)
@@ -326,13 +329,13 @@ class RunStore:
 
         Lines written before the config was kept belong to no file: only a `config=None` query sees them."""
         try:
-            lines = self.history_path.read_text(encoding="utf-8").splitlines()
-        except OSError:
+            lines = textfile.read_capped(self.history_path, MAX_HISTORY_BYTES).decode("utf-8", "replace").splitlines()
+        except (OSError, ValueError):
             return ()
         loads = []
         for line in lines:
             try:
-                item = json.loads(line)
+                item = textfile.loads(line)
             except ValueError:
                 continue   # a torn last line after a crash
             if not isinstance(item, dict) or item.get("config") != config:

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 import signal
+import stat
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -355,6 +356,10 @@ def claim_out_files(out: Path, records: Path) -> list[Path]:
         try:
             os.close(os.open(path, flags, 0o644))
         except FileExistsError:
+            if _is_empty_file(path):
+                # Left by a sweep killed before its first line (during the probe): it holds nothing to lose.
+                created.append(path)
+                continue
             _undo(created)
             raise UserError(f"{path}: already exists; choose another --out") from None
         except OSError as exc:
@@ -364,6 +369,14 @@ def claim_out_files(out: Path, records: Path) -> list[Path]:
         if not existed:
             created.append(path)
     return created
+
+
+def _is_empty_file(path: Path) -> bool:
+    try:
+        st = path.stat(follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 def _undo(created: list[Path]) -> None:

@@ -17,8 +17,9 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from specmon.model.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup, redact
+from specmon.model.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
 from specmon.model.gpu import SmiError, SmiInventory, parse_xml
+from specmon.model.secrets import redact_env
 from specmon.sources.host import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
@@ -90,7 +91,7 @@ async def run_processes(transport: Transport, run_id: str, wrapper_pid: int | No
         env = parse_environ(environ)
         if env:
             role = "server" if wrapper_pid is not None and ppid == wrapper_pid else "worker"
-            processes.append(ProcessEnv(pid, name.decode("utf-8", errors="replace"), redact(env), role))
+            processes.append(ProcessEnv(pid, name.decode("utf-8", errors="replace"), redact_env(env), role))
     return tuple(sorted(processes, key=lambda p: (p.role != "server", p.pid)))
 
 

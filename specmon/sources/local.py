@@ -6,12 +6,12 @@ import asyncio
 import contextlib
 import os
 import signal
+import stat
 from collections.abc import Sequence
 
-from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
+from specmon.sources.transport import SMALL_FILE_BYTES, CommandResult, OutputStream, Transport, TransportError
 
 _SHELL = "/bin/sh"
-_SMALL_FILE = 1 << 20   # read_files is for status files: more than this is not one
 
 
 async def _end(proc: asyncio.subprocess.Process) -> None:
@@ -66,11 +66,26 @@ class LocalTransport(Transport):
 
 
 def _read_small(path: str) -> bytes | None:
+    """The first SMALL_FILE_BYTES of a regular file (as `head -c` remotely); None if missing or not a regular file
+    (a FIFO would never end)."""
     try:
-        with open(path, "rb") as f:
-            return f.read(_SMALL_FILE)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        os.set_blocking(fd, True)
+        parts: list[bytes] = []
+        size = 0
+        while size < SMALL_FILE_BYTES and (part := os.read(fd, SMALL_FILE_BYTES - size)):
+            parts.append(part)
+            size += len(part)
+        return b"".join(parts)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 class _LocalStream(OutputStream):

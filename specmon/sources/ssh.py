@@ -14,7 +14,9 @@ What it promises on top of the Transport contract:
     (HTTP probes, the port forward) have their own bound.
   - The remote command line is `exec /bin/sh -c <quoted>` behind a one-line preamble that reports the
     command's process group, so a timeout, a cancellation or a closed stream ends the command on the host
-    with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers).
+    with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers). The
+    preamble frames what it says with a random marker on stdout and stderr: whatever the remote shell's
+    start-up files print (a banner, a number) is skipped, never taken for the pid or for the command's output.
   - Agent forwarding is off. The environment of the exec channel is never relied on (sshd drops it without
     AcceptEnv); launch scripts carry their environment.
 """
@@ -26,6 +28,7 @@ import contextlib
 import logging
 import os
 import random
+import secrets
 import shlex
 import time
 from collections.abc import Awaitable, Callable
@@ -47,7 +50,10 @@ MAX_TCP_CHANNELS = 64
 MAX_HOPS = 8
 # How long a command waits for a link that is down before it fails (the caller's timeout, if any, is shorter).
 LINK_WAIT_S = 60.0
-_PREAMBLE = "echo $$; exec /bin/sh -c \"$1\""
+# Says "MARKER PID" on stdout and "MARKER" on stderr, then becomes the command. The marker is random per command:
+# what the remote shell's start-up files print before it (a banner, a number) is never taken for the pid.
+_PREAMBLE = 'printf "%s %s\\n" "$2" $$; printf "%s\\n" "$2" >&2; exec /bin/sh -c "$1"'
+START_NOISE_MAX = 1 << 20   # what a remote shell may print at start-up before the command starts
 
 
 class HostKeyRefused(TransportError):
@@ -66,6 +72,10 @@ class HostKeyUnknown(HostKeyRefused):
 
 class HostKeyChanged(HostKeyRefused):
     """The host presented a key other than the one known_hosts lists for it."""
+
+
+class HostKeyRevoked(HostKeyRefused):
+    """The host presented a key that known_hosts marks `@revoked`."""
 
 
 class AuthRefused(TransportError):
@@ -106,6 +116,25 @@ class _Hop:
     @property
     def entry(self) -> str:
         return self.key_name if self.port == 22 else f"[{self.key_name}]:{self.port}"
+
+
+class BadProxyJump(TransportError):
+    """The config's ProxyJump chain cannot be followed (a malformed entry, a loop): retrying cannot help."""
+
+    permanent = True
+
+
+def _refuse_loop(host: str, config: str, hops: list[_Hop]) -> None:
+    """TransportError when a ProxyJump chain passes a host twice (`Host loop` / `ProxyJump loop`): asyncssh would
+    follow it for ever. The first hop's own ProxyJump is followed by asyncssh, so it counts too."""
+    names = [hop.name for hop in hops]
+    if hops and hops[0].tunnel:
+        names[:0] = [n.strip() for n in hops[0].tunnel.split(",") if n.strip()]
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise BadProxyJump(f"{host}: {config}: ProxyJump loop: {' -> '.join(names)} reaches {name} twice")
+        seen.add(name)
 
 
 def expand(path: str) -> str:
@@ -196,7 +225,8 @@ class SSHTransport(Transport):
                 if exc.permanent:
                     self._fatal = exc
                     state = "host key changed" if isinstance(exc, HostKeyChanged) else \
-                        "host key unknown" if isinstance(exc, HostKeyRefused) else "auth failed"
+                        "host key unknown" if isinstance(exc, HostKeyRefused) else \
+                        "bad ssh config" if isinstance(exc, BadProxyJump) else "auth failed"
                     self._set_link(LinkState(state, str(exc)))
                     return
                 attempt += 1
@@ -276,13 +306,14 @@ class SSHTransport(Transport):
                     chain.append(await loop.run_in_executor(None, _resolve, name, self.settings))
             if len(chain) > MAX_HOPS:
                 raise TransportError(f"{self.host}: more than {MAX_HOPS} jump hosts in the ProxyJump chain")
+            _refuse_loop(self.host, self.settings.config, [*chain, final])
             via: asyncssh.SSHClientConnection | None = None
             for hop in [*chain, final]:
                 via = await self._open_hop(hop, via, known)
                 hops.append(via)
         except ValueError as exc:   # a malformed jump host name in the config
             self._close_all(hops)
-            raise TransportError(f"{self.host}: {self.settings.config}: bad ProxyJump entry: {exc}") from None
+            raise BadProxyJump(f"{self.host}: {self.settings.config}: bad ProxyJump entry: {exc}") from None
         except BaseException:
             self._close_all(hops)
             raise
@@ -315,8 +346,9 @@ class SSHTransport(Transport):
 
     async def _host_key_error(self, name: str, hop: _Hop, via: asyncssh.SSHClientConnection | None,
                               known: asyncssh.SSHKnownHosts) -> HostKeyRefused:
-        """HostKeyChanged when known_hosts lists other keys for the host, else HostKeyUnknown (with the key)."""
-        listed = known.match(hop.key_name, "", hop.port)[0]
+        """HostKeyRevoked when known_hosts marks the presented key @revoked, HostKeyChanged when it lists other keys
+        for the host, else HostKeyUnknown (with the key)."""
+        listed, _, revoked = known.match(hop.key_name, "", hop.port)[:3]
         key: HostKey | None = None
         try:
             key = await fetch_host_key(hop, via, self.settings.connect_timeout_s)
@@ -324,6 +356,9 @@ class SSHTransport(Transport):
         except TransportError:
             shown = "its key"
         kh = self.settings.known_hosts
+        if key is not None and any(k.get_fingerprint("sha256") == key.fingerprint for k in revoked):
+            return HostKeyRevoked(f"{name}: the host key of {hop.entry} ({shown}) is marked @revoked in {kh}; "
+                                  "not connecting", key)
         if listed:
             return HostKeyChanged(
                 f"{name}: HOST KEY CHANGED for {hop.entry}: it now presents {shown}, which {kh} does not list for "
@@ -333,10 +368,13 @@ class SSHTransport(Transport):
                               f"host's key, run: specmon trust {self.host}", key)
 
     # ---- commands ----------------------------------------------------------------------------------------
-    async def _process(self, command: str, wait_s: float | None) -> tuple[asyncssh.SSHClientProcess[bytes], int]:
-        """Start `command` under the pid preamble; returns the process and its process group on the host."""
+    async def _process(self, command: str, wait_s: float | None
+                       ) -> tuple[asyncssh.SSHClientProcess[bytes], int, bytes]:
+        """Start `command` under the pid preamble; returns the process, its process group on the host and the
+        marker line that ends the remote shell's start-up output on stderr."""
         conn = await self._connection(wait_s)
-        wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)}"
+        marker = f"specmon-{secrets.token_hex(12)}"
+        wrapped = f"exec /bin/sh -c {shlex.quote(_PREAMBLE)} specmon {shlex.quote(command)} {marker}"
         for attempt in range(SESSION_RETRIES + 1):
             try:
                 proc = await conn.create_process(wrapped, encoding=None)
@@ -350,13 +388,30 @@ class SSHTransport(Transport):
             except (OSError, asyncssh.Error) as exc:
                 raise TransportError(f"{self.host}: link lost: {exc}") from None
         try:
-            first = await proc.stdout.readline()
-        except (OSError, asyncssh.Error) as exc:
-            raise TransportError(f"{self.host}: link lost: {exc}") from None
-        if not first.strip().isdigit():
+            return proc, await self._read_pid(proc, marker.encode()), marker.encode() + b"\n"
+        except BaseException:
             proc.close()
-            raise TransportError(f"{self.host}: link lost while starting a command")
-        return proc, int(first)
+            raise
+
+    async def _read_pid(self, proc: asyncssh.SSHClientProcess[bytes], marker: bytes) -> int:
+        """The command's pid (its process group) from the preamble's framed line; lines before it (the remote
+        shell's start-up output) are skipped, up to START_NOISE_MAX bytes."""
+        noise = 0
+        while True:
+            try:
+                line = await proc.stdout.readline()
+            except (OSError, asyncssh.Error) as exc:
+                raise TransportError(f"{self.host}: link lost: {exc}") from None
+            if not line:
+                raise TransportError(f"{self.host}: link lost while starting a command")
+            _, found, pid = line.rstrip(b"\n").rpartition(marker + b" ")
+            if found and pid.isdigit():
+                # Start-up output not ended by a newline shares the framed line; it is noise, like the rest.
+                return int(pid)
+            noise += len(line)
+            if noise > START_NOISE_MAX:
+                raise TransportError(f"{self.host}: the remote shell printed over {START_NOISE_MAX >> 20} MiB at "
+                                     "start-up (a ~/.bashrc or profile script?); no command could start")
 
     async def _end_group(self, pgid: int) -> None:
         """End a command's process group on the host (detached servers have their own session: untouched)."""
@@ -373,7 +428,7 @@ class SSHTransport(Transport):
         pgid = 0
         try:
             async with self._sessions:
-                proc, pgid = await self._process(command, timeout)
+                proc, pgid, marker = await self._process(command, timeout)
                 try:
                     try:
                         if input:
@@ -398,7 +453,7 @@ class SSHTransport(Transport):
         if proc.exit_status is None and proc.exit_signal is None:
             raise TransportError(f"{self.host}: link lost while a command ran")
         code = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else 255
-        return CommandResult(code, stdout or b"", stderr or b"")
+        return CommandResult(code, stdout or b"", _after_marker(stderr or b"", marker))
 
     def stream(self, command: str) -> OutputStream:
         return _SshStream(self, command)
@@ -465,7 +520,7 @@ class _SshStream(OutputStream):
         await self._t._sessions.acquire()
         self._holding = True
         try:
-            self._proc, self._pgid = await self._t._process(self._command, None)
+            self._proc, self._pgid, _ = await self._t._process(self._command, None)
             self._proc.stdin.write_eof()
         except BaseException:
             self._release()
@@ -539,6 +594,13 @@ class _PortForward:
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+def _after_marker(stderr: bytes, marker: bytes) -> bytes:
+    """The command's own stderr: what follows the preamble's marker line (before it: the remote shell's
+    start-up output)."""
+    head, found, tail = stderr.partition(marker)
+    return tail if found else head
 
 
 async def _copy(reader: asyncio.StreamReader | asyncssh.SSHReader[bytes],

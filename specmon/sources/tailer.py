@@ -120,7 +120,7 @@ class LogTailer:
                 continue
             if attached.note:
                 yield attached
-            cmd = f"exec tail -c +{self.offset + 1} -F -- {shlex.quote(self.path)} 2>/dev/null"
+            cmd = f"{_not_special(self.path)} && exec tail -c +{self.offset + 1} -F -- {shlex.quote(self.path)} 2>/dev/null"
             skip = len(self._partial)   # already handed out before the link dropped
             try:
                 async with self.transport.stream(cmd) as out:
@@ -137,7 +137,8 @@ class LogTailer:
 
     async def drain(self) -> TailBatch:
         """Everything after `offset` up to the current end, final unterminated line included."""
-        result = await self.transport.run(f"tail -c +{self.offset + 1} -- {shlex.quote(self.path)}", timeout=60)
+        result = await self.transport.run(
+            f"{_not_special(self.path)} && tail -c +{self.offset + 1} -- {shlex.quote(self.path)}", timeout=60)
         if not result.ok:
             return TailBatch(b"", self.offset, self.offset)
         start, seen = self.offset, len(self._partial)
@@ -149,12 +150,20 @@ class LogTailer:
         return TailBatch(data, start, self.offset, fresh=data[seen:])
 
 
+def _not_special(path: str) -> str:
+    """A shell test that fails, saying so on stderr, when `path` exists but is not a regular file: a FIFO would
+    hang the reader (and leave it on the host), a device never end."""
+    q = shlex.quote(path)
+    return f"{{ [ ! -e {q} ] || [ -f {q} ] || {{ echo 'not a regular file (a FIFO or a device): refused' >&2; false; }}; }}"
+
+
 async def read_range(transport: Transport, path: str, start: int, end: int) -> bytes:
     """Bytes [start, end) of a file on the host (b"" if it cannot be read)."""
     if end <= start:
         return b""
     q = shlex.quote(path)
-    result = await transport.run(f"tail -c +{start + 1} -- {q} | head -c {end - start}", timeout=60)
+    result = await transport.run(f"{_not_special(path)} && tail -c +{start + 1} -- {q} | head -c {end - start}",
+                                 timeout=60)
     return result.stdout if result.ok else b""
 
 
@@ -162,9 +171,10 @@ async def last_lines(transport: Transport, path: str, n: int) -> tuple[bytes, in
     """The last `n` complete lines of the file and the file size when read (the offset to follow from)."""
     q = shlex.quote(path)
     result = await transport.run(
-        f"s=$(stat -c %s -- {q}) && echo \"$s\" && head -c \"$s\" -- {q} | tail -n {int(n) + 1}", timeout=60)
+        f"{_not_special(path)} && s=$(stat -c %s -- {q}) && echo \"$s\" && head -c \"$s\" -- {q} | tail -n {int(n) + 1}",
+        timeout=60)
     if not result.ok:
-        raise TransportError(f"{transport.host}: cannot read {path}: {result.err or 'missing'}")
+        raise TransportError(f"{transport.host}: cannot read {path}: {result.err.strip() or 'missing'}")
     head, _, body = result.stdout.partition(b"\n")
     size = int(head)
     # An unfinished last line is left for the follower, which resumes at the end of the last whole line.

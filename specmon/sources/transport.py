@@ -44,7 +44,9 @@ class TransportError(Exception):
     permanent = False   # True: retrying cannot help (e.g. a refused host key); say so once, never retry
 
 
-LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed")
+SMALL_FILE_BYTES = 1 << 20   # read_files is for status files: more than this is not one
+LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed",
+               "bad ssh config")
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class LinkState:
     @property
     def refused(self) -> bool:
         """The host refused us for good (host key or authentication): no reconnect will be tried."""
-        return self.state in ("host key unknown", "host key changed", "auth failed")
+        return self.state in ("host key unknown", "host key changed", "auth failed", "bad ssh config")
 
     def label(self, now: float | None = None) -> str:
         """What a card shows: "connected", "reconnecting in 3s", "host key refused", "auth failed"."""
@@ -168,14 +170,17 @@ class Transport(ABC):
             raise TransportError(f"{self.host}: cannot write {path}: {result.err or f'exit {result.exit_code}'}")
 
     async def read_files(self, paths: Sequence[str]) -> list[bytes | None]:
-        """The contents of small files (a status file, `/proc/PID/stat`) in one round trip, in order; None for a
-        file that is missing or unreadable. Default: one shell command, the files told apart by a random token.
+        """The contents of small files (a status file, `/proc/PID/stat`) in one round trip, in order, each cut at
+        SMALL_FILE_BYTES; None for a file that is missing, unreadable or not a regular file (a FIFO, a device).
+        Default: one shell command, the files told apart by a random token.
 
         Raises TransportError if the host cannot be reached.
         """
         token, missing = (f"<<{secrets.token_hex(8)}>>" for _ in range(2))
         q = shlex.quote
-        result = await self.run("; ".join(f"printf %s {q(token)}; cat -- {q(path)} 2>/dev/null || printf %s {q(missing)}"
+        # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
+        result = await self.run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} -- "
+                                          f"{q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
                                           for path in paths), timeout=30)
         parts = result.stdout.split(token.encode())[1:]
         if len(parts) != len(paths):
