@@ -308,6 +308,52 @@ async def test_sweep_pane_says_in_words_who_leads_on_each_side_of_the_crossover(
         assert "eagle3 ahead below C≈5, baseline ahead above" in text, text
 
 
+async def test_chart_marks_levels_round_ticks_and_the_crossover_where_the_curves_meet(tmp_path: Path) -> None:
+    """Issue 26: the curves were runs of low-resolution dots, the levels unmarked, the y ticks odd (92.6, 199.8, ...)
+    and the crossover a full-height line with its figure only in the title. Now each series is a braille line with
+    its own symbol at each level (the table names the symbol), the ticks are 0, 200, ... 800, and the crossover is a
+    cross labelled "C≈5" on the chart (on the row under it) with the verdict under the chart."""
+    from specmon.ui.sweep import SweepPane
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        chart = app.query_one(SweepPane).query_one("#sweep-chart").render()
+        lines = str(chart).splitlines()
+        assert [line.split("┤")[0].strip() for line in lines if "┤" in line] == ["800", "600", "400", "200", "0"]
+        text = "\n".join(lines)
+        assert text.count("●") == 4 + 2 and text.count("■") == 4 + 2   # 4 levels each, and 2 in the legend
+        assert any(ch in text for ch in "⠁⠂⠄⡀⢀⣀⠉⠒⠤") and text.count("✕") == 1
+        cross = next(i for i, line in enumerate(lines) if "✕" in line)
+        assert "C≈5" in lines[cross + 1], text                      # labelled just under the cross
+        assert "crossover" not in text                              # no title: the mark says it
+        assert app.query_one(SweepPane).verdict == "eagle3 ahead below C≈5, baseline ahead above"
+        table = app.query_one("#sweep-table", DataTable)
+        assert str(table.get_row_at(0)[0]).startswith("● ") and str(table.get_row_at(4)[0]).startswith("■ ")
+
+
+async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_path: Path) -> None:
+    """Issue 26: at 160×48 the log took most of the upper half and the chart and table shared a cramped lower half.
+    Before any sweep the Sweep pane is the smaller part; with a series it has about two thirds of the height, while
+    the top row keeps the two server cards whole; at 80×24 the top row keeps its 11 rows."""
+    from specmon.ui.sweep import SweepPane
+
+    app = SpecmonApp(demo_config(), state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        top, sweep = app.query_one("#top").size.height, app.query_one(SweepPane).size.height
+        assert sweep < top, (top, sweep)
+        assert "no sweep yet" in str(app.query_one("#sweep-chart").render())   # not an empty frame
+        app.update_rows(ROWS)
+        app.set_series("demo-baseline", [{"concurrency": 1, "output_throughput": 90.0}])
+        await _settled(app, pilot)
+        top, sweep = app.query_one("#top").size.height, app.query_one(SweepPane).size.height
+        assert sweep >= 2 * top - 1 and top >= 11, (top, sweep)
+        await pilot.resize_terminal(80, 24)
+        await _settled(app, pilot)
+        assert app.query_one("#top").size.height == 11
+
+
 async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_path: Path) -> None:
     """Issue 14: open-loop result files draw against the request rate (table "rate", "4/s", OVER where the server
     fell behind the offered rate); g charts goodput and its crossover; a concurrency sweep is not mixed in."""
@@ -336,17 +382,17 @@ async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_p
             text = await _settled(app, pilot)
             pane = app.query_one(SweepPane)
             # Throughput: eagle3 ahead at every rate, no crossover; x axis in req/s.
-            assert pane.border_subtitle == "" and "request rate (req/s)" in text
+            assert pane.verdict == "" and "request rate (req/s)" in text
             table = app.query_one("#sweep-table", DataTable)
             assert [str(c.label) for c in table.columns.values()][1] == "rate"
             assert table.get_row_at(0)[1] == "1/s"
             await pilot.press("g")
             text = await _settled(app, pilot)
             assert app.chart_metric == "goodput" and "goodput req/s" in text
-            assert pane.border_subtitle == "spec ahead below ≈2.67 req/s, base ahead above"   # series: file stems
+            assert pane.verdict == "spec ahead below ≈2.67 req/s, base ahead above"   # series: file stems
             await pilot.press("g")
             await _settled(app, pilot)
-            assert app.chart_metric == "throughput" and pane.border_subtitle == ""
+            assert app.chart_metric == "throughput" and pane.verdict == ""
             await app.engine.overlay(closed)  # type: ignore[union-attr]
             await pilot.pause()
             assert "closed" not in app.series
@@ -423,4 +469,4 @@ async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: P
         await pilot.pause()
         await pilot.pause()
         text = screen_text(app)
-        assert "demo-eagle3 launch" in text and "… 4 earlier steps" in text, text
+        assert "demo-eagle3 launch" in text and "… 5 earlier steps" in text, text   # the verdict line under the pane takes a row

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ui_states import FAILED_ROWS, PROFILES, fed_app
-
 from textual.pilot import Pilot
+from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_overlay_app
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
 
@@ -62,6 +61,29 @@ def test_view(snap_compare, tmp_path: Path, view: str, size: str) -> None:
         await _open_view(pilot, view)
 
     assert snap_compare(fed_app(tmp_path), terminal_size=SIZES[size], run_before=run_before)
+
+
+CHART_SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+
+
+@CHART_SIZES
+def test_goodput_chart(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
+    """`g`: goodput req/s against concurrency, the same look as the throughput chart (issue 26): a line per
+    series with its own symbol at each level, round ticks, the goodput crossover marked where the curves meet and
+    the verdict under the chart."""
+    async def goodput(pilot: Pilot) -> None:
+        await _settle(pilot)
+        await pilot.press("g")
+        pilot.app.clear_notifications()   # the toast naming the chart's metric would cover the verdict
+        await _settle(pilot)
+
+    assert snap_compare(fed_goodput_app(tmp_path), terminal_size=size, run_before=goodput)
+
+
+@CHART_SIZES
+def test_overlay_chart(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
+    """A result file overlaid on two crossing series: a third line with a third symbol."""
+    assert snap_compare(fed_overlay_app(tmp_path), terminal_size=size, run_before=_settle)
 
 
 def test_failed_card_with_a_long_reason_80x24(snap_compare, tmp_path: Path) -> None:

@@ -108,3 +108,41 @@ def screen_text(app: SpecmonApp) -> str:
                       force_terminal=False, legacy_windows=False)
     console.print(app.screen._compositor.render_update(full=True))
     return buffer.getvalue()
+
+
+# Goodput (requests/s meeting the SLO) of the same levels: eagle3 meets the SLO at low load, loses it sooner.
+GOODPUT = {"demo-baseline": (0.9, 3.4, 6.1, 4.0), "demo-eagle3": (1.4, 3.9, 3.2, 0.6)}
+GOODPUT_CROSSOVER = CrossoverMark(6.2, ahead_below="demo-eagle3", ahead_above="demo-baseline")
+# A result file overlaid with `o` (its series is named by the file's stem): an earlier eagle3 run, a little slower.
+OVERLAY = [level(1, 121.0, 31.0, 2.2), level(4, 330.0, 35.0, 2.2), level(16, 430.0, 64.0, 2.1),
+           level(64, 455.0, 201.0, 2.1)]
+
+
+def with_goodput(name: str, levels: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{**lv, "goodput": g} for lv, g in zip(levels, GOODPUT[name])]
+
+
+def fed_goodput_app(tmp: Path) -> SpecmonApp:
+    """The fed app whose sweeps also measured goodput against an SLO (the chart shows it after `g`)."""
+    app = fed_app(tmp)
+
+    def feed() -> None:
+        app.set_series("demo-baseline", with_goodput("demo-baseline", BASELINE))
+        app.set_series("demo-eagle3", with_goodput("demo-eagle3", EAGLE), crossover=CROSSOVER,
+                       goodput_crossover=GOODPUT_CROSSOVER)
+        app.flush()
+
+    app.call_later(feed)
+    return app
+
+
+def fed_overlay_app(tmp: Path) -> SpecmonApp:
+    """The fed app with a result file overlaid (a third series)."""
+    app = fed_app(tmp)
+
+    def feed() -> None:
+        app.set_series("eagle3-20261128T101500Z", OVERLAY, crossover=CROSSOVER)
+        app.flush()
+
+    app.call_later(feed)
+    return app

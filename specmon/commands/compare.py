@@ -31,8 +31,8 @@ from specmon.model.compare import (
 )
 from specmon.model.interop import lacks_note, read_any_results
 from specmon.model.results import SweepResult
-
-_MARKERS = ("*", "o", "x", "+", "#")
+from specmon.ui.plot import draw_sweeps
+from specmon.ui.rows import CrossoverMark
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -173,30 +173,26 @@ def acceptance_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str
 
 def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, color: bool = False,
                  metric: str = "throughput") -> str:
-    """The metric against the load (concurrency or request rate) for every sweep, as plotext text (log x axis)."""
+    """The metric against the load (concurrency or request rate) for every sweep, as plotext text: the TUI's chart
+    (a line and a symbol per sweep, log load axis ticked at the levels, round ticks, the first two sweeps'
+    crossover marked where they meet)."""
     plt.clear_figure()
     plt.plotsize(width, height)
     plt.theme("default" if color else "clear")
-    for i, (label, s) in enumerate(zip(_labels(sweeps), sweeps)):
-        pts = sorted((lv.load, v) for lv in s.levels if (v := metric_value(lv, metric)) is not None)
-        if pts:
-            # Without colour only the glyph tells the series apart.
-            marker = "hd" if color else _MARKERS[i % len(_MARKERS)]
-            plt.plot([c for c, _ in pts], [t for _, t in pts], label=label, marker=marker)
-    plt.xscale("log")
-    # Ticks at the measured levels (plotext's own log ticks, 1.0 1.7 2.8 ..., name no level that was run).
-    measured = sorted({lv.load for s in sweeps for lv in s.levels})
-    if measured:
-        plt.xticks(measured, [f"{c:g}" for c in measured])
+    labels = _labels(sweeps)
+    series = [(label, sorted((lv.load, v) for lv in s.levels if (v := metric_value(lv, metric)) is not None))
+              for label, s in zip(labels, sweeps)]
     rate = sweep_mode(sweeps) == "rate"
     title = f"{METRIC_UNITS[metric]} vs {'request rate' if rate else 'concurrency'}"
+    crossing = None
     if len(sweeps) == 2:
         x = find_crossover(sweeps[0].levels, sweeps[1].levels, metric)
         if x is not None:
-            plt.vline(x.concurrency)
+            crossing = CrossoverMark(x.concurrency, *x.leaders(labels[0], labels[1]), mode="rate" if rate else "concurrency")
             title += f" (crossover {load_words(x.concurrency, 'rate' if rate else 'concurrency')})"
     plt.title(title)
     plt.xlabel("request rate (req/s)" if rate else "concurrency")
+    draw_sweeps(plt, series, crossing, height=height - 4, width=width)   # less title, x ticks, labels, frame
     text = plt.build()
     plt.clear_figure()
     return text if color else plt.uncolorize(text)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.errors import UserError
+from specmon.model.chart import series_symbol, value_at
 from specmon.model.compare import load_words
 from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
 from specmon.model.interop import read_any_results
@@ -132,22 +133,36 @@ def draw_chart(summary: ExperimentSummary, path: Path) -> None:
     fig, axes = plt.subplots(rows, 1, figsize=(8, 4.2 * rows), squeeze=False, sharex=True)
     ax = axes[0][0]
     levels = sorted({lv.concurrency for p in summary.profiles for lv in p.levels})
-    for p in summary.profiles:
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for index, p in enumerate(summary.profiles):
         if not p.levels:
             continue
         xs = [lv.concurrency for lv in p.levels]
         ys = [lv.mean for lv in p.levels]
+        curves[p.profile] = sorted(zip(map(float, xs), ys))
         err = [lv.spread or 0.0 for lv in p.levels]
-        ax.errorbar(xs, ys, yerr=err, marker="o", capsize=4, label=p.profile, gid=series_id(p.profile))
+        # The TUI's look: a line per profile with its own symbol at each measured level.
+        ax.errorbar(xs, ys, yerr=err, marker=series_symbol(index)[1], markersize=7, capsize=4, label=p.profile,
+                    gid=series_id(p.profile))
     x = summary.crossover
     if x is not None:
-        ax.axvline(x.concurrency, color="grey", linestyle="--", label=f"crossover {load_words(x.concurrency)}",
-                   gid="crossover")
         ax.axvspan(max(levels[0], x.concurrency - x.plus_minus), x.concurrency + x.plus_minus, color="grey",
                    alpha=0.15)
+        heights = [y for name in (x.ahead_below, x.ahead_above) if name in curves
+                   and (y := value_at(curves[name], x.concurrency)) is not None]
+        label = f"crossover {load_words(x.concurrency)}"
+        if heights:   # marked where the curves meet, with a drop to the concurrency axis, and labelled there
+            y = sum(heights) / len(heights)
+            ax.plot([x.concurrency], [y], marker="x", markersize=10, markeredgewidth=2, color="crimson",
+                    linestyle="none", gid="crossover")
+            ax.vlines(x.concurrency, 0, y, colors="crimson", linestyles=":")
+            ax.annotate(label, (x.concurrency, y), xytext=(8, -14), textcoords="offset points", color="crimson",
+                        fontsize=9)
+        else:
+            ax.axvline(x.concurrency, color="crimson", linestyle=":", label=label, gid="crossover")
+    ax.set_ylim(bottom=0)
     ax.set_ylabel("output tok/s (mean ± spread)")
-    ax.set_title(summary.verdict, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left")
     ax.grid(True, alpha=0.3)
     if speculative:
         acc = axes[1][0]
@@ -167,7 +182,9 @@ def draw_chart(summary: ExperimentSummary, path: Path) -> None:
         bottom.set_xticks(levels, [str(c) for c in levels])
         bottom.minorticks_off()
     bottom.set_xlabel("concurrency")
-    fig.tight_layout()
+    # The verdict under the chart, as the TUI shows it under its chart.
+    fig.text(0.5, 0.01, summary.verdict, ha="center", va="bottom", fontsize=9, wrap=True, gid="verdict")
+    fig.tight_layout(rect=(0, 0.06 / rows, 1, 1))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(path)

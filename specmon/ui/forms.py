@@ -3,7 +3,7 @@ experiment picker."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +60,42 @@ class SweepRequest:
     output_len: int
 
 
+# The sweep form's fields: input id -> label.
+_SWEEP_FIELD_LABELS = {"levels": "levels", "requests": "requests/level", "input_len": "input tokens",
+                       "output_len": "output tokens"}
+
+
+def sweep_form_fields(defaults: SweepDefaults) -> dict[str, str]:
+    """The sweep form's fields as it opens (input id -> text), from the config's `[sweep]`. Only random prompts
+    have a length to set (the others are sent as written): no input field for them."""
+    fields = {"levels": ",".join(map(str, defaults.levels)),
+              "requests": "" if defaults.requests_per_level is None else str(defaults.requests_per_level),
+              "input_len": str(defaults.input_len), "output_len": str(defaults.output_len)}
+    if defaults.dataset != "random":
+        del fields["input_len"]
+    return fields
+
+
+def sweep_request(profiles: Sequence[str], fields: Mapping[str, str], defaults: SweepDefaults) -> SweepRequest:
+    """What the sweep form starts from its ticked profiles and fields (input id -> text; `defaults` fills what
+    it has no field for), or ValueError saying why it refuses them (the line the form shows).
+    docs/make_demo_svg.py checks its settings with it too."""
+    if not profiles:
+        raise ValueError("tick at least one ready profile")
+    levels = parse_levels(fields["levels"])
+    requests = fmt.parse_positive(fields["requests"], "requests per level", allow_empty=True)
+    if requests is not None and requests < levels[-1]:
+        raise ValueError(one_wave_problem(requests, levels[-1]))
+    return SweepRequest(
+        profiles=tuple(profiles),
+        levels=levels,
+        requests_per_level=requests,
+        input_len=(fmt.parse_positive(fields["input_len"], "input length") or 1) if "input_len" in fields
+        else defaults.input_len,
+        output_len=fmt.parse_positive(fields["output_len"], "output length") or 1,
+    )
+
+
 class SweepFormScreen(ModalScreen["SweepRequest | None"]):
     """Pick ready profiles and the workload; fields start from the config's `[sweep]` table."""
 
@@ -79,15 +115,9 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
             with Horizontal(classes="row"):
                 for name in self.ready:
                     yield Checkbox(name, value=name in self.checked, name=name, compact=True)
-            fields = [
-                ("levels", "levels", ",".join(map(str, d.levels))),
-                ("requests/level", "requests", "" if d.requests_per_level is None else str(d.requests_per_level)),
-                ("input tokens", "input_len", str(d.input_len)),
-                ("output tokens", "output_len", str(d.output_len)),
-            ]
-            if d.dataset != "random":   # only random prompts have a length to set; the others are sent as written
-                fields.pop(2)
-            for label, widget_id, value in fields:
+            fields = sweep_form_fields(d)
+            for widget_id, value in fields.items():
+                label = _SWEEP_FIELD_LABELS[widget_id]
                 with Horizontal(classes="row"):
                     yield Label(label, classes="field-label")
                     yield Input(value, id=widget_id, compact=True,
@@ -114,21 +144,9 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
         return self.query_one(f"#{widget_id}", Input).value
 
     def _request(self) -> SweepRequest:
-        profiles = tuple(cb.name or "" for cb in self.query(Checkbox) if cb.value)
-        if not profiles:
-            raise ValueError("tick at least one ready profile")
-        levels = parse_levels(self._value("levels"))
-        requests = fmt.parse_positive(self._value("requests"), "requests per level", allow_empty=True)
-        if requests is not None and requests < levels[-1]:
-            raise ValueError(one_wave_problem(requests, levels[-1]))
-        return SweepRequest(
-            profiles=profiles,
-            levels=levels,
-            requests_per_level=requests,
-            input_len=(fmt.parse_positive(self._value("input_len"), "input length") or 1
-                       if self.defaults.dataset == "random" else self.defaults.input_len),
-            output_len=fmt.parse_positive(self._value("output_len"), "output length") or 1,
-        )
+        return sweep_request(tuple(cb.name or "" for cb in self.query(Checkbox) if cb.value),
+                             {widget_id: self._value(widget_id) for widget_id in sweep_form_fields(self.defaults)},
+                             self.defaults)
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "cancel":

@@ -4,23 +4,25 @@ the chart is rebuilt only when its data changed."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Mapping, Sequence
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.color import Color
+from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
+from specmon.model.chart import series_symbol
 from specmon.model.compare import crossover_words, load_words
 from specmon.ui import format as fmt
+from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
 
-# Fixed series colours so a series keeps its colour as others are added (and snapshots stay stable).
-_SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red")
+_TABLE_COLOURS = ("cyan", "orange1", "green", "magenta", "blue", "red")   # the chart's series colours, as Rich names them
 _MAX_POINTS = 200
+_LABELLED_HEIGHT = 12   # a shorter chart leaves out its axis names (the pane's border says them) for one more row
 
 Levels = Sequence[Mapping[str, object]]
 
@@ -74,7 +76,7 @@ NARROW_STEPS = 40                          # a steps list narrower than this dro
 _CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")   # a step's leading "HH:MM:SS "
 
 
-class SweepPane(Horizontal):
+class SweepPane(Vertical):
     """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
 
     BORDER_TITLE = "Sweep"
@@ -87,10 +89,12 @@ class SweepPane(Horizontal):
         self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str] = ({}, None, "", "throughput")
 
     def compose(self) -> ComposeResult:
-        yield PlotextPlot(id="sweep-chart")
-        table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
-        yield table
-        yield StepsList(id="experiment-steps")
+        with Horizontal(id="sweep-body"):
+            yield PlotextPlot(id="sweep-chart")
+            table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
+            yield table
+            yield StepsList(id="experiment-steps")
+        yield Static("", id="sweep-verdict")
 
     def show_steps(self, steps: Sequence[str]) -> None:
         """An experiment's step list beside the chart; hidden when there is none."""
@@ -100,9 +104,16 @@ class SweepPane(Horizontal):
         if steps:
             panel.show(steps)
 
+    @property
+    def verdict(self) -> str:
+        """The sentence under the chart: who leads on each side of the crossover, or why nothing is drawn."""
+        return str(self.query_one("#sweep-verdict", Static).content)
+
     def on_mount(self) -> None:
         self.query_one("#experiment-steps", Static).display = False
+        self.query_one("#sweep-verdict", Static).display = False
         self._draw_chart({}, None)
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.show(*self._shown))
 
     def on_resize(self) -> None:
         self.show(*self._shown)  # the table's headers and names follow the terminal's width
@@ -117,13 +128,17 @@ class SweepPane(Horizontal):
         # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
         self._narrow = self.app.size.width < WIDE_SCREEN
         key = (tuple((name, tuple(fmt.series_points(levels, metric)), tuple(fmt.series_points(levels)))
-                     for name, levels in series.items()), crossover, status, self._narrow, metric)
+                     for name, levels in series.items()), crossover, status, self._narrow, metric,
+               self.query_one(PlotextPlot).size, self.app.theme)   # text backgrounds follow the theme
         if key == self._drawn:
             return
         self._drawn = key
+        self.set_class(bool(series), "-charted")
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
-        self.border_subtitle = crossover_words(crossover.concurrency, crossover.ahead_below, crossover.ahead_above,
-                                               crossover.mode) if crossover else ""
+        self.border_subtitle = ""
+        if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
+            x_name = "request rate" if fmt.is_rate_series(series.values()) else "concurrency"
+            self.border_subtitle = f"{fmt.CHART_METRICS[metric][1]} vs {x_name}"
         self._draw_chart(series, crossover, metric)
         table = self.query_one(DataTable)
         table.clear(columns=True)
@@ -132,38 +147,50 @@ class SweepPane(Horizontal):
             headers = ["rate" if h == "C" else h for h in headers]
         table.add_columns(*(_SHORT_HEADERS.get(h, h) for h in headers) if self._narrow else headers)
         names = short_series_names(list(series)) if self._narrow else {n: n for n in series}
-        for name, levels in series.items():
+        for index, (name, levels) in enumerate(series.items()):
+            # The series' chart symbol in its colour before its name: the table is the chart's legend too.
+            label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[index % len(_TABLE_COLOURS)]), " ")
             for level in levels:
-                cells = fmt.level_cells(names[name], level)
+                cells: list[str | Text] = list(fmt.level_cells(names[name], level))
+                cells[0] = label + cells[0]
                 table.add_row(*(cells[i] for i in _TABLE_ORDER))
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
                     metric: str = "throughput") -> None:
+        """The chart (specmon.ui.plot) and, in the line under it, the verdict."""
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
         rate = fmt.is_rate_series(series.values())
-        plt.xlabel("request rate (req/s)" if rate else "concurrency")
-        plt.ylabel(fmt.CHART_METRICS[metric][1])
-        drawn = False
-        ticks: set[float] = set()
-        for index, (name, levels) in enumerate(series.items()):
-            points = fmt.downsample(fmt.series_points(levels, metric), _MAX_POINTS)
-            if not points:
-                continue
-            xs, ys = zip(*points)
-            ticks.update(xs)
-            plt.plot([math.log10(x) for x in xs], list(ys), label=name, marker="dot", color=_SERIES_COLOURS[index % len(_SERIES_COLOURS)])
-            drawn = True
-        if drawn:
-            # Concurrency is drawn on a log axis by hand: plotext's own log scale re-applies itself on every
-            # rebuild of a kept figure (a resize then fails with a math domain error).
-            shown = sorted(ticks)
-            plt.xticks([math.log10(x) for x in shown], [f"{x:g}" for x in shown])
+        curves = [(name, fmt.downsample(fmt.series_points(levels, metric), _MAX_POINTS))
+                  for name, levels in series.items()]
+        short = chart.size.height < _LABELLED_HEIGHT   # no axis names, no legend (the table's symbols say it)
+        if series and not short:
+            plt.xlabel("request rate (req/s)" if rate else "concurrency")
+            plt.ylabel(fmt.CHART_METRICS[metric][1])
+        marked = draw_sweeps(plt, curves, crossover, height=chart.size.height - (1 if short else 2),
+                             width=chart.size.width, legend=not short, background=self._canvas())
+        verdict = ""
         if crossover is not None and crossover.concurrency > 0:
-            plt.vline(math.log10(crossover.concurrency), "red")
-            plt.title(f"crossover {load_words(crossover.concurrency, crossover.mode)}")
-        elif series and metric == "goodput" and not drawn:
-            plt.title("no goodput in these sweeps: sweep with --slo (or [sweep] slo)")
+            verdict = crossover_words(crossover.concurrency, crossover.ahead_below, crossover.ahead_above,
+                                      crossover.mode)
+            if not marked:
+                plt.title(f"crossover {load_words(crossover.concurrency, crossover.mode)}")
+        elif series and metric == "goodput" and not any(points for _, points in curves):
+            verdict = "no goodput in these sweeps: sweep with --slo (or [sweep] slo)"
+        elif not series:   # an empty frame says what would fill it
+            plt.xticks([])
+            plt.yticks([])
+            plt.xlim(0, 1)
+            plt.ylim(0, 1)
+            plt.text("no sweep yet", 0.5, 0.5, alignment="center", background=self._canvas(),
+                     color=Color.parse(self.app.theme_variables.get("foreground", "white")).rgb)
+        panel = self.query_one("#sweep-verdict", Static)
+        panel.update(verdict)
+        panel.display = bool(verdict)
         chart.refresh()
+
+    def _canvas(self) -> tuple[int, int, int]:
+        """The chart's background, for its text (plotext would take its default canvas colour, white)."""
+        return Color.parse(self.app.theme_variables.get("surface", "black")).rgb
