@@ -207,7 +207,7 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
             _ms(lv.tpot_ms.p50), _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
             "-" if lv.tokens_per_chunk is None else f"{lv.tokens_per_chunk:.2f}",
             "-" if lv.achieved_concurrency is None else f"{lv.achieved_concurrency:.1f}",
-            ("SKEW" if lv.client.skewed else "BOUND") if lv.client.bound else "ok",
+            "BOUND" if lv.client.bound else "SKEW" if lv.client.skewed else "ok",
         ]
         if open_loop:
             load = "OVER" if lv.over_capacity else ("BEHIND" if lv.behind else "ok")

@@ -58,6 +58,7 @@ def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
     """
     client = level.get("client")
     bound = isinstance(client, Mapping) and bool(client.get("bound"))
+    skewed = isinstance(client, Mapping) and bool(client.get("skewed"))
     # Another tool's file (guidellm, vLLM, SGLang) records no client health (no chunk, no CPU): nothing to call "ok".
     unrecorded = isinstance(client, Mapping) and client.get("chunks") == 0 and not client.get("cpu_s")
     tpc = level.get("tokens_per_chunk")
@@ -72,7 +73,7 @@ def level_cells(series: str, level: Mapping[str, object]) -> tuple[str, ...]:
     elif level.get("behind"):
         status = "BEHIND"    # open loop: the generator did not keep its schedule
     else:
-        status = "BOUND" if bound else NA if unrecorded else "ok"
+        status = "BOUND" if bound else "SKEW" if skewed else NA if unrecorded else "ok"
     return (
         series,
         f"{rate:g}/s" if isinstance(rate, (int, float)) else str(level.get("concurrency", NA)),

@@ -55,7 +55,7 @@ from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stat
 LOOP_LAG_BOUND_MS = 10.0
 CPU_BOUND_FRACTION = 0.85
 SKEW_SHARE = 0.1        # a level's chunk handling delay p99 past this share of its ITL p50 (and past SKEW_FLOOR_MS)
-SKEW_FLOOR_MS = 1.0     # flags the level as client-bound
+SKEW_FLOOR_MS = 1.0     # flags the level SKEW (a caution; not client-bound)
 LATE_BOUND_MS = 10.0
 LATE_GAP_SHARE = 0.25
 OVER_CAPACITY_SHARE = 0.9
@@ -322,7 +322,9 @@ class LevelAccumulator:
             cpu_s=cpu_s, chunks=self.chunks_total, loop_lag_ms_p99=loop_lag_ms_p99,
             # A level with no successful request has no timings for the client to distort: requests that all
             # failed at once (a refused port, a 401) make any level look CPU-bound over its few milliseconds.
-            bound=self.requests_ok > 0 and (skewed or client_bound(cpu_s, duration_s, loop_lag_ms_p99)),
+            # A skewed level is not client-bound: its chunks were stamped on arrival, so the wait after it does
+            # not enter their times; SKEW says how long that wait was, as a caution with its figure.
+            bound=self.requests_ok > 0 and client_bound(cpu_s, duration_s, loop_lag_ms_p99),
             cpu_wait_s=cpu_wait_s, handling_ms_p99=handling_ms_p99, burst_max=burst_max, skewed=skewed,
         )
         return LevelResult(
