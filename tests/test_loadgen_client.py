@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import uvloop
 from aiohttp import web
-
 from hostile_http import HostileServer
 from sse_server import ServerState, serve
+
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
 

@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import Workload
 from specmon.model.arrivals import ks_critical, ks_exponential
 from specmon.model.results import read_results

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.acceptance import LevelWindow, MetricsSample, parse_metrics
 from specmon.model.datasets import load_dataset

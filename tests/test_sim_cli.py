@@ -8,7 +8,6 @@ import sys
 import time
 
 import httpx
-
 from simproc import READY_PATTERNS, SimProcess, free_port, start_sim
 
 FLAGS = ("--flavor", "--host", "--port", "--tp", "--shards", "--load-seconds", "--kv-tokens", "--mem-fraction-static",

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from simproc import SHARD_RE, start_sim
 
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
@@ -122,7 +121,7 @@ def test_exit_zero_after_ready_unasked() -> None:
         assert sim.health_status() == 200
         assert sim.wait_exit(10) == 0
         assert time.monotonic() - t_ready >= 0.5
-        assert sim.lines()[-1].endswith("INFO:     Finished server process [%d]" % sim.pid)
+        assert sim.lines()[-1].endswith(f"INFO:     Finished server process [{sim.pid}]")
 
 
 @pytest.mark.parametrize("flavor", ["sglang", "vllm"])

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from simproc import start_sim
 
 REAL = Path(__file__).parent / "fixtures" / "real-logs"

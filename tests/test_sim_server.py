@@ -12,7 +12,6 @@ import re
 import time
 
 import httpx
-
 from simproc import start_sim
 
 SGLANG_PREFIX = re.compile(

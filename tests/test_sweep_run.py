@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from sse_server import ServerState, serve
+
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.results import LevelResult, read_results

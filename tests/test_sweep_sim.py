@@ -12,8 +12,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import Workload
 from specmon.model.compare import crossover
 from specmon.model.results import ClientHealth, LevelResult, Stats, read_results
