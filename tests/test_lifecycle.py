@@ -38,6 +38,8 @@ from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
 
+pytestmark = pytest.mark.slow
+
 
 class Recorder:
     """Every view a manager publishes, with its arrival time."""

@@ -25,6 +25,8 @@ from specmon.model.results import read_results
 from specmon.model.sweepstats import RequestRecord
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
+pytestmark = pytest.mark.slow
+
 
 def records_of(path: Path) -> dict[float, list[RequestRecord]]:
     """Measured records by level rate, in the order they were scheduled."""

@@ -26,7 +26,7 @@ from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runstore import RunRecord
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def _wait_until(pred: Callable[[], object], timeout: float = 30.0, step: float = 0.05) -> None:

@@ -12,6 +12,8 @@ import httpx
 import pytest
 from simproc import SHARD_RE, start_sim
 
+pytestmark = pytest.mark.slow
+
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 PORT_IN_USE = re.compile(r"\[Errno 98\]|[Aa]ddress already in use")
 NCCL = re.compile(r"Watchdog caught collective operation timeout|ProcessGroupNCCL\.cpp")

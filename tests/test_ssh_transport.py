@@ -19,6 +19,8 @@ from specmon.sources.health import probe_of
 from specmon.sources.ssh import AuthRefused, HostKeyChanged, HostKeyUnknown, SSHTransport
 from specmon.sources.transport import LinkState, TransportError
 
+pytestmark = pytest.mark.slow
+
 
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))

@@ -20,6 +20,8 @@ from specmon.model.results import LevelResult, read_results
 from specmon.model.sweepstats import RequestRecord, SweepProgress, level_from_records
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).parent
 
 
