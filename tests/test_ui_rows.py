@@ -72,7 +72,7 @@ def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
     from specmon.commands._lifecycle import progress_text
 
     exited = view(state="failed", failure=FailureInfo("exited", "exited with code 1"), phase="failed")
-    assert row_from_view(exited, None, now=T0 + 30).failure == "exited with code 1"
+    assert row_from_view(exited, now=T0 + 30).failure == "exited with code 1"
     assert progress_text(exited) == "eagle: failed, exited with code 1"
     assert "eagle: loading, log says ready, checking" in progress_text(view(phase="ready"))
     assert "loading, ready," not in progress_text(view(phase="ready"))
