@@ -163,7 +163,7 @@ def main() -> int:
         launch = steps.specmon("launch", "launch", "tf-gpu", "--wait", timeout=600)
         steps.check("launch tf-gpu --wait exits 0 (READY)", launch.returncode == 0, launch.stderr[-500:])
         status = steps.json("status", "status") or []
-        run = next((r for r in status if r.get("profile") == "tf-gpu"), {})
+        run: dict[str, Any] = next((r for r in status if r.get("profile") == "tf-gpu"), {})
         run_id, wrapper = run.get("run_id"), run.get("pid")
         steps.check("status knows the run", bool(run_id), status)
         # The probe's query, word for word, so its output can be a parser fixture.

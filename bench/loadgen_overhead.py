@@ -38,10 +38,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "sse_server.py"
 BURST_SERVER = ROOT / "tests" / "burst_server.py"
+
+# One measurement's figures, as the child prints them in JSON (an ITL percentile is None without gaps).
+Figures = dict[str, Any]
 
 
 def free_port() -> int:
@@ -53,7 +57,7 @@ def free_port() -> int:
 # ---------------------------------------------------------------- client runs (in a child process on CPU 1)
 
 async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False,
-                      burst: str | None = None) -> dict[str, float]:
+                      burst: str | None = None) -> Figures:
     """specmon's generator at concurrency c, or (open_loop) at request rate c; with `burst` ("arrival" or "read",
     against tests/burst_server.py), also how far its gaps are from the server's true ones."""
     from specmon.loadgen import client
@@ -111,7 +115,7 @@ def burst_errors(url: str, records: Path) -> dict[str, float]:
             "server_late_p99_ms": schedule["late_ms_p99"], "gaps": len(errs)}
 
 
-async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> dict[str, float]:
+async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> Figures:
     import httpx
 
     body = {"model": "fixture-model", "messages": [{"role": "user", "content": "hi " * 16}], "max_tokens": output_len,
@@ -176,13 +180,13 @@ def start_server(interval_s: float, script: Path = SERVER) -> tuple[subprocess.P
     return proc, f"http://127.0.0.1:{port}"
 
 
-def measure(kind: str, url: str, c: float, n: int, output_len: int) -> dict[str, float]:
+def measure(kind: str, url: str, c: float, n: int, output_len: int) -> Figures:
     out = subprocess.run([sys.executable, __file__, "--child", kind, url, str(c), str(n), str(output_len)],
                          capture_output=True, text=True, timeout=600, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def row(case: str, kind: str, c: float | str, r: dict[str, float]) -> str:
+def row(case: str, kind: str, c: float | str, r: Figures) -> str:
     us = r["cpu_s"] * 1e6 / r["chunks"] if r["chunks"] else float("nan")
     p50 = "-" if r["itl_p50_ms"] is None else f"{r['itl_p50_ms']:.1f}"
     p99 = "-" if r["itl_p99_ms"] is None else f"{r['itl_p99_ms']:.1f}"

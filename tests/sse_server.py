@@ -158,7 +158,8 @@ def make_app(state: ServerState) -> web.Application:
         state.max_running = max(state.max_running, state.running)
         try:
             if api == "chat":
-                await resp.write(b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
+                await resp.write(b'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,'
+                                 b'"delta":{"role":"assistant","content":""},"finish_reason":null}]}\n\n')
             sent = 0
             k = max(1, state.tokens_per_chunk)
             if state.interval_s and fault in ("", "no_usage", "no_done"):

@@ -250,6 +250,10 @@ class Relay:
         self._flowing.set()
         if self._server is not None:
             self._server.close()
+        # The reset ends every pipe: let the handlers return on their own first (a handler cancelled while its
+        # pipes run makes asyncio's stream callback log a CancelledError as an "Exception in callback").
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=2)
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

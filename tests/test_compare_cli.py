@@ -11,6 +11,8 @@ import pytest
 
 from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, append_line
 
+pytestmark = pytest.mark.slow
+
 
 def write_sweep(path: Path, profile: str, tputs: dict[int, float], bound_at: int | None = None,
                 server: dict[str, object] | None = None, workload: dict[str, object] | None = None) -> Path:

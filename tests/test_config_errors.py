@@ -201,6 +201,7 @@ def _specmon() -> list[str]:
     return [exe]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "expected"), [
     (GOOD + "prot = 30001\n", "{path}:3: profiles.a.prot: unknown key (did you mean 'port'?)"),
     (GOOD + '\n[profiles.a.env]\n"BAD NAME" = "1"\n', '{path}:5: profiles.a.env."BAD NAME": bad environment'),
@@ -221,6 +222,7 @@ def test_cli_prints_one_line_and_exits_2(tmp_path: Path, text: str, expected: st
     assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
 
 
+@pytest.mark.slow
 def test_cli_unknown_profile_via_python_m(tmp_path: Path) -> None:
     """`python -m specmon` and a SPECMON_CONFIG-found file behave the same as the script with --config."""
     path = _write(tmp_path, GOOD.replace("[profiles.a]", "[profiles.demo]") + 'server = "vlm"\n')
@@ -231,6 +233,7 @@ def test_cli_unknown_profile_via_python_m(tmp_path: Path) -> None:
                            "'other', got 'vlm' (did you mean 'vllm'?)\n")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("make", "expected"), [
     (lambda tmp: Path("/dev/zero"), "/dev/zero:1: a NUL byte at offset 0: not a text file (named by --config)"),
     (lambda tmp: _write(tmp, GOOD + "port = " + "[" * 500 + "]" * 500 + "\n"),
@@ -249,6 +252,7 @@ def test_hostile_config_file_is_one_line_not_memory_or_recursion_error(
     assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("text", "expected"), [
     (GOOD + '"bad\\nkey" = 1\n', '{path}:3: profiles.a."bad\\nkey": unknown key'),
     (GOOD + '"x\\u001b]0;PWNED\\u0007" = 1\n', '{path}:3: profiles.a."x\\u001b]0;PWNED\\u0007": unknown key'),
@@ -269,6 +273,7 @@ def test_config_text_is_escaped_when_echoed_and_nul_bytes_are_refused(tmp_path: 
     assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
 
 
+@pytest.mark.slow
 def test_profiles_table_escapes_control_characters_in_commands(tmp_path: Path) -> None:
     path = _write(tmp_path, '[profiles.a]\ncommand = ["echo", "\\u001b]0;PWNED\\u0007", "two\\nlines"]\n')
     done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
@@ -277,6 +282,7 @@ def test_profiles_table_escapes_control_characters_in_commands(tmp_path: Path) -
     row = done.stdout.splitlines()[2]
     assert row.split(None, 4)[4] == "echo '\\x1b]0;PWNED\\x07' 'two\\x0alines'"
     assert len(done.stdout.splitlines()) == 4
+@pytest.mark.slow
 def test_a_server_command_without_port_is_a_warning_not_an_error(tmp_path: Path) -> None:
     text = ('[profiles.a]\nserver = "vllm"\nport = 8000\ncommand = "vllm serve m"\n\n'
             '[profiles.b]\nport = 9000\ncommand = ["specmon", "sim", "--port", "9000"]\n\n'

@@ -33,6 +33,8 @@ from specmon.model.env import (
 )
 from specmon.model.secrets import redact_env as redact
 
+pytestmark = pytest.mark.slow
+
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 
 

@@ -27,7 +27,7 @@ from specmon.model.results import parse_results, read_results
 from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SPECMON = shutil.which("specmon") or "specmon"
 
 

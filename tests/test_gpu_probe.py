@@ -82,6 +82,7 @@ async def test_missing_nvidia_smi_says_so(monkeypatch: pytest.MonkeyPatch) -> No
     assert board.error == "local: nvidia-smi not found (no NVIDIA driver here?)" and not board.tracks
 
 
+@pytest.mark.slow
 async def test_a_host_without_gpus_gets_no_compute_apps_queries(monkeypatch: pytest.MonkeyPatch) -> None:
     """A jump box has no nvidia-smi: the probe says so and does not start a compute-apps query every few seconds
     for as long as the TUI stays open (the stream's retries back off to 30 s)."""
@@ -116,6 +117,7 @@ async def test_bad_field_error_reaches_the_board(fake_smi: Path, monkeypatch: py
     assert board.error is not None and "bogus.field" in board.error
 
 
+@pytest.mark.slow
 async def test_hung_one_shot_query_is_timed_out(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SMI_HANG", "1")
     started = time.monotonic()
@@ -124,6 +126,7 @@ async def test_hung_one_shot_query_is_timed_out(fake_smi: Path, monkeypatch: pyt
     assert time.monotonic() - started < 20
 
 
+@pytest.mark.slow
 async def test_gpu_disappearing_mid_stream_is_marked_gone(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SMI_GPUS", "3")
     monkeypatch.setenv("FAKE_SMI_DROP_AFTER", "4")
@@ -141,6 +144,7 @@ async def test_gpu_disappearing_mid_stream_is_marked_gone(fake_smi: Path, monkey
         await probe.close()
 
 
+@pytest.mark.slow
 async def test_hung_stream_is_ended_and_rearmed(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
     # The fake stops writing after 3 ticks on its first start only; the restart streams normally.
@@ -178,6 +182,7 @@ async def test_stop_sees_a_process_on_two_gpus_holding_the_sum(fake_smi: Path, m
     assert await HostOps(LocalTransport()).compute_apps() is None
 
 
+@pytest.mark.slow
 def test_specmon_gpus_over_ssh_reads_the_hosts_gpus_and_holders(tmp_path: Path,
                                                                 marked_process: tuple[int, int]) -> None:
     # A dedicated loopback sshd whose sessions have the fake nvidia-smi first on PATH (sshd's SetEnv): the host
@@ -212,6 +217,7 @@ def test_specmon_gpus_over_ssh_reads_the_hosts_gpus_and_holders(tmp_path: Path,
         sshd.stop()
 
 
+@pytest.mark.slow
 async def test_close_ends_a_probe_whose_task_dropped_a_cancellation() -> None:
     """Quitting the TUI waits on GpuProbe.close. Python 3.11's asyncio.wait_for drops a cancellation that arrives as
     the stream's read completes; the stream loop then ran on and close() (and the quit) waited for ever."""

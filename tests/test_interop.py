@@ -68,6 +68,7 @@ def flat_objects(path: Path) -> list[dict[str, object]]:
 
 
 # ---- round trips: the peer's own summary, through `specmon compare` --------------------------------------------
+@pytest.mark.slow
 def test_guidellm_real_report_gives_guidellms_own_throughput_per_level(tmp_path: Path) -> None:
     own = guidellm_console_throughput()
     assert sorted(own) == [1, 2, 4, 8]
@@ -77,6 +78,7 @@ def test_guidellm_real_report_gives_guidellms_own_throughput_per_level(tmp_path:
         assert round(ours[c], 1) == tput, c
 
 
+@pytest.mark.slow
 def test_guidellm_real_poisson_report_compares_on_the_rate_axis(tmp_path: Path) -> None:
     own = guidellm_console_throughput("guidellm-sim-poisson")
     assert sorted(own) == [1.0, 2.0, 4.0]
@@ -88,6 +90,7 @@ def test_guidellm_real_poisson_report_compares_on_the_rate_axis(tmp_path: Path) 
     assert all(lv.concurrency == 10240 for lv in result.levels)   # guidellm's default cap, as its report says
 
 
+@pytest.mark.slow
 def test_vllm_files_give_the_output_throughput_vllm_printed(tmp_path: Path) -> None:
     # vLLM prints "Output token throughput (tok/s)" from the same `output_throughput` it saves.
     own_base = {o["max_concurrency"]: o["output_throughput"]
@@ -99,6 +102,7 @@ def test_vllm_files_give_the_output_throughput_vllm_printed(tmp_path: Path) -> N
     assert sorted(own_base) == [1, 4, 16]
 
 
+@pytest.mark.slow
 def test_sglang_jsonl_gives_its_output_throughput_and_compares_with_vllm(tmp_path: Path) -> None:
     own = {o["max_concurrency"]: o["output_throughput"] for o in flat_objects(SGLANG)}
     done = specmon("compare", "--no-chart", str(VLLM_DIR), str(SGLANG), cwd=tmp_path)
@@ -114,6 +118,7 @@ def test_sglang_jsonl_gives_its_output_throughput_and_compares_with_vllm(tmp_pat
     assert notes[1].startswith(f"specmon: note: {SGLANG}: read as SGLang bench_serving output; it has no failed")
 
 
+@pytest.mark.slow
 def test_peer_files_mix_with_specmons_own_results_without_workload_noise(tmp_path: Path) -> None:
     own = write_specmon(tmp_path / "eagle3.jsonl")
     done = specmon("compare", "--no-chart", str(VLLM_DIR), str(own), cwd=tmp_path)
@@ -214,6 +219,7 @@ def assert_reads_back_the_same(src: Path, exported: Path, tool: str) -> SweepRes
     return again
 
 
+@pytest.mark.slow
 def test_export_vllm_writes_one_file_per_level_that_reads_back_the_same(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "eagle3.jsonl")
     done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
@@ -239,6 +245,7 @@ def test_export_vllm_writes_one_file_per_level_that_reads_back_the_same(tmp_path
     assert [lv.requests_failed for lv in again.levels] == [0, 1, 4]
 
 
+@pytest.mark.slow
 def test_export_sglang_writes_jsonl_that_reads_back_the_same(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "eagle3.jsonl")
     target = tmp_path / "out" / "bench.jsonl"
@@ -254,6 +261,7 @@ def test_export_sglang_writes_jsonl_that_reads_back_the_same(tmp_path: Path) -> 
     assert [lv.achieved_concurrency for lv in again.levels] == [0.98, 3.92, 15.68]
 
 
+@pytest.mark.slow
 def test_export_of_a_peer_file_converts_it(tmp_path: Path) -> None:
     # guidellm's real report, written for vLLM users: the throughput guidellm printed survives.
     done = specmon("export", str(GUIDELLM), "--format", "vllm", "--out", str(tmp_path / "g"), cwd=tmp_path)
@@ -263,6 +271,7 @@ def test_export_of_a_peer_file_converts_it(tmp_path: Path) -> None:
     assert got == guidellm_console_throughput()
 
 
+@pytest.mark.slow
 def test_export_never_overwrites(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "eagle3.jsonl")
     target = tmp_path / "taken.jsonl"
@@ -274,6 +283,7 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
 
 
 # ---- open loop: levels at a request rate --------------------------------------------------------------------
+@pytest.mark.slow
 def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "open.jsonl", "open", rates=(2.0, 4.5))
     done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
@@ -340,6 +350,7 @@ BAD = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "content", "message"), BAD, ids=[b[0] for b in BAD])
 def test_malformed_peer_files_give_one_line_errors(tmp_path: Path, name: str, content, message: str) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / name

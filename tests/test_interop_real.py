@@ -332,6 +332,7 @@ BAD_NUMBERS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("key", "value", "message"), BAD_NUMBERS, ids=[f"{k}={v}" for k, v, _ in BAD_NUMBERS])
 def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_path: Path, key: str, value: str,
                                                                           message: str) -> None:
@@ -353,6 +354,7 @@ def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_p
 
 
 # ---- report ---------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossover(tmp_path: Path) -> None:
     """`report` on a valid vLLM file said "not JSON"; two single sweeps read `C≈9.2 (±6)`, a ± with no meaning."""
     out = tmp_path / "r.md"
@@ -386,6 +388,7 @@ def test_report_refuses_open_loop_files_in_one_line(tmp_path: Path) -> None:
     assert done.stderr.splitlines()[-1].startswith(f"specmon: error: {path}: an open-loop sweep")
 
 
+@pytest.mark.slow
 def test_report_out_refuses_an_existing_file_and_a_symlink_unless_force(tmp_path: Path) -> None:
     files = [str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl")]
     victim = tmp_path / "precious.md"
@@ -451,6 +454,7 @@ def test_vllm_sweep_serve_folder_is_read_nested_with_its_repeats(tmp_path: Path)
 
 
 # ---- exports --------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_exports_write_the_accept_length_and_read_it_back(tmp_path: Path) -> None:
     eagle = FIXTURES / "vllm-llama-eagle3.jsonl"
     done = specmon("export", str(eagle), "--format", "vllm", "--out", str(tmp_path / "v"), cwd=tmp_path)

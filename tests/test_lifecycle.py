@@ -37,6 +37,9 @@ from specmon.orchestration.runview import RunView
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
+from specmon.ui.rows import row_from_view
+
+pytestmark = pytest.mark.slow
 
 
 class Recorder:
@@ -113,6 +116,22 @@ async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free
     _, final = await rec.until(lambda v: v.state == "stopped", timeout=10)
     assert final.exit_code is not None
     assert manager.store.load(view.run_id).state == "stopped"
+
+
+async def test_the_card_and_the_eta_compare_a_load_with_the_same_past_loads(free_port_factory, engine) -> None:
+    """The card's `load 0:05/~0:40` took the latest earlier run's load while the ETA took the median of the
+    profile's load history: after loads of 30, 40 and 100 s the card said ~1:40 while the ETA counted from 40 s.
+    Both come from the history now, through the run's view."""
+    port = free_port_factory()
+    manager, rec = engine(sim_profile(port, time_scale=0.5, shards=8))
+    for seconds in (30.0, 40.0, 100.0):
+        manager.store.record_load("sim", manager.config_key, seconds, time.time())
+    view = await manager.launch("sim")
+    _, loading = await rec.until(lambda v: v.run_id == view.run_id and v.state == "loading", timeout=30)
+    assert loading.past_load_s == 40.0
+    assert loading.eta_s is not None and loading.eta_s <= 40.0
+    assert row_from_view(loading, now=time.time()).past_load_s == 40.0
+    await manager.stop(view.run_id)
 
 
 async def test_slow_load_of_64_shards_is_never_called_failed_or_stalled(free_port_factory, engine) -> None:

@@ -19,6 +19,8 @@ from lifecycle_support import profile_toml as _profile
 
 from specmon.model.interpreter import python_module
 
+pytestmark = pytest.mark.slow
+
 STATUS_KEYS = {"run_id", "profile", "host", "state", "pid", "port", "url", "started_at", "ready_at", "load_seconds",
                "shards", "kv_cache_tokens", "exit_code", "failure", "config", "still_running"}
 

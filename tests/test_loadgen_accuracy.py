@@ -35,6 +35,8 @@ from specmon.loadgen.workload import Workload
 from specmon.model.results import LevelResult
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).parent
 ATTEMPTS = 4
 CPUS = sorted(os.sched_getaffinity(0))

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 import uvloop
 from aiohttp import web
-
 from hostile_http import HostileServer
 from sse_server import ServerState, serve
+
 from specmon.loadgen.client import Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory, Workload
 
@@ -191,6 +191,7 @@ def _run(loop: str, coro: Coroutine[Any, Any, Stream]) -> Stream:
     return uvloop.run(coro) if loop == "uvloop" else asyncio.run(coro)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_invalid_chunk_size_ends_as_a_timeout_instead_of_hanging(loop: str) -> None:
     """A chunk-size line `ZZZZ` after the first event left aiohttp's reader waiting forever (the generator runs
@@ -200,6 +201,7 @@ def test_invalid_chunk_size_ends_as_a_timeout_instead_of_hanging(loop: str) -> N
     assert len(s.times) == 1   # the event before the fault was still timed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_endless_small_chunks_end_at_the_request_deadline(loop: str) -> None:
     """A stream that never goes silent never trips the silence timeout; the end-to-end deadline ends it."""

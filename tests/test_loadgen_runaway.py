@@ -21,6 +21,8 @@ import pytest
 
 from specmon.model.results import read_results
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).parent
 MEMORY_CAP = 1536 << 20   # far above a sweep's needs (~200 MB), far below what a runaway took (1.9-9.7 GB)
 

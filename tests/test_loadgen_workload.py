@@ -58,6 +58,7 @@ def test_dataset_prompts_go_as_written_in_one_seeded_order_for_every_level(tmp_p
     assert {f.category(i) for i in range(11)} == {"odd", "even", None}
 
 
+@pytest.mark.slow
 def test_seed_makes_prompts_and_lengths_repeatable() -> None:
     ds = load_dataset("builtin")
 

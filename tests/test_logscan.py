@@ -52,6 +52,7 @@ def test_json_one_object_per_file_per_line_for_every_real_log(capsys: pytest.Cap
             assert (got["failure"]["kind"], got["failure"]["line"]) == (want["failure"]["kind"], want["failure"]["line"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("make", ["missing", "directory", "unreadable", "read error"])
 def test_bad_file_is_one_clear_line_and_exit_2(tmp_path: Path, make: str) -> None:
     path = tmp_path / "server.log"
@@ -115,6 +116,7 @@ def append(path: Path, text: str) -> None:
         f.flush()
 
 
+@pytest.mark.slow
 def test_follow_prints_each_step_as_the_log_grows_and_exits_at_ready(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("[2025-03-08 12:29:04] server_args=ServerArgs(model_path='/m', tp_size=1, port=30000)\n")
@@ -135,6 +137,7 @@ def test_follow_prints_each_step_as_the_log_grows_and_exits_at_ready(tmp_path: P
         follower.close()
 
 
+@pytest.mark.slow
 def test_follow_exits_1_at_a_failure(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("")
@@ -153,6 +156,7 @@ def test_follow_exits_1_at_a_failure(tmp_path: Path) -> None:
         follower.close()
 
 
+@pytest.mark.slow
 def test_follow_json_and_ctrl_c(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("Loading safetensors checkpoint shards:  50% Completed | 1/2 [00:01<00:01,  1.00it/s]\n")
@@ -176,6 +180,7 @@ def test_standard_input(capsys: pytest.CaptureFixture[str]) -> None:
     assert got == {**want, "file": "-"}
 
 
+@pytest.mark.slow
 def test_follow_a_pipe_until_ready_or_its_end() -> None:
     follower = Follower("-")
     assert follower.proc.stdin is not None
@@ -212,6 +217,7 @@ HOSTILE_LOG = (
 CONTROL = ("\x1b", "\x07", "\x9b", "\x9d", "\x9c")
 
 
+@pytest.mark.slow
 def test_escape_sequences_in_a_log_never_reach_the_terminal(tmp_path: Path) -> None:
     """An OSC title sequence (ESC]0;TITLE BEL) in a log line passed through logscan to the user's terminal."""
     log = tmp_path / "server.log"
@@ -235,6 +241,7 @@ SHARD = "Loading safetensors checkpoint shards:  {p}% Completed | {n}/{t} [00:01
 READY = "[2025-03-08 12:29:33] The server is fired up and ready to roll!\n"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["rename", "delete"])
 def test_follow_notices_a_renamed_or_deleted_log_and_follows_the_new_one(tmp_path: Path, how: str) -> None:
     """`logscan --follow` kept reading the old file forever; like `tail -F` it now follows the name."""
@@ -258,6 +265,7 @@ def test_follow_notices_a_renamed_or_deleted_log_and_follows_the_new_one(tmp_pat
         follower.close()
 
 
+@pytest.mark.slow
 def test_follow_notices_a_log_replaced_by_a_new_file(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text(SHARD.format(p=50, n=1, t=2))
@@ -303,6 +311,7 @@ def test_follow_notices_a_rewrite_that_lands_between_its_check_and_its_read(
     assert "shards 1/4" in captured.out and "ready" in captured.out
 
 
+@pytest.mark.slow
 def test_follow_notices_a_log_truncated_and_refilled_past_its_old_offset(tmp_path: Path) -> None:
     """Truncated and refilled beyond the read offset between two polls: the size never looked smaller, so the
     follower went on from the old offset, in the middle of the new content."""

@@ -59,6 +59,7 @@ async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Views]]]:
     await stop_everything(made)
 
 
+@pytest.mark.slow
 async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_stop_together(
         free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
@@ -109,6 +110,7 @@ async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_sto
     assert manager.store.load(launched.run_id).state == "stopped"
 
 
+@pytest.mark.slow
 async def test_a_failing_worker_node_fails_the_run_naming_that_node(free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
     # Rank 1 crashes at its first shard; rank 0's load takes 5 s more (the sim's rank 0, unlike SGLang's, would
@@ -138,6 +140,7 @@ async def test_a_failing_worker_node_fails_the_run_naming_that_node(free_port_fa
         await other.close()
 
 
+@pytest.mark.slow
 async def test_status_of_an_unwatched_multinode_run_marks_the_worker_ready(free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
     manager, _ = engine(two_node_profile(port, master_port))
@@ -169,6 +172,7 @@ async def test_a_busy_master_port_refuses_the_launch_before_anything_starts(free
         await busy.wait_closed()
 
 
+@pytest.mark.slow
 async def test_two_racing_multinode_launches_of_one_profile_start_exactly_one(free_port_factory, engine) -> None:
     """Multi-node launches skipped the host launch lock that single-node launches take: two racing launches both
     passed their preflights and each started two nodes on the same ports. Now each node's host is locked, so one
@@ -191,6 +195,7 @@ async def test_two_racing_multinode_launches_of_one_profile_start_exactly_one(fr
         assert report.stopped, report
 
 
+@pytest.mark.slow
 async def test_the_master_address_defaults_to_rank0s_address_towards_rank1(free_port_factory, engine) -> None:
     port, master_port = free_port_factory(), free_port_factory()
     profile = dataclasses.replace(two_node_profile(port, master_port), master_addr=None)
@@ -291,6 +296,7 @@ def test_an_sglang_command_with_its_own_node_rank_must_vary_it(tmp_path: Path) -
 
 
 # ---- front ends ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 async def test_servers_card_shows_a_line_per_node(tmp_path: Path) -> None:
     from ui_states import ROWS, fed_app
 

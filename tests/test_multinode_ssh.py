@@ -14,8 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from lifecycle_support import kill_marked, marked_pids, port_listening
 from sshd_support import Sshd
+
+pytestmark = pytest.mark.slow
 
 
 def _specmon(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:

@@ -216,6 +216,7 @@ def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([exe, *args], capture_output=True, text=True, timeout=90, cwd=cwd, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "fragment"), [
     (("--slo", "ttft:soon"), "--slo: ttft: 'soon' is not a number of milliseconds"),
     (("--rates", "4,2"), "--rates: rates must be strictly increasing (4.0 then 2.0)"),
@@ -246,6 +247,7 @@ def rate_file(path: Path, profile: str, points: list[tuple[float, float, float]]
     return path
 
 
+@pytest.mark.slow
 def test_compare_reads_the_rate_axis_and_crosses_over_on_goodput(tmp_path: Path) -> None:
     # Throughput: eagle3 ahead everywhere. Goodput: eagle3 ahead at 1 and 2 req/s, behind at 4 and 8.
     base = rate_file(tmp_path / "base.jsonl", "base", [(1, 100, 1.0), (2, 200, 2.0), (4, 380, 3.0), (8, 400, 2.0)])
@@ -269,6 +271,7 @@ def test_compare_reads_the_rate_axis_and_crosses_over_on_goodput(tmp_path: Path)
     assert data["crossover"][0]["rate"] == pytest.approx(2 + 2 * 0.5 / 1.5)
 
 
+@pytest.mark.slow
 def test_compare_refuses_to_mix_rate_and_concurrency_sweeps_and_says_when_goodput_is_missing(tmp_path: Path) -> None:
     rate = rate_file(tmp_path / "rate.jsonl", "a", [(1, 100, 1.0), (2, 200, 2.0)])
     nogood = rate_file(tmp_path / "nogood.jsonl", "b", [(1, 100, 1.0), (2, 200, 2.0)], slo=False)

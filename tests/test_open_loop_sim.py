@@ -17,13 +17,15 @@ import json
 from pathlib import Path
 
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import Workload
 from specmon.model.arrivals import ks_critical, ks_exponential
 from specmon.model.results import read_results
 from specmon.model.sweepstats import RequestRecord
 from specmon.orchestration.sweep import SweepSpec, run_sweep
+
+pytestmark = pytest.mark.slow
 
 
 def records_of(path: Path) -> dict[float, list[RequestRecord]]:

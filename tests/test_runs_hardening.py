@@ -26,7 +26,7 @@ from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runstore import RunRecord
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def _wait_until(pred: Callable[[], object], timeout: float = 30.0, step: float = 0.05) -> None:
@@ -406,6 +406,9 @@ def test_one_corrupt_record_is_shown_unreadable_and_the_others_still_listed(cli,
     listed = {r["run_id"]: r for r in cli.status()}
     assert listed[good.run_id]["state"] == "failed" and listed[bad.run_id]["state"] == "unreadable"
     assert listed[bad.run_id]["error"]
+    # The same keys as a readable run's (a second key list in `status` had lost `still_running`), all null.
+    assert set(listed[bad.run_id]) == set(listed[good.run_id]) | {"error"}
+    assert all(v is None for k, v in listed[bad.run_id].items() if k not in ("run_id", "state", "error"))
     stop = cli("stop", bad.run_id)
     assert stop.returncode == 2 and "unreadable" in stop.stderr and len(stop.stderr.splitlines()) == 1
 

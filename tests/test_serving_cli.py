@@ -9,9 +9,12 @@ import threading
 import time
 
 import httpx
+import pytest
 from lifecycle_support import Cli
 from lifecycle_support import profile_toml as _profile
 from test_lifecycle_cli import cli  # noqa: F401  (the fixture: a private config, its runs stopped after)
+
+pytestmark = pytest.mark.slow
 
 
 def _load(port: int, n: int, max_tokens: int, stop: threading.Event) -> None:

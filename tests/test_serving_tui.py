@@ -20,7 +20,7 @@ from specmon.model.config import parse_config
 from specmon.model.serving import ServingFigures
 from specmon.ui.forms import SweepRequest
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 async def test_card_follows_metrics_through_a_sweep_and_alerts_past_capacity(tmp_path: Path, free_port: int) -> None:

@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from conftest import SESSION_MARKER
 
 TESTS = Path(__file__).parent
@@ -29,6 +30,7 @@ def _pids_with(token: str) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_a_run_cut_short_by_sigterm_leaves_no_detached_server(tmp_path: Path) -> None:
     token = f"detached-{uuid.uuid4().hex}"
     inner = tmp_path / "test_inner.py"

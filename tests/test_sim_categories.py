@@ -25,12 +25,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.acceptance import LevelWindow, MetricsSample, parse_metrics
 from specmon.model.datasets import load_dataset
 from specmon.orchestration.sweep import SweepSpec, run_sweep
+
+pytestmark = pytest.mark.slow
 
 CONFIG = {"code": 3.6, "maths": 3.0, "translation": 2.6, "summarisation": 2.2, "chat": 1.8}
 SPEC_STEPS = 3

@@ -8,8 +8,10 @@ import sys
 import time
 
 import httpx
-
+import pytest
 from simproc import READY_PATTERNS, SimProcess, free_port, start_sim
+
+pytestmark = pytest.mark.slow
 
 FLAGS = ("--flavor", "--host", "--port", "--tp", "--shards", "--load-seconds", "--kv-tokens", "--mem-fraction-static",
          "--spec", "--accept-len", "--model", "--time-scale", "--decode-log-interval", "--crash-at-shard", "--oom-at",

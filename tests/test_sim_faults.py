@@ -10,8 +10,9 @@ import time
 
 import httpx
 import pytest
-
 from simproc import SHARD_RE, start_sim
+
+pytestmark = pytest.mark.slow
 
 OOM = re.compile(r"CUDA out of memory|OutOfMemoryError")
 PORT_IN_USE = re.compile(r"\[Errno 98\]|[Aa]ddress already in use")
@@ -122,7 +123,7 @@ def test_exit_zero_after_ready_unasked() -> None:
         assert sim.health_status() == 200
         assert sim.wait_exit(10) == 0
         assert time.monotonic() - t_ready >= 0.5
-        assert sim.lines()[-1].endswith("INFO:     Finished server process [%d]" % sim.pid)
+        assert sim.lines()[-1].endswith(f"INFO:     Finished server process [{sim.pid}]")
 
 
 @pytest.mark.parametrize("flavor", ["sglang", "vllm"])

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from simproc import start_sim
+
+pytestmark = pytest.mark.slow
 
 REAL = Path(__file__).parent / "fixtures" / "real-logs"
 _SPLIT = re.compile(r"\r\n|\r|\n")

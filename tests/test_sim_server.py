@@ -12,8 +12,10 @@ import re
 import time
 
 import httpx
-
+import pytest
 from simproc import start_sim
+
+pytestmark = pytest.mark.slow
 
 SGLANG_PREFIX = re.compile(
     r"^\[(?P<ts>(?:\d{4}-\d{2}-\d{2} )?\d{2}:\d{2}:\d{2}(?:\.\d{3})?)(?P<ranks>(?: (?:DP|PP|ATTN_CP|MOE_DP|TP|EP)\d+)*)\] (?P<msg>.*)$"

@@ -30,6 +30,9 @@ from specmon.orchestration.runs import RunManager
 from specmon.orchestration.stopping import StopTimings
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
+# Every test here submits a job to the cluster of slurm_support.py and waits on it (seconds each); a few wait minutes.
+pytestmark = pytest.mark.slow
+
 
 def slurm_profile(port: int, name: str = "sim") -> Profile:
     return dataclasses.replace(sim_profile(port, name=name, stall_timeout_s=5.0),
@@ -145,7 +148,7 @@ async def test_the_servers_card_of_a_queued_run_shows_slurms_reason(slurm: Slurm
     app = fed_app(tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
-        app.update_rows([ROWS[0], row_from_view(pending, None, time.time())])
+        app.update_rows([ROWS[0], row_from_view(pending, time.time())])
         app.flush()
         await pilot.pause()
         card = next(c for c in app.query(RunCard) if c.profile == "demo-eagle3")

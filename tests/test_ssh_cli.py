@@ -6,9 +6,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pytest
 from sshd_support import Sshd
 
 from specmon.model.config import SshSettings, load_config
+
+pytestmark = pytest.mark.slow
 
 
 def _specmon(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -22,6 +22,8 @@ from specmon.orchestration.runview import LogLine, RunView
 from specmon.orchestration.stopping import StopTimings
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
+pytestmark = pytest.mark.slow
+
 # Lines the server prints before the sim starts loading: numbered, so a lost or repeated line is obvious.
 SEQ = 'i=1; while [ "$i" -le "$1" ]; do echo "specmon-seq $i"; i=$((i+1)); sleep "$2"; done; shift 2; exec "$@"'
 

@@ -19,6 +19,8 @@ from specmon.sources.health import probe_of
 from specmon.sources.ssh import AuthRefused, HostKeyChanged, HostKeyUnknown, SSHTransport
 from specmon.sources.transport import LinkState, TransportError
 
+pytestmark = pytest.mark.slow
+
 
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
@@ -142,10 +144,12 @@ async def test_a_dead_link_is_noticed_within_the_keepalive_window_and_comes_back
         assert (await transport.run("echo up")).out == "up\n"
         t0 = time.monotonic()
         relay.reset() if how == "reset" else relay.blackhole()
-        while transport.link.up and time.monotonic() - t0 < 20:
+        # The link's changes as its watcher saw them: after a reset the reconnect can finish within a few ms
+        # (the relay keeps accepting), so sampling `transport.link` could miss the drop altogether.
+        while not (down := [at for at, s in states if at >= t0 and not s.up]) and time.monotonic() - t0 < 20:
             await asyncio.sleep(0.05)
-        noticed = time.monotonic() - t0
-        assert not transport.link.up
+        assert down, f"the link never left 'connected' after the relay's {how}: {[s.state for _, s in states]}"
+        noticed = down[0] - t0
         # keepalive 1 s x 3 unanswered: about 3-4 s; generous guard for a loaded machine
         assert noticed < 12, f"dead link noticed after {noticed:.1f} s"
         if how == "blackhole":

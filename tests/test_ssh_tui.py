@@ -14,7 +14,7 @@ from test_ui_pilot import card_text, make_app, wait_until
 
 from specmon.model.config import parse_config
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 async def test_remote_profile_launch_ready_and_sweep_over_the_forward(sshd: Sshd, tmp_path: Path,

@@ -17,6 +17,8 @@ import pytest
 
 from specmon.model.results import read_results
 
+pytestmark = pytest.mark.slow
+
 TESTS = Path(__file__).parent
 
 

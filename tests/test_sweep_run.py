@@ -12,13 +12,15 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-
 from sse_server import ServerState, serve
+
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.results import LevelResult, read_results
 from specmon.model.sweepstats import RequestRecord, SweepProgress, level_from_records
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+
+pytestmark = pytest.mark.slow
 
 TESTS = Path(__file__).parent
 

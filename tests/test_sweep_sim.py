@@ -12,13 +12,15 @@ import asyncio
 from pathlib import Path
 
 import pytest
-
 from simproc import start_sim
+
 from specmon.loadgen.workload import Workload
 from specmon.model.compare import crossover
 from specmon.model.results import ClientHealth, LevelResult, Stats, read_results
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 from specmon.sim.model import StepModel, baseline_model, eagle3_model
+
+pytestmark = pytest.mark.slow
 
 LEVELS = (1, 2, 3, 4, 6, 8)
 OUTPUT_LEN = 96

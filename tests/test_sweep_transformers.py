@@ -27,8 +27,8 @@ from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 MISSING = [m for m in ("torch", "transformers", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
-pytestmark = pytest.mark.skipif(
-    bool(MISSING), reason=f"{', '.join(MISSING)} not installed: pip install torch 'transformers[serving]' to run")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(
+    bool(MISSING), reason=f"{', '.join(MISSING)} not installed: pip install torch 'transformers[serving]' to run")]
 
 
 def build_tiny_model(out: Path) -> None:

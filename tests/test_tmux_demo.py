@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 TMUX = shutil.which("tmux")
 
@@ -55,21 +55,14 @@ def wait_screen(tmux: Callable[..., str], pattern: str, timeout: float) -> str:
     raise AssertionError(f"{pattern!r} never appeared; last screen:\n{screen}")
 
 
-def specmon_for_the_builtin_ports() -> str:
-    """The installed specmon command, for a demo on its built-in ports 30001/30002: skipped (failed on CI) while
-    something else holds them."""
+def installed_specmon() -> str:
     specmon = shutil.which("specmon")
     assert specmon, "the specmon command is not installed (pip install -e .)"
-    if not (port_is_free(30001) and port_is_free(30002)):
-        if os.environ.get("CI"):
-            pytest.fail("the demo's ports 30001/30002 are busy on the CI machine")
-        pytest.skip("the demo's ports 30001/30002 are held by something else on this machine")
     return specmon
 
 
 def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
-    specmon = shutil.which("specmon")
-    assert specmon, "the specmon command is not installed (pip install -e .)"
+    specmon = installed_specmon()
     ports = {"demo-baseline": free_port_factory(), "demo-eagle3": free_port_factory()}
     # The demo's two profiles, shortened (8 shards over 4 s) and on free ports so parallel runs cannot collide.
     profiles = []
@@ -109,15 +102,18 @@ def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_por
     assert all(port_is_free(p) for p in ports.values())
 
 
-def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., str], tmp_path: Path) -> None:
+def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., str], tmp_path: Path,
+                                                            free_port_factory: Callable[[], int]) -> None:
     """Issue 10 #1: `~/venv/bin/specmon demo` without the venv on PATH left both cards IDLE: the built-in profiles
-    ran `specmon sim` from PATH. They run the running interpreter's specmon now (the built-in ports, 30001/2)."""
-    specmon = specmon_for_the_builtin_ports()
+    ran `specmon sim` from PATH. They run the running interpreter's specmon now (on free ports via --ports, so a
+    demo someone else runs on 30001/30002 cannot collide)."""
+    specmon = installed_specmon()
+    ports = (free_port_factory(), free_port_factory())
     bare_path = "/usr/bin:/bin"
     assert not any(Path(d, "specmon").exists() for d in bare_path.split(":")), "a specmon on the bare PATH"
     env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME") if k in os.environ}
     env_args = [a for k, v in {**env, "PATH": bare_path}.items() for a in ("-e", f"{k}={v}")]
-    command = f"cd {tmp_path} && {specmon} demo; echo DEMO-EXIT=$?; sleep 30"
+    command = f"cd {tmp_path} && {specmon} demo --ports {ports[0]},{ports[1]}; echo DEMO-EXIT=$?; sleep 30"
     tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", *env_args, "sh", "-c", command)
     try:
         screen = wait_screen(tmux, r"demo-baseline READY(.|\n)*demo-eagle3 READY", 120)
@@ -125,22 +121,24 @@ def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., 
     finally:
         tmux("send-keys", "-t", "demo", "q")
         wait_screen(tmux, r"DEMO-EXIT=0", 60)
-    assert port_is_free(30001) and port_is_free(30002)
+    assert all(port_is_free(p) for p in ports)
 
 
-def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: Callable[..., str],
-                                                                       tmp_path: Path) -> None:
+def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: Callable[..., str], tmp_path: Path,
+                                                                       free_port_factory: Callable[[], int]) -> None:
     """Issue 10 #1: with 30001 taken, the demo showed `IDLE · not running` and nothing else. The card says FAILED
-    now, names the holder (this test's pid) and free ports, with the `--ports` to use them; the other server runs."""
-    specmon = specmon_for_the_builtin_ports()
+    now, names the holder (this test's pid) and free ports, with the `--ports` to use them; the other server runs.
+    (The demo runs on free ports given with --ports, the first of them held here, so nothing else can collide.)"""
+    specmon = installed_specmon()
+    ports = (free_port_factory(), free_port_factory())
     holder = socket.socket()
-    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a demo that just ended leaves TIME_WAIT there
-    holder.bind(("127.0.0.1", 30001))
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.1", ports[0]))
     holder.listen()
     try:
         env = {k: os.environ[k] for k in ("HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "PATH") if k in os.environ}
         env_args = [a for k, v in env.items() for a in ("-e", f"{k}={v}")]
-        command = f"cd {tmp_path} && {specmon} demo; echo DEMO-EXIT=$?; sleep 30"
+        command = f"cd {tmp_path} && {specmon} demo --ports {ports[0]},{ports[1]}; echo DEMO-EXIT=$?; sleep 30"
         tmux("new-session", "-d", "-s", "demo", "-x", "80", "-y", "24", *env_args, "sh", "-c", command)
         wait_screen(tmux, r"specmon · built-in demo profiles", 60)
         opened = time.monotonic()
@@ -166,4 +164,4 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
         wait_screen(tmux, r"DEMO-EXIT=0", 60)
     finally:
         holder.close()
-    assert port_is_free(30002)
+    assert port_is_free(ports[1])

@@ -38,6 +38,8 @@ from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines, read_range
 from specmon.sources.transport import Transport, TransportError
 
+pytestmark = pytest.mark.slow
+
 
 @dataclass(frozen=True)
 class Host:

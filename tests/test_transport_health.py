@@ -5,9 +5,12 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
 from simproc import start_sim
 
 from specmon.sources.health import ProbeResult, ServerProbe, poll
+
+pytestmark = pytest.mark.slow
 
 
 async def test_probe_health_completion_and_info_of_a_ready_sim() -> None:

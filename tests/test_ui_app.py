@@ -18,6 +18,8 @@ from specmon.ui.logview import LogPane
 from specmon.ui.rows import ServerRow
 from specmon.ui.servers import RunCard
 
+pytestmark = pytest.mark.slow
+
 
 async def test_remapped_key_runs_the_action_and_the_help_screen_lists_it(tmp_path: Path) -> None:
     app = SpecmonApp(demo_config(keys={"launch": "L", "help": "f2"}), state_path=tmp_path / "ui.json")

@@ -22,6 +22,8 @@ from specmon.ui.bridge import EngineBridge
 from specmon.ui.gpuenv import GpuEnvPane
 from specmon.ui.servers import ServersPane
 
+pytestmark = pytest.mark.slow
+
 FAKE = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"
 
 

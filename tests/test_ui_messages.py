@@ -7,10 +7,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
 from ui_states import ROWS, fed_app
 
 from specmon.ui.messages import EngineNotice, LogAdded, LogCleared, RowsChanged, SeriesChanged, SweepStatusChanged
 from specmon.ui.rows import LogEntry, ServerRow
+
+pytestmark = pytest.mark.slow
 
 
 def aged(row: ServerRow, seconds: float) -> ServerRow:

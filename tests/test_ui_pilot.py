@@ -30,7 +30,7 @@ from specmon.ui.logview import LogPane
 from specmon.ui.servers import RunCard
 from specmon.ui.sweep import SweepPane
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 
 def sim_config(ports: dict[str, int], extra: dict[str, str] | None = None, stall_s: float = 30) -> Config:

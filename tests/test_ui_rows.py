@@ -6,7 +6,7 @@ import dataclasses
 
 from specmon.model.runstate import RunState
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView
-from specmon.ui.rows import entry_from_line, past_load, row_from_view
+from specmon.ui.rows import entry_from_line, row_from_view
 
 T0 = 1_790_000_000.0
 
@@ -22,25 +22,19 @@ def view(**changes: object) -> RunView:
 
 
 def test_loading_run_row() -> None:
-    row = row_from_view(view(), past_load_s=39.0, now=T0 + 23)
+    row = row_from_view(view(past_load_s=39.0), now=T0 + 23)
     assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == ("loading", "loading weights", 5, 8, 17.0)
     assert row.elapsed_s == 23 and row.past_load_s == 39.0 and row.last_activity_ago_s == 3
     assert (row.mem_fraction_static, row.spec_algorithm, row.spec_steps) == (0.8, "EAGLE3", 3)
 
 
 def test_ready_run_keeps_its_load_time_and_failed_run_says_why() -> None:
-    ready = row_from_view(view(state="ready", ready_at=T0 + 41, load_seconds=41.0, shards=(8, 8)), None, now=T0 + 500)
+    ready = row_from_view(view(state="ready", ready_at=T0 + 41, load_seconds=41.0, shards=(8, 8)), now=T0 + 500)
     assert ready.elapsed_s == 41.0
-    failed = row_from_view(view(state="failed", failure=FailureInfo("oom", "CUDA out of memory")), None, now=T0 + 30)
+    failed = row_from_view(view(state="failed", failure=FailureInfo("oom", "CUDA out of memory")), now=T0 + 30)
     assert failed.failure == "oom: CUDA out of memory"
-    stalled = row_from_view(view(stalled=True, stall_reason="no log output for 300 s"), None, now=T0 + 400)
+    stalled = row_from_view(view(stalled=True, stall_reason="no log output for 300 s"), now=T0 + 400)
     assert stalled.stalled and stalled.failure == "no log output for 300 s"
-
-
-def test_past_load_prefers_an_earlier_run_over_the_profile_estimate() -> None:
-    old = view(run_id="r0", state="stopped", load_seconds=44.0)
-    assert past_load([old, view()], "eagle", "r1", expected=60.0) == 44.0
-    assert past_load([view()], "eagle", "r1", expected=60.0) == 60.0
 
 
 def test_log_entries() -> None:
@@ -60,7 +54,7 @@ def test_log_entries() -> None:
 
 def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:
     died = view(state="failed", failure=FailureInfo("exception", "SafetensorError"))
-    assert row_from_view(died, None, now=T0 + 500).elapsed_s == 20  # its last log line came 20 s in
+    assert row_from_view(died, now=T0 + 500).elapsed_s == 20  # its last log line came 20 s in
 
 
 def test_log_pane_lines_carry_no_control_sequences() -> None:
@@ -78,7 +72,7 @@ def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
     from specmon.commands._lifecycle import progress_text
 
     exited = view(state="failed", failure=FailureInfo("exited", "exited with code 1"), phase="failed")
-    assert row_from_view(exited, None, now=T0 + 30).failure == "exited with code 1"
+    assert row_from_view(exited, now=T0 + 30).failure == "exited with code 1"
     assert progress_text(exited) == "eagle: failed, exited with code 1"
     assert "eagle: loading, log says ready, checking" in progress_text(view(phase="ready"))
     assert "loading, ready," not in progress_text(view(phase="ready"))

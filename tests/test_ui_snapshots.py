@@ -16,6 +16,8 @@ from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_overl
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
 
+pytestmark = pytest.mark.slow
+
 
 async def _settle(pilot: Pilot) -> None:
     await pilot.pause()

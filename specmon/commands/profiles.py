@@ -6,11 +6,11 @@ import argparse
 import asyncio
 import json
 import shlex
-import shutil
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TextIO
 
 from specmon.commands._lifecycle import config_for
+from specmon.commands._table import table_text
 from specmon.model.clean import escape_controls
 from specmon.model.config import Config
 from specmon.model.secrets import redact_argv, redact_env, redact_text, redact_value
@@ -80,8 +80,9 @@ def _url(url: str | None) -> str | None:
     return None if url is None else redact_value(url)
 
 
-def render_table(config: Config) -> str:
-    """A header naming the source, then one row per profile, the command cut to the terminal width."""
+def render_table(config: Config, out: TextIO | None = None) -> str:
+    """A header naming the source, then one row per profile (on a terminal, the command is cut to its width;
+    see `_table.table_text`), then the sweep settings."""
     if config.is_builtin:
         header = f"profiles: built-in demo profiles (no profiles file found; searched {_DISCOVERY})"
     else:
@@ -90,12 +91,7 @@ def render_table(config: Config) -> str:
     # Escaped: a config string holding ESC or a newline must neither act on the terminal nor break the table.
     rows = [(p.name, escape_controls(p.host), p.server, str(p.port), escape_controls(shlex.join(redact_argv(p.command))))
             for p in config.profiles.values()]
-    widths = [max(len(row[i]) for row in [titles, *rows]) for i in range(4)]
-    width = shutil.get_terminal_size((120, 24)).columns
-    lines = [header]
-    for row in [titles, *rows]:
-        line = "  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row[:4])) + "  " + row[4]
-        lines.append(line if len(line) <= width else line[: max(width - 3, 20)] + "...")
+    lines = [header, table_text(titles, rows, out=out)]
     levels = ",".join(str(level) for level in config.sweep.levels)
     sweep = config.sweep
     prompts = f"dataset {sweep.dataset}" + (f" ({escape_controls(sweep.dataset_path)})" if sweep.dataset_path else "")

@@ -31,7 +31,7 @@ from specmon.model.clean import one_line
 from specmon.model.secrets import redact_text, redact_value
 from specmon.orchestration.runs import HostRun, RunManager
 from specmon.orchestration.runstore import Unreadable
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runview import RunView, unreadable_json
 
 WINDOW_S = 24 * 3600     # ended runs older than this are listed only with --all
 NOTE_CHARS = 72          # a failure reason longer than this is cut in the table (--json has it whole)
@@ -126,12 +126,6 @@ def _json_of(v: RunView) -> dict[str, Any]:
     return data
 
 
-def _unreadable_json(u: Unreadable) -> dict[str, Any]:
-    keys = ("profile", "host", "pid", "port", "url", "started_at", "ready_at", "load_seconds", "shards",
-            "kv_cache_tokens", "exit_code", "failure", "config")
-    return {"run_id": u.run_id, "state": "unreadable", **dict.fromkeys(keys), "error": f"{u.reason} ({u.path})"}
-
-
 def run(args: argparse.Namespace) -> int:
     if args.adopt and not args.host:
         raise UserError("--adopt needs --host HOST (the host whose run directory holds the run)")
@@ -146,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         # A run found on a host and adopted belongs to no profiles file: --host lists every file's runs there.
         views = await manager.refresh(all_configs=args.all or bool(args.host))
         if profile is not None:
-            views = [v for v in views if v.profile == profile and v.config in (None, manager.config_key)]
+            views = [v for v in views if v.profile == profile and v.belongs_to(manager.config_key)]
         found: list[HostRun] = []
         if args.host:
             views = [v for v in views if args.host in (v.host, *(node.host for node in v.nodes))]
@@ -165,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
         # Exit 1 when runs were to be checked and no host holding one answered: nothing here is known now.
         code = 1 if unanswered and views and all(_unchecked(v, unanswered) for v in views) else 0
         if args.json:
-            runs = [_json_of(v) for v in views] + [_unreadable_json(u) for u in broken]
+            runs = [_json_of(v) for v in views] + [unreadable_json(u.run_id, f"{u.reason} ({u.path})") for u in broken]
             if args.host:
                 print(json.dumps({"runs": runs, "adoptable": [dataclasses.asdict(r) for r in found]}, indent=2))
             else:
@@ -173,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
             return code
         if views or broken:
             header = ("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "URL", "NOTE")
-            _table([header] + [r for v in views for r in _rows(v, v.config in (None, manager.config_key), unanswered)]
+            _table([header] + [r for v in views for r in _rows(v, v.belongs_to(manager.config_key), unanswered)]
                    + [_unreadable_row(u) for u in broken])
         elif not found:
             print("no runs" + (f" on {args.host}" if args.host else "")

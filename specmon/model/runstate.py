@@ -243,11 +243,18 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
     return state
 
 
+def typical_load_s(past_load_seconds: Sequence[float]) -> float | None:
+    """What a load is compared with (the ETA's history and the card's `elapsed/~typical`): the median of the
+    past load durations; None without any."""
+    past = [p for p in past_load_seconds if p is not None and p >= 0]
+    return statistics.median(past) if past else None
+
+
 def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] = ()) -> float | None:
     """Estimated seconds until the server is ready, or None when nothing supports a guess.
 
     Two estimates: from shards, `(total - done) / shard_rate` (only while weights load; it covers weight
-    loading, the part of the launch the log can measure); from history, `median(past_load_seconds) -
+    loading, the part of the launch the log can measure); from history, `typical_load_s(past_load_seconds) -
     (now - started_at)` (floored at 0; needs `started_at`). With both, they are blended by load progress:
     `f * shards + (1 - f) * history` with `f = done / total`, since tqdm's rate firms up as shards finish
     while history knows about the phases after loading. After weight loading only history can answer.
@@ -255,9 +262,9 @@ def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] 
     if state.ready or state.phase == "failed":
         return 0.0 if state.ready else None
     history: float | None = None
-    past = [p for p in past_load_seconds if p is not None and p >= 0]
-    if past and state.started_at is not None:
-        history = max(0.0, statistics.median(past) - (now - state.started_at))
+    typical = typical_load_s(past_load_seconds)
+    if typical is not None and state.started_at is not None:
+        history = max(0.0, typical - (now - state.started_at))
     shards: float | None = None
     fraction = 0.0
     if (state.progress_phase in ("launching", "loading_weights") and state.shards_total and state.shard_rate

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specmon.model.events import highlights
-from specmon.model.runstate import LogWatch, RunState, eta_seconds
+from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.slurm import JobInfo, slurm_failure
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
@@ -203,7 +203,7 @@ class RunController:
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
             load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
             kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
-            exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase,
+            exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase, past_load_s=typical_load_s(self.past_loads),
             still_running=state == "failed" and self._process_alive,
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,

@@ -26,7 +26,8 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -43,8 +44,28 @@ from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopRep
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
 
-if TYPE_CHECKING:
-    from specmon.orchestration.runs import RunManager
+
+class NodeRuns(Protocol):
+    """What multi-node runs need of the run manager (`orchestration.runs.RunManager` is one): the run store,
+    each host's operations and launch lock, and the single-node verbs each node goes through."""
+
+    @property
+    def store(self) -> RunStore: ...
+
+    def ops(self, host: str) -> HostOps: ...
+
+    def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AbstractAsyncContextManager[None]: ...
+
+    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None: ...
+
+    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...],
+                        **record_fields: Any) -> RunRecord: ...
+
+    async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView: ...
+
+    def view(self, run_id: str) -> RunView: ...
+
+    async def stop(self, target: str, force: bool = False) -> StopReport: ...
 
 
 def node_label(view: RunView | RunRecord) -> str:
@@ -221,7 +242,7 @@ async def master_address(profile: Profile, ops: Sequence[HostOps]) -> str:
                     f"profile {profile.name}")
 
 
-async def launch(manager: RunManager, profile: Profile, *, watch: bool) -> RunView:
+async def launch(manager: NodeRuns, profile: Profile, *, watch: bool) -> RunView:
     """Start every node of a multi-node profile (after checking every host first); see the module docstring.
 
     Every node's host launch lock is held from the preflights to the recorded pids, as for a single-node launch,
@@ -236,7 +257,7 @@ async def launch(manager: RunManager, profile: Profile, *, watch: bool) -> RunVi
     return manager.view(run_id)
 
 
-async def _start_nodes(manager: RunManager, profile: Profile) -> str:
+async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
     """Preflight every host, then start every node; returns the group's run id (the hosts' locks are held)."""
     hosts = profile.nodes
     ops = [manager.ops(host) for host in hosts]
@@ -279,7 +300,7 @@ async def _start_nodes(manager: RunManager, profile: Profile) -> str:
     return run_id
 
 
-async def stop(manager: RunManager, record: RunRecord, force: bool) -> StopReport:
+async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
     """Stop every node at once (each with its own gates); one report naming each node's blockers."""
     t0 = time.monotonic()
     if not record.terminal:

@@ -62,6 +62,12 @@ def iso_utc(epoch: float | None) -> str | None:
     return datetime.fromtimestamp(epoch, timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def launched_by(run_config: str | None, config: str) -> bool:
+    """Whether the profiles file `config` launched a run whose record names `run_config` (a run recorded before
+    the file was kept names none: it belongs to every file)."""
+    return run_config is None or run_config == config
+
+
 @dataclass(frozen=True)
 class RunRecord:
     """What specmon remembers about a run between processes."""
@@ -124,7 +130,7 @@ class RunRecord:
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (runs recorded before that was kept: any)."""
-        return self.config is None or self.config == config
+        return launched_by(self.config, config)
 
     @classmethod
     def from_json(cls, data: object) -> RunRecord:

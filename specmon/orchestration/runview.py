@@ -7,7 +7,7 @@ from typing import Any
 
 from specmon.model.clean import printable, strip_ansi
 from specmon.model.runstate import RunState
-from specmon.orchestration.runstore import iso_utc
+from specmon.orchestration.runstore import iso_utc, launched_by
 from specmon.sources.transport import LinkState
 
 RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
@@ -70,11 +70,17 @@ class RunView:
     config: str | None = None             # the profiles file that launched the run (None: unknown, an old run)
     still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
     job: str | None = None                # a Slurm run: its job's state, "PENDING (Resources)", "RUNNING on n1, ..."
+    past_load_s: float | None = None      # what this load is compared with (`typical_load_s` of the profile's
+                                          # past loads, else its expected_load_s); None: unknown, or not watched
 
     @property
     def active(self) -> bool:
         """The server process may still be running."""
         return self.state in ACTIVE_STATES
+
+    def belongs_to(self, config: str) -> bool:
+        """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
+        return launched_by(self.config, config)
 
     def to_json(self) -> dict[str, Any]:
         """The `specmon status --json` object."""
@@ -99,6 +105,15 @@ class RunView:
             "still_running": self.still_running,
             **({"job": self.job} if self.job is not None else {}),
         }
+
+
+def unreadable_json(run_id: str, error: str) -> dict[str, Any]:
+    """The `specmon status --json` object of a run whose record cannot be read: the keys of `RunView.to_json`
+    (taken from it, so the two never drift apart), null, with state "unreadable" and the reason in "error"."""
+    blank = RunView(run_id=run_id, profile="", host="", state="unreadable", stalled=False, pid=None, port=0, url="",
+                    started_at=0.0, ready_at=None, load_seconds=None, shards=None, kv_cache_tokens=None,
+                    exit_code=None, failure=None, eta_s=None, phase=None, stall_reason=None, log_path="", run_dir="")
+    return {**dict.fromkeys(blank.to_json()), "run_id": run_id, "state": "unreadable", "error": error}
 
 
 def node_prefix(node: int | None) -> str:

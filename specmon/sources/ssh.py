@@ -39,6 +39,7 @@ import asyncssh
 import httpx
 
 from specmon.model.config import SshSettings, parse_host
+from specmon.sources.sshhttp import TunnelHTTPTransport
 from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
 
 log = logging.getLogger(__name__)
@@ -475,8 +476,6 @@ class SSHTransport(Transport):
                 raise TransportError(f"{self.host}: link lost: {exc}") from None
 
     def http_transport(self) -> httpx.AsyncBaseTransport | None:
-        from specmon.sources.sshhttp import TunnelHTTPTransport
-
         return TunnelHTTPTransport(self)
 
     async def local_url(self, port: int) -> str:

@@ -11,16 +11,25 @@ import asyncio
 import ssl
 import typing
 from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import asyncssh
 import httpcore
 import httpx
 
-from specmon.sources.transport import TransportError
+from specmon.sources.transport import LinkState, TransportError
 
-if TYPE_CHECKING:
-    from specmon.sources.ssh import SSHTransport
+
+class ChannelOpener(Protocol):
+    """What the tunnel needs of an SSH link (`sources.ssh.SSHTransport` is one): its state, and direct-tcpip
+    channels to a host:port as seen from the host (ConnectionRefusedError when nothing listens there,
+    TransportError when the link is down)."""
+
+    @property
+    def link(self) -> LinkState: ...
+
+    async def open_tcp(self, host: str, port: int,
+                       wait_s: float | None = None) -> tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]]: ...
 
 
 class _ChannelStream(httpcore.AsyncNetworkStream):
@@ -63,7 +72,7 @@ class _ChannelStream(httpcore.AsyncNetworkStream):
 class _ChannelBackend(httpcore.AsyncNetworkBackend):
     """Opens each "TCP connection" as a direct-tcpip channel of the host's SSH connection."""
 
-    def __init__(self, transport: SSHTransport) -> None:
+    def __init__(self, transport: ChannelOpener) -> None:
         self._transport = transport
 
     async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
@@ -132,9 +141,9 @@ class _Body(httpx.AsyncByteStream):
 
 
 class TunnelHTTPTransport(httpx.AsyncBaseTransport):
-    """httpx transport: HTTP/1.1 with keep-alive over direct-tcpip channels of one SSHTransport."""
+    """httpx transport: HTTP/1.1 with keep-alive over direct-tcpip channels of one SSH link."""
 
-    def __init__(self, transport: SSHTransport, max_connections: int = 4) -> None:
+    def __init__(self, transport: ChannelOpener, max_connections: int = 4) -> None:
         self._pool = httpcore.AsyncConnectionPool(network_backend=_ChannelBackend(transport),
                                                   max_connections=max_connections)
 

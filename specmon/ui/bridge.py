@@ -54,7 +54,7 @@ from specmon.ui.messages import (
     ServingChanged,
     SweepStatusChanged,
 )
-from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line, past_load, row_from_view
+from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line, row_from_view
 
 TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
 TICK_IDLE_S = 5.0     # ... and while every run is settled
@@ -81,7 +81,7 @@ class EngineBridge:
         self._starts: set[asyncio.Task[RunView]] = set()   # launches and restarts in flight (quit waits for them)
         self._closing = False
         self._views: dict[str, RunView] = {}       # profile -> its latest run
-        self._earlier: list[RunView] = []          # every run known at start, oldest first (for past load times)
+        self._earlier: list[RunView] = []          # every run known at start, oldest first (names GPU holders)
         self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._levels: dict[str, list[LevelResult]] = {}
@@ -138,16 +138,13 @@ class EngineBridge:
         if self._target is None:
             return
         now = time.time()
-        runs = self._earlier + list(self._views.values())
         rows = []
         for profile in profiles:
             if profile in self._refused:
                 rows.append(ServerRow(profile=profile, state="failed", failure=self._refused[profile],
                                       port=self.config.profiles[profile].port))
                 continue
-            view = self._views[profile]
-            expected = self.config.profiles[profile].expected_load_s
-            rows.append(row_from_view(view, past_load(runs, profile, view.run_id, expected), now))
+            rows.append(row_from_view(self._views[profile], now))
         self._post(RowsChanged(rows))
 
     async def _tick(self) -> None:

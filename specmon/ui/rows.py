@@ -7,7 +7,6 @@ mapping from engine state to what a person sees is a pure function tested withou
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specmon.orchestration.runview import LogLine, RunView, node_prefix
@@ -80,7 +79,7 @@ class LogEntry:
     kind: str = ""
 
 
-def row_from_view(view: RunView, past_load_s: float | None, now: float) -> ServerRow:
+def row_from_view(view: RunView, now: float) -> ServerRow:
     """What the Servers pane shows of a run. `now` is epoch seconds, the clock RunView's times use."""
     rs = view.run_state
     last = rs.last_activity if rs is not None else None
@@ -104,7 +103,7 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
         shards_total=view.shards[1] if view.shards else None,
         eta_s=view.eta_s,
         elapsed_s=elapsed,
-        past_load_s=past_load_s,
+        past_load_s=view.past_load_s,
         kv_cache_tokens=view.kv_cache_tokens,
         mem_fraction_static=rs.mem_fraction_static if rs is not None else None,
         spec_algorithm=rs.speculative_algorithm if rs is not None else None,
@@ -126,14 +125,6 @@ def row_from_view(view: RunView, past_load_s: float | None, now: float) -> Serve
                     link=None if node.link is None or node.link.up else node.link.label(now))
             for node in view.nodes),
     )
-
-
-def past_load(views: Sequence[RunView], profile: str, exclude_run: str | None, expected: float | None) -> float | None:
-    """The load time to compare against: the latest earlier finished load of the profile, else its expected_load_s."""
-    for view in reversed(views):
-        if view.profile == profile and view.run_id != exclude_run and view.load_seconds:
-            return view.load_seconds
-    return expected
 
 
 # An access-log line of a successful /health or /metrics poll (specmon's own, about once a second per run).
