@@ -76,3 +76,24 @@ def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
     assert progress_text(exited) == "eagle: failed, exited with code 1"
     assert "eagle: loading, log says ready, checking" in progress_text(view(phase="ready"))
     assert "loading, ready," not in progress_text(view(phase="ready"))
+
+
+def test_a_cards_serving_lines_fit_its_width_sparklines_only_where_they_fit() -> None:
+    """At 80x24 the Servers pane gives a card about 36 cells: the figures with their sparklines wrapped, leaving a
+    line of bare sparkline blocks; there the figures go without sparklines, and a wide card keeps them."""
+    from pathlib import Path
+
+    from rich.text import Text
+
+    from specmon.model.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.ui.servers import serving_lines
+
+    capture = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
+    history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
+    update = ServingUpdate("p", "r", figures(read_sample(capture, 0.0)), history)
+    wide = serving_lines(update, 72)
+    assert all("▁" in line for line in wide) and "run 162 " in Text.from_markup(wide[0]).plain
+    narrow = serving_lines(update, 36)
+    plain = [Text.from_markup(line).plain for line in narrow]
+    assert all(len(line) <= 36 for line in plain), plain
+    assert plain[0] == "run 162 wait 2826 KV 28%" and "▁" not in "".join(plain)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
@@ -95,15 +96,16 @@ class RunCard(Vertical):
             job = escape(row.job)
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
+        # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
+        # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
+        room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
+        room = room if room > 0 else 72   # before the first layout
         if serving is not None and row.state == "ready" and serving.run_id == row.run_id:
-            lines += serving_lines(serving)
+            lines += serving_lines(serving, room)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
-            # Two lines of this card, whole while the pane is maximised. The width comes from the pane's outer size
-            # less its border, a scrollbar's room, the card's bar and "✗ ": the card's own width changes with the
-            # scrollbar that a longer reason brings, and would make the cut flip between two widths.
-            width = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 8
-            width = width if width > 0 else 70   # before the first layout
+            # Two lines of this card (less "✗ "), whole while the pane is maximised.
+            width = room - 2
             whole = isinstance(self.screen.maximized, ServersPane)
             parts = fmt.card_reason(row.failure, width, f"… ({self._whole_key}: whole)", None if whole else 2)
             lines += [f"[$error b]{'✗' if i == 0 else ' '} {escape(part)}[/]" for i, part in enumerate(parts)]
@@ -138,9 +140,10 @@ class RunCard(Vertical):
         self.post_message(self.Clicked(self.profile))
 
 
-def serving_lines(update: ServingUpdate) -> list[str]:
+def serving_lines(update: ServingUpdate, room: int) -> list[str]:
     """A ready run's serving view on its card: the figures from its /metrics with a sparkline of the last two
-    minutes for the busy ones, what it says is wrong, or why there is nothing to show."""
+    minutes for the busy ones (left out where a line would not fit in `room` cells: a wrapped sparkline reads as
+    noise on a narrow terminal), what it says is wrong, or why there is nothing to show."""
     if update.note is not None:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
@@ -148,15 +151,22 @@ def serving_lines(update: ServingUpdate) -> list[str]:
     texts = dict(figure_texts(update.figures))
     tops = {"kv_pct": 100.0}
 
-    def spark(name: str) -> str:
-        values = list(update.history.get(name, ()))
-        # Padded to its full width: a line whose length changes asks for a relayout of the whole screen.
-        return f"[dim]{sparkline(values, SPARK_SLICES, tops.get(name)).rjust(SPARK_SLICES)}[/]"
+    def figures(sparks: bool) -> list[str]:
+        def spark(name: str) -> str:
+            if not sparks:
+                return ""
+            values = list(update.history.get(name, ()))
+            # Padded to its full width: a line whose length changes asks for a relayout of the whole screen.
+            return f" [dim]{sparkline(values, SPARK_SLICES, tops.get(name)).rjust(SPARK_SLICES)}[/]"
 
-    lines = [f"run {texts['running']} {spark('running')} wait {texts['waiting']} {spark('waiting')}"
-             f" KV {texts['KV']} {spark('kv_pct')}",
-             f"{texts['tok/s']} tok/s {spark('tok_s')} hit {texts['prefix hit']} preempt {texts['preempt']}"
-             + (f" acc {escape(texts['accept'])}" if texts["accept"] != "—" else "")]
+        return [f"run {texts['running']}{spark('running')} wait {texts['waiting']}{spark('waiting')}"
+                f" KV {texts['KV']}{spark('kv_pct')}",
+                f"{texts['tok/s']} tok/s{spark('tok_s')} hit {texts['prefix hit']} preempt {texts['preempt']}"
+                + (f" acc {escape(texts['accept'])}" if texts["accept"] != "—" else "")]
+
+    lines = figures(sparks=True)
+    if any(Text.from_markup(line).cell_len > room for line in lines):
+        lines = figures(sparks=False)
     if update.alerts:
         lines.append(f"[$warning b]⚠ {escape(' · '.join(update.alerts))}[/]")
     return lines
