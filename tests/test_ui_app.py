@@ -337,7 +337,13 @@ async def test_chart_marks_levels_round_ticks_and_the_crossover_where_the_curves
 async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_path: Path) -> None:
     """Issue 26: at 160×48 the log took most of the upper half and the chart and table shared a cramped lower half.
     Before any sweep the Sweep pane is the smaller part; with a series it has about two thirds of the height, while
-    the top row keeps the two server cards whole; at 80×24 the top row keeps its 11 rows."""
+    the top row keeps the two READY server cards whole, serving view included (its sparklines wrapped there and cut
+    the second card's last lines); at 80×24 the top row keeps its 11 rows."""
+    from test_servermetrics import capture
+
+    from specmon.model.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.ui import messages
+    from specmon.ui.servers import ServersPane
     from specmon.ui.sweep import SweepPane
 
     app = SpecmonApp(demo_config(), state_path=tmp_path / "ui.json")
@@ -346,11 +352,22 @@ async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_pat
         top, sweep = app.query_one("#top").size.height, app.query_one(SweepPane).size.height
         assert sweep < top, (top, sweep)
         assert "no sweep yet" in str(app.query_one("#sweep-chart").render())   # not an empty frame
-        app.update_rows(ROWS)
+        # As the demo's two READY servers: KV sizes 10 % apart (a warning line above the cards), EAGLE-3 with its
+        # accept length on the second.
+        ready = [ServerRow(**{**row.__dict__, "state": "ready", "phase": "ready", "shards_done": 16, "shards_total": 16,
+                              "kv_cache_tokens": kv, "mem_fraction_static": 0.88, "spec_accept_len": accept})
+                 for row, kv, accept in zip(ROWS, (450_000, 400_000), (None, 2.93))]
+        app.update_rows(ready)
+        sample = figures(read_sample(capture("sglang-llama31-8b-production-metrics.prom"), 0.0))
+        history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
+        for row in ready:
+            app.post_message(messages.ServingChanged(ServingUpdate(row.profile, str(row.run_id), sample, history)))
         app.set_series("demo-baseline", [{"concurrency": 1, "output_throughput": 90.0}])
         await _settled(app, pilot)
         top, sweep = app.query_one("#top").size.height, app.query_one(SweepPane).size.height
         assert sweep >= 2 * top - 1 and top >= 11, (top, sweep)
+        servers = app.query_one(ServersPane)
+        assert "wait 2826" in screen_text(app) and servers.max_scroll_y == 0, screen_text(app)
         await pilot.resize_terminal(80, 24)
         await _settled(app, pilot)
         assert app.query_one("#top").size.height == 11
