@@ -13,7 +13,8 @@ every POST gets the behaviour named by `mode`:
 - `trickle`: /v1/models announces 1000 bytes and sends one every 2 s;
 - `huge`: /v1/models answers 400 MB (one model whose id is all of it), as fast as the client reads;
 - `long_id`: /v1/models lists one model whose id is 5000 characters;
-- `huge_info`: /v1/models is normal, /server_info answers 400 MB.
+- `huge_info`: /v1/models is normal, /server_info answers 400 MB;
+- `deep`: /v1/models answers 100,000 nested `[` (valid JSON would need as many `]`; the parser recursed first).
 
 Run standalone: python tests/hostile_http.py --port P --mode MODE [--usage TEXT] [--get GET]; prints "ready" when listening.
 """
@@ -100,6 +101,9 @@ class HostileServer:
                 writer.write(block)
                 await writer.drain()
             writer.write(tail)
+        elif (path, self.get) == ("/v1/models", "deep"):
+            body = b"[" * 100_000 + b"]" * 100_000
+            writer.write(json_head % len(body) + body)
         elif path == "/v1/models":
             body = MODELS if self.get != "long_id" else json.dumps({"data": [{"id": "m" * 5000}]}).encode()
             writer.write(json_head % len(body) + body)
@@ -147,6 +151,6 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage", "endless_line"))
     ap.add_argument("--usage", default="{}")
-    ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info"))
+    ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info", "deep"))
     a = ap.parse_args()
     asyncio.run(_serve(a.port, a.mode, a.usage, a.get))

@@ -168,6 +168,14 @@ def test_a_huge_models_answer_is_refused_unread(hostile: str, tmp_path: Path) ->
     assert peak_mb < 300, peak_mb
 
 
+@pytest.mark.parametrize("hostile", [("usage", "deep")], indirect=True)
+def test_a_deeply_nested_models_answer_is_one_line(hostile: str, tmp_path: Path) -> None:
+    """Issue 20 item 3: 100,000 nested arrays in /v1/models ended in a RecursionError traceback."""
+    done, _, _ = specmon("sweep", "--url", hostile, "--levels", "1", "--out", "r.jsonl", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr[-500:]
+    assert done.stderr.endswith("/v1/models: answer is not JSON (nested deeper than 64 levels); pass --model to skip it\n")
+
+
 @pytest.mark.parametrize("hostile", [("usage", "long_id")], indirect=True)
 def test_an_implausible_model_id_is_cut_before_the_terminal(hostile: str, tmp_path: Path) -> None:
     """A 5000-character id was taken as the model, sent, and printed whole."""

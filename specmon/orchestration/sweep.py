@@ -42,6 +42,7 @@ from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.client import DEADLINE_FACTOR
 from specmon.loadgen.workload import Workload
+from specmon.model import textfile
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.interpreter import python_module
 from specmon.model.numbers import counted
@@ -220,10 +221,11 @@ async def probe_server(url: str, api_key: str | None, need_models: bool = True,
                 raise UserError(f"{url}/v1/models: HTTP {status} {text!r}; pass --model to skip it")
         else:
             try:
-                models_json = json.loads(body)
-            except ValueError:
+                models_json = textfile.loads(body)
+            except ValueError as exc:
                 if need_models:
-                    raise UserError(f"{url}/v1/models: answer is not JSON; pass --model to skip it") from None
+                    why = f" ({exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
+                    raise UserError(f"{url}/v1/models: answer is not JSON{why}; pass --model to skip it") from None
 
         async def get_text(path: str) -> str | None:
             with contextlib.suppress(httpx.HTTPError, asyncio.TimeoutError, _TooBig):
@@ -235,7 +237,7 @@ async def probe_server(url: str, api_key: str | None, need_models: bool = True,
         async def get_json(path: str) -> Any:
             text = await get_text(path)
             with contextlib.suppress(ValueError):
-                return None if text is None else json.loads(text)
+                return None if text is None else textfile.loads(text)
             return None
 
         info = await get_json("/server_info") or await get_json("/get_server_info")

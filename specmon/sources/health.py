@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from specmon.model.textfile import loads
 from specmon.sources.transport import Transport
 
 T = TypeVar("T")
@@ -71,7 +72,7 @@ class ServerProbe:
             result, resp = await self._request("GET", "/v1/models")
             if result.ok and resp is not None:
                 try:
-                    self._model = str(resp.json()["data"][0]["id"])
+                    self._model = str(loads(resp.content)["data"][0]["id"])
                 except (ValueError, KeyError, IndexError, TypeError):
                     pass
         return self._model
@@ -88,7 +89,8 @@ class ServerProbe:
             result, resp = await self._request("POST", "/v1/chat/completions", chat)
         if result.ok and resp is not None:
             try:
-                if not resp.json().get("choices"):
+                answer = loads(resp.content)
+                if not (isinstance(answer, dict) and answer.get("choices")):
                     return ProbeResult(result.status, "answer without choices", result.elapsed_s)
             except ValueError:
                 return ProbeResult(result.status, "answer is not JSON", result.elapsed_s)
@@ -105,7 +107,7 @@ class ServerProbe:
             result, resp = await self._request("GET", path)
             if result.ok and resp is not None:
                 try:
-                    info = resp.json()
+                    info = loads(resp.content)
                 except ValueError:
                     continue
                 if isinstance(info, dict):
