@@ -20,9 +20,13 @@ pytestmark = pytest.mark.slow
 
 
 async def _settle(pilot: Pilot) -> None:
-    await pilot.pause()
-    pilot.app.flush()  # type: ignore[attr-defined]
-    await pilot.pause()
+    # Twice: a flush can ask for a relayout whose repaint lands a pause later (a busy CI box once caught the
+    # experiment view between the two).
+    for _ in range(2):
+        await pilot.pause()
+        pilot.app.flush()  # type: ignore[attr-defined]
+        await pilot.pause()
+    await pilot.wait_for_scheduled_animations()
 
 
 SIZES = {"80x24": (80, 24), "100x30": (100, 30), "160x48": (160, 48)}
