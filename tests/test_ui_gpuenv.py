@@ -148,3 +148,35 @@ async def test_e_opens_the_hidden_gpu_pane_full_screen_on_a_narrow_terminal(
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen.maximized is None and pane.region.width == 0
+
+
+@pytest.mark.parametrize("smi", ["missing", "driver-down"])
+async def test_a_host_without_gpus_shows_the_selected_profiles_environment_under_the_gpu_line(
+        app_with_gpus: SpecmonApp, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smi: str) -> None:
+    # With no GPUs to show, the gpus view was one line ("nvidia-smi not found") in a pane left empty at 160x48 (the
+    # README's screenshot). It now shows that line and, under it, the selected profile's environment, which
+    # follows the selection.
+    path = [d for d in os.environ["PATH"].split(os.pathsep) if d and not (Path(d) / "nvidia-smi").exists()]
+    if smi == "driver-down":   # what the real tool prints (exit 9) on a host whose driver is not loaded
+        down = tmp_path / "down"
+        down.mkdir()
+        (down / "nvidia-smi").write_text(
+            "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver.\"\nexit 9\n")
+        (down / "nvidia-smi").chmod(0o755)
+        path.insert(0, str(down))
+    monkeypatch.setenv("PATH", os.pathsep.join(path))
+    app = app_with_gpus
+    async with app.run_test(size=(160, 48)) as pilot:
+        line = "nvidia-smi not found" if smi == "missing" else "couldn't communicate with the NVIDIA driver"
+        await until(lambda: line in pane_text(app) and "profile ll on local" in pane_text(app), pilot.pause)
+        text = pane_text(app)
+        assert "injected at start-up" in text and "NCCL_PROTO=LL" in text
+        assert text.index(line) < text.index("profile ll on local")
+        if smi == "driver-down":   # the env report's note quotes the tool, not "not XML"
+            assert "nvidia-smi -q -x exited with status 9: NVIDIA-SMI has failed" in text and "not XML" not in text
+        await pilot.press("j")   # the next profile: its environment replaces the first one's
+        await until(lambda: "profile plain on local" in pane_text(app), pilot.pause)
+        assert line in pane_text(app) and "NCCL_PROTO" not in pane_text(app)
+        await pilot.press("e")   # the env view itself is unchanged
+        await until(lambda: "GPU / env · env" == app.query_one(GpuEnvPane).border_title, pilot.pause)
+        await until(lambda: pane_text(app).startswith("profile plain on local"), pilot.pause)

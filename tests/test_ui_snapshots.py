@@ -98,6 +98,12 @@ def test_failed_card_with_a_long_reason_80x24(snap_compare, tmp_path: Path) -> N
     assert snap_compare(fed_app(tmp_path, rows=FAILED_ROWS), terminal_size=(80, 24), run_before=_settle)
 
 
+def test_no_gpus_160x48(snap_compare, tmp_path: Path) -> None:
+    """A host without GPUs: the GPU/env column says why under its title and shows the selected profile's
+    environment (it stood mostly empty at 160x48 before: issue 26)."""
+    assert snap_compare(fed_app(tmp_path, gpus=False), terminal_size=(160, 48), run_before=_settle)
+
+
 def test_light_theme_160x48(snap_compare, tmp_path: Path) -> None:
     (tmp_path / "ui.json").write_text('{"theme": "specmon-light"}')
     assert snap_compare(fed_app(tmp_path), terminal_size=(160, 48), run_before=_settle)

@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from specmon.model.config import Config, Profile, SweepDefaults
+from specmon.model.env import EnvReport, Injection, ProcessEnv, Startup
 from specmon.model.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
-from specmon.ui.gpuenv import GpusUpdated
+from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 PROFILES = ("demo-baseline", "demo-eagle3")
@@ -79,8 +80,27 @@ def gpu_board() -> GpuBoard:
     return board
 
 
-def fed_app(tmp: Path, rows: list[ServerRow] = ROWS) -> SpecmonApp:
-    """An app with no engine, its panes fed the fixed states above (`rows`: the Servers pane's). Themes come from
+def no_gpu_board() -> GpuBoard:
+    """A host without an NVIDIA driver, as the GPU probe leaves its board."""
+    board = GpuBoard(history=30)
+    board.error = "local: nvidia-smi not found (no NVIDIA driver here?)"
+    return board
+
+
+# The environment of a running demo-baseline as the env probe reads it (redacted already, as reports are built).
+RUNNING_ENV = EnvReport(
+    subject="run r-0001 (profile demo-baseline)", host="local", launch_env={"NCCL_DEBUG": "WARN"},
+    startup=Startup(python="/opt/venv/bin/python3", injections=(
+        Injection("NCCL_ALGO", "Ring", None, "/opt/venv/lib/python3.11/site-packages/sitecustomize.py"),)),
+    processes=(ProcessEnv(4242, "python3", {"NCCL_DEBUG": "WARN", "NCCL_ALGO": "Ring", "CUDA_VISIBLE_DEVICES": "0,1",
+                                             "SGLANG_ENABLE_TORCH_COMPILE": "0"}, role="server"),),
+    args={"mem fraction": "0.88", "model": "demo/Kimi-K2.5-int4", "tp": "8"},
+    notes=("local: no nvidia-smi: no NVIDIA driver, CUDA driver or GPU versions",))
+
+
+def fed_app(tmp: Path, rows: list[ServerRow] = ROWS, gpus: bool = True) -> SpecmonApp:
+    """An app with no engine, its panes fed the fixed states above (`rows`: the Servers pane's; `gpus`: the two
+    H200s, else a host without a driver and the selected profile's environment under its line). Themes come from
     the repo; state in `tmp`."""
     app = SpecmonApp(demo_config(), state_path=tmp / "ui.json")
 
@@ -90,7 +110,11 @@ def fed_app(tmp: Path, rows: list[ServerRow] = ROWS) -> SpecmonApp:
         app.set_series("demo-baseline", BASELINE)
         app.set_series("demo-eagle3", EAGLE, crossover=CROSSOVER)
         app.set_sweep_status("done: 2 profiles × 4 levels", running=False)
-        app.post_message(GpusUpdated("gpu7", gpu_board(), {"r-0001": "demo-baseline"}))
+        if gpus:
+            app.post_message(GpusUpdated("gpu7", gpu_board(), {"r-0001": "demo-baseline"}))
+        else:
+            app.post_message(GpusUpdated("local", no_gpu_board(), {"r-0001": "demo-baseline"}))
+            app.query_one(GpuEnvPane).show_env_below(render_env(RUNNING_ENV))
         app.flush()
 
     app.call_later(feed)

@@ -17,6 +17,7 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
+from specmon.model.clean import one_line
 from specmon.model.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
 from specmon.model.gpu import SmiError, SmiInventory, parse_xml
 from specmon.model.secrets import redact_env
@@ -117,6 +118,10 @@ async def gpu_inventory(transport: Transport, timeout_s: float = 30.0) -> SmiInv
         raise EnvProbeError(str(exc)) from None
     if result.exit_code == 127:
         return None
+    if result.exit_code != 0:   # e.g. 9: the driver is not loaded; nvidia-smi says why on its first line
+        said = next((line.strip() for line in (result.out + "\n" + result.err).splitlines() if line.strip()), "")
+        raise EnvProbeError(f"{transport.host}: nvidia-smi -q -x exited with status {result.exit_code}"
+                            + (f": {one_line(said, 300)}" if said else ""))
     try:
         return parse_xml(result.out)
     except SmiError as exc:

@@ -140,6 +140,7 @@ class SpecmonApp(App[int]):
         # Each compared run's set-up (env views, launch args, versions) for the confound banner: profile -> (run id,
         # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
         self.setups: dict[str, tuple[str, EnvReport]] = {}
+        self._env_below_of: tuple[str | None, str | None, str | None] | None = None   # what the pane's env is of
         self.serving: dict[str, ServingUpdate] = {}   # profile -> its ready run's serving view (from /metrics)
         self._setups_reading: set[str] = set()     # run ids whose report is being read
         self.log_lines = log_lines
@@ -221,6 +222,8 @@ class SpecmonApp(App[int]):
             self.bell()
             self.notify(message, severity=severity, timeout=8)
         self._read_setups()
+        with contextlib.suppress(NoMatches):
+            self._read_environment_below()
         self._state_throttle.request()
 
     def _read_setups(self) -> None:
@@ -278,6 +281,17 @@ class SpecmonApp(App[int]):
         row = self._selected_row()
         with contextlib.suppress(NoMatches):
             self.query_one(GpuEnvPane).show_gpus(message, row.run_id if row is not None else None)
+            self._read_environment_below()
+
+    def _read_environment_below(self) -> None:
+        """Under a board with no GPUs the pane shows the selected profile's environment: read it when the
+        selection, its run or the run's state changes (the process view exists only while the server runs)."""
+        pane = self.query_one(GpuEnvPane)
+        row = self._selected_row()
+        key = (self.selected, row.run_id if row else None, row.state if row else None)
+        if self.engine is not None and pane.wants_env and key != self._env_below_of:
+            self._env_below_of = key
+            self._read_environment("env", below=True)
 
     def _watch_gpus_of_selected(self) -> None:
         if self.engine is not None and self.selected in self.config.profiles:
@@ -398,6 +412,8 @@ class SpecmonApp(App[int]):
         self._watch_gpus_of_selected()
         if self.query_one(GpuEnvPane).view != "gpus":
             self._read_environment()
+        else:
+            self._read_environment_below()
 
     def action_gpuenv_view(self) -> None:
         """Cycle the GPU/env pane: GPUs, the selected profile's environment, its diff from the previous one.
@@ -413,12 +429,15 @@ class SpecmonApp(App[int]):
         pane.set_view(VIEWS[(VIEWS.index(pane.view) + 1) % len(VIEWS)])
         if pane.view != "gpus":
             self._read_environment()
+        else:
+            self._read_environment_below()
 
-    def _read_environment(self) -> None:
+    def _read_environment(self, view: str | None = None, below: bool = False) -> None:
+        """Read the selected profile's env (or diff) view for the pane; `below`: for under a board with no GPUs."""
         pane = self.query_one(GpuEnvPane)
         if not self._need_engine() or self.selected is None:
             return
-        engine, selected, view = self.engine, self.selected, pane.view
+        engine, selected, view = self.engine, self.selected, view or pane.view
         assert engine is not None
         others = [p for p in self.profiles if p != selected]
         other = self.previous if self.previous in others else (others[0] if others else None)
@@ -433,7 +452,11 @@ class SpecmonApp(App[int]):
                     text = render_diff(*await engine.difference(selected, other))
             except Exception as exc:   # an unreachable host, a broken python: shown in the pane
                 text = f"[$error]{escape(str(exc))}[/]"
-            if pane.view == view and self.selected == selected:
+            if self.selected != selected:
+                return
+            if below:
+                pane.show_env_below(text)
+            elif pane.view == view:
                 pane.show(text)
 
         self.run_worker(read(), group="gpuenv", exclusive=True, exit_on_error=False, description=f"{view} {selected}")

@@ -1,6 +1,8 @@
 """GPU / environment pane: the GPUs of the selected profile's host with sparklines and who holds each (view
 "gpus"), the selected profile's environment (view "env") and its differences from the previously selected
-profile (view "diff"). `e` cycles the views; the engine feeds the data (GpusUpdated messages, env reports)."""
+profile (view "diff"). `e` cycles the views; the engine feeds the data (GpusUpdated messages, env reports). On a host with no
+GPUs to show (no NVIDIA driver, a dead nvidia-smi) the gpus view would be one line in an empty pane: it shows that
+line and the selected profile's environment under it."""
 
 from __future__ import annotations
 
@@ -96,6 +98,12 @@ def gpu_lines(host: str, board: GpuBoard, known: Mapping[str, str], selected_run
     return lines
 
 
+def lines_markup(lines: Sequence[Line]) -> str:
+    """Lines of the gpus view as markup (for the rare paint that goes through Static: a board with no GPUs)."""
+    return "\n".join("".join(f"[{style}]{escape(text)}[/]" if style else escape(text) for text, style in line)
+                     for line in lines)
+
+
 def render_env(report: EnvReport) -> str:
     """The env report's lines, section headings bold."""
     return "\n".join(escape(line) if line.startswith(" ") else f"[b]{escape(line)}[/]" for line in report_lines(report))
@@ -135,6 +143,18 @@ class GpuEnvPane(Static):
         self._rows_width = 0
         self._styles: dict[str, RichStyle] = {}      # style name -> the rich style it resolves to on this pane
         self._throttle = Throttle(self, PAINT_S, self._paint_gpus)
+        self._env_below = ""    # the selected profile's environment (markup), shown under a board with no GPUs
+
+    @property
+    def wants_env(self) -> bool:
+        """Whether the gpus view is showing a board without GPUs, so the environment belongs under it."""
+        return self.view == "gpus" and self._gpus is not None and not self._gpus.board.tracks
+
+    def show_env_below(self, text: str) -> None:
+        """The environment to show under a board with no GPUs (ignored once the board has GPUs)."""
+        self._env_below = text
+        if self.wants_env:
+            self._paint_gpus(full=True)
 
     @property
     def text(self) -> str:
@@ -190,6 +210,9 @@ class GpuEnvPane(Static):
         if full or now - self._sparks_at >= SPARK_S or self._sparks.keys() != board.tracks.keys():
             self._sparks, self._sparks_at = sparklines(board, width), now
         lines = gpu_lines(self._gpus.host, board, self._gpus.known_runs, self.selected_run, width, self._sparks)
+        if not board.tracks:   # nothing that moves at 1 Hz: plain Static text, the environment under the line
+            self.show("\n".join(filter(None, (lines_markup(lines), self._env_below))))
+            return
         full = full or self._rows is None or width != self._rows_width
         if full:
             self._strips.clear()
