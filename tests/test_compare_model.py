@@ -65,6 +65,14 @@ def test_confounded_comparison_is_flagged_only_when_settings_differ() -> None:
     assert confound_warnings(unknown) == []
 
 
+def test_runs_of_different_models_are_a_confounded_comparison_and_unnamed_models_are_not() -> None:
+    runs = [ComparedRun("base", model="meta-llama/Llama-3.1-8B-Instruct"), ComparedRun("spec", model="Qwen/Qwen3-8B")]
+    assert confound_warnings(runs) == ["different models: base meta-llama/Llama-3.1-8B-Instruct ≠ spec Qwen/Qwen3-8B"]
+    assert confound_warnings([ComparedRun("a", model="m"), ComparedRun("b", model="m")]) == []
+    assert confound_warnings([ComparedRun("a", model="m"), ComparedRun("b", model=None),
+                              ComparedRun("c", model="")]) == []
+
+
 def test_client_bound_levels_are_named_per_run() -> None:
     runs = [ComparedRun("base", client_bound=()), ComparedRun("spec", client_bound=(32, 64))]
     assert confound_warnings(runs) == ["spec: client-bound at C=32,64 (the load generator was the bottleneck)"]

@@ -308,6 +308,50 @@ def test_compare_note_says_what_the_file_holds(tmp_path: Path) -> None:
     assert "E2E" in (lacks_note(read_any_results(VLLM_ONE)) or "")
 
 
+@pytest.mark.slow
+def test_compare_and_report_warn_in_one_line_when_the_files_served_different_models(tmp_path: Path) -> None:
+    """`compare` of a Llama vLLM sweep and a guidellm run against the simulator said nothing: its ratios compare two
+    models, not a speculative method. Files of one model (the vLLM base and EAGLE-3 sweeps) get no such line."""
+    base, other = FIXTURES / "vllm-llama-base", GUIDELLM08
+    line = ("different models: vllm-llama-base meta-llama/Llama-3.1-8B-Instruct ≠ guidellm-sim-concurrent "
+            "sim-model")
+    done = specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert [w for w in done.stdout.splitlines() if "model" in w] == [f"warning: comparison confounded: {line}"]
+    as_json = specmon("compare", "--json", str(base), str(other), cwd=tmp_path)
+    assert line in json.loads(as_json.stdout)["warnings"]
+    report = specmon("report", "--format", "json", str(base), str(other), cwd=tmp_path)
+    assert report.returncode == 0, report.stderr
+    assert line in json.loads(report.stdout)["warnings"]
+    same = specmon("compare", "--no-chart", str(base), str(FIXTURES / "vllm-llama-eagle3.jsonl"), cwd=tmp_path)
+    assert "different models" not in same.stdout + same.stderr
+
+
+@pytest.mark.slow
+async def test_overlay_of_a_file_of_another_model_warns_in_one_line(tmp_path: Path) -> None:
+    """The TUI overlaid a guidellm run against the simulator on a Llama sweep without a word; a second file of the
+    same model adds no warning."""
+    from ui_states import demo_config
+
+    from specmon.ui.app import SpecmonApp
+    from specmon.ui.bridge import EngineBridge
+
+    config = demo_config()
+    app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
+                     state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(120, 30), notifications=True) as pilot:
+        try:
+            for path in (FIXTURES / "vllm-llama-base", FIXTURES / "vllm-llama-eagle3.jsonl", GUIDELLM08):
+                await app.engine.overlay(path)  # type: ignore[union-attr]
+                await pilot.pause()
+            warned = [str(n.message) for n in app._notifications if "model" in str(n.message)]
+            assert warned == ["comparison confounded: different models: vllm-llama-base "
+                              "meta-llama/Llama-3.1-8B-Instruct ≠ vllm-llama-eagle3 meta-llama/Llama-3.1-8B-Instruct "
+                              "≠ guidellm-sim-concurrent sim-model"]
+        finally:
+            await app.engine.close(False)  # type: ignore[union-attr]
+
+
 def test_compare_prints_no_category_rows_for_peer_files(tmp_path: Path) -> None:
     peer = read_any_results(VLLM_ONE)
     mine = tmp_path / "mine.jsonl"

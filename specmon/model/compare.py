@@ -179,6 +179,7 @@ class ComparedRun:
     mode: str = "concurrency"                        # what the loads are: "concurrency" or "rate" (req/s)
     setup: EnvReport | None = None                   # environment, launch args, versions (when they were read)
     dataset_sha256: str | None = None                # the prompt file's content hash (an edited file differs)
+    model: str | None = None                         # the served model, as the file names it
 
     @classmethod
     def of_result(cls, result: SweepResult) -> ComparedRun:
@@ -196,6 +197,7 @@ class ComparedRun:
             client_bound=tuple(lv.load for lv in result.levels if lv.client.bound),
             mode=result.mode,
             dataset_sha256=_sha(result.meta.dataset),
+            model=result.meta.model,
         )
 
 
@@ -207,6 +209,7 @@ def _sha(dataset: Mapping[str, Any] | None) -> str | None:
 def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     """Why runs about to be compared are not a fair comparison; empty when nothing known differs.
 
+    Model: runs that served different models (named in their files) measure the models, not the method.
     Memory settings: a speculative profile that reserved a different `mem_fraction_static`, or ended up with a KV
     cache more than 10% larger or smaller than its baseline's, is bounded differently at high concurrency.
     Workload: different prompt or output lengths (or API, prompts, temperature) measure different things.
@@ -215,6 +218,9 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     other than the speculative ones, or version that differs from the first run's (specmon.model.env.confounds).
     """
     warnings: list[str] = []
+    different_models = model_warning([(r.label, r.model) for r in runs])
+    if different_models is not None:
+        warnings.append(different_models)
     mems = [r.mem_fraction_static for r in runs if r.mem_fraction_static is not None]
     if len(set(mems)) > 1:
         warnings.append("mem_fraction_static " + " ≠ ".join(f"{v:g}" for v in mems))
@@ -239,6 +245,15 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
             where = f"{where} req/s" if r.mode == "rate" else f"C={where}"
             warnings.append(f"{r.label}: client-bound at {where} (the load generator was the bottleneck)")
     return warnings
+
+
+def model_warning(models: Sequence[tuple[str, str | None]]) -> str | None:
+    """One line when the runs (label, served model; None or "" where the file names none) served different models:
+    their throughputs measure different models, not a speculative method."""
+    named = [(label, m) for label, m in models if m]
+    if len({m for _, m in named}) < 2:
+        return None
+    return "different models: " + " ≠ ".join(f"{label} {m}" for label, m in named)
 
 
 @dataclass(frozen=True)

@@ -251,6 +251,7 @@ def confound_warnings(profiles: Sequence[ProfileSummary], repeats: int | None = 
         mem_fraction_static=_number(p.meta.server.get("mem_fraction")) if p.meta else None,
         kv_cache_tokens=_integer(p.meta.server.get("kv_cache_tokens")) if p.meta else None,
         workload=p.meta.workload if p.meta else None,
+        model=p.meta.model if p.meta else None,
         client_bound=tuple(lv.concurrency for lv in p.levels if lv.client_bound),
         setup=EnvReport(subject=f"profile {p.profile}", host=str(p.setup.get("host", "local")),
                         launch_env={str(k): str(v) for k, v in dict(p.setup.get("env") or {}).items()})

@@ -19,7 +19,7 @@ from textual.message import Message
 from textual.message_pump import MessagePump
 
 from specmon.errors import PortBusy
-from specmon.model.compare import METRICS, find_crossover
+from specmon.model.compare import METRICS, find_crossover, model_warning
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
@@ -85,6 +85,7 @@ class EngineBridge:
         self._log_tasks: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._levels: dict[str, list[LevelResult]] = {}
+        self._models: dict[str, str | None] = {}   # series name -> the model its result file names
         self._refused: dict[str, str] = {}         # profile -> why its last launch never started (shown as FAILED)
         self._unsubscribe: object = None
         self._target: MessagePump | None = None
@@ -301,9 +302,10 @@ class EngineBridge:
             self._levels[profile] = []
             self._post(SweepStatusChanged(f"{profile}: starting", running=True))
 
-        def on_result(profile: str, result: object) -> None:
+        def on_result(profile: str, result: SweepResult) -> None:
             nonlocal sweeping
             sweeping = None
+            self._models[profile] = result.meta.model
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             if isinstance(update, SweepProgress):
@@ -350,7 +352,12 @@ class EngineBridge:
             return
         for note in result.notes:   # a torn last line: said, and the whole lines before it drawn (as compare does)
             self._post(EngineNotice(note, severity="warning", timeout=10))
+        different = model_warning([*((shown_name, m) for shown_name, m in self._models.items() if shown_name != name),
+                                   (name, result.meta.model)])
+        if different is not None:
+            self._post(EngineNotice(f"comparison confounded: {different}", severity="warning", timeout=10))
         self._levels[name] = list(result.levels)
+        self._models[name] = result.meta.model
         self._publish_series(name)
         tool = f" ({TOOL_NAMES[result.meta.tool]} output)" if result.meta.tool else ""
         self._post(EngineNotice(f"overlaid {path.name}{tool}: {len(result.levels)} levels", timeout=4))
