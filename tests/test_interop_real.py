@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
-from specmon.model.interop import lacks_note, read_any_results
-from specmon.model.results import CategoryStats, LevelResult, Stats, SweepMeta, append_line
+from specmon.model.interop import lacks_note, parse_any_results, read_any_results
+from specmon.model.interop_guidellm import guidellm_report, read_records
+from specmon.model.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult, append_line, read_results
 
 REAL = Path(__file__).parent / "fixtures" / "interop" / "real"
 FIXTURES = REAL.parent
@@ -603,6 +604,8 @@ def test_guidellm_05_report_keeps_args_model_and_target(tmp_path: Path) -> None:
 
 # ---- guidellm's own loading code, where a guidellm is installed -------------------------------------------------
 GUIDELLM_PYTHON = os.environ.get("SPECMON_GUIDELLM_PYTHON")   # a python with guidellm installed (it needs torch)
+SWEEPS = FIXTURES / "specmon-sweep"
+SWEEP_FILES = [SWEEPS / "closed.jsonl", SWEEPS / "open.jsonl"]
 
 _GUIDELLM_READ = """
 import json, sys
@@ -624,3 +627,153 @@ def test_guidellm_report_reads_as_guidellms_own_loader_reads_it() -> None:
     assert [(lv.concurrency, lv.output_throughput, lv.ttft_ms.p99) for lv in ours.levels] == \
         [(b["streams"], b["output_tok_s"], b["ttft_p99"]) for b in theirs]
     assert {b["model"] for b in theirs} == {ours.meta.model}
+
+
+# ---- the guidellm export ---------------------------------------------------------------------------------------
+def _guidellm_export(src: Path) -> SweepResult:
+    report = guidellm_report(read_results(src), read_records(str(src.with_name(src.stem + ".requests.jsonl"))))
+    return parse_any_results(json.dumps(report, allow_nan=False), f"{src.stem}.guidellm.json")
+
+
+@pytest.mark.parametrize("src", SWEEP_FILES, ids=[p.stem for p in SWEEP_FILES])
+def test_guidellm_export_of_a_real_sweep_reads_back_with_the_sweeps_numbers(src: Path) -> None:
+    """There was no guidellm export. Built from the sweep's per-request records, it reads back (by the same reader
+    that reads guidellm's own reports) with the sweep's numbers: counts and tokens exactly, duration, throughputs,
+    mean TTFT, tokens per chunk and achieved concurrency to the rounding of specmon's result file."""
+    ours, back = read_results(src), _guidellm_export(src)
+    assert back.meta.tool == "guidellm" and back.meta.model == ours.meta.model and back.meta.url == ours.meta.url
+    assert back.mode == ours.mode
+    assert len(back.levels) == len(ours.levels) == 2
+    for b, o in zip(back.levels, ours.levels):
+        assert (b.concurrency, b.rate, b.requests_ok, b.requests_failed, b.output_tokens, b.input_tokens) == \
+            (o.concurrency, o.rate, o.requests_ok, o.requests_failed, o.output_tokens, o.input_tokens)
+        assert b.duration_s == pytest.approx(o.duration_s, abs=1e-4)
+        for name in ("output_throughput", "request_throughput", "total_throughput"):
+            assert getattr(b, name) == pytest.approx(getattr(o, name), abs=5e-4), name   # the file keeps 3-4 decimals
+        assert b.ttft_ms.mean == pytest.approx(o.ttft_ms.mean, abs=1e-3)
+        assert b.tokens_per_chunk == pytest.approx(o.tokens_per_chunk, rel=1e-4)
+        assert b.achieved_concurrency == pytest.approx(o.achieved_concurrency, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_guidellm_export_cli_writes_one_report_and_says_what_it_cannot_hold(tmp_path: Path) -> None:
+    src = SWEEP_FILES[1]
+    out = tmp_path / "open.guidellm.json"
+    done = specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(out)]
+    assert done.stderr.splitlines() == [
+        "specmon: note: the guidellm format has no field for: over-capacity and behind-schedule flags, acceptance by "
+        "prompt category, client health, decode tok/s, guidellm's scheduler timings (queue, resolve and finalize "
+        "delays: -1, as guidellm writes them unknown), per-modality word and character counts, confidence intervals "
+        "(not written)"]
+    report = json.loads(out.read_text())
+    first = report["benchmarks"][0]
+    assert first["config"]["strategy"] == {"type_": "poisson", "rate": 4.0, "max_concurrency": 4}
+    # Each request is in the report with its own times (open loop: its scheduled time), as guidellm keeps them.
+    records = [r for r in lines_of(src.with_name("open.requests.jsonl")) if r.get("rate") == 4.0 and not r.get("warmup")]
+    assert len(first["requests"]["successful"]) == len(records) == 16
+    assert sorted(r["prompt_tokens"] for r in first["requests"]["successful"]) == \
+        sorted(r["prompt_tokens"] for r in records)
+    delays = sorted(q["info"]["timings"]["request_start"] - q["info"]["timings"]["targeted_start"]
+                    for q in first["requests"]["successful"])
+    assert delays == pytest.approx(sorted((r["late_ms"] + r.get("queued_ms", 0.0)) / 1000 for r in records), abs=1e-6)
+    again = specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
+    assert again.returncode == 2 and again.stderr.strip() == \
+        f"specmon: error: {out}: exists; not overwritten (choose another --out)"
+
+
+@pytest.mark.slow
+def test_guidellm_export_needs_per_request_records_and_says_so_in_one_line(tmp_path: Path) -> None:
+    peer = specmon("export", str(VLLM_ONE), "--format", "guidellm", "--out", str(tmp_path / "x.json"), cwd=tmp_path)
+    assert peer.returncode == 2
+    assert peer.stderr.strip() == (f"specmon: error: {VLLM_ONE}: no per-request records (a guidellm report is built "
+                                   "from a specmon sweep's records file, which this result does not name)")
+    alone = tmp_path / "closed.jsonl"
+    shutil.copy(SWEEP_FILES[0], alone)
+    lost = specmon("export", str(alone), "--format", "guidellm", cwd=tmp_path)
+    assert lost.returncode == 2
+    assert lost.stderr.strip() == ("specmon: error: closed.requests.jsonl: no such file (the sweep's per-request "
+                                   "records; a guidellm report is built from them)")
+
+
+_GUIDELLM_RECOMPUTE = """
+import json, sys
+from guidellm.benchmark import GenerativeBenchmarksReport
+from guidellm.schemas.base.statistics import StatusDistributionSummary as S
+report = GenerativeBenchmarksReport.load_file(sys.argv[1])
+out = []
+for b in report.benchmarks:
+    ok, bad = b.requests.successful, b.requests.errored
+    st, en = b.scheduler_metrics.measure_start_time, b.scheduler_metrics.measure_end_time
+    def v(f):
+        return S.from_values_function(function=f, successful=ok, incomplete=[], errored=bad)
+    def r(f):
+        return S.rate_distribution_from_timings_function(function=f, successful=ok, incomplete=[], errored=bad,
+                                                         start_time=st, end_time=en)
+    # guidellm 0.8.1's own computations (GenerativeMetrics.compile), over the requests as guidellm loaded them.
+    theirs = {
+        "requests_per_second": r(lambda q: q.request_end_time),
+        "request_concurrency": S.concurrency_distribution_from_timings_function(
+            function=lambda q: (q.request_start_time, q.request_end_time), successful=ok, incomplete=[], errored=bad,
+            start_time=st, end_time=en),
+        "request_latency": v(lambda q: q.request_latency or 0.0),
+        "request_streaming_iterations_count": v(lambda q: q.info.timings.request_iterations or 0.0),
+        "prompt_token_count": v(lambda q: q.prompt_tokens or 0.0),
+        "output_token_count": v(lambda q: q.output_tokens or 0.0),
+        "total_token_count": v(lambda q: q.total_tokens or 0.0),
+        "time_to_first_token_ms": v(lambda q: q.time_to_first_token_ms or 0.0),
+        "time_to_first_output_token_ms": v(lambda q: q.time_to_first_output_token_ms or 0.0),
+        "time_per_output_token_ms": v(lambda q: (q.time_per_output_token_ms or 0.0, q.output_tokens or 0.0)),
+        "inter_token_latency_ms": v(lambda q: (q.inter_token_latency_ms or 0.0, (q.output_tokens or 1.0) - 1.0)),
+        "prompt_tokens_per_second": r(lambda q: q.prompt_tokens_timing),
+        "output_tokens_per_second": r(lambda q: q.output_tokens_timings),
+        "tokens_per_second": r(lambda q: q.total_tokens_timings),
+        "output_tokens_per_iteration": v(lambda q: [t for (_x, t) in q.output_tokens_timings]),
+        "iter_tokens_per_iteration": v(lambda q: [t for (_x, t) in q.iter_tokens_timings]),
+    }
+    if b.config.strategy.defines_arrival_schedule:
+        theirs["request_dispatch_delay"] = v(lambda q: q.request_dispatch_delay)
+        theirs["request_scheduled_latency"] = v(lambda q: q.request_scheduled_latency)
+    figures = {}
+    for name, summary in theirs.items():
+        written, recomputed = getattr(b.metrics, name).model_dump(), summary.model_dump()
+        for status in ("successful", "errored", "incomplete", "total"):
+            for k in ("mean", "median", "mode", "variance", "min", "max", "count", "total_sum"):
+                figures[f"{name}.{status}.{k}"] = (written[status][k], recomputed[status][k])
+            for k, c in recomputed[status]["percentiles"].items():
+                figures[f"{name}.{status}.{k}"] = (written[status]["percentiles"][k], c)
+    out.append({"strategy": b.config.strategy.type_, "streams": getattr(b.config.strategy, "streams", None),
+                "rate": getattr(b.config.strategy, "rate", None), "model": b.config.backend["model"],
+                "duration": b.duration, "ok": b.metrics.request_totals.successful,
+                "output_tok_s": b.metrics.output_tokens_per_second.total.mean,
+                "ttft_mean": b.metrics.time_to_first_token_ms.successful.mean, "figures": figures})
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not GUIDELLM_PYTHON, reason="set SPECMON_GUIDELLM_PYTHON to a python with guidellm installed")
+@pytest.mark.parametrize("src", SWEEP_FILES, ids=[p.stem for p in SWEEP_FILES])
+def test_guidellm_export_is_loaded_by_guidellms_own_loader_with_guidellms_own_figures(tmp_path: Path, src: Path) -> None:
+    """guidellm 0.8.1's loader accepts the export; every figure in it equals what guidellm's own code computes from
+    the requests it loaded (so the file is what guidellm would have written for those requests), and its
+    throughput, mean TTFT and request count are the sweep's."""
+    out = tmp_path / "g.json"
+    assert specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path).returncode == 0
+    done = subprocess.run([str(GUIDELLM_PYTHON), "-c", _GUIDELLM_RECOMPUTE, str(out)], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    theirs = json.loads(done.stdout.splitlines()[-1])
+    ours = read_results(src)
+    assert len(theirs) == len(ours.levels)
+    for b, lv in zip(theirs, ours.levels):
+        assert len(b["figures"]) > 500
+        for name, (written, recomputed) in b["figures"].items():
+            assert written == pytest.approx(recomputed, rel=1e-12, abs=1e-12), name
+        assert (b["streams"], b["rate"], b["ok"], b["model"]) == \
+            ((lv.concurrency, None, lv.requests_ok, ours.meta.model) if lv.rate is None
+             else (None, lv.rate, lv.requests_ok, ours.meta.model))
+        assert b["duration"] == pytest.approx(lv.duration_s, abs=1e-4)
+        assert b["output_tok_s"] == pytest.approx(lv.output_throughput, rel=1e-5)
+        assert b["ttft_mean"] == pytest.approx(lv.ttft_ms.mean, abs=1e-3)

@@ -1,11 +1,14 @@
-"""`specmon export RESULT --format vllm|sglang [--out PATH]`: a result in the file format of vLLM's or SGLang's benchmark.
+"""`specmon export RESULT --format vllm|sglang|guidellm [--out PATH]`: a result in the file format of vLLM's,
+SGLang's or guidellm's benchmark.
 
 vllm: a `vllm bench sweep serve` output folder in the directory --out (default: RESULT's name without its suffix,
 plus `-vllm`, next to it): per load a folder BENCH-max_concurrency=C (or BENCH-request_rate=R-max_concurrency=C)
 holding run=0.json (a `vllm bench serve --save-result` result; run=1.json... for repeats) and summary.json, the list
 `vllm bench sweep plot` reads. sglang: one JSONL file with a line per level, as `bench_serving` appends them
 (default: RESULT's name with `.sglang.jsonl`); input and output lengths are the configured ones for random prompts,
-else the requests' mean. Field names and definitions are the tools' (`output_throughput`,
+else the requests' mean. guidellm: one benchmarks report (JSON, default: RESULT's name with `.guidellm.json`) built
+from the sweep's per-request records (the records file its meta line names, or one of that name beside RESULT), each
+metric computed from the requests as guidellm computes it. Field names and definitions are the tools' (`output_throughput`,
 `mean/median/p90/p99_ttft_ms`, `tpot`, `itl`, `e2el`, the accept length); what a format has no field for is said in
 one line; nothing existing is overwritten.
 """
@@ -19,17 +22,20 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.interop import cannot_hold, read_any_results, sglang_lines, vllm_runs
+from specmon.model.interop_guidellm import NOT_MEASURED, guidellm_report, read_records
+from specmon.model.results import SweepResult
 
-FORMATS = ("vllm", "sglang")
+FORMATS = ("vllm", "sglang", "guidellm")
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = subparsers.add_parser("export", help="write a result in vLLM's or SGLang's benchmark result format",
+    p = subparsers.add_parser("export", help="write a result in vLLM's, SGLang's or guidellm's benchmark result format",
                               description=__doc__)
     p.add_argument("result", metavar="RESULT", help="a result file (specmon's, or any file `specmon compare` reads)")
     p.add_argument("--format", choices=FORMATS, required=True, help="vllm (a directory of JSON files, one per "
-                   "level) or sglang (one JSONL file)")
-    p.add_argument("--out", type=Path, metavar="PATH", help="the directory (vllm) or file (sglang) to write")
+                   "level), sglang (one JSONL file) or guidellm (one report JSON, from the per-request records)")
+    p.add_argument("--out", type=Path, metavar="PATH", help="the directory (vllm) or file (sglang, guidellm) "
+                   "to write")
     p.set_defaults(func=run)
 
 
@@ -44,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
         files = [(out_dir / name, json.dumps(obj, indent=4, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
         if out_dir.exists() and not out_dir.is_dir():
             raise UserError(f"{out_dir}: exists and is not a directory")
+    elif args.format == "guidellm":
+        report = guidellm_report(result, read_records(str(_records_file(result, src))))
+        files = [(args.out or src.with_name(f"{stem}.guidellm.json"), json.dumps(report, allow_nan=False) + "\n")]
     else:
         out_file: Path = args.out or src.with_name(f"{stem}.sglang.jsonl")
         # SGLang writes Python's json (an uncapped request rate is `Infinity`); so do we, for its readers.
@@ -51,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     taken = [str(path) for path, _ in files if path.exists()]
     if taken:
         raise UserError(f"{taken[0]}: exists; not overwritten (choose another --out)")
-    lost = cannot_hold(result, args.format)
+    lost = cannot_hold(result, args.format) + (list(NOT_MEASURED) if args.format == "guidellm" else [])
     if lost:
         print(f"specmon: note: the {args.format} format has no field for: {', '.join(lost)} (not written)",
               file=sys.stderr)
@@ -60,6 +69,16 @@ def run(args: argparse.Namespace) -> int:
         _write_new(path, text)
         print(path)
     return 0
+
+
+def _records_file(result: SweepResult, src: Path) -> Path:
+    """The sweep's per-request records: where its meta line says, else the file of that name beside the result."""
+    if result.meta.tool is not None or not result.meta.records:
+        raise UserError(f"{src}: no per-request records (a guidellm report is built from a specmon sweep's "
+                        "records file, which this result does not name)")
+    named = Path(result.meta.records)
+    beside = src.with_name(named.name)
+    return named if named.is_file() or not beside.is_file() else beside
 
 
 def _write_new(path: Path, text: str) -> None:

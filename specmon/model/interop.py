@@ -751,14 +751,15 @@ def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
 def cannot_hold(result: SweepResult, fmt: str) -> list[str]:
     levels = result.levels
     has = {
-        "tokens per chunk": any(lv.tokens_per_chunk is not None for lv in levels),
+        "tokens per chunk": fmt != "guidellm" and any(lv.tokens_per_chunk is not None for lv in levels),
         "achieved concurrency": fmt == "vllm" and any(lv.achieved_concurrency is not None for lv in levels),
-        "goodput": fmt == "sglang" and any(lv.goodput is not None for lv in levels),
+        "goodput": fmt in ("sglang", "guidellm") and any(lv.goodput is not None for lv in levels),
         "failed requests": fmt == "sglang" and any(lv.requests_failed for lv in levels),
-        "acceptance rate": fmt == "sglang" and any(lv.accept_rate is not None for lv in levels),
+        "acceptance rate": fmt in ("sglang", "guidellm") and any(lv.accept_rate is not None for lv in levels),
+        "accept length": fmt == "guidellm" and any(lv.accept_length is not None for lv in levels),
         "over-capacity and behind-schedule flags": any(lv.over_capacity or lv.behind for lv in levels),
         "acceptance by prompt category": any(lv.categories for lv in levels),
-        "errors by kind": any(lv.errors for lv in levels),
+        "errors by kind": fmt != "guidellm" and any(lv.errors for lv in levels),
         "client health": any(lv.client.chunks for lv in levels),
         "decode tok/s": any(lv.decode_tok_s.mean is not None for lv in levels),
     }
