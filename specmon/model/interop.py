@@ -19,8 +19,8 @@ guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-c
 (shown as "-"); `lacks_note` says what, from the file's own levels.
 
 Written: a `vllm bench sweep serve` folder (per load BENCH-.../run=N.json, `--save-result` objects, and the
-summary.json `vllm bench sweep plot` reads) and SGLang JSONL lines, with their field names and units; `cannot_hold`
-names what a format has no field for.
+summary.json `vllm bench sweep plot` reads) and SGLang JSONL lines, with their field names and units (a guidellm
+report: specmon.model.interop_guidellm); `cannot_hold` names what a format has no field for.
 """
 
 from __future__ import annotations
