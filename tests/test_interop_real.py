@@ -191,6 +191,39 @@ def test_vllm_v0_era_file_cut_of_its_counts_is_refused_naming_the_field() -> Non
     assert str(err.value) == f"{VLLM07_CUT}: completed: missing; expected an integer"
 
 
+VLLM09_LLMD = REAL / "vllm09-benchmark_serving-llmd-3deployments.jsonl"
+
+
+def test_vllm_v0_era_complete_file_gives_its_first_deployments_numbers_and_says_what_it_left_out() -> None:
+    """A complete v0-era `benchmark_serving.py --save-result` file (May 2025; `request_goodput:` with its colon, no
+    `failed`): three deployments (`--metadata deployment=...`) at 10, 30 and inf req/s, appended. It was refused
+    whole (open-loop runs mixed with the inf run); read as pooled, the three deployments would have been repeats.
+    Now: the first deployment's two open-loop runs with every mapped number, the rest left out in words."""
+    result = read_any_results(VLLM09_LLMD)
+    objs = lines_of(VLLM09_LLMD)
+    assert result.mode == "rate" and result.meta.model == "meta-llama/Llama-3.2-3B-Instruct"
+    assert [lv.rate for lv in result.levels] == [10.0, 30.0]
+    for lv, o in zip(result.levels, objs[:2]):
+        assert o["deployment"] == "no-features"
+        assert (lv.concurrency, lv.requests_ok, lv.requests_failed) == (0, o["completed"], 0)
+        assert lv.duration_s == o["duration"]
+        assert (lv.output_tokens, lv.input_tokens) == (o["total_output_tokens"], o["total_input_tokens"])
+        assert lv.output_throughput == o["output_throughput"]
+        assert lv.request_throughput == o["request_throughput"]
+        assert lv.total_throughput == o["total_token_throughput"]
+        for name, stem in (("ttft_ms", "ttft"), ("tpot_ms", "tpot"), ("itl_ms", "itl")):
+            assert getattr(lv, name) == Stats(o[f"mean_{stem}_ms"], o[f"median_{stem}_ms"], None,
+                                              o[f"p99_{stem}_ms"]), name
+        assert lv.e2e_ms == Stats() and lv.goodput is None
+    assert len(result.notes) == 2
+    assert result.notes[0].startswith("left out 6 run(s) of another workload than the first line's (dataset, "
+                                      "lengths, model, --metadata; not repeats of it")
+    assert "line 4: meta-llama/Llama-3.2-3B-Instruct deployment=base;" in result.notes[0]
+    assert result.notes[0].endswith("line 9: meta-llama/Llama-3.2-3B-Instruct deployment=kvcache")
+    assert result.notes[1] == ("left out 1 run(s) at request rate inf with no max_concurrency (line 3): every request "
+                               "sent at once, no point on the request-rate axis of the other runs")
+
+
 def test_sglang_059_bench_serving_line_gives_the_files_own_numbers() -> None:
     """SGLang 0.5.9's bench_serving line (server_info.version; --output-details arrays trimmed): every figure."""
     (o,) = lines_of(SGLANG059)

@@ -228,7 +228,7 @@ _WORKLOAD_KEYS = ("dataset_name", "random_input_len", "random_output_len", "rand
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
                  label: str | None = None) -> SweepResult:
     same, other = _first_workload(runs)
-    runs = same
+    runs, at_once = _open_loop_end(tool, same, path)
     levels = _one_axis([(where, _flat_level(tool, o, where)) for where, o in runs], path)
     first = runs[0][1]
     model = first.get("model_id") if tool == "vllm" else _sglang_model(first)
@@ -239,11 +239,40 @@ def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path:
     meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
     return SweepResult(path=path, meta=meta, levels=tuple(levels),
-                       notes=_derived(tool, runs) + _repeats(levels) + _other_workloads(other))
+                       notes=_derived(tool, runs) + _repeats(levels) + _other_workloads(first, other) + at_once)
 
 
 def _workload_key(o: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(o.get(k) for k in _WORKLOAD_KEYS)
+    return tuple(o.get(k) for k in _WORKLOAD_KEYS) + _metadata(o)
+
+
+# vLLM's string-valued keys that differ between the runs of one sweep (the rest, and what `--metadata k=v` adds, are
+# the same for every run of it: `deployment=base` and `deployment=kvcache` are two sweeps, not repeats).
+_PER_RUN_STRINGS = ("date", "request_rate")
+
+
+def _metadata(o: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in o.items() if isinstance(v, str) and k not in _PER_RUN_STRINGS)) \
+        if _flat_tool(o) == "vllm" else ()
+
+
+def _open_loop_end(tool: str, runs: list[tuple[str, Mapping[str, Any]]],
+                   path: str) -> tuple[list[tuple[str, Mapping[str, Any]]], tuple[str, ...]]:
+    """An open-loop sweep's runs without its uncapped `inf` end (`--request-rate 10,30,inf`): that run sent every
+    request at once, a point on no request-rate axis; it is left out and said. A capped `inf` run is closed loop (a
+    concurrency), and a file mixing those with open-loop runs stays refused."""
+    def uncapped_inf(o: Mapping[str, Any], where: str) -> bool:
+        return _rate(o, where) is None and _cap(o, where) is None
+
+    if not any(_rate(o, where) is not None for where, o in runs):
+        return runs, ()
+    ends = [(where, o) for where, o in runs if uncapped_inf(o, where)]
+    if not ends:
+        return runs, ()
+    said = ", ".join(f"line {where.rsplit(':', 1)[-1]}" if where != path else where for where, _ in ends)
+    return [r for r in runs if r not in ends], (
+        f"left out {len(ends)} run(s) at request rate inf with no max_concurrency ({said}): every request sent at "
+        "once, no point on the request-rate axis of the other runs",)
 
 
 def _first_workload(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list[tuple[str, Mapping[str, Any]]],
@@ -253,13 +282,16 @@ def _first_workload(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list
     return [r for r in runs if _workload_key(r[1]) == key], [r for r in runs if _workload_key(r[1]) != key]
 
 
-def _other_workloads(other: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
+def _other_workloads(first: Mapping[str, Any], other: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
     if not other:
         return ()
+    shared = set(_metadata(first))
     what = "; ".join(f"line {where.rsplit(':', 1)[-1]}: "
-                     + " ".join(str(o.get(k)) for k in _WORKLOAD_KEYS if o.get(k) is not None) for where, o in other)
-    return (f"left out {len(other)} run(s) of another workload than the first line's (dataset, lengths, model; not "
-            f"repeats of it: put them in a file of their own to compare them): {what}",)
+                     + " ".join([*(str(o.get(k)) for k in _WORKLOAD_KEYS if o.get(k) is not None),
+                                 *(f"{k}={v}" for k, v in _metadata(o) if (k, v) not in shared)])
+                     for where, o in other)
+    return (f"left out {len(other)} run(s) of another workload than the first line's (dataset, lengths, model, "
+            f"--metadata; not repeats of it: put them in a file of their own to compare them): {what}",)
 
 
 def _repeats(levels: Sequence[LevelResult]) -> tuple[str, ...]:
