@@ -698,8 +698,8 @@ def test_guidellm_export_cli_writes_one_report_and_says_what_it_cannot_hold(tmp_
     assert done.stderr.splitlines() == [
         "specmon: note: the guidellm format has no field for: over-capacity and behind-schedule flags, acceptance by "
         "prompt category, client health, decode tok/s, guidellm's scheduler timings (queue, resolve and finalize "
-        "delays: -1, as guidellm writes them unknown), per-modality word and character counts, confidence intervals "
-        "(not written)"]
+        "delays: -1, as guidellm writes them unknown), per-modality summaries (text tokens, words, characters: null), "
+        "confidence intervals (not written)"]
     report = json.loads(out.read_text())
     first = report["benchmarks"][0]
     assert first["config"]["strategy"] == {"type_": "poisson", "rate": 4.0, "max_concurrency": 4}

@@ -42,7 +42,7 @@ _SCHEDULER_AVGS = ("queued_time_avg", "resolve_start_delay_avg", "resolve_target
                    "request_start_delay_avg", "request_targeted_start_delay_avg", "resolve_end_delay_avg",
                    "resolve_time_avg", "finalized_delay_avg", "processed_delay_avg")
 NOT_MEASURED = ("guidellm's scheduler timings (queue, resolve and finalize delays: -1, as guidellm writes them "
-                "unknown)", "per-modality word and character counts", "confidence intervals")
+                "unknown)", "per-modality summaries (text tokens, words, characters: null)", "confidence intervals")
 _STATUSES = ("successful", "errored", "incomplete", "total")
 
 
