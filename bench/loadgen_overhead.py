@@ -101,16 +101,10 @@ def burst_errors(url: str, records: Path) -> dict[str, float]:
 
     with urllib.request.urlopen(url + "/schedule") as resp:
         schedule = json.load(resp)
-    measured: list[float] = []
-    true: list[float] = []
-    for line in records.read_text().splitlines():
-        r = json.loads(line)
-        writes = schedule["writes"].get(f"{r['concurrency']}-{r['i']}", [])
-        if not r["ok"] or len(writes) != len(r["itl_us"]) + 1:
-            continue
-        measured += [g / 1000 for g in r["itl_us"]]
-        true += [(b - a) / 1e6 for a, b in zip(writes, writes[1:])]
-    errs = [abs(m - t) for m, t in zip(measured, true)]
+    sys.path.insert(0, str(BURST_SERVER.parent))
+    from burst_server import gap_errors
+
+    _, true, errs = gap_errors([json.loads(line) for line in records.read_text().splitlines()], schedule["writes"])
     return {"err_p50_ms": _q(errs, 50), "err_p99_ms": _q(errs, 99), "true_itl_p99_ms": _q(true, 99),
             "server_late_p99_ms": schedule["late_ms_p99"], "gaps": len(errs)}
 

@@ -6,9 +6,15 @@ purpose and keeps the truth: every `interval_s` it writes one text chunk to each
 fresh random order each tick (so a stream is early in one burst and late in the next), and notes when each write
 went out (time.perf_counter_ns, CLOCK_MONOTONIC, the clock the generator stamps with, on the same machine).
 
+Each write is one send() on the socket itself, timed before and after: when it returns, the bytes are in the
+client's socket (loopback), so the true time of a write lies in that window. (The event loop's transport.write may
+keep bytes back to send later in the loop pass, which would put a write's bytes out after the time noted for it; and a
+server that a busy box preempts between its send and its clock reading has a wide window: the window says so.)
+
 POST /v1/chat/completions streams `max_tokens` one-token chunks, then a finish/usage chunk and [DONE]; the stream is
-known by the `[level-i]` tag that starts its (random dataset) prompt. GET /schedule answers {"writes": {tag: [write ns, ...]},
-"late_ms_p99": how late the server itself started its bursts}, GET /v1/models one model.
+known by the `[level-i]` tag that starts its (random dataset) prompt. GET /schedule answers {"writes": {tag: [[ns before
+the send, ns after it], ...]}, "late_ms_p99": how late the server itself started its bursts}, GET /v1/models one model.
+`gap_errors` compares a generator's records with that schedule.
 
 Run standalone: python tests/burst_server.py --port P [--interval-s 0.02] [--cpu N]; prints "ready" when listening.
 """
@@ -40,7 +46,7 @@ class BurstServer:
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self.open: list[list] = []          # [writer, tag, remaining]
-        self.writes: dict[str, list[int]] = {}
+        self.writes: dict[str, list[tuple[int, int]]] = {}
         self.late_ms: list[float] = []      # how late each burst started against its tick
         self._rng = random.Random(1)
 
@@ -62,8 +68,9 @@ class BurstServer:
                 match = TAG.search(req["messages"][0]["content"])
                 tag = match.group(1) if match else f"untagged-{len(self.writes)}"
                 self.writes[tag] = []
-                writer.write(HEAD)
-                self.open.append([writer, tag, int(req["max_tokens"])])
+                fd = writer.transport.get_extra_info("socket").fileno()
+                os.write(fd, HEAD)
+                self.open.append([writer, tag, int(req["max_tokens"]), fd])
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError):
             writer.close()
 
@@ -78,11 +85,12 @@ class BurstServer:
                 self.late_ms.append((loop.time() - due) * 1000)
             self._rng.shuffle(streams)
             for entry in streams:
-                writer, tag, remaining = entry
+                writer, tag, remaining, fd = entry
                 if writer.is_closing():
                     continue
-                writer.write(TEXT)
-                self.writes[tag].append(time.perf_counter_ns())
+                before = time.perf_counter_ns()
+                os.write(fd, TEXT)
+                self.writes[tag].append((before, time.perf_counter_ns()))
                 entry[2] = remaining - 1
                 if remaining > 1:
                     self.open.append(entry)
@@ -90,7 +98,28 @@ class BurstServer:
                     n = len(self.writes[tag])
                     final = (b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}],'
                              b'"usage":{"prompt_tokens":8,"completion_tokens":%d}}\n\n' % n)
-                    writer.write(_chunk(final) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+                    os.write(fd, _chunk(final) + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+
+
+def gap_errors(records: list[dict], writes: dict[str, list[list[int]]]) -> tuple[list[float], list[float], list[float]]:
+    """Per gap between two chunks of one stream (ms): the gap the generator measured (its records), the true one (the
+    middle of the server's write windows) and the error: how far the measured gap is outside what the windows allow
+    (a gap between writes k and k+1 lies between before[k+1] - after[k] and after[k+1] - before[k]). Records of
+    failed requests or without a schedule entry count as no gaps: the caller checks their number."""
+    measured: list[float] = []
+    true: list[float] = []
+    errors: list[float] = []
+    for r in records:
+        w = writes.get(f"{r['concurrency']}-{r['i']}", [])
+        if not r["ok"] or len(w) != len(r["itl_us"]) + 1:
+            continue
+        for g, (a, b) in zip(r["itl_us"], zip(w, w[1:])):
+            m = g / 1000
+            lo, hi = (b[0] - a[1]) / 1e6, (b[1] - a[0]) / 1e6
+            measured.append(m)
+            true.append((lo + hi) / 2)
+            errors.append(max(0.0, lo - m, m - hi))
+    return measured, true, errors
 
 
 async def _serve(port: int, interval_s: float) -> None:

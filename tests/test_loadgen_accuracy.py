@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from burst_server import gap_errors
 
 from specmon.loadgen.workload import Workload
 from specmon.model.results import LevelResult
@@ -140,20 +141,6 @@ async def test_itl_tail_does_not_grow_with_concurrency_and_tokens_match_usage(fr
 STAMP_TOLERANCE_MS = 0.5
 
 
-def stamp_errors(records_path: Path, schedule: dict[str, Any]) -> tuple[list[float], list[float], list[float]]:
-    """Per gap between two chunks of one stream: measured (from the records) and true (the server's writes), ms,
-    and the absolute difference."""
-    measured: list[float] = []
-    true: list[float] = []
-    for line in records_path.read_text().splitlines():
-        r = json.loads(line)
-        writes = schedule["writes"][f"{r['concurrency']}-{r['i']}"]
-        assert r["ok"] and len(r["itl_us"]) == len(writes) - 1
-        measured += [g / 1000 for g in r["itl_us"]]
-        true += [(b - a) / 1e6 for a, b in zip(writes, writes[1:])]
-    return measured, true, [abs(m - t) for m, t in zip(measured, true)]
-
-
 def _q(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[round(p / 100 * (len(xs) - 1))]
@@ -188,7 +175,9 @@ async def test_chunk_times_are_arrival_times_in_bursts_of_256(free_port: int, tm
                 proc.kill()
                 proc.wait()
             (lv,) = result.levels
-            measured, true, errors = stamp_errors(Path(result.meta.records or ""), schedule)
+            records = [json.loads(x) for x in Path(result.meta.records or "").read_text().splitlines()]
+            measured, true, errors = gap_errors(records, schedule["writes"])
+            assert len(errors) == sum(len(r["itl_us"]) for r in records) == HIGH_C * 49   # every gap of every stream
             figures = (f"|error| p50 {_q(errors, 50):.3f} p99 {_q(errors, 99):.3f} ms; ITL p50 {_q(measured, 50):.2f} "
                        f"(true {_q(true, 50):.2f}), p99 {_q(measured, 99):.2f} (true {_q(true, 99):.2f}) ms; "
                        f"server late p99 {schedule['late_ms_p99']:.2f} ms, generator waited {lv.client.cpu_wait_s} s "

@@ -8,8 +8,9 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 - The connection pool is sized to the concurrency (the 100-connection defaults silently cap C=250).
 - Reads are whatever the socket has (no line iteration: aiohttp's line reader fails on 128 KB+ lines) with a
   10 MB read buffer; SSE events are split on bytes.
-- Each chunk's time is when its bytes came off the socket: aiohttp's protocol stamps every socket read before the
-  HTTP parser runs (_StampingProtocol), and each SSE event takes the stamp of the read holding its last byte.
+- Each chunk's time is when its bytes came in: aiohttp's protocol stamps every socket read before the HTTP parser
+  runs (_StampingProtocol) with the first time the generator's own look at its sockets found those bytes
+  (ArrivalWatch), and each SSE event takes the stamp of the read holding its last byte.
 - Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
   the final usage chunk, errors) are parsed as JSON.
 - Every request ends by its own deadlines whatever the server sends: a watchdog timer (one per request, re-armed
@@ -21,9 +22,11 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import re
+import select
 import sys
 from collections import deque
 from collections.abc import AsyncIterator
@@ -42,7 +45,7 @@ USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well p
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
-PHASE_STALE_NS = 100_000_000   # an I/O phase never lasts this long: one whose closing callback never ran is over
+LOOK_NS = 50_000          # the most often ArrivalWatch asks the kernel which sockets got bytes (~1 us a look)
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
 _TEXT = {
@@ -165,8 +168,10 @@ class StreamClient:
         buf = b""
         end = 0   # payload bytes read so far: buf holds the last len(buf) of them
         t = 0
+        look = WATCH.look
         async for raw in reads:
             t = s.heard_ns = perf_counter_ns()
+            look(t)   # the bytes that came in while the client ran the code before this step
             end += len(raw)
             buf = buf + raw if buf else raw
             if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
@@ -332,60 +337,110 @@ async def _close(resp: httpx.Response) -> None:
         pass
 
 
-class IoPhase:
-    """The event loop's current I/O phase: when it began (its first socket read) and how many reads it has had.
+class ArrivalWatch:
+    """When each connection's bytes came in, seen from outside the event loop's own reading.
 
-    Every socket that is readable when the loop polls is read in one phase, one after another; each read's bytes
-    arrived before the phase began, so the phase's start is the truest time this process can give them, and a
-    burst's last socket is not charged for the parsing of the ones read before it. The phase ends with the first
-    callback the loop runs after its reads (one call_soon per phase). `largest`: the most reads one phase had
-    since it was last reset: the burst size. One per process, as the event loop is.
+    The loop reads a socket only when it polls, and it polls only after running every callback that is ready: at
+    C=256 a burst of chunks is handled one stream after another for 10-20 ms, and a chunk that arrives meanwhile
+    waits all that time unread. A stamp taken when the loop reads it (or at the start of that loop pass) is late by
+    that handling. So the connections are also registered, edge-triggered, in an epoll of their own that nobody
+    waits on: `look()` asks it (without blocking) which sockets got new bytes since the last look and notes the
+    time for each. It is called at every socket read and at every step of a stream's code, at most every LOOK_NS,
+    so a chunk's stamp is at most LOOK_NS (or one step of the client's code) after its bytes came in, however long
+    the burst takes to handle. The edge-triggered epoll reports a socket only while it has unread bytes.
+
+    `largest`: the most sockets one look found with new bytes since it was last reset (the burst size). One per
+    process, as the event loop is. Without epoll (not Linux) there is no look: reads are stamped when read.
     """
 
-    __slots__ = ("start_ns", "reads", "largest", "open")
+    __slots__ = ("_epoll", "_seen", "_owners", "_looked_ns", "_maxevents", "largest")
 
     def __init__(self) -> None:
-        self.start_ns = 0
-        self.reads = 0
+        self._epoll = select.epoll() if hasattr(select, "epoll") else None
+        self._seen: dict[int, int] = {}        # fd -> when a look last found new bytes on it (ns)
+        self._owners: dict[int, object] = {}   # fd -> the protocol that registered it (fds are reused)
+        self._looked_ns = 0
+        self._maxevents = 1024
         self.largest = 0
-        self.open = False
 
-    def close(self) -> None:
-        self.open = False
+    def watch(self, fd: int, owner: object) -> None:
+        if self._epoll is None:
+            return
+        try:
+            self._epoll.register(fd, _EDGE_IN)
+        except FileExistsError:   # the fd of a closed connection, reused before its owner said goodbye
+            self._epoll.modify(fd, _EDGE_IN)
+        except OSError:
+            return
+        self._owners[fd] = owner
+        self._seen.pop(fd, None)
+        self._maxevents = max(self._maxevents, len(self._owners))
+
+    def unwatch(self, fd: int, owner: object) -> None:
+        if self._epoll is None or self._owners.get(fd) is not owner:
+            return
+        del self._owners[fd]
+        self._seen.pop(fd, None)
+        with contextlib.suppress(OSError):   # already closed (the kernel dropped it) or never registered
+            self._epoll.unregister(fd)
+
+    def look(self, now: int) -> None:
+        """Note `now` for every socket that got new bytes since the last look, at most every LOOK_NS."""
+        if now - self._looked_ns < LOOK_NS or self._epoll is None:
+            return
+        self._looked_ns = now
+        ready = self._epoll.poll(0, self._maxevents)
+        if ready:
+            seen = self._seen
+            for fd, _ in ready:
+                seen[fd] = now
+            if len(ready) > self.largest:
+                self.largest = len(ready)
+
+    def arrived(self, fd: int, now: int) -> int:
+        """When the bytes a read of fd just took came in: the last look that found them, else now (they came in
+        since the last look). Call look(now) first."""
+        return self._seen.pop(fd, now)
 
 
-PHASE = IoPhase()
+_EDGE_IN = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLET", 0)
+WATCH = ArrivalWatch()
 
 
 class _StampingProtocol(ResponseHandler):
-    """aiohttp's connection protocol, noting when each socket read came in, before the HTTP parser runs.
+    """aiohttp's connection protocol, noting when each socket read's bytes came in, before the HTTP parser runs.
 
     A burst of C streams' chunks arriving together is handed to the streams' code one coroutine after another; a
     time taken there would be late by the handling of every stream ahead in the burst. Here each read is stamped,
-    before the HTTP parser runs, with the start of the event loop's I/O phase that read it (IoPhase): `arrivals`
-    holds (ns, payload, payload bytes after this read), consumed by the reading stream (_arrival), a bounded few per
-    connection when nobody reads them.
+    before the HTTP parser runs, with when its bytes came in (ArrivalWatch): `arrivals` holds (ns, payload, payload
+    bytes after this read), consumed by the reading stream (_arrival), a bounded few per connection when nobody
+    reads them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         super().__init__(loop)
         self.arrivals: deque[tuple[int, aiohttp.StreamReader, int]] = deque(maxlen=ARRIVALS_KEPT)
+        self._fd = -1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self._fd = sock.fileno()
+            WATCH.watch(self._fd, self)
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        WATCH.unwatch(self._fd, self)
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
-        phase = PHASE
-        t = perf_counter_ns()
-        if not phase.open or t - phase.start_ns > PHASE_STALE_NS:
-            phase.open = True
-            phase.start_ns = t
-            phase.reads = 0
-            self._loop.call_soon(phase.close)
-        phase.reads += 1
-        if phase.reads > phase.largest:
-            phase.largest = phase.reads
+        now = perf_counter_ns()
+        WATCH.look(now)
+        t = WATCH.arrived(self._fd, now)
         super().data_received(data)
         payload = self._payload
         if payload is not None:
-            self.arrivals.append((phase.start_ns, payload, payload.total_bytes))
+            self.arrivals.append((t, payload, payload.total_bytes))
 
 
 def _arrival(arrivals: deque[tuple[int, aiohttp.StreamReader, int]], content: aiohttp.StreamReader | None,

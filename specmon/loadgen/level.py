@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specmon.loadgen.client import PHASE, Stream, StreamClient
+from specmon.loadgen.client import WATCH, Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory
 from specmon.model.results import redact, utc_now_iso
 from specmon.model.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
@@ -61,7 +61,7 @@ class Level:
         self._emit_progress = emit_progress
         self._take_lag_max = take_lag_max
         self._cpu_mark, self._wall_mark = time.process_time(), time.perf_counter()
-        PHASE.largest = 0
+        WATCH.largest = 0
 
     def start(self) -> None:
         """The level's clock starts: record times and an open loop's schedule count from here."""

@@ -20,7 +20,7 @@ from array import array
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from specmon.loadgen.client import PHASE, StreamClient
+from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.arrivals import Schedule
@@ -198,7 +198,7 @@ class SweepRunner:
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
         return acc.result(duration, cpu_s, self.lag.p99(), level.started_at, cpu_wait_s=waited,
-                          handling_ms_p99=level.handled.quantile(99), burst_max=PHASE.largest).to_dict()
+                          handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest).to_dict()
 
     def _progress(self, message: dict[str, Any]) -> None:
         self.records.flush()

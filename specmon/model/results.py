@@ -97,7 +97,7 @@ class ClientHealth:
     bound: bool = False
     cpu_wait_s: float | None = None   # runnable but waiting for a CPU (Linux schedstat): a busy box, not us
     handling_ms_p99: float | None = None   # p99 over requests of the longest a chunk waited for its stream's code
-    burst_max: int | None = None      # most socket reads in one event-loop pass
+    burst_max: int | None = None      # most sockets one look found with new bytes (chunks arriving together)
     skewed: bool = False              # that wait is a material share of the ITL: SKEW, a caution
 
     @property
