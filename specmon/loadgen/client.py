@@ -1,10 +1,13 @@
-"""One streaming request at a time per task: httpx with the aiohttp transport, SSE framed at the byte level.
+"""One streaming request at a time per task: aiohttp under httpx's aiohttp transport, SSE framed at the byte level.
 
 Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6):
 - httpx's default transport costs 20-95 us of CPU per chunk and grows with concurrency; the httpx-aiohttp
   transport stays near 6 us, so the client does not measure itself.
-- Streaming requests are built once-parsed (URL, headers) and handed straight to the transport, skipping
-  httpx's client pipeline (auth, redirects, cookies, hooks): that halved the per-request CPU.
+- The client is httpx with the httpx-aiohttp transport (preconnect goes through it), but streaming requests, the
+  hot path, go to that transport's aiohttp session directly, once-parsed (URL, headers, timeouts): httpx's client
+  pipeline (auth, redirects, cookies, hooks) was half the per-request CPU, and the httpx-aiohttp layer (an httpx
+  Request and Response around aiohttp's, its exception mapping) ~0.17 ms a request more, which an open loop at
+  1,000 req/s cannot spend. The same session means the same connection pool and the same stamping protocol.
 - The connection pool is sized to the concurrency (the 100-connection defaults silently cap C=250).
 - Reads are whatever the socket has (no line iteration: aiohttp's line reader fails on 128 KB+ lines) with a
   10 MB read buffer; SSE events are split on bytes.
@@ -27,25 +30,28 @@ import functools
 import json
 import re
 import select
+import socket
+import struct
 import sys
 from collections import deque
-from collections.abc import AsyncIterator
-from time import perf_counter_ns
+from time import perf_counter_ns, time_ns
 from typing import Any
 
 import aiohttp
 import httpx
+import yarl
 from aiohttp.client_proto import ResponseHandler
 from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
-CLOSE_TIMEOUT_S = 1.0
 DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence timeouts
 USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
 LOOK_NS = 50_000          # the most often ArrivalWatch asks the kernel which sockets got bytes (~1 us a look)
+PEEK_AFTER_NS = 200_000   # a look this long after the last one takes the kernel's receive times (a syscall a socket)
+PEEK_BYTES = 64 << 10     # a peek copies up to this much of a socket's unread bytes (its stamp is of the last)
 
 # A chunk carries generated text when one of these keys holds a non-empty string.
 _TEXT = {
@@ -100,14 +106,17 @@ class StreamClient:
                     _StampingProtocol, loop=asyncio.get_running_loop())
             return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE)
 
-        timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s), pool=None)
-        self._transport = AiohttpTransport(client=session)
-        self._client = httpx.AsyncClient(transport=self._transport, headers=headers, timeout=timeout)
-        # Streaming requests go straight to the transport with a pre-parsed URL and headers: httpx's client
-        # pipeline (URL parsing, header merging, auth/redirect/cookie hooks) was ~40 % of the per-request CPU.
-        self._url = httpx.URL(self.url)
-        self._headers = httpx.Headers(headers)
-        self._extensions = {"timeout": timeout.as_dict()}
+        connect_s = min(10.0, timeout_s)
+        self._session = session()
+        self._client = httpx.AsyncClient(transport=AiohttpTransport(client=self._session), headers=headers,
+                                         timeout=httpx.Timeout(timeout_s, connect=connect_s, pool=None))
+        # Streaming requests go to the aiohttp session under httpx directly (the same session and connection pool),
+        # with a pre-parsed URL, headers and timeouts: httpx's client pipeline (URL parsing, header merging,
+        # auth/redirect/cookie hooks) was ~40 % of the per-request CPU, and the httpx-aiohttp layer (an httpx Request,
+        # its exception mapping, an httpx Response around aiohttp's) a further ~0.17 ms per request.
+        self._url = yarl.URL(self.url)
+        self._headers = headers
+        self._timeout = aiohttp.ClientTimeout(sock_connect=connect_s, sock_read=timeout_s, connect=None)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -129,16 +138,17 @@ class StreamClient:
 
         It returns within about timeout_s of the server's last byte and within deadline_s of its start.
         """
-        request = httpx.Request("POST", self._url, headers=self._headers, content=body, extensions=self._extensions)
         s.start_ns = s.heard_ns = perf_counter_ns()
+        WATCH.look(s.start_ns)
         watchdog = _Watchdog(s, self._silence_s, self.deadline_s)
         try:
-            resp = await self._transport.handle_async_request(request)
+            resp = await self._session.post(self._url, data=body, headers=self._headers, timeout=self._timeout,
+                                            allow_redirects=False, auto_decompress=False, compress=False)
             try:
-                s.status = resp.status_code
-                if resp.status_code >= 400:
-                    text = (await resp.aread())[:_DETAIL_MAX].decode("utf-8", "replace")
-                    s.fail("http_4xx" if resp.status_code < 500 else "http_5xx", f"HTTP {resp.status_code}: {text}")
+                s.status = resp.status
+                if resp.status >= 400:
+                    text = (await resp.read())[:_DETAIL_MAX].decode("utf-8", "replace")
+                    s.fail("http_4xx" if resp.status < 500 else "http_5xx", f"HTTP {resp.status}: {text}")
                 elif "event-stream" not in resp.headers.get("content-type", ""):
                     s.fail("malformed_sse", f"content-type {resp.headers.get('content-type')!r}, not text/event-stream")
                 else:
@@ -146,9 +156,9 @@ class StreamClient:
             finally:
                 watchdog.disarm()
                 if s.done and s.error is None:
-                    await resp.aclose()
+                    resp.release()   # back to the pool
                 else:
-                    await _close(resp)   # a cut or broken stream: its connection may never close cleanly
+                    resp.close()     # a cut or broken stream: its connection is not reused
         except asyncio.CancelledError:
             if not watchdog.take_cancel():
                 raise
@@ -162,14 +172,15 @@ class StreamClient:
             s.end_ns = perf_counter_ns()
         return s
 
-    async def _read_events(self, resp: httpx.Response, s: Stream) -> None:
-        content, arrivals = _body_of(resp)
-        reads = _raw_chunks(resp, content)
+    async def _read_events(self, resp: aiohttp.ClientResponse, s: Stream) -> None:
+        content = resp.content
+        arrivals = _arrivals_of(resp)
+        readany = content.readany
         buf = b""
         end = 0   # payload bytes read so far: buf holds the last len(buf) of them
         t = 0
         look = WATCH.look
-        async for raw in reads:
+        while raw := await readany():
             t = s.heard_ns = perf_counter_ns()
             look(t)   # the bytes that came in while the client ran the code before this step
             end += len(raw)
@@ -329,14 +340,6 @@ class _Watchdog:
         return True
 
 
-async def _close(resp: httpx.Response) -> None:
-    """Release a response whose stream did not finish; give up on it after CLOSE_TIMEOUT_S."""
-    try:
-        await asyncio.wait_for(resp.aclose(), CLOSE_TIMEOUT_S)
-    except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - the request's outcome is already decided
-        pass
-
-
 class ArrivalWatch:
     """When each connection's bytes came in, seen from outside the event loop's own reading.
 
@@ -349,18 +352,25 @@ class ArrivalWatch:
     so a chunk's stamp is at most LOOK_NS (or one step of the client's code) after its bytes came in, however long
     the burst takes to handle. The edge-triggered epoll reports a socket only while it has unread bytes.
 
+    A look that comes more than PEEK_AFTER_NS after the one before (a long step of the client's code, or the OS
+    running something else on its CPU) takes the kernel's own receive time instead: each socket has SO_TIMESTAMPNS
+    on, and a peek (recvmsg with MSG_PEEK: the bytes stay for the loop to read) at the sockets that look found
+    gives the time their last bytes came in. That costs a system call per socket, so only after a gap.
+
     `largest`: the most sockets one look found with new bytes since it was last reset (the burst size). One per
     process, as the event loop is. Without epoll (not Linux) there is no look: reads are stamped when read.
     """
 
-    __slots__ = ("_epoll", "_seen", "_owners", "_looked_ns", "_maxevents", "largest")
+    __slots__ = ("_epoll", "_seen", "_owners", "_peekers", "_looked_ns", "_maxevents", "_peek_into", "largest")
 
     def __init__(self) -> None:
         self._epoll = select.epoll() if hasattr(select, "epoll") else None
         self._seen: dict[int, int] = {}        # fd -> when a look last found new bytes on it (ns)
         self._owners: dict[int, object] = {}   # fd -> the protocol that registered it (fds are reused)
+        self._peekers: dict[int, socket.socket] = {}   # fd -> a socket object on it (not owning it) for peeks
         self._looked_ns = 0
         self._maxevents = 1024
+        self._peek_into = [memoryview(bytearray(PEEK_BYTES))]
         self.largest = 0
 
     def watch(self, fd: int, owner: object) -> None:
@@ -375,27 +385,66 @@ class ArrivalWatch:
         self._owners[fd] = owner
         self._seen.pop(fd, None)
         self._maxevents = max(self._maxevents, len(self._owners))
+        old = self._peekers.pop(fd, None)
+        if old is not None:
+            old.detach()
+        try:
+            peeker = socket.socket(fileno=fd)   # detached in unwatch: the fd stays the loop's
+        except OSError:
+            return
+        try:
+            peeker.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+        except OSError:
+            peeker.detach()
+            return
+        self._peekers[fd] = peeker
 
     def unwatch(self, fd: int, owner: object) -> None:
         if self._epoll is None or self._owners.get(fd) is not owner:
             return
         del self._owners[fd]
         self._seen.pop(fd, None)
+        peeker = self._peekers.pop(fd, None)
+        if peeker is not None:
+            peeker.detach()
         with contextlib.suppress(OSError):   # already closed (the kernel dropped it) or never registered
             self._epoll.unregister(fd)
 
     def look(self, now: int) -> None:
-        """Note `now` for every socket that got new bytes since the last look, at most every LOOK_NS."""
-        if now - self._looked_ns < LOOK_NS or self._epoll is None:
+        """Note when every socket that got new bytes since the last look got them, at most every LOOK_NS."""
+        since = self._looked_ns
+        if now - since < LOOK_NS or self._epoll is None:
             return
         self._looked_ns = now
         ready = self._epoll.poll(0, self._maxevents)
-        if ready:
-            seen = self._seen
+        if not ready:
+            return
+        seen = self._seen
+        if now - since < PEEK_AFTER_NS:
             for fd, _ in ready:
                 seen[fd] = now
-            if len(ready) > self.largest:
-                self.largest = len(ready)
+        else:
+            offset = time_ns() - perf_counter_ns()   # the kernel stamps in CLOCK_REALTIME, this process in MONOTONIC
+            for fd, _ in ready:
+                t = self._kernel_time(fd) - offset
+                seen[fd] = t if since <= t <= now else now
+        if len(ready) > self.largest:
+            self.largest = len(ready)
+
+    def _kernel_time(self, fd: int) -> int:
+        """When the socket's last unread bytes came in (CLOCK_REALTIME ns), 0 when the kernel does not say."""
+        peeker = self._peekers.get(fd)
+        if peeker is None:
+            return 0
+        try:
+            _, ancillary, _, _ = peeker.recvmsg_into(self._peek_into, _STAMP_SPACE, socket.MSG_PEEK | _DONTWAIT)
+        except OSError:   # nothing left to read (the loop took it) or a closing socket
+            return 0
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = _TIMESPEC.unpack_from(data)
+                return int(sec * 1_000_000_000 + nsec)
+        return 0
 
     def arrived(self, fd: int, now: int) -> int:
         """When the bytes a read of fd just took came in: the last look that found them, else now (they came in
@@ -403,6 +452,10 @@ class ArrivalWatch:
         return self._seen.pop(fd, now)
 
 
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux's value; Python does not name it
+_DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
+_TIMESPEC = struct.Struct("@ll")
+_STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _EDGE_IN = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLET", 0)
 WATCH = ArrivalWatch()
 
@@ -457,31 +510,10 @@ def _arrival(arrivals: deque[tuple[int, aiohttp.StreamReader, int]], content: ai
     return default
 
 
-def _body_of(resp: httpx.Response) -> tuple[aiohttp.StreamReader | None, deque[tuple[int, Any, int]] | None]:
-    """The aiohttp body reader under an httpx response, and its connection's arrival stamps (None where absent).
-
-    httpx's aiter_raw stacks four async generators per read on top of aiohttp's (a third of the per-chunk CPU,
-    measured); when the body comes from the aiohttp transport it is read directly.
-    """
-    stream = resp.stream
-    aio = getattr(stream, "_aiohttp_response", None) or getattr(getattr(stream, "_stream", None), "_aiohttp_response", None)
-    content = getattr(aio, "content", None)
-    if not isinstance(content, aiohttp.StreamReader):
-        return None, None
-    connection = getattr(aio, "connection", None)
-    protocol = getattr(connection, "protocol", None)
-    return content, protocol.arrivals if isinstance(protocol, _StampingProtocol) else None
-
-
-async def _raw_chunks(resp: httpx.Response, content: aiohttp.StreamReader | None) -> AsyncIterator[bytes]:
-    """The response body as the socket delivers it."""
-    if content is None:
-        async for raw in resp.aiter_raw():
-            yield raw
-        return
-    readany = content.readany
-    while raw := await readany():
-        yield raw
+def _arrivals_of(resp: aiohttp.ClientResponse) -> deque[tuple[int, aiohttp.StreamReader, int]] | None:
+    """The arrival stamps of a response's connection; None where its protocol is not ours (aiohttp changed)."""
+    protocol = getattr(resp.connection, "protocol", None)
+    return protocol.arrivals if isinstance(protocol, _StampingProtocol) else None
 
 
 def _has_finish_reason(payload: bytes) -> bool:
@@ -510,9 +542,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
     """An error kind (results.ERROR_KINDS) and a short detail for a failed request.
 
     httpx-aiohttp maps aiohttp errors onto httpx ones loosely (a server disconnect becomes ConnectTimeout),
-    so the original aiohttp exception, kept as __cause__, decides.
+    so the original aiohttp exception, kept as __cause__, decides (streaming requests raise aiohttp's own).
     """
-    cause: Any = exc.__cause__ or exc
+    cause: Any = (exc.__cause__ or exc) if isinstance(exc, httpx.HTTPError) else exc
     detail = f"{type(cause).__name__}: {cause}".strip()
     if isinstance(cause, aiohttp.ClientConnectorError) or isinstance(cause, ConnectionRefusedError):
         return "refused", detail

@@ -72,9 +72,7 @@ class Level:
         self.handled.add(s.handled_max_ns / 1e6)
         if s.detail is not None:
             s.detail = redact(s.detail, self._secrets)   # error bodies may echo the key
-        r = _record(self.setup.concurrency, i, s, self.t0_ns, self.setup.warmup, category)
-        if extra:
-            r = dataclasses.replace(r, **extra)
+        r = _record(self.setup.concurrency, i, s, self.t0_ns, self.setup.warmup, category, extra)
         if r.detail is not None and self.first_error is None:
             self.first_error = f"{r.error}: {r.detail}"
         self._write(r)
@@ -175,8 +173,10 @@ class OpenLoop:
         loop = asyncio.get_running_loop()
         t0_ns = self._level.t0_ns
         try:
+            label = f"r{self._level.setup.rate:g}"
             for i, t in enumerate(self._times):
                 due_ns = t0_ns + int(t * 1e9)
+                body = self._factory.body(label, i)   # built before the wait, so the send goes out on time
                 # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so no
                 # request goes out before its time (lateness is then never negative). A dispatcher behind its
                 # schedule still yields once per send, so the requests it started (and a stop) can run.
@@ -186,7 +186,7 @@ class OpenLoop:
                 while delay > 0:
                     await asyncio.sleep(delay)
                     delay = (due_ns - time.perf_counter_ns()) / 1e9
-                task = loop.create_task(self._arrival(i, due_ns))
+                task = loop.create_task(self._arrival(i, due_ns, body))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             await asyncio.gather(*tasks)
@@ -195,7 +195,7 @@ class OpenLoop:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _arrival(self, i: int, due_ns: int) -> None:
+    async def _arrival(self, i: int, due_ns: int, body: bytes) -> None:
         # Lateness counts from the scheduled time, or from when a slot came free if the cap held this one back
         # (that wait is the cap doing its job: recorded as queued_ms).
         level, slots = self._level, self._slots
@@ -210,7 +210,7 @@ class OpenLoop:
         s = Stream()
         level.in_flight.add(s)
         try:
-            await self._client.send(self._factory.body(f"r{level.setup.rate:g}", i), s)
+            await self._client.send(body, s)
         finally:
             level.in_flight.discard(s)
             if slots is not None:
@@ -219,7 +219,8 @@ class OpenLoop:
                      queued_ms=queued_ms)
 
 
-def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None) -> RequestRecord:
+def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None,
+            extra: dict[str, Any]) -> RequestRecord:
     times = s.times
     ok = s.error is None
     gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
@@ -229,5 +230,5 @@ def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str |
         ttft_ms=(times[0] - s.start_ns) / 1e6 if ok and times else None,
         e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
         chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
-        category=category,
+        category=category, **extra,
     )
