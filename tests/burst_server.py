@@ -16,7 +16,10 @@ known by the `[level-i]` tag that starts its (random dataset) prompt. GET /sched
 the send, ns after it], ...]}, "late_ms_p99": how late the server itself started its bursts}, GET /v1/models one model.
 `gap_errors` compares a generator's records with that schedule.
 
-Run standalone: python tests/burst_server.py --port P [--interval-s 0.02] [--cpu N]; prints "ready" when listening.
+`--stagger-s S` spaces one tick's writes S apart instead (a chunk then arrives while the client handles the one before).
+
+Run standalone: python tests/burst_server.py --port P [--interval-s 0.02] [--stagger-s 0] [--cpu N]; prints "ready"
+when listening.
 """
 
 from __future__ import annotations
@@ -43,8 +46,9 @@ TEXT = _chunk(b'data: {"choices":[{"index":0,"delta":{"content":" tok"},"finish_
 
 
 class BurstServer:
-    def __init__(self, interval_s: float) -> None:
+    def __init__(self, interval_s: float, stagger_s: float = 0.0) -> None:
         self.interval_s = interval_s
+        self.stagger_s = stagger_s   # > 0: the writes of one tick this far apart, not back to back
         self.open: list[list] = []          # [writer, tag, remaining]
         self.writes: dict[str, list[tuple[int, int]]] = {}
         self.late_ms: list[float] = []      # how late each burst started against its tick
@@ -84,7 +88,9 @@ class BurstServer:
             if streams:
                 self.late_ms.append((loop.time() - due) * 1000)
             self._rng.shuffle(streams)
-            for entry in streams:
+            for k, entry in enumerate(streams):
+                if k and self.stagger_s:
+                    await asyncio.sleep(self.stagger_s)
                 writer, tag, remaining, fd = entry
                 if writer.is_closing():
                     continue
@@ -122,8 +128,8 @@ def gap_errors(records: list[dict], writes: dict[str, list[list[int]]]) -> tuple
     return measured, true, errors
 
 
-async def _serve(port: int, interval_s: float) -> None:
-    server = BurstServer(interval_s)
+async def _serve(port: int, interval_s: float, stagger_s: float) -> None:
+    server = BurstServer(interval_s, stagger_s)
     listener = await asyncio.start_server(server.handle, "127.0.0.1", port, backlog=4096)
     ticker = asyncio.get_running_loop().create_task(server.tick())
     print("ready", flush=True)
@@ -136,6 +142,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--interval-s", type=float, default=0.02)
+    ap.add_argument("--stagger-s", type=float, default=0.0, help="space one tick's writes this far apart")
     ap.add_argument("--cpu", type=int, help="pin the server to this CPU")
     a = ap.parse_args()
     if a.cpu is not None:
@@ -143,6 +150,6 @@ if __name__ == "__main__":
     try:
         import uvloop
     except ImportError:
-        asyncio.run(_serve(a.port, a.interval_s))
+        asyncio.run(_serve(a.port, a.interval_s, a.stagger_s))
     else:
-        uvloop.run(_serve(a.port, a.interval_s))
+        uvloop.run(_serve(a.port, a.interval_s, a.stagger_s))

@@ -180,9 +180,14 @@ class StreamClient:
         end = 0   # payload bytes read so far: buf holds the last len(buf) of them
         t = 0
         look = WATCH.look
-        while raw := await readany():
+        while True:
+            # Before waiting (the end of this stream's step): what came in while the client ran, still unread by the
+            # event loop, so a look after a long step can still ask the kernel when it came in.
+            look(perf_counter_ns())
+            raw = await readany()
+            if not raw:
+                break
             t = s.heard_ns = perf_counter_ns()
-            look(t)   # the bytes that came in while the client ran the code before this step
             end += len(raw)
             buf = buf + raw if buf else raw
             if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
