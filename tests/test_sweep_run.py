@@ -266,5 +266,7 @@ async def test_records_on_a_full_disk_stop_with_a_warning_and_the_sweep_goes_on(
     result = await run_sweep(sweep, lambda u: notices.append(u.message) if isinstance(u, SweepNotice) else None)
     assert [lv.requests_ok for lv in result.levels] == [4, 4]
     assert [lv.concurrency for lv in read_results(tmp_path / "r.jsonl").levels] == [1, 2]
-    assert notices == ["/dev/full: per-request records stopped (No space left on device); level results are still "
-                       "written"]
+    # The records warning comes once, and nothing else but (on a busy box, where chunks wait for the generator after
+    # arriving, measured since their stamps are the true arrival) a level's SKEW caution.
+    assert [n for n in notices if not n.endswith("may carry that skew")] == [
+        "/dev/full: per-request records stopped (No space left on device); level results are still written"]

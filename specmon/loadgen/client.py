@@ -362,8 +362,9 @@ class ArrivalWatch:
     on, and a peek (recvmsg with MSG_PEEK: the bytes stay for the loop to read) at the sockets that look found
     gives the time their last bytes came in. That costs a system call per socket, so only after a gap.
 
-    `largest`: the most sockets one look found with new bytes since it was last reset (the burst size). One per
-    process, as the event loop is. Without epoll (not Linux) there is no look: reads are stamped when read.
+    `largest`: the most sockets one look found with new bytes (with the one being read) since it was last reset (the
+    burst size). One per process, as the event loop is. Without epoll (not Linux) there is no look: reads are stamped
+    when read.
     """
 
     __slots__ = ("_epoll", "_seen", "_owners", "_peekers", "_looked_ns", "_maxevents", "_peek_into", "largest")
@@ -415,13 +416,16 @@ class ArrivalWatch:
         with contextlib.suppress(OSError):   # already closed (the kernel dropped it) or never registered
             self._epoll.unregister(fd)
 
-    def look(self, now: int) -> None:
-        """Note when every socket that got new bytes since the last look got them, at most every LOOK_NS."""
+    def look(self, now: int, reading: int = 0) -> None:
+        """Note when every socket that got new bytes since the last look got them, at most every LOOK_NS.
+        `reading`: sockets the event loop has just read, not there to be found (they count in the burst size)."""
         since = self._looked_ns
         if now - since < LOOK_NS or self._epoll is None:
             return
         self._looked_ns = now
         ready = self._epoll.poll(0, self._maxevents)
+        if len(ready) + reading > self.largest:
+            self.largest = len(ready) + reading
         if not ready:
             return
         seen = self._seen
@@ -433,8 +437,6 @@ class ArrivalWatch:
             for fd, _ in ready:
                 t = self._kernel_time(fd) - offset
                 seen[fd] = t if since <= t <= now else now
-        if len(ready) > self.largest:
-            self.largest = len(ready)
 
     def _kernel_time(self, fd: int) -> int:
         """When the socket's last unread bytes came in (CLOCK_REALTIME ns), 0 when the kernel does not say."""
@@ -493,7 +495,7 @@ class _StampingProtocol(ResponseHandler):
 
     def data_received(self, data: bytes) -> None:
         now = perf_counter_ns()
-        WATCH.look(now)
+        WATCH.look(now, 1)
         t = WATCH.arrived(self._fd, now)
         super().data_received(data)
         payload = self._payload
