@@ -92,6 +92,19 @@ def _child(spec: dict[str, object]) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _wait_for_stop_handler(proc: subprocess.Popen[bytes]) -> None:
+    """Until the child has its SIGTERM handler (and so its stdin watcher) in place: on a busy box its imports alone
+    took over the 1 s this test once slept, and a SIGTERM before the handler kills it outright (rc -15)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with open(f"/proc/{proc.pid}/status", encoding="ascii") as f:
+            caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+        if caught & (1 << (signal.SIGTERM - 1)):
+            return
+        time.sleep(0.02)
+    raise AssertionError("the generator did not install its SIGTERM handler within 30 s")
+
+
 @pytest.mark.parametrize("how", ["SIGTERM", "stdin EOF"])
 def test_generator_stops_at_once_while_it_builds_a_long_level(free_port: int, how: str) -> None:
     """A level of 9 million arrivals (within bounds) was drawn in one synchronous go (seconds, ~600 MB) during which
@@ -100,7 +113,8 @@ def test_generator_stops_at_once_while_it_builds_a_long_level(free_port: int, ho
     proc = _child({"url": f"http://127.0.0.1:{free_port}", "model": "m", "workload": workload, "records_path": None,
                    "api_key_env": None})
     try:
-        time.sleep(1.0)
+        _wait_for_stop_handler(proc)
+        time.sleep(0.5)   # into the level's build
         t = time.monotonic()
         if how == "SIGTERM":
             proc.send_signal(signal.SIGTERM)
