@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
-from slurm_support import SlurmCluster, slurm_available, slurm_cluster
+from slurm_support import TWO_NODES, SlurmCluster, slurm_available, slurm_cluster
 from sshd_support import Sshd, shared_sshd, sshd_available
 
 
@@ -112,18 +112,28 @@ def sshd() -> Sshd:
     return shared_sshd()
 
 
-@pytest.fixture
-def slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    """A real single-node Slurm cluster (two fake GPUs) for this test, SLURM_CONF pointing at it; skipped with
-    the reason when Slurm is not installed. Every daemon and job of it is gone after the test, and its files.
-    (Not under pytest's tmp_path: munged refuses a socket below a directory others cannot traverse.)"""
+def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
     try:
-        with slurm_cluster(root) as cluster:
+        with slurm_cluster(root, nodes) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             yield cluster
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """A real single-node Slurm cluster (two fake GPUs) for this test, SLURM_CONF pointing at it; skipped with
+    the reason when Slurm is not installed. Every daemon and job of it is gone after the test, and its files.
+    (Not under pytest's tmp_path: munged refuses a socket below a directory others cannot traverse.)"""
+    yield from _cluster(monkeypatch, None)
+
+
+@pytest.fixture
+def slurm2(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """A real two-node Slurm cluster on this machine (n1 at 127.0.0.2, n2 at 127.0.0.3: TWO_NODES), as `slurm`."""
+    yield from _cluster(monkeypatch, TWO_NODES)

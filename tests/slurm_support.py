@@ -82,14 +82,28 @@ class SlurmCluster:
                          for p in sorted((self.root / "log").glob("*")) + [self.root / "daemons.out"] if p.exists())
 
 
-def _write_conf(root: Path) -> Path:
-    ctld, slurmd = _free_port(), _free_port()
+# The two-node cluster: node name -> its address. Both nodes are this machine; each has its own loopback address
+# (Linux routes all of 127/8 to lo), so a server bound to n1's address answers there and nowhere else, and code
+# that went to 127.0.0.1 instead of the node Slurm names is caught.
+TWO_NODES = {"n1": "127.0.0.2", "n2": "127.0.0.3"}
+
+
+def _node_lines(root: Path, nodes: dict[str, str] | None) -> list[str]:
+    """slurm.conf's node lines (and gres.conf): one node `localhost` with two fake GPUs, or `nodes` (one CPU
+    each, no GPUs), each slurmd on a port of its own."""
+    if nodes is None:
+        (root / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={root}/dev/nvidia[0-1]\n")
+        return [f"SlurmdPort={_free_port()}", "NodeName=localhost CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN"]
+    return [f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={_free_port()} CPUs=1 RealMemory=1000 "
+            "State=UNKNOWN" for name, addr in nodes.items()]
+
+
+def _write_conf(root: Path, nodes: dict[str, str] | None) -> Path:
     conf = root / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=specmontest",
         "SlurmctldHost=localhost",
-        f"SlurmctldPort={ctld}",
-        f"SlurmdPort={slurmd}",
+        f"SlurmctldPort={_free_port()}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={root}/munge/munge.socket",
@@ -113,27 +127,32 @@ def _write_conf(root: Path) -> Path:
         "ReturnToService=2",
         "KillWait=2",
         "MinJobAge=300",
-        "SchedulerParameters=batch_sched_delay=0",
+        # bf_interval=1: the backfill pass, which sets a pending job's expected start, runs every second (not 30).
+        "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
+        # A job in partition `urgent` preempts (cancels) jobs of `debug` on the nodes it needs: PREEMPTED.
+        "PreemptType=preempt/partition_prio",
+        "PreemptMode=CANCEL",
         "GresTypes=gpu",
-        "NodeName=localhost CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+        *_node_lines(root, nodes),
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1",
+        "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2",
         "",
     ]))
-    (root / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={root}/dev/nvidia[0-1]\n")
     return conf
 
 
 @contextmanager
-def slurm_cluster(root: Path) -> Iterator[SlurmCluster]:
-    """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists); on
-    exit every daemon and job of it is gone."""
+def slurm_cluster(root: Path, nodes: dict[str, str] | None = None) -> Iterator[SlurmCluster]:
+    """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
+    one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
+    gone."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
         path.chmod(0o755)   # munged refuses a socket directory others cannot reach
     for i in range(2):
         subprocess.run([_sbin("mknod"), "-m", "666", str(root / "dev" / f"nvidia{i}"), "c", "1", "3"], check=True)
-    conf = _write_conf(root)
+    conf = _write_conf(root, nodes)
     subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={root}/munge/munge.key"], check=True,
                    capture_output=True)
     m = f"{root}/munge"
@@ -141,8 +160,9 @@ def slurm_cluster(root: Path) -> Iterator[SlurmCluster]:
         f"{_sbin('munged')} -S {m}/munge.socket --key-file={m}/munge.key --pid-file={m}/munged.pid "
         f"--log-file={m}/munged.log --seed-file={m}/munged.seed || exit 1; "
         f"{_sbin('slurmctld')} -D -f {conf} </dev/null >>{root}/log/ctld.out 2>&1 & "
-        f"{_sbin('slurmd')} -D -N localhost -f {conf} </dev/null >>{root}/log/slurmd.out 2>&1 & "
-        "while :; do wait; sleep 1; done"
+        + "".join(f"{_sbin('slurmd')} -D -N {name} -f {conf} </dev/null >>{root}/log/slurmd-{name}.out 2>&1 & "
+                  for name in (nodes or ["localhost"]))
+        + "while :; do wait; sleep 1; done"
     )
     with open(root / "daemons.out", "wb") as out:
         process = subprocess.Popen(
@@ -168,7 +188,7 @@ def _wait_idle(cluster: SlurmCluster) -> None:
         if cluster.process.poll() is not None:
             raise RuntimeError(f"the test Slurm's daemons ended at start\n{cluster.logs()}")
         state = cluster.run("sinfo", "-h", "-o", "%T", check=False).strip()
-        if state == "idle":
+        if state == "idle":   # one line: every node idle
             return
         time.sleep(0.1)
     raise RuntimeError(f"the test Slurm's node is not idle after {START_TIMEOUT_S:.0f} s (sinfo: {state!r})\n"

@@ -9,7 +9,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.model.config import load_config
-from specmon.model.slurm import SlurmRequest, sbatch_argv
+from specmon.model.slurm import SlurmRequest, nodes_script, sbatch_argv
 
 HEAD = '[profiles.a]\ncommand = "specmon sim --port 31000"\nport = 31000\n\n[profiles.a.slurm]\n'
 
@@ -20,7 +20,9 @@ CASES = [
     ("gpus-zero", "gpus = 0\n", 6, "profiles.a.slurm.gpus", "must be an integer >= 1, got 0"),
     ("gpus-and-gres", 'gpus = 2\ngres = "gpu:a100:2"\n', 7, "profiles.a.slurm.gres", "not both"),
     ("two-words", 'partition = "gpu debug"\n', 6, "profiles.a.slurm.partition", "must be one word"),
-    ("multi-node", "nodes = 2\n", 6, "profiles.a.slurm.nodes", "not supported yet"),
+    ("nodes-zero", "nodes = 0\n", 6, "profiles.a.slurm.nodes", "must be an integer >= 1, got 0"),
+    ("extra-own-requeue", 'extra_args = ["--requeue"]\n', 6, "profiles.a.slurm.extra_args",
+     "--requeue is set by specmon"),
     ("extra-not-option", 'extra_args = ["exclusive"]\n', 6, "profiles.a.slurm.extra_args", "starting with '-'"),
     ("extra-own-option", 'extra_args = ["--output=x.log"]\n', 6, "profiles.a.slurm.extra_args",
      "--output is set by specmon"),
@@ -58,10 +60,20 @@ def test_a_slurm_table_becomes_the_request_and_its_sbatch_command(tmp_path: Path
                                          extra_args=("--exclusive", "--signal=B:USR1@60"))
     argv = sbatch_argv(profile.slurm, "RUN", "/runs/RUN", "/runs/RUN/launch.sh")
     assert argv == ["sbatch", "--parsable", "--job-name=specmon-RUN", "--comment=specmon:RUN",
-                    "--output=/runs/RUN/server.log", "--open-mode=append", "--chdir=/runs/RUN",
+                    "--output=/runs/RUN/server.log", "--open-mode=append", "--chdir=/runs/RUN", "--no-requeue",
                     "--partition=gpu", "--account=proj-1", "--qos=high", "--constraint=a100|h100",
                     "--reservation=demo", "--mem=64G", "--time=1-02:00:00", "--gpus=2", "--cpus-per-task=16",
                     "--exclusive", "--signal=B:USR1@60", "/runs/RUN/launch.sh"]
+
+
+def test_a_two_node_job_is_one_request_whose_script_starts_each_rank_by_slurms_node_id(tmp_path: Path) -> None:
+    path = tmp_path / "profiles.toml"
+    path.write_text(HEAD + "nodes = 2\n")
+    profile = load_config(path, env={}).profile("a")
+    assert profile.slurm == SlurmRequest(nodes=2)
+    script = nodes_script("RUN", "/runs", 2)
+    assert "srun --nodes=2 --ntasks=2 --ntasks-per-node=1 " in script and 'd="$1-n$SLURM_NODEID"' in script
+    assert script.rstrip().endswith(" sh /runs/RUN")
 
 
 def test_a_profile_without_slurm_table_is_no_slurm_profile(tmp_path: Path) -> None:

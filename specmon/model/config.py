@@ -590,8 +590,6 @@ class _Validator:
             values[key] = value
         for key in slurm.INTEGER_OPTIONS:
             values[key] = self.integer(request, path, key, None, 1)
-        if (values["nodes"] or 1) > 1:
-            self.problem(path + ("nodes",), "multi-node Slurm jobs are not supported yet; use nodes = 1")
         if values["gpus"] is not None and values["gres"] is not None:
             self.problem(path + ("gres",), "set gpus or gres, not both (gres = \"gpu:TYPE:N\" names a GPU type)")
         extra = request.get("extra_args", [])

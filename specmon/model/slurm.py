@@ -4,11 +4,17 @@ job's state as `scontrol show job -o` prints it, and what an ended job means for
 A Slurm profile runs its server as a batch job: the run's launch.sh (command, env, workdir, every argument quoted)
 is the batch script, the job's output file is the run's server.log (so the log parser, readiness and failure
 verdicts work as for any run), and the job's name `specmon-<run id>` lets any specmon find it again.
+
+A multi-node job (`nodes = N`) is one job whose batch script (`nodes_script`) starts one task per node with `srun`;
+each task runs the launch.sh of its node rank's run (`<run id>-n<SLURM_NODEID>`, its log that run's server.log).
+Rank 0's node is the first of the job's node list, and its address (Slurm's NodeAddr) is the master address the
+script exports as SPECMON_MASTER_ADDR: the command's `{master_addr}` becomes that variable when the script runs.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -21,8 +27,9 @@ INTEGER_OPTIONS = {"gpus": "--gpus", "nodes": "--nodes", "cpus": "--cpus-per-tas
 KEYS = tuple(STRING_OPTIONS) + tuple(INTEGER_OPTIONS) + ("extra_args",)
 # Options specmon sets itself: an extra_args entry naming one would break the run's log or its job name.
 OWN_OPTIONS = ("--output", "-o", "--error", "-e", "--job-name", "-J", "--comment", "--parsable", "--chdir", "-D",
-               "--wrap", "--open-mode", "--array", "-a")
+               "--wrap", "--open-mode", "--array", "-a", "--requeue", "--no-requeue")
 JOB_PREFIX = "specmon-"
+MASTER_ADDR_VAR = "SPECMON_MASTER_ADDR"   # rank 0's node address, set by a multi-node job's script for each rank
 TIME_WARN_S = 300   # a running job this close to its time limit (or a quarter of the limit, if shorter) is warned of
 
 _TIME = re.compile(r"\d+(?::\d{1,2}){0,2}|\d+-\d{1,2}(?::\d{1,2}){0,2}")
@@ -95,14 +102,34 @@ def job_name(run_id: str) -> str:
 
 def sbatch_argv(request: SlurmRequest, run_id: str, run_dir: str, script: str) -> list[str]:
     """The sbatch command that submits `script` as the run's job: its output is the run's server.log, run in the
-    run directory; `--parsable` prints the job id."""
+    run directory; `--parsable` prints the job id. `--no-requeue`: a job whose node fails ends as NODE_FAIL (the
+    run's verdict), rather than going back to the queue and starting the server again under the same run."""
     argv = ["sbatch", "--parsable", f"--job-name={job_name(run_id)}", f"--comment=specmon:{run_id}",
-            f"--output={run_dir}/server.log", "--open-mode=append", f"--chdir={run_dir}"]
+            f"--output={run_dir}/server.log", "--open-mode=append", f"--chdir={run_dir}", "--no-requeue"]
     for key, option in {**STRING_OPTIONS, **INTEGER_OPTIONS}.items():
         value = getattr(request, key)
         if value is not None:
             argv.append(f"{option}={value}")
     return argv + list(request.extra_args) + [script]
+
+
+def nodes_script(run_id: str, runs_root: str, nnodes: int) -> str:
+    """The batch script of a multi-node job (see the module docstring). Node rank r's run directory is
+    `<runs_root>/<run_id>-n<r>`; srun's `SLURM_NODEID` picks it, so the rank is Slurm's own."""
+    q = shlex.quote
+    task = ('d="$1-n$SLURM_NODEID"; '
+            f'echo "specmon: node rank $SLURM_NODEID on $SLURMD_NODENAME (master ${MASTER_ADDR_VAR})" >> "$d/server.log"; '
+            'exec sh "$d/launch.sh" >> "$d/server.log" 2>&1')
+    return "\n".join([
+        "#!/bin/sh",
+        f"# specmon multi-node run {run_id}: one task per node, node rank = SLURM_NODEID",
+        'master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        """addr=$(scontrol show node -o "$master" | sed -n 's/.* NodeAddr=\\([^ ]*\\).*/\\1/p')""",
+        f'export {MASTER_ADDR_VAR}="${{addr:-$master}}"',
+        f"exec srun --nodes={nnodes} --ntasks={nnodes} --ntasks-per-node=1 --kill-on-bad-exit=0 "
+        f"sh -c {q(task)} sh {q(f'{runs_root}/{run_id}')}",
+        "",
+    ])
 
 
 def parse_job_id(out: str) -> str | None:
@@ -210,6 +237,16 @@ def parse_scontrol_job(out: str) -> JobInfo | None:
         exit_code=int(code) if code.isdigit() and state not in ACTIVE_STATES else None,
         signal=int(sig) if sig.isdigit() and state not in ACTIVE_STATES else None,
     )
+
+
+def parse_node_addresses(out: str) -> dict[str, str]:
+    """Node name -> NodeAddr (the address Slurm itself reaches the node at) from `scontrol show node -o`."""
+    addresses = {}
+    for line in out.splitlines():
+        f = _fields(line)
+        if f.get("NodeName"):
+            addresses[f["NodeName"]] = f.get("NodeAddr") or f["NodeName"]
+    return addresses
 
 
 def slurm_failure(job: JobInfo) -> tuple[str, str] | None:

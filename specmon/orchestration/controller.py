@@ -58,13 +58,14 @@ def host_url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-async def client_url(transport: Transport, recorded: str, port: int) -> str:
+async def client_url(transport: Transport, recorded: str, port: int, addr: str | None = None) -> str:
     """The one answer to "which URL does a client use for this server" (sweeps, probes, views).
 
-    The host's loopback port is reached through the transport (a forward over SSH, the port itself locally); a
-    profile's own `url` (a port the network can reach) is used as it is.
+    The port on the host's loopback, or on `addr` as the host reaches it (a Slurm job's node), is reached through
+    the transport (a forward over SSH, the address itself locally); a profile's own `url` (a port the network can
+    reach) is used as it is.
     """
-    return await transport.local_url(port) if recorded == host_url(port) else recorded
+    return await transport.local_url(port, addr or "127.0.0.1") if recorded == host_url(port) else recorded
 
 
 def failure_of(run_state: RunState | None) -> FailureInfo | None:
@@ -183,6 +184,8 @@ class RunController:
         self._link_down_since: float | None = None
         self._process_alive = False   # the last process check found the server's process running
         self.job: JobInfo | None = None   # a Slurm run: its job as last read
+        # Set once the server's address is known (a Slurm run: when its job runs on a node); probes wait for it.
+        self._reachable = asyncio.Event()
 
     # ---- views -------------------------------------------------------------------------------------------
     def view(self) -> RunView:
@@ -284,8 +287,8 @@ class RunController:
     # ---- life --------------------------------------------------------------------------------------------
     async def start(self) -> None:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
-        self.url = await client_url(self.ops.transport, self.record.url, self.record.port)
-        self.probe = await probe_of(self.ops.transport, self.record.port, self.record.health_path, timeout_s=5.0)
+        if self.record.slurm_job is None or self.record.server_addr is not None:
+            await self._reach(self.record.server_addr)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
@@ -317,6 +320,24 @@ class RunController:
                 asyncio.create_task(self._ready_loop(), name=f"ready {self.record.run_id}"),
             ]
         self._publish()
+
+    async def _reach(self, addr: str | None) -> None:
+        """Point the URL and the probes at the server's port on `addr` as the host reaches it (None: the host's
+        own loopback)."""
+        self.url = await client_url(self.ops.transport, self.record.url, self.record.port, addr)
+        old, self.probe = self.probe, await probe_of(self.ops.transport, self.record.port, self.record.health_path,
+                                                     timeout_s=5.0, addr=addr or "127.0.0.1")
+        if old is not None:
+            await old.aclose()
+        self._reachable.set()
+
+    async def _find_node(self, job: JobInfo) -> None:
+        """The job runs: record its node's address (this run's node rank's), and reach the server there."""
+        with contextlib.suppress(TransportError, TimeoutError):
+            addr = await SlurmHost(self.ops.transport).node_address(job.nodes or "", self.record.node_rank or 0)
+            if addr is not None:
+                self._update(server_addr=addr)
+                await self._reach(addr)
 
     def _on_link(self, link: LinkState) -> None:
         """Time without a link is not time without log output: the stall clock restarts when the link is back
@@ -436,12 +457,19 @@ class RunController:
                 self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
                 self.last_bytes_at = max(self.last_bytes_at, started)
                 self._update(state="loading", started_at=started)
+            if job is not None and job.running and not self._reachable.is_set():
+                await self._find_node(job)
             if changed:
                 self._publish()
-            if job is None or not job.active:
-                exit_code, stop = None, False
+            exit_code, stop = None, False
+            with contextlib.suppress(TransportError, TimeoutError):
+                _, exit_code, stop = await self.ops.run_status(self.record.run_dir, 0)   # its files only
+            if exit_code is not None and job is not None and job.active:
+                # The server ended inside a job that still runs (a node rank that died while the others go on,
+                # or the end of the job's last step): the job as it is now says whether that was Slurm's doing.
                 with contextlib.suppress(TransportError, TimeoutError):
-                    _, exit_code, stop = await self.ops.run_status(self.record.run_dir, 0)   # its files only
+                    job = await slurm.job(self.record.slurm_job)
+            if job is None or not job.active or exit_code is not None:
                 await self._finish(exit_code, lost=job is None and exit_code is None, stop_requested=stop, job=job)
                 return
             if self.record.state in ("loading", "ready"):
@@ -513,14 +541,19 @@ class RunController:
                 self._ready_trigger.set()
             return False
 
-        assert self.probe is not None
         def interval() -> float:
             return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
 
-        await poll(self.probe.health, interval, on_health)
+        async def health() -> ProbeResult:
+            assert self.probe is not None
+            return await self.probe.health()
+
+        await self._reachable.wait()
+        await poll(health, interval, on_health)
 
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()
+        await self._reachable.wait()
         if self.record.state == "ready" or self.probe is None:
             return
         attempts = 0

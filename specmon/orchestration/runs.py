@@ -66,6 +66,7 @@ from specmon.model.clean import escape_controls, one_line
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings, parse_host
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
+from specmon.model.slurm import MASTER_ADDR_VAR
 from specmon.model.textfile import loads
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.controller import (
@@ -293,10 +294,10 @@ class RunManager:
         live = [r for r in self.store.all() if r.profile == profile_name and not r.terminal]
         if live and live[-1].run_id in self._controllers:
             return self._controllers[live[-1].run_id].view().url
-        host, recorded, port = ((live[-1].host, live[-1].url, live[-1].port) if live else
-                                (profile.host, profile.url or host_url(profile.port), profile.port))
+        host, recorded, port, addr = ((live[-1].host, live[-1].url, live[-1].port, live[-1].server_addr) if live else
+                                      (profile.host, profile.url or host_url(profile.port), profile.port, None))
         try:
-            return await client_url(self.ops(host).transport, recorded, port)
+            return await client_url(self.ops(host).transport, recorded, port, addr)
         except TransportError as exc:
             raise UserError(str(exc)) from None
 
@@ -577,7 +578,8 @@ class RunManager:
 
     async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:
         """An unwatched run whose log says ready: one test completion decides."""
-        probe = await probe_of(self.ops(record.host).transport, record.port, record.health_path, timeout_s=3.0)
+        probe = await probe_of(self.ops(record.host).transport, record.port, record.health_path, timeout_s=3.0,
+                               addr=record.server_addr or "127.0.0.1")
         try:
             if not (await probe.completion()).ok:
                 return record
@@ -729,6 +731,8 @@ class RunManager:
         profile = self.config.profile(profile_name)
         if profile.hosts:
             return await multinode.launch(self, profile, watch=watch)
+        if profile.slurm is not None and (profile.slurm.nodes or 1) > 1:
+            return await slurmjobs.launch_nodes(self, profile, watch=watch)
         self._check_profile(profile)
         ops = self.ops(profile.host)
         try:
@@ -769,9 +773,11 @@ class RunManager:
                                 f"{LOCK_WAIT_S:.0f} s (profile {profile.name})")
             await asyncio.sleep(0.1)
 
-    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...],
-                        **record_fields: Any) -> RunRecord:
-        """Make the run dir, write launch.sh and meta.json, start it detached and wait for its pid.
+    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
+                        submit: bool = True, **record_fields: Any) -> RunRecord:
+        """Make the run dir, write launch.sh and meta.json, start it detached and wait for its pid (a Slurm
+        profile: submit launch.sh as its job; with `submit` False, not: a node rank of a multi-node job, which
+        `slurmjobs.launch_nodes` submits once for every rank).
 
         `record_fields` go into the RunRecord (a multi-node run's node: group, node_rank, ...). The record is
         saved before anything exists on the host (a full state disk stops us there, with nothing made); a
@@ -796,8 +802,11 @@ class RunManager:
             if problem is not None:
                 raise UserError(f"{ops.host}: cannot create run directory {run_dir}: {problem}")
             made = True
-            await ops.transport.write_file(
-                f"{run_dir}/launch.sh", wrapper_script(run_dir, argv, profile.env, profile.workdir, run_id).encode())
+            # A node of a multi-node job learns rank 0's address only when the job runs (its script exports it).
+            runtime = {"{master_addr}": MASTER_ADDR_VAR} if profile.slurm is not None and "group" in record_fields \
+                else None
+            await ops.transport.write_file(f"{run_dir}/launch.sh", wrapper_script(
+                run_dir, argv, profile.env, profile.workdir, run_id, runtime).encode())
             await ops.write_json(f"{run_dir}/meta.json", {
                 "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
                 "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
@@ -806,20 +815,16 @@ class RunManager:
             })
             if profile.slurm is not None:
                 # The job holds the run from here: its state says when the server starts (slurmjobs).
-                slurm = SlurmHost(ops.transport)
-                job = await slurm.submit(profile.slurm, run_id, run_dir, f"{run_dir}/launch.sh")
-                try:
-                    return self.store.update(run_id, slurm_job=job) or record
-                except StateWriteError:   # a job specmon cannot record must not run on unseen
-                    with contextlib.suppress(TransportError, TimeoutError):
-                        await slurm.cancel(job)
-                    raise
+                if submit:
+                    await slurmjobs.submit(ops, self.store, profile.slurm, run_id, run_dir, f"{run_dir}/launch.sh",
+                                           [run_id])
+                return self.store.load(run_id) or record
             await ops.start_detached(run_dir, run_id)
         except TransportError as exc:
-            await asyncio.shield(self._unmake(ops, record, made))
+            await asyncio.shield(self.unmake(ops, record, made))
             raise UserError(str(exc)) from None
         except BaseException:
-            await asyncio.shield(self._unmake(ops, record, made))
+            await asyncio.shield(self.unmake(ops, record, made))
             raise
         pid = await self._wait_pid(ops, run_dir)
         try:
@@ -838,11 +843,11 @@ class RunManager:
                 gone = dataclasses.replace(record, pid=pid, starttime=info.starttime if info else None)
                 with contextlib.suppress(TransportError, TimeoutError):
                     await stop_run(ops, gone, force=True, timings=self.stop_timings)
-            await self._unmake(ops, record, True)
+            await self.unmake(ops, record, True)
             raise
         return self.store.load(run_id) or record
 
-    async def _unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
+    async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
         """Undo a launch that failed before its server started: its run directory and its record."""
         with contextlib.suppress(TransportError, TimeoutError, ValueError):
             if made:

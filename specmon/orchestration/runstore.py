@@ -105,6 +105,8 @@ class RunRecord:
     dist_init_addr: str | None = None  # ADDR:PORT of rank 0's rendezvous (multi-node only)
     config: str | None = None          # the profiles file that launched it (None: a run from before that was kept)
     slurm_job: str | None = None       # a Slurm run: its job id (the job's state decides when it runs and ends)
+    server_addr: str | None = None     # a Slurm run: its node's address as `host` reaches it, once the job runs
+                                       # (its port is there, not on `host`); None: `host`'s own 127.0.0.1
 
     @property
     def serves_api(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 
 from specmon.model.textfile import loads
-from specmon.sources.transport import Transport
+from specmon.sources.transport import Transport, url_host
 
 T = TypeVar("T")
 
@@ -116,11 +116,12 @@ class ServerProbe:
 
 
 async def probe_of(transport: Transport, port: int, health_path: str = "/health",
-                   timeout_s: float = 5.0) -> ServerProbe:
-    """A probe of the host's 127.0.0.1:`port`: through the host's own TCP stack when the transport offers that
-    (SSH direct-tcpip), else at the transport's local URL."""
+                   timeout_s: float = 5.0, addr: str = "127.0.0.1") -> ServerProbe:
+    """A probe of `addr`:`port` as the host reaches it (the host's own 127.0.0.1 unless told; a Slurm job's node
+    from its login node): through the host's own TCP stack when the transport offers that (SSH direct-tcpip),
+    else at the transport's local URL."""
     http = transport.http_transport()
-    url = f"http://127.0.0.1:{port}" if http is not None else await transport.local_url(port)
+    url = f"http://{url_host(addr)}:{port}" if http is not None else await transport.local_url(port, addr)
     return ServerProbe(url, health_path, timeout_s, transport=http)
 
 

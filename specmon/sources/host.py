@@ -21,7 +21,7 @@ import ipaddress
 import json
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from specmon.errors import UserError
 from specmon.model.config import ENV_NAME
@@ -41,9 +41,19 @@ def check_env(env: Iterable[tuple[str, str]], where: str) -> None:
             raise UserError(f"{where}: env: invalid variable name {name!r} (letters, digits and _ only)")
 
 
+def _shell_word(arg: str, runtime: Mapping[str, str]) -> str:
+    """`arg` as one shell word, quoted, except that each placeholder in `runtime` becomes its variable ("$VAR")."""
+    for placeholder, var in runtime.items():
+        if placeholder in arg:
+            return f'"${var}"'.join(_shell_word(part, runtime) for part in arg.split(placeholder))
+    return shlex.quote(arg)
+
+
 def wrapper_script(run_dir: str, argv: Sequence[str], env: Iterable[tuple[str, str]], workdir: str | None,
-                   run_id: str) -> str:
-    """The launch.sh that runs inside the new session (its `$$` is pid = pgid = sid)."""
+                   run_id: str, runtime: Mapping[str, str] | None = None) -> str:
+    """The launch.sh that runs inside the new session (its `$$` is pid = pgid = sid). `runtime`: placeholders of
+    the command that become a variable of the environment the script runs in (a multi-node Slurm job's master
+    address: `{master_addr}` -> SPECMON_MASTER_ADDR)."""
     q = shlex.quote
     # The wrapper's own files are private (umask 077 around their writes only: the server keeps the user's umask).
     lines = [
@@ -62,7 +72,7 @@ def wrapper_script(run_dir: str, argv: Sequence[str], env: Iterable[tuple[str, s
     # SIGTERM and still record the server's exit code.
     lines += [
         "trap : TERM INT HUP",
-        shlex.join(argv),
+        " ".join(_shell_word(arg, runtime or {}) for arg in argv),
         "code=$?",
         "umask 077",
         f"echo \"$code\" > {q(run_dir + '/exit_code.tmp')} && mv -f {q(run_dir + '/exit_code.tmp')} "

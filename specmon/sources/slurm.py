@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import shlex
 
-from specmon.model.slurm import JobInfo, SlurmRequest, job_name, parse_job_id, parse_scontrol_job, sbatch_argv
+from specmon.model.slurm import (
+    JobInfo,
+    SlurmRequest,
+    job_name,
+    parse_job_id,
+    parse_node_addresses,
+    parse_scontrol_job,
+    sbatch_argv,
+)
 from specmon.sources.transport import Transport, TransportError
 
 
@@ -41,6 +49,18 @@ class SlurmHost:
         result = await self.transport.run(f"squeue -h -o %i --name={shlex.quote(job_name(run_id))}", timeout=30)
         ids = result.out.split() if result.exit_code == 0 else []
         return await self.job(ids[-1]) if ids else None
+
+    async def node_address(self, nodelist: str, rank: int) -> str | None:
+        """The address of node `rank` (0: the first) of a job's node list, as Slurm reaches it (its NodeAddr, also
+        how this host, which talks to the same controller, reaches it); None when the list has no such node."""
+        q = shlex.quote(nodelist)
+        names = await self.transport.run(f"scontrol show hostnames {q}", timeout=30)
+        nodes = await self.transport.run(f"scontrol show node -o {q}", timeout=30)
+        if names.exit_code != 0 or nodes.exit_code != 0:
+            raise TransportError(f"{self.transport.host}: scontrol cannot tell the nodes {nodelist}: "
+                                 f"{(names.err or nodes.err).strip() or 'no answer'}")
+        ordered = names.out.split()
+        return parse_node_addresses(nodes.out).get(ordered[rank], ordered[rank]) if rank < len(ordered) else None
 
     async def cancel(self, job_id: str) -> None:
         result = await self.transport.run(f"scancel {shlex.quote(job_id)}", timeout=30)

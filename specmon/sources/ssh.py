@@ -197,7 +197,7 @@ class SSHTransport(Transport):
         self._watchers: list[Callable[[LinkState], None]] = []
         self._sessions = asyncio.Semaphore(max_sessions)
         self._tcp = asyncio.Semaphore(MAX_TCP_CHANNELS)
-        self._forwards: dict[int, _PortForward] = {}
+        self._forwards: dict[tuple[str, int], _PortForward] = {}
         self._closed = False
 
     # ---- link --------------------------------------------------------------------------------------------
@@ -478,14 +478,14 @@ class SSHTransport(Transport):
     def http_transport(self) -> httpx.AsyncBaseTransport | None:
         return TunnelHTTPTransport(self)
 
-    async def local_url(self, port: int) -> str:
-        """A forward of the host's 127.0.0.1:`port`, listening on 127.0.0.1 here, on the same local port for as
-        long as this transport lives (reconnects included)."""
-        forward = self._forwards.get(port)
+    async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
+        """A forward of `addr`:`port` as the host reaches it (its own 127.0.0.1 unless told), listening on
+        127.0.0.1 here, on the same local port for as long as this transport lives (reconnects included)."""
+        forward = self._forwards.get((addr, port))
         if forward is None:
-            forward = _PortForward(self, port)
+            forward = _PortForward(self, port, addr)
             await forward.start()
-            self._forwards[port] = forward
+            self._forwards[(addr, port)] = forward
         return f"http://127.0.0.1:{forward.local_port}"
 
     async def close(self) -> None:
@@ -555,12 +555,14 @@ class _SshStream(OutputStream):
 
 
 class _PortForward:
-    """A listener on 127.0.0.1 here; each connection to it becomes a direct-tcpip channel to the host's
-    127.0.0.1:port over whatever connection is current, so the local port survives reconnects."""
+    """A listener on 127.0.0.1 here; each connection to it becomes a direct-tcpip channel to addr:port as the
+    host reaches it (its own 127.0.0.1 by default) over whatever connection is current, so the local port survives
+    reconnects."""
 
-    def __init__(self, transport: SSHTransport, remote_port: int) -> None:
+    def __init__(self, transport: SSHTransport, remote_port: int, remote_addr: str = "127.0.0.1") -> None:
         self._t = transport
         self.remote_port = remote_port
+        self.remote_addr = remote_addr
         self.local_port = 0
         self._server: asyncio.base_events.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
@@ -575,7 +577,7 @@ class _PortForward:
             self._pipes.add(task)
         try:
             try:
-                remote_reader, remote_writer = await self._t.open_tcp("127.0.0.1", self.remote_port)
+                remote_reader, remote_writer = await self._t.open_tcp(self.remote_addr, self.remote_port)
             except (OSError, TransportError):
                 return
             try:

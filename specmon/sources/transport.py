@@ -10,7 +10,7 @@ transport slots in without engine changes.
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
         async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
         async read_files(paths) -> list[bytes | None]        # small files in one round trip; None: missing
-        async local_url(port) -> str                         # the host's 127.0.0.1:port as reached from here
+        async local_url(port, addr) -> str                   # addr:port as the host reaches it, from here
         async open_tcp(host, port) -> (reader, writer)       # a TCP connection started ON the host
         http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
         link: LinkState                                      # connected / reconnecting / refused (SSH)
@@ -36,6 +36,11 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+
+
+def url_host(addr: str) -> str:
+    """An address as a URL's host part (an IPv6 address in brackets)."""
+    return f"[{addr}]" if ":" in addr else addr
 
 
 class TransportError(Exception):
@@ -187,12 +192,13 @@ class Transport(ABC):
             raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
         return [None if part.endswith(missing.encode()) else part for part in parts]
 
-    async def local_url(self, port: int) -> str:
-        """A base URL, reachable from where specmon runs, for the host's 127.0.0.1:`port`.
+    async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
+        """A base URL, reachable from where specmon runs, for `addr`:`port` as the host reaches it (by default the
+        host's own 127.0.0.1; a Slurm job's compute node as its login node reaches it).
 
-        Locally that is the port itself; a remote transport forwards it (on 127.0.0.1 only).
+        Locally that is the address itself; a remote transport forwards it (listening on 127.0.0.1 here).
         """
-        return f"http://127.0.0.1:{port}"
+        return f"http://{url_host(addr)}:{port}"
 
     async def open_tcp(self, host: str, port: int, wait_s: float | None = None) -> tuple[Any, Any]:
         """A TCP connection to `host:port` as seen FROM the host, as (reader, writer) streams (asyncio's locally,
