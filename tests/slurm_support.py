@@ -71,10 +71,10 @@ class SlurmCluster:
         """Ids of the jobs the controller still lists (any state)."""
         return self.run("squeue", "-h", "-o", "%i").split()
 
-    def fill_node(self) -> str:
+    def fill_node(self, *options: str) -> str:
         """Submit a job that holds every CPU of the node (so the next job pends with reason Resources); its id."""
         return self.run("sbatch", "--parsable", "--job-name=filler", "--exclusive", f"--output={self.root}/filler.out",
-                        "--wrap", "sleep 600").strip().split(";")[0]
+                        *options, "--wrap", "sleep 600").strip().split(";")[0]
 
     def logs(self) -> str:
         """The daemons' logs, for a failing test's message."""

@@ -344,3 +344,38 @@ async def test_a_command_missing_on_the_jobs_node_fails_the_run_with_the_shells_
     ended = await views.until(lambda v: not v.active, timeout=60)
     assert ended.state == "failed" and ended.exit_code == 127, ended
     assert ended.failure is not None and "not found" in " ".join(ended.failure.last_lines), ended.failure
+
+
+async def test_a_queued_job_shows_slurms_expected_start_once_the_backfill_pass_has_one(
+        slurm: SlurmCluster, managers, free_port: int) -> None:
+    slurm.fill_node("--time=5")   # a limit: the backfill pass can say when the node frees up (in 5 minutes)
+    manager, views = managers(slurm_profile(free_port))
+    await manager.launch("sim")
+    pending = await views.until(lambda v: bool(v.job and "start expected" in v.job), timeout=30)
+    assert pending.state == "launching" and pending.job is not None
+    assert re.fullmatch(r"PENDING \((Resources|Priority)\), start expected \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", pending.job), \
+        pending.job
+
+
+async def test_a_job_whose_node_fails_ends_as_node_fail_not_back_in_the_queue(slurm: SlurmCluster, managers,
+                                                                              free_port: int) -> None:
+    manager, views = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+    await views.until(lambda v: v.state == "ready", timeout=90)
+    slurm.run("scontrol", "update", "nodename=localhost", "state=down", "reason=specmon-test")
+    ended = await views.until(lambda v: not v.active, timeout=60)
+    assert ended.state == "exited" and ended.failure is not None, ended
+    assert ended.failure.kind == "node_fail" and "ended because its node failed" in ended.failure.message
+    job = manager.store.load(view.run_id).slurm_job
+    assert slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "NODE_FAIL")
+
+
+async def test_a_job_preempted_by_a_higher_tier_partition_is_reported_preempted(slurm: SlurmCluster, managers,
+                                                                                free_port: int) -> None:
+    manager, views = managers(slurm_profile(free_port))
+    await manager.launch("sim")
+    await views.until(lambda v: v.state == "ready", timeout=90)
+    slurm.fill_node("--partition=urgent")   # PriorityTier 2 over debug's 1, PreemptMode=CANCEL
+    ended = await views.until(lambda v: not v.active, timeout=60)
+    assert ended.state == "exited" and ended.failure is not None, ended
+    assert ended.failure.kind == "preempted" and "was preempted" in ended.failure.message
