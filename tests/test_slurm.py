@@ -379,3 +379,33 @@ async def test_a_job_preempted_by_a_higher_tier_partition_is_reported_preempted(
     ended = await views.until(lambda v: not v.active, timeout=60)
     assert ended.state == "exited" and ended.failure is not None, ended
     assert ended.failure.kind == "preempted" and "was preempted" in ended.failure.message
+
+
+async def test_the_gpus_of_a_running_job_are_read_on_its_node_through_the_allocation_with_the_run_as_holder(
+        slurm: SlurmCluster, managers, free_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from lifecycle_support import marked_pids
+    from test_gpu_probe import FAKE
+
+    from specmon.orchestration.inspection import env_report, gpu_board
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)   # srun passes this PATH into the job (--export=ALL)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin")
+    manager, views = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+    await views.until(lambda v: v.state == "ready", timeout=90)
+    monkeypatch.setenv("FAKE_SMI_APPS_OF", f"{view.run_id}:1:4000")
+
+    board, known = await gpu_board(manager, "sim")
+    assert board.error is None and board.apps_error is None, (board.error, board.apps_error)
+    assert [g.latest.index for g in board.gpus_of_run(view.run_id)] == [1] and known[view.run_id] == "sim"
+    [holder] = board.gpus()[1].holders
+    # The pid is the one the job's node sees (the test cluster's jobs live in a PID namespace of their own), not
+    # this machine's pid of the same server: the holders were looked up inside the allocation.
+    assert holder.describe([view.run_id]) == f"run {view.run_id} (pid {holder.pid})"
+    assert holder.pid not in marked_pids(view.run_id)
+    # The env view of the run reads its processes there too.
+    report = await env_report(manager, "sim")
+    assert report.host.startswith("local job ") and report.host.endswith(" on localhost"), report.host
+    assert [p.pid for p in report.processes if p.role == "server"] == [holder.pid], report.processes

@@ -334,10 +334,10 @@ class RunController:
     async def _find_node(self, job: JobInfo) -> None:
         """The job runs: record its node's address (this run's node rank's), and reach the server there."""
         with contextlib.suppress(TransportError, TimeoutError):
-            addr = await SlurmHost(self.ops.transport).node_address(job.nodes or "", self.record.node_rank or 0)
-            if addr is not None:
-                self._update(server_addr=addr)
-                await self._reach(addr)
+            node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
+            if node is not None:
+                self._update(server_addr=node[1])
+                await self._reach(node[1])
 
     def _on_link(self, link: LinkState) -> None:
         """Time without a link is not time without log output: the stall clock restarts when the link is back

@@ -4,6 +4,9 @@
     a, b, diffs = await diff_targets(manager, "A", "B", everything=False)
     board, known = await gpu_board(manager, host)                 -> (GpuBoard, {run_id: profile})
 
+A Slurm run's processes and GPUs are on its job's node: while the job runs, the start-up probe, the processes and
+the GPU inventory (and `gpu_board` of the run or its profile) go there through the allocation (`srun --overlap`).
+
 A profile name means the profile (and its live run, if one is running: then its processes and log count too); a
 run id means that run (its launch arguments as recorded at launch, its log, its processes while it lives). Every
 probe that cannot answer leaves a one-line note in the report instead of failing the whole report.
@@ -31,9 +34,11 @@ from specmon.model.secrets import redact_env
 from specmon.model.textfile import loads
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
+from specmon.orchestration.slurmjobs import job_transport
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
 from specmon.sources.host import RUN_ID
+from specmon.sources.transport import Transport, TransportError
 
 T = TypeVar("T")
 
@@ -77,7 +82,9 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
     """Everything about how `target` (profile or run id) is set up; see the module docstring."""
     profile, record = _target(manager, target)
     host = record.host if record is not None else profile.host if profile is not None else "local"
-    transport = manager.ops(host).transport
+    files = manager.ops(host).transport   # the log is on the host (a Slurm run's: the shared run directory)
+    transport = await _job_node(manager, record) or files
+    where = transport.host   # where the server runs: the host, or a Slurm job's node
     notes: list[str] = []
     argv: list[str] = list(profile.command) if profile is not None else []
     if record is not None:
@@ -105,10 +112,14 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
     async def processes_() -> tuple[ProcessEnv, ...] | None:
         if record is None or record.terminal:
             return None
-        return await _noted(run_processes(transport, record.run_id, record.pid), notes)
+        wrapper = record.pid
+        if record.slurm_job is not None:   # the wrapper's pid as its node sees it, from the shared run directory
+            text = (await manager.ops(record.host).read_file(f"{record.run_dir}/pid") or "").strip()
+            wrapper = int(text) if text.isdigit() else None
+        return await _noted(run_processes(transport, record.run_id, wrapper), notes)
 
     async def log_() -> NcclLog | None:
-        return None if record is None else await _noted(nccl_log(transport, record.log_path), notes)
+        return None if record is None else await _noted(nccl_log(files, record.log_path), notes)
 
     async def inventory_() -> SmiInventory | None:
         try:
@@ -117,18 +128,18 @@ async def env_report(manager: RunManager, target: str) -> EnvReport:
             notes.append(str(exc))
             return None
         if found is None:
-            notes.append(f"{host}: no nvidia-smi: no NVIDIA driver, CUDA driver or GPU versions")
+            notes.append(f"{where}: no nvidia-smi: no NVIDIA driver, CUDA driver or GPU versions")
         return found
 
     started, inventory, processes, nccl = await asyncio.gather(startup_(), inventory_(), processes_(), log_())
     if started is not None and not started.versions:
-        notes.append(f"{host}: {started.python} has none of torch, sglang, vllm, transformers, flashinfer, the NCCL "
+        notes.append(f"{where}: {started.python} has none of torch, sglang, vllm, transformers, flashinfer, the NCCL "
                      "wheel or triton installed: no framework versions")
     facts = {}
     if record is not None and record.kv_cache_tokens is not None:
         facts["kv cache tokens"] = str(record.kv_cache_tokens)
     return EnvReport(
-        subject=subject, host=host, launch_env=redact_env(profile.env) if profile is not None else {},
+        subject=subject, host=where, launch_env=redact_env(profile.env) if profile is not None else {},
         startup=started, processes=processes or (), nccl=nccl, args=key_launch_args(argv),
         versions=_versions(started, inventory), facts=facts, notes=tuple(notes))
 
@@ -140,7 +151,30 @@ async def diff_targets(manager: RunManager, a: str, b: str,
     return left, right, diff_reports(left, right, everything)
 
 
+async def _job_node(manager: RunManager, record: RunRecord | None) -> Transport | None:
+    """A running Slurm run's node, through its job's allocation; None for any other run."""
+    if record is None or record.slurm_job is None:
+        return None
+    try:
+        return await job_transport(manager.ops(record.host), record)
+    except (TransportError, TimeoutError) as exc:
+        raise UserError(str(exc)) from None
+
+
 async def gpu_board(manager: RunManager, host: str, timeout_s: float = 20.0) -> tuple[GpuBoard, dict[str, str]]:
-    """One reading of `host`'s GPUs and their holders, with the runs this specmon knows (run id -> profile)."""
-    board = await snapshot(manager.ops(host).transport, timeout_s=timeout_s)
+    """One reading of `host`'s GPUs and their holders, with the runs this specmon knows (run id -> profile).
+    `host` may name a Slurm run (its id) or a Slurm profile (its latest run): the GPUs of its job's node."""
+    slurm_profile = host in manager.config.profiles and manager.config.profiles[host].slurm is not None
+    record = manager.store.load(host) if RUN_ID.match(host) else None
+    if slurm_profile:
+        record = _target(manager, host)[1]
+    transport = manager.ops(host).transport if record is None and not slurm_profile else None
+    if record is not None and record.slurm_job is None:
+        transport = manager.ops(record.host).transport
+    elif slurm_profile or record is not None:
+        transport = await _job_node(manager, record)
+        if transport is None:
+            raise UserError(f"{host}: no Slurm job of it is running (its GPUs are those of the node Slurm gives it)")
+    assert transport is not None
+    board = await snapshot(transport, timeout_s=timeout_s)
     return board, {r.run_id: r.profile for r in manager.store.all()}

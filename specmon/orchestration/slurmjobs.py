@@ -32,7 +32,7 @@ from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError,
 from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
-from specmon.sources.slurm import SlurmHost
+from specmon.sources.slurm import JobTransport, SlurmHost
 from specmon.sources.transport import TransportError
 
 
@@ -105,7 +105,21 @@ async def node_address(ops: HostOps, record: RunRecord, job: JobInfo | None) -> 
     else from Slurm while the job runs; None before it ran."""
     if record.server_addr is not None or job is None or not job.running or not job.nodes:
         return record.server_addr
-    return await SlurmHost(ops.transport).node_address(job.nodes, record.node_rank or 0)
+    node = await SlurmHost(ops.transport).node(job.nodes, record.node_rank or 0)
+    return node[1] if node is not None else None
+
+
+async def job_transport(ops: HostOps, record: RunRecord) -> JobTransport | None:
+    """The run's node through its job's allocation (`srun --overlap`), while the job runs; None otherwise (not a
+    Slurm run, queued, ended)."""
+    if record.slurm_job is None or record.terminal:
+        return None
+    slurm = SlurmHost(ops.transport)
+    job = await slurm.job(record.slurm_job)
+    if job is None or not job.running or not job.nodes:
+        return None
+    node = await slurm.node(job.nodes, record.node_rank or 0)
+    return None if node is None else JobTransport(ops.transport, job.job_id, node[0])
 
 
 async def _port_answers(ops: HostOps, addr: str, port: int) -> bool:

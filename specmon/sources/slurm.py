@@ -1,5 +1,8 @@
 """Slurm's commands on the host where jobs are submitted (this machine, or a login node over SSH), through that
-host's Transport: submit a run's job, read its state, cancel it. Every argument is quoted."""
+host's Transport: submit a run's job, read its state, find its nodes, cancel it. Every argument is quoted.
+
+`JobTransport` reaches one node of a running job through the allocation (`srun --jobid=J --overlap -w NODE`):
+what the GPU and env views run there sees the node's GPUs and the job's processes, as on the node itself."""
 
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ from specmon.model.slurm import (
     parse_scontrol_job,
     sbatch_argv,
 )
-from specmon.sources.transport import Transport, TransportError
+from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
 
 
 class SlurmHost:
@@ -50,9 +53,10 @@ class SlurmHost:
         ids = result.out.split() if result.exit_code == 0 else []
         return await self.job(ids[-1]) if ids else None
 
-    async def node_address(self, nodelist: str, rank: int) -> str | None:
-        """The address of node `rank` (0: the first) of a job's node list, as Slurm reaches it (its NodeAddr, also
-        how this host, which talks to the same controller, reaches it); None when the list has no such node."""
+    async def node(self, nodelist: str, rank: int) -> tuple[str, str] | None:
+        """Node `rank` (0: the first) of a job's node list: its name and its address as Slurm reaches it (its
+        NodeAddr, also how this host, which talks to the same controller, reaches it); None when the list has no
+        such node."""
         q = shlex.quote(nodelist)
         names = await self.transport.run(f"scontrol show hostnames {q}", timeout=30)
         nodes = await self.transport.run(f"scontrol show node -o {q}", timeout=30)
@@ -60,10 +64,34 @@ class SlurmHost:
             raise TransportError(f"{self.transport.host}: scontrol cannot tell the nodes {nodelist}: "
                                  f"{(names.err or nodes.err).strip() or 'no answer'}")
         ordered = names.out.split()
-        return parse_node_addresses(nodes.out).get(ordered[rank], ordered[rank]) if rank < len(ordered) else None
+        if rank >= len(ordered):
+            return None
+        return ordered[rank], parse_node_addresses(nodes.out).get(ordered[rank], ordered[rank])
 
     async def cancel(self, job_id: str) -> None:
         result = await self.transport.run(f"scancel {shlex.quote(job_id)}", timeout=30)
         if result.exit_code != 0 and "Invalid job id" not in result.err:
             raise TransportError(f"{self.transport.host}: scancel {job_id}: "
                                  f"{result.err.strip() or f'exit {result.exit_code}'}")
+
+
+class JobTransport(Transport):
+    """Commands run on node `node` of running job `job_id`, inside its allocation, through `base` (the transport
+    of the host that submitted it): `srun --jobid=J --overlap` shares the job's resources rather than waiting for
+    free ones. Files and TCP stay `base`'s (the run directory is shared; ports are reached by the node's address)."""
+
+    def __init__(self, base: Transport, job_id: str, node: str) -> None:
+        self.base = base
+        self.job_id = job_id
+        self.node = node
+        self.host = f"{base.host} job {job_id} on {node}"
+
+    def _inside(self, command: str) -> str:
+        return shlex.join(["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                           f"--nodelist={self.node}", "--quiet", "sh", "-c", command])
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+        return await self.base.run(self._inside(command), input=input, timeout=timeout)
+
+    def stream(self, command: str) -> OutputStream:
+        return self.base.stream(self._inside(command))
