@@ -112,13 +112,14 @@ def sshd() -> Sshd:
     return shared_sshd()
 
 
-def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None) -> Iterator[SlurmCluster]:
+def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None,
+             unshared: Path | None = None) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
     try:
-        with slurm_cluster(root, nodes) as cluster:
+        with slurm_cluster(root, nodes, unshared) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             yield cluster
     finally:
@@ -137,3 +138,10 @@ def slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
 def slurm2(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     """A real two-node Slurm cluster on this machine (n1 at 127.0.0.2, n2 at 127.0.0.3: TWO_NODES), as `slurm`."""
     yield from _cluster(monkeypatch, TWO_NODES)
+
+
+@pytest.fixture
+def slurm_unshared(monkeypatch: pytest.MonkeyPatch, isolated_home: Path) -> Iterator[SlurmCluster]:
+    """The single-node cluster of `slurm`, whose node does not share $XDG_STATE_HOME (where the test's runs
+    directories are) with this machine: a login node whose state is on a disk the compute nodes do not mount."""
+    yield from _cluster(monkeypatch, None, unshared=Path(os.environ["XDG_STATE_HOME"]))

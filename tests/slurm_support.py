@@ -142,10 +142,12 @@ def _write_conf(root: Path, nodes: dict[str, str] | None) -> Path:
 
 
 @contextmanager
-def slurm_cluster(root: Path, nodes: dict[str, str] | None = None) -> Iterator[SlurmCluster]:
+def slurm_cluster(root: Path, nodes: dict[str, str] | None = None,
+                  unshared: Path | None = None) -> Iterator[SlurmCluster]:
     """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
     one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
-    gone."""
+    gone. `unshared`: a directory the nodes do not share with this machine (inside the cluster's mount namespace
+    an empty tmpfs covers it, as a login node's home that the compute nodes do not mount)."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
@@ -157,7 +159,8 @@ def slurm_cluster(root: Path, nodes: dict[str, str] | None = None) -> Iterator[S
                    capture_output=True)
     m = f"{root}/munge"
     start = (
-        f"{_sbin('munged')} -S {m}/munge.socket --key-file={m}/munge.key --pid-file={m}/munged.pid "
+        (f"mount -t tmpfs specmon-unshared {unshared} || exit 1; " if unshared is not None else "")
+        + f"{_sbin('munged')} -S {m}/munge.socket --key-file={m}/munge.key --pid-file={m}/munged.pid "
         f"--log-file={m}/munged.log --seed-file={m}/munged.seed || exit 1; "
         f"{_sbin('slurmctld')} -D -f {conf} </dev/null >>{root}/log/ctld.out 2>&1 & "
         + "".join(f"{_sbin('slurmd')} -D -N {name} -f {conf} </dev/null >>{root}/log/slurmd-{name}.out 2>&1 & "

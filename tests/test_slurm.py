@@ -409,3 +409,17 @@ async def test_the_gpus_of_a_running_job_are_read_on_its_node_through_the_alloca
     report = await env_report(manager, "sim")
     assert report.host.startswith("local job ") and report.host.endswith(" on localhost"), report.host
     assert [p.pid for p in report.processes if p.role == "server"] == [holder.pid], report.processes
+
+
+async def test_a_node_that_cannot_see_the_run_directory_fails_the_run_in_one_line_naming_path_and_node(
+        slurm_unshared: SlurmCluster, managers, free_port: int) -> None:
+    manager, views = managers(slurm_profile(free_port))
+    view = await manager.launch("sim")
+    ended = await views.until(lambda v: not v.active, timeout=60)
+    assert ended.state == "failed" and ended.failure is not None, ended
+    message = ended.failure.message
+    assert ended.failure.kind == "no_shared_fs" and "\n" not in message, ended.failure
+    assert message.startswith(f"Slurm job {manager.store.load(view.run_id).slurm_job} ended (FAILED, "
+                              "JobLaunchFailure) before the run started: node localhost cannot see the run directory "
+                              f"{view.run_dir} on local; it must be on a file system local and the compute nodes "
+                              "share"), message

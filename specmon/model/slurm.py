@@ -249,6 +249,16 @@ def parse_node_addresses(out: str) -> dict[str, str]:
     return addresses
 
 
+def unseen_run_dir(job: JobInfo, host: str, run_dir: str) -> tuple[str, str]:
+    """(failure kind, message) of a job that ended without starting the run's wrapper (no pid file): its node could
+    not open the run's log or script, because the run directory is not on a file system it shares with `host`
+    (Slurm says FAILED, JobLaunchFailure)."""
+    said = job.state + (f", {job.reason}" if job.reason else "")
+    return "no_shared_fs", (f"Slurm job {job.job_id} ended ({said}) before the run started: node {job.nodes or '?'} "
+                            f"cannot see the run directory {run_dir} on {host}; it must be on a file system {host} "
+                            "and the compute nodes share (set XDG_STATE_HOME to one on it)")
+
+
 def slurm_failure(job: JobInfo) -> tuple[str, str] | None:
     """(failure kind, message) when an ended job's end was Slurm's doing; None when the server's own exit decides."""
     if job.state not in SLURM_ENDS:

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from specmon.model.events import highlights
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
-from specmon.model.slurm import JobInfo, slurm_failure
+from specmon.model.slurm import JobInfo, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
@@ -106,13 +106,16 @@ def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | 
 
 
 def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
-                stop_requested: bool) -> tuple[str, FailureInfo | None]:
+                stop_requested: bool, wrapper_started: bool = True) -> tuple[str, FailureInfo | None]:
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
-    own verdict, ahead of whatever the server's log said as it was being killed."""
+    own verdict, ahead of whatever the server's log said as it was being killed. A job that ended otherwise without
+    starting the run's wrapper (`wrapper_started` False: no pid file) ran where the run directory is not."""
     state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
     cause = slurm_failure(job) if job is not None else None
+    if cause is None and job is not None and not wrapper_started and exit_code is None:
+        cause = unseen_run_dir(job, record.host, record.run_dir)
     if cause is not None and state != "stopped" and not (record.state == "failed" and record.failure):
         state = "exited" if record.ready_at is not None else "failed"
         failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
@@ -514,7 +517,10 @@ class RunController:
             self._on_batch(await self.tailer.drain())
         self._feed(b"", time.time(), self.tailer.offset)
         if self.record.slurm_job is not None:
-            state, failure = job_verdict(self.record, self.watch.state, job, exit_code, stop_requested)
+            started = True
+            with contextlib.suppress(TransportError, TimeoutError):
+                started = await self.ops.read_file(self.record.run_dir + "/pid") is not None
+            state, failure = job_verdict(self.record, self.watch.state, job, exit_code, stop_requested, started)
         else:
             state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
         already_failed = self.record.state == "failed"

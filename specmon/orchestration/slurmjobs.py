@@ -177,7 +177,8 @@ async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
         return changes
     exit_code = await exit_code_of(ops, record)
     stop = record.stop_requested or await ops.read_file(record.run_dir + "/stop_requested") is not None
-    state, failure = job_verdict(record, run_state, job, exit_code, stop)
+    started = await ops.read_file(record.run_dir + "/pid") is not None
+    state, failure = job_verdict(record, run_state, job, exit_code, stop, started)
     return {"state": state, "exit_code": exit_code, "stop_requested": stop,
             **(progress_of(run_state) if run_state is not None else {}),
             "failure": None if failure is None else dataclasses.asdict(failure)}
