@@ -76,6 +76,19 @@ def test_a_two_node_job_is_one_request_whose_script_starts_each_rank_by_slurms_n
     assert script.rstrip().endswith(" sh /runs/RUN")
 
 
+def test_a_two_node_job_takes_a_master_port_but_no_master_addr(tmp_path: Path) -> None:
+    path = tmp_path / "profiles.toml"
+    path.write_text(HEAD.replace("port = 31000\n", "port = 31000\nmaster_port = 5000\n") + "nodes = 2\n")
+    assert load_config(path, env={}).profile("a").master_port == 5000
+    path.write_text(HEAD.replace("port = 31000\n", 'port = 31000\nmaster_addr = "10.0.0.5"\n') + "nodes = 2\n")
+    with pytest.raises(UserError, match=r":4: profiles\.a\.master_addr: a multi-node Slurm job's master address is "
+                                        r"its rank 0 node's"):
+        load_config(path, env={})
+    path.write_text(HEAD.replace("port = 31000\n", "port = 31000\nmaster_port = 5000\n"))
+    with pytest.raises(UserError, match=r":4: profiles\.a\.master_port: only for multi-node profiles"):
+        load_config(path, env={})
+
+
 def test_a_profile_without_slurm_table_is_no_slurm_profile(tmp_path: Path) -> None:
     path = tmp_path / "profiles.toml"
     path.write_text(HEAD.replace("\n[profiles.a.slurm]\n", ""))

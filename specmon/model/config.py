@@ -58,6 +58,14 @@ _HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
 _IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 
 
+def _slurm_nodes(table: Mapping[str, Any]) -> int:
+    """The node count a profile's slurm table asks for (1 when it asks none, or not as an integer: that key's own
+    check reports it)."""
+    slurm_table = table.get("slurm")
+    nodes = slurm_table.get("nodes") if isinstance(slurm_table, dict) else None
+    return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1
+
+
 @dataclass(frozen=True)
 class Profile:
     """One way of starting one inference server on one host."""
@@ -565,7 +573,7 @@ class _Validator:
             alert_kv_pct=self.integer(table, path, "alert_kv_pct", 95, 1, 100) or 95,
             url=url.rstrip("/") if url else None,
             hosts=hosts,
-            **self.rendezvous(table, path, hosts, server, command),
+            **self.rendezvous(table, path, hosts, server, command, slurm_nodes=_slurm_nodes(table)),
             slurm=self.slurm(table, path, hosts),
         )
 
@@ -635,12 +643,18 @@ class _Validator:
         return tuple(value)
 
     def rendezvous(self, table: Mapping[str, Any], path: _KeyPath, hosts: tuple[str, ...], server: str,
-                   command: tuple[str, ...]) -> dict[str, Any]:
-        """master_addr / master_port, only meaningful with hosts; and the command's own SGLang multi-node flags."""
+                   command: tuple[str, ...], slurm_nodes: int = 1) -> dict[str, Any]:
+        """master_addr / master_port, only meaningful with hosts (or master_port with a multi-node Slurm job, whose
+        master is rank 0's node); and the command's own SGLang multi-node flags."""
+        if not hosts and slurm_nodes > 1:
+            if "master_addr" in table:
+                self.problem(path + ("master_addr",), "a multi-node Slurm job's master address is its rank 0 node's, "
+                                                      "known when the job starts: leave master_addr out")
+            hosts = ("",) * slurm_nodes   # for the checks below
         if not hosts:
             for key in ("master_addr", "master_port"):
                 if key in table:
-                    self.problem(path + (key,), "only for multi-node profiles (hosts = [...])")
+                    self.problem(path + (key,), "only for multi-node profiles (hosts = [...] or slurm.nodes >= 2)")
             return {}
         addr = self.string(table, path, "master_addr", None)
         if addr is not None and not (_HOSTNAME.fullmatch(addr) or _IPV6.fullmatch(f"[{addr}]")):
