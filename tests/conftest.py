@@ -112,14 +112,14 @@ def sshd() -> Sshd:
     return shared_sshd()
 
 
-def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None,
-             unshared: Path | None = None) -> Iterator[SlurmCluster]:
+def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None, unshared: Path | None = None,
+             backfill_s: int = 30) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
     try:
-        with slurm_cluster(root, nodes, unshared) as cluster:
+        with slurm_cluster(root, nodes, unshared, backfill_s) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             yield cluster
     finally:
@@ -138,6 +138,13 @@ def slurm(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
 def slurm2(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     """A real two-node Slurm cluster on this machine (n1 at 127.0.0.2, n2 at 127.0.0.3: TWO_NODES), as `slurm`."""
     yield from _cluster(monkeypatch, TWO_NODES)
+
+
+@pytest.fixture
+def slurm_backfill(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The single-node cluster of `slurm` whose backfill pass runs every second: a pending job's expected start
+    is known within a second or two (not 30)."""
+    yield from _cluster(monkeypatch, None, backfill_s=1)
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ def _node_lines(root: Path, nodes: dict[str, str] | None) -> list[str]:
             "State=UNKNOWN" for name, addr in nodes.items()]
 
 
-def _write_conf(root: Path, nodes: dict[str, str] | None) -> Path:
+def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int) -> Path:
     conf = root / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=specmontest",
@@ -127,8 +127,8 @@ def _write_conf(root: Path, nodes: dict[str, str] | None) -> Path:
         "ReturnToService=2",
         "KillWait=2",
         "MinJobAge=300",
-        # bf_interval=1: the backfill pass, which sets a pending job's expected start, runs every second (not 30).
-        "SchedulerParameters=batch_sched_delay=0,bf_interval=1",
+        # The backfill pass sets a pending job's expected start (every 30 s by default).
+        f"SchedulerParameters=batch_sched_delay=0,bf_interval={backfill_s}",
         # A job in partition `urgent` preempts (cancels) jobs of `debug` on the nodes it needs: PREEMPTED.
         "PreemptType=preempt/partition_prio",
         "PreemptMode=CANCEL",
@@ -142,19 +142,20 @@ def _write_conf(root: Path, nodes: dict[str, str] | None) -> Path:
 
 
 @contextmanager
-def slurm_cluster(root: Path, nodes: dict[str, str] | None = None,
-                  unshared: Path | None = None) -> Iterator[SlurmCluster]:
+def slurm_cluster(root: Path, nodes: dict[str, str] | None = None, unshared: Path | None = None,
+                  backfill_s: int = 30) -> Iterator[SlurmCluster]:
     """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
     one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
     gone. `unshared`: a directory the nodes do not share with this machine (inside the cluster's mount namespace
-    an empty tmpfs covers it, as a login node's home that the compute nodes do not mount)."""
+    an empty tmpfs covers it, as a login node's home that the compute nodes do not mount). `backfill_s`: how often
+    the backfill pass runs (Slurm's default, 30 s; it sets a pending job's expected start)."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
         path.chmod(0o755)   # munged refuses a socket directory others cannot reach
     for i in range(2):
         subprocess.run([_sbin("mknod"), "-m", "666", str(root / "dev" / f"nvidia{i}"), "c", "1", "3"], check=True)
-    conf = _write_conf(root, nodes)
+    conf = _write_conf(root, nodes, backfill_s)
     subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={root}/munge/munge.key"], check=True,
                    capture_output=True)
     m = f"{root}/munge"

@@ -347,8 +347,8 @@ async def test_a_command_missing_on_the_jobs_node_fails_the_run_with_the_shells_
 
 
 async def test_a_queued_job_shows_slurms_expected_start_once_the_backfill_pass_has_one(
-        slurm: SlurmCluster, managers, free_port: int) -> None:
-    slurm.fill_node("--time=5")   # a limit: the backfill pass can say when the node frees up (in 5 minutes)
+        slurm_backfill: SlurmCluster, managers, free_port: int) -> None:
+    slurm_backfill.fill_node("--time=5")   # a limit: the backfill pass can say when the node frees up (in 5 minutes)
     manager, views = managers(slurm_profile(free_port))
     await manager.launch("sim")
     pending = await views.until(lambda v: bool(v.job and "start expected" in v.job), timeout=30)
