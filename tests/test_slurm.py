@@ -471,9 +471,13 @@ async def test_a_two_node_job_runs_rank_0_on_n1_and_rank_1_on_n2_is_ready_with_r
     workload = Workload(levels=(1,), requests_per_level=3, warmup_requests=1, input_len=16, output_len=16)
     result = await run_sweep(SweepSpec(url=ready.url, workload=workload, out_path=tmp_path / "sweep.jsonl"))
     assert [(level.requests_ok, level.requests_failed) for level in result.levels] == [(3, 0)]
+    # Another specmon (`status`) shows the same URL: the node's address is in the run's records.
+    other, _ = managers(two_node_job(port, master_port))
+    [shown] = [v for v in await other.refresh() if v.run_id == launched.run_id]
+    assert shown.state == "ready" and shown.url == ready.url
 
     report = await manager.stop(launched.run_id)
-    assert report.clean and report.stopped and len(report.nodes) == 2, report
+    assert report.clean and report.stopped and len(report.nodes) == 2 and report.job == job, report
     assert slurm2.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "CANCELLED")
     assert not answers(N1, port)
     final = manager.view(launched.run_id)

@@ -34,7 +34,7 @@ from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, Transport, TransportError
+from specmon.sources.transport import LinkState, Transport, TransportError, url_host
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -56,6 +56,14 @@ class WatchTimings:
 def host_url(port: int) -> str:
     """How a server is addressed on its own host: what a run records when its profile gives no `url`."""
     return f"http://127.0.0.1:{port}"
+
+
+def node_url(record: RunRecord) -> str:
+    """The run's URL as its host reaches it (what `status` shows): a Slurm run's port on its node once the job runs
+    there, else as recorded."""
+    if record.server_addr is not None and record.url == host_url(record.port):
+        return f"http://{url_host(record.server_addr)}:{record.port}"
+    return record.url
 
 
 async def client_url(transport: Transport, recorded: str, port: int, addr: str | None = None) -> str:

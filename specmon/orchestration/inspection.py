@@ -52,8 +52,11 @@ async def _noted(probe: Awaitable[T], notes: list[str]) -> T | None:
 
 
 def _target(manager: RunManager, target: str) -> tuple[Profile | None, RunRecord | None]:
-    """(profile, run) named by `target`: a run id, or a profile and its latest run that may still be running."""
+    """(profile, run) named by `target`: a run id, or a profile and its latest run that may still be running. A
+    multi-node run stands for its rank 0 node (where the server answers)."""
     record = manager.store.load(target) if RUN_ID.match(target) else None
+    if record is not None and record.nodes:
+        record = manager.store.load(record.nodes[0]) or record
     if record is not None:
         return manager.config.profiles.get(record.profile), record
     profile = manager.config.profiles.get(target)
@@ -61,7 +64,9 @@ def _target(manager: RunManager, target: str) -> tuple[Profile | None, RunRecord
         known = ", ".join(sorted(manager.config.profiles)) or "none"
         raise UserError(f"{target!r} is neither a profile of {manager.config.source} (known: {known}) "
                         "nor a known run id (see `specmon status`)")
-    live = [r for r in manager.store.all() if r.profile == profile.name and not r.terminal]
+    live = [r for r in manager.store.all() if r.profile == profile.name and not r.terminal and r.group is None]
+    if live and live[-1].nodes:
+        return _target(manager, live[-1].run_id)
     return profile, (live[-1] if live else None)
 
 

@@ -330,4 +330,5 @@ async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
         stopped=len(reports) == len(record.nodes) and all(r.stopped for r in reports),
         killed=any(r.killed for r in reports), pids=tuple(sorted({p for r in reports for p in r.pids})),
         blockers=tuple(blockers), seconds=time.monotonic() - t0,
-        exit_code=reports[0].exit_code if reports else None, nodes=tuple(reports))
+        exit_code=reports[0].exit_code if reports else None, nodes=tuple(reports),
+        job=next((r.job for r in reports if r.job), None))   # a multi-node Slurm job: one job for every node

@@ -78,6 +78,7 @@ from specmon.orchestration.controller import (
     end_verdict,
     failure_of,
     host_url,
+    node_url,
     progress_of,
     run_notify,
 )
@@ -251,7 +252,7 @@ class RunManager:
         state = "loading" if record.state == "launching" and record.pid else record.state
         return RunView(
             run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
-            pid=record.pid, port=record.port, url=record.url, started_at=record.started_at,
+            pid=record.pid, port=record.port, url=node_url(record), started_at=record.started_at,
             ready_at=record.ready_at, load_seconds=record.load_seconds, shards=record.shards,
             kv_cache_tokens=record.kv_cache_tokens,
             exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
