@@ -113,13 +113,13 @@ def sshd() -> Sshd:
 
 
 def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None, unshared: Path | None = None,
-             backfill_s: int = 30) -> Iterator[SlurmCluster]:
+             backfill_s: int = 30, memory_limits: bool = False) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
     try:
-        with slurm_cluster(root, nodes, unshared, backfill_s) as cluster:
+        with slurm_cluster(root, nodes, unshared, backfill_s, memory_limits) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             yield cluster
     finally:
@@ -145,6 +145,12 @@ def slurm_backfill(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     """The single-node cluster of `slurm` whose backfill pass runs every second: a pending job's expected start
     is known within a second or two (not 30)."""
     yield from _cluster(monkeypatch, None, backfill_s=1)
+
+
+@pytest.fixture
+def slurm_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The single-node cluster of `slurm` that kills a job over its --mem (as a cluster enforcing memory does)."""
+    yield from _cluster(monkeypatch, None, memory_limits=True)
 
 
 @pytest.fixture

@@ -98,7 +98,7 @@ def _node_lines(root: Path, nodes: dict[str, str] | None) -> list[str]:
             "State=UNKNOWN" for name, addr in nodes.items()]
 
 
-def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int) -> Path:
+def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memory_limits: bool) -> Path:
     conf = root / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=specmontest",
@@ -118,11 +118,13 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int) -> Pa
         "ProctrackType=proctrack/linuxproc",
         "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
+        "SelectTypeParameters=CR_Core_Memory" if memory_limits else "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill",
         "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
-        "JobAcctGatherType=jobacct_gather/none",
+        # memory_limits: --mem is enforced by polling each step's memory every second (no cgroups here).
+        *(["JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=1",
+           "JobAcctGatherParams=OverMemoryKill"] if memory_limits else ["JobAcctGatherType=jobacct_gather/none"]),
         "MpiDefault=none",
         "ReturnToService=2",
         "KillWait=2",
@@ -143,19 +145,20 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int) -> Pa
 
 @contextmanager
 def slurm_cluster(root: Path, nodes: dict[str, str] | None = None, unshared: Path | None = None,
-                  backfill_s: int = 30) -> Iterator[SlurmCluster]:
+                  backfill_s: int = 30, memory_limits: bool = False) -> Iterator[SlurmCluster]:
     """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
     one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
     gone. `unshared`: a directory the nodes do not share with this machine (inside the cluster's mount namespace
     an empty tmpfs covers it, as a login node's home that the compute nodes do not mount). `backfill_s`: how often
-    the backfill pass runs (Slurm's default, 30 s; it sets a pending job's expected start)."""
+    the backfill pass runs (Slurm's default, 30 s; it sets a pending job's expected start). `memory_limits`: a job
+    over its --mem is killed (slurmstepd's OverMemoryKill)."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
         path.chmod(0o755)   # munged refuses a socket directory others cannot reach
     for i in range(2):
         subprocess.run([_sbin("mknod"), "-m", "666", str(root / "dev" / f"nvidia{i}"), "c", "1", "3"], check=True)
-    conf = _write_conf(root, nodes, backfill_s)
+    conf = _write_conf(root, nodes, backfill_s, memory_limits)
     subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={root}/munge/munge.key"], check=True,
                    capture_output=True)
     m = f"{root}/munge"

@@ -430,6 +430,22 @@ async def test_a_node_that_cannot_see_the_run_directory_fails_the_run_in_one_lin
                               "share"), message
 
 
+async def test_a_job_killed_over_its_memory_limit_is_reported_oom(slurm_memory: SlurmCluster, managers,
+                                                                  free_port: int) -> None:
+    # The server takes 400 MB once it has started, against a 100 MB --mem.
+    grows = ("sh", "-c", 'echo "server starting"; exec "$0" -c "import time; x = bytearray(400 << 20); '
+                         'x[::4096] = bytes(len(x[::4096])); time.sleep(600)"', sys.executable)
+    profile = dataclasses.replace(slurm_profile(free_port), command=grows, slurm=SlurmRequest(mem="100M"))
+    manager, views = managers(profile)
+    view = await manager.launch("sim")
+    ended = await views.until(lambda v: not v.active, timeout=60)
+    assert ended.state == "failed" and ended.failure is not None, ended
+    job = manager.store.load(view.run_id).slurm_job
+    assert ended.failure.kind == "oom", ended.failure
+    assert ended.failure.message == (f"Slurm job {job} ran out of memory (Slurm's memory limit): slurmstepd killed it "
+                                     "(exceeded job memory limit; Slurm says FAILED)"), ended.failure
+
+
 # ---- two-node jobs: the cluster of `slurm2` (n1 at 127.0.0.2, n2 at 127.0.0.3), `specmon sim` as each rank ----------
 N1 = TWO_NODES["n1"]
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -247,6 +247,19 @@ def parse_node_addresses(out: str) -> dict[str, str]:
         if f.get("NodeName"):
             addresses[f["NodeName"]] = f.get("NodeAddr") or f["NodeName"]
     return addresses
+
+
+# slurmstepd's words in a job's output when it kills a step over its --mem (jobacct_gather with OverMemoryKill, as
+# seen from Slurm 22.05: the job then ends FAILED, not OUT_OF_MEMORY, which only the cgroup plugin reports).
+MEMORY_KILL = "Exceeded job memory limit"
+
+
+def over_memory(job: JobInfo, last_lines: Sequence[str]) -> tuple[str, str] | None:
+    """(failure kind, message) of a job slurmstepd killed over its memory limit, told by its output's last lines."""
+    if not any(MEMORY_KILL in line for line in last_lines):
+        return None
+    kind, what = SLURM_ENDS["OUT_OF_MEMORY"]
+    return kind, f"Slurm job {job.job_id} {what}: slurmstepd killed it ({MEMORY_KILL.lower()}; Slurm says {job.state})"
 
 
 def unseen_run_dir(job: JobInfo, host: str, run_dir: str) -> tuple[str, str]:

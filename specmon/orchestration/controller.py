@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 from specmon.model.events import highlights
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
-from specmon.model.slurm import JobInfo, slurm_failure, unseen_run_dir
+from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
@@ -122,8 +122,9 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
     starting the run's wrapper (`wrapper_started` False: no pid file) ran where the run directory is not."""
     state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
     cause = slurm_failure(job) if job is not None else None
-    if cause is None and job is not None and not wrapper_started and exit_code is None:
-        cause = unseen_run_dir(job, record.host, record.run_dir)
+    if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
+        last = run_state.last_lines if run_state is not None else ()
+        cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
     if cause is not None and state != "stopped" and not (record.state == "failed" and record.failure):
         state = "exited" if record.ready_at is not None else "failed"
         failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
