@@ -520,3 +520,29 @@ async def test_a_rank_dying_in_a_two_node_job_fails_the_run_naming_that_rank(
     final = manager.view(launched.run_id)
     assert final.state == "failed" and final.failure is not None and final.failure.message == failed.failure.message
     assert dataclasses.asdict(final.failure)["kind"] == "exited"
+
+
+async def test_a_two_node_job_from_a_login_node_over_ssh_is_probed_swept_and_stopped_at_its_node_through_ssh(
+        slurm2: SlurmCluster, tmp_path: Path, free_port_factory) -> None:
+    # Jump box -> SSH (the loopback sshd) -> Slurm; rank 0's server on n1's address, reached through the login
+    # node's connection (a forward here), never at this machine's 127.0.0.1.
+    port, master_port = free_port_factory(), free_port_factory()
+    sshd = Sshd.start(tmp_path / "sshd", set_env={"SLURM_CONF": str(slurm2.conf),
+                                                  "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin"})
+    profile = dataclasses.replace(two_node_job(port, master_port), host="gpu1")   # the sshd config's alias
+    manager = RunManager(Config(source="test profiles", profiles={"mn": profile}, ssh=sshd.settings()),
+                         state_dir=tmp_path / "state", stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    views = Views(manager)
+    try:
+        launched = await manager.launch("mn")
+        ready = await views.until(lambda v: v.run_id == launched.run_id and v.state == "ready", timeout=90)
+        assert ready.host == "gpu1" and ready.url.startswith("http://127.0.0.1:") and ready.url != f"http://127.0.0.1:{port}"
+        workload = Workload(levels=(1,), requests_per_level=2, warmup_requests=1, input_len=16, output_len=16)
+        result = await run_sweep(SweepSpec(url=ready.url, workload=workload, out_path=tmp_path / "sweep.jsonl"))
+        assert [(level.requests_ok, level.requests_failed) for level in result.levels] == [(2, 0)]
+        report = await manager.stop(launched.run_id)
+        assert report.clean and report.stopped and not answers(N1, port)
+        assert slurm2.run("squeue", "-h", "-o", "%T", check=False).strip() in ("", "CANCELLED")
+    finally:
+        await stop_everything([manager])
+        sshd.stop()
