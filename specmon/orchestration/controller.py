@@ -40,6 +40,7 @@ REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at mo
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
 READY_PROBE_PATIENCE = 25        # failed test completions after the ready signal before saying so
 NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
+RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ class RunController:
         self._link_down_since: float | None = None
         self._process_alive = False   # the last process check found the server's process running
         self.job: JobInfo | None = None   # a Slurm run: its job as last read
+        self._exit_seen_at: float | None = None   # a multi-node job's rank: when its server's end was first seen
         # Set once the server's address is known (a Slurm run: when its job runs on a node); probes wait for it.
         self._reachable = asyncio.Event()
 
@@ -476,12 +478,7 @@ class RunController:
             exit_code, stop = None, False
             with contextlib.suppress(TransportError, TimeoutError):
                 _, exit_code, stop = await self.ops.run_status(self.record.run_dir, 0)   # its files only
-            if exit_code is not None and job is not None and job.active:
-                # The server ended inside a job that still runs (a node rank that died while the others go on,
-                # or the end of the job's last step): the job as it is now says whether that was Slurm's doing.
-                with contextlib.suppress(TransportError, TimeoutError):
-                    job = await slurm.job(self.record.slurm_job)
-            if job is None or not job.active or exit_code is not None:
+            if job is None or not job.active or (exit_code is not None and await self._rank_died_alone()):
                 await self._finish(exit_code, lost=job is None and exit_code is None, stop_requested=stop, job=job)
                 return
             if self.record.state in ("loading", "ready"):
@@ -489,6 +486,24 @@ class RunController:
                 self._check_stall()
             ready = self.record.state == "ready"
             await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+
+    async def _rank_died_alone(self) -> bool:
+        """This node rank's server has ended while its multi-node job runs on: true once it has been so for
+        RANK_EXIT_GRACE_S while another rank's server still runs (it died on its own). When every rank has ended,
+        the job is ending (Slurm signals every rank of a cancelled, preempted or timed-out job at once; its state
+        changes when its steps are done), so its end decides; a single-node job ends with its server anyway."""
+        if self.record.group is None:
+            return False
+        now = time.time()
+        self._exit_seen_at = self._exit_seen_at or now
+        if now - self._exit_seen_at < RANK_EXIT_GRACE_S:
+            return False
+        group = self.store.load(self.record.group)
+        runs = [self.store.load(node) for node in group.nodes] if group is not None else []
+        with contextlib.suppress(TransportError, TimeoutError):
+            codes = await self.ops.transport.read_files([f"{r.run_dir}/exit_code" for r in runs if r is not None])
+            return any(code is None for code in codes)
+        return False
 
     def _settle(self) -> None:
         """No bytes for a poll period: read the progress update waiting after the log's last `\\r`."""
