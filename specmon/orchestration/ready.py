@@ -62,6 +62,7 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
     Slurm run's job waits in the queue is not load time: `timeout_s` counts from the job's start.
     """
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    was_queued = False
     view = await manager.attach(run_id, stall_timeout_s=stall_timeout_s)
     nxt: asyncio.Future[RunView] | None = None
     async with contextlib.aclosing(manager.watch(run_id)) as views:
@@ -71,8 +72,11 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
                 verdict = verdict_of(view, stop_at_stall)
                 if verdict is not None:
                     return verdict
-                if timeout_s is not None and queued(view):
+                # Queued, or the first view after the queue (its job just started: the load time starts now, not
+                # at the last heartbeat while it waited, up to heartbeat_s earlier).
+                if timeout_s is not None and (queued(view) or was_queued):
                     deadline = time.monotonic() + timeout_s
+                was_queued = queued(view)
                 if on_progress is not None:
                     on_progress(view)
                 left = None if deadline is None else deadline - time.monotonic()
