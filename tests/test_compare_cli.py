@@ -62,7 +62,8 @@ def test_json(files: tuple[Path, Path], tmp_path: Path) -> None:
     assert data["crossover"][0]["concurrency"] == pytest.approx(2 + 2 * 34 / 52)
     assert data["crossover"][0]["ahead_below"] == "eagle3"
     assert data["levels"][0] == {"concurrency": 1, "output_throughput": [93.0, 128.0], "ratio": [pytest.approx(128 / 93)],
-                                 "categories": [{}, {}]}   # these sweeps' prompts had no categories
+                                 "categories": [{}, {}],   # these sweeps' prompts had no categories
+                                 "client": [None, None], "handling_ms_p99": [None, None]}   # no flag, no wait recorded
 
 
 def test_no_crossover_and_same_profile_twice(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 from ui_states import FAILED_ROWS, HELD_PORT, ROWS, demo_config, fed_app, screen_text
 
 from specmon.errors import UserError
+from specmon.model.levelrow import LevelRow
 from specmon.ui.app import SpecmonApp
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
@@ -294,8 +295,7 @@ async def test_overlay_reads_other_tools_files_a_guidellm_report_and_a_vllm_dire
                     await pilot.pause(0.05)
                     if name in app.series:
                         break
-                # (the chart keeps a level as its result line does: throughput to 3 decimals)
-                assert {lv["concurrency"]: lv["output_throughput"] for lv in app.series[name]} == pytest.approx(
+                assert {lv.concurrency: lv.output_throughput for lv in app.series[name]} == pytest.approx(
                     want, abs=5e-4)
                 assert any(f"({tool}): {len(want)} levels" in str(n.message) for n in app._notifications)
         finally:
@@ -362,7 +362,7 @@ async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_pat
         history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
         for row in ready:
             app.post_message(messages.ServingChanged(ServingUpdate(row.profile, str(row.run_id), sample, history)))
-        app.set_series("demo-baseline", [{"concurrency": 1, "output_throughput": 90.0}])
+        app.set_series("demo-baseline", [LevelRow(1, 90.0)])
         await _settled(app, pilot)
         top, sweep = app.query_one("#top").size.height, app.query_one(SweepPane).size.height
         assert sweep >= 2 * top - 1 and top >= 11, (top, sweep)
@@ -445,7 +445,7 @@ async def test_overlay_of_a_file_with_a_torn_last_line_says_so_and_draws_the_who
                 await pilot.pause(0.05)
                 if "torn" in app.series:
                     break
-            assert [lv["concurrency"] for lv in app.series["torn"]] == [1, 2]
+            assert [lv.concurrency for lv in app.series["torn"]] == [1, 2]
             assert [str(n.message) for n in app._notifications if n.severity == "warning"] == [
                 f"{torn}:4: last line is cut short (an interrupted write); left out, the lines before it are used"], \
                 [str(n.message) for n in app._notifications]

@@ -53,16 +53,6 @@ def test_state_labels() -> None:
     assert fmt.state_style("ready") == "good"
 
 
-def test_level_cells_and_series_points() -> None:
-    level = {"concurrency": 16, "output_throughput": 690.04, "ttft_ms": {"p50": 36.0}, "tpot_ms": {"p50": 23.19},
-             "itl_ms": {"p99": 1250.0}, "tokens_per_chunk": 2.345, "client": {"bound": True}}
-    assert fmt.level_cells("base", level) == ("base", "16", "690.0", "1.25s", "2.35", "36.00ms", "23.19ms", "BOUND")
-    partial = {"concurrency": 1, "output_throughput": None, "ttft_ms": None}
-    assert fmt.level_cells("x", partial)[2:5] == ("—", "—", "—")
-    assert fmt.series_points([{"concurrency": 4, "output_throughput": 3.0}, {"concurrency": 1, "output_throughput": 1.0},
-                              {"concurrency": 2}]) == [(1.0, 1.0), (4.0, 3.0)]
-
-
 def test_downsample_keeps_the_last_point() -> None:
     points = [(float(i), float(i)) for i in range(1000)]
     picked = fmt.downsample(points, 200)

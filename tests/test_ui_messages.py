@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from ui_states import ROWS, fed_app
 
+from specmon.model.levelrow import LevelRow
 from specmon.ui.messages import EngineNotice, LogAdded, LogCleared, RowsChanged, SeriesChanged, SweepStatusChanged
 from specmon.ui.rows import LogEntry, ServerRow
 
@@ -30,7 +31,7 @@ def test_only_ageing_rows_of_the_same_profiles_are_superseded() -> None:
     assert not older.can_replace(RowsChanged([ROWS[0], dataclasses.replace(ROWS[1], shards_done=6)]))
     assert not older.can_replace(RowsChanged(ROWS[:1]))                           # other profiles
     assert not older.can_replace(SweepStatusChanged("x", running=True))
-    assert SeriesChanged("a", [], None).can_replace(SeriesChanged("a", [{"concurrency": 1}], None))
+    assert SeriesChanged("a", [], None).can_replace(SeriesChanged("a", [LevelRow(1)], None))
     assert not SeriesChanged("a", [], None).can_replace(SeriesChanged("b", [], None))
     assert not LogAdded("a", []).can_replace(LogAdded("a", []))
     assert not EngineNotice("x").can_replace(EngineNotice("x"))

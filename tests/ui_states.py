@@ -5,11 +5,13 @@ Everything here is frozen data (no clocks, no processes), so a screenshot of the
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from specmon.model.config import Config, Profile, SweepDefaults
 from specmon.model.env import EnvReport, Injection, ProcessEnv, Startup
 from specmon.model.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
+from specmon.model.levelrow import LevelRow
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
@@ -54,9 +56,9 @@ LOG = [
 ]
 
 
-def level(c: int, tput: float, itl99: float, tpc: float, bound: bool = False) -> dict[str, object]:
-    return {"concurrency": c, "output_throughput": tput, "ttft_ms": {"p50": 20.0 + c}, "tpot_ms": {"p50": 1000 / (tput / c)},
-            "itl_ms": {"p99": itl99}, "tokens_per_chunk": tpc, "client": {"bound": bound}}
+def level(c: int, tput: float, itl99: float, tpc: float, bound: bool = False) -> LevelRow:
+    return LevelRow(concurrency=c, output_throughput=tput, ttft_p50_ms=20.0 + c, tpot_p50_ms=1000 / (tput / c),
+                    itl_p99_ms=itl99, tokens_per_chunk=tpc, client="BOUND" if bound else "ok")
 
 
 BASELINE = [level(1, 93.0, 11.2, 1.0), level(4, 350.0, 12.0, 1.0), level(16, 690.0, 25.1, 1.0),
@@ -142,8 +144,8 @@ OVERLAY = [level(1, 121.0, 31.0, 2.2), level(4, 330.0, 35.0, 2.2), level(16, 430
            level(64, 455.0, 201.0, 2.1)]
 
 
-def with_goodput(name: str, levels: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [{**lv, "goodput": g} for lv, g in zip(levels, GOODPUT[name])]
+def with_goodput(name: str, levels: list[LevelRow]) -> list[LevelRow]:
+    return [dataclasses.replace(lv, goodput=g) for lv, g in zip(levels, GOODPUT[name])]
 
 
 def fed_goodput_app(tmp: Path) -> SpecmonApp:

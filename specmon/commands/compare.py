@@ -30,6 +30,7 @@ from specmon.model.compare import (
     sweep_mode,
 )
 from specmon.model.interop import lacks_note, read_any_results
+from specmon.model.levelrow import rows_of, series_points
 from specmon.model.results import SweepResult
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
@@ -133,7 +134,7 @@ def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel], metric: st
         cells = [f"{row.load:g}"]
         for lv in row.levels:
             cells.append("-" if lv is None else _value_text(metric, metric_value(lv, metric))
-                         + ("*" if lv.client.bound else "") + ("!" if lv.over_capacity else ""))
+                         + _client_mark(lv.client.flag) + ("!" if lv.over_capacity else ""))
         for i in range(1, len(sweeps)):
             r = row.ratio(i, metric=metric)
             cells.append("-" if r is None else f"{r:.2f}x")
@@ -141,9 +142,19 @@ def render_table(sweeps: list[SweepResult], rows: list[AlignedLevel], metric: st
     text = table_text(head, table[1:], align="right")
     if any(lv is not None and lv.client.bound for row in rows for lv in row.levels):
         text += "\n* client-bound level: the load generator was the bottleneck"
+    skewed = [f"{label} {_x_name(sweeps)}={row.load:g} {flag}" for row in rows for label, lv in zip(labels, row.levels)
+              if lv is not None and (flag := lv.client.flag) is not None and flag.startswith("SKEW")]
+    if skewed:
+        text += ("\n~ client SKEW: chunks waited that long (p99) for the load generator after arriving, a material "
+                 "share of the ITL (" + "; ".join(skewed) + ")")
     if any(lv is not None and lv.over_capacity for row in rows for lv in row.levels):
         text += "\n! over capacity: the server did not keep up with the offered rate"
     return text
+
+
+def _client_mark(flag: str | None) -> str:
+    """A table cell's mark for its level's client flag: * client-bound, ~ SKEW (the figures are under the table)."""
+    return "" if flag is None else "*" if flag == "BOUND" else "~"
 
 
 def acceptance_table(sweeps: list[SweepResult], rows: list[AlignedLevel]) -> str | None:
@@ -180,8 +191,7 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
     plt.plotsize(width, height)
     plt.theme("default" if color else "clear")
     labels = _labels(sweeps)
-    series = [(label, sorted((lv.load, v) for lv in s.levels if (v := metric_value(lv, metric)) is not None))
-              for label, s in zip(labels, sweeps)]
+    series = [(label, series_points(rows_of(s.levels), metric)) for label, s in zip(labels, sweeps)]
     rate = sweep_mode(sweeps) == "rate"
     title = f"{METRIC_UNITS[metric]} vs {'request rate' if rate else 'concurrency'}"
     crossing = None
@@ -201,7 +211,8 @@ def render_chart(sweeps: list[SweepResult], width: int = 100, height: int = 22, 
 def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
                     crossings: list[tuple[str, Crossover | None]], metric: str = "throughput") -> dict[str, Any]:
     """The comparison as JSON: levels keyed by "concurrency" (or "rate" for open-loop sweeps), each file's output
-    throughput and (when a file has it) goodput, the ratios and crossovers on `metric`."""
+    throughput and (when a file has it) goodput, its client flag ("BOUND", "SKEW 4.00ms" or null: see
+    results.client_flag) with the chunk handling delay p99 in ms, the ratios and crossovers on `metric`."""
     labels = _labels(sweeps)
     x_key = "rate" if sweep_mode(sweeps) == "rate" else "concurrency"
     with_goodput = any(lv is not None and lv.goodput is not None for row in rows for lv in row.levels)
@@ -216,6 +227,8 @@ def comparison_json(sweeps: list[SweepResult], rows: list[AlignedLevel],
             {x_key: row.load if x_key == "rate" else int(row.load),
              "output_throughput": [None if lv is None else lv.output_throughput for lv in row.levels],
              **({"goodput": [None if lv is None else lv.goodput for lv in row.levels]} if with_goodput else {}),
+             "client": [None if lv is None else lv.client.flag for lv in row.levels],
+             "handling_ms_p99": [None if lv is None else lv.client.handling_ms_p99 for lv in row.levels],
              **{key: [None if lv is None else getattr(lv, key) for lv in row.levels] for key in acceptance},
              "categories": [None if lv is None else {name: c.to_dict() for name, c in lv.categories.items()}
                             for lv in row.levels],

@@ -73,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
     from specmon.commands._table import table_text
-    from specmon.model.numbers import LEVEL_COLUMNS, fmt_shards, level_cells
+    from specmon.model.levelrow import LEVEL_COLUMNS, LevelRow
+    from specmon.model.numbers import fmt_shards
     from specmon.orchestration.comparison import sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager
@@ -115,7 +116,7 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
             on_result=lambda name, result: print(f"{name}: results in {result.path}", file=out, flush=True))
 
         print("", file=out)
-        rows = [level_cells(r.label, level.to_dict()) for r in comparison.results for level in r.levels]
+        rows = [LevelRow.of_level(level).cells(r.label) for r in comparison.results for level in r.levels]
         print(table_text(LEVEL_COLUMNS, rows, out=out), file=out)
         for warning in comparison.warnings:
             print(f"warning: {warning}", file=out, flush=True)

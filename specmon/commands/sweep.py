@@ -207,7 +207,7 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
             _ms(lv.tpot_ms.p50), _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
             "-" if lv.tokens_per_chunk is None else f"{lv.tokens_per_chunk:.2f}",
             "-" if lv.achieved_concurrency is None else f"{lv.achieved_concurrency:.1f}",
-            "BOUND" if lv.client.bound else "SKEW" if lv.client.skewed else "ok",
+            lv.client.flag or "ok",
         ]
         if open_loop:
             load = "OVER" if lv.over_capacity else ("BEHIND" if lv.behind else "ok")
@@ -219,7 +219,7 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
         rows.append(tuple(row))
     notes = "latencies in ms; tokens from server usage; ITL per chunk, TPOT per token"
     if any(lv.client.skewed for lv in levels):
-        notes += "; client SKEW = chunks waited for the load generator a material share of the ITL"
+        notes += "; client SKEW = chunks waited that long (p99) for the load generator, a material share of the ITL"
     if open_loop:
         notes += "; rate offered and sent/s achieved in req/s; late = send lateness vs the schedule; " \
                  "load OVER = over capacity, BEHIND = generator fell behind"

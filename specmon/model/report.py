@@ -16,7 +16,7 @@ from specmon.model.verdict import ExperimentSummary, LevelSummary, ProfileSummar
 
 CSV_COLUMNS = ("profile", "concurrency", "repeats", "out_tok_s_mean", "out_tok_s_spread", "server_tok_s",
                "queue_mean", "queue_max", "accept_len_log", "accept_len_metrics", "tokens_per_chunk",
-               "accept_disagree", "client_bound", "ttft_p50_ms", "tpot_p50_ms")
+               "accept_disagree", "client_bound", "ttft_p50_ms", "tpot_p50_ms", "skewed", "handling_ms_p99")
 
 
 def _r(value: float | None, digits: int = 3) -> float | None:
@@ -26,7 +26,8 @@ def _r(value: float | None, digits: int = 3) -> float | None:
 def level_to_dict(lv: LevelSummary) -> dict[str, Any]:
     return {"concurrency": lv.concurrency, "repeats": lv.n, "out_tok_s_mean": _r(lv.mean),
             "out_tok_s_spread": _r(lv.spread), "out_tok_s": [_r(v) for v in lv.values],
-            "client_bound": lv.client_bound, "accept_disagree": lv.disagreeing,
+            "client_bound": lv.client_bound, "skewed": lv.skewed, "handling_ms_p99": _r(lv.handling_ms_p99),
+            "accept_disagree": lv.disagreeing,
             "ttft_p50_ms": _r(lv.ttft_p50_ms), "tpot_p50_ms": _r(lv.tpot_p50_ms),
             "acceptance": None if lv.acceptance is None else lv.acceptance.to_dict(),
             "categories": {name: c.to_dict() for name, c in lv.categories.items()}}
@@ -75,7 +76,8 @@ def summary_to_csv(summary: ExperimentSummary) -> str:
             writer.writerow([p.profile, lv.concurrency, lv.n, _cell(lv.mean), _cell(lv.spread), _cell(a.server_tok_s),
                              _cell(a.queue_mean), _cell(a.queue_max), _cell(a.log_accept_len),
                              _cell(a.metrics_accept_len), _cell(a.client_tokens_per_chunk), lv.disagreeing,
-                             lv.client_bound, _cell(lv.ttft_p50_ms), _cell(lv.tpot_p50_ms)])
+                             lv.client_bound, _cell(lv.ttft_p50_ms), _cell(lv.tpot_p50_ms), lv.skewed,
+                             _cell(lv.handling_ms_p99)])
     return buf.getvalue()
 
 
@@ -146,10 +148,13 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
                 row.append("–")
             else:
                 spread = f" ± {lv.spread:.1f}" if lv.spread is not None else ""
-                flag = " (client-bound)" if lv.client_bound else ""
+                flag = "" if lv.client_flag is None else " (client-bound)" if lv.client_bound else f" ({lv.client_flag})"
                 row.append(f"{lv.mean:.1f}{spread} (n={lv.n}){flag}")
         rows.append(row)
     lines += _table(head, rows)
+    if any(lv.skewed and not lv.client_bound for p in summary.profiles for lv in p.levels):
+        lines += ["", "SKEW: at that level chunks waited that long (p99, the longest over the repeats) for the load "
+                      "generator's code after arriving, a material share of the ITL: its chunk times may carry it."]
     x = summary.crossover
     if x is not None:
         lines += ["", f"Crossover: {load_words(x.concurrency)} ({crossover_bound(x)}); measured levels around it "

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.numbers import fmt_ms
 from specmon.model.secrets import redact
 from specmon.model.textfile import NotTextError, loads, read_capped
 
@@ -87,6 +88,18 @@ class Stats:
         return cls(*(_opt_float(d.get(k), f"{where}.{k}") for k in STAT_KEYS))
 
 
+def client_flag(bound: bool, skewed: bool, handling_ms_p99: float | None) -> str | None:
+    """A level's client flag, the one rule every table, comparison, report and verdict shows: "BOUND" when the load
+    generator was the bottleneck (the timings measure it), "SKEW 4.00ms" when chunks waited that long (p99) for
+    the stream's code, a material share of the ITL (a caution: they were stamped on arrival, so the wait is not in
+    their times unless the box delayed the reads too), else None. BOUND wins where both apply."""
+    if bound:
+        return "BOUND"
+    if skewed:
+        return "SKEW" if handling_ms_p99 is None else f"SKEW {fmt_ms(handling_ms_p99)}"
+    return None
+
+
 @dataclass(frozen=True)
 class ClientHealth:
     """How hard the load generator itself worked during a level, and whether that makes the level suspect."""
@@ -103,6 +116,17 @@ class ClientHealth:
     @property
     def cpu_us_per_chunk(self) -> float | None:
         return self.cpu_s * 1e6 / self.chunks if self.chunks else None
+
+    @property
+    def recorded(self) -> bool:
+        """Whether the load generator recorded its health: another tool's file (guidellm, vLLM, SGLang) has no
+        chunk count and no CPU time, so there is nothing to call "ok"."""
+        return bool(self.chunks or self.cpu_s)
+
+    @property
+    def flag(self) -> str | None:
+        """The level's client flag (client_flag)."""
+        return client_flag(self.bound, self.skewed, self.handling_ms_p99)
 
     def to_dict(self) -> dict[str, Any]:
         per_chunk = self.cpu_us_per_chunk

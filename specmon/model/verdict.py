@@ -22,7 +22,7 @@ from specmon.model import compare
 from specmon.model.acceptance import DISAGREE_FRACTION, LevelAcceptance
 from specmon.model.compare import ComparedRun, find_crossover
 from specmon.model.env import EnvReport
-from specmon.model.results import CategoryStats, LevelResult, SweepMeta, SweepResult, pool_categories
+from specmon.model.results import CategoryStats, LevelResult, SweepMeta, SweepResult, client_flag, pool_categories
 
 MIN_REPEATS = 3
 
@@ -44,6 +44,8 @@ class LevelSummary:
     concurrency: int
     values: tuple[float, ...]            # output tok/s of each repeat
     client_bound: int = 0                # repeats the load generator flagged as client-bound
+    skewed: int = 0                      # repeats flagged SKEW (chunks waited for the load generator)
+    handling_ms_p99: float | None = None  # the longest of those waits (p99 of each skewed repeat)
     acceptance: LevelAcceptance | None = None    # each source averaged over the repeats that have it
     disagreeing: int = 0                 # repeats whose acceptance sources disagreed by > 10 %
     ttft_p50_ms: float | None = None
@@ -57,6 +59,12 @@ class LevelSummary:
     @property
     def mean(self) -> float:
         return math.fsum(self.values) / len(self.values)
+
+    @property
+    def client_flag(self) -> str | None:
+        """The level's client flag over its repeats (results.client_flag): BOUND if any repeat was client-bound,
+        else SKEW with the longest wait if any was skewed."""
+        return client_flag(self.client_bound > 0, self.skewed > 0, self.handling_ms_p99)
 
     @property
     def spread(self) -> float | None:
@@ -107,19 +115,33 @@ class ExperimentSummary:
 
 def summarize_profile(runs: ProfileRuns) -> ProfileSummary:
     """Group a profile's level lines by concurrency (one value per repeat) with their acceptance."""
+    meta = runs.results[0][1].meta if runs.results else None
+    return summarize_passes(runs.profile, [(pass_no, result.levels) for pass_no, result in runs.results],
+                            runs.acceptance, meta, runs.setup)
+
+
+def summarize_passes(profile: str, passes: Sequence[tuple[int, Sequence[LevelResult]]],
+                     acceptance: Mapping[tuple[int, int], LevelAcceptance] | None = None,
+                     meta: SweepMeta | None = None, setup: Mapping[str, Any] | None = None) -> ProfileSummary:
+    """A profile's finished levels by pass (an experiment's, before any file is read back) grouped by concurrency;
+    `meta` is its result file's first line where one was read."""
+    acceptance = acceptance or {}
     by_c: dict[int, list[tuple[int, LevelResult]]] = {}
-    for pass_no, result in runs.results:
-        for level in result.levels:
+    for pass_no, pass_levels in passes:
+        for level in pass_levels:
             if level.requests_ok > 0:   # a level where every request failed measured no server
                 by_c.setdefault(level.concurrency, []).append((pass_no, level))
     levels = []
     for c in sorted(by_c):
         entries = by_c[c]
-        acc = [runs.acceptance[(p, c)] for p, _ in entries if (p, c) in runs.acceptance]
+        acc = [acceptance[(p, c)] for p, _ in entries if (p, c) in acceptance]
         levels.append(LevelSummary(
             concurrency=c,
             values=tuple(lv.output_throughput for _, lv in entries),
             client_bound=sum(1 for _, lv in entries if lv.client.bound),
+            skewed=sum(1 for _, lv in entries if lv.client.skewed),
+            handling_ms_p99=max((lv.client.handling_ms_p99 for _, lv in entries
+                                 if lv.client.skewed and lv.client.handling_ms_p99 is not None), default=None),
             acceptance=_mean_acceptance(acc, [lv.tokens_per_chunk for _, lv in entries],
                                         [lv.accept_length for _, lv in entries]),
             disagreeing=sum(1 for a in acc if a.disagree),
@@ -127,13 +149,17 @@ def summarize_profile(runs: ProfileRuns) -> ProfileSummary:
             tpot_p50_ms=_mean([lv.tpot_ms.p50 for _, lv in entries]),
             categories=pool_categories(lv for _, lv in entries),
         ))
-    meta = runs.results[0][1].meta if runs.results else None
-    return ProfileSummary(runs.profile, meta, tuple(levels), runs.setup)
+    return ProfileSummary(profile, meta, tuple(levels), setup or {})
 
 
 def summarize(runs: Sequence[ProfileRuns], repeats: int | None = None) -> ExperimentSummary:
     """The whole analysis of an experiment (or of plain sweep files grouped by profile)."""
-    profiles = tuple(summarize_profile(r) for r in runs)
+    return summarize_profiles([summarize_profile(r) for r in runs], repeats)
+
+
+def summarize_profiles(summaries: Sequence[ProfileSummary], repeats: int | None = None) -> ExperimentSummary:
+    """The analysis of profiles already grouped by level: baseline and challenger, crossover, verdict, warnings."""
+    profiles = tuple(summaries)
     base, challenger = _pick_pair(profiles)
     crossover = estimate_crossover(base, challenger) if base and challenger else None
     return ExperimentSummary(
@@ -141,9 +167,25 @@ def summarize(runs: Sequence[ProfileRuns], repeats: int | None = None) -> Experi
         baseline=base.profile if base else None,
         challenger=challenger.profile if challenger else None,
         crossover=crossover,
-        verdict=verdict_sentence(base, challenger, crossover),
+        verdict=verdict_sentence(base, challenger, crossover) + skew_note(base, challenger, crossover),
         warnings=tuple(confound_warnings(profiles, repeats)),
     )
+
+
+def skew_note(base: ProfileSummary | None, challenger: ProfileSummary | None,
+              crossover: CrossoverEstimate | None) -> str:
+    """What the verdict adds when a level it rests on was flagged SKEW (results.client_flag) in any repeat: the
+    crossover rests on the measured levels around it, "faster at every level" on every shared level. "" if none."""
+    if base is None or challenger is None:
+        return ""
+    common = sorted({lv.concurrency for lv in base.levels} & {lv.concurrency for lv in challenger.levels})
+    resting = [c for c in common if c in crossover.bracket] if crossover is not None else common
+    skewed = [f"{p.profile} C={c} {flag}" for c in resting for p in (base, challenger)
+              if (lv := p.level(c)) is not None and (flag := lv.client_flag) is not None and flag.startswith("SKEW")]
+    if not skewed:
+        return ""
+    return (f" (resting on levels flagged {'; '.join(skewed)}: chunks waited that long for the load generator, "
+            "so their times may carry it)")
 
 
 def _pick_pair(profiles: Sequence[ProfileSummary]) -> tuple[ProfileSummary | None, ProfileSummary | None]:

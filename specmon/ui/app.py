@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -32,6 +32,7 @@ from textual.widgets import Static
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.keymap import KEYS
+from specmon.model.levelrow import LevelRow
 from specmon.model.serving import ServingUpdate
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
@@ -130,7 +131,7 @@ class SpecmonApp(App[int]):
         self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
         self._pending_log: list[LogEntry] = []
-        self.series: dict[str, list[Mapping[str, object]]] = {}
+        self.series: dict[str, list[LevelRow]] = {}
         self.crossover: CrossoverMark | None = None
         self.goodput_crossover: CrossoverMark | None = None
         self.chart_metric = "throughput"   # the Sweep chart's y axis: "throughput" or "goodput" (the g key)
@@ -641,7 +642,7 @@ class SpecmonApp(App[int]):
     def action_toggle_goodput(self) -> None:
         """Chart goodput (requests/s meeting the sweep's SLO targets) instead of output tok/s, or back."""
         self.chart_metric = "goodput" if self.chart_metric == "throughput" else "throughput"
-        if self.chart_metric == "goodput" and not any("goodput" in lv for levels in self.series.values()
+        if self.chart_metric == "goodput" and not any(lv.goodput is not None for levels in self.series.values()
                                                       for lv in levels):
             self.notify("chart: goodput, but no sweep shown has any (sweep with --slo, or set [sweep] slo)",
                         severity="warning", timeout=5)

@@ -24,9 +24,10 @@ from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
 from specmon.model.interop import TOOL_NAMES, read_any_results
-from specmon.model.results import LevelResult, SweepMeta, SweepResult
+from specmon.model.levelrow import LevelRow, rows_of
+from specmon.model.results import LevelResult
 from specmon.model.sweepstats import SweepProgress
-from specmon.model.verdict import ProfileRuns, summarize
+from specmon.model.verdict import summarize, summarize_passes, summarize_profiles
 from specmon.orchestration.comparison import sweep_profiles
 from specmon.orchestration.experiment import (
     ExperimentLevel,
@@ -271,12 +272,10 @@ class EngineBridge:
             mode = "rate" if found is not None and self._levels[names[0]][0].rate is not None else "concurrency"
             marks[metric] = None if found is None else CrossoverMark(found.concurrency,
                                                                      *found.leaders(names[0], names[1]), mode)
-        levels: list[dict[str, object]] = [lv.to_dict() for lv in self._levels[name]]
+        rows = rows_of(self._levels[name])
         if live is not None and live.phase == "level" and live.requests_done > 0:
-            levels.append({"concurrency": live.concurrency, "output_throughput": live.output_tok_s,
-                           "ttft_ms": {"p50": live.ttft_p50_ms}, "tokens_per_chunk": live.tokens_per_chunk,
-                           "live": True, **({"rate": live.rate} if live.rate is not None else {})})
-        self._post(SeriesChanged(name, levels, marks["throughput"], marks["goodput"]))
+            rows.append(LevelRow.of_live(live))
+        self._post(SeriesChanged(name, rows, marks["throughput"], marks["goodput"]))
 
     async def sweep(self, request: SweepRequest) -> None:
         # The form showed [sweep]'s request count; an emptied field means its duration, else whole waves of C.
@@ -370,15 +369,12 @@ class EngineBridge:
 
         def publish() -> None:
             # The overlay: each profile's mean over the repeats finished so far, and the crossover they imply.
-            runs = [ProfileRuns(profile, [(p, SweepResult(None, SweepMeta(url="", model=None, workload={}), tuple(lv)))
-                                          for p, lv in by_pass.items()]) for profile, by_pass in passes.items()]
-            summary = summarize(runs)
+            summary = summarize_profiles([summarize_passes(profile, list(by_pass.items()))
+                                          for profile, by_pass in passes.items()])
             x = summary.crossover
             cross = None if x is None else CrossoverMark(x.concurrency, x.ahead_below, x.ahead_above)
             for p in summary.profiles:
-                self._post(SeriesChanged(p.profile, [{"concurrency": lv.concurrency, "output_throughput": lv.mean,
-                                                      "tokens_per_chunk": lv.acceptance.client_tokens_per_chunk
-                                                      if lv.acceptance else None} for lv in p.levels], cross))
+                self._post(SeriesChanged(p.profile, [LevelRow.of_repeats(lv) for lv in p.levels], cross))
 
         def on_update(update: ExperimentUpdate) -> None:
             if isinstance(update, ExperimentStep):

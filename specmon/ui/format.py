@@ -9,16 +9,14 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 # Re-exported: the panes read every format through this module.
-from specmon.model.numbers import LEVEL_COLUMNS as LEVEL_COLUMNS
 from specmon.model.numbers import NA as NA
 from specmon.model.numbers import fmt_count as fmt_count
 from specmon.model.numbers import fmt_ms as fmt_ms
 from specmon.model.numbers import fmt_number as fmt_number
 from specmon.model.numbers import fmt_shards as fmt_shards
-from specmon.model.numbers import level_cells as level_cells
 
 # Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
 _STATE_STYLES: dict[str, str] = {
@@ -123,28 +121,6 @@ def log_filter_matches(text: str, pattern: str) -> bool:
         needle = pattern[1:].lower()
         return not needle or needle not in text.lower()
     return pattern.lower() in text.lower()
-
-
-CHART_METRICS = {"throughput": ("output_throughput", "out tok/s"), "goodput": ("goodput", "goodput req/s")}
-
-
-def series_points(levels: Iterable[Mapping[str, object]], metric: str = "throughput") -> list[tuple[float, float]]:
-    """(load, value) points of a series, sorted by load, skipping levels without the value. The load is the
-    offered request rate of an open-loop level, else the concurrency; the value output tok/s or goodput req/s."""
-    key = CHART_METRICS[metric][0]
-    points: list[tuple[float, float]] = []
-    for level in levels:
-        rate = level.get("rate")
-        x = rate if isinstance(rate, (int, float)) else level.get("concurrency")
-        y = level.get(key)
-        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
-            points.append((float(x), float(y)))
-    return sorted(points)
-
-
-def is_rate_series(series: Iterable[Iterable[Mapping[str, object]]]) -> bool:
-    """Whether the chart's levels are open-loop ones (x = request rate) rather than concurrency levels."""
-    return any(isinstance(level.get("rate"), (int, float)) for levels in series for level in levels)
 
 
 def parse_positive(text: str, name: str, allow_empty: bool = False) -> int | None:

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from textual.message import Message
 from textual.notifications import SeverityLevel
 
+from specmon.model.levelrow import LevelRow
 from specmon.model.serving import ServingUpdate
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
-from specmon.ui.sweep import Levels
 
 
 def _without_age(row: ServerRow) -> ServerRow:
@@ -73,7 +73,7 @@ class SeriesChanged(Message):
     """One chart series replaced (a live sweep, an experiment's means, an overlaid result file), with the crossovers
     (of output throughput, and of goodput)."""
 
-    def __init__(self, name: str, levels: Levels, crossover: CrossoverMark | None,
+    def __init__(self, name: str, levels: Sequence[LevelRow], crossover: CrossoverMark | None,
                  goodput_crossover: CrossoverMark | None = None) -> None:
         super().__init__()
         self.name = name

@@ -16,6 +16,7 @@ from textual_plotext import PlotextPlot
 
 from specmon.model.chart import series_symbol
 from specmon.model.compare import crossover_words, load_words
+from specmon.model.levelrow import CHART_METRICS, LEVEL_COLUMNS, LevelRow, is_rate_series, series_points
 from specmon.ui import format as fmt
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
@@ -24,10 +25,10 @@ _TABLE_COLOURS = ("cyan", "orange1", "green", "magenta", "blue", "red")   # the 
 _MAX_POINTS = 200
 _LABELLED_HEIGHT = 12   # a shorter chart leaves out its axis names (the pane's border says them) for one more row
 
-Levels = Sequence[Mapping[str, object]]
+Levels = Sequence[LevelRow]
 
 # The table's columns, most telling first (a narrow table scrolls sideways for the rest), as indices into
-# fmt.LEVEL_COLUMNS / fmt.level_cells, with the short headers used when the table is narrow.
+# LEVEL_COLUMNS / LevelRow.cells, with the short headers used when the table is narrow.
 _TABLE_ORDER = (0, 1, 2, 5, 6, 3, 4, 7)
 _SHORT_HEADERS = {"out tok/s": "tok/s", "TTFT p50": "TTFT", "TPOT p50": "TPOT", "ITL p99": "ITL99",
                   "tok/chunk": "tok/ch"}
@@ -127,7 +128,7 @@ class SweepPane(Vertical):
         self._shown = (series, crossover, status, metric)
         # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
         self._narrow = self.app.size.width < WIDE_SCREEN
-        key = (tuple((name, tuple(fmt.series_points(levels, metric)), tuple(fmt.series_points(levels)))
+        key = (tuple((name, tuple(series_points(levels, metric)), tuple(series_points(levels)))
                      for name, levels in series.items()), crossover, status, self._narrow, metric,
                self.query_one(PlotextPlot).size, self.app.theme)   # text backgrounds follow the theme
         if key == self._drawn:
@@ -137,13 +138,13 @@ class SweepPane(Vertical):
         self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
         self.border_subtitle = ""
         if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
-            x_name = "request rate" if fmt.is_rate_series(series.values()) else "concurrency"
-            self.border_subtitle = f"{fmt.CHART_METRICS[metric][1]} vs {x_name}"
+            x_name = "request rate" if is_rate_series(series.values()) else "concurrency"
+            self.border_subtitle = f"{CHART_METRICS[metric]} vs {x_name}"
         self._draw_chart(series, crossover, metric)
         table = self.query_one(DataTable)
         table.clear(columns=True)
-        headers = [fmt.LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
-        if fmt.is_rate_series(series.values()):
+        headers = [LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
+        if is_rate_series(series.values()):
             headers = ["rate" if h == "C" else h for h in headers]
         table.add_columns(*(_SHORT_HEADERS.get(h, h) for h in headers) if self._narrow else headers)
         names = short_series_names(list(series)) if self._narrow else {n: n for n in series}
@@ -151,7 +152,7 @@ class SweepPane(Vertical):
             # The series' chart symbol in its colour before its name: the table is the chart's legend too.
             label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[index % len(_TABLE_COLOURS)]), " ")
             for level in levels:
-                cells: list[str | Text] = list(fmt.level_cells(names[name], level))
+                cells: list[str | Text] = list(level.cells(names[name]))
                 cells[0] = label + cells[0]
                 table.add_row(*(cells[i] for i in _TABLE_ORDER))
 
@@ -162,13 +163,13 @@ class SweepPane(Vertical):
         plt = chart.plt
         plt.clear_data()
         plt.clear_figure()
-        rate = fmt.is_rate_series(series.values())
-        curves = [(name, fmt.downsample(fmt.series_points(levels, metric), _MAX_POINTS))
+        rate = is_rate_series(series.values())
+        curves = [(name, fmt.downsample(series_points(levels, metric), _MAX_POINTS))
                   for name, levels in series.items()]
         short = chart.size.height < _LABELLED_HEIGHT   # no axis names, no legend (the table's symbols say it)
         if series and not short:
             plt.xlabel("request rate (req/s)" if rate else "concurrency")
-            plt.ylabel(fmt.CHART_METRICS[metric][1])
+            plt.ylabel(CHART_METRICS[metric])
         marked = draw_sweeps(plt, curves, crossover, height=chart.size.height - (1 if short else 2),
                              width=chart.size.width, legend=not short, background=self._canvas())
         verdict = ""
