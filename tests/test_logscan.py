@@ -287,12 +287,13 @@ def test_follow_notices_a_rewrite_that_lands_between_its_check_and_its_read(
     made that window real: CI under a CPU hog missed the note). The bytes read then are the middle of the new
     file; they must not be parsed as what followed the old content."""
     from specmon.commands import logscan
+    from specmon.sources import follow
 
     log = tmp_path / "server.log"
     log.write_text(SHARD.format(p=50, n=1, t=2))
     refill = SHARD.format(p=25, n=1, t=4) + "".join(f"[2025-03-08 12:29:{i:02d}] padding line {i}\n"
                                                   for i in range(40)) + READY
-    real_read, reads = logscan._read, []
+    real_read, reads = follow.read_chunk, []
 
     def read(handle: IO[bytes]) -> bytes:
         reads.append(handle)
@@ -303,7 +304,7 @@ def test_follow_notices_a_rewrite_that_lands_between_its_check_and_its_read(
             os.close(fd)
         return real_read(handle)
 
-    monkeypatch.setattr(logscan, "_read", read)
+    monkeypatch.setattr(follow, "read_chunk", read)
     with open(log, "rb") as handle:
         assert logscan._follow([str(log)], [handle], as_json=False, out=sys.stdout) == 0
     captured = capsys.readouterr()

@@ -248,6 +248,38 @@ async def test_tailer_notes_a_replaced_log_and_a_skipped_backlog(host: Host) -> 
     assert data.startswith(b"01900\n") and data.endswith(b"01999\n")   # starts on a whole line
 
 
+async def test_tailer_notes_a_log_rewritten_in_place_while_its_link_was_down(host: Host) -> None:
+    """Truncated and refilled past the read offset while the link was down (same inode, never smaller at a
+    check): the re-attach went on from the old offset, in the middle of the new content. It now compares the
+    last bytes it read (the rule of specmon.sources.follow) and reads the log again from its start."""
+    log = host.dir / "server.log"
+    log.write_bytes(b"old 1\nold 2\n")
+    tailer = LogTailer(host.transport, str(log), retry_s=0.05)
+    batches: list[TailBatch] = []
+    new = b"".join(f"new line {i}\n".encode() for i in range(5))
+    async with contextlib.aclosing(tailer.follow()) as follow:
+        it = follow.__aiter__()
+
+        async def until(pred) -> None:   # type: ignore[no-untyped-def]
+            while not pred():
+                batches.append(await asyncio.wait_for(it.__anext__(), 10))
+
+        await until(lambda: tailer.offset == 12)
+        host.drop_link(log)
+        await until(lambda: any(b.note and "lost" in b.note for b in batches))   # the follower waits at its note
+        inode = log.stat().st_ino
+        fd = os.open(log, os.O_WRONLY)
+        os.ftruncate(fd, 0)
+        os.write(fd, new)
+        os.close(fd)
+        assert log.stat().st_ino == inode
+        await until(lambda: tailer.offset == len(new))
+    notes = [b.note for b in batches if b.note]
+    assert "log rewritten in place, reading it again from the start" in notes
+    after = next(i for i, b in enumerate(batches) if b.note and "rewritten" in b.note)
+    assert b"".join(b.data for b in batches[after:]) == new
+
+
 async def test_read_range_and_last_lines(host: Host) -> None:
     log = host.dir / "server.log"
     log.write_bytes(b"l1\nl2\nl3\npartial")

@@ -21,10 +21,9 @@ from typing import IO
 
 from specmon.errors import UserError
 from specmon.model.runstate import LogWatch, RunState, StepCallback, eta_seconds, summary
+from specmon.sources.follow import FollowNote, LocalFollower, read_chunk
 
-CHUNK_BYTES = 1 << 20
 FOLLOW_POLL_S = 0.2
-TAIL_CHECK_BYTES = 64   # the last bytes read, compared in place at each poll to notice a file rewritten under us
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -78,18 +77,12 @@ def run(args: argparse.Namespace) -> int:
             handle.close()
 
 
-def _read(handle: IO[bytes]) -> bytes:
-    """Up to CHUNK_BYTES: whatever a pipe has now (read1), or the next piece of a file."""
-    read1 = getattr(handle, "read1", None)
-    return read1(CHUNK_BYTES) if read1 is not None and not handle.seekable() else handle.read(CHUNK_BYTES)
-
-
 def scan(handle: IO[bytes]) -> RunState:
-    """The final state of a whole (finished) log, read in CHUNK_BYTES pieces."""
+    """The final state of a whole (finished) log, read in pieces (follow.CHUNK_BYTES)."""
     watch = LogWatch()
     now = time.monotonic()
     while True:
-        data = _read(handle)
+        data = read_chunk(handle)
         if not data:
             break
         watch.feed(data, now)
@@ -160,16 +153,13 @@ def describe(path: str, state: RunState) -> str:
 # ---------------------------------------------------------------------------------------------- follow
 @dataclass
 class _Followed:
-    """One followed input: where it is read up to and what it said so far."""
+    """One followed input: a pipe read as it comes, or a file followed by its name; what it said so far."""
 
     path: str
     handle: IO[bytes]
+    file: LocalFollower | None = None   # a file (not a pipe): followed by its name
     watch: LogWatch = field(default_factory=LogWatch)
-    offset: int = 0
     ended: bool = False  # a pipe reached end of input
-    identity: tuple[int, int] | None = None   # (device, inode) of the open file: a new one at the name replaces it
-    tail: bytes = b""    # the last bytes read: if they change in place, the file was rewritten under us
-    gone: bool = False   # the name points at nothing (deleted or renamed away): waiting for it to come back
 
     @property
     def done(self) -> bool:
@@ -211,7 +201,7 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
 
 def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[str]) -> int:
     started = time.monotonic()
-    files = [_Followed(p, h, identity=_identity_of(h)) for p, h in zip(paths, handles)]
+    files = [_Followed(p, h, None if not h.seekable() else LocalFollower(p, h)) for p, h in zip(paths, handles)]
     prefix = len(files) > 1
 
     def step_printer(f: _Followed, now: float) -> StepCallback:
@@ -235,27 +225,23 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
             for f in files:
                 if f.done:
                     continue
-                pipe = not f.handle.seekable()
-                if not pipe:
-                    _follow_name(f, step_printer(f, time.monotonic()))
-                    if f.gone:
-                        continue
                 try:
-                    data = _read(f.handle)
+                    pieces: list[bytes | FollowNote] = [read_chunk(f.handle)] if f.file is None else f.file.read()
                 except OSError as exc:
                     raise UserError(f"{f.path}: cannot read: {exc.strerror or exc}") from None
-                if not data:
-                    if pipe:  # the writer is gone: nothing more will come
-                        f.ended = True
-                        f.watch.close(time.monotonic(), step_printer(f, time.monotonic()))
+                if f.file is None and not pieces[0]:   # the writer is gone: nothing more will come
+                    f.ended = True
+                    f.watch.close(time.monotonic(), step_printer(f, time.monotonic()))
                     continue
-                progressed = True
-                if not pipe and _check_rewritten(f):
-                    continue   # rewritten between the check by name and this read: `data` is the new file's middle
-                f.offset += len(data)
-                f.tail = (f.tail + data[-TAIL_CHECK_BYTES:])[-TAIL_CHECK_BYTES:]
-                now = time.monotonic()
-                f.watch.feed(data, now, step_printer(f, now))
+                for piece in pieces:
+                    progressed = True
+                    now = time.monotonic()
+                    if isinstance(piece, FollowNote):
+                        print(f"specmon: {f.path}: {piece.text}", file=sys.stderr, flush=True)
+                        if piece.restart:
+                            f.watch = LogWatch()
+                    else:
+                        f.watch.feed(piece, now, step_printer(f, now))
             if all(f.done for f in files):
                 break
             if not progressed:
@@ -268,81 +254,5 @@ def _follow(paths: list[str], handles: list[IO[bytes]], as_json: bool, out: IO[s
         return 130
     finally:
         for f in files:
-            f.handle.close()   # a file opened on a switch is not among run()'s handles
+            (f.file or f.handle).close()   # a file opened on a switch is not among run()'s handles
     return 0 if all(f.watch.state.ready and f.watch.state.failure is None for f in files) else 1
-
-
-def _identity_of(handle: IO[bytes]) -> tuple[int, int] | None:
-    try:
-        st = os.fstat(handle.fileno())
-    except (OSError, ValueError):
-        return None
-    return st.st_dev, st.st_ino
-
-
-def _follow_name(f: _Followed, on_step: StepCallback) -> None:
-    """Follow the file by its name, as `tail -F` does.
-
-    Deleted or renamed away: what the old file still held is read, then we say so and wait for the name to come
-    back. A different file at the name (a relaunch, log rotation): the old one is read to its end, then the new one
-    from its start with a fresh state. Same file shorter than what was read, or its last-read bytes changed
-    (truncated and refilled past the old offset): read again from the start.
-    """
-    try:
-        st = os.stat(f.path)
-    except OSError:
-        if not f.gone:
-            _drain(f, on_step)
-            f.gone = True
-            _note(f, "deleted or renamed; waiting for it to appear again")
-        return
-    if (st.st_dev, st.st_ino) != f.identity:
-        try:
-            handle = open(f.path, "rb")  # noqa: SIM115 - kept in f; closed on the next switch or by _follow
-        except OSError:
-            return   # appeared but not readable yet (being created): try again on the next poll
-        if not f.gone:
-            _drain(f, on_step)
-        _note(f, "appeared again; reading it from the start" if f.gone else
-              "replaced by a new file; reading it from the start")
-        f.handle.close()
-        _restart(f, handle)
-        return
-    _check_rewritten(f)
-
-
-def _check_rewritten(f: _Followed) -> bool:
-    """Same file, but shorter than what was read or its last-read bytes changed (truncated and refilled past the
-    old offset): say so and start again from the top. True if it did."""
-    try:
-        size = os.fstat(f.handle.fileno()).st_size
-        same_tail = not f.tail or os.pread(f.handle.fileno(), len(f.tail), f.offset - len(f.tail)) == f.tail
-    except OSError:
-        return False
-    if size >= f.offset and same_tail:
-        return False
-    _note(f, "truncated, reading it again from the start" if size < f.offset else
-          "rewritten in place, reading it again from the start")
-    f.handle.seek(0)
-    _restart(f, f.handle)
-    return True
-
-
-def _restart(f: _Followed, handle: IO[bytes]) -> None:
-    f.handle, f.offset, f.tail, f.gone = handle, 0, b"", False
-    f.identity = _identity_of(handle)
-    f.watch = LogWatch()
-
-
-def _drain(f: _Followed, on_step: StepCallback) -> None:
-    """Feed what is left in the open file (the writer may have added to it before it was renamed or deleted)."""
-    try:
-        while data := _read(f.handle):
-            f.offset += len(data)
-            f.watch.feed(data, time.monotonic(), on_step)
-    except OSError:
-        pass
-
-
-def _note(f: _Followed, what: str) -> None:
-    print(f"specmon: {f.path}: {what}", file=sys.stderr, flush=True)

@@ -2,9 +2,11 @@
 
 `LogTailer.follow()` streams `tail -c +OFFSET -F` and yields `TailBatch`es of COMPLETE lines only; `offset`
 moves past a line only once its `\\n` has arrived, so a follower that saves `batch.end` after handling a batch
-and later resumes from it neither loses nor repeats a line. Before every (re)attach it checks the file's inode
-and size: a replaced or truncated log restarts at byte 0, and a backlog over `max_backlog` bytes is skipped
-with a note instead of replayed. `drain()` reads what is left once the writer has exited, including a last
+and later resumes from it neither loses nor repeats a line. Before every (re)attach it checks the file by the
+rule of specmon.sources.follow (its inode, its size, and the last bytes this tailer read before the offset): a
+replaced, truncated or rewritten log restarts at byte 0, and a backlog over `max_backlog` bytes is skipped
+with a note instead of replayed. While a stream runs, `tail -F` itself follows a rotation or a truncation; the
+rule applies at the next attach. `drain()` reads what is left once the writer has exited, including a last
 line without a newline.
 """
 
@@ -15,7 +17,8 @@ import shlex
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from specmon.sources.transport import Transport, TransportError
+from specmon.sources.follow import TAIL_CHECK_BYTES, restart_reason
+from specmon.sources.transport import CommandResult, Transport, TransportError
 
 MAX_BACKLOG = 4 * 1024 * 1024
 MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anyway (and committed)
@@ -56,6 +59,7 @@ class LogTailer:
         self.retry_s = retry_s
         self._resync = False     # after a skip: drop bytes up to the first newline
         self._partial = b""      # bytes after `offset` already handed out as `fresh`
+        self._seen = b""         # the last bytes before `offset` read by this tailer (a rewrite check on re-attach)
 
     async def stat(self) -> tuple[int, int] | None:
         """(inode, size) of the log, or None if it does not exist (yet)."""
@@ -66,21 +70,27 @@ class LogTailer:
         return int(fields[0]), int(fields[1])
 
     async def _attach(self) -> TailBatch | None:
-        """Check inode/size before reading; returns a batch (with a note when the offset had to move)."""
+        """Check the file before reading (follow.restart_reason: replaced, truncated, or its last-read bytes
+        rewritten in place); returns a batch (with a note when the offset had to move)."""
         st = await self.stat()
         if st is None:
             return None
         inode, size = st
         note = None
-        if (self.inode is not None and inode != self.inode) or size < self.offset + len(self._partial):
-            note = "log was replaced or truncated; reading it from the start"
-            self.offset, self._partial = 0, b""
+        same_tail = True
+        if self._seen:   # read here before a lost link: are they still the bytes before the offset?
+            now = await _range(self.transport, self.path, self.offset - len(self._seen), self.offset)
+            same_tail = not now.ok or now.stdout == self._seen   # unreadable: the next attach checks again
+        why = restart_reason(self.inode, self.offset + len(self._partial), inode, size, same_tail)
+        if why is not None:
+            note = f"log {why}"
+            self.offset, self._partial, self._seen = 0, b"", b""
         self.inode = inode
         if size - self.offset > self.max_backlog:
             old_offset = self.offset
             # Start one byte early and drop through the first newline: lands on a whole line even when
             # the cut falls exactly on a line boundary.
-            self.offset, self._partial = size - self.max_backlog - 1, b""
+            self.offset, self._partial, self._seen = size - self.max_backlog - 1, b"", b""
             self._resync = True
             note = f"skipped {self.offset - old_offset} bytes of log"
         return TailBatch(b"", self.offset, self.offset, note)
@@ -103,9 +113,11 @@ class LogTailer:
         if cut == 0 and len(buf) > MAX_LINE:
             self.offset += len(buf)
             self._partial = b""
+            self._seen = buf[-TAIL_CHECK_BYTES:]
             return TailBatch(buf + b"\n", start, self.offset, fresh=chunk + b"\n")
         self.offset += cut
         self._partial = buf[cut:]
+        self._seen = (self._seen + buf[:cut])[-TAIL_CHECK_BYTES:]
         return TailBatch(buf[:cut], start, self.offset, fresh=chunk)
 
     async def follow(self) -> AsyncGenerator[TailBatch, None]:
@@ -147,6 +159,7 @@ class LogTailer:
             data += b"\n"
         self.offset += len(result.stdout)
         self._partial = b""
+        self._seen = (self._seen + result.stdout)[-TAIL_CHECK_BYTES:]
         return TailBatch(data, start, self.offset, fresh=data[seen:])
 
 
@@ -161,10 +174,14 @@ async def read_range(transport: Transport, path: str, start: int, end: int) -> b
     """Bytes [start, end) of a file on the host (b"" if it cannot be read)."""
     if end <= start:
         return b""
-    q = shlex.quote(path)
-    result = await transport.run(f"{_not_special(path)} && tail -c +{start + 1} -- {q} | head -c {end - start}",
-                                 timeout=60)
+    result = await _range(transport, path, start, end)
     return result.stdout if result.ok else b""
+
+
+async def _range(transport: Transport, path: str, start: int, end: int) -> CommandResult:
+    q = shlex.quote(path)
+    return await transport.run(f"{_not_special(path)} && tail -c +{start + 1} -- {q} | head -c {end - start}",
+                               timeout=60)
 
 
 async def last_lines(transport: Transport, path: str, n: int) -> tuple[bytes, int]:
