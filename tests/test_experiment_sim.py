@@ -143,7 +143,12 @@ def test_runs_unattended_to_a_verdict_at_the_crossover_the_sim_model_implies(dem
     measured = levels.index(cross["bracket"][0])
     assert abs(measured - implied) <= 1, (cross, levels)
     assert result["verdict"].startswith(f"{cross['ahead_below']} is faster up to C≈")
-    assert result["verdict"].endswith(f"; {cross['ahead_above']} beyond")
+    # A level the crossover rests on that the busy box made SKEW is named, with its figure, after the sentence.
+    sentence, _, note = result["verdict"].partition(" (resting on levels flagged ")
+    assert sentence.endswith(f"; {cross['ahead_above']} beyond")
+    skewed = [(p["profile"], lv["concurrency"]) for p in result["profiles"] for lv in p["levels"]
+              if lv["concurrency"] in cross["bracket"] and lv["skewed"] and not lv["client_bound"]]
+    assert bool(note) == bool(skewed) and all(f"{name} C={c} SKEW " in note for name, c in skewed), result["verdict"]
 
 
 def test_acceptance_matches_the_configured_value_from_all_three_sources(demo_run: tuple[Path, dict[str, Any]]) -> None:

@@ -36,9 +36,9 @@ async def test_remote_profile_launch_ready_and_sweep_over_the_forward(sshd: Sshd
             await pilot.pause()
             await pilot.press("enter")
             await wait_until(pilot, lambda: not app.sweeping and "done" in app.sweep_status, 60, "sweep done")
-            levels = [lv for lv in app.series["far"] if not lv.get("live")]
-            assert [lv["concurrency"] for lv in levels] == [1, 2]
-            assert all(float(lv["output_throughput"]) > 0 for lv in levels)  # type: ignore[arg-type]
+            levels = [lv for lv in app.series["far"] if lv.client != "live"]
+            assert [lv.concurrency for lv in levels] == [1, 2]
+            assert all((lv.output_throughput or 0) > 0 for lv in levels)
             written = sorted((tmp_path / "results").glob("far-*.jsonl"))
             result = next(p for p in written if not p.name.endswith(".requests.jsonl"))
             meta = json.loads(result.read_text().splitlines()[0])

@@ -228,9 +228,9 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             await pilot.pause()
             await pilot.press("enter")  # the form's defaults come from [sweep]: levels 1,2, 4 requests each
             await wait_until(pilot, lambda: not app.sweeping and "done" in app.sweep_status, 60, "sweep done")
-            levels = [lv for lv in app.series["sim-s"] if not lv.get("live")]
-            assert [lv["concurrency"] for lv in levels] == [1, 2]
-            assert all(float(lv["output_throughput"]) > 0 for lv in levels)  # type: ignore[arg-type]
+            levels = [lv for lv in app.series["sim-s"] if lv.client != "live"]
+            assert [lv.concurrency for lv in levels] == [1, 2]
+            assert all((lv.output_throughput or 0) > 0 for lv in levels)
             await pilot.pause(1.2)  # the chart redraws at most once a second
             chart = app.query_one(SweepPane).query_one("#sweep-chart")
             assert "sim-s" in str(chart.render())
@@ -327,16 +327,16 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
             app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, 16, 16))
             await wait_until(pilot, lambda: not app.sweeping and "done" in app.sweep_status, 60, "sweep done")
             complete = list(app.series["sim-s"])
-            assert [lv["concurrency"] for lv in complete] == [1, 2]
+            assert [lv.concurrency for lv in complete] == [1, 2]
 
             # A second sweep, cancelled part way through its only level (its live point already drawn).
             app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, 16, 64))
-            await wait_until(pilot, lambda: any(lv.get("live") and lv["concurrency"] == 48
+            await wait_until(pilot, lambda: any(lv.client == "live" and lv.concurrency == 48
                                                 for lv in app.series.get("sim-s", [])), 60, "the live C=48 point")
             await pilot.press("c")
             await wait_until(pilot, lambda: not app.sweeping, 10, "the sweep to stop")
             await pilot.pause(0.2)
-            assert not any(lv.get("live") for lv in app.series["sim-s"]), app.series["sim-s"]
+            assert not any(lv.client == "live" for lv in app.series["sim-s"]), app.series["sim-s"]
             assert app.series["sim-s"] == complete  # the last complete series is back on the chart
             app.flush()
             await pilot.pause()
@@ -508,8 +508,8 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
                          "exp-eagle launch", "done: finished"):
                 assert step in steps, steps
             # The overlay built up: both profiles on the chart, one point per level.
-            assert [lv["concurrency"] for lv in app.series["exp-base"]] == [1, 4]
-            assert [lv["concurrency"] for lv in app.series["exp-eagle"]] == [1, 4]
+            assert [lv.concurrency for lv in app.series["exp-base"]] == [1, 4]
+            assert [lv.concurrency for lv in app.series["exp-eagle"]] == [1, 4]
             pane = app.query_one(SweepPane)
             panel = pane.query_one("#experiment-steps", Static)
             # The step list repaints at most once a second, later on a busy box: wait for it rather than a fixed pause.
