@@ -25,7 +25,7 @@ from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
 from specmon.model.interop import TOOL_NAMES, read_any_results
 from specmon.model.levelrow import LevelRow, rows_of
-from specmon.model.results import LevelResult
+from specmon.model.results import LevelResult, SweepResult
 from specmon.model.sweepstats import SweepProgress
 from specmon.model.verdict import summarize, summarize_passes, summarize_profiles
 from specmon.orchestration.comparison import sweep_profiles
