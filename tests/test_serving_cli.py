@@ -73,3 +73,31 @@ def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:  # 
     assert out.stdout == "specmon: bare: no /metrics (HTTP 404); SGLang serves it only with --enable-metrics\n"
     missing = cli("metrics", "no-such-profile")
     assert missing.returncode == 2 and "no-such-profile" in missing.stderr
+
+
+@pytest.mark.parametrize("flavor", ["sglang", "vllm"])
+def test_preemptions_rise_past_kv_capacity_and_alert(cli: Cli, free_port: int, flavor: str) -> None:  # noqa: F811
+    # Admission counts a twentieth of each request's 400 output tokens, so 8 clients outgrow the 2000-token cache
+    # and the sim preempts (SGLang: retracts) the newest: the counter rises, and so does the alert.
+    cli.config.write_text(_profile("sim", free_port, "--flavor", flavor, "--kv-tokens", "2000",
+                                   "--new-token-ratio", "0.05", load=0.5) + "metrics_interval_s = 0.3\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    stop = threading.Event()
+    _load(free_port, 8, 400, stop)
+    follow = subprocess.Popen(cli.argv("metrics", "sim", "--json", "--follow"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[dict[str, object]] = []
+        deadline = time.monotonic() + 60
+        assert follow.stdout is not None
+        rising: list[dict[str, object]] = []
+        while time.monotonic() < deadline and not rising:
+            lines.append(json.loads(follow.stdout.readline()))
+            rising = [x for x in lines if any(str(a).startswith("preemptions rising") for a in x["alerts"])]  # type: ignore[attr-defined]
+        assert rising, lines[-3:]
+        assert float(rising[0]["preempt_per_s"]) > 0                                  # type: ignore[arg-type]
+        assert float(rising[0]["preemptions"]) >= 1                                   # type: ignore[arg-type]
+    finally:
+        stop.set()
+        follow.terminate()
+        follow.wait(10)
