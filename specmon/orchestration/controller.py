@@ -32,6 +32,7 @@ from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
+from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError
@@ -162,6 +163,7 @@ class RunController:
         self.watch = LogWatch(record.started_at)
         self.tailer = LogTailer(ops.transport, record.log_path, record.log_offset, record.log_inode)
         self.probe: ServerProbe | None = None   # made in start(): the transport says where the port is reached
+        self._health_reader: MetricsScraper | None = None   # ... and the reader of its health path
         self.url = record.url
         # Measured loads of this profile feed the ETA; the profile's expected_load_s stands in until one exists.
         self.past_loads = store.past_loads(record.profile, record.config) or (
@@ -286,6 +288,11 @@ class RunController:
         """Rebuild the state from the log already read, then start watching (unless the run has ended)."""
         self.url = await client_url(self.ops.transport, self.record.url, self.record.port)
         self.probe = await probe_of(self.ops.transport, self.record.port, self.record.health_path, timeout_s=5.0)
+        # The health path is read every few seconds for as long as the run lives: by the lean kept-alive reader
+        # (httpx costs about ten times its CPU a request, and eight ready runs are read at once).
+        path = self.record.health_path
+        self._health_reader = MetricsScraper(self.ops.transport, self.record.port, timeout_s=5.0,
+                                             path=path if path.startswith("/") else "/" + path)
         if self.record.log_offset > 0:
             start = max(0, self.record.log_offset - REPLAY_LIMIT)
             data = await read_range(self.ops.transport, self.record.log_path, start, self.record.log_offset)
@@ -338,6 +345,8 @@ class RunController:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.probe is not None:
             await self.probe.aclose()
+        if self._health_reader is not None:
+            await self._health_reader.aclose()
 
     def _finish_readers(self) -> None:
         self.finished.set()
@@ -513,11 +522,16 @@ class RunController:
                 self._ready_trigger.set()
             return False
 
-        assert self.probe is not None
+        reader = self._health_reader
+        assert reader is not None
+
         def interval() -> float:
             return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
 
-        await poll(self.probe.health, interval, on_health)
+        async def health() -> ProbeResult:
+            return (await reader.read())[0]
+
+        await poll(health, interval, on_health)
 
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()

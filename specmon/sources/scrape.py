@@ -23,7 +23,8 @@ class BadAnswer(Exception):
 
 
 class MetricsScraper:
-    """Reads the host's 127.0.0.1:`port`/metrics. Close with `aclose()`."""
+    """Reads the host's 127.0.0.1:`port`/metrics (or `path`: a run's health probe reads its health path so).
+    Close with `aclose()`."""
 
     def __init__(self, transport: Transport, port: int, timeout_s: float = 5.0, path: str = "/metrics") -> None:
         self.transport = transport
