@@ -189,3 +189,19 @@ def test_logwatch_reports_every_step_of_one_read() -> None:
     watch.feed(bars.encode(), 1.0, lambda before, after: steps.append((before.shards_done, after.shards_done)))
     assert steps == [(None, 0), (0, 1), (1, 2), (2, 3)]
     assert watch.state.shards_done == 3
+
+
+def test_specmons_own_reads_are_not_the_servers_activity() -> None:
+    """The serving view reads /metrics of every ready server each second (the health probe reads /health): the
+    access lines that causes must not reset the card's 'log Ns ago' nor push the server's own lines out of the
+    context kept for a failure, and must not change the state at all (each change repaints every card)."""
+    watch = LogWatch(started_at=0.0)
+    watch.feed(b"[2026-01-01 10:00:00] The server is fired up and ready to roll!\n", 1.0)
+    before = watch.state
+    own = (b'INFO:     127.0.0.1:50112 - "GET /metrics HTTP/1.1" 200 OK\n'
+           b'INFO:     127.0.0.1:50114 - "GET /health HTTP/1.1" 200 OK\n')
+    watch.feed(own, 5.0)
+    assert watch.state == before and watch.state.last_activity == 1.0
+    # A client's request is activity, and so is a batch that holds one beside the reads.
+    watch.feed(own + b'INFO:     127.0.0.1:50200 - "POST /v1/completions HTTP/1.1" 200 OK\n', 9.0)
+    assert watch.state.last_activity == 9.0 and "POST /v1/completions" in watch.state.last_lines[-1]

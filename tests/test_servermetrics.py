@@ -117,3 +117,17 @@ def test_sparkline_slices_span_the_last_two_minutes() -> None:
     young.add(sample(0.0, **{"vllm:num_requests_waiting": 1.0}))
     assert young.slices("waiting") == (1.0,)
     assert young.slices("kv_pct") == ()                                         # absent: no line
+
+
+def test_card_figure_lines_are_the_captures_figures_in_plain_text() -> None:
+    from specmon.model.serving import SPARK_SLICES, ServingUpdate, card_figure_lines
+
+    capture = (CAPTURES / "sglang-llama31-8b-production-metrics.prom").read_text()
+    history = {"running": (1.0, 8.0), "waiting": (), "kv_pct": (50.0,), "tok_s": (0.0, 0.0)}
+    update = ServingUpdate("p", "r", figures(read_sample(capture, 0.0)), history)
+    plain = ["".join(text for text, _ in line) for line in card_figure_lines(update, sparks=False)]
+    assert plain[0] == "run 162 wait 2826 KV 28%"
+    assert plain[1] == "87 tok/s hit 1% preempt —"   # its server's gauge (one read); no retraction counter
+    sparks = [text for line in card_figure_lines(update) for text, spark in line if spark]
+    # Each sparkline padded to its full width; KV scaled to 100 %, the others to their own peak.
+    assert sparks == ["▂█".rjust(SPARK_SLICES), " " * SPARK_SLICES, "▅".rjust(SPARK_SLICES), "▁▁".rjust(SPARK_SLICES)]

@@ -7,6 +7,7 @@ import json
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
@@ -31,6 +32,29 @@ def _load(port: int, n: int, max_tokens: int, stop: threading.Event) -> None:
         threading.Thread(target=one, daemon=True).start()
 
 
+Line = dict[str, object]
+
+
+def _follow_under_load(specmon: Cli, port: int, clients: int, until: Callable[[list[Line]], bool]) -> list[Line]:
+    """`specmon metrics sim --json --follow` while `clients` streams of 400 tokens run against the sim: its lines
+    until `until(lines)` holds, or a minute has passed."""
+    stop = threading.Event()
+    _load(port, clients, 400, stop)
+    follow = subprocess.Popen(specmon.argv("metrics", "sim", "--json", "--follow"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        lines: list[Line] = []
+        deadline = time.monotonic() + 60
+        assert follow.stdout is not None
+        while time.monotonic() < deadline and not until(lines):
+            lines.append(json.loads(follow.stdout.readline()))
+        return lines
+    finally:
+        stop.set()
+        follow.terminate()
+        follow.wait(10)
+
+
 def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None:  # noqa: F811
     # A small batch (4) and KV (4000 tokens): 12 clients keep requests waiting and the KV cache busy.
     cli.config.write_text(_profile("sim", free_port, "--max-running-requests", "4", "--kv-tokens", "4000",
@@ -41,28 +65,14 @@ def test_metrics_once_and_following_under_load(cli: Cli, free_port: int) -> None
     assert idle.stdout.startswith("sim: running 0  waiting 0  KV 0%  tok/s 0"), idle.stdout
     assert "accept —" in idle.stdout          # no speculation: absent, not 0
 
-    stop = threading.Event()
-    _load(free_port, 12, 400, stop)
-    follow = subprocess.Popen(cli.argv("metrics", "sim", "--json", "--follow"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-    try:
-        lines: list[dict[str, object]] = []
-        deadline = time.monotonic() + 60
-        assert follow.stdout is not None
-        while time.monotonic() < deadline:
-            lines.append(json.loads(follow.stdout.readline()))
-            if any(float(x["waiting"] or 0) > 0 for x in lines) and any(float(x["tok_s"] or 0) > 0 for x in lines):
-                break
-        busy = [x for x in lines if float(x["running"] or 0) > 0]
-        assert busy and max(float(x["running"]) for x in busy) <= 4                  # type: ignore[arg-type]
-        assert any(float(x["waiting"] or 0) > 0 for x in lines)                     # type: ignore[arg-type]
-        assert any(float(x["kv_pct"] or 0) > 0 for x in lines)                      # type: ignore[arg-type]
-        assert set(lines[0]) >= {"running", "waiting", "kv_pct", "tok_s", "prefix_hit_pct", "preempt_per_s",
-                                 "accept_len", "alerts"}
-    finally:
-        stop.set()
-        follow.terminate()
-        follow.wait(10)
+    lines = _follow_under_load(cli, free_port, 12, lambda lines: any(float(x["waiting"] or 0) > 0 for x in lines)
+                               and any(float(x["tok_s"] or 0) > 0 for x in lines))  # type: ignore[arg-type]
+    busy = [x for x in lines if float(x["running"] or 0) > 0]                      # type: ignore[arg-type]
+    assert busy and max(float(x["running"]) for x in busy) <= 4                      # type: ignore[arg-type]
+    assert any(float(x["waiting"] or 0) > 0 for x in lines)                         # type: ignore[arg-type]
+    assert any(float(x["kv_pct"] or 0) > 0 for x in lines)                          # type: ignore[arg-type]
+    assert set(lines[0]) >= {"running", "waiting", "kv_pct", "tok_s", "prefix_hit_pct", "preempt_per_s",
+                             "accept_len", "alerts"}
 
 
 def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:  # noqa: F811
@@ -73,3 +83,19 @@ def test_a_server_without_metrics_says_so(cli: Cli, free_port: int) -> None:  # 
     assert out.stdout == "specmon: bare: no /metrics (HTTP 404); SGLang serves it only with --enable-metrics\n"
     missing = cli("metrics", "no-such-profile")
     assert missing.returncode == 2 and "no-such-profile" in missing.stderr
+
+
+@pytest.mark.parametrize("flavor", ["sglang", "vllm"])
+def test_preemptions_rise_past_kv_capacity_and_alert(cli: Cli, free_port: int, flavor: str) -> None:  # noqa: F811
+    # Admission counts a twentieth of each request's 400 output tokens, so 8 clients outgrow the 2000-token cache
+    # and the sim preempts (SGLang: retracts) the newest: the counter rises, and so does the alert.
+    cli.config.write_text(_profile("sim", free_port, "--flavor", flavor, "--kv-tokens", "2000",
+                                   "--new-token-ratio", "0.05", load=0.5) + "metrics_interval_s = 0.3\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    def rising(lines: list[Line]) -> list[Line]:
+        return [x for x in lines if any(str(a).startswith("preemptions rising") for a in x["alerts"])]  # type: ignore[attr-defined]
+
+    lines = _follow_under_load(cli, free_port, 8, lambda lines: bool(rising(lines)))
+    assert rising(lines), lines[-3:]
+    assert float(rising(lines)[0]["preempt_per_s"]) > 0                              # type: ignore[arg-type]
+    assert float(rising(lines)[0]["preemptions"]) >= 1                               # type: ignore[arg-type]

@@ -67,6 +67,47 @@ async def test_card_follows_metrics_through_a_sweep_and_alerts_past_capacity(tmp
             await quit_with(pilot, "Q")
 
 
+LIVE = re.compile(r"client C=(\d+): (\d+) in flight · server: running (\d+) waiting (\d+) KV (\d+)%")
+
+
+async def test_sweep_pane_shows_the_servers_queue_beside_the_clients_concurrency(tmp_path: Path,
+                                                                                 free_port: int) -> None:
+    """During a sweep the line under the chart puts the client's level beside the server's /metrics: at C=2 the
+    server runs them (it holds no more than two); at C=24, past its 4-request batch, requests wait on the server."""
+    args = ["specmon", "sim", "--port", str(free_port), "--shards", "2", "--load-seconds", "1",
+            "--max-running-requests", "4"]
+    config = parse_config(f"[profiles.sim-q]\nport = {free_port}\ncommand = {json.dumps(args)}\n"
+                          "metrics_interval_s = 0.25\n", "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    seen: list[tuple[int, ...]] = []
+
+    def live() -> str:
+        line = app.query_one("#sweep-live")
+        text = str(line.render()) if line.display else ""
+        if (m := LIVE.search(text)) and (not seen or seen[-1] != tuple(map(int, m.groups()))):
+            seen.append(tuple(map(int, m.groups())))
+        return text
+
+    async with app.run_test(size=(160, 48)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "sim-q"), 60, "READY")
+            assert live() == ""                                      # no sweep: no line
+            app._start_sweep(SweepRequest(("sim-q",), (2, 24), 24, 32, 64))
+            await wait_until(pilot, lambda: bool(live()) and any(c == 24 and waiting >= 10 for c, _, _, waiting, _ in seen),
+                             90, "requests waiting on the server at C=24")
+            # At C=2 the server holds at most the client's two (one may wait a step for admission).
+            low = [s for s in seen if s[0] == 2]
+            assert low and all(running + waiting <= 2 for _, _, running, waiting, _ in low), low
+            assert any(running == 2 for _, _, running, _, _ in low), low
+            assert max(running for c, _, running, _, _ in seen if c == 24) <= 4
+            await wait_until(pilot, lambda: not app.sweeping, 90, "the sweep to end")
+            await pilot.pause(0.6)
+            assert live() == ""                                      # the sweep is over: the line goes
+        finally:
+            await quit_with(pilot, "Q")
+
+
 async def test_remote_card_reads_metrics_over_the_one_ssh_connection(sshd: Sshd, tmp_path: Path,
                                                                     free_port: int) -> None:
     """A remote READY run's /metrics is read 5 times a second through the host's SSH connection: the loopback sshd

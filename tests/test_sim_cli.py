@@ -13,8 +13,8 @@ from simproc import READY_PATTERNS, SimProcess, free_port, start_sim
 
 pytestmark = pytest.mark.slow
 
-FLAGS = ("--flavor", "--host", "--port", "--tp", "--shards", "--load-seconds", "--kv-tokens", "--mem-fraction-static",
-         "--spec", "--accept-len", "--model", "--time-scale", "--decode-log-interval", "--crash-at-shard", "--oom-at",
+FLAGS = ("--flavor", "--host", "--port", "--tp", "--shards", "--load-seconds", "--kv-tokens", "--new-token-ratio",
+         "--mem-fraction-static", "--spec", "--accept-len", "--model", "--time-scale", "--decode-log-interval", "--crash-at-shard", "--oom-at",
          "--nccl-timeout", "--stall-at-shard", "--slow-health", "--exit-zero-after", "--ignore-sigterm", "--spawn-child")
 
 
@@ -27,7 +27,8 @@ def test_help_documents_every_flag() -> None:
 def test_bad_option_values_are_one_line_with_exit_2() -> None:
     cases = [(["--tp", "0"], "--tp must be >= 1"), (["--spec", "eagle3", "--accept-len", "9"], "--accept-len must be in [1, 4] (spec-steps + 1)"),
              (["--crash-at-shard", "9", "--shards", "4"], "--crash-at-shard must be in 1..--shards"),
-             (["--mem-fraction-static", "1.5"], "--mem-fraction-static must be in (0, 1]")]
+             (["--mem-fraction-static", "1.5"], "--mem-fraction-static must be in (0, 1]"),
+             (["--new-token-ratio", "0"], "--new-token-ratio must be in (0, 1]")]
     for argv, message in cases:
         for entry in (["-m", "specmon", "sim"], ["-m", "specmon.sim"]):
             proc = subprocess.run([sys.executable, *entry, *argv], capture_output=True, text=True, timeout=30)

@@ -276,6 +276,15 @@ def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] 
     return shards if shards is not None else history
 
 
+OWN_READS = ("/metrics", "/health")   # the paths specmon itself reads on a ready server, again and again
+
+
+def _only_own_reads(events: list[ev.Event], lines: int) -> bool:
+    """Whether `lines` whole lines were all access lines of GETs of OWN_READS (one event each)."""
+    return lines > 0 and len(events) == lines and all(
+        type(e) is ev.HttpRequest and e.method == "GET" and e.path in OWN_READS for e in events)
+
+
 class LogWatch:
     """A parser and the reducer together: feed bytes with the time they arrived, read `state`.
 
@@ -293,8 +302,15 @@ class LogWatch:
 
         `on_step(before, after)`, when given, is called after each event with the states around it, so a
         front end can report every step even when one read holds several (`logscan --follow`).
+
+        Data that is nothing but access lines of specmon's own reads (`GET /metrics`, `GET /health`: the serving
+        view reads every ready server each second) is no sign of the server's life: it leaves `last_activity` and
+        `last_lines` as they were, so the state does not change with every read.
         """
-        return self._apply(self.parser.feed(data), now, bool(data), on_step)
+        first = self.parser.line_no
+        events = self.parser.feed(data)
+        own = data.endswith(b"\n") and _only_own_reads(events, self.parser.line_no - first)
+        return self._apply(events, now, bool(data) and not own, on_step, keep_lines=own)
 
     def settle(self, now: float) -> list[ev.Event]:
         """The writer has paused: take the shard progress waiting after the last `\\r` (see LogParser.settle),
@@ -305,7 +321,8 @@ class LogWatch:
         """End of input: flush the trailing partial line, update `state`, return the events."""
         return self._apply(self.parser.close(), now, False, on_step)
 
-    def _apply(self, events: list[ev.Event], now: float, activity: bool, on_step: StepCallback | None) -> list[ev.Event]:
+    def _apply(self, events: list[ev.Event], now: float, activity: bool, on_step: StepCallback | None,
+               keep_lines: bool = False) -> list[ev.Event]:
         state = self.state
         for event in events:
             before, state = state, reduce(state, event, now)
@@ -316,7 +333,7 @@ class LogWatch:
         changes: dict[str, Any] = {}
         if activity:
             changes["last_activity"] = now
-        if state.failure is None or not state.failure.fatal:
+        if not keep_lines and (state.failure is None or not state.failure.fatal):
             # After a fatal failure last_lines keep the lines that led to it (set by the reducer).
             changes["last_lines"] = self.parser.tail()
         self.state = _evolve(state, **changes)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specmon.model.acceptance import MetricsSample, parse_metrics
+from specmon.model.sweepstats import SweepProgress
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")
@@ -201,16 +202,27 @@ class ServingHistory:
         """One figure over the span as `count` equal time slices ending at the latest read, each its largest
         value (a queue that built up and drained within a slice still shows); slices before the first read are
         left out, so a young run's line grows from the left."""
+        return self.sparks((name,), count)[name]
+
+    def sparks(self, names: tuple[str, ...], count: int = SPARK_SLICES) -> dict[str, tuple[float, ...]]:
+        """`slices` of several figures (each read of every run asks for them: kept cheap)."""
         if not self.points:
-            return ()
+            return {name: () for name in names}
         start, width = self.points[-1][0] - self.span_s, self.span_s / count
-        found: list[float | None] = [None] * count
-        for at, f in self.points:
-            value, i = getattr(f, name), min(count - 1, int((at - start) / width))
-            if value is not None and i >= 0:
-                found[i] = value if found[i] is None else max(value, found[i] or 0.0)
-        first = next((i for i, v in enumerate(found) if v is not None), count)
-        return tuple(v or 0.0 for v in found[first:])
+        last = count - 1
+        slot = [min(last, int((at - start) / width)) for at, _ in self.points]
+        out = {}
+        for name in names:
+            top: list[float | None] = [None] * count
+            for i, (_, f) in zip(slot, self.points):
+                value = getattr(f, name)
+                if value is not None and i >= 0:
+                    held = top[i]
+                    if held is None or value > held:
+                        top[i] = value
+            first = next((i for i, v in enumerate(top) if v is not None), count)
+            out[name] = tuple(v or 0.0 for v in top[first:])
+        return out
 
     def alerts(self, now: float, process_running: bool = True) -> list[str]:
         """What is wrong now, one line each."""
@@ -258,8 +270,6 @@ def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
 
 
 SPARK_FIGURES = ("running", "waiting", "kv_pct", "tok_s")
-
-
 @dataclass(frozen=True)
 class ServingUpdate:
     """One run's serving view now."""
@@ -281,5 +291,47 @@ class ServingUpdate:
 def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
               note: str | None = None) -> ServingUpdate:
     return ServingUpdate(profile, run_id, history.latest,
-                         {name: history.slices(name) for name in SPARK_FIGURES},
+                         history.sparks(SPARK_FIGURES),
                          tuple(history.alerts(now)), note, raised)
+
+
+SPARK_TOPS = {"kv_pct": 100.0}   # a sparkline's scale where it is not its own largest value
+
+Part = tuple[str, bool]   # a piece of a card's line, and whether it is a sparkline (the card shows those dim)
+
+
+def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[Part, ...]]:
+    """A ready run's figures as its card shows them, two plain lines in pieces: `run 3 ▁▃█ wait 0 … KV 41% …` and
+    `812 tok/s … hit 12% preempt 0.0/s acc 2.84 (46%)` (acceptance only where the server has it). With `sparks`,
+    the busy figures carry a sparkline of their slices, padded to its full width (a line whose length changes would
+    ask for a relayout of the whole screen)."""
+    texts = dict(figure_texts(update.figures))
+
+    def spark(name: str) -> tuple[Part, ...]:
+        if not sparks:
+            return ()
+        line = sparkline(list(update.history.get(name, ())), SPARK_SLICES, SPARK_TOPS.get(name))
+        return (" ", False), (line.rjust(SPARK_SLICES), True)
+
+    accept = f" acc {texts['accept']}" if texts["accept"] != "—" else ""
+    return [(("run " + texts["running"], False), *spark("running"), (" wait " + texts["waiting"], False),
+             *spark("waiting"), (" KV " + texts["KV"], False), *spark("kv_pct")),
+            ((texts["tok/s"] + " tok/s", False), *spark("tok_s"),
+             (f" hit {texts['prefix hit']} preempt {texts['preempt']}{accept}", False))]
+
+
+def sweep_live_line(client: SweepProgress, server: ServingUpdate | None) -> str:
+    """The level in progress as the client drives it beside the server's own view of it (its /metrics), so that
+    queueing shows as it starts: `client C=16: 16 in flight · server: running 12 waiting 4 KV 97% ⚠ KV 97% (≥ 95%)`."""
+    load = f"rate {client.rate:g}/s" if client.rate is not None else f"C={client.concurrency}"
+    alerts = "" if server is None or not server.alerts else " ⚠ " + " · ".join(server.alerts)
+    if server is None or (server.figures is None and server.note is None and not alerts):
+        seen = "reading /metrics…"
+    elif server.note is not None:
+        seen = server.note
+    elif server.figures is None:
+        seen = alerts.removeprefix(" ⚠ ")
+    else:
+        texts = dict(figure_texts(server.figures))
+        seen = f"running {texts['running']} waiting {texts['waiting']} KV {texts['KV']}{alerts}"
+    return f"client {load}: {client.in_flight} in flight · server: {seen}"

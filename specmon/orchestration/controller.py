@@ -32,6 +32,7 @@ from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
 from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
+from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, url_host
@@ -176,6 +177,7 @@ class RunController:
         self.watch = LogWatch(record.started_at)
         self.tailer = LogTailer(ops.transport, record.log_path, record.log_offset, record.log_inode)
         self.probe: ServerProbe | None = None   # made in start(): the transport says where the port is reached
+        self._health_reader: MetricsScraper | None = None   # ... and the reader of its health path
         self.url = record.url
         # Measured loads of this profile feed the ETA; the profile's expected_load_s stands in until one exists.
         self.past_loads = store.past_loads(record.profile, record.config) or (
@@ -343,6 +345,14 @@ class RunController:
                                                      timeout_s=5.0, addr=addr or "127.0.0.1")
         if old is not None:
             await old.aclose()
+        # The health path is read every few seconds for as long as the run lives: by the lean kept-alive reader
+        # (httpx costs about ten times its CPU a request, and eight ready runs are read at once).
+        path = self.record.health_path
+        old_reader, self._health_reader = self._health_reader, MetricsScraper(
+            self.ops.transport, self.record.port, timeout_s=5.0, path=path if path.startswith("/") else "/" + path,
+            addr=addr or "127.0.0.1")
+        if old_reader is not None:
+            await old_reader.aclose()
         self._reachable.set()
 
     async def _find_node(self, job: JobInfo) -> None:
@@ -373,6 +383,8 @@ class RunController:
         await asyncio.gather(*tasks, return_exceptions=True)
         if self.probe is not None:
             await self.probe.aclose()
+        if self._health_reader is not None:
+            await self._health_reader.aclose()
 
     def _finish_readers(self) -> None:
         self.finished.set()
@@ -575,8 +587,8 @@ class RunController:
             return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
 
         async def health() -> ProbeResult:
-            assert self.probe is not None
-            return await self.probe.health()
+            assert self._health_reader is not None   # made with the probe, before _reachable is set
+            return (await self._health_reader.read())[0]
 
         await self._reachable.wait()
         await poll(health, interval, on_health)

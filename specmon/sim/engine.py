@@ -32,7 +32,8 @@ class Request:
     number: int
     prompt_tokens: int
     target_tokens: int  # how many tokens this request will produce
-    reservation: int  # KV tokens held while running
+    max_tokens: int
+    reservation: int  # KV tokens counted for it while running
     accept_len: float  # mean tokens per step for this request (the model's, or its prompt category's)
     tokens: asyncio.Queue[int] = field(default_factory=asyncio.Queue)
     generated: int = 0
@@ -51,6 +52,7 @@ class Counters:
     spec_draft_tokens: int = 0
     spec_accepted_tokens: int = 0
     spec_accepted_per_pos: list[int] = field(default_factory=list)
+    preemptions: int = 0  # running requests sent back to the queue because the cache was full
     steps: int = 0
     step_planned_s: float = 0.0
     step_actual_s: float = 0.0
@@ -75,9 +77,10 @@ class Engine:
     """Continuous-batching scheduler over a StepModel."""
 
     def __init__(self, step_model: throughput.StepModel, kv_tokens: int, spec_steps: int | None, log: LaunchLog,
-                 decode_log_interval: int) -> None:
+                 decode_log_interval: int, new_token_ratio: float = 1.0) -> None:
         self.model = step_model
         self.kv_tokens = kv_tokens
+        self.new_token_ratio = new_token_ratio
         self.spec_steps = spec_steps  # None without speculation
         self.log = log
         self.decode_log_interval = decode_log_interval
@@ -107,7 +110,8 @@ class Engine:
         `accept_len` overrides the model's tokens per step for this request (acceptance by prompt category).
         """
         n = next(self._numbers)
-        req = Request(n, prompt_tokens, target_tokens, throughput.kv_reservation(prompt_tokens, max_tokens),
+        req = Request(n, prompt_tokens, target_tokens, max_tokens,
+                      throughput.kv_reservation(prompt_tokens, max_tokens, self.new_token_ratio),
                       self.model.tokens_per_step if accept_len is None else accept_len)
         self.counters.requests += 1
         self.counters.prompt_tokens += prompt_tokens
@@ -202,8 +206,9 @@ class Engine:
             req = self.waiting.popleft()
             self.running.append(req)
             self.reserved += req.reservation
-            self.used_tokens += req.prompt_tokens
-            new_tokens += req.prompt_tokens
+            held = req.prompt_tokens + req.generated   # a preempted request's output so far is prefilled again
+            self.used_tokens += held
+            new_tokens += held
         self._iv_prompt += new_tokens
         snap = self.snapshot()
         stats = DecodeStats(snap.running, snap.queued, snap.used_tokens, self.kv_tokens, 0.0, 0.0, None, None)
@@ -246,6 +251,18 @@ class Engine:
         if spec:
             self.counters.spec_verify_calls += batch
             self.counters.spec_draft_tokens += batch * (self.spec_steps or 0)
+        self._preempt()
+
+    def _preempt(self) -> None:
+        """While the running requests' tokens outgrow the cache (only when admission counted less than their whole
+        output), send the newest back to the head of the queue; the last one keeps running."""
+        while self.used_tokens > self.kv_tokens and len(self.running) > 1:
+            req = self.running.pop()
+            self._release(req)
+            left = max(0, req.max_tokens - req.generated)
+            req.reservation = throughput.kv_reservation(req.prompt_tokens + req.generated, left, self.new_token_ratio)
+            self.waiting.appendleft(req)
+            self.counters.preemptions += 1
 
     def _release(self, req: Request) -> None:
         self.reserved -= req.reservation

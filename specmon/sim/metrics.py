@@ -46,6 +46,7 @@ def sglang_metrics(cfg: SimConfig, snap: Snapshot, c: Counters) -> str:
         ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", c.prompt_tokens),
         ("sglang:generation_tokens_total", "Number of generation tokens processed.", c.generation_tokens),
         ("sglang:num_requests_total", "Number of requests processed.", c.requests),
+        ("sglang:num_retracted_requests_total", "Total number of retracted requests.", c.preemptions),
     ]
     if cfg.speculative:
         counters.append(("sglang:spec_verify_calls_total", "Number of speculative verify calls.", c.spec_verify_calls))
@@ -64,7 +65,8 @@ def vllm_metrics(cfg: SimConfig, snap: Snapshot, c: Counters) -> str:
             snap.used_tokens / snap.kv_tokens)
     _family(out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.", labels, c.prompt_tokens)
     _family(out, "vllm:generation_tokens_total", "counter", "Number of generation tokens processed.", labels, c.generation_tokens)
-    _family(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", labels, 0)
+    _family(out, "vllm:num_preemptions_total", "counter", "Cumulative number of preemption from the engine.", labels,
+            c.preemptions)
     if cfg.speculative:
         _family(out, "vllm:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", labels, c.spec_verify_calls)
         _family(out, "vllm:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", labels, c.spec_draft_tokens)

@@ -17,6 +17,12 @@ KV capacity
     A request larger than the whole cache is admitted only into an empty batch, so it
     cannot block the queue forever.
 
+    With ``--new-token-ratio R`` below 1 admission counts only ``R x max_tokens`` of each
+    request's output (SGLang's ``new_token_ratio``; vLLM V1 admits by the tokens a request
+    holds now). The cache is then overcommitted: when the running requests' tokens outgrow
+    it, the newest are preempted (SGLang: retracted) back to the head of the queue, freeing
+    their KV, and counted; readmitted, they prefill their prompt and output so far again.
+
 Speculative decoding (EAGLE-3)
     Each step (draft + verify) yields ``accept_len`` tokens per request on average, at a
     heavier per-step cost (larger base and steeper slope: drafting and verifying scale with
@@ -133,9 +139,10 @@ def tokens_this_step(accept_len: float, max_per_step: int, step_index: int, seed
     return max(0, min(k, remaining))
 
 
-def kv_reservation(prompt_tokens: int, max_tokens: int) -> int:
-    """KV tokens a request holds while running."""
-    return prompt_tokens + max_tokens
+def kv_reservation(prompt_tokens: int, max_tokens: int, new_token_ratio: float = 1.0) -> int:
+    """KV tokens a request is counted as holding when it is admitted: its prompt and `new_token_ratio` of the
+    tokens it may still produce (1: all of them, so the running requests never outgrow the cache)."""
+    return prompt_tokens + math.ceil(new_token_ratio * max_tokens)
 
 
 def admit_count(

@@ -27,6 +27,7 @@ class SimConfig:
     shards: int = 8
     load_seconds: float = 20.0
     kv_tokens: int = 400_000
+    new_token_ratio: float = 1.0      # below 1: the cache is overcommitted and running requests get preempted
     mem_fraction_static: float = 0.88
     spec: str = "none"
     accept_len: float = throughput.DEFAULT_ACCEPT_LEN
@@ -81,6 +82,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--shards", type=int, default=d.shards, help="number of checkpoint shards in the loading progress bar")
     p("--load-seconds", type=float, default=d.load_seconds, help="total weight-loading time in seconds, spread over the shards")
     p("--kv-tokens", type=int, default=d.kv_tokens, help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests")
+    p("--new-token-ratio", type=float, default=d.new_token_ratio, metavar="R",
+      help="admission counts R x max_tokens of each request's output (0 < R <= 1; SGLang's new_token_ratio); below 1 "
+      "the cache is overcommitted and, when the running requests outgrow it, the newest are preempted back to the "
+      "queue (vllm:num_preemptions_total, sglang:num_retracted_requests_total)")
     p("--mem-fraction-static", type=float, default=d.mem_fraction_static, help="shown in the args dump and server info (0 < F <= 1)")
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
     p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
@@ -121,7 +126,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """Validate parsed options; a bad value raises UserError naming the option."""
     cfg = SimConfig(
         flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
-        kv_tokens=ns.kv_tokens, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
+        kv_tokens=ns.kv_tokens, new_token_ratio=ns.new_token_ratio, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
         accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
@@ -137,6 +142,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (cfg.shards >= 1, "--shards must be >= 1"),
         (cfg.load_seconds >= 0, "--load-seconds must be >= 0"),
         (cfg.kv_tokens >= 1, "--kv-tokens must be >= 1"),
+        (0 < cfg.new_token_ratio <= 1, "--new-token-ratio must be in (0, 1]"),
         (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
         (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
         (1.0 <= cfg.accept_len <= cfg.spec_steps + 1, f"--accept-len must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1)"),

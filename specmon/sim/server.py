@@ -47,7 +47,7 @@ class SimServer:
         self.cfg = cfg
         self.log = log or make_log(cfg)
         self.engine = Engine(cfg.step_model(), cfg.kv_tokens, cfg.spec_steps if cfg.speculative else None,
-                             self.log, cfg.decode_log_interval)
+                             self.log, cfg.decode_log_interval, cfg.new_token_ratio)
         self.phase = "loading"  # loading -> starting -> ready
         self.port = cfg.port
         self.started_at = time.time()

@@ -23,13 +23,16 @@ class BadAnswer(Exception):
 
 
 class MetricsScraper:
-    """Reads the host's 127.0.0.1:`port`/metrics. Close with `aclose()`."""
+    """Reads `addr`:`port`/metrics as the host reaches it (its own loopback, or a Slurm job's node), or `path`: a
+    run's health probe reads its health path so. Close with `aclose()`."""
 
-    def __init__(self, transport: Transport, port: int, timeout_s: float = 5.0, path: str = "/metrics") -> None:
+    def __init__(self, transport: Transport, port: int, timeout_s: float = 5.0, path: str = "/metrics",
+                 addr: str = "127.0.0.1") -> None:
         self.transport = transport
         self.port = port
+        self.addr = addr
         self.timeout_s = timeout_s
-        self._request = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nAccept: text/plain\r\n\r\n".encode()
+        self._request = f"GET {path} HTTP/1.1\r\nHost: {addr}:{port}\r\nAccept: text/plain\r\n\r\n".encode()
         self._streams: tuple[Any, Any] | None = None
 
     async def read(self) -> tuple[ProbeResult, str | None]:
@@ -55,7 +58,7 @@ class MetricsScraper:
     async def _exchange(self) -> tuple[int, bytes]:
         fresh = self._streams is None
         if self._streams is None:
-            self._streams = await self.transport.open_tcp("127.0.0.1", self.port, wait_s=self.timeout_s)
+            self._streams = await self.transport.open_tcp(self.addr, self.port, wait_s=self.timeout_s)
         reader, writer = self._streams
         writer.write(self._request)
         try:

@@ -33,7 +33,8 @@ from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.keymap import KEYS
 from specmon.model.levelrow import LevelRow
-from specmon.model.serving import ServingUpdate
+from specmon.model.serving import ServingUpdate, sweep_live_line
+from specmon.model.sweepstats import SweepProgress
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions
@@ -142,6 +143,7 @@ class SpecmonApp(App[int]):
         # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
         self.setups: dict[str, tuple[str, EnvReport]] = {}
         self._env_below_of: tuple[str | None, str | None, str | None] | None = None   # what the pane's env is of
+        self.sweep_live: tuple[str, SweepProgress] | None = None
         self.serving: dict[str, ServingUpdate] = {}   # profile -> its ready run's serving view (from /metrics)
         self._setups_reading: set[str] = set()     # run ids whose report is being read
         self.log_lines = log_lines
@@ -298,11 +300,14 @@ class SpecmonApp(App[int]):
         if self.engine is not None and self.selected in self.config.profiles:
             self.engine.watch_gpus(self.config.profiles[self.selected].host)
 
-    def set_sweep_status(self, status: str, running: bool) -> None:
-        """The one-line status of the sweep (shown in the pane title) and whether one is running."""
+    def set_sweep_status(self, status: str, running: bool, live: tuple[str, SweepProgress] | None = None) -> None:
+        """The one-line status of the sweep (shown in the pane title), whether one is running and, during a level,
+        the swept profile and the client's view of the level (shown beside that server's serving view)."""
         self.sweep_status = status
         self.sweeping = running
+        self.sweep_live = live
         self._chart_throttle.request()
+        self._state_throttle.request()
 
     def set_experiment_steps(self, steps: Sequence[str]) -> None:
         """The experiment's step list (newest last), shown beside the chart while there is one."""
@@ -343,7 +348,7 @@ class SpecmonApp(App[int]):
 
     @on(messages.SweepStatusChanged)
     def _sweep_status_changed(self, message: messages.SweepStatusChanged) -> None:
-        self.set_sweep_status(message.status, message.running)
+        self.set_sweep_status(message.status, message.running, message.live)
 
     @on(messages.ExperimentStepsChanged)
     def _experiment_steps_changed(self, message: messages.ExperimentStepsChanged) -> None:
@@ -368,6 +373,9 @@ class SpecmonApp(App[int]):
             setups = {row.profile: self.setups[row.profile][1] for row in rows
                       if row.profile in self.setups and self.setups[row.profile][0] == row.run_id}
             self.query_one(ServersPane).show(rows, self.selected, setups, self.serving)
+            live = self.sweep_live   # the level in progress beside the swept server's own view of it
+            self.query_one(SweepPane).show_live("" if live is None else sweep_live_line(live[1],
+                                                                                        self.serving.get(live[0])))
             if self._pending_log:
                 batch, self._pending_log = self._pending_log, []
                 self.query_one(LogPane).append(batch)

@@ -308,7 +308,8 @@ class EngineBridge:
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             if isinstance(update, SweepProgress):
-                self._post(SweepStatusChanged(sweep_status(update, profile), running=True))
+                self._post(SweepStatusChanged(sweep_status(update, profile), running=True,
+                                              live=(profile, update) if update.phase == "level" else None))
                 self._publish_series(profile, live=update)
             elif isinstance(update, LevelResult):
                 self._levels[profile].append(update)

@@ -18,6 +18,7 @@ from textual.notifications import SeverityLevel
 
 from specmon.model.levelrow import LevelRow
 from specmon.model.serving import ServingUpdate
+from specmon.model.sweepstats import SweepProgress
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 
@@ -90,12 +91,14 @@ class ChartCleared(Message):
 
 
 class SweepStatusChanged(Message):
-    """The sweep's (or experiment's) one-line status and whether one is running."""
+    """The sweep's (or experiment's) one-line status and whether one is running; during a sweep's level, the
+    profile being swept and the client's live summary of the level (shown beside that server's own view)."""
 
-    def __init__(self, status: str, running: bool) -> None:
+    def __init__(self, status: str, running: bool, live: tuple[str, SweepProgress] | None = None) -> None:
         super().__init__()
         self.status = status
         self.running = running
+        self.live = live
 
     def can_replace(self, message: Message) -> bool:
         return isinstance(message, SweepStatusChanged)

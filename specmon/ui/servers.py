@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from rich.text import Text
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
@@ -13,7 +13,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import EnvReport
-from specmon.model.serving import SPARK_SLICES, ServingUpdate, figure_texts, sparkline
+from specmon.model.serving import ServingUpdate, card_figure_lines
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 
@@ -41,6 +41,7 @@ class RunCard(Vertical):
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
         self._stop_key = stop_key     # named on a failed run whose process still runs
         self._shown: tuple[str, str] | None = None
+        self._drawn: tuple[object, ...] | None = None   # what `show` was last given
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
         self._head = Static(classes="card-head")
@@ -58,6 +59,17 @@ class RunCard(Vertical):
     def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None) -> None:
         """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
         (every repaint costs terminal bytes)."""
+        # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
+        # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
+        room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
+        room = room if room > 0 else 72   # before the first layout
+        whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
+        # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
+        # row, serving view and room did not change has nothing new to draw.
+        drawn = (row, selected, serving, room, whole)
+        if drawn == self._drawn:
+            return
+        self._drawn = drawn
         if self.has_class("-selected") != selected:
             self.set_class(selected, "-selected")
         style = fmt.state_style(row.state, row.stalled)
@@ -96,17 +108,12 @@ class RunCard(Vertical):
             job = escape(row.job)
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
-        # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
-        # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
-        room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
-        room = room if room > 0 else 72   # before the first layout
         if serving is not None and row.state == "ready" and serving.run_id == row.run_id:
             lines += serving_lines(serving, room)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card (less "✗ "), whole while the pane is maximised.
             width = room - 2
-            whole = isinstance(self.screen.maximized, ServersPane)
             parts = fmt.card_reason(row.failure, width, f"… ({self._whole_key}: whole)", None if whole else 2)
             lines += [f"[$error b]{'✗' if i == 0 else ' '} {escape(part)}[/]" for i, part in enumerate(parts)]
         if row.still_running:
@@ -148,28 +155,13 @@ def serving_lines(update: ServingUpdate, room: int) -> list[str]:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
         return [f"[$warning]⚠ {escape(a)}[/]" for a in update.alerts] or ["[dim]reading /metrics…[/]"]
-    texts = dict(figure_texts(update.figures))
-    tops = {"kv_pct": 100.0}
-
-    def figures(sparks: bool) -> list[str]:
-        def spark(name: str) -> str:
-            if not sparks:
-                return ""
-            values = list(update.history.get(name, ()))
-            # Padded to its full width: a line whose length changes asks for a relayout of the whole screen.
-            return f" [dim]{sparkline(values, SPARK_SLICES, tops.get(name)).rjust(SPARK_SLICES)}[/]"
-
-        return [f"run {texts['running']}{spark('running')} wait {texts['waiting']}{spark('waiting')}"
-                f" KV {texts['KV']}{spark('kv_pct')}",
-                f"{texts['tok/s']} tok/s{spark('tok_s')} hit {texts['prefix hit']} preempt {texts['preempt']}"
-                + (f" acc {escape(texts['accept'])}" if texts["accept"] != "—" else "")]
-
-    lines = figures(sparks=True)
-    if any(Text.from_markup(line).cell_len > room for line in lines):
-        lines = figures(sparks=False)
+    lines = card_figure_lines(update)
+    if any(cell_len("".join(text for text, _ in line)) > room for line in lines):
+        lines = card_figure_lines(update, sparks=False)
+    out = ["".join(f"[dim]{text}[/]" if spark else escape(text) for text, spark in line) for line in lines]
     if update.alerts:
-        lines.append(f"[$warning b]⚠ {escape(' · '.join(update.alerts))}[/]")
-    return lines
+        out.append(f"[$warning b]⚠ {escape(' · '.join(update.alerts))}[/]")
+    return out
 
 
 class ServersPane(VerticalScroll):

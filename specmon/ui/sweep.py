@@ -96,6 +96,7 @@ class SweepPane(Vertical):
             yield table
             yield StepsList(id="experiment-steps")
         yield Static("", id="sweep-verdict")
+        yield Static("", id="sweep-live")
 
     def show_steps(self, steps: Sequence[str]) -> None:
         """An experiment's step list beside the chart; hidden when there is none."""
@@ -105,6 +106,14 @@ class SweepPane(Vertical):
         if steps:
             panel.show(steps)
 
+    def show_live(self, text: str) -> None:
+        """During a sweep's level, the client's load beside the server's own view of it, under the chart; hidden
+        when there is none (touched only on change: the state repaint that calls it runs with every read)."""
+        line = self.query_one("#sweep-live", Static)
+        if str(line.content) != text:
+            line.update(Text(text, no_wrap=True, overflow="ellipsis"))
+            line.display = bool(text)
+
     @property
     def verdict(self) -> str:
         """The sentence under the chart: who leads on each side of the crossover, or why nothing is drawn."""
@@ -113,6 +122,7 @@ class SweepPane(Vertical):
     def on_mount(self) -> None:
         self.query_one("#experiment-steps", Static).display = False
         self.query_one("#sweep-verdict", Static).display = False
+        self.query_one("#sweep-live", Static).display = False
         self._draw_chart({}, None)
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.show(*self._shown))
 
