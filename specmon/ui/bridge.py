@@ -306,14 +306,21 @@ class EngineBridge:
             sweeping = None
             self._models[profile] = result.meta.model
 
+        status = ""   # the last progress line: kept while the next level starts
+
         def on_update(profile: str, update: SweepUpdate) -> None:
+            nonlocal status
             if isinstance(update, SweepProgress):
-                self._post(SweepStatusChanged(sweep_status(update, profile), running=True,
+                status = sweep_status(update, profile)
+                self._post(SweepStatusChanged(status, running=True,
                                               live=(profile, update) if update.phase == "level" else None))
                 self._publish_series(profile, live=update)
             elif isinstance(update, LevelResult):
                 self._levels[profile].append(update)
                 self._publish_series(profile)
+                # The level is over: its client figures must not stand beside the server's view of the next one
+                # (the server sees the next level's requests before its first progress report).
+                self._post(SweepStatusChanged(status, running=True, live=None))
             elif isinstance(update, SweepNotice):
                 self._post(EngineNotice(f"{profile}: {update.message}", severity="warning", timeout=6))
 
