@@ -28,6 +28,7 @@ from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.clean import one_line
+from specmon.model.runstatus import STARTING
 from specmon.model.secrets import redact_text, redact_value
 from specmon.orchestration.runs import HostRun, RunManager
 from specmon.orchestration.runstore import Unreadable
@@ -72,7 +73,7 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
         note = _cut(redact_text(v.failure.text))
     if v.stalled:
         note = _cut(f"STALLED: {v.stall_reason}")
-    elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
+    elif v.node_rank is not None and not v.failure and v.state in STARTING:
         note = v.phase or ""
     elif v.job and v.active and not v.failure:
         note = _cut(v.job)

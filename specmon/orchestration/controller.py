@@ -27,9 +27,10 @@ from typing import Any, Protocol
 
 from specmon.model.events import highlights
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
+from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
-from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
+from specmon.orchestration.runview import FailureInfo, LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
 from specmon.sources.scrape import MetricsScraper
@@ -94,29 +95,29 @@ def progress_of(run_state: RunState) -> dict[str, Any]:
 
 
 def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
-                stop_requested: bool) -> tuple[str, FailureInfo | None]:
+                stop_requested: bool) -> tuple[RunStatus, FailureInfo | None]:
     """The terminal (state, failure) of a run whose process has ended."""
     last = run_state.last_lines if run_state is not None else ()
-    if record.state == "failed" and record.failure:
-        return "failed", FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
+    if record.state == RunStatus.FAILED and record.failure:
+        return RunStatus.FAILED, FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
     if stop_requested or record.stop_requested:
-        return "stopped", None
+        return RunStatus.STOPPED, None
     failure = failure_of(run_state) or FailureInfo.from_json(record.failure)
     if failure is None:
         if lost:
-            failure = FailureInfo("lost", "the server's wrapper is gone without recording an exit code "
+            failure = FailureInfo(RunStatus.LOST, "the server's wrapper is gone without recording an exit code "
                                           "(killed by a signal or the OOM killer?)", last)
         elif exit_code == 0:
-            failure = FailureInfo("exited", "exited unexpectedly with code 0", last)
+            failure = FailureInfo(RunStatus.EXITED, "exited unexpectedly with code 0", last)
         else:
-            failure = FailureInfo("exited", f"exited with code {exit_code}", last)
+            failure = FailureInfo(RunStatus.EXITED, f"exited with code {exit_code}", last)
     if lost:
-        return "lost", failure
-    return ("exited" if record.ready_at is not None else "failed"), failure
+        return RunStatus.LOST, failure
+    return (RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED), failure
 
 
 def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
-                stop_requested: bool, wrapper_started: bool = True) -> tuple[str, FailureInfo | None]:
+                stop_requested: bool, wrapper_started: bool = True) -> tuple[RunStatus, FailureInfo | None]:
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
@@ -127,8 +128,8 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
     if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
         last = run_state.last_lines if run_state is not None else ()
         cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
-    if cause is not None and state != "stopped" and not (record.state == "failed" and record.failure):
-        state = "exited" if record.ready_at is not None else "failed"
+    if cause is not None and state != RunStatus.STOPPED and not (record.state == RunStatus.FAILED and record.failure):
+        state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
         failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
     return state, failure
 
@@ -209,27 +210,27 @@ class RunController:
         r, rs, now = self.record, self.watch.state, time.time()
         progress = progress_of(rs)
         state = r.state
-        if state == "launching" and r.pid is not None:
-            state = "loading"
+        if state == RunStatus.LAUNCHING and r.pid is not None:
+            state = RunStatus.LOADING
         failure = FailureInfo.from_json(r.failure)
         eta = None
-        if state in ("launching", "loading"):
+        if state in STARTING:
             with contextlib.suppress(Exception):   # an estimate must never break the view
                 eta = eta_seconds(rs, now, self.past_loads)
         return RunView(
             run_id=r.run_id, profile=r.profile, host=r.host, state=state,
-            stalled=self.stalled and state in ("launching", "loading"),
+            stalled=self.stalled and state in STARTING,
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
             load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
             kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase, past_load_s=typical_load_s(self.past_loads),
-            still_running=state == "failed" and self._process_alive,
+            still_running=state == RunStatus.FAILED and self._process_alive,
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,
-            probe_error=self.probe_error if state in ("launching", "loading") else None,
-            health=None if self.last_health is None or state not in ACTIVE_STATES else
+            probe_error=self.probe_error if state in STARTING else None,
+            health=None if self.last_health is None or state not in ACTIVE else
             str(self.last_health.status or self.last_health.error),
-            link=self.ops.transport.link if r.host != "local" and state in ACTIVE_STATES else None,
+            link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
         )
 
@@ -321,7 +322,7 @@ class RunController:
             self._finish_readers()
             self._publish()
             return
-        if self.record.state == "ready":
+        if self.record.state == RunStatus.READY:
             self._ready_trigger.set()
         self._unwatch_link = self.ops.transport.watch_link(self._on_link)
         self._tail_task = asyncio.create_task(self._tail_loop(), name=f"tail {self.record.run_id}")
@@ -435,16 +436,16 @@ class RunController:
         if rs.ready and self.record.server != "other":
             self._ready_trigger.set()
         failure = failure_of(rs)
-        if failure is not None and self.record.state in ("launching", "loading"):
+        if failure is not None and self.record.state in STARTING:
             self._process_alive = False   # "still running" only once a check after the verdict finds it so
-            self._update(state="failed", failure=dataclasses.asdict(failure), **progress_of(rs))
-            self._notify(self.record, "failed", failure.message)
+            self._update(state=RunStatus.FAILED, failure=dataclasses.asdict(failure), **progress_of(rs))
+            self._notify(self.record, RunStatus.FAILED, failure.message)
         self._publish()
 
     async def _process_loop(self) -> None:
         pid = self.record.pid
         while True:
-            ready = self.record.state == "ready"
+            ready = self.record.state == RunStatus.READY
             await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
             if pid is None:
                 continue
@@ -478,11 +479,11 @@ class RunController:
                 self._notify(self.record, "time_limit", f"Slurm job {job.job_id} {job.describe()}")
             changed = job != self.job
             self.job = job
-            if job is not None and job.running and self.record.state == "launching":
+            if job is not None and job.running and self.record.state == RunStatus.LAUNCHING:
                 started = job.start_epoch or time.time()
                 self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
                 self.last_bytes_at = max(self.last_bytes_at, started)
-                self._update(state="loading", started_at=started)
+                self._update(state=RunStatus.LOADING, started_at=started)
             if job is not None and job.running and not self._reachable.is_set():
                 await self._find_node(job)
             if changed:
@@ -493,10 +494,10 @@ class RunController:
             if job is None or not job.active or (exit_code is not None and await self._rank_died_alone()):
                 await self._finish(exit_code, lost=job is None and exit_code is None, stop_requested=stop, job=job)
                 return
-            if self.record.state in ("loading", "ready"):
+            if self.record.state in (RunStatus.LOADING, RunStatus.READY):
                 self._settle()
                 self._check_stall()
-            ready = self.record.state == "ready"
+            ready = self.record.state == RunStatus.READY
             await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
 
     async def _rank_died_alone(self) -> bool:
@@ -530,7 +531,7 @@ class RunController:
             self._publish()
 
     def _check_stall(self) -> None:
-        if self.record.state not in ("launching", "loading") or self._link_down_since is not None:
+        if self.record.state not in STARTING or self._link_down_since is not None:
             return
         idle = time.time() - self.last_bytes_at
         if not self.stalled and idle >= self.stall_timeout_s:
@@ -559,7 +560,7 @@ class RunController:
             state, failure = job_verdict(self.record, self.watch.state, job, exit_code, stop_requested, started)
         else:
             state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
-        already_failed = self.record.state == "failed"
+        already_failed = self.record.state == RunStatus.FAILED
         self._update(state=state,
                      exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
                      **progress_of(self.watch.state),
@@ -584,7 +585,7 @@ class RunController:
             return False
 
         def interval() -> float:
-            return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
+            return self.timings.health_ready_s if self.record.state == RunStatus.READY else self.timings.health_s
 
         async def health() -> ProbeResult:
             assert self._health_reader is not None   # made with the probe, before _reachable is set
@@ -596,7 +597,7 @@ class RunController:
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()
         await self._reachable.wait()
-        if self.record.state == "ready" or self.probe is None:
+        if self.record.state == RunStatus.READY or self.probe is None:
             return
         attempts = 0
         while not (result := await self.probe.completion()).ok:
@@ -608,17 +609,17 @@ class RunController:
                 self._publish()
             await asyncio.sleep(self.timings.ready_retry_s if attempts < READY_PROBE_PATIENCE else 2.0)
         self.probe_error = None
-        if self.record.state not in ("launching", "loading"):
+        if self.record.state not in STARTING:
             return
         now = time.time()
         load_seconds = now - self.record.started_at
         self.stalled = False
-        self._update(state="ready", ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
+        self._update(state=RunStatus.READY, ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
         try:
             self.store.record_load(self.record.profile, self.record.config, load_seconds, now)
         except StateWriteError as exc:
             self._state_failed(exc)
-        self._notify(self.record, "ready", f"ready after {load_seconds:.1f} s")
+        self._notify(self.record, RunStatus.READY, f"ready after {load_seconds:.1f} s")
 
 
 def run_notify(command: str, record: RunRecord, state: str, reason: str,

@@ -38,6 +38,7 @@ from specmon.model.multinode import (
     overall,
     worker_ready,
 )
+from specmon.model.runstatus import STARTING, RunStatus
 from specmon.orchestration.controller import RunController, host_url
 from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
 from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
@@ -89,8 +90,8 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
     verdict = overall([NodeState(v.node_rank or 0, v.state, v.stalled) for v in nodes])
     rank0 = nodes[0]
     state, failure = verdict.state, None
-    if record.state == "failed" and record.failure:   # the first failure seen stays the reason
-        state, failure = "failed", FailureInfo.from_json(record.failure)
+    if record.state == RunStatus.FAILED and record.failure:   # the first failure seen stays the reason
+        state, failure = RunStatus.FAILED, FailureInfo.from_json(record.failure)
     elif verdict.node is not None:
         bad = nodes[verdict.node]
         reason = bad.failure or FailureInfo(bad.state, f"is {bad.state}")
@@ -102,7 +103,7 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
     return dataclasses.replace(
         rank0, run_id=record.run_id, state=state, stalled=stall_reason is not None, stall_reason=stall_reason,
         started_at=record.started_at, failure=failure, node_rank=None, nodes=tuple(nodes),
-        eta_s=rank0.eta_s if state in ("launching", "loading") else None)
+        eta_s=rank0.eta_s if state in STARTING else None)
 
 
 def with_progress(record: RunRecord, view: RunView) -> RunRecord:
@@ -123,7 +124,7 @@ def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRec
     changed = []
     for worker in workers:
         if worker_ready(rank0.state, worker.state):
-            updated = store.update(worker.run_id, state="ready", ready_at=rank0.ready_at,
+            updated = store.update(worker.run_id, state=RunStatus.READY, ready_at=rank0.ready_at,
                                    load_seconds=rank0.load_seconds)
             if updated is not None:
                 changed.append(updated)
@@ -183,10 +184,10 @@ class NodesWatcher:
         if with_progress(self.record, view) != self.record:
             self.record = save_progress(self.store, self.record.run_id, view) or self.record
         if before is None or before.state != view.state:
-            if view.state == "ready":
-                self._notify(self.record, "ready", f"ready after {view.load_seconds or 0:.1f} s")
-            elif view.state == "failed" and view.failure is not None:
-                self._notify(self.record, "failed", view.failure.message)
+            if view.state == RunStatus.READY:
+                self._notify(self.record, RunStatus.READY, f"ready after {view.load_seconds or 0:.1f} s")
+            elif view.state == RunStatus.FAILED and view.failure is not None:
+                self._notify(self.record, RunStatus.FAILED, view.failure.message)
         if view.stalled and not (before and before.stalled) and view.stall_reason:
             self._notify(self.record, "stalled", view.stall_reason)
         self._publish(view)
@@ -298,7 +299,7 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
                     await manager.stop(node_id, force=True)
         rank, error = errors[0]
         message = f"node {rank} ({hosts[rank]}): {error}"
-        manager.store.update(run_id, state="failed", failure={"kind": "exited", "message": message, "last_lines": []})
+        manager.store.update(run_id, state=RunStatus.FAILED, failure={"kind": RunStatus.EXITED, "message": message, "last_lines": []})
         if not isinstance(error, (UserError, TransportError)):
             raise error
         raise UserError(message)
@@ -309,7 +310,7 @@ async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
     """Stop every node at once (each with its own gates); one report naming each node's blockers."""
     t0 = time.monotonic()
     if not record.terminal:
-        manager.store.update(record.run_id, state="stopping", stop_requested=True)
+        manager.store.update(record.run_id, state=RunStatus.STOPPING, stop_requested=True)
     results = await asyncio.gather(*(manager.stop(node_id, force=force) for node_id in record.nodes),
                                    return_exceptions=True)
     reports: list[StopReport] = []

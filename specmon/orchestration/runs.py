@@ -66,6 +66,7 @@ from specmon.model.clean import escape_controls, one_line
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings, parse_host
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
+from specmon.model.runstatus import UP, RunStatus
 from specmon.model.slurm import MASTER_ADDR_VAR
 from specmon.model.textfile import loads
 from specmon.orchestration import multinode, slurmjobs
@@ -249,7 +250,7 @@ class RunManager:
         nodes = self.node_records(record)
         if nodes:
             return multinode.compose(record, [self._static_view(node) for node in nodes])
-        state = "loading" if record.state == "launching" and record.pid else record.state
+        state = RunStatus.LOADING if record.state == RunStatus.LAUNCHING and record.pid else record.state
         return RunView(
             run_id=record.run_id, profile=record.profile, host=record.host, state=state, stalled=False,
             pid=record.pid, port=record.port, url=node_url(record), started_at=record.started_at,
@@ -452,14 +453,14 @@ class RunManager:
         state, rs = None, None
         if boot_ok and exit_code is None and info is not None and info.alive and info.starttime != record.starttime:
             reason = f"pid {record.pid} now belongs to another process (start time differs): the server is gone"
-            failure: FailureInfo | None = FailureInfo("lost", reason)
-            state = "lost"
+            failure: FailureInfo | None = FailureInfo(RunStatus.LOST, reason)
+            state = RunStatus.LOST
         else:
             rs, _ = await self._replay(record)
             state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
             if not boot_ok:
-                failure = FailureInfo("lost", f"host {record.host} rebooted since the launch")
-                state = "lost"
+                failure = FailureInfo(RunStatus.LOST, f"host {record.host} rebooted since the launch")
+                state = RunStatus.LOST
         return self._save(
             record, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
             **(progress_of(rs) if rs is not None else {}),
@@ -473,14 +474,14 @@ class RunManager:
         if not (text and text.strip().isdigit()):
             if time.time() - record.started_at < 3 * PID_WAIT_S:
                 return record   # may still be starting: a launch holds its host's lock meanwhile
-            return self._save(record, state="failed", failure={
-                "kind": "exited", "message": "the launch was interrupted before the server started",
+            return self._save(record, state=RunStatus.FAILED, failure={
+                "kind": RunStatus.EXITED, "message": "the launch was interrupted before the server started",
                 "last_lines": []})
         pid = int(text.strip())
         info = await ops.proc(pid)
         if info is not None and info.alive and await ops.owns(pid, record.run_id):
             return self._save(record, pid=pid, starttime=info.starttime, boot_id=await ops.boot_id(),
-                              state="loading")
+                              state=RunStatus.LOADING)
         # The wrapper has ended already: judge the run from what its directory says (start time unknown).
         return await self._reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
 
@@ -550,7 +551,7 @@ class RunManager:
         with contextlib.suppress(TransportError, TimeoutError):
             if not record.terminal:
                 record = await self._reconcile(record)
-            elif record.exit_code is None and record.state in ("failed", "exited") and record.pid:
+            elif record.exit_code is None and record.state in (RunStatus.FAILED, RunStatus.EXITED) and record.pid:
                 # Failed from the log while the process still ran: its exit code comes later, if ever (a server
                 # whose rank died can wait forever), so say whether it still runs.
                 info, exit_code, _ = await self.ops(record.host).run_status(record.run_dir, record.pid)
@@ -566,12 +567,12 @@ class RunManager:
                 queued = await SlurmHost(self.ops(record.host).transport).job(record.slurm_job)
                 job = queued.describe() if queued is not None else None
         rs, mtime = await self._replay(record)
-        if record.state != "ready" and rs.ready and failure_of(rs) is None:
+        if record.state != RunStatus.READY and rs.ready and failure_of(rs) is None:
             record = await self._confirm_ready(record, rs.load_seconds)
         base = self._static_view(record)
         progress = progress_of(rs)
         idle = None if mtime is None else time.time() - mtime
-        stalled = base.state == "loading" and idle is not None and idle >= record.stall_timeout_s
+        stalled = base.state == RunStatus.LOADING and idle is not None and idle >= record.stall_timeout_s
         return dataclasses.replace(
             base, shards=progress["shards"], kv_cache_tokens=progress["kv_cache_tokens"], phase=rs.phase,
             run_state=rs, stalled=stalled, job=job,
@@ -587,7 +588,7 @@ class RunManager:
         finally:
             await probe.aclose()
         ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
-        return self._save(record, state="ready", ready_at=ready_at, load_seconds=log_load_seconds)
+        return self._save(record, state=RunStatus.READY, ready_at=ready_at, load_seconds=log_load_seconds)
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:
@@ -661,7 +662,7 @@ class RunManager:
             health_path=profile.health_path if profile else "/health",
             stall_timeout_s=profile.stall_timeout_s if profile else 300.0, notify_cmd=None,
             expected_load_s=profile.expected_load_s if profile else None,
-            started_at=_epoch(meta.get("launched_at")) or time.time(), state="loading" if pid else "launching",
+            started_at=_epoch(meta.get("launched_at")) or time.time(), state=RunStatus.LOADING if pid else RunStatus.LAUNCHING,
             # Adopted while alive: the start time read now guards against PID reuse from here on.
             pid=pid, starttime=info.starttime if alive and info else None,
             boot_id=await ops.boot_id() if alive else "")
@@ -679,7 +680,7 @@ class RunManager:
         """A found Slurm run: its job while Slurm still lists it, else its verdict from the files it left."""
         job = await SlurmHost(ops.transport).find(record.run_id)
         if job is not None:
-            return dataclasses.replace(record, slurm_job=job.job_id, state="launching")
+            return dataclasses.replace(record, slurm_job=job.job_id, state=RunStatus.LAUNCHING)
         rs, _ = await self._replay(record)
         return dataclasses.replace(record, **await slurmjobs.reconcile(ops, record, None, rs))
 
@@ -830,13 +831,13 @@ class RunManager:
         pid = await self._wait_pid(ops, run_dir)
         try:
             if pid is None:
-                self.store.update(run_id, state="failed", failure={
-                    "kind": "exited", "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
+                self.store.update(run_id, state=RunStatus.FAILED, failure={
+                    "kind": RunStatus.EXITED, "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
                     "last_lines": []})
             else:
                 info = await ops.proc(pid)
                 self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
-                                  boot_id=await ops.boot_id(), state="loading")
+                                  boot_id=await ops.boot_id(), state=RunStatus.LOADING)
         except StateWriteError:
             # The server runs but cannot be recorded: end it rather than leave one specmon cannot see.
             if pid is not None:
@@ -872,8 +873,8 @@ class RunManager:
             return await multinode.stop(self, record, force)
         ops = self.ops(record.host)
         controller = self._controllers.get(record.run_id)
-        if record.state in ("launching", "loading", "ready"):
-            record = self.store.update(record.run_id, state="stopping", stop_requested=True) or record
+        if record.state in UP:
+            record = self.store.update(record.run_id, state=RunStatus.STOPPING, stop_requested=True) or record
             if isinstance(controller, RunController):
                 controller.set_record(record)
         try:
@@ -886,12 +887,12 @@ class RunManager:
                 await asyncio.wait_for(controller.finished.wait(), 5.0)
         # No watcher recorded the end (none in this process, or it gave up waiting): record it here.
         current = self.store.load(record.run_id) or record
-        if current.state == "stopping" and report.stopped:
+        if current.state == RunStatus.STOPPING and report.stopped:
             # The shard count and KV size where the load stopped stay in the record (status shows them).
             rs = None
             with contextlib.suppress(TransportError, TimeoutError):
                 rs, _ = await self._replay(current)
-            self._save(current, state="stopped", exit_code=report.exit_code,
+            self._save(current, state=RunStatus.STOPPED, exit_code=report.exit_code,
                        **({} if rs is None else {k: v for k, v in progress_of(rs).items() if v is not None}))
         elif current.exit_code is None and report.exit_code is not None:
             self._save(current, exit_code=report.exit_code)

@@ -30,13 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model import textfile
+from specmon.model import runstatus, textfile
+from specmon.model.runstatus import RunStatus
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 << 20      # a record is about 2 KiB
 MAX_HISTORY_BYTES = 256 << 20    # one line of ~150 bytes per launch
-RECORD_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
-TERMINAL_STATES = ("stopped", "exited", "failed", "lost")
 
 
 class StateWriteError(UserError):
@@ -84,7 +83,7 @@ class RunRecord:
     notify_cmd: str | None
     expected_load_s: float | None
     started_at: float                  # epoch seconds (wall clock: shared by every specmon process)
-    state: str = "launching"           # launching|loading|ready|stopping|stopped|exited|failed|lost
+    state: RunStatus = RunStatus.LAUNCHING
     pid: int | None = None             # the wrapper's pid = pgid = sid
     starttime: int | None = None       # /proc/PID/stat field 22, catches PID reuse
     boot_id: str = ""                  # catches a reboot
@@ -125,7 +124,7 @@ class RunRecord:
 
     @property
     def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.state in runstatus.TERMINAL
 
     def to_json(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
@@ -149,8 +148,10 @@ class RunRecord:
             if not _FIELD_CHECKS[str(f.type)](value):
                 raise ValueError(f"{f.name}: unexpected value {json.dumps(value)[:40]}")
             fields[f.name] = tuple(value) if f.name in ("shards", "nodes") and value is not None else value
-        if fields["state"] not in RECORD_STATES:
-            raise ValueError(f"state: unknown state {fields['state']!r}")
+        try:
+            fields["state"] = RunStatus.parse(fields["state"])
+        except ValueError as exc:
+            raise ValueError(f"state: {exc}") from None
         return cls(**fields)
 
 
@@ -165,6 +166,7 @@ def _is_num(v: object) -> bool:
 # One check per annotation used in RunRecord (a new field with a new type fails loudly here, at import).
 _FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
     "str": lambda v: isinstance(v, str),
+    "RunStatus": lambda v: isinstance(v, str),   # which word: RunStatus.parse
     "int": _is_int,
     "float": _is_num,
     "bool": lambda v: isinstance(v, bool),

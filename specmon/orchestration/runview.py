@@ -5,13 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from specmon.model import runstatus
 from specmon.model.clean import printable, strip_ansi
 from specmon.model.runstate import RunState
+from specmon.model.runstatus import RunStatus
 from specmon.orchestration.runstore import iso_utc, launched_by
 from specmon.sources.transport import LinkState
-
-RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
-ACTIVE_STATES = RUN_STATES[:4]   # the server process may still be running
 
 
 @dataclass(frozen=True)
@@ -39,12 +38,12 @@ class FailureInfo:
 
 @dataclass(frozen=True)
 class RunView:
-    """A snapshot of one run. `state` is one of RUN_STATES; `stalled` is a warning flag on top of it."""
+    """A snapshot of one run: its `state`, and `stalled`, a warning flag on top of it."""
 
     run_id: str
     profile: str
     host: str
-    state: str
+    state: RunStatus
     stalled: bool
     pid: int | None
     port: int
@@ -76,7 +75,7 @@ class RunView:
     @property
     def active(self) -> bool:
         """The server process may still be running."""
-        return self.state in ACTIVE_STATES
+        return self.state in runstatus.ACTIVE
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
@@ -110,7 +109,7 @@ class RunView:
 def unreadable_json(run_id: str, error: str) -> dict[str, Any]:
     """The `specmon status --json` object of a run whose record cannot be read: the keys of `RunView.to_json`
     (taken from it, so the two never drift apart), null, with state "unreadable" and the reason in "error"."""
-    blank = RunView(run_id=run_id, profile="", host="", state="unreadable", stalled=False, pid=None, port=0, url="",
+    blank = RunView(run_id=run_id, profile="", host="", state=RunStatus.LAUNCHING, stalled=False, pid=None, port=0, url="",
                     started_at=0.0, ready_at=None, load_seconds=None, shards=None, kv_cache_tokens=None,
                     exit_code=None, failure=None, eta_s=None, phase=None, stall_reason=None, log_path="", run_dir="")
     return {**dict.fromkeys(blank.to_json()), "run_id": run_id, "state": "unreadable", "error": error}

@@ -25,6 +25,7 @@ from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.multinode import NodePlacement, node_command
 from specmon.model.runstate import RunState
+from specmon.model.runstatus import RunStatus
 from specmon.model.slurm import JobInfo, SlurmRequest, nodes_script
 from specmon.orchestration.controller import host_url, job_verdict, progress_of
 from specmon.orchestration.multinode import NodeRuns, node_run_id
@@ -172,8 +173,8 @@ async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
         changes: dict[str, Any] = {}
         if job.running and record.server_addr is None:
             changes["server_addr"] = await node_address(ops, record, job)
-        if job.running and record.state == "launching":
-            changes.update(state="loading", started_at=job.start_epoch or time.time())
+        if job.running and record.state == RunStatus.LAUNCHING:
+            changes.update(state=RunStatus.LOADING, started_at=job.start_epoch or time.time())
         return changes
     exit_code = await exit_code_of(ops, record)
     stop = record.stop_requested or await ops.read_file(record.run_dir + "/stop_requested") is not None
