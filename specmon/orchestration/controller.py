@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from specmon.model.events import highlights
+from specmon.model.failure import Failure
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
-from specmon.orchestration.runview import FailureInfo, LogLine, RunView
+from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
 from specmon.sources.scrape import MetricsScraper
@@ -79,12 +80,12 @@ async def client_url(transport: Transport, recorded: str, port: int, addr: str |
     return await transport.local_url(port, addr or "127.0.0.1") if recorded == host_url(port) else recorded
 
 
-def failure_of(run_state: RunState | None) -> FailureInfo | None:
-    """The parser's fatal failure as a FailureInfo (None when the log shows none)."""
+def failure_of(run_state: RunState | None) -> Failure | None:
+    """The parser's fatal failure as a run's failure, with the lines before it (None when the log shows none)."""
     failure = run_state.failure if run_state is not None else None
     if run_state is None or failure is None or not failure.fatal or failure.provisional:
         return None
-    return FailureInfo(failure.kind, failure.message, run_state.last_lines)
+    return Failure(failure.kind, failure.message, run_state.last_lines)
 
 
 def progress_of(run_state: RunState) -> dict[str, Any]:
@@ -95,29 +96,29 @@ def progress_of(run_state: RunState) -> dict[str, Any]:
 
 
 def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
-                stop_requested: bool) -> tuple[RunStatus, FailureInfo | None]:
+                stop_requested: bool) -> tuple[RunStatus, Failure | None]:
     """The terminal (state, failure) of a run whose process has ended."""
     last = run_state.last_lines if run_state is not None else ()
     if record.state == RunStatus.FAILED and record.failure:
-        return RunStatus.FAILED, FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
+        return RunStatus.FAILED, record.failure   # a stop after a failure keeps the reason
     if stop_requested or record.stop_requested:
         return RunStatus.STOPPED, None
-    failure = failure_of(run_state) or FailureInfo.from_json(record.failure)
+    failure = failure_of(run_state) or record.failure
     if failure is None:
         if lost:
-            failure = FailureInfo(RunStatus.LOST, "the server's wrapper is gone without recording an exit code "
+            failure = Failure(RunStatus.LOST, "the server's wrapper is gone without recording an exit code "
                                           "(killed by a signal or the OOM killer?)", last)
         elif exit_code == 0:
-            failure = FailureInfo(RunStatus.EXITED, "exited unexpectedly with code 0", last)
+            failure = Failure(RunStatus.EXITED, "exited unexpectedly with code 0", last)
         else:
-            failure = FailureInfo(RunStatus.EXITED, f"exited with code {exit_code}", last)
+            failure = Failure(RunStatus.EXITED, f"exited with code {exit_code}", last)
     if lost:
         return RunStatus.LOST, failure
     return (RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED), failure
 
 
 def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
-                stop_requested: bool, wrapper_started: bool = True) -> tuple[RunStatus, FailureInfo | None]:
+                stop_requested: bool, wrapper_started: bool = True) -> tuple[RunStatus, Failure | None]:
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
@@ -130,7 +131,7 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
         cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
     if cause is not None and state != RunStatus.STOPPED and not (record.state == RunStatus.FAILED and record.failure):
         state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
-        failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
+        failure = Failure(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
     return state, failure
 
 
@@ -212,7 +213,7 @@ class RunController:
         state = r.state
         if state == RunStatus.LAUNCHING and r.pid is not None:
             state = RunStatus.LOADING
-        failure = FailureInfo.from_json(r.failure)
+        failure = r.failure
         eta = None
         if state in STARTING:
             with contextlib.suppress(Exception):   # an estimate must never break the view
@@ -438,7 +439,7 @@ class RunController:
         failure = failure_of(rs)
         if failure is not None and self.record.state in STARTING:
             self._process_alive = False   # "still running" only once a check after the verdict finds it so
-            self._update(state=RunStatus.FAILED, failure=dataclasses.asdict(failure), **progress_of(rs))
+            self._update(state=RunStatus.FAILED, failure=failure, **progress_of(rs))
             self._notify(self.record, RunStatus.FAILED, failure.message)
         self._publish()
 
@@ -564,7 +565,7 @@ class RunController:
         self._update(state=state,
                      exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
                      **progress_of(self.watch.state),
-                     failure=None if failure is None else dataclasses.asdict(failure))
+                     failure=failure)
         if failure is not None and not already_failed:
             self._notify(self.record, self.record.state, failure.message)
         self._finish_readers()

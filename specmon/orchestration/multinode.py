@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
+from specmon.model.failure import Failure
 from specmon.model.multinode import (
     NodePlacement,
     NodeState,
@@ -41,7 +42,7 @@ from specmon.model.multinode import (
 from specmon.model.runstatus import STARTING, RunStatus
 from specmon.orchestration.controller import RunController, host_url
 from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
-from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
+from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
 
@@ -91,11 +92,11 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
     rank0 = nodes[0]
     state, failure = verdict.state, None
     if record.state == RunStatus.FAILED and record.failure:   # the first failure seen stays the reason
-        state, failure = RunStatus.FAILED, FailureInfo.from_json(record.failure)
+        state, failure = RunStatus.FAILED, record.failure
     elif verdict.node is not None:
         bad = nodes[verdict.node]
-        reason = bad.failure or FailureInfo(bad.state, f"is {bad.state}")
-        failure = FailureInfo(reason.kind, f"{node_label(bad)}: {reason.message}", reason.last_lines)
+        reason = bad.failure or Failure(bad.state, f"is {bad.state}")
+        failure = Failure(reason.kind, f"{node_label(bad)}: {reason.message}", reason.last_lines)
     stall_reason = None
     if verdict.stalled_node is not None:
         stalled = nodes[verdict.stalled_node]
@@ -109,8 +110,7 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
 def with_progress(record: RunRecord, view: RunView) -> RunRecord:
     """The multi-node run's record with the fields that follow its view (stored, so a later process sees the
     same)."""
-    failure = None if view.failure is None else dataclasses.asdict(view.failure)
-    return dataclasses.replace(record, state=view.state, failure=failure, ready_at=view.ready_at,
+    return dataclasses.replace(record, state=view.state, failure=view.failure, ready_at=view.ready_at,
                                load_seconds=view.load_seconds, shards=view.shards, kv_cache_tokens=view.kv_cache_tokens)
 
 
@@ -299,7 +299,7 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
                     await manager.stop(node_id, force=True)
         rank, error = errors[0]
         message = f"node {rank} ({hosts[rank]}): {error}"
-        manager.store.update(run_id, state=RunStatus.FAILED, failure={"kind": RunStatus.EXITED, "message": message, "last_lines": []})
+        manager.store.update(run_id, state=RunStatus.FAILED, failure=Failure(RunStatus.EXITED, message))
         if not isinstance(error, (UserError, TransportError)):
             raise error
         raise UserError(message)

@@ -35,7 +35,7 @@ always works. Port conflicts are checked host-wide whatever file launched the ru
     await manager.close()                                   cancels every task; never stops a server
 
 RunView.state: launching | loading | ready | stopping | stopped | exited | failed | lost, plus the `stalled`
-warning flag (with stall_reason); failure = FailureInfo(kind, message, last_lines); run_state = the parser's
+warning flag (with stall_reason); failure = Failure(kind, message, last_lines); run_state = the parser's
 RunState. A verdict needs: ready = the log's ready signal (server "other": /health 200) and one completion
 answered; failed = a fatal log signature, or the process ended before ready (an unasked exit 0 included);
 exited = it ended on its own after ready; lost = gone without an exit code, PID reused, or host rebooted.
@@ -64,6 +64,7 @@ from typing import Any
 from specmon.errors import PortBusy, UserError
 from specmon.model.clean import escape_controls, one_line
 from specmon.model.config import BUILTIN_SOURCE, Config, Profile, SshSettings, parse_host
+from specmon.model.failure import Failure
 from specmon.model.procfs import free_ports_near
 from specmon.model.runstate import LogWatch, RunState
 from specmon.model.runstatus import UP, RunStatus
@@ -84,7 +85,7 @@ from specmon.orchestration.controller import (
     run_notify,
 )
 from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError, Unreadable, iso_utc, new_run_id
-from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
+from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
 from specmon.sources.host import RUN_ID, HostOps, check_env, wrapper_script
@@ -256,7 +257,7 @@ class RunManager:
             pid=record.pid, port=record.port, url=node_url(record), started_at=record.started_at,
             ready_at=record.ready_at, load_seconds=record.load_seconds, shards=record.shards,
             kv_cache_tokens=record.kv_cache_tokens,
-            exit_code=record.exit_code, failure=FailureInfo.from_json(record.failure),
+            exit_code=record.exit_code, failure=record.failure,
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir,
             node_rank=record.node_rank, config=record.config,
             job=f"job {record.slurm_job}" if record.slurm_job is not None and not record.terminal else None)
@@ -453,18 +454,18 @@ class RunManager:
         state, rs = None, None
         if boot_ok and exit_code is None and info is not None and info.alive and info.starttime != record.starttime:
             reason = f"pid {record.pid} now belongs to another process (start time differs): the server is gone"
-            failure: FailureInfo | None = FailureInfo(RunStatus.LOST, reason)
+            failure: Failure | None = Failure(RunStatus.LOST, reason)
             state = RunStatus.LOST
         else:
             rs, _ = await self._replay(record)
             state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
             if not boot_ok:
-                failure = FailureInfo(RunStatus.LOST, f"host {record.host} rebooted since the launch")
+                failure = Failure(RunStatus.LOST, f"host {record.host} rebooted since the launch")
                 state = RunStatus.LOST
         return self._save(
             record, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
             **(progress_of(rs) if rs is not None else {}),
-            failure=None if failure is None else dataclasses.asdict(failure))
+            failure=failure)
 
     async def _adopt_pid(self, record: RunRecord) -> RunRecord:
         """A `launching` record without a pid (the launching specmon was killed after the start): take the pid
@@ -474,9 +475,8 @@ class RunManager:
         if not (text and text.strip().isdigit()):
             if time.time() - record.started_at < 3 * PID_WAIT_S:
                 return record   # may still be starting: a launch holds its host's lock meanwhile
-            return self._save(record, state=RunStatus.FAILED, failure={
-                "kind": RunStatus.EXITED, "message": "the launch was interrupted before the server started",
-                "last_lines": []})
+            return self._save(record, state=RunStatus.FAILED, failure=Failure(
+                RunStatus.EXITED, "the launch was interrupted before the server started"))
         pid = int(text.strip())
         info = await ops.proc(pid)
         if info is not None and info.alive and await ops.owns(pid, record.run_id):
@@ -831,9 +831,8 @@ class RunManager:
         pid = await self._wait_pid(ops, run_dir)
         try:
             if pid is None:
-                self.store.update(run_id, state=RunStatus.FAILED, failure={
-                    "kind": RunStatus.EXITED, "message": f"the launch wrapper did not start within {PID_WAIT_S:.0f} s",
-                    "last_lines": []})
+                self.store.update(run_id, state=RunStatus.FAILED, failure=Failure(
+                    RunStatus.EXITED, f"the launch wrapper did not start within {PID_WAIT_S:.0f} s"))
             else:
                 info = await ops.proc(pid)
                 self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,

@@ -31,6 +31,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model import runstatus, textfile
+from specmon.model.failure import Failure
 from specmon.model.runstatus import RunStatus
 
 SCHEMA_VERSION = 1
@@ -90,7 +91,7 @@ class RunRecord:
     ready_at: float | None = None
     load_seconds: float | None = None
     exit_code: int | None = None
-    failure: dict[str, Any] | None = None   # {"kind", "message", "last_lines"}
+    failure: Failure | None = None
     stop_requested: bool = False
     shards: tuple[int, int] | None = None   # (done, total) when the run ended, for status of finished runs
     kv_cache_tokens: int | None = None
@@ -127,7 +128,8 @@ class RunRecord:
         return self.state in runstatus.TERMINAL
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
+        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self),
+                "failure": None if self.failure is None else self.failure.to_json()}
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (runs recorded before that was kept: any)."""
@@ -148,6 +150,7 @@ class RunRecord:
             if not _FIELD_CHECKS[str(f.type)](value):
                 raise ValueError(f"{f.name}: unexpected value {json.dumps(value)[:40]}")
             fields[f.name] = tuple(value) if f.name in ("shards", "nodes") and value is not None else value
+        fields["failure"] = Failure.from_json(fields.get("failure"))
         try:
             fields["state"] = RunStatus.parse(fields["state"])
         except ValueError as exc:
@@ -173,7 +176,7 @@ _FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
     "str | None": lambda v: v is None or isinstance(v, str),
     "int | None": lambda v: v is None or _is_int(v),
     "float | None": lambda v: v is None or _is_num(v),
-    "dict[str, Any] | None": lambda v: v is None or (
+    "Failure | None": lambda v: v is None or (
         isinstance(v, dict) and isinstance(v.get("kind", ""), str) and isinstance(v.get("message", ""), str)
         and isinstance(v.get("last_lines") or [], list)),
     "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),

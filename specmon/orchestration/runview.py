@@ -7,33 +7,11 @@ from typing import Any
 
 from specmon.model import runstatus
 from specmon.model.clean import printable, strip_ansi
+from specmon.model.failure import Failure
 from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
 from specmon.orchestration.runstore import iso_utc, launched_by
 from specmon.sources.transport import LinkState
-
-
-@dataclass(frozen=True)
-class FailureInfo:
-    """Why a run failed: kind (oom, nccl, port_in_use, model_not_found, exception, exited, lost), one-line
-    message, and the last log lines before it."""
-
-    kind: str
-    message: str
-    last_lines: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        """`kind: message`, or the message alone where it starts with its kind ("exited with code 1", not
-        "exited: exited with code 1")."""
-        return self.message if self.message.split(" ", 1)[0] == self.kind else f"{self.kind}: {self.message}"
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> FailureInfo | None:
-        """From the dict kept in a RunRecord (None stays None)."""
-        if not data:
-            return None
-        return cls(str(data.get("kind", "")), str(data.get("message", "")), tuple(data.get("last_lines") or ()))
 
 
 @dataclass(frozen=True)
@@ -54,7 +32,7 @@ class RunView:
     shards: tuple[int, int] | None        # (done, total)
     kv_cache_tokens: int | None
     exit_code: int | None
-    failure: FailureInfo | None
+    failure: Failure | None
     eta_s: float | None
     phase: str | None                     # the log's phase: launching, loading_weights, ..., ready, failed
     stall_reason: str | None

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import shlex
 import time
 from collections.abc import Sequence
@@ -182,4 +181,4 @@ async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
     state, failure = job_verdict(record, run_state, job, exit_code, stop, started)
     return {"state": state, "exit_code": exit_code, "stop_requested": stop,
             **(progress_of(run_state) if run_state is not None else {}),
-            "failure": None if failure is None else dataclasses.asdict(failure)}
+            "failure": failure}
