@@ -22,7 +22,6 @@ import json
 import sys
 import time
 from collections.abc import Collection
-from typing import Any
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
@@ -119,11 +118,12 @@ def _unreadable_row(u: Unreadable) -> tuple[str, ...]:
     return ("?", u.run_id, "unreadable", "-", "-", "-", "-", "", _cut(f"{u.reason} ({u.path})", 2 * NOTE_CHARS))
 
 
-def _json_of(v: RunView) -> dict[str, Any]:
+def _json_of(v: RunView) -> dict[str, object]:
     data = v.to_json()
-    data["url"] = data["url"] and redact_value(data["url"])
-    if data["failure"] is not None:
-        data["failure"] = {**data["failure"], "message": redact_text(data["failure"]["message"])}
+    data["url"] = v.url and redact_value(v.url)
+    failure = data["failure"]
+    if isinstance(failure, dict):
+        data["failure"] = {**failure, "message": redact_text(str(failure["message"]))}
     return data
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shlex
 import signal
@@ -23,14 +24,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from specmon.model.events import highlights
 from specmon.model.failure import Failure
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
+from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, progress_of
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
@@ -86,13 +87,6 @@ def failure_of(run_state: RunState | None) -> Failure | None:
     if run_state is None or failure is None or not failure.fatal or failure.provisional:
         return None
     return Failure(failure.kind, failure.message, run_state.last_lines)
-
-
-def progress_of(run_state: RunState) -> dict[str, Any]:
-    """The record fields that keep a run's progress: shards (done, total) and KV cache tokens."""
-    total = run_state.shards_total
-    shards = (run_state.shards_done or 0, total) if total else None
-    return {"shards": shards, "kv_cache_tokens": run_state.kv_cache_tokens}
 
 
 def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
@@ -222,8 +216,8 @@ class RunController:
             run_id=r.run_id, profile=r.profile, host=r.host, state=state,
             stalled=self.stalled and state in STARTING,
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
-            load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
-            kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
+            load_seconds=r.load_seconds, shards=progress.shards or r.shards,
+            kv_cache_tokens=progress.kv_cache_tokens or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase, past_load_s=typical_load_s(self.past_loads),
             still_running=state == RunStatus.FAILED and self._process_alive,
             stall_reason=self.stall_reason if self.stalled else None,
@@ -254,13 +248,14 @@ class RunController:
                                self.tailer.offset, kind="note"))
         self._on_state_error(str(exc))
 
-    def _update(self, **changes: Any) -> None:
+    def _update(self, edit: Edit) -> None:
+        """Change the stored record by `edit` (in memory alone when the state disk refuses) and publish."""
         try:
-            stored = self.store.update(self.record.run_id, **changes)
+            stored = self.store.change(self.record.run_id, edit)
         except StateWriteError as exc:
             self._state_failed(exc)
             stored = None
-        self.record = stored if stored is not None else dataclasses.replace(self.record, **changes)
+        self.record = stored if stored is not None else edit(self.record)
         self._publish()
 
     # ---- log lines ---------------------------------------------------------------------------------------
@@ -291,8 +286,9 @@ class RunController:
         `node` is for a multi-node run's controller (which node's log); a single run has one log."""
         if end > self.record.log_offset:
             try:
-                self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
-                    or self.record
+                inode = self.tailer.inode
+                self.record = self.store.change(
+                    self.record.run_id, lambda r: dataclasses.replace(r, log_offset=end, log_inode=inode)) or self.record
             except StateWriteError as exc:
                 self._state_failed(exc)
 
@@ -362,7 +358,8 @@ class RunController:
         with contextlib.suppress(TransportError, TimeoutError):
             node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
             if node is not None:
-                self._update(server_addr=node[1])
+                addr = node[1]
+                self._update(lambda r: dataclasses.replace(r, server_addr=addr))
                 await self._reach(node[1])
 
     def _on_link(self, link: LinkState) -> None:
@@ -439,7 +436,8 @@ class RunController:
         failure = failure_of(rs)
         if failure is not None and self.record.state in STARTING:
             self._process_alive = False   # "still running" only once a check after the verdict finds it so
-            self._update(state=RunStatus.FAILED, failure=failure, **progress_of(rs))
+            progress = progress_of(rs)
+            self._update(lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure).with_progress(progress))
             self._notify(self.record, RunStatus.FAILED, failure.message)
         self._publish()
 
@@ -484,7 +482,7 @@ class RunController:
                 started = job.start_epoch or time.time()
                 self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
                 self.last_bytes_at = max(self.last_bytes_at, started)
-                self._update(state=RunStatus.LOADING, started_at=started)
+                self._update(functools.partial(RunRecord.loading_from, at=started))
             if job is not None and job.running and not self._reachable.is_set():
                 await self._find_node(job)
             if changed:
@@ -562,10 +560,10 @@ class RunController:
         else:
             state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
         already_failed = self.record.state == RunStatus.FAILED
-        self._update(state=state,
-                     exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
-                     **progress_of(self.watch.state),
-                     failure=failure)
+        stop = stop_requested or self.record.stop_requested
+        progress = progress_of(self.watch.state)
+        self._update(lambda r: dataclasses.replace(r, state=state, exit_code=exit_code, stop_requested=stop,
+                                                   failure=failure).with_progress(progress))
         if failure is not None and not already_failed:
             self._notify(self.record, self.record.state, failure.message)
         self._finish_readers()
@@ -615,7 +613,9 @@ class RunController:
         now = time.time()
         load_seconds = now - self.record.started_at
         self.stalled = False
-        self._update(state=RunStatus.READY, ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
+        progress = progress_of(self.watch.state)
+        self._update(lambda r: dataclasses.replace(r, state=RunStatus.READY, ready_at=now, load_seconds=load_seconds)
+                     .with_progress(progress))
         try:
             self.store.record_load(self.record.profile, self.record.config, load_seconds, now)
         except StateWriteError as exc:

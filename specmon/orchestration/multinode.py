@@ -27,7 +27,7 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -41,7 +41,7 @@ from specmon.model.multinode import (
 )
 from specmon.model.runstatus import STARTING, RunStatus
 from specmon.orchestration.controller import RunController, host_url
-from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
+from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, new_run_id
 from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
@@ -64,7 +64,7 @@ class NodeRuns(Protocol):
     async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None: ...
 
     async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
-                        submit: bool = True, **record_fields: Any) -> RunRecord: ...
+                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord: ...
 
     async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None: ...
 
@@ -124,8 +124,8 @@ def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRec
     changed = []
     for worker in workers:
         if worker_ready(rank0.state, worker.state):
-            updated = store.update(worker.run_id, state=RunStatus.READY, ready_at=rank0.ready_at,
-                                   load_seconds=rank0.load_seconds)
+            updated = store.change(worker.run_id, lambda r: dataclasses.replace(
+                r, state=RunStatus.READY, ready_at=rank0.ready_at, load_seconds=rank0.load_seconds))
             if updated is not None:
                 changed.append(updated)
     return changed
@@ -288,7 +288,7 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
     manager.store.save(record)
     results = await asyncio.gather(*(
         manager.start_run(profile, host, node_id, node_command(profile.command, profile.server, placement),
-                          group=run_id, node_rank=placement.rank, dist_init_addr=dist, notify_cmd=None)
+                          node=NodeSeat(run_id, placement.rank, dist))
         for host, node_id, placement in zip(hosts, node_ids, placements)), return_exceptions=True)
     errors = [(rank, error) for rank, error in enumerate(results) if isinstance(error, BaseException)]
     if errors:
@@ -299,7 +299,8 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
                     await manager.stop(node_id, force=True)
         rank, error = errors[0]
         message = f"node {rank} ({hosts[rank]}): {error}"
-        manager.store.update(run_id, state=RunStatus.FAILED, failure=Failure(RunStatus.EXITED, message))
+        failure = Failure(RunStatus.EXITED, message)
+        manager.store.change(run_id, lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure))
         if not isinstance(error, (UserError, TransportError)):
             raise error
         raise UserError(message)
@@ -310,7 +311,7 @@ async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
     """Stop every node at once (each with its own gates); one report naming each node's blockers."""
     t0 = time.monotonic()
     if not record.terminal:
-        manager.store.update(record.run_id, state=RunStatus.STOPPING, stop_requested=True)
+        manager.store.change(record.run_id, RunRecord.asked_to_stop)
     results = await asyncio.gather(*(manager.stop(node_id, force=force) for node_id in record.nodes),
                                    return_exceptions=True)
     reports: list[StopReport] = []

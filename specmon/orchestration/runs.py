@@ -59,7 +59,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.clean import escape_controls, one_line
@@ -81,10 +80,19 @@ from specmon.orchestration.controller import (
     failure_of,
     host_url,
     node_url,
-    progress_of,
     run_notify,
 )
-from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError, Unreadable, iso_utc, new_run_id
+from specmon.orchestration.runstore import (
+    Edit,
+    NodeSeat,
+    RunRecord,
+    RunStore,
+    StateWriteError,
+    Unreadable,
+    iso_utc,
+    new_run_id,
+    progress_of,
+)
 from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.health import probe_of
@@ -191,14 +199,15 @@ class RunManager:
         if not task.cancelled() and task.exception() is not None:   # retrieved here, logged, never re-raised
             log.warning("%s failed: %r", task.get_name(), task.exception())
 
-    def _save(self, record: RunRecord, **changes: Any) -> RunRecord:
-        """Store `changes`; when the state disk refuses (full), keep going with them in memory and say so once."""
+    def _save(self, record: RunRecord, edit: Edit) -> RunRecord:
+        """Store the record changed by `edit`; when the state disk refuses (full), keep going with the change in
+        memory and say so once."""
         try:
-            return self.store.update(record.run_id, **changes) or dataclasses.replace(record, **changes)
+            return self.store.change(record.run_id, edit) or edit(record)
         except StateWriteError as exc:
             if str(exc) not in self.state_warnings:
                 self.state_warnings.append(str(exc))
-            return dataclasses.replace(record, **changes)
+            return edit(record)
 
     def _on_view(self, view: RunView) -> None:
         for callback in list(self._subscribers):
@@ -444,7 +453,7 @@ class RunManager:
             job = await SlurmHost(ops.transport).job(record.slurm_job)
             if job is None or not job.active:
                 rs, _ = await self._replay(record)
-            return self._save(record, **await slurmjobs.reconcile(ops, record, job, rs))
+            return self._save(record, await slurmjobs.reconcile(ops, record, job, rs))
         if record.pid is None:
             return await self._adopt_pid(record)
         info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
@@ -462,10 +471,10 @@ class RunManager:
             if not boot_ok:
                 failure = Failure(RunStatus.LOST, f"host {record.host} rebooted since the launch")
                 state = RunStatus.LOST
-        return self._save(
-            record, state=state, exit_code=exit_code, stop_requested=stop or record.stop_requested,
-            **(progress_of(rs) if rs is not None else {}),
-            failure=failure)
+        stop = stop or record.stop_requested
+        progress = progress_of(rs) if rs is not None else None
+        return self._save(record, lambda r: dataclasses.replace(
+            r, state=state, exit_code=exit_code, stop_requested=stop, failure=failure).with_progress(progress))
 
     async def _adopt_pid(self, record: RunRecord) -> RunRecord:
         """A `launching` record without a pid (the launching specmon was killed after the start): take the pid
@@ -475,13 +484,14 @@ class RunManager:
         if not (text and text.strip().isdigit()):
             if time.time() - record.started_at < 3 * PID_WAIT_S:
                 return record   # may still be starting: a launch holds its host's lock meanwhile
-            return self._save(record, state=RunStatus.FAILED, failure=Failure(
-                RunStatus.EXITED, "the launch was interrupted before the server started"))
+            failure = Failure(RunStatus.EXITED, "the launch was interrupted before the server started")
+            return self._save(record, lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure))
         pid = int(text.strip())
         info = await ops.proc(pid)
         if info is not None and info.alive and await ops.owns(pid, record.run_id):
-            return self._save(record, pid=pid, starttime=info.starttime, boot_id=await ops.boot_id(),
-                              state=RunStatus.LOADING)
+            starttime, boot_id = info.starttime, await ops.boot_id()
+            return self._save(record, lambda r: dataclasses.replace(
+                r, pid=pid, starttime=starttime, boot_id=boot_id, state=RunStatus.LOADING))
         # The wrapper has ended already: judge the run from what its directory says (start time unknown).
         return await self._reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
 
@@ -556,7 +566,7 @@ class RunManager:
                 # whose rank died can wait forever), so say whether it still runs.
                 info, exit_code, _ = await self.ops(record.host).run_status(record.run_dir, record.pid)
                 if exit_code is not None:
-                    record = self._save(record, exit_code=exit_code)
+                    record = self._save(record, lambda r: dataclasses.replace(r, exit_code=exit_code))
                 else:
                     still_running = info is not None and info.alive and info.starttime == record.starttime
         if record.terminal:
@@ -574,7 +584,7 @@ class RunManager:
         idle = None if mtime is None else time.time() - mtime
         stalled = base.state == RunStatus.LOADING and idle is not None and idle >= record.stall_timeout_s
         return dataclasses.replace(
-            base, shards=progress["shards"], kv_cache_tokens=progress["kv_cache_tokens"], phase=rs.phase,
+            base, shards=progress.shards, kv_cache_tokens=progress.kv_cache_tokens, phase=rs.phase,
             run_state=rs, stalled=stalled, job=job,
             stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None)
 
@@ -588,7 +598,8 @@ class RunManager:
         finally:
             await probe.aclose()
         ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
-        return self._save(record, state=RunStatus.READY, ready_at=ready_at, load_seconds=log_load_seconds)
+        return self._save(record, lambda r: dataclasses.replace(
+            r, state=RunStatus.READY, ready_at=ready_at, load_seconds=log_load_seconds))
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:
@@ -682,7 +693,7 @@ class RunManager:
         if job is not None:
             return dataclasses.replace(record, slurm_job=job.job_id, state=RunStatus.LAUNCHING)
         rs, _ = await self._replay(record)
-        return dataclasses.replace(record, **await slurmjobs.reconcile(ops, record, None, rs))
+        return (await slurmjobs.reconcile(ops, record, None, rs))(record)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
     @staticmethod
@@ -776,26 +787,27 @@ class RunManager:
             await asyncio.sleep(0.1)
 
     async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
-                        submit: bool = True, **record_fields: Any) -> RunRecord:
+                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord:
         """Make the run dir, write launch.sh and meta.json, start it detached and wait for its pid (a Slurm
         profile: submit launch.sh as its job; with `submit` False, not: a node rank of a multi-node job, which
         `slurmjobs.launch_nodes` submits once for every rank).
 
-        `record_fields` go into the RunRecord (a multi-node run's node: group, node_rank, ...). The record is
-        saved before anything exists on the host (a full state disk stops us there, with nothing made); a
-        failure before the start removes the run dir and the record again."""
+        `node`: the run is a node of a multi-node run (its record and meta.json say which; it notifies nobody:
+        its multi-node run does). The record is saved before anything exists on the host (a full state disk stops
+        us there, with nothing made); a failure before the start removes the run dir and the record again."""
         ops = self.ops(host)
         try:
             run_dir = f"{await ops.runs_root()}/{run_id}"
         except TransportError as exc:
             raise UserError(str(exc)) from None
         started_at = time.time()
-        record = RunRecord(**{
-            "run_id": run_id, "profile": profile.name, "host": host, "run_dir": run_dir, "port": profile.port,
-            "url": profile.url or host_url(profile.port), "server": profile.server, "health_path": profile.health_path,
-            "stall_timeout_s": profile.stall_timeout_s, "notify_cmd": profile.notify_cmd,
-            "expected_load_s": profile.expected_load_s, "started_at": started_at, "config": self.config_key,
-            **record_fields})
+        record = RunRecord(
+            run_id=run_id, profile=profile.name, host=host, run_dir=run_dir, port=profile.port,
+            url=profile.url or host_url(profile.port), server=profile.server, health_path=profile.health_path,
+            stall_timeout_s=profile.stall_timeout_s, notify_cmd=profile.notify_cmd if node is None else None,
+            expected_load_s=profile.expected_load_s, started_at=started_at, config=self.config_key,
+            group=None if node is None else node.group, node_rank=None if node is None else node.rank,
+            dist_init_addr=None if node is None else node.dist_init_addr)
         # Written before the start, so a crash right after still leaves a trace to reconcile.
         self.store.save(record)
         made = False
@@ -805,7 +817,7 @@ class RunManager:
                 raise UserError(f"{ops.host}: cannot create run directory {run_dir}: {problem}")
             made = True
             # A node of a multi-node job learns rank 0's address only when the job runs (its script exports it).
-            runtime = {"{master_addr}": MASTER_ADDR_VAR} if profile.slurm is not None and "group" in record_fields \
+            runtime = {"{master_addr}": MASTER_ADDR_VAR} if profile.slurm is not None and node is not None \
                 else None
             await ops.transport.write_file(f"{run_dir}/launch.sh", wrapper_script(
                 run_dir, argv, profile.env, profile.workdir, run_id, runtime).encode())
@@ -813,7 +825,8 @@ class RunManager:
                 "run_id": run_id, "profile": profile.name, "host": host, "argv": list(argv),
                 "port": profile.port, "server": profile.server, "launched_at": iso_utc(started_at),
                 "config": self.config_key, **({"slurm": True} if profile.slurm is not None else {}),
-                **{k: v for k, v in record_fields.items() if k in ("group", "node_rank", "dist_init_addr")},
+                **({} if node is None else
+                   {"group": node.group, "node_rank": node.rank, "dist_init_addr": node.dist_init_addr}),
             })
             if profile.slurm is not None:
                 # The job holds the run from here: its state says when the server starts (slurmjobs).
@@ -831,12 +844,13 @@ class RunManager:
         pid = await self._wait_pid(ops, run_dir)
         try:
             if pid is None:
-                self.store.update(run_id, state=RunStatus.FAILED, failure=Failure(
-                    RunStatus.EXITED, f"the launch wrapper did not start within {PID_WAIT_S:.0f} s"))
+                failure = Failure(RunStatus.EXITED, f"the launch wrapper did not start within {PID_WAIT_S:.0f} s")
+                self.store.change(run_id, lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure))
             else:
                 info = await ops.proc(pid)
-                self.store.update(run_id, pid=pid, starttime=info.starttime if info else None,
-                                  boot_id=await ops.boot_id(), state=RunStatus.LOADING)
+                starttime, boot_id = info.starttime if info else None, await ops.boot_id()
+                self.store.change(run_id, lambda r: dataclasses.replace(
+                    r, pid=pid, starttime=starttime, boot_id=boot_id, state=RunStatus.LOADING))
         except StateWriteError:
             # The server runs but cannot be recorded: end it rather than leave one specmon cannot see.
             if pid is not None:
@@ -873,7 +887,7 @@ class RunManager:
         ops = self.ops(record.host)
         controller = self._controllers.get(record.run_id)
         if record.state in UP:
-            record = self.store.update(record.run_id, state=RunStatus.STOPPING, stop_requested=True) or record
+            record = self.store.change(record.run_id, RunRecord.asked_to_stop) or record
             if isinstance(controller, RunController):
                 controller.set_record(record)
         try:
@@ -891,10 +905,11 @@ class RunManager:
             rs = None
             with contextlib.suppress(TransportError, TimeoutError):
                 rs, _ = await self._replay(current)
-            self._save(current, state=RunStatus.STOPPED, exit_code=report.exit_code,
-                       **({} if rs is None else {k: v for k, v in progress_of(rs).items() if v is not None}))
+            progress = None if rs is None else progress_of(rs)
+            self._save(current, lambda r: dataclasses.replace(r, state=RunStatus.STOPPED, exit_code=report.exit_code)
+                       .with_progress(progress, keep_known=True))
         elif current.exit_code is None and report.exit_code is not None:
-            self._save(current, exit_code=report.exit_code)
+            self._save(current, lambda r: dataclasses.replace(r, exit_code=report.exit_code))
         return report
 
     async def restart(self, profile_name: str,

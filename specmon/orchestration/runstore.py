@@ -32,6 +32,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model import runstatus, textfile
 from specmon.model.failure import Failure
+from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
 
 SCHEMA_VERSION = 1
@@ -66,6 +67,30 @@ def launched_by(run_config: str | None, config: str) -> bool:
     """Whether the profiles file `config` launched a run whose record names `run_config` (a run recorded before
     the file was kept names none: it belongs to every file)."""
     return run_config is None or run_config == config
+
+
+@dataclass(frozen=True)
+class Progress:
+    """How far a load got, as a run's record keeps it (`status` shows it for a run that has ended)."""
+
+    shards: tuple[int, int] | None = None   # (done, total)
+    kv_cache_tokens: int | None = None
+
+
+def progress_of(run_state: RunState) -> Progress:
+    """The progress the log parser's state shows: shards (done, total) and KV cache tokens."""
+    total = run_state.shards_total
+    return Progress((run_state.shards_done or 0, total) if total else None, run_state.kv_cache_tokens)
+
+
+@dataclass(frozen=True)
+class NodeSeat:
+    """Where a node's run sits in its multi-node run: the multi-node run's id, the node's rank, and rank 0's
+    rendezvous ADDR:PORT."""
+
+    group: str
+    rank: int
+    dist_init_addr: str
 
 
 @dataclass(frozen=True)
@@ -127,7 +152,26 @@ class RunRecord:
     def terminal(self) -> bool:
         return self.state in runstatus.TERMINAL
 
-    def to_json(self) -> dict[str, Any]:
+    def loading_from(self, at: float) -> RunRecord:
+        """This record once its server started at `at` (a Slurm job that left the queue: load time counts from
+        there)."""
+        return dataclasses.replace(self, state=RunStatus.LOADING, started_at=at)
+
+    def asked_to_stop(self) -> RunRecord:
+        """This record once a stop was asked for: stopping, and the request remembered."""
+        return dataclasses.replace(self, state=RunStatus.STOPPING, stop_requested=True)
+
+    def with_progress(self, progress: Progress | None, *, keep_known: bool = False) -> RunRecord:
+        """This record with the load's `progress` (None: unchanged); with `keep_known`, a figure the progress
+        does not know keeps the recorded one."""
+        if progress is None:
+            return self
+        return dataclasses.replace(
+            self, shards=self.shards if keep_known and progress.shards is None else progress.shards,
+            kv_cache_tokens=self.kv_cache_tokens if keep_known and progress.kv_cache_tokens is None
+            else progress.kv_cache_tokens)
+
+    def to_json(self) -> dict[str, object]:
         return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self),
                 "failure": None if self.failure is None else self.failure.to_json()}
 
@@ -184,6 +228,9 @@ _FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
         isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v)),
 }
 assert all(str(f.type) in _FIELD_CHECKS for f in dataclasses.fields(RunRecord))
+
+
+Edit = Callable[[RunRecord], RunRecord]   # a change of a record: `lambda r: dataclasses.replace(r, ...)`
 
 
 @dataclass(frozen=True)
@@ -275,11 +322,7 @@ class RunStore:
         with self._locked():
             _atomic_write(self._path(record.run_id), json.dumps(record.to_json(), indent=1) + "\n")
 
-    def update(self, run_id: str, **changes: Any) -> RunRecord | None:
-        """Apply `changes` to the stored record under the lock (re-read first); returns the new record."""
-        return self.change(run_id, lambda current: dataclasses.replace(current, **changes))
-
-    def change(self, run_id: str, edit: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+    def change(self, run_id: str, edit: Edit) -> RunRecord | None:
         """Replace the stored record by `edit(record)` under the lock (re-read first; written only if it
         differs); returns the new record, or None when there is none."""
         with self._locked():

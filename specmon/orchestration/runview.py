@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from specmon.model import runstatus
 from specmon.model.clean import printable, strip_ansi
@@ -59,7 +58,7 @@ class RunView:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
         return launched_by(self.config, config)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The `specmon status --json` object."""
         return {
             "run_id": self.run_id,
@@ -84,7 +83,7 @@ class RunView:
         }
 
 
-def unreadable_json(run_id: str, error: str) -> dict[str, Any]:
+def unreadable_json(run_id: str, error: str) -> dict[str, object]:
     """The `specmon status --json` object of a run whose record cannot be read: the keys of `RunView.to_json`
     (taken from it, so the two never drift apart), null, with state "unreadable" and the reason in "error"."""
     blank = RunView(run_id=run_id, profile="", host="", state=RunStatus.LAUNCHING, stalled=False, pid=None, port=0, url="",
