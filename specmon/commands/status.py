@@ -29,7 +29,8 @@ from specmon.errors import UserError
 from specmon.model.clean import one_line
 from specmon.model.runstatus import STARTING
 from specmon.model.secrets import redact_text, redact_value
-from specmon.orchestration.runs import HostRun, RunManager
+from specmon.orchestration.adoption import HostRun
+from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import Unreadable
 from specmon.orchestration.runview import RunView, unreadable_json
 
