@@ -24,6 +24,7 @@ OLDER_RECORD = {
     "group": None, "node_rank": None, "nodes": [], "dist_init_addr": None, "config": "/tmp/profiles.toml",
     "slurm_job": None,
 }
+ADDED_SINCE = {"server_addr": None}   # RunRecord fields added after ddbe1ae, with their defaults
 
 
 def _write(root: Path, data: dict[str, object]) -> Path:
@@ -43,7 +44,8 @@ def test_a_record_an_older_specmon_wrote_loads_and_a_change_keeps_its_words(tmp_
                                      ("Loading weights", "torch.OutOfMemoryError: CUDA out of memory"))
     assert record.failure.text == "oom: CUDA out of memory"
     store.change(record.run_id, lambda r: dataclasses.replace(r, exit_code=1))
-    assert json.loads(path.read_text()) == {**OLDER_RECORD, "exit_code": 1}   # same keys, same words
+    # The same keys and words (plus the fields specmon has gained since: server_addr, 5fa3df2's Slurm nodes).
+    assert json.loads(path.read_text()) == {**OLDER_RECORD, **ADDED_SINCE, "exit_code": 1}
 
 
 def test_a_record_saved_now_is_what_an_older_specmon_reads(tmp_path: Path) -> None:
@@ -52,7 +54,7 @@ def test_a_record_saved_now_is_what_an_older_specmon_reads(tmp_path: Path) -> No
     store = RunStore(tmp_path)
     store.save(record.asked_to_stop())
     written = json.loads((tmp_path / "runs" / f"{record.run_id}.json").read_text())
-    assert written == {**OLDER_RECORD, "state": "stopping", "stop_requested": True}
+    assert written == {**OLDER_RECORD, **ADDED_SINCE, "state": "stopping", "stop_requested": True}
 
 
 def test_a_state_no_specmon_knows_is_one_line_naming_the_field(tmp_path: Path) -> None:
