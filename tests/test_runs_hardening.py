@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 
+from specmon.model.failure import Failure
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runstore import RunRecord
 
@@ -208,7 +209,7 @@ def _ended_record(run_id: str, port: int, started_at: float, message: str = "") 
     return RunRecord(run_id=run_id, profile="sim", host="local", run_dir=f"/nonexistent/{run_id}", port=port,
                      url=f"http://127.0.0.1:{port}", server="sglang", health_path="/health", stall_timeout_s=30,
                      notify_cmd=None, expected_load_s=None, started_at=started_at, state="failed", exit_code=1,
-                     failure={"kind": "exception", "message": message or "boom", "last_lines": []})
+                     failure=Failure("exception", message or "boom"))
 
 
 def test_status_table_cuts_long_reasons_and_heads_the_url_column(cli, free_port) -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import Config, load_config
+from specmon.model.runstatus import STARTING, RunStatus
 from specmon.model.secrets import redact_text
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, StopReport
@@ -54,7 +55,7 @@ def progress_text(view: RunView) -> str:
     parts = [f"{view.profile}: {view.state}"]
     if view.job and view.active:
         parts.append(view.job)
-    if view.state in ("launching", "loading"):
+    if view.state in STARTING:
         if view.phase:   # "ready" is the log's word until a test completion confirms it
             parts.append("log says ready, checking" if view.phase == "ready" else view.phase)
         if view.shards:
@@ -66,7 +67,7 @@ def progress_text(view: RunView) -> str:
         parts.append(view.probe_error)
     if view.stalled and view.stall_reason:
         parts.append(f"STALLED: {view.stall_reason}")
-    if view.state == "ready":
+    if view.state == RunStatus.READY:
         parts.append(f"{view.url} after {_duration(view.load_seconds)}")
     if view.failure is not None:
         parts.append(view.failure.text)
@@ -78,9 +79,9 @@ def progress_text(view: RunView) -> str:
 def node_text(node: RunView) -> str:
     """One node of a multi-node run, compact: `1 gpu2 loading_weights shard 3/8`."""
     parts = [str(node.node_rank), node.host, "STALLED" if node.stalled else node.state]
-    if node.state in ("launching", "loading") and node.phase:
+    if node.state in STARTING and node.phase:
         parts.append(node.phase)
-    if node.shards and node.state in ("launching", "loading"):
+    if node.shards and node.state in STARTING:
         parts.append(f"shard {node.shards[0]}/{node.shards[1]}")
     return " ".join(parts)
 

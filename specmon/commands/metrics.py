@@ -16,6 +16,7 @@ import time
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
+from specmon.model.runstatus import RunStatus
 from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.serving import read_once
@@ -47,7 +48,7 @@ def _line(update: ServingUpdate, as_json: bool) -> str:
 async def show(manager: RunManager, args: argparse.Namespace) -> int:
     run_id = manager.find(args.target).run_id
     view = next((v for v in await manager.refresh() if v.run_id == run_id), None) or manager.view(run_id)
-    if view.state != "ready":
+    if view.state != RunStatus.READY:
         raise UserError(f"{view.profile} ({run_id}) is {view.state}, not ready: no serving metrics to read")
     profile = manager.config.profiles.get(view.profile)
     interval = args.interval or (profile.metrics_interval_s if profile else 1.0)

@@ -22,14 +22,15 @@ import json
 import sys
 import time
 from collections.abc import Collection
-from typing import Any
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.clean import one_line
+from specmon.model.runstatus import STARTING
 from specmon.model.secrets import redact_text, redact_value
-from specmon.orchestration.runs import HostRun, RunManager
+from specmon.orchestration.adoption import HostRun
+from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import Unreadable
 from specmon.orchestration.runview import RunView, unreadable_json
 
@@ -72,7 +73,7 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
         note = _cut(redact_text(v.failure.text))
     if v.stalled:
         note = _cut(f"STALLED: {v.stall_reason}")
-    elif v.node_rank is not None and not v.failure and v.state in ("launching", "loading"):
+    elif v.node_rank is not None and not v.failure and v.state in STARTING:
         note = v.phase or ""
     elif v.job and v.active and not v.failure:
         note = _cut(v.job)
@@ -118,11 +119,12 @@ def _unreadable_row(u: Unreadable) -> tuple[str, ...]:
     return ("?", u.run_id, "unreadable", "-", "-", "-", "-", "", _cut(f"{u.reason} ({u.path})", 2 * NOTE_CHARS))
 
 
-def _json_of(v: RunView) -> dict[str, Any]:
+def _json_of(v: RunView) -> dict[str, object]:
     data = v.to_json()
-    data["url"] = data["url"] and redact_value(data["url"])
-    if data["failure"] is not None:
-        data["failure"] = {**data["failure"], "message": redact_text(data["failure"]["message"])}
+    data["url"] = v.url and redact_value(v.url)
+    failure = data["failure"]
+    if isinstance(failure, dict):
+        data["failure"] = {**failure, "message": redact_text(str(failure["message"]))}
     return data
 
 

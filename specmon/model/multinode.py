@@ -22,10 +22,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from specmon.model.runstatus import BROKEN, STARTING, RunStatus
+
 PLACEHOLDERS = ("{node_rank}", "{nnodes}", "{master_addr}", "{master_port}")
 SGLANG_DIST_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")
 DEFAULT_MASTER_PORT = 29500   # torch.distributed's conventional MASTER_PORT
-FAILED_NODE_STATES = ("failed", "lost", "exited")
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class NodeState:
     """What the overall rule needs of one node: its rank, its run state and whether it is stalled."""
 
     rank: int
-    state: str
+    state: RunStatus
     stalled: bool = False
 
 
@@ -98,7 +99,7 @@ class NodeState:
 class Overall:
     """The state of a multi-node run; `node` is the rank that decided a failure (or a stall), else None."""
 
-    state: str
+    state: RunStatus
     node: int | None = None
     stalled_node: int | None = None
 
@@ -107,26 +108,26 @@ def overall(nodes: Sequence[NodeState]) -> Overall:
     """The one state of a multi-node run from its nodes' states (rules in the module docstring)."""
     by_rank = sorted(nodes, key=lambda n: n.rank)
     if not by_rank:
-        return Overall("launching")
-    bad = [n for n in by_rank if n.state in FAILED_NODE_STATES]
+        return Overall(RunStatus.LAUNCHING)
+    bad = [n for n in by_rank if n.state in BROKEN]
     if bad:
-        return Overall("failed", bad[0].rank)
-    if any(n.state == "stopping" for n in by_rank):
-        return Overall("stopping")
-    if all(n.state == "stopped" for n in by_rank):
-        return Overall("stopped")
-    if any(n.state == "stopped" for n in by_rank):   # one node stopped on its own account: the rest are going
-        return Overall("stopping")
+        return Overall(RunStatus.FAILED, bad[0].rank)
+    if any(n.state == RunStatus.STOPPING for n in by_rank):
+        return Overall(RunStatus.STOPPING)
+    if all(n.state == RunStatus.STOPPED for n in by_rank):
+        return Overall(RunStatus.STOPPED)
+    if any(n.state == RunStatus.STOPPED for n in by_rank):   # one node stopped on its own account: the rest are going
+        return Overall(RunStatus.STOPPING)
     stalled = next((n.rank for n in by_rank if n.stalled), None)
     rank0 = by_rank[0]
-    if rank0.state == "ready":
-        return Overall("ready")
+    if rank0.state == RunStatus.READY:
+        return Overall(RunStatus.READY)
     return Overall(rank0.state, stalled_node=stalled)
 
 
-def worker_ready(rank0_state: str, worker_state: str) -> bool:
+def worker_ready(rank0_state: RunStatus, worker_state: RunStatus) -> bool:
     """Whether a worker node (rank >= 1) counts as ready: rank 0 is ready and the worker still loads.
 
     Worker nodes print no ready line (only rank 0 runs the HTTP server), so their readiness is rank 0's.
     """
-    return rank0_state == "ready" and worker_state in ("launching", "loading")
+    return rank0_state == RunStatus.READY and worker_state in STARTING

@@ -9,7 +9,7 @@ Phases, in launch order: launching -> loading_weights -> allocating_kv -> captur
 `Load weight end` after TP0 allocated its KV cache), and a draft model loads after the target's KV
 cache; going backwards would make the display flicker without telling the user anything.
 
-Failures (see `events.Failure`): the first fatal failure wins, except that a provisional one (a
+Failures (`model.failure.Failure`, from `events.Failure`): the first fatal failure wins, except that a provisional one (a
 `Scheduler hit an exception: Traceback` header) is replaced by the exception line that follows it. A
 non-fatal failure (a plain traceback) sets phase "failed" only until the launch shows progress again,
 and is ignored once the server is ready (servers log tracebacks of single requests and keep serving).
@@ -33,23 +33,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specmon.model import events as ev
+from specmon.model.failure import Failure
 from specmon.model.logparse import LogParser
 
 PHASES = ("launching", "loading_weights", "allocating_kv", "capturing_graphs", "warming_up", "ready", "failed")
 _PROGRESS_ORDER = {p: i for i, p in enumerate(PHASES[:-1])}
 SHARD_RATE_ALPHA = 0.3  # weight of the newest sample in the smoothed shard rate
 LAST_LINES = 20
-
-
-@dataclass(frozen=True)
-class Failure:
-    """Why the launch failed: kind (see events.FAILURE_KINDS), the message, its 1-based line."""
-
-    kind: str
-    message: str
-    line: int
-    fatal: bool = True
-    provisional: bool = False
 
 
 @dataclass(frozen=True)
@@ -138,7 +128,7 @@ def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None
 
 def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
     cur = state.failure
-    new = Failure(f.kind, f.message, f.line_no, f.fatal, f.provisional)
+    new = Failure(f.kind, f.message, line=f.line_no, fatal=f.fatal, provisional=f.provisional)
     if cur is None:
         if state.ready and not f.fatal:
             return state

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import os
 import shlex
 import signal
@@ -23,13 +24,15 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from specmon.model.events import highlights
+from specmon.model.failure import Failure
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
+from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError
-from specmon.orchestration.runview import ACTIVE_STATES, FailureInfo, LogLine, RunView
+from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, progress_of
+from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
 from specmon.sources.scrape import MetricsScraper
@@ -78,45 +81,38 @@ async def client_url(transport: Transport, recorded: str, port: int, addr: str |
     return await transport.local_url(port, addr or "127.0.0.1") if recorded == host_url(port) else recorded
 
 
-def failure_of(run_state: RunState | None) -> FailureInfo | None:
-    """The parser's fatal failure as a FailureInfo (None when the log shows none)."""
+def failure_of(run_state: RunState | None) -> Failure | None:
+    """The parser's fatal failure as a run's failure, with the lines before it (None when the log shows none)."""
     failure = run_state.failure if run_state is not None else None
     if run_state is None or failure is None or not failure.fatal or failure.provisional:
         return None
-    return FailureInfo(failure.kind, failure.message, run_state.last_lines)
-
-
-def progress_of(run_state: RunState) -> dict[str, Any]:
-    """The record fields that keep a run's progress: shards (done, total) and KV cache tokens."""
-    total = run_state.shards_total
-    shards = (run_state.shards_done or 0, total) if total else None
-    return {"shards": shards, "kv_cache_tokens": run_state.kv_cache_tokens}
+    return Failure(failure.kind, failure.message, run_state.last_lines)
 
 
 def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
-                stop_requested: bool) -> tuple[str, FailureInfo | None]:
+                stop_requested: bool) -> tuple[RunStatus, Failure | None]:
     """The terminal (state, failure) of a run whose process has ended."""
     last = run_state.last_lines if run_state is not None else ()
-    if record.state == "failed" and record.failure:
-        return "failed", FailureInfo.from_json(record.failure)   # a stop after a failure keeps the reason
+    if record.state == RunStatus.FAILED and record.failure:
+        return RunStatus.FAILED, record.failure   # a stop after a failure keeps the reason
     if stop_requested or record.stop_requested:
-        return "stopped", None
-    failure = failure_of(run_state) or FailureInfo.from_json(record.failure)
+        return RunStatus.STOPPED, None
+    failure = failure_of(run_state) or record.failure
     if failure is None:
         if lost:
-            failure = FailureInfo("lost", "the server's wrapper is gone without recording an exit code "
+            failure = Failure(RunStatus.LOST, "the server's wrapper is gone without recording an exit code "
                                           "(killed by a signal or the OOM killer?)", last)
         elif exit_code == 0:
-            failure = FailureInfo("exited", "exited unexpectedly with code 0", last)
+            failure = Failure(RunStatus.EXITED, "exited unexpectedly with code 0", last)
         else:
-            failure = FailureInfo("exited", f"exited with code {exit_code}", last)
+            failure = Failure(RunStatus.EXITED, f"exited with code {exit_code}", last)
     if lost:
-        return "lost", failure
-    return ("exited" if record.ready_at is not None else "failed"), failure
+        return RunStatus.LOST, failure
+    return (RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED), failure
 
 
 def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
-                stop_requested: bool, wrapper_started: bool = True) -> tuple[str, FailureInfo | None]:
+                stop_requested: bool, wrapper_started: bool = True) -> tuple[RunStatus, Failure | None]:
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
@@ -127,9 +123,9 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
     if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
         last = run_state.last_lines if run_state is not None else ()
         cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
-    if cause is not None and state != "stopped" and not (record.state == "failed" and record.failure):
-        state = "exited" if record.ready_at is not None else "failed"
-        failure = FailureInfo(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
+    if cause is not None and state != RunStatus.STOPPED and not (record.state == RunStatus.FAILED and record.failure):
+        state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
+        failure = Failure(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
     return state, failure
 
 
@@ -209,27 +205,27 @@ class RunController:
         r, rs, now = self.record, self.watch.state, time.time()
         progress = progress_of(rs)
         state = r.state
-        if state == "launching" and r.pid is not None:
-            state = "loading"
-        failure = FailureInfo.from_json(r.failure)
+        if state == RunStatus.LAUNCHING and r.pid is not None:
+            state = RunStatus.LOADING
+        failure = r.failure
         eta = None
-        if state in ("launching", "loading"):
+        if state in STARTING:
             with contextlib.suppress(Exception):   # an estimate must never break the view
                 eta = eta_seconds(rs, now, self.past_loads)
         return RunView(
             run_id=r.run_id, profile=r.profile, host=r.host, state=state,
-            stalled=self.stalled and state in ("launching", "loading"),
+            stalled=self.stalled and state in STARTING,
             pid=r.pid, port=r.port, url=self.url, started_at=r.started_at, ready_at=r.ready_at,
-            load_seconds=r.load_seconds, shards=progress["shards"] or r.shards,
-            kv_cache_tokens=progress["kv_cache_tokens"] or r.kv_cache_tokens,
+            load_seconds=r.load_seconds, shards=progress.shards or r.shards,
+            kv_cache_tokens=progress.kv_cache_tokens or r.kv_cache_tokens,
             exit_code=r.exit_code, failure=failure, eta_s=eta, phase=rs.phase, past_load_s=typical_load_s(self.past_loads),
-            still_running=state == "failed" and self._process_alive,
+            still_running=state == RunStatus.FAILED and self._process_alive,
             stall_reason=self.stall_reason if self.stalled else None,
             log_path=r.log_path, run_dir=r.run_dir, run_state=rs, node_rank=r.node_rank,
-            probe_error=self.probe_error if state in ("launching", "loading") else None,
-            health=None if self.last_health is None or state not in ACTIVE_STATES else
+            probe_error=self.probe_error if state in STARTING else None,
+            health=None if self.last_health is None or state not in ACTIVE else
             str(self.last_health.status or self.last_health.error),
-            link=self.ops.transport.link if r.host != "local" and state in ACTIVE_STATES else None,
+            link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
         )
 
@@ -252,13 +248,14 @@ class RunController:
                                self.tailer.offset, kind="note"))
         self._on_state_error(str(exc))
 
-    def _update(self, **changes: Any) -> None:
+    def _update(self, edit: Edit) -> None:
+        """Change the stored record by `edit` (in memory alone when the state disk refuses) and publish."""
         try:
-            stored = self.store.update(self.record.run_id, **changes)
+            stored = self.store.change(self.record.run_id, edit)
         except StateWriteError as exc:
             self._state_failed(exc)
             stored = None
-        self.record = stored if stored is not None else dataclasses.replace(self.record, **changes)
+        self.record = stored if stored is not None else edit(self.record)
         self._publish()
 
     # ---- log lines ---------------------------------------------------------------------------------------
@@ -289,8 +286,9 @@ class RunController:
         `node` is for a multi-node run's controller (which node's log); a single run has one log."""
         if end > self.record.log_offset:
             try:
-                self.record = self.store.update(self.record.run_id, log_offset=end, log_inode=self.tailer.inode) \
-                    or self.record
+                inode = self.tailer.inode
+                self.record = self.store.change(
+                    self.record.run_id, lambda r: dataclasses.replace(r, log_offset=end, log_inode=inode)) or self.record
             except StateWriteError as exc:
                 self._state_failed(exc)
 
@@ -321,7 +319,7 @@ class RunController:
             self._finish_readers()
             self._publish()
             return
-        if self.record.state == "ready":
+        if self.record.state == RunStatus.READY:
             self._ready_trigger.set()
         self._unwatch_link = self.ops.transport.watch_link(self._on_link)
         self._tail_task = asyncio.create_task(self._tail_loop(), name=f"tail {self.record.run_id}")
@@ -360,7 +358,8 @@ class RunController:
         with contextlib.suppress(TransportError, TimeoutError):
             node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
             if node is not None:
-                self._update(server_addr=node[1])
+                addr = node[1]
+                self._update(lambda r: dataclasses.replace(r, server_addr=addr))
                 await self._reach(node[1])
 
     def _on_link(self, link: LinkState) -> None:
@@ -435,16 +434,17 @@ class RunController:
         if rs.ready and self.record.server != "other":
             self._ready_trigger.set()
         failure = failure_of(rs)
-        if failure is not None and self.record.state in ("launching", "loading"):
+        if failure is not None and self.record.state in STARTING:
             self._process_alive = False   # "still running" only once a check after the verdict finds it so
-            self._update(state="failed", failure=dataclasses.asdict(failure), **progress_of(rs))
-            self._notify(self.record, "failed", failure.message)
+            progress = progress_of(rs)
+            self._update(lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure).with_progress(progress))
+            self._notify(self.record, RunStatus.FAILED, failure.message)
         self._publish()
 
     async def _process_loop(self) -> None:
         pid = self.record.pid
         while True:
-            ready = self.record.state == "ready"
+            ready = self.record.state == RunStatus.READY
             await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
             if pid is None:
                 continue
@@ -478,11 +478,11 @@ class RunController:
                 self._notify(self.record, "time_limit", f"Slurm job {job.job_id} {job.describe()}")
             changed = job != self.job
             self.job = job
-            if job is not None and job.running and self.record.state == "launching":
+            if job is not None and job.running and self.record.state == RunStatus.LAUNCHING:
                 started = job.start_epoch or time.time()
                 self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
                 self.last_bytes_at = max(self.last_bytes_at, started)
-                self._update(state="loading", started_at=started)
+                self._update(functools.partial(RunRecord.loading_from, at=started))
             if job is not None and job.running and not self._reachable.is_set():
                 await self._find_node(job)
             if changed:
@@ -493,10 +493,10 @@ class RunController:
             if job is None or not job.active or (exit_code is not None and await self._rank_died_alone()):
                 await self._finish(exit_code, lost=job is None and exit_code is None, stop_requested=stop, job=job)
                 return
-            if self.record.state in ("loading", "ready"):
+            if self.record.state in (RunStatus.LOADING, RunStatus.READY):
                 self._settle()
                 self._check_stall()
-            ready = self.record.state == "ready"
+            ready = self.record.state == RunStatus.READY
             await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
 
     async def _rank_died_alone(self) -> bool:
@@ -530,7 +530,7 @@ class RunController:
             self._publish()
 
     def _check_stall(self) -> None:
-        if self.record.state not in ("launching", "loading") or self._link_down_since is not None:
+        if self.record.state not in STARTING or self._link_down_since is not None:
             return
         idle = time.time() - self.last_bytes_at
         if not self.stalled and idle >= self.stall_timeout_s:
@@ -559,11 +559,11 @@ class RunController:
             state, failure = job_verdict(self.record, self.watch.state, job, exit_code, stop_requested, started)
         else:
             state, failure = end_verdict(self.record, self.watch.state, exit_code, lost, stop_requested)
-        already_failed = self.record.state == "failed"
-        self._update(state=state,
-                     exit_code=exit_code, stop_requested=stop_requested or self.record.stop_requested,
-                     **progress_of(self.watch.state),
-                     failure=None if failure is None else dataclasses.asdict(failure))
+        already_failed = self.record.state == RunStatus.FAILED
+        stop = stop_requested or self.record.stop_requested
+        progress = progress_of(self.watch.state)
+        self._update(lambda r: dataclasses.replace(r, state=state, exit_code=exit_code, stop_requested=stop,
+                                                   failure=failure).with_progress(progress))
         if failure is not None and not already_failed:
             self._notify(self.record, self.record.state, failure.message)
         self._finish_readers()
@@ -584,7 +584,7 @@ class RunController:
             return False
 
         def interval() -> float:
-            return self.timings.health_ready_s if self.record.state == "ready" else self.timings.health_s
+            return self.timings.health_ready_s if self.record.state == RunStatus.READY else self.timings.health_s
 
         async def health() -> ProbeResult:
             assert self._health_reader is not None   # made with the probe, before _reachable is set
@@ -596,7 +596,7 @@ class RunController:
     async def _ready_loop(self) -> None:
         await self._ready_trigger.wait()
         await self._reachable.wait()
-        if self.record.state == "ready" or self.probe is None:
+        if self.record.state == RunStatus.READY or self.probe is None:
             return
         attempts = 0
         while not (result := await self.probe.completion()).ok:
@@ -608,17 +608,19 @@ class RunController:
                 self._publish()
             await asyncio.sleep(self.timings.ready_retry_s if attempts < READY_PROBE_PATIENCE else 2.0)
         self.probe_error = None
-        if self.record.state not in ("launching", "loading"):
+        if self.record.state not in STARTING:
             return
         now = time.time()
         load_seconds = now - self.record.started_at
         self.stalled = False
-        self._update(state="ready", ready_at=now, load_seconds=load_seconds, **progress_of(self.watch.state))
+        progress = progress_of(self.watch.state)
+        self._update(lambda r: dataclasses.replace(r, state=RunStatus.READY, ready_at=now, load_seconds=load_seconds)
+                     .with_progress(progress))
         try:
             self.store.record_load(self.record.profile, self.record.config, load_seconds, now)
         except StateWriteError as exc:
             self._state_failed(exc)
-        self._notify(self.record, "ready", f"ready after {load_seconds:.1f} s")
+        self._notify(self.record, RunStatus.READY, f"ready after {load_seconds:.1f} s")
 
 
 def run_notify(command: str, record: RunRecord, state: str, reason: str,

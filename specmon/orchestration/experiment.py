@@ -55,6 +55,7 @@ from specmon.model.experiment import (
 )
 from specmon.model.logparse import LogParser
 from specmon.model.results import LevelResult, utc_now_iso
+from specmon.model.runstatus import RunStatus
 from specmon.model.sweepstats import SweepProgress
 from specmon.orchestration.ready import queued, wait_ready
 from specmon.orchestration.runs import RunManager
@@ -321,7 +322,7 @@ class ExperimentRunner:
             return None
         with contextlib.suppress(UserError):
             view = self.manager.view(run_id)
-            if view.state == "ready":
+            if view.state == RunStatus.READY:
                 return view
         return None
 

@@ -27,10 +27,11 @@ import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol
+from typing import Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
+from specmon.model.failure import Failure
 from specmon.model.multinode import (
     NodePlacement,
     NodeState,
@@ -38,9 +39,10 @@ from specmon.model.multinode import (
     overall,
     worker_ready,
 )
+from specmon.model.runstatus import STARTING, RunStatus
 from specmon.orchestration.controller import RunController, host_url
-from specmon.orchestration.runstore import RunRecord, RunStore, new_run_id
-from specmon.orchestration.runview import FailureInfo, LogLine, RunView, StopReport
+from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, new_run_id
+from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
 
@@ -62,7 +64,7 @@ class NodeRuns(Protocol):
     async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None: ...
 
     async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
-                        submit: bool = True, **record_fields: Any) -> RunRecord: ...
+                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord: ...
 
     async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None: ...
 
@@ -89,12 +91,12 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
     verdict = overall([NodeState(v.node_rank or 0, v.state, v.stalled) for v in nodes])
     rank0 = nodes[0]
     state, failure = verdict.state, None
-    if record.state == "failed" and record.failure:   # the first failure seen stays the reason
-        state, failure = "failed", FailureInfo.from_json(record.failure)
+    if record.state == RunStatus.FAILED and record.failure:   # the first failure seen stays the reason
+        state, failure = RunStatus.FAILED, record.failure
     elif verdict.node is not None:
         bad = nodes[verdict.node]
-        reason = bad.failure or FailureInfo(bad.state, f"is {bad.state}")
-        failure = FailureInfo(reason.kind, f"{node_label(bad)}: {reason.message}", reason.last_lines)
+        reason = bad.failure or Failure(bad.state, f"is {bad.state}")
+        failure = Failure(reason.kind, f"{node_label(bad)}: {reason.message}", reason.last_lines)
     stall_reason = None
     if verdict.stalled_node is not None:
         stalled = nodes[verdict.stalled_node]
@@ -102,14 +104,13 @@ def compose(record: RunRecord, nodes: Sequence[RunView]) -> RunView:
     return dataclasses.replace(
         rank0, run_id=record.run_id, state=state, stalled=stall_reason is not None, stall_reason=stall_reason,
         started_at=record.started_at, failure=failure, node_rank=None, nodes=tuple(nodes),
-        eta_s=rank0.eta_s if state in ("launching", "loading") else None)
+        eta_s=rank0.eta_s if state in STARTING else None)
 
 
 def with_progress(record: RunRecord, view: RunView) -> RunRecord:
     """The multi-node run's record with the fields that follow its view (stored, so a later process sees the
     same)."""
-    failure = None if view.failure is None else dataclasses.asdict(view.failure)
-    return dataclasses.replace(record, state=view.state, failure=failure, ready_at=view.ready_at,
+    return dataclasses.replace(record, state=view.state, failure=view.failure, ready_at=view.ready_at,
                                load_seconds=view.load_seconds, shards=view.shards, kv_cache_tokens=view.kv_cache_tokens)
 
 
@@ -123,8 +124,8 @@ def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRec
     changed = []
     for worker in workers:
         if worker_ready(rank0.state, worker.state):
-            updated = store.update(worker.run_id, state="ready", ready_at=rank0.ready_at,
-                                   load_seconds=rank0.load_seconds)
+            updated = store.change(worker.run_id, lambda r: dataclasses.replace(
+                r, state=RunStatus.READY, ready_at=rank0.ready_at, load_seconds=rank0.load_seconds))
             if updated is not None:
                 changed.append(updated)
     return changed
@@ -183,10 +184,10 @@ class NodesWatcher:
         if with_progress(self.record, view) != self.record:
             self.record = save_progress(self.store, self.record.run_id, view) or self.record
         if before is None or before.state != view.state:
-            if view.state == "ready":
-                self._notify(self.record, "ready", f"ready after {view.load_seconds or 0:.1f} s")
-            elif view.state == "failed" and view.failure is not None:
-                self._notify(self.record, "failed", view.failure.message)
+            if view.state == RunStatus.READY:
+                self._notify(self.record, RunStatus.READY, f"ready after {view.load_seconds or 0:.1f} s")
+            elif view.state == RunStatus.FAILED and view.failure is not None:
+                self._notify(self.record, RunStatus.FAILED, view.failure.message)
         if view.stalled and not (before and before.stalled) and view.stall_reason:
             self._notify(self.record, "stalled", view.stall_reason)
         self._publish(view)
@@ -287,7 +288,7 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
     manager.store.save(record)
     results = await asyncio.gather(*(
         manager.start_run(profile, host, node_id, node_command(profile.command, profile.server, placement),
-                          group=run_id, node_rank=placement.rank, dist_init_addr=dist, notify_cmd=None)
+                          node=NodeSeat(run_id, placement.rank, dist))
         for host, node_id, placement in zip(hosts, node_ids, placements)), return_exceptions=True)
     errors = [(rank, error) for rank, error in enumerate(results) if isinstance(error, BaseException)]
     if errors:
@@ -298,7 +299,8 @@ async def _start_nodes(manager: NodeRuns, profile: Profile) -> str:
                     await manager.stop(node_id, force=True)
         rank, error = errors[0]
         message = f"node {rank} ({hosts[rank]}): {error}"
-        manager.store.update(run_id, state="failed", failure={"kind": "exited", "message": message, "last_lines": []})
+        failure = Failure(RunStatus.EXITED, message)
+        manager.store.change(run_id, lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure))
         if not isinstance(error, (UserError, TransportError)):
             raise error
         raise UserError(message)
@@ -309,7 +311,7 @@ async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
     """Stop every node at once (each with its own gates); one report naming each node's blockers."""
     t0 = time.monotonic()
     if not record.terminal:
-        manager.store.update(record.run_id, state="stopping", stop_requested=True)
+        manager.store.change(record.run_id, RunRecord.asked_to_stop)
     results = await asyncio.gather(*(manager.stop(node_id, force=force) for node_id in record.nodes),
                                    return_exceptions=True)
     reports: list[StopReport] = []

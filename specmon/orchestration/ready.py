@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from specmon.model.runstatus import STARTING, RunStatus
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 
@@ -41,11 +42,11 @@ class Verdict:
 def verdict_of(view: RunView, stop_at_stall: bool = True) -> Verdict | None:
     """The verdict a view already carries, or None while the run is still launching or loading (stalled or
     not, with `stop_at_stall` False)."""
-    if view.state == "ready":
+    if view.state == RunStatus.READY:
         return Verdict("ready", view, f"ready at {view.url} after {view.load_seconds or 0:.1f}s")
     if view.stalled and stop_at_stall:
         return Verdict("stalled", view, view.stall_reason or "stalled")
-    if view.state not in ("launching", "loading"):
+    if view.state not in STARTING:
         failure = view.failure
         reason = failure.text if failure else f"run is {view.state}"
         return Verdict("failed", view, reason)
@@ -103,7 +104,7 @@ async def wait_ready(manager: RunManager, run_id: str, *, timeout_s: float | Non
 
 def queued(view: RunView) -> bool:
     """A Slurm run whose job has not started yet."""
-    return view.job is not None and view.state == "launching"
+    return view.job is not None and view.state == RunStatus.LAUNCHING
 
 
 async def wait_all_ready(manager: RunManager, run_ids: Sequence[str], *, timeout_s: float | None = None,

@@ -30,13 +30,14 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model import textfile
+from specmon.model import runstatus, textfile
+from specmon.model.failure import Failure
+from specmon.model.runstate import RunState
+from specmon.model.runstatus import RunStatus
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 << 20      # a record is about 2 KiB
 MAX_HISTORY_BYTES = 256 << 20    # one line of ~150 bytes per launch
-RECORD_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
-TERMINAL_STATES = ("stopped", "exited", "failed", "lost")
 
 
 class StateWriteError(UserError):
@@ -69,6 +70,30 @@ def launched_by(run_config: str | None, config: str) -> bool:
 
 
 @dataclass(frozen=True)
+class Progress:
+    """How far a load got, as a run's record keeps it (`status` shows it for a run that has ended)."""
+
+    shards: tuple[int, int] | None = None   # (done, total)
+    kv_cache_tokens: int | None = None
+
+
+def progress_of(run_state: RunState) -> Progress:
+    """The progress the log parser's state shows: shards (done, total) and KV cache tokens."""
+    total = run_state.shards_total
+    return Progress((run_state.shards_done or 0, total) if total else None, run_state.kv_cache_tokens)
+
+
+@dataclass(frozen=True)
+class NodeSeat:
+    """Where a node's run sits in its multi-node run: the multi-node run's id, the node's rank, and rank 0's
+    rendezvous ADDR:PORT."""
+
+    group: str
+    rank: int
+    dist_init_addr: str
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """What specmon remembers about a run between processes."""
 
@@ -84,14 +109,14 @@ class RunRecord:
     notify_cmd: str | None
     expected_load_s: float | None
     started_at: float                  # epoch seconds (wall clock: shared by every specmon process)
-    state: str = "launching"           # launching|loading|ready|stopping|stopped|exited|failed|lost
+    state: RunStatus = RunStatus.LAUNCHING
     pid: int | None = None             # the wrapper's pid = pgid = sid
     starttime: int | None = None       # /proc/PID/stat field 22, catches PID reuse
     boot_id: str = ""                  # catches a reboot
     ready_at: float | None = None
     load_seconds: float | None = None
     exit_code: int | None = None
-    failure: dict[str, Any] | None = None   # {"kind", "message", "last_lines"}
+    failure: Failure | None = None
     stop_requested: bool = False
     shards: tuple[int, int] | None = None   # (done, total) when the run ended, for status of finished runs
     kv_cache_tokens: int | None = None
@@ -125,10 +150,30 @@ class RunRecord:
 
     @property
     def terminal(self) -> bool:
-        return self.state in TERMINAL_STATES
+        return self.state in runstatus.TERMINAL
 
-    def to_json(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self)}
+    def loading_from(self, at: float) -> RunRecord:
+        """This record once its server started at `at` (a Slurm job that left the queue: load time counts from
+        there)."""
+        return dataclasses.replace(self, state=RunStatus.LOADING, started_at=at)
+
+    def asked_to_stop(self) -> RunRecord:
+        """This record once a stop was asked for: stopping, and the request remembered."""
+        return dataclasses.replace(self, state=RunStatus.STOPPING, stop_requested=True)
+
+    def with_progress(self, progress: Progress | None, *, keep_known: bool = False) -> RunRecord:
+        """This record with the load's `progress` (None: unchanged); with `keep_known`, a figure the progress
+        does not know keeps the recorded one."""
+        if progress is None:
+            return self
+        return dataclasses.replace(
+            self, shards=self.shards if keep_known and progress.shards is None else progress.shards,
+            kv_cache_tokens=self.kv_cache_tokens if keep_known and progress.kv_cache_tokens is None
+            else progress.kv_cache_tokens)
+
+    def to_json(self) -> dict[str, object]:
+        return {"schema_version": SCHEMA_VERSION, **dataclasses.asdict(self),
+                "failure": None if self.failure is None else self.failure.to_json()}
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (runs recorded before that was kept: any)."""
@@ -149,8 +194,11 @@ class RunRecord:
             if not _FIELD_CHECKS[str(f.type)](value):
                 raise ValueError(f"{f.name}: unexpected value {json.dumps(value)[:40]}")
             fields[f.name] = tuple(value) if f.name in ("shards", "nodes") and value is not None else value
-        if fields["state"] not in RECORD_STATES:
-            raise ValueError(f"state: unknown state {fields['state']!r}")
+        fields["failure"] = Failure.from_json(fields.get("failure"))
+        try:
+            fields["state"] = RunStatus.parse(fields["state"])
+        except ValueError as exc:
+            raise ValueError(f"state: {exc}") from None
         return cls(**fields)
 
 
@@ -165,13 +213,14 @@ def _is_num(v: object) -> bool:
 # One check per annotation used in RunRecord (a new field with a new type fails loudly here, at import).
 _FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
     "str": lambda v: isinstance(v, str),
+    "RunStatus": lambda v: isinstance(v, str),   # which word: RunStatus.parse
     "int": _is_int,
     "float": _is_num,
     "bool": lambda v: isinstance(v, bool),
     "str | None": lambda v: v is None or isinstance(v, str),
     "int | None": lambda v: v is None or _is_int(v),
     "float | None": lambda v: v is None or _is_num(v),
-    "dict[str, Any] | None": lambda v: v is None or (
+    "Failure | None": lambda v: v is None or (
         isinstance(v, dict) and isinstance(v.get("kind", ""), str) and isinstance(v.get("message", ""), str)
         and isinstance(v.get("last_lines") or [], list)),
     "tuple[str, ...]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
@@ -179,6 +228,9 @@ _FIELD_CHECKS: dict[str, Callable[[object], bool]] = {
         isinstance(v, list) and len(v) == 2 and all(_is_int(x) for x in v)),
 }
 assert all(str(f.type) in _FIELD_CHECKS for f in dataclasses.fields(RunRecord))
+
+
+Edit = Callable[[RunRecord], RunRecord]   # a change of a record: `lambda r: dataclasses.replace(r, ...)`
 
 
 @dataclass(frozen=True)
@@ -270,11 +322,7 @@ class RunStore:
         with self._locked():
             _atomic_write(self._path(record.run_id), json.dumps(record.to_json(), indent=1) + "\n")
 
-    def update(self, run_id: str, **changes: Any) -> RunRecord | None:
-        """Apply `changes` to the stored record under the lock (re-read first); returns the new record."""
-        return self.change(run_id, lambda current: dataclasses.replace(current, **changes))
-
-    def change(self, run_id: str, edit: Callable[[RunRecord], RunRecord]) -> RunRecord | None:
+    def change(self, run_id: str, edit: Edit) -> RunRecord | None:
         """Replace the stored record by `edit(record)` under the lock (re-read first; written only if it
         differs); returns the new record, or None when there is none."""
         with self._locked():

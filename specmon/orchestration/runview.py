@@ -3,48 +3,24 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from specmon.model import runstatus
 from specmon.model.clean import printable, strip_ansi
+from specmon.model.failure import Failure
 from specmon.model.runstate import RunState
+from specmon.model.runstatus import RunStatus
 from specmon.orchestration.runstore import iso_utc, launched_by
 from specmon.sources.transport import LinkState
-
-RUN_STATES = ("launching", "loading", "ready", "stopping", "stopped", "exited", "failed", "lost")
-ACTIVE_STATES = RUN_STATES[:4]   # the server process may still be running
-
-
-@dataclass(frozen=True)
-class FailureInfo:
-    """Why a run failed: kind (oom, nccl, port_in_use, model_not_found, exception, exited, lost), one-line
-    message, and the last log lines before it."""
-
-    kind: str
-    message: str
-    last_lines: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        """`kind: message`, or the message alone where it starts with its kind ("exited with code 1", not
-        "exited: exited with code 1")."""
-        return self.message if self.message.split(" ", 1)[0] == self.kind else f"{self.kind}: {self.message}"
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> FailureInfo | None:
-        """From the dict kept in a RunRecord (None stays None)."""
-        if not data:
-            return None
-        return cls(str(data.get("kind", "")), str(data.get("message", "")), tuple(data.get("last_lines") or ()))
 
 
 @dataclass(frozen=True)
 class RunView:
-    """A snapshot of one run. `state` is one of RUN_STATES; `stalled` is a warning flag on top of it."""
+    """A snapshot of one run: its `state`, and `stalled`, a warning flag on top of it."""
 
     run_id: str
     profile: str
     host: str
-    state: str
+    state: RunStatus
     stalled: bool
     pid: int | None
     port: int
@@ -55,7 +31,7 @@ class RunView:
     shards: tuple[int, int] | None        # (done, total)
     kv_cache_tokens: int | None
     exit_code: int | None
-    failure: FailureInfo | None
+    failure: Failure | None
     eta_s: float | None
     phase: str | None                     # the log's phase: launching, loading_weights, ..., ready, failed
     stall_reason: str | None
@@ -76,13 +52,13 @@ class RunView:
     @property
     def active(self) -> bool:
         """The server process may still be running."""
-        return self.state in ACTIVE_STATES
+        return self.state in runstatus.ACTIVE
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
         return launched_by(self.config, config)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The `specmon status --json` object."""
         return {
             "run_id": self.run_id,
@@ -107,10 +83,10 @@ class RunView:
         }
 
 
-def unreadable_json(run_id: str, error: str) -> dict[str, Any]:
+def unreadable_json(run_id: str, error: str) -> dict[str, object]:
     """The `specmon status --json` object of a run whose record cannot be read: the keys of `RunView.to_json`
     (taken from it, so the two never drift apart), null, with state "unreadable" and the reason in "error"."""
-    blank = RunView(run_id=run_id, profile="", host="", state="unreadable", stalled=False, pid=None, port=0, url="",
+    blank = RunView(run_id=run_id, profile="", host="", state=RunStatus.LAUNCHING, stalled=False, pid=None, port=0, url="",
                     started_at=0.0, ready_at=None, load_seconds=None, shards=None, kv_cache_tokens=None,
                     exit_code=None, failure=None, eta_s=None, phase=None, stall_reason=None, log_path="", run_dir="")
     return {**dict.fromkeys(blank.to_json()), "run_id": run_id, "state": "unreadable", "error": error}

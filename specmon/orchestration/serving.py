@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from specmon.model.config import Profile
+from specmon.model.runstatus import RunStatus
 from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runs import RunManager
@@ -51,7 +52,7 @@ class ServingWatcher:
     def track(self, view: RunView) -> None:
         """Start reading a READY run's /metrics, or stop reading a run that is not READY any more."""
         current = self._tasks.get(view.profile)
-        if view.state == "ready" and view.node_rank in (None, 0):
+        if view.state == RunStatus.READY and view.node_rank in (None, 0):
             if current is not None and current[0] == view.run_id:
                 return
             if current is not None:

@@ -19,16 +19,16 @@ import dataclasses
 import shlex
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.multinode import NodePlacement, node_command
 from specmon.model.runstate import RunState
+from specmon.model.runstatus import RunStatus
 from specmon.model.slurm import JobInfo, SlurmRequest, nodes_script
-from specmon.orchestration.controller import host_url, job_verdict, progress_of
+from specmon.orchestration.controller import host_url, job_verdict
 from specmon.orchestration.multinode import NodeRuns, node_run_id
-from specmon.orchestration.runstore import RunRecord, RunStore, StateWriteError, new_run_id
+from specmon.orchestration.runstore import Edit, NodeSeat, RunRecord, RunStore, StateWriteError, new_run_id, progress_of
 from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
@@ -44,7 +44,7 @@ async def submit(ops: HostOps, store: RunStore, request: SlurmRequest, run_id: s
     job = await slurm.submit(request, run_id, run_dir, script)
     try:
         for run in runs:
-            store.update(run, slurm_job=job)
+            store.change(run, lambda r: dataclasses.replace(r, slurm_job=job))
     except StateWriteError:   # a job specmon cannot record must not run on unseen
         with contextlib.suppress(TransportError, TimeoutError):
             await slurm.cancel(job)
@@ -76,8 +76,7 @@ async def launch_nodes(manager: NodeRuns, profile: Profile, *, watch: bool) -> R
                     argv = node_command(profile.command, profile.server,
                                         NodePlacement(rank, nnodes, "{master_addr}", profile.master_port))
                     made.append(await manager.start_run(profile, profile.host, node_id, argv, submit=False,
-                                                        group=run_id, node_rank=rank, dist_init_addr=dist,
-                                                        notify_cmd=None))
+                                                        node=NodeSeat(run_id, rank, dist)))
                 script = f"{made[0].run_dir}/job.sh"
                 await ops.transport.write_file(script, nodes_script(run_id, root, nnodes).encode(), mode=0o700)
                 await submit(ops, manager.store, profile.slurm, run_id, made[0].run_dir, script, node_ids)
@@ -165,20 +164,22 @@ async def cancel(ops: HostOps, record: RunRecord, timings: StopTimings) -> StopR
 
 
 async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
-                    run_state: RunState | None) -> dict[str, Any]:
+                    run_state: RunState | None) -> Edit:
     """What changes in the record of a Slurm run nobody watched, now that its job is `job` (None: Slurm forgot
     it); `run_state` is the parser's state of its log (needed once the job has ended)."""
     if job is not None and job.active:
-        changes: dict[str, Any] = {}
-        if job.running and record.server_addr is None:
-            changes["server_addr"] = await node_address(ops, record, job)
-        if job.running and record.state == "launching":
-            changes.update(state="loading", started_at=job.start_epoch or time.time())
-        return changes
+        found = job.running and record.server_addr is None
+        addr = await node_address(ops, record, job) if found else None
+        starts, at = job.running and record.state == RunStatus.LAUNCHING, job.start_epoch or time.time()
+
+        def running(r: RunRecord) -> RunRecord:
+            r = dataclasses.replace(r, server_addr=addr) if found else r
+            return r.loading_from(at) if starts else r
+        return running
     exit_code = await exit_code_of(ops, record)
     stop = record.stop_requested or await ops.read_file(record.run_dir + "/stop_requested") is not None
     started = await ops.read_file(record.run_dir + "/pid") is not None
     state, failure = job_verdict(record, run_state, job, exit_code, stop, started)
-    return {"state": state, "exit_code": exit_code, "stop_requested": stop,
-            **(progress_of(run_state) if run_state is not None else {}),
-            "failure": None if failure is None else dataclasses.asdict(failure)}
+    progress = progress_of(run_state) if run_state is not None else None
+    return lambda r: dataclasses.replace(r, state=state, exit_code=exit_code, stop_requested=stop,
+                                         failure=failure).with_progress(progress)

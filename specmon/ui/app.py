@@ -33,6 +33,7 @@ from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.keymap import KEYS
 from specmon.model.levelrow import LevelRow
+from specmon.model.runstatus import ACTIVE, BROKEN, RunStatus
 from specmon.model.serving import ServingUpdate, sweep_live_line
 from specmon.model.sweepstats import SweepProgress
 from specmon.ui import keys, messages
@@ -213,7 +214,7 @@ class SpecmonApp(App[int]):
         before = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
         for row in rows:
             old = self.rows.get(row.profile)
-            if row.state == "failed" and row.failure and (old is None or old.failure != row.failure):
+            if row.state == RunStatus.FAILED and row.failure and (old is None or old.failure != row.failure):
                 # The card cuts a long reason (format.card_reason); the profile's Log pane keeps it whole.
                 self.add_log(row.profile, [LogEntry(f"✗ FAILED: {row.failure}", "error")])
             self.rows[row.profile] = row
@@ -484,7 +485,7 @@ class SpecmonApp(App[int]):
         row = self._selected_row()
         if row is None or not self._need_engine():
             return
-        if row.state in ("launching", "loading", "ready", "stopping"):
+        if row.state in ACTIVE:
             self.notify(f"{row.profile} is already {row.state}", severity="warning")
             return
         self._engine_call("launch", row.profile)
@@ -493,7 +494,7 @@ class SpecmonApp(App[int]):
         row = self._selected_row()
         if row is None or not self._need_engine():
             return
-        if row.run_id is None or (row.state in ("stopped", "exited", "failed", "idle") and not row.still_running):
+        if row.run_id is None or (row.state in (RunStatus.STOPPED, *BROKEN, "idle") and not row.still_running):
             self.notify(f"{row.profile} has no running server", severity="warning")
             return
         self.push_screen(
@@ -528,7 +529,7 @@ class SpecmonApp(App[int]):
         if self.sweeping:
             self.notify("a sweep is already running (c cancels it)", severity="warning")
             return
-        ready = [p for p in self.profiles if self.rows[p].state == "ready"]
+        ready = [p for p in self.profiles if self.rows[p].state == RunStatus.READY]
         if not ready:
             self.notify("no ready server to sweep", severity="warning")
             return

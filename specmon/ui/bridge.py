@@ -26,6 +26,7 @@ from specmon.model.experiment import experiment_runs
 from specmon.model.interop import TOOL_NAMES, read_any_results
 from specmon.model.levelrow import LevelRow, rows_of
 from specmon.model.results import LevelResult, SweepResult
+from specmon.model.runstatus import BUSY, RunStatus
 from specmon.model.sweepstats import SweepProgress
 from specmon.model.verdict import summarize, summarize_passes, summarize_profiles
 from specmon.orchestration.comparison import sweep_profiles
@@ -143,7 +144,7 @@ class EngineBridge:
         rows = []
         for profile in profiles:
             if profile in self._refused:
-                rows.append(ServerRow(profile=profile, state="failed", failure=self._refused[profile],
+                rows.append(ServerRow(profile=profile, state=RunStatus.FAILED, failure=self._refused[profile],
                                       port=self.config.profiles[profile].port))
                 continue
             rows.append(row_from_view(self._views[profile], now))
@@ -151,7 +152,7 @@ class EngineBridge:
 
     async def _tick(self) -> None:
         while True:
-            active = any(v.state in ("launching", "loading", "stopping") for v in self._views.values())
+            active = any(v.state in BUSY for v in self._views.values())
             await asyncio.sleep(TICK_ACTIVE_S if active else TICK_IDLE_S)
             self._push(self._shown())
 
@@ -286,7 +287,7 @@ class EngineBridge:
         ready: list[RunView] = []
         for profile in request.profiles:
             view = self._views.get(profile)
-            if view is None or view.state != "ready":
+            if view is None or view.state != RunStatus.READY:
                 self._post(EngineNotice(f"{profile} is not ready; skipped", severity="warning"))
             else:
                 ready.append(view)

@@ -17,17 +17,14 @@ from specmon.model.numbers import fmt_count as fmt_count
 from specmon.model.numbers import fmt_ms as fmt_ms
 from specmon.model.numbers import fmt_number as fmt_number
 from specmon.model.numbers import fmt_shards as fmt_shards
+from specmon.model.runstatus import BROKEN, BUSY, STARTING, RunStatus
 
 # Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
 _STATE_STYLES: dict[str, str] = {
-    "launching": "busy",
-    "loading": "busy",
-    "ready": "good",
-    "stopping": "busy",
-    "stopped": "idle",
-    "exited": "bad",
-    "failed": "bad",
-    "lost": "bad",
+    **dict.fromkeys(BUSY, "busy"),
+    RunStatus.READY: "good",
+    RunStatus.STOPPED: "idle",
+    **dict.fromkeys(BROKEN, "bad"),
     "idle": "idle",
 }
 
@@ -79,7 +76,7 @@ def fmt_spec(algorithm: str | None, steps: int | None, accept_len: float | None 
 
 def state_style(state: str, stalled: bool = False) -> str:
     """The style class of a run state: good, busy, bad, warn (stalled) or idle."""
-    if stalled and state in ("launching", "loading"):
+    if stalled and state in STARTING:
         return "warn"
     return _STATE_STYLES.get(state, "idle")
 
@@ -89,9 +86,9 @@ def state_label(state: str, stalled: bool = False, phase: str | None = None) -> 
 
     READY and FAILED are the engine's verdicts (ready needs a real completion too), never the log's phase alone.
     """
-    if stalled and state in ("launching", "loading"):
+    if stalled and state in STARTING:
         return "STALLED"
-    if state == "loading" and phase and phase not in ("ready", "failed"):
+    if state == RunStatus.LOADING and phase and phase not in ("ready", "failed"):
         return phase.upper()
     return state.upper()
 
@@ -144,9 +141,9 @@ def transitions(before: Mapping[str, tuple[str, bool]], after: Mapping[str, tupl
         if profile not in before:
             continue
         old_state, old_stalled = before[profile]
-        if state == "ready" and old_state != "ready":
-            events.append((profile, "ready"))
-        elif state in ("failed", "exited", "lost") and old_state != state:
+        if state == RunStatus.READY and old_state != RunStatus.READY:
+            events.append((profile, RunStatus.READY))
+        elif state in BROKEN and old_state != state:
             events.append((profile, state))
         elif stalled and not old_stalled:
             events.append((profile, "stalled"))

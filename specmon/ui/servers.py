@@ -13,6 +13,7 @@ from textual.widgets import ProgressBar, Static
 
 from specmon.model.compare import ComparedRun, confound_warnings
 from specmon.model.env import EnvReport
+from specmon.model.runstatus import STARTING, UP, RunStatus
 from specmon.model.serving import ServingUpdate, card_figure_lines
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
@@ -22,7 +23,7 @@ def _shape(text: str) -> list[int]:
     return [len(line) for line in text.split("\n")]
 
 
-COMPARED_STATES = ("loading", "ready")   # runs in these states are the ones being compared
+COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
 
 
 class RunCard(Vertical):
@@ -84,7 +85,7 @@ class RunCard(Vertical):
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
-        show_bar = fraction is not None and row.state in ("launching", "loading", "ready")
+        show_bar = fraction is not None and row.state in UP
         if bar.display != show_bar:
             bar.display = show_bar
         if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
@@ -96,7 +97,7 @@ class RunCard(Vertical):
         elif row.run_id is None:   # a launch that never started: only its reason is worth the space
             lines = []
         else:
-            eta = fmt.fmt_duration(row.eta_s) if row.state in ("launching", "loading") else fmt.NA
+            eta = fmt.fmt_duration(row.eta_s) if row.state in STARTING else fmt.NA
             lines = [
                 f"{fmt.fmt_shards(row.shards_done, row.shards_total)} ETA {eta}"
                 f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
@@ -108,7 +109,7 @@ class RunCard(Vertical):
             job = escape(row.job)
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
-        if serving is not None and row.state == "ready" and serving.run_id == row.run_id:
+        if serving is not None and row.state == RunStatus.READY and serving.run_id == row.run_id:
             lines += serving_lines(serving, room)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
@@ -118,7 +119,7 @@ class RunCard(Vertical):
             lines += [f"[$error b]{'✗' if i == 0 else ' '} {escape(part)}[/]" for i, part in enumerate(parts)]
         if row.still_running:
             lines.append(f"[$warning b]process still running (pid {row.pid}) · {escape(self._stop_key)} stops it[/]")
-        if row.run_id is None and row.state == "failed":
+        if row.run_id is None and row.state == RunStatus.FAILED:
             lines.append("[dim]l tries again[/]")
         # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
         shown = (head, "\n".join(lines))

@@ -1,0 +1,154 @@
+"""Runs found on a host that this specmon does not know (launched from another machine, or before the state
+directory was wiped): `host_runs` lists them, `adopt` takes one into the index and checks it at once."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from specmon.errors import UserError
+from specmon.model.clean import escape_controls
+from specmon.model.runstatus import RunStatus
+from specmon.model.textfile import loads
+from specmon.orchestration import slurmjobs
+from specmon.orchestration.checking import RunChecker
+from specmon.orchestration.controller import host_url
+from specmon.orchestration.hosts import Hosts
+from specmon.orchestration.runindex import RunIndex
+from specmon.orchestration.runstore import RunRecord
+from specmon.orchestration.runview import RunView
+from specmon.sources.host import RUN_ID, HostOps
+from specmon.sources.slurm import SlurmHost
+from specmon.sources.transport import SMALL_FILE_BYTES, TransportError
+
+
+@dataclass(frozen=True)
+class HostRun:
+    """A run directory found on a host that the local index does not know (adoptable)."""
+
+    run_id: str
+    profile: str
+    port: int
+    launched_at: str          # as meta.json says (UTC ISO-8601)
+    pid: int | None
+    running: bool
+    exit_code: int | None
+
+
+def _int_or(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _epoch(iso: object) -> float | None:
+    """Epoch seconds of an ISO-8601 time as iso_utc writes it (None if it is not one)."""
+    if not isinstance(iso, str):
+        return None
+    try:
+        return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+class Adopter:
+    """Finds and adopts runs on a host that the index does not know."""
+
+    def __init__(self, index: RunIndex, hosts: Hosts, checker: RunChecker) -> None:
+        self.index = index
+        self.hosts = hosts
+        self.checker = checker
+
+    async def host_runs(self, host: str) -> list[HostRun]:
+        """Runs whose directory is on `host` (in either runs root) but which this specmon does not know."""
+        ops = self.hosts.ops(host)
+        roots = await ops.run_roots()
+        root = " and ".join(roots)
+        # One round trip: each meta.json, its pid and exit code, separated by RS characters.
+        code, out, err = await ops.sh(
+            f"for d in {' '.join(shlex.quote(r) + '/*/' for r in roots)}; do [ -f \"$d/meta.json\" ] || continue; "
+            f"head -c {SMALL_FILE_BYTES} -- \"$d/meta.json\"; "
+            "printf '\\036'; cat -- \"$d/pid\" 2>/dev/null; printf '\\036'; cat -- \"$d/exit_code\" 2>/dev/null; "
+            "printf '\\035'; done; true", timeout=60)
+        if code != 0:
+            raise UserError(f"{host}: cannot list {root}: {err or f'exit {code}'}")
+        known = {r.run_id for r in self.index.store.all()}
+        found = []
+        for entry in out.split("\x1d"):
+            meta_text, _, rest = entry.partition("\x1e")
+            pid_text, _, exit_text = rest.partition("\x1e")
+            try:
+                meta = loads(meta_text)   # one cut at SMALL_FILE_BYTES is not JSON: skipped
+            except ValueError:
+                continue
+            run_id = str(meta.get("run_id", "")) if isinstance(meta, dict) else ""
+            if not RUN_ID.match(run_id) or run_id in known:
+                continue
+            pid = int(pid_text) if pid_text.strip().isdigit() else None
+            if meta.get("slurm"):   # a job's pid is its node's: Slurm says whether it still runs (or waits)
+                running = await SlurmHost(ops.transport).find(run_id) is not None
+            else:
+                info = await ops.proc(pid) if pid else None
+                running = info is not None and info.alive
+            found.append(HostRun(
+                run_id=run_id, profile=str(meta.get("profile") or "?"), port=_int_or(meta.get("port"), 0),
+                launched_at=str(meta.get("launched_at") or ""), pid=pid, running=running,
+                exit_code=int(exit_text) if exit_text.strip().lstrip("-").isdigit() else None))
+        return sorted(found, key=lambda r: r.run_id)
+
+    async def adopt(self, host: str, run_id: str) -> RunView:
+        """Take a run found on `host` into the local index (then `status`, `wait`, `logs`, `stop` and the TUI know
+        it). Its state is checked at once; a run that already ended gets its verdict from the files it left."""
+        if not RUN_ID.match(run_id):
+            raise UserError(f"bad run id {run_id!r}")
+        if self.index.store.load(run_id) is not None:
+            raise UserError(f"run {run_id} is already known here (see `specmon status`)")
+        ops = self.hosts.ops(host)
+        for root in await ops.run_roots():   # the XDG runs root first, then the one of earlier versions
+            run_dir = f"{root}/{run_id}"
+            text = await ops.read_file(f"{run_dir}/meta.json")
+            if text is not None:
+                break
+        try:
+            meta = loads(text or "")
+        except ValueError:
+            meta = None
+        if not isinstance(meta, dict) or meta.get("run_id") != run_id:
+            raise UserError(f"{host}: no run {run_id} (no readable {run_dir}/meta.json)")
+        pid_text = (await ops.read_file(f"{run_dir}/pid") or "").strip()
+        pid = int(pid_text) if pid_text.isdigit() else None
+        info = await ops.proc(pid) if pid else None
+        alive = info is not None and info.alive
+        profile = self.index.config.profiles.get(str(meta.get("profile")))
+        port = _int_or(meta.get("port"), 0)
+        if not 1 <= port <= 65535:
+            raise UserError(f"{host}: {run_dir}/meta.json: port: {escape_controls(repr(meta.get('port')))[:40]} is not a "
+                            "TCP port (1-65535); not adopted")
+        record = RunRecord(
+            run_id=run_id, profile=str(meta.get("profile") or run_id), host=host, run_dir=run_dir, port=port,
+            url=host_url(port), server=str(meta.get("server") or "sglang"),
+            health_path=profile.health_path if profile else "/health",
+            stall_timeout_s=profile.stall_timeout_s if profile else 300.0, notify_cmd=None,
+            expected_load_s=profile.expected_load_s if profile else None,
+            started_at=_epoch(meta.get("launched_at")) or time.time(), state=RunStatus.LOADING if pid else RunStatus.LAUNCHING,
+            # Adopted while alive: the start time read now guards against PID reuse from here on.
+            pid=pid, starttime=info.starttime if alive and info else None,
+            boot_id=await ops.boot_id() if alive else "")
+        try:
+            if meta.get("slurm"):
+                # A Slurm job (from any jump box): found by its name; its pid means nothing on this host.
+                record = await self._adopt_job(ops, dataclasses.replace(record, pid=None, starttime=None, boot_id=""))
+            self.index.store.save(record)
+            record = await self.checker.reconcile(record) if not record.terminal else record
+        except TransportError as exc:
+            raise UserError(str(exc)) from None
+        return self.index.static_view(record)
+
+    async def _adopt_job(self, ops: HostOps, record: RunRecord) -> RunRecord:
+        """A found Slurm run: its job while Slurm still lists it, else its verdict from the files it left."""
+        job = await SlurmHost(ops.transport).find(record.run_id)
+        if job is not None:
+            return dataclasses.replace(record, slurm_job=job.job_id, state=RunStatus.LAUNCHING)
+        rs, _ = await self.checker.replay(record)
+        return (await slurmjobs.reconcile(ops, record, None, rs))(record)

@@ -1,0 +1,211 @@
+"""Checking runs nobody watches: is the process still the one launched (boot id, PID start time), did it end
+and how (exit code, log verdict), did an unwatched load become ready (one test completion)?
+
+`reconcile` brings one record up to date with its host; `refresh` does it for every run of a profiles file
+(`specmon status`), naming each host that did not answer (`unanswered`) instead of failing on it. A watched run
+is not checked here: its watcher (`watched`) already knows."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import shlex
+import time
+from collections.abc import Mapping
+
+from specmon.model.failure import Failure
+from specmon.model.runstate import LogWatch, RunState
+from specmon.model.runstatus import RunStatus
+from specmon.orchestration import multinode, slurmjobs
+from specmon.orchestration.controller import REPLAY_LIMIT, Watcher, end_verdict, failure_of
+from specmon.orchestration.hosts import Hosts
+from specmon.orchestration.runindex import RunIndex
+from specmon.orchestration.runstore import RunRecord, progress_of
+from specmon.orchestration.runview import RunView
+from specmon.sources.health import probe_of
+from specmon.sources.slurm import SlurmHost
+from specmon.sources.tailer import read_range
+from specmon.sources.transport import TransportError
+
+PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a record without one is given up at 3x)
+PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
+
+
+class RunChecker:
+    """Brings the records of unwatched runs up to date with their hosts."""
+
+    def __init__(self, index: RunIndex, hosts: Hosts, watched: Mapping[str, Watcher]) -> None:
+        self.index = index
+        self.hosts = hosts
+        self.watched = watched                 # the runs being watched, by run id (their watchers know better)
+        self.unanswered: dict[str, str] = {}   # host -> why it did not answer refresh() (its runs: as recorded)
+
+    async def reconcile(self, record: RunRecord) -> RunRecord:
+        """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
+        ops = self.hosts.ops(record.host)
+        if record.slurm_job is not None:
+            rs = None
+            job = await SlurmHost(ops.transport).job(record.slurm_job)
+            if job is None or not job.active:
+                rs, _ = await self.replay(record)
+            return self.index.save(record, await slurmjobs.reconcile(ops, record, job, rs))
+        if record.pid is None:
+            return await self._adopt_pid(record)
+        info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
+        boot_ok = not record.boot_id or record.boot_id == await ops.boot_id()
+        if boot_ok and info is not None and info.alive and info.starttime == record.starttime:
+            return record
+        state, rs = None, None
+        if boot_ok and exit_code is None and info is not None and info.alive and info.starttime != record.starttime:
+            reason = f"pid {record.pid} now belongs to another process (start time differs): the server is gone"
+            failure: Failure | None = Failure(RunStatus.LOST, reason)
+            state = RunStatus.LOST
+        else:
+            rs, _ = await self.replay(record)
+            state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
+            if not boot_ok:
+                failure = Failure(RunStatus.LOST, f"host {record.host} rebooted since the launch")
+                state = RunStatus.LOST
+        stop = stop or record.stop_requested
+        progress = progress_of(rs) if rs is not None else None
+        return self.index.save(record, lambda r: dataclasses.replace(
+            r, state=state, exit_code=exit_code, stop_requested=stop, failure=failure).with_progress(progress))
+
+    async def _adopt_pid(self, record: RunRecord) -> RunRecord:
+        """A `launching` record without a pid (the launching specmon was killed after the start): take the pid
+        from the run directory, or give the run up once the wrapper clearly never started."""
+        ops = self.hosts.ops(record.host)
+        text = await ops.read_file(f"{record.run_dir}/pid")
+        if not (text and text.strip().isdigit()):
+            if time.time() - record.started_at < 3 * PID_WAIT_S:
+                return record   # may still be starting: a launch holds its host's lock meanwhile
+            failure = Failure(RunStatus.EXITED, "the launch was interrupted before the server started")
+            return self.index.save(record, lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure))
+        pid = int(text.strip())
+        info = await ops.proc(pid)
+        if info is not None and info.alive and await ops.owns(pid, record.run_id):
+            starttime, boot_id = info.starttime, await ops.boot_id()
+            return self.index.save(record, lambda r: dataclasses.replace(
+                r, pid=pid, starttime=starttime, boot_id=boot_id, state=RunStatus.LOADING))
+        # The wrapper has ended already: judge the run from what its directory says (start time unknown).
+        return await self.reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
+
+    async def replay(self, record: RunRecord) -> tuple[RunState, float | None]:
+        """The parser's state for the whole log (its last REPLAY_LIMIT bytes) and the log's mtime (epoch s).
+
+        The parser gets no start time: its load time then comes from the log's own timestamps, which is
+        right for a load nobody watched.
+        """
+        watch = LogWatch(None)
+        code, out, _ = await self.hosts.ops(record.host).sh(f"stat -c '%s %Y' -- {shlex.quote(record.log_path)} 2>/dev/null")
+        fields = out.split() if code == 0 else []
+        size, mtime = (int(fields[0]), float(fields[1])) if len(fields) == 2 else (0, None)
+        data = await read_range(self.hosts.ops(record.host).transport, record.log_path, max(0, size - REPLAY_LIMIT), size)
+        with contextlib.suppress(Exception):   # a parser bug must not break `status`
+            watch.feed(data, time.time())
+            watch.close(time.time())
+        return watch.state, mtime
+
+    async def refresh(self, all_configs: bool = False) -> list[RunView]:
+        """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
+        (for `specmon status`); returns their views."""
+        views = []
+        for record in self.index.store.all():
+            if not (all_configs or self.index.mine(record)):
+                continue
+            if record.group is not None:
+                continue   # a node: checked with its multi-node run
+            nodes = self.index.node_records(record)
+            hosts = {node.host for node in nodes} | {record.host}
+            if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
+                views.append(self.index.static_view(record))
+                continue
+            try:
+                if nodes and record.run_id not in self.watched:
+                    views.append(await self._refresh_nodes(record, nodes))
+                else:
+                    views.append(await self._refresh_one(record))
+            except (TransportError, TimeoutError) as exc:
+                # One host that does not answer must not hide the others' runs: say it once, show this run
+                # as last recorded.
+                self.unanswered[self._host_of(exc, hosts)] = str(exc)
+                views.append(self.index.static_view(record))
+        return views
+
+    @staticmethod
+    def _host_of(exc: Exception, hosts: set[str]) -> str:
+        """Which of a run's hosts an error is about (the transport's messages start with the host)."""
+        return next((h for h in sorted(hosts) if str(exc).startswith(f"{h}:")), min(hosts))
+
+    async def _refresh_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> RunView:
+        """Check each node of an unwatched multi-node run; keep the run's record in step with them."""
+        views = [await self._refresh_one(node) for node in nodes]
+        for worker in multinode.mark_workers_ready(self.index.store, views[0], [self.index.store.load(n.run_id) or n
+                                                                          for n in nodes[1:]]):
+            rank = worker.node_rank or 0
+            views[rank] = dataclasses.replace(views[rank], state=worker.state, ready_at=worker.ready_at,
+                                              load_seconds=worker.load_seconds, stalled=False, stall_reason=None)
+        view = multinode.compose(record, views)
+        multinode.save_progress(self.index.store, record.run_id, view)
+        return view
+
+    async def _refresh_one(self, record: RunRecord) -> RunView:
+        if record.run_id in self.watched:
+            return self.watched[record.run_id].view()
+        still_running = False
+        with contextlib.suppress(TransportError, TimeoutError):
+            if not record.terminal:
+                record = await self.reconcile(record)
+            elif record.exit_code is None and record.state in (RunStatus.FAILED, RunStatus.EXITED) and record.pid:
+                # Failed from the log while the process still ran: its exit code comes later, if ever (a server
+                # whose rank died can wait forever), so say whether it still runs.
+                info, exit_code, _ = await self.hosts.ops(record.host).run_status(record.run_dir, record.pid)
+                if exit_code is not None:
+                    record = self.index.save(record, lambda r: dataclasses.replace(r, exit_code=exit_code))
+                else:
+                    still_running = info is not None and info.alive and info.starttime == record.starttime
+        if record.terminal:
+            return dataclasses.replace(self.index.static_view(record), still_running=still_running)
+        job = None
+        if record.slurm_job is not None:
+            with contextlib.suppress(TransportError, TimeoutError):
+                queued = await SlurmHost(self.hosts.ops(record.host).transport).job(record.slurm_job)
+                job = queued.describe() if queued is not None else None
+        rs, mtime = await self.replay(record)
+        if record.state != RunStatus.READY and rs.ready and failure_of(rs) is None:
+            record = await self._confirm_ready(record, rs.load_seconds)
+        base = self.index.static_view(record)
+        progress = progress_of(rs)
+        idle = None if mtime is None else time.time() - mtime
+        stalled = base.state == RunStatus.LOADING and idle is not None and idle >= record.stall_timeout_s
+        return dataclasses.replace(
+            base, shards=progress.shards, kv_cache_tokens=progress.kv_cache_tokens, phase=rs.phase,
+            run_state=rs, stalled=stalled, job=job,
+            stall_reason=f"no log output for {idle:.0f} s" if stalled and idle is not None else None)
+
+    async def _confirm_ready(self, record: RunRecord, log_load_seconds: float | None) -> RunRecord:
+        """An unwatched run whose log says ready: one test completion decides."""
+        probe = await probe_of(self.hosts.ops(record.host).transport, record.port, record.health_path, timeout_s=3.0,
+                               addr=record.server_addr or "127.0.0.1")
+        try:
+            if not (await probe.completion()).ok:
+                return record
+        finally:
+            await probe.aclose()
+        ready_at = record.started_at + log_load_seconds if log_load_seconds else time.time()
+        return self.index.save(record, lambda r: dataclasses.replace(
+            r, state=RunStatus.READY, ready_at=ready_at, load_seconds=log_load_seconds))
+
+    async def process_ended(self, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
+        """Return once the run's process has ended, or its pid now belongs to another process (PID reuse); at
+        once for a run already over. One /proc read on the run's host every `poll_s`: `specmon logs -f` stops
+        following then, without watching the run's log."""
+        if record.terminal or record.pid is None:
+            return
+        ops = self.hosts.ops(record.host)
+        while True:
+            info = await ops.proc(record.pid)
+            if info is None or not info.alive or info.starttime != record.starttime:
+                return
+            await asyncio.sleep(poll_s)
