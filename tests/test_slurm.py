@@ -32,6 +32,7 @@ from specmon.model.config import Config, Profile
 from specmon.model.slurm import SlurmRequest
 from specmon.orchestration.ready import wait_ready
 from specmon.orchestration.runs import RunManager
+from specmon.orchestration.serving import scraper_of
 from specmon.orchestration.stopping import StopTimings
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
@@ -484,6 +485,13 @@ async def test_a_two_node_job_runs_rank_0_on_n1_and_rank_1_on_n2_is_ready_with_r
         assert (dump["node_rank"], dump["nnodes"], dump["dist_init_addr"]) == (rank, 2, f"{N1}:{master_port}")
     # Readiness went to the port on n1 (nothing listens on 127.0.0.1), and so does a sweep.
     assert ready.url == f"http://{N1}:{port}" and not answers("127.0.0.1", port)
+    # The card's /metrics reads (and `specmon metrics`) go there too: they read the login host's loopback before.
+    scraper = scraper_of(manager, ready, 1.0)
+    try:
+        answer, text = await scraper.read()
+    finally:
+        await scraper.aclose()
+    assert answer.status == 200 and text is not None and "sglang:num_running_reqs" in text, answer
     workload = Workload(levels=(1,), requests_per_level=3, warmup_requests=1, input_len=16, output_len=16)
     result = await run_sweep(SweepSpec(url=ready.url, workload=workload, out_path=tmp_path / "sweep.jsonl"))
     assert [(level.requests_ok, level.requests_failed) for level in result.levels] == [(3, 0)]

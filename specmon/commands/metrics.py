@@ -19,8 +19,7 @@ from specmon.errors import UserError
 from specmon.model.runstatus import RunStatus
 from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
-from specmon.orchestration.serving import read_once
-from specmon.sources.scrape import MetricsScraper
+from specmon.orchestration.serving import read_once, scraper_of
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,7 +54,7 @@ async def show(manager: RunManager, args: argparse.Namespace) -> int:
     if interval <= 0:
         raise UserError(f"--interval must be > 0, got {interval}")
     history = ServingHistory(Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds())
-    scraper = MetricsScraper(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+    scraper = scraper_of(manager, view, interval)
     try:
         reads = 0
         while True:

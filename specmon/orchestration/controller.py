@@ -227,6 +227,7 @@ class RunController:
             str(self.last_health.status or self.last_health.error),
             link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
+            server_addr=r.server_addr,
         )
 
     def _publish(self) -> None:

@@ -40,6 +40,12 @@ async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float)
     return None
 
 
+def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsScraper:
+    """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node)."""
+    return MetricsScraper(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2),
+                          addr=view.server_addr or "127.0.0.1")
+
+
 class ServingWatcher:
     """Reads /metrics of the READY runs it is shown. Close with `close()`."""
 
@@ -80,7 +86,7 @@ class ServingWatcher:
         interval = profile.metrics_interval_s if profile else 1.0
         thresholds = Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds()
         history = ServingHistory(thresholds)
-        scraper = MetricsScraper(self.manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2))
+        scraper = scraper_of(self.manager, view, interval)
         shown: set[str] = set()
         last: ServingUpdate | None = None
         try:
