@@ -23,7 +23,7 @@ GUIDELLM = Path(__file__).parent / "fixtures" / "interop" / "guidellm-sim-concur
 
 def test_a_finished_level_is_a_row_with_its_figures_and_client_flag() -> None:
     row = LevelRow.of_level(level(16, 690.04, skew_ms=4.0))
-    assert row.cells("base") == ("base", "16", "690.0", "30.00ms", "1.00", "20.00ms", "9.00ms", "SKEW 4.00ms")
+    assert row.cells("base") == ("base", "16", "690.0", "30.00ms", "1.00", "20.00ms", "9.00ms", "SKEW 4.0ms")
     assert LevelRow.of_level(level(16, 690.0, skew_ms=4.0, bound=True)).client == "BOUND"
     assert LevelRow.of_level(level(16, 690.0)).client == "ok"
     assert (row.load, row.value("throughput"), row.value("goodput")) == (16.0, 690.04, None)
@@ -47,7 +47,7 @@ def test_an_experiments_level_is_the_mean_over_its_repeats_flagged_when_a_repeat
     summary = summarize_passes("eagle", [(1, [level(4, 300.0), level(8, 400.0, skew_ms=2.5)]),
                                          (2, [level(4, 320.0), level(8, 420.0)])])
     rows = [LevelRow.of_repeats(lv) for lv in summary.levels]
-    assert [(r.concurrency, r.output_throughput, r.client) for r in rows] == [(4, 310.0, "ok"), (8, 410.0, "SKEW 2.50ms")]
+    assert [(r.concurrency, r.output_throughput, r.client) for r in rows] == [(4, 310.0, "ok"), (8, 410.0, "SKEW 2.5ms")]
     assert summary.meta is None   # no result file was read: no made-up one either
 
 
@@ -78,7 +78,7 @@ async def test_the_sweep_table_shows_an_overlaid_files_skew_with_its_figure(tmp_
         await pilot.pause()
         table = app.query_one("#sweep-table", DataTable)
         client = [str(c.label) for c in table.columns.values()].index("client")
-        assert [table.get_row_at(i)[client] for i in range(table.row_count)] == ["ok", "SKEW 4.00ms"]
+        assert [table.get_row_at(i)[client] for i in range(table.row_count)] == ["ok", "SKEW 4.0ms"]
         await app.engine.overlay(GUIDELLM)  # type: ignore[union-attr]
         await pilot.pause()
         app.flush()

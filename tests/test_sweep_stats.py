@@ -93,7 +93,7 @@ def test_chunks_that_waited_for_the_generator_flag_the_level_with_the_figure() -
     not counted as client-bound (its chunks were stamped on arrival); 1.5 ms at the same ITL is not material."""
     from specmon.commands.sweep import render_levels
     from specmon.model.levelrow import LevelRow
-    from specmon.model.results import LevelResult
+    from specmon.model.results import LevelResult, client_flag
     from specmon.orchestration.sweep import level_warnings
 
     acc = LevelAccumulator(256)
@@ -107,8 +107,10 @@ def test_chunks_that_waited_for_the_generator_flag_the_level_with_the_figure() -
         "C=256: chunks waited up to 4.0 ms (p99) for the load generator after arriving, in bursts of up to 256 reads, "
         "against an ITL p50 of 20.1 ms; chunk times at this level may carry that skew"]
     table = render_levels([level])
-    assert table.splitlines()[1].split()[-2:] == ["SKEW", "4.00ms"] and "client SKEW = chunks waited" in table
-    assert LevelRow.of_level(level).cells("s")[-1] == "SKEW 4.00ms"
+    assert table.splitlines()[1].split()[-2:] == ["SKEW", "4.0ms"] and "client SKEW = chunks waited" in table
+    assert LevelRow.of_level(level).cells("s")[-1] == "SKEW 4.0ms"
+    # The flag fits the TUI table's client column (the README screenshot cut "SKEW 15.51ms" to "SKEW 15.51m").
+    assert [client_flag(False, True, ms) for ms in (9.94, 15.51, 143.2)] == ["SKEW 9.9ms", "SKEW 16ms", "SKEW 143ms"]
     bound = LevelResult.from_dict(acc.result(10.0, cpu_s=9.5, loop_lag_ms_p99=1.0, handling_ms_p99=4.0,
                                              burst_max=256).to_dict())
     assert render_levels([bound]).splitlines()[1].split()[-1] == "BOUND" and LevelRow.of_level(bound).client == "BOUND"
