@@ -224,11 +224,22 @@ def test_vllm_v0_era_complete_file_gives_its_first_deployments_numbers_and_says_
                                "sent at once, no point on the request-rate axis of the other runs")
 
 
-def test_sglang_059_bench_serving_line_gives_the_files_own_numbers() -> None:
-    """SGLang 0.5.9's bench_serving line (server_info.version; --output-details arrays trimmed): every figure."""
-    (o,) = lines_of(SGLANG059)
-    assert o["server_info"]["version"] == "0.5.9"
-    result = read_any_results(SGLANG059)
+SGLANG05 = [  # file, the version its server_info names, the model it served
+    (SGLANG059, "0.5.9", "/workspace/qwen-3.5-27b"),
+    (REAL / "sglang055-qwen2.5-3b-agg-c8.jsonl", "0.5.5.post3", "Qwen/Qwen2.5-3B-Instruct"),
+    # behind SGLang's prefill/decode router: server_info holds each side's own (prefill 0.5.5.post3, decode 0.5.6)
+    (REAL / "sglang055-056-qwen2.5-3b-pd-1p1d-c64.jsonl", "0.5.5.post3", "Qwen/Qwen2.5-3B-Instruct"),
+]
+
+
+@pytest.mark.parametrize(("path", "version", "model"), SGLANG05, ids=[p.name for p, _, _ in SGLANG05])
+def test_sglang_05_bench_serving_line_gives_the_files_own_numbers(path: Path, version: str, model: str) -> None:
+    """SGLang 0.5.x bench_serving lines (0.5.9 with --output-details arrays trimmed; 0.5.5.post3 without the p90 E2E
+    that 0.5.9 added; a prefill/decode router's, whose server_info has no model_path of its own): every figure."""
+    (o,) = lines_of(path)
+    info = o["server_info"]
+    assert (info.get("version") or info["prefill"][0]["version"]) == version
+    result = read_any_results(path)
     (lv,) = result.levels
     assert (lv.concurrency, lv.rate) == (o["max_concurrency"], None)   # request_rate Infinity
     assert (lv.requests_ok, lv.requests_failed) == (o["completed"], 0)
@@ -240,9 +251,11 @@ def test_sglang_059_bench_serving_line_gives_the_files_own_numbers() -> None:
         assert (stats.mean, stats.p50, stats.p90, stats.p99) == tuple(
             o.get(f"{k}_{stem}_ms") for k in ("mean", "median", "p90", "p99")), stem
     assert lv.achieved_concurrency == o["concurrency"]
-    assert lv.accept_length is None and o["accept_length"] is None   # no speculative decoding on that server
-    assert result.meta.model == o["server_info"]["model_path"]
+    assert lv.accept_length is None and o["accept_length"] is None   # no speculative decoding on those servers
+    assert result.meta.model == model
     assert result.notes == ()
+    # what the file does not hold is said, not made up: 0.5.5 wrote no p90 at all
+    assert ("E2E p90" in (lacks_note(result) or "")) == ("p90_e2e_latency_ms" not in o)
 
 
 GUIDELLM05 = REAL / "guidellm05-sanity-concurrent4.json"

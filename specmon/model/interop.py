@@ -398,8 +398,16 @@ def _flat_stats(o: Mapping[str, Any], stem: str, where: str) -> Stats:
 
 
 def _sglang_model(o: Mapping[str, Any]) -> Any:
+    """The served model: `server_info.model_path`; behind SGLang's prefill/decode router `server_info` holds each
+    side's own server_info under `prefill` and `decode` instead: their model when all of them name the same one."""
     info = o.get("server_info")
-    return info.get("model_path") if isinstance(info, Mapping) else None
+    if not isinstance(info, Mapping):
+        return None
+    if "model_path" in info:
+        return info["model_path"]
+    sides = [s for key in ("prefill", "decode") if isinstance(info.get(key), list) for s in info[key]]
+    models = {s.get("model_path") for s in sides if isinstance(s, Mapping)}
+    return models.pop() if len(models) == 1 else None
 
 
 def _vllm_date(v: Any) -> str:
