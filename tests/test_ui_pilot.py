@@ -485,13 +485,20 @@ async def test_q_after_a_cancelled_experiment_stops_the_server_it_launched(
 
 async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """`x` runs the A/B: steps, both curves, and one crossover figure: the one drawn is the one the verdict names,
+    both from the result files (the chart kept the in-memory means: C≈5.69 drawn beside C≈5.68 in the verdict)."""
+    from specmon.model.compare import load_words
+    from specmon.model.experiment import experiment_runs, load_state
+    from specmon.model.verdict import summarize
+
     ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
-    base = sim_config(ports, extra={"exp-eagle": "--spec eagle3"})
+    # A cheap draft (the demo's): EAGLE-3 ahead at C=1, behind at C=16, so the curves cross in between.
+    base = sim_config(ports, extra={"exp-eagle": "--spec eagle3 --spec-step-cost 0.65"})
     text_config = "\n".join(
         f"[profiles.{p.name}]\nport = {p.port}\ncommand = {list(p.command)!r}\n".replace("'", '"')
         for p in base.profiles.values())
-    config = parse_config(text_config + '\n[experiments.ab]\nprofiles = ["exp-base", "exp-eagle"]\nlevels = [1, 4]\n'
-                          "repeats = 1\nrequests_per_level = 8\nwarmup_requests = 0\noutput_len = 32\n",
+    config = parse_config(text_config + '\n[experiments.ab]\nprofiles = ["exp-base", "exp-eagle"]\nlevels = [1, 16]\n'
+                          "repeats = 1\nrequests_per_level = 16\nwarmup_requests = 0\noutput_len = 32\n",
                           "test-profiles.toml")
     app = make_app(config, tmp_path)
     async with app.run_test(size=(150, 45), notifications=True) as pilot:
@@ -504,12 +511,21 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
             assert "experiment ab finished" in app.sweep_status, app.sweep_status
             assert "is faster" in app.sweep_status
             steps = "\n".join(app.experiment_steps)
-            for step in ("exp-base launch", "exp-base ready", "exp-base level: C=4", "exp-base stopped",
+            for step in ("exp-base launch", "exp-base ready", "exp-base level: C=16", "exp-base stopped",
                          "exp-eagle launch", "done: finished"):
                 assert step in steps, steps
             # The overlay built up: both profiles on the chart, one point per level.
-            assert [lv.concurrency for lv in app.series["exp-base"]] == [1, 4]
-            assert [lv.concurrency for lv in app.series["exp-eagle"]] == [1, 4]
+            assert [lv.concurrency for lv in app.series["exp-base"]] == [1, 16]
+            assert [lv.concurrency for lv in app.series["exp-eagle"]] == [1, 16]
+            # One crossover: the chart's is the verdict's, which is the result files' (read back here).
+            (directory,) = (tmp_path / "results" / "experiments").iterdir()
+            state = load_state(directory)
+            expected = summarize(experiment_runs(state), state.spec.repeats).crossover
+            assert expected is not None and app.crossover is not None, app.sweep_status
+            assert app.crossover.concurrency == expected.concurrency
+            figure = load_words(expected.concurrency)
+            assert figure in app.sweep_status, app.sweep_status
+            await wait_until(pilot, lambda: figure in app.query_one(SweepPane).verdict, 30, f"the chart's verdict to name {figure}")
             pane = app.query_one(SweepPane)
             panel = pane.query_one("#experiment-steps", Static)
             # The step list repaints at most once a second, later on a busy box: wait for it rather than a fixed pause.
