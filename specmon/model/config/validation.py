@@ -1,61 +1,55 @@
-"""profiles.toml: named server profiles, sweep defaults and key bindings.
-
-    load_config(path=None, env=None) -> Config
-        Discovery when path is None: $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml
-        (default ~/.config), else the built-in demo profiles (Config.source == BUILTIN_SOURCE).
-        Every user error raises specmon.errors.UserError("FILE:LINE: key: what is wrong").
-
-tomllib reports no positions for the values it returns, so a small locator (`locate_keys`) re-scans the
-already-valid text and maps every key path to the line it is written on; each problem found by validation is
-reported at the line of its key (or of the enclosing table when the key is missing).
-"""
+"""Checking profiles.toml text: `parse_config` parses it (tomllib) and validates every table into a Config,
+reporting the first problem as UserError("FILE:LINE: key: what is wrong") at the line of its key (or of the
+enclosing table when the key is missing), with warnings kept on the Config; and the one rule for each value a
+user may also type elsewhere (parse_levels/check_levels, parse_rates/check_rates, one_wave_problem)."""
 
 from __future__ import annotations
 
-import bisect
 import difflib
 import math
 import os
 import re
 import shlex
 import sys
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from importlib import resources
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.model import slurm
+from specmon.model.config.keys import KeyPath, format_key, line_of, locate_keys
+from specmon.model.config.types import (
+    DEFAULT_LEVELS,
+    ENV_NAME,
+    HOSTNAME,
+    IPV6,
+    ON_BUSY,
+    ON_FAILURE,
+    RESERVED_ENV,
+    SERVER_KINDS,
+    SWEEP_APIS,
+    Config,
+    ExperimentSpec,
+    Profile,
+    SshSettings,
+    SweepDefaults,
+    command_port,
+    parse_host,
+)
 from specmon.model.datasets import DATASETS, FILE_DATASETS
 from specmon.model.goodput import parse_slo
 from specmon.model.interpreter import python_module
 from specmon.model.keymap import keymap_problems
 from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.slurm import SlurmRequest
-from specmon.model.textfile import NotTextError, read_capped
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
 
-SERVER_KINDS = ("sglang", "vllm", "other")
-SWEEP_APIS = ("chat", "completions")
-ON_FAILURE = ("retry", "skip", "abort")
-ON_BUSY = ("wait", "abort")
-DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
-BUILTIN_SOURCE = "built-in demo profiles"
-MAX_CONFIG_BYTES = 1 << 20   # a profiles file is a few KB; a MiB is generous and never exhausts memory
-# Set by the lifecycle engine on every server it starts; a profile must not override it.
-RESERVED_ENV = ("SPECMON_RUN_ID",)
-
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
-_SSH_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
-MAX_HOST_CHARS = 300     # a DNS name has at most 253, a user name 32, a port 6
-_HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")
-_IPV6 = re.compile(r"\[[0-9A-Fa-f:.]+\]")
 
 
 def _slurm_nodes(table: Mapping[str, Any]) -> int:
@@ -64,266 +58,6 @@ def _slurm_nodes(table: Mapping[str, Any]) -> int:
     slurm_table = table.get("slurm")
     nodes = slurm_table.get("nodes") if isinstance(slurm_table, dict) else None
     return nodes if isinstance(nodes, int) and not isinstance(nodes, bool) else 1
-
-
-@dataclass(frozen=True)
-class Profile:
-    """One way of starting one inference server on one host."""
-
-    name: str
-    command: tuple[str, ...]          # argv; a string in TOML is split with shlex
-    host: str = "local"               # "local", an ssh alias, or user@host[:port]
-    server: str = "sglang"            # one of SERVER_KINDS
-    env: tuple[tuple[str, str], ...] = ()
-    workdir: str | None = None
-    port: int = 30000
-    health_path: str = "/health"
-    python: str = "python3"           # interpreter used for environment probes
-    expected_load_s: float | None = None
-    notify_cmd: str | None = None
-    stall_timeout_s: float = 300.0    # no log bytes and no progress for this long => "stalled" warning
-    url: str | None = None            # where clients reach the server directly (else: the host's 127.0.0.1:port)
-    hosts: tuple[str, ...] = ()       # multi-node: node rank i runs on hosts[i] (then host == hosts[0])
-    master_addr: str | None = None    # multi-node rendezvous address; None: rank 0's host's own address
-    master_port: int = DEFAULT_MASTER_PORT
-    slurm: SlurmRequest | None = None  # a Slurm profile: the server runs as a batch job submitted on `host`
-    metrics_interval_s: float = 1.0   # a READY server's /metrics is read this often (the serving view)
-    alert_waiting_s: float = 30.0     # requests waiting this long without a break: an alert
-    alert_kv_pct: int = 95            # KV-cache use at or above this percentage: an alert
-
-    @property
-    def is_local(self) -> bool:
-        return self.host == "local"
-
-    @property
-    def nodes(self) -> tuple[str, ...]:
-        """The host of each node rank: `hosts`, or just `host` for a single-node profile."""
-        return self.hosts or (self.host,)
-
-
-@dataclass(frozen=True)
-class SweepDefaults:
-    """Defaults for `specmon sweep` and the TUI's sweep form; command-line options override them."""
-
-    levels: tuple[int, ...] = DEFAULT_LEVELS
-    requests_per_level: int | None = None   # None => 4*C, at least 16 (see sweep docs)
-    duration_s: float | None = None
-    warmup_requests: int = 2
-    input_len: int = 128
-    output_len: int = 256
-    api: str = "chat"                       # "chat" | "completions"
-    rates: tuple[float, ...] = ()           # request rates (req/s): an open-loop sweep instead of levels
-    slo: Mapping[str, float] = field(default_factory=dict)   # goodput targets (ms), as `--slo` takes them
-    dataset: str = "builtin"                # datasets.DATASETS; builtin: realistic prompts, so acceptance is real
-    dataset_path: str | None = None         # sharegpt/jsonl/specbench file (relative: to the profiles file)
-    input_range: float = 0.0                # lengths uniform in len x [1 - range, 1 + range]
-    output_range: float = 0.0
-    seed: int = 0
-    output_from_dataset: bool = True       # no output_len written: the dataset's lengths where it has them
-
-
-@dataclass(frozen=True)
-class ExperimentSpec:
-    """An unattended A/B experiment (`[experiments.NAME]`): profiles run one after another on shared hardware,
-    each launched, swept over `levels` `repeats` times, and stopped.
-
-    `sweep` is the workload: the experiment's own keys over the `[sweep]` table's.
-    """
-
-    name: str
-    profiles: tuple[str, ...]
-    sweep: SweepDefaults
-    repeats: int = 3
-    max_load_s: float = 1800.0          # a launch not ready by then counts as failed
-    stall_s: float | None = None        # None: each profile's stall_timeout_s
-    on_failure: str = "retry"           # one of ON_FAILURE
-    retries: int = 1                    # extra launch attempts with on_failure = "retry"
-    on_busy: str = "wait"               # one of ON_BUSY: a process specmon did not start holds the port
-    busy_wait_s: float = 600.0
-
-
-@dataclass(frozen=True)
-class SshSettings:
-    """The [ssh] table: which OpenSSH files remote profiles use, and how fast a dead link is noticed.
-
-    `config` and `known_hosts` keep a leading `~` (expanded where they are opened). Host keys are always
-    verified against `known_hosts`; there is deliberately no setting that turns that off.
-    """
-
-    config: str = "~/.ssh/config"
-    known_hosts: str = "~/.ssh/known_hosts"
-    connect_timeout_s: float = 15.0
-    keepalive_s: float = 15.0              # a silent link counts as dead after 3 unanswered keepalives
-
-
-@dataclass(frozen=True)
-class Config:
-    """Everything read from one profiles file (or the built-in demo profiles)."""
-
-    source: str                              # file path, or BUILTIN_SOURCE
-    profiles: dict[str, Profile] = field(default_factory=dict)
-    sweep: SweepDefaults = field(default_factory=SweepDefaults)
-    keys: dict[str, str] = field(default_factory=dict)   # binding id -> key, from a [keys] table (TUI remaps)
-    ssh: SshSettings = field(default_factory=SshSettings)
-    experiments: dict[str, ExperimentSpec] = field(default_factory=dict)
-    found_by: str = ""                       # how discovery chose the file: "--config", "$SPECMON_CONFIG", ...
-    # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
-    key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
-    warnings: tuple[str, ...] = ()           # "FILE:LINE: key: why", for the front end to show; nothing failed
-
-    @property
-    def is_builtin(self) -> bool:
-        return self.source == BUILTIN_SOURCE
-
-    def where(self, *path: str) -> str:
-        """`FILE:LINE` of a key path such as ("keys", "launch") (the closest enclosing table if not written)."""
-        if self.is_builtin or not self.key_lines:
-            return self.source
-        return f"{self.source}:{_line_of(self.key_lines, path)}"
-
-    def profile(self, name: str) -> Profile:
-        """The named profile, or a UserError listing the known names."""
-        try:
-            return self.profiles[name]
-        except KeyError:
-            known = ", ".join(sorted(self.profiles)) or "none"
-            raise UserError(f"{self.source}: unknown profile {name!r} (known: {known})") from None
-
-    def experiment(self, name: str) -> ExperimentSpec:
-        """The named experiment, or a UserError listing the known names."""
-        try:
-            return self.experiments[name]
-        except KeyError:
-            known = ", ".join(sorted(self.experiments)) or "none"
-            raise UserError(f"{self.source}: unknown experiment {name!r} (known: {known})") from None
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """The parts of a profile's `host` other than "local"; user and port are None when not given."""
-
-    hostname: str
-    user: str | None = None
-    port: int | None = None
-
-
-def parse_host(host: str) -> SshTarget:
-    """Split `[user@]host[:port]` (host may be an ssh alias, a DNS name, IPv4 or [IPv6]); ValueError if malformed.
-
-    Leading dashes and whitespace are refused outright so a host can never be read as an ssh option.
-    """
-    if len(host) > MAX_HOST_CHARS:
-        raise ValueError(f"{len(host):,} characters long (a [user@]host[:port] has at most {MAX_HOST_CHARS})")
-    user: str | None = None
-    rest = host
-    if "@" in rest:
-        user, rest = rest.split("@", 1)
-        if not _SSH_USER.fullmatch(user):
-            raise ValueError(f"bad user name {user!r}")
-    port: int | None = None
-    if rest.startswith("["):
-        close = rest.find("]")
-        name, tail = rest[: close + 1], rest[close + 1:]
-        if close < 0 or not _IPV6.fullmatch(name):
-            raise ValueError("bad [IPv6] address")
-    else:
-        name, sep, tail = rest.partition(":")
-        tail = sep + tail
-        if not _HOSTNAME.fullmatch(name):
-            raise ValueError(f"bad host name {name!r}")
-    if tail:
-        digits = tail[1:]
-        if not tail.startswith(":") or not digits.isdigit() or not 1 <= int(digits) <= 65535:
-            raise ValueError("bad port (expected :1..65535)")
-        port = int(digits)
-    # asyncssh and ssh(1) want a bare IPv6 address; the brackets only delimit it from the port here.
-    return SshTarget(hostname=name.strip("[]"), user=user, port=port)
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Discovery and loading
-
-
-def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:
-    """Find, read and validate the profiles file (see the module docstring for the discovery order)."""
-    env = os.environ if env is None else env
-    if path is not None:
-        return _load_file(Path(path), "--config")
-    if env.get("SPECMON_CONFIG"):
-        return _load_file(Path(env["SPECMON_CONFIG"]), "$SPECMON_CONFIG")
-    cwd_file = Path("profiles.toml")
-    if cwd_file.is_file():
-        return _load_file(cwd_file, "./profiles.toml")
-    xdg_file = config_dir(env) / "profiles.toml"
-    if xdg_file.is_file():
-        return _load_file(xdg_file, "$XDG_CONFIG_HOME/specmon/profiles.toml")
-    return builtin_config()
-
-
-def command_port(argv: Sequence[str]) -> int | None:
-    """The port a server command names with `--port N` or `--port=N` (the last one wins, as argparse does);
-    None when it names none or not as a number (e.g. a shell variable)."""
-    found: int | None = None
-    for i, arg in enumerate(argv):
-        value = argv[i + 1] if arg == "--port" and i + 1 < len(argv) else (
-            arg[len("--port="):] if arg.startswith("--port=") else None)
-        if value is not None and value.isdigit():
-            found = int(value)
-    return found
-
-
-def config_dir(env: Mapping[str, str] | None = None) -> Path:
-    """specmon's per-user config directory: `$XDG_CONFIG_HOME/specmon`, default `~/.config/specmon`."""
-    env = os.environ if env is None else env
-    xdg = env.get("XDG_CONFIG_HOME", "")
-    # The XDG spec says relative values are to be ignored.
-    base = Path(xdg) if os.path.isabs(xdg) else Path(env.get("HOME") or Path.home()) / ".config"
-    return base / "specmon"
-
-
-def on_ports(config: Config, ports: Iterable[int]) -> Config:
-    """The same profiles moved to other ports, in profile order (`specmon demo --ports`): each profile's `port`
-    and the `--port N` of its command. A UserError when the count differs or a port is out of range."""
-    wanted = list(ports)
-    if len(wanted) != len(config.profiles) or len(set(wanted)) != len(wanted):
-        raise UserError(f"--ports: give {len(config.profiles)} different ports, one per profile "
-                        f"({', '.join(config.profiles)})")
-    if any(not 1 <= p <= 65535 for p in wanted):
-        raise UserError("--ports: each port must be in 1..65535")
-    moved = {}
-    for (name, profile), port in zip(config.profiles.items(), wanted):
-        command = list(profile.command)
-        for i, arg in enumerate(command[:-1]):
-            if arg == "--port":
-                command[i + 1] = str(port)
-        moved[name] = replace(profile, port=port, command=tuple(command))
-    return replace(config, profiles=moved)
-
-
-def builtin_config() -> Config:
-    """The demo profiles shipped inside the package (two `specmon sim` servers, run by the running specmon as
-    any local profile's `specmon ...` command is)."""
-    text = resources.files("specmon").joinpath("demo_profiles.toml").read_text(encoding="utf-8")
-    return parse_config(text, BUILTIN_SOURCE, found_by="built-in")
-
-
-def _load_file(path: Path, found_by: str) -> Config:
-    try:
-        data = read_capped(path, MAX_CONFIG_BYTES, special=True)   # `--config <(generate)` is a pipe
-    except NotTextError as exc:
-        raise UserError(f"{path}:{exc.line}: {exc} (named by {found_by})") from None
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (named by {found_by})") from None
-    except IsADirectoryError:
-        raise UserError(f"{path}: is a directory, expected a profiles.toml file (named by {found_by})") from None
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise UserError(f"{path}:{line}: not valid UTF-8 text (byte {exc.start})") from None
-    return parse_config(text, str(path), found_by=found_by)
 
 
 _TOML_POSITION = re.compile(r"\s*\((?:at line (\d+), column \d+|at end of document)\)$")
@@ -358,18 +92,15 @@ def _parse_config(text: str, source: str, found_by: str) -> Config:
     config = validator.config(data, source, found_by)
     lines = locate_keys(text)
     if validator.problems:
-        located = sorted(((_line_of(lines, p), p, m) for p, m in validator.problems), key=lambda t: t[0])
+        located = sorted(((line_of(lines, p), p, m) for p, m in validator.problems), key=lambda t: t[0])
         line, path, message = located[0]
         more = len(located) - 1
         suffix = f" (and {more} more problem{'s' if more > 1 else ''} after this one)" if more else ""
         raise UserError(f"{source}:{line}: {format_key(path)}: {message}{suffix}")
     assert config is not None
-    warnings = tuple(f"{source}:{_line_of(lines, p)}: {format_key(p)}: {m}" for p, m in validator.warnings)
+    warnings = tuple(f"{source}:{line_of(lines, p)}: {format_key(p)}: {m}" for p, m in validator.warnings)
     return replace(config, key_lines=lines, warnings=warnings)
 
-
-# ---------------------------------------------------------------------------------------------------------------
-# Validation
 
 _PROFILE_KEYS = (
     "host", "server", "command", "env", "workdir", "port", "health_path", "python",
@@ -382,9 +113,6 @@ _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
 _TOP_KEYS = ("profiles", "sweep", "keys", "ssh", "experiments")
-
-_KeyPath = tuple[str, ...]
-
 
 def _toml_type(value: object) -> str:
     """The TOML name of a parsed value's type, for messages."""
@@ -401,20 +129,20 @@ class _Validator:
     """Turns the parsed TOML document into a Config, collecting (key path, problem) pairs instead of stopping."""
 
     def __init__(self) -> None:
-        self.problems: list[tuple[_KeyPath, str]] = []
-        self.warnings: list[tuple[_KeyPath, str]] = []
+        self.problems: list[tuple[KeyPath, str]] = []
+        self.warnings: list[tuple[KeyPath, str]] = []
         self.base = Path(".")   # the profiles file's directory: relative paths in it are taken from there
 
-    def problem(self, path: _KeyPath, message: str) -> None:
+    def problem(self, path: KeyPath, message: str) -> None:
         self.problems.append((path, message))
 
-    def warning(self, path: _KeyPath, message: str) -> None:
+    def warning(self, path: KeyPath, message: str) -> None:
         self.warnings.append((path, message))
 
-    def wrong_type(self, path: _KeyPath, expected: str, value: object) -> None:
+    def wrong_type(self, path: KeyPath, expected: str, value: object) -> None:
         self.problem(path, f"must be {expected}, got {_toml_type(value)} {_shown(value)}")
 
-    def unknown_keys(self, table: Mapping[str, Any], path: _KeyPath, allowed: tuple[str, ...]) -> None:
+    def unknown_keys(self, table: Mapping[str, Any], path: KeyPath, allowed: tuple[str, ...]) -> None:
         for key in table:
             if key in allowed:
                 continue
@@ -422,7 +150,7 @@ class _Validator:
             hint = f"did you mean {close[0]!r}?" if close else "allowed: " + ", ".join(allowed)
             self.problem(path + (key,), f"unknown key ({hint})")
 
-    def no_nul(self, value: object, path: _KeyPath) -> None:
+    def no_nul(self, value: object, path: KeyPath) -> None:
         """A NUL byte (TOML's "\\u0000") in any key or string: no command, argument, path or variable can hold one;
         left in, it would crash `launch` or silently cut an argument short."""
         if isinstance(value, dict):
@@ -437,7 +165,7 @@ class _Validator:
             self.problem(path, "contains a NUL byte (\\u0000), which no command, path or argument can hold: "
                                + _shown(value))
 
-    def table(self, value: object, path: _KeyPath) -> Mapping[str, Any] | None:
+    def table(self, value: object, path: KeyPath) -> Mapping[str, Any] | None:
         if isinstance(value, dict):
             return value
         self.wrong_type(path, "a table", value)
@@ -445,7 +173,7 @@ class _Validator:
 
     # -- scalars --------------------------------------------------------------------------------------------------
 
-    def string(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: str | None) -> str | None:
+    def string(self, table: Mapping[str, Any], path: KeyPath, key: str, default: str | None) -> str | None:
         value = table.get(key, default)
         if value is None or (isinstance(value, str) and value):
             return value
@@ -455,7 +183,7 @@ class _Validator:
             self.wrong_type(path + (key,), "a string", value)
         return default
 
-    def choice(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: str, options: tuple[str, ...]) -> str:
+    def choice(self, table: Mapping[str, Any], path: KeyPath, key: str, default: str, options: tuple[str, ...]) -> str:
         value = table.get(key, default)
         if isinstance(value, str) and value in options:
             return value
@@ -464,7 +192,7 @@ class _Validator:
         self.problem(path + (key,), f"must be one of {', '.join(repr(o) for o in options)}, got {_shown(value)}{hint}")
         return default
 
-    def integer(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: int | None,
+    def integer(self, table: Mapping[str, Any], path: KeyPath, key: str, default: int | None,
                 low: int, high: int | None = None) -> int | None:
         value = table.get(key, default)
         if value is None:
@@ -478,7 +206,7 @@ class _Validator:
             return value
         return default
 
-    def seconds(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: float | None) -> float | None:
+    def seconds(self, table: Mapping[str, Any], path: KeyPath, key: str, default: float | None) -> float | None:
         value = table.get(key, default)
         if value is None:
             return None
@@ -577,7 +305,7 @@ class _Validator:
             slurm=self.slurm(table, path, hosts),
         )
 
-    def slurm(self, table: Mapping[str, Any], path: _KeyPath, hosts: tuple[str, ...]) -> SlurmRequest | None:
+    def slurm(self, table: Mapping[str, Any], path: KeyPath, hosts: tuple[str, ...]) -> SlurmRequest | None:
         """A Slurm profile's job request ([profiles.NAME.slurm]); `host` is then where sbatch runs."""
         if "slurm" not in table:
             return None
@@ -610,7 +338,7 @@ class _Validator:
                 self.problem(path + ("extra_args",), problem)
         return SlurmRequest(**values, extra_args=tuple(extra))
 
-    def check_host(self, host: str, key_path: _KeyPath) -> None:
+    def check_host(self, host: str, key_path: KeyPath) -> None:
         if host == "local":
             return
         try:
@@ -618,7 +346,7 @@ class _Validator:
         except ValueError as exc:
             self.problem(key_path, f"must be \"local\", an ssh alias or [user@]host[:port]: {exc}, got {_shown(host)}")
 
-    def hosts(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:
+    def hosts(self, table: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:
         """A multi-node profile's hosts: two or more distinct hosts, node rank i on hosts[i]."""
         key_path = path + ("hosts",)
         if "hosts" not in table:
@@ -642,7 +370,7 @@ class _Validator:
             return ()
         return tuple(value)
 
-    def rendezvous(self, table: Mapping[str, Any], path: _KeyPath, hosts: tuple[str, ...], server: str,
+    def rendezvous(self, table: Mapping[str, Any], path: KeyPath, hosts: tuple[str, ...], server: str,
                    command: tuple[str, ...], slurm_nodes: int = 1) -> dict[str, Any]:
         """master_addr / master_port, only meaningful with hosts (or master_port with a multi-node Slurm job, whose
         master is rank 0's node); and the command's own SGLang multi-node flags."""
@@ -657,7 +385,7 @@ class _Validator:
                     self.problem(path + (key,), "only for multi-node profiles (hosts = [...] or slurm.nodes >= 2)")
             return {}
         addr = self.string(table, path, "master_addr", None)
-        if addr is not None and not (_HOSTNAME.fullmatch(addr) or _IPV6.fullmatch(f"[{addr}]")):
+        if addr is not None and not (HOSTNAME.fullmatch(addr) or IPV6.fullmatch(f"[{addr}]")):
             self.problem(path + ("master_addr",), f"must be a host name or IP address, got {_shown(addr)}")
         problem = dist_flag_problem(command) if server == "sglang" else None
         if problem:
@@ -666,7 +394,7 @@ class _Validator:
                 "master_port": self.integer(table, path, "master_port", DEFAULT_MASTER_PORT, 1, 65535)
                 or DEFAULT_MASTER_PORT}
 
-    def command(self, table: Mapping[str, Any], path: _KeyPath) -> tuple[str, ...]:
+    def command(self, table: Mapping[str, Any], path: KeyPath) -> tuple[str, ...]:
         key_path = path + ("command",)
         if "command" not in table:
             self.problem(key_path, "missing; every profile needs the command that starts its server")
@@ -691,7 +419,7 @@ class _Validator:
             self.problem(key_path, "must not be empty")
         return tuple(argv)
 
-    def command_port(self, argv: tuple[str, ...], server: str, port: int, written: bool, path: _KeyPath) -> None:
+    def command_port(self, argv: tuple[str, ...], server: str, port: int, written: bool, path: KeyPath) -> None:
         """The port is written twice (`port`, which specmon probes, and the command's `--port`): they must agree,
         or the server listens where nobody looks and the load reads as stalled."""
         given = command_port(argv)
@@ -702,7 +430,7 @@ class _Validator:
             self.warning(path + ("command",), f"has no --port: the {server} server picks its own default port, "
                                               f"while specmon probes {shown}")
 
-    def env(self, raw: object, path: _KeyPath) -> tuple[tuple[str, str], ...]:
+    def env(self, raw: object, path: KeyPath) -> tuple[tuple[str, str], ...]:
         table = self.table(raw, path)
         if table is None:
             return ()
@@ -721,7 +449,7 @@ class _Validator:
                 pairs.append((name, value))
         return tuple(pairs)
 
-    def sweep(self, table: Mapping[str, Any], path: _KeyPath = ("sweep",),
+    def sweep(self, table: Mapping[str, Any], path: KeyPath = ("sweep",),
               defaults: SweepDefaults | None = None) -> SweepDefaults:
         """The workload keys of `table` over `defaults` (the `[sweep]` table itself, or an experiment's)."""
         defaults = defaults or SweepDefaults()
@@ -753,7 +481,7 @@ class _Validator:
             **self.dataset(table, path, defaults),
         )
 
-    def dataset(self, table: Mapping[str, Any], path: _KeyPath, defaults: SweepDefaults) -> dict[str, Any]:
+    def dataset(self, table: Mapping[str, Any], path: KeyPath, defaults: SweepDefaults) -> dict[str, Any]:
         """The prompt-set keys of a sweep table: dataset, dataset_path, the length ranges and the seed."""
         given = "dataset" in table or "dataset_path" in table
         name = self.choice(table, path, "dataset", defaults.dataset, DATASETS)
@@ -775,7 +503,7 @@ class _Validator:
             "output_from_dataset": "output_len" not in table and defaults.output_from_dataset,
         }
 
-    def fraction(self, table: Mapping[str, Any], path: _KeyPath, key: str, default: float) -> float:
+    def fraction(self, table: Mapping[str, Any], path: KeyPath, key: str, default: float) -> float:
         """A length range: a number in [0, 1) (0.2 means +-20 %)."""
         value = table.get(key, default)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -831,7 +559,7 @@ class _Validator:
             busy_wait_s=self.seconds(table, path, "busy_wait_s", 600.0) or 600.0,
         )
 
-    def levels(self, table: Mapping[str, Any], path: _KeyPath,
+    def levels(self, table: Mapping[str, Any], path: KeyPath,
                default: tuple[int, ...] = DEFAULT_LEVELS) -> tuple[int, ...]:
         """Concurrency levels: a non-empty array under the one rule of check_levels (positive, strictly increasing)."""
         key_path = path + ("levels",)
@@ -846,7 +574,7 @@ class _Validator:
             return DEFAULT_LEVELS
         return tuple(value)
 
-    def rates(self, table: Mapping[str, Any], path: _KeyPath, default: tuple[float, ...] = ()) -> tuple[float, ...]:
+    def rates(self, table: Mapping[str, Any], path: KeyPath, default: tuple[float, ...] = ()) -> tuple[float, ...]:
         """Open-loop request rates: an array under check_rates (positive, finite, strictly increasing)."""
         if "rates" not in table:
             return default
@@ -862,7 +590,7 @@ class _Validator:
             return ()
         return tuple(float(v) for v in value)
 
-    def slo(self, table: Mapping[str, Any], path: _KeyPath, default: Mapping[str, float]) -> Mapping[str, float]:
+    def slo(self, table: Mapping[str, Any], path: KeyPath, default: Mapping[str, float]) -> Mapping[str, float]:
         """Goodput targets: a string as `--slo` takes it, e.g. "ttft:500,tpot:50" (milliseconds)."""
         if "slo" not in table:
             return default
@@ -909,182 +637,6 @@ class _Validator:
         for binding, message in problems:
             self.problem(path + (binding,), message)
         return checked
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Locating keys in the source text
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def format_key(path: Iterable[str]) -> str:
-    """A key path written the way TOML would (`profiles."my model".port`)."""
-    parts = [part if _BARE_KEY.fullmatch(part) else _quoted_key(part) for part in path]
-    return ".".join(parts) or "(top level)"
-
-
-def _quoted_key(key: str) -> str:
-    """A TOML basic-string key with every control character escaped, so echoing it can neither break the one-line
-    error (a newline) nor act on the terminal (ESC, C1)."""
-    body = key.replace("\\", "\\\\").replace('"', '\\"')
-    body = _KEY_CONTROL.sub(lambda m: _KEY_ESCAPES.get(m.group(), f"\\u{ord(m.group()):04x}"), body)
-    return '"' + body + '"'
-
-
-_KEY_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_KEY_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
-
-def _line_of(lines: Mapping[_KeyPath, int], path: _KeyPath) -> int:
-    """The line of `path`, else of its closest enclosing table that is written down, else 1."""
-    for end in range(len(path), 0, -1):
-        if path[:end] in lines:
-            return lines[path[:end]]
-    return 1
-
-
-def locate_keys(text: str) -> dict[_KeyPath, int]:
-    """Map each key path in valid TOML `text` to the 1-based line where it is first written.
-
-    Table headers (`[a.b]`, `[[a]]`), dotted keys (`a.b = 1`) and keys inside inline tables are all recorded, and
-    the implicit parents of each (`a` for `a.b`) map to the first line that mentions them. Array-of-tables entries
-    share their array's path. Only meant for text tomllib has already accepted.
-    """
-    return _KeyScanner(text).scan()
-
-
-class _KeyScanner:
-    def __init__(self, text: str) -> None:
-        self.text = text
-        self.pos = 0
-        self.newlines = [i for i, char in enumerate(text) if char == "\n"]
-        self.found: dict[_KeyPath, int] = {}
-
-    def line(self) -> int:
-        return bisect.bisect_left(self.newlines, self.pos) + 1
-
-    def peek(self, count: int = 1) -> str:
-        return self.text[self.pos: self.pos + count]
-
-    def record(self, path: _KeyPath) -> None:
-        line = self.line()
-        for end in range(1, len(path) + 1):
-            self.found.setdefault(path[:end], line)
-
-    def skip_blank(self, newlines: bool) -> None:
-        """Skip spaces and tabs, and with `newlines` also line breaks and comments."""
-        text = self.text
-        while self.pos < len(text):
-            char = text[self.pos]
-            if char in " \t" or (newlines and char in "\r\n"):
-                self.pos += 1
-            elif newlines and char == "#":
-                end = text.find("\n", self.pos)
-                self.pos = len(text) if end < 0 else end
-            else:
-                break
-
-    def scan(self) -> dict[_KeyPath, int]:
-        table: _KeyPath = ()
-        while True:
-            self.skip_blank(newlines=True)
-            if self.pos >= len(self.text):
-                return self.found
-            if self.peek() == "[":
-                width = 2 if self.peek(2) == "[[" else 1
-                self.pos += width
-                self.skip_blank(newlines=False)
-                table = self.key()
-                self.record(table)
-                self.skip_blank(newlines=False)
-                self.pos += width
-            else:
-                self.key_value(table)
-
-    def key_value(self, table: _KeyPath) -> None:
-        path = table + self.key()
-        self.record(path)
-        self.skip_blank(newlines=False)
-        self.pos += 1  # "="
-        self.skip_blank(newlines=False)
-        self.value(path)
-
-    def key(self) -> _KeyPath:
-        parts: list[str] = []
-        while True:
-            self.skip_blank(newlines=False)
-            char = self.peek()
-            if char in ("'", '"'):
-                parts.append(self.string())
-            else:
-                match = _BARE_KEY.match(self.text, self.pos)
-                end = match.end() if match else self.pos + 1
-                parts.append(self.text[self.pos: end])
-                self.pos = end
-            self.skip_blank(newlines=False)
-            if self.peek() != ".":
-                return tuple(parts)
-            self.pos += 1
-
-    def string(self) -> str:
-        """Consume a string of any of TOML's four kinds; return its body (escapes decoded for basic strings)."""
-        quote = self.peek()
-        triple = self.peek(3) == quote * 3
-        delimiter = quote * 3 if triple else quote
-        start = self.pos + len(delimiter)
-        index = start
-        while True:
-            end = self.text.find(delimiter, index)
-            if end < 0:
-                end = len(self.text)
-                break
-            backslashes = 0
-            while quote == '"' and end - 1 - backslashes >= start and self.text[end - 1 - backslashes] == "\\":
-                backslashes += 1
-            if backslashes % 2 == 0:
-                break
-            index = end + 1
-        if triple:  # up to two extra quotes may close a multi-line string ('''a''''' is "a''")
-            while self.text[end + 3: end + 4] == quote and end + 3 < len(self.text):
-                end += 1
-        body = self.text[start:end]
-        self.pos = end + len(delimiter)
-        if quote == '"' and "\\" in body:
-            try:
-                body = tomllib.loads(f'k = "{body}"')["k"]
-            except tomllib.TOMLDecodeError:
-                pass  # a name only used to find a line; the raw form is still good enough
-        return body
-
-    def value(self, path: _KeyPath) -> None:
-        char = self.peek()
-        if char in ("'", '"'):
-            self.string()
-        elif char == "[":
-            self.pos += 1
-            while True:
-                self.skip_blank(newlines=True)
-                if self.peek() in ("]", ""):
-                    self.pos += 1
-                    return
-                self.value(path)
-                self.skip_blank(newlines=True)
-                if self.peek() == ",":
-                    self.pos += 1
-        elif char == "{":
-            self.pos += 1
-            while True:
-                self.skip_blank(newlines=True)
-                if self.peek() in ("}", ""):
-                    self.pos += 1
-                    return
-                self.key_value(path)
-                self.skip_blank(newlines=True)
-                if self.peek() == ",":
-                    self.pos += 1
-        else:
-            while self.pos < len(self.text) and self.text[self.pos] not in ",]}\r\n#":
-                self.pos += 1
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
