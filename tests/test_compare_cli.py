@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, append_line
+from specmon.loadgen.lines import append_line
+from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta
 
 pytestmark = pytest.mark.slow
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from specmon.loadgen.lines import append_line
 from specmon.model.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.config import builtin_config
 from specmon.model.experiment import (
@@ -17,10 +18,10 @@ from specmon.model.experiment import (
     load_state,
     next_file_name,
     remaining,
-    save_state,
 )
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, append_line
+from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 from specmon.model.verdict import ProfileRuns, summarize
+from specmon.orchestration.experiment import save_state
 from specmon.sim.engine import Counters, Snapshot
 from specmon.sim.metrics import metrics_text
 from specmon.sim.options import SimConfig

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
+from specmon.loadgen.lines import append_line
 from specmon.model.interop import parse_any_results, read_any_results
 from specmon.model.results import (
     ClientHealth,
@@ -22,7 +23,6 @@ from specmon.model.results import (
     Stats,
     SweepMeta,
     SweepResult,
-    append_line,
     read_results,
 )
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
+from specmon.loadgen.lines import append_line
 from specmon.model.results import (
     ClientHealth,
     LevelResult,
     Stats,
     SweepMeta,
-    append_line,
     read_results,
 )
 from specmon.model.secrets import REDACTED, redact
@@ -117,7 +117,7 @@ def test_failed_append_leaves_the_file_ending_at_its_last_whole_line(tmp_path: P
     before = path.read_bytes()
     script = (
         "import resource, sys\n"
-        "from specmon.model.results import append_line\n"
+        "from specmon.loadgen.lines import append_line\n"
         f"resource.setrlimit(resource.RLIMIT_FSIZE, ({len(before) + 40}, resource.RLIM_INFINITY))\n"
         "try:\n"
         f"    append_line({str(path)!r}, {{'type': 'level', 'pad': 'x' * 4000}})\n"

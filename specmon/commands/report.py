@@ -12,6 +12,7 @@ is given. An existing file is replaced only with --force; a symlink never.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,7 +24,6 @@ from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_run
 from specmon.model.interop import read_any_results
 from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
 from specmon.model.results import SweepResult
-from specmon.model.textfile import write_private
 from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
 
 FORMATS = ("md", "json", "csv")
@@ -112,6 +112,14 @@ def _write(path: Path, text: str) -> None:
         write_private(path, text)   # 0600: the setups hold command lines and environments
     except OSError as exc:
         raise UserError(f"{path}: cannot write ({exc.strerror or exc})") from None
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path`, readable by its owner only (0600, an existing file too): it holds command lines or
+    environments."""
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+        os.fchmod(fh.fileno(), 0o600)
+        fh.write(text)
 
 
 def series_id(profile: str) -> str:

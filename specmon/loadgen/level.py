@@ -21,7 +21,8 @@ from typing import Any
 
 from specmon.loadgen.client import WATCH, Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory
-from specmon.model.results import redact, utc_now_iso
+from specmon.model.results import utc_now_iso
+from specmon.model.secrets import redact
 from specmon.model.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
 
 PROGRESS_INTERVAL_S = 0.25

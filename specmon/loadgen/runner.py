@@ -22,10 +22,10 @@ from typing import Any
 
 from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
+from specmon.loadgen.lines import append_whole
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.arrivals import Schedule
 from specmon.model.datasets import Dataset
-from specmon.model.results import append_whole
 from specmon.model.sweepstats import RequestRecord, percentile
 
 LAG_TICK_S = 0.01
@@ -78,7 +78,7 @@ class LoopLagMonitor:
 class RecordsWriter:
     """Appends one JSON line per request. Lines wait in memory and go to the file whole, at every progress summary
     and level end (and at close), so the file always ends at a whole line: a write that fails midway is cut back
-    (results.append_whole), and a kill lands between writes, never inside a line.
+    (lines.append_whole), and a kill lands between writes, never inside a line.
 
     The records are a by-product: when the disk fills up (or the file otherwise stops taking writes), writing them
     stops with one warning through `on_error`, and the sweep, whose level results matter more, goes on.

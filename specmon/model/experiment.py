@@ -1,4 +1,5 @@
-"""An experiment's state file: what was planned, every step taken, and which result files hold which pass.
+"""An experiment's state file: what was planned, every step taken, and which result files hold which pass (read
+here; written by specmon.orchestration.experiment: save_state, append_acceptance).
 
 Layout of one experiment (a directory under the results directory, `experiments/NAME-UTCSTAMP/`)::
 
@@ -15,9 +16,6 @@ shows up as spread rather than as a difference between levels.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -26,7 +24,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import MAX_RESULT_BYTES, SweepResult, append_line, parse_results, utc_now_iso
+from specmon.model.results import MAX_RESULT_BYTES, SweepResult, parse_results, utc_now_iso
 from specmon.model.secrets import redact, redact_argv, redact_env
 from specmon.model.textfile import NotTextError, loads, read_capped
 from specmon.model.verdict import ProfileRuns
@@ -178,24 +176,6 @@ class ExperimentState:
         )
 
 
-def save_state(state: ExperimentState) -> None:
-    """Write experiment.json atomically (temp file, fsync, rename): a kill leaves the old or the new state."""
-    state.directory.mkdir(parents=True, exist_ok=True)
-    tmp = state.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
-    try:
-        # 0600: the setups hold each profile's command line and environment.
-        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-            json.dump(state.to_dict(), fh, indent=1)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, state.path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def load_state(path: Path) -> ExperimentState:
     """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
     file = path / STATE_FILE if path.is_dir() else path
@@ -276,13 +256,6 @@ def next_file_name(state: ExperimentState, profile: str, pass_no: int) -> str:
     parts = sum(1 for f in state.profile(profile).files if f.pass_no == pass_no)
     suffix = f".r{parts + 1}" if parts else ""
     return f"{profile}.pass{pass_no}{suffix}.jsonl"
-
-
-def append_acceptance(state: ExperimentState, profile: str, pass_no: int, concurrency: int,
-                      acceptance: LevelAcceptance) -> None:
-    """One acceptance line for a finished level (appended and fsynced, like the level line itself)."""
-    append_line(state.directory / ACCEPTANCE_FILE, {"profile": profile, "pass": pass_no,
-                                                    "concurrency": concurrency, **acceptance.to_dict()})
 
 
 def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptance]:

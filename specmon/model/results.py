@@ -36,8 +36,8 @@ holds the sampling (seed, lengths, ranges). A level's `categories` is acceptance
 chunk over that category's requests), empty when the prompts have no categories.
 
 A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
-finished level. Statistics whose sample is empty are written as null. API keys never reach a file:
-`redact` is applied to everything written.
+finished level (specmon.loadgen.lines writes the lines; this module only shapes and reads them). Statistics
+whose sample is empty are written as null. API keys never reach a file: `redact` is applied to everything written.
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.numbers import fmt_ms
-from specmon.model.secrets import redact
 from specmon.model.textfile import NotTextError, loads, read_capped
 
 SCHEMA_VERSION = 1
@@ -439,38 +438,6 @@ class SweepResult:
     @property
     def mode(self) -> str:
         return self.meta.mode
-
-
-def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:
-    """Append one redacted JSON line and fsync it, so a finished level survives a crash right after.
-
-    All or nothing (see append_whole): a failed write leaves the file ending at its last whole line.
-    """
-    line = (json.dumps(redact(obj, secrets), separators=(",", ":"), allow_nan=False) + "\n").encode("utf-8")
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        append_whole(fd, line, sync=True)
-    finally:
-        os.close(fd)
-
-
-def append_whole(fd: int, data: bytes, sync: bool = False) -> None:
-    """Append `data` (whole lines) to the file open as `fd` with O_APPEND, all or nothing.
-
-    When a write (or the fsync asked for with `sync`) fails, as on a full disk or past a file size limit, the file
-    is cut back to the size it had, so it still ends at its last whole line; the OSError is raised.
-    """
-    size = os.fstat(fd).st_size
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    except OSError:
-        with contextlib.suppress(OSError):
-            os.ftruncate(fd, size)
-        raise
 
 
 def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:

@@ -1,5 +1,5 @@
 """Reading a user-named text file without trusting what it is: `/dev/zero`, a FIFO that never ends, a binary file,
-a JSON text nested 100,000 deep; and writing a file only its owner may read.
+a JSON text nested 100,000 deep.
 
 A config, prompt, result or state file is read in blocks: a NUL byte (never in UTF-8 text) or more than `max_bytes`
 stops the read at once, and a FIFO, device or socket is refused before the first read (unless the caller says it
@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-from pathlib import Path
 from typing import Any
 
 BLOCK = 1 << 20
@@ -85,14 +84,6 @@ def too_deep_at(text: str, max_depth: int = MAX_DEPTH) -> int:
         elif ch in "]}":
             depth -= 1
     return -1
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path`, readable by its owner only (0600, an existing file too): it holds command lines or
-    environments."""
-    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
-        os.fchmod(fh.fileno(), 0o600)
-        fh.write(text)
 
 
 def _kind(mode: int) -> str:

@@ -15,8 +15,8 @@ For each profile in turn (profiles on different hosts run in parallel, one after
    (specmon.model.acceptance) and appended to acceptance.jsonl when the level ends;
 4. stop the server and wait until its port and GPUs are free.
 
-Every step is appended to the state file (specmon.model.experiment) and every finished level is on disk the moment
-it ends, so `resume=True` continues the newest unfinished experiment of that name without repeating a finished
+Every step is written to the state file (its shape: specmon.model.experiment; written here by save_state) and every
+finished level is on disk the moment it ends, so `resume=True` continues the newest unfinished experiment of that name without repeating a finished
 level; a server the experiment left running and still ready is adopted instead of loaded again.
 
 `on_update` gets ExperimentStep (each step, with the new state), ExperimentProgress (about 4 Hz during a level)
@@ -30,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import fcntl
+import json
 import logging
 import os
 import time
@@ -38,20 +39,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specmon.errors import UserError
+from specmon.loadgen.lines import append_line
 from specmon.loadgen.workload import Workload
 from specmon.model.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.config import Config, ExperimentSpec, Profile
 from specmon.model.events import DecodeStats
 from specmon.model.experiment import (
+    ACCEPTANCE_FILE,
+    STATE_FILE,
     ExperimentState,
     PassFile,
     Step,
-    append_acceptance,
     find_unfinished,
     next_file_name,
     profile_setup,
     remaining,
-    save_state,
 )
 from specmon.model.logparse import LogParser
 from specmon.model.results import LevelResult, utc_now_iso
@@ -507,3 +509,28 @@ class LevelCollector:
             for event in parser.feed((line.text + "\n").encode()):
                 if isinstance(event, DecodeStats) and self.window is not None:
                     self.window.add_log(event.accept_len, event.accept_rate)
+
+
+def save_state(state: ExperimentState) -> None:
+    """Write experiment.json atomically (temp file, fsync, rename): a kill leaves the old or the new state."""
+    state.directory.mkdir(parents=True, exist_ok=True)
+    tmp = state.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+    try:
+        # 0600: the setups hold each profile's command line and environment.
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as fh:
+            json.dump(state.to_dict(), fh, indent=1)
+            fh.write("\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, state.path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def append_acceptance(state: ExperimentState, profile: str, pass_no: int, concurrency: int,
+                      acceptance: LevelAcceptance) -> None:
+    """One acceptance line for a finished level (appended and fsynced, like the level line itself)."""
+    append_line(state.directory / ACCEPTANCE_FILE, {"profile": profile, "pass": pass_no,
+                                                    "concurrency": concurrency, **acceptance.to_dict()})

@@ -41,12 +41,13 @@ import httpx
 from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.client import DEADLINE_FACTOR
+from specmon.loadgen.lines import append_line
 from specmon.loadgen.workload import Workload
 from specmon.model import textfile
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.interpreter import python_module
 from specmon.model.numbers import counted
-from specmon.model.results import LevelResult, SweepMeta, SweepResult, append_line, summarize_server, utc_now_iso
+from specmon.model.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
 from specmon.model.sweepstats import SweepProgress, client_bound
 
 log = logging.getLogger(__name__)
