@@ -135,7 +135,7 @@ class LogTailer:
         while True:
             try:
                 attached = await self._attach()
-            except TransportError:
+            except (TransportError, TimeoutError):
                 attached = None
             if attached is None:
                 await asyncio.sleep(self.retry_s)
@@ -165,7 +165,7 @@ class LogTailer:
                         batch = self._take(chunk) if chunk else None
                         if batch is not None:
                             yield batch
-            except TransportError:
+            except (TransportError, TimeoutError):   # a check that got no answer in time: as a lost link
                 pass
             if note is not None:
                 yield TailBatch(b"", self.offset, self.offset, note)
@@ -203,6 +203,8 @@ async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[
             pending = asyncio.ensure_future(out.read_chunk())
     finally:
         pending.cancel()
+        if pending.done() and not pending.cancelled():
+            pending.exception()   # retrieved: a read that failed after the stream was left is no error of ours
 
 
 def _not_special(path: str) -> str:
