@@ -188,23 +188,49 @@ class LogTailer:
 
 
 async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[bytes | None, None]:
-    """The stream's chunks, and None after each `quiet_s` without one; ends with the stream."""
-    pending = asyncio.ensure_future(out.read_chunk())
+    """The stream's bytes, and None after each `quiet_s` without any; ends with the stream. The stream is read on
+    while the consumer checks the file, and everything read by then comes as one chunk (up to `MAX_BACKLOG`): one
+    check covers a burst, so a log streamed at disk speed is not slowed to one check per 64 KB read."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=MAX_BACKLOG // 65536)   # bounded: the reader waits
+
+    async def pump() -> None:
+        while chunk := await out.read_chunk():
+            await queue.put(chunk)
+        await queue.put(b"")   # the end
+
+    reader = asyncio.ensure_future(pump())
+    getter: asyncio.Future[bytes] | None = None
     try:
         while True:
-            done, _ = await asyncio.wait({pending}, timeout=quiet_s)
-            if not done:
-                yield None
-                continue
-            chunk = pending.result()
-            if not chunk:
+            if queue.empty():
+                if reader.done():
+                    reader.result()   # the read's error, if it failed
+                    return
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, reader}, timeout=quiet_s, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()   # a cancelled get takes nothing off the queue
+                    if not done:
+                        yield None
+                    continue
+                parts = [getter.result()]
+            else:
+                parts = [queue.get_nowait()]
+            size = len(parts[0])
+            while parts[-1] and size < MAX_BACKLOG and not queue.empty():
+                parts.append(queue.get_nowait())
+                size += len(parts[-1])
+            data = b"".join(parts)
+            if data:
+                yield data
+            if not parts[-1]:
                 return
-            yield chunk
-            pending = asyncio.ensure_future(out.read_chunk())
     finally:
-        pending.cancel()
-        if pending.done() and not pending.cancelled():
-            pending.exception()   # retrieved: a read that failed after the stream was left is no error of ours
+        for task in (reader, getter):
+            if task is not None:
+                task.cancel()
+                if task.done() and not task.cancelled():
+                    task.exception()   # retrieved: a read that failed after the stream was left is no error of ours
 
 
 def _not_special(path: str) -> str:
