@@ -1,7 +1,10 @@
 """CPU cost and accuracy of the load generator, with the figures issue 22 asks for printed in one run.
 
-A minimal streaming server (tests/sse_server.py, aiohttp + uvloop) runs pinned to CPU 0; each client run is a
-separate process pinned to CPU 1, so `process_time()` is the client's own cost. Cases:
+A minimal streaming server (tests/sse_server.py, aiohttp + uvloop) runs as one process per server CPU (CPU 0 on a
+2-core box; on a bigger host (CPUs-1)//2 of them, at most 8, sharing one port: one Python process cannot write 51k
+paced chunks/s on time, and a late server shows up as client ITL); each client run is a separate process pinned to
+the next CPU, so `process_time()` is the client's own cost. The paced cases print how late the server's own writes
+were against its schedule. Cases:
 
   (a) back to back: the server writes 256 tokens per stream as fast as it can; C = 1024 (and, with --full, 1, 64,
       256, each beside a plain default-httpx client). Target: specmon <= 10 us per chunk at C=1024.
@@ -45,6 +48,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "sse_server.py"
 BURST_SERVER = ROOT / "tests" / "burst_server.py"
 
+CLIENT_CPU_ENV = "SPECMON_BENCH_CLIENT_CPU"
+CLIENT_CPU = 1   # the client's CPU (main sets it from cpu_plan; the child reads it from CLIENT_CPU_ENV)
+
 # One measurement's figures, as the child prints them in JSON (an ITL percentile is None without gaps).
 Figures = dict[str, Any]
 
@@ -55,7 +61,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# ---------------------------------------------------------------- client runs (in a child process on CPU 1)
+# ---------------------------------------------------------------- client runs (in a child process on CLIENT_CPU)
 
 async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False,
                       burst: str | None = None) -> Figures:
@@ -147,10 +153,11 @@ async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> Figures:
 
 
 def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
+    cpu = int(os.environ.get(CLIENT_CPU_ENV, "1"))
     try:
-        os.sched_setaffinity(0, {1})
+        os.sched_setaffinity(0, {cpu})
     except OSError as exc:   # a sandbox may refuse pinning: the figures are then unpinned, and say so
-        print(f"not pinned to CPU 1: {exc}", file=sys.stderr)
+        print(f"not pinned to CPU {cpu}: {exc}", file=sys.stderr)
     import uvloop
 
     if kind == "specmon-open":
@@ -166,17 +173,62 @@ def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
 
 # ---------------------------------------------------------------- orchestration
 
-def start_server(interval_s: float, script: Path = SERVER) -> tuple[subprocess.Popen[str], str]:
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), "--cpu", "0", "--interval-s", str(interval_s)],
-                            stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    return proc, f"http://127.0.0.1:{port}"
+class Server:
+    """A test server: one process per CPU in `cpus`, all on one port (SO_REUSEPORT spreads the connections over
+    them), so at C=1024 (51k chunks/s) the server keeps its schedule and the bench measures the client."""
+
+    def __init__(self, interval_s: float, cpus: list[int], script: Path = SERVER) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.procs: list[subprocess.Popen[str]] = []
+        self.stats_urls: list[str] = []
+        share = ["--reuse-port"] if len(cpus) > 1 else []
+        for cpu in cpus:
+            proc = subprocess.Popen([sys.executable, str(script), "--port", str(port), "--cpu", str(cpu),
+                                     "--interval-s", str(interval_s), *share], stdout=subprocess.PIPE, text=True)
+            self.procs.append(proc)
+            assert proc.stdout is not None
+            ready = proc.stdout.readline().split()
+            assert ready[:1] == ["ready"], ready
+            self.stats_urls.append(f"http://127.0.0.1:{ready[1]}" if share else self.url)
+        self._asked, self._cpu_s = time.perf_counter(), [0.0] * len(cpus)
+
+    def late_ms(self) -> tuple[float | None, float | None, float]:
+        """Since the last call: how late the server's paced writes were against their schedule (p50, p99, ms; the
+        worst process's) and the busiest process's share of a CPU (near 1: the server, not the client, is the limit)."""
+        import urllib.request
+
+        figures = []
+        for url in self.stats_urls:
+            with urllib.request.urlopen(url + "/stats") as resp:
+                figures.append(json.load(resp))
+        now = time.perf_counter()
+        busy = max(((f["cpu_s"] - cpu) / (now - self._asked) for f, cpu in zip(figures, self._cpu_s)), default=0.0)
+        self._asked, self._cpu_s = now, [f["cpu_s"] for f in figures]
+        p50s = [f["late_ms_p50"] for f in figures if f.get("late_ms_p50") is not None]
+        p99s = [f["late_ms_p99"] for f in figures if f.get("late_ms_p99") is not None]
+        return (max(p50s) if p50s else None), (max(p99s) if p99s else None), busy
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.kill()
+            proc.wait()
+
+
+def cpu_plan(server_cpus: int) -> tuple[list[int], int]:
+    """The server's CPUs and the client's one: the server gets the first `server_cpus` (0: as many as leave the
+    client one CPU and half the rest idle, at most 8), the client the next."""
+    cpus = sorted(os.sched_getaffinity(0))
+    k = server_cpus or max(1, min(8, (len(cpus) - 1) // 2))
+    if k >= len(cpus):
+        sys.exit(f"needs {k + 1} CPUs ({k} for the server, one for the client), has {len(cpus)}")
+    return cpus[:k], cpus[k]
 
 
 def measure(kind: str, url: str, c: float, n: int, output_len: int) -> Figures:
     out = subprocess.run([sys.executable, __file__, "--child", kind, url, str(c), str(n), str(output_len)],
-                         capture_output=True, text=True, timeout=600, check=True)
+                         capture_output=True, text=True, timeout=600, check=True,
+                         env={**os.environ, CLIENT_CPU_ENV: str(CLIENT_CPU)})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -193,83 +245,86 @@ def row(case: str, kind: str, c: float | str, r: Figures) -> str:
 
 
 def main() -> None:
+    global CLIENT_CPU
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--full", action="store_true", help="also back to back at C=1, 64, 256, and plain httpx beside")
     ap.add_argument("--open-rates", default="1000", metavar="R,R,...",
                     help="open-loop rates, three runs each (default 1000): the highest rate held to the target")
     ap.add_argument("--only-open", action="store_true", help="run only the open-loop case")
+    ap.add_argument("--server-cpus", type=int, default=0, metavar="K",
+                    help="server processes, one per CPU (default: 1 on a small box, (CPUs-1)//2 up to 8 on a big one)")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "URL", "C", "N", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         kind, url, c, n, out = args.child
         child_main(kind, url, float(c), int(n), int(out))
         return
-    if len(os.sched_getaffinity(0)) < 2:
-        sys.exit("needs 2 CPUs (server on CPU 0, client on CPU 1)")
+    server_cpus, CLIENT_CPU = cpu_plan(args.server_cpus)
     print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           "(other work on the box inflates CPU figures and ITL tails)")
+    print(f"server: {len(server_cpus)} process(es) on CPUs {','.join(map(str, server_cpus))}; client on CPU {CLIENT_CPU}")
     print(f"{'case':<13} {'client':<12} {'C':>7} {'chunks':>9} {'cpu_s':>8} {'us/chunk':>9} {'chunks/s':>10} "
           f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8} {'lag p99':>8} {'cpu wait':>9}")
-    print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU)")
+    print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU;\n"
+          " server late: how late the server's own paced writes were against their schedule, p50/p99 ms)")
     figures: dict[str, float] = {}
     if not args.only_open:
         kinds = ("specmon", "plain-httpx") if args.full else ("specmon",)
-        server, url = start_server(0.0)
+        server = Server(0.0, server_cpus)
         try:
             for c in (1, 64, 256, 1024) if args.full else (1024,):
                 n = max(c, 8 if args.quick else 32)
                 for kind in kinds:
-                    r = measure(kind, url, c, n, 256)
+                    r = measure(kind, server.url, c, n, 256)
                     print(row("back-to-back", kind, c, r), flush=True)
                     if kind == "specmon":
                         figures[f"b2b_us_{c}"] = r["cpu_s"] * 1e6 / r["chunks"]
         finally:
-            server.kill()
-            server.wait()
-        server, url = start_server(0.025)
+            server.stop()
+        server = Server(0.025, server_cpus)
         output_len = 80 if args.quick else 120
         try:
             for kind in kinds:
-                r = measure(kind, url, 256, 256, output_len)
+                r = measure(kind, server.url, 256, 256, output_len)
                 print(row("paced 25ms", kind, 256, r), flush=True)
                 if kind == "specmon":
                     figures["paced_us_256"] = r["cpu_s"] * 1e6 / r["chunks"]
         finally:
-            server.kill()
-            server.wait()
-        server, url = start_server(0.020)
+            server.stop()
+        server = Server(0.020, server_cpus)
         try:
             for c in (16, 256, 1024):
-                r = measure("specmon", url, c, max(2 * c, 32) if c < 1024 else c, 50 if args.quick else 100)
-                print(row("paced 20ms", "specmon", c, r), flush=True)
+                server.late_ms()   # forget the last level's
+                r = measure("specmon", server.url, c, max(2 * c, 32) if c < 1024 else c, 50 if args.quick else 100)
+                late50, late99, busy = server.late_ms()
+                print(row("paced 20ms", "specmon", c, r) + f"  server late {late50}/{late99} ms, busiest server "
+                      f"process {busy:.0%} of a CPU", flush=True)
                 figures[f"itl_p99_{c}"] = r["itl_p99_ms"]
+                figures[f"server_late_p99_{c}"] = late99 if late99 is not None else float("nan")
         finally:
-            server.kill()
-            server.wait()
+            server.stop()
         for stamp in ("arrival", "read"):
-            server, url = start_server(0.020, BURST_SERVER)
+            server = Server(0.020, server_cpus[:1], BURST_SERVER)
             try:
-                r = measure(f"specmon-burst-{stamp}", url, 256, 256, 50)
+                r = measure(f"specmon-burst-{stamp}", server.url, 256, 256, 50)
             finally:
-                server.kill()
-                server.wait()
+                server.stop()
             print(row("burst 20ms", f"at {stamp}", 256, r) + f"  |gap error| p50/p99 {r['err_p50_ms']:.3f}/"
                   f"{r['err_p99_ms']:.3f} ms over {r['gaps']} gaps, true ITL p99 {r['true_itl_p99_ms']:.2f}, server late p99 "
                   f"{r['server_late_p99_ms']:.2f} ms, handling p99 {r['handling_ms_p99']} ms, burst max {r['burst_max']}",
                   flush=True)
             figures[f"burst_err_p99_{stamp}"] = r["err_p99_ms"]
-    server, url = start_server(0.010)
+    server = Server(0.010, server_cpus)
     opens: list[tuple[float, Figures, float]] = []
     try:
         for rate in (float(x) for x in args.open_rates.split(",")):
             for _ in range(3):
-                r = measure("specmon-open", url, rate, round((2 if args.quick else 5) * rate), 16)
+                r = measure("specmon-open", server.url, rate, round((2 if args.quick else 5) * rate), 16)
                 print(row("open 10ms", "specmon-open", f"{rate:g}/s", r), flush=True)
                 opens.append((rate, r, os.getloadavg()[0]))
     finally:
-        server.kill()
-        server.wait()
+        server.stop()
     print(f"\nissue 22 figures (load average now {os.getloadavg()[0]:.2f}):")
     for i, (rate, r, load) in enumerate(opens, 1):
         print(f"  open loop {rate:g} req/s run {i}: sent {r['achieved_rate']:.1f} req/s, lateness p50/p99 "
@@ -277,8 +332,10 @@ def main() -> None:
     if args.only_open:
         return
     lo = figures["itl_p99_16"]
+    late = "/".join(f"{figures[f'server_late_p99_{c}']:.2f}" for c in (16, 256, 1024))
     print(f"  ITL p99 C=256/C=16   {figures['itl_p99_256'] / lo:.3f}   (target <= 1.05)")
     print(f"  ITL p99 C=1024/C=16  {figures['itl_p99_1024'] / lo:.3f}   (target <= 1.10)")
+    print(f"    server's own lateness p99 at C=16/256/1024: {late} ms (a late server is in these ratios, not the client)")
     print(f"  back to back C=1024  {figures['b2b_us_1024']:.1f} us/chunk   (target <= 10)")
     print(f"  paced C=256          {figures['paced_us_256']:.1f} us/chunk   (target <= 40)")
     print(f"  burst C=256 |gap error| p99: {figures['burst_err_p99_arrival']:.3f} ms stamped on arrival, "

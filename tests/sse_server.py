@@ -5,7 +5,7 @@ every `interval_s` (0: back to back), then a usage chunk and [DONE]. It keeps to
 tests can check the generator counted exactly what the server said. A fault schedule (cycled per request) injects
 the failures a sweep must survive: http_400, http_500, malformed, truncate, abort, stall, no_usage, no_done.
 
-Run standalone: python tests/sse_server.py --port P [--interval-s S] [--tokens-per-chunk K] [--cpu N]
+Run standalone: python tests/sse_server.py --port P [--interval-s S] [--tokens-per-chunk K] [--cpu N] [--reuse-port]
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import heapq
 import json
 import os
+import time
 from dataclasses import dataclass, field
 
 from aiohttp import web
@@ -35,6 +36,8 @@ class ServerState:
     keep_bodies: bool = False
     auth_headers: list[str] = field(default_factory=list)
     write_gaps_s: list[float] | None = None   # set to [] to record the server's own gaps between token chunks
+    late_s: list[float] = field(default_factory=list)   # with write_gaps_s: how late each paced write was, against
+    #                                                     its schedule (the pacer's deadline)
     models_status: int = 200                   # e.g. 500, as transformers serve answers without an HF cache dir
 
 
@@ -71,12 +74,13 @@ class Pacer:
         # entry: [resp, api, remaining, k, sent, last_write, done]
         entry = [resp, api, max_tokens, k, 0, 0.0, done]
         self._seq += 1
-        heapq.heappush(self._heap, (loop.time(), self._seq, entry))
+        heapq.heappush(self._heap, (time.perf_counter(), self._seq, entry))
         self._wake.set()
         return await done
 
     async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
+        # perf_counter, not loop.time(): uvloop's clock has 1 ms steps and stands still within a loop pass, which
+        # would hide the lateness of a long pass's writes
         interval = self._state.interval_s
         gaps = self._state.write_gaps_s
         while True:
@@ -84,7 +88,7 @@ class Pacer:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            delay = self._heap[0][0] - loop.time()
+            delay = self._heap[0][0] - time.perf_counter()
             if delay > 0:
                 self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -93,9 +97,11 @@ class Pacer:
             deadline, seq, entry = heapq.heappop(self._heap)
             resp, api, remaining, k, sent, last, done = entry
             step = min(k, remaining)
-            now = loop.time()
-            if gaps is not None and sent:
-                gaps.append(now - last)
+            now = time.perf_counter()
+            if gaps is not None:
+                self._state.late_s.append(now - deadline)
+                if sent:
+                    gaps.append(now - last)
             try:
                 await resp.write(_chunk(api, " tok" * step, "length" if step == remaining else None))
             except (ConnectionError, RuntimeError) as exc:
@@ -122,15 +128,20 @@ def make_app(state: ServerState) -> web.Application:
                                   "speculative_algorithm": "EAGLE3" if state.tokens_per_chunk > 1 else None, "version": "fixture"})
 
     async def stats(_: web.Request) -> web.Response:
-        # The server's own p99 gap between chunks since the last /stats call (then forgotten): shows when the
-        # machine, not the client, delayed tokens.
-        gaps = sorted(state.write_gaps_s or ())
+        # The server's own p99 gap between chunks, and how late its paced writes were against their schedule (p50,
+        # p99), since the last /stats call (then forgotten): shows when the server or the machine, not the client,
+        # delayed tokens.
+        def ms(xs: list[float] | None, q: float) -> float | None:
+            xs = sorted(xs or ())
+            return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 3) if xs else None
+
+        figures = {"write_gap_ms_p99": ms(state.write_gaps_s, 0.99), "late_ms_p50": ms(state.late_s, 0.5),
+                   "late_ms_p99": ms(state.late_s, 0.99), "cpu_s": time.process_time()}
         if state.write_gaps_s:
             state.write_gaps_s.clear()
-        p99 = round(gaps[min(len(gaps) - 1, int(0.99 * len(gaps)))] * 1000, 3) if gaps else None
+        state.late_s.clear()
         return web.json_response({"requests": state.requests, "completion_tokens": state.completion_tokens,
-                                  "prompt_tokens": state.prompt_tokens, "max_running": state.max_running,
-                                  "write_gap_ms_p99": p99})
+                                  "prompt_tokens": state.prompt_tokens, "max_running": state.max_running, **figures})
 
     async def complete(request: web.Request) -> web.StreamResponse:
         api = "chat" if request.path.endswith("chat/completions") else "completions"
@@ -211,12 +222,18 @@ def make_app(state: ServerState) -> web.Application:
     return app
 
 
-async def serve(state: ServerState, port: int = 0) -> tuple[web.AppRunner, int]:
-    """Start the app on 127.0.0.1 (port 0: a free one); returns the runner (to clean up) and the port."""
+async def serve(state: ServerState, port: int = 0, reuse_port: bool = False) -> tuple[web.AppRunner, int]:
+    """Start the app on 127.0.0.1 (port 0: a free one); returns the runner (to clean up) and the port.
+
+    `reuse_port`: several server processes share the port (the kernel spreads connections over them), and this one
+    also listens on a port of its own, returned instead, where its own /stats can be asked."""
     runner = web.AppRunner(make_app(state), access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096)
+    site = web.TCPSite(runner, "127.0.0.1", port, backlog=4096, reuse_port=reuse_port or None)
     await site.start()
+    if reuse_port:
+        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=64)
+        await site.start()
     sock = site._server.sockets[0]  # type: ignore[union-attr]
     return runner, sock.getsockname()[1]
 
@@ -227,6 +244,8 @@ def main() -> None:
     ap.add_argument("--interval-s", type=float, default=0.0)
     ap.add_argument("--tokens-per-chunk", type=int, default=1)
     ap.add_argument("--cpu", type=int, help="pin this server to one CPU core")
+    ap.add_argument("--reuse-port", action="store_true",
+                    help="share --port with other server processes; prints 'ready PORT' with a port of its own for /stats")
     args = ap.parse_args()
     if args.cpu is not None:
         os.sched_setaffinity(0, {args.cpu})
@@ -234,8 +253,8 @@ def main() -> None:
                         write_gaps_s=[] if args.interval_s > 0 else None)
 
     async def run() -> None:
-        await serve(state, args.port)
-        print("ready", flush=True)
+        _, own = await serve(state, args.port, args.reuse_port)
+        print(f"ready {own}" if args.reuse_port else "ready", flush=True)
         while True:
             await asyncio.sleep(3600)
 
