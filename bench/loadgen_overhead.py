@@ -75,7 +75,8 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
         client._arrivals_of = lambda resp: None
     levels: list[dict] = []
     if open_loop:
-        wl = Workload(levels=(1,), rates=(c,), requests_per_level=n, warmup_requests=0, output_len=output_len,
+        # the default 2 warm-up requests: they tell the level how many connections to open before it starts
+        wl = Workload(levels=(1,), rates=(c,), requests_per_level=n, warmup_requests=2, output_len=output_len,
                       input_len=16, timeout_s=300, dataset="random")
     else:
         wl = Workload(levels=(int(c),), requests_per_level=n, warmup_requests=0, output_len=output_len, input_len=16,

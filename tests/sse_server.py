@@ -39,6 +39,7 @@ class ServerState:
     late_s: list[float] = field(default_factory=list)   # with write_gaps_s: how late each paced write was, against
     #                                                     its schedule (the pacer's deadline)
     models_status: int = 200                   # e.g. 500, as transformers serve answers without an HF cache dir
+    first_method: dict[object, str] = field(default_factory=dict)   # peer address -> its connection's first method
 
 
 def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
@@ -118,7 +119,12 @@ class Pacer:
 def make_app(state: ServerState) -> web.Application:
     pacer = Pacer(state)
 
-    async def models(_: web.Request) -> web.Response:
+    def seen(request: web.Request) -> None:
+        peer = request.transport.get_extra_info("peername") if request.transport is not None else None
+        state.first_method.setdefault(peer, request.method)
+
+    async def models(request: web.Request) -> web.Response:
+        seen(request)
         if state.models_status != 200:
             return web.Response(status=state.models_status, text="Internal Server Error")
         return web.json_response({"object": "list", "data": [{"id": "fixture-model", "object": "model", "max_model_len": 4096}]})
@@ -136,7 +142,9 @@ def make_app(state: ServerState) -> web.Application:
             return round(xs[min(len(xs) - 1, int(q * len(xs)))] * 1000, 3) if xs else None
 
         figures = {"write_gap_ms_p99": ms(state.write_gaps_s, 0.99), "late_ms_p50": ms(state.late_s, 0.5),
-                   "late_ms_p99": ms(state.late_s, 0.99), "cpu_s": time.process_time()}
+                   "late_ms_p99": ms(state.late_s, 0.99), "cpu_s": time.process_time(),
+                   # connections opened by a streaming request (not by a client's warm-up GET /v1/models)
+                   "opened_by_post": sum(m == "POST" for m in state.first_method.values())}
         if state.write_gaps_s:
             state.write_gaps_s.clear()
         state.late_s.clear()
@@ -144,6 +152,7 @@ def make_app(state: ServerState) -> web.Application:
                                   "prompt_tokens": state.prompt_tokens, "max_running": state.max_running, **figures})
 
     async def complete(request: web.Request) -> web.StreamResponse:
+        seen(request)
         api = "chat" if request.path.endswith("chat/completions") else "completions"
         body = await request.json()
         n = state.requests

@@ -16,7 +16,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
-from specmon.model.arrivals import arrival_times, ks_critical, ks_exponential
+from specmon.model.arrivals import arrival_times, connections_needed, ks_critical, ks_exponential
 from specmon.model.config import SweepDefaults, parse_rates
 from specmon.model.goodput import meets_slo, parse_slo
 from specmon.model.results import LevelResult, SweepMeta
@@ -284,3 +284,13 @@ def test_compare_refuses_to_mix_rate_and_concurrency_sweeps_and_says_when_goodpu
     proc = specmon("compare", str(rate), str(nogood), "--metric", "goodput", "--no-chart", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "b: no goodput (swept without --slo)" in proc.stdout
+
+
+def test_an_open_loop_opens_as_many_connections_as_will_be_in_flight() -> None:
+    # 1,000 req/s of 0.17 s requests: 170 in flight on average, a few standard deviations more at the peak.
+    assert connections_needed(1000.0, 0.17, 5000, None, 64, 4096) == math.ceil(170 + 4 * math.sqrt(170))
+    assert connections_needed(1000.0, None, 5000, None, 64, 4096) == 64    # nothing known yet: the floor
+    assert connections_needed(10.0, 0.1, 5000, None, 64, 4096) == 64       # few in flight: still the floor
+    assert connections_needed(1000.0, 0.17, 100, None, 64, 4096) == 100    # never more than the level's requests
+    assert connections_needed(1000.0, 0.17, 5000, 32, 32, 4096) == 32      # nor than its concurrency cap
+    assert connections_needed(1e5, 10.0, 10**7, None, 64, 4096) == 4096    # nor than the file descriptors allow

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -270,3 +271,26 @@ async def test_records_on_a_full_disk_stop_with_a_warning_and_the_sweep_goes_on(
     # arriving, measured since their stamps are the true arrival) a level's SKEW caution.
     assert [n for n in notices if not n.endswith("may carry that skew")] == [
         "/dev/full: per-request records stopped (No space left on device); level results are still written"]
+
+
+@pytest.mark.timeout(120)
+async def test_open_loop_opens_its_connections_before_its_clock_starts(free_port: int, tmp_path: Path) -> None:
+    """A connection opened by a send costs the generator's loop ~0.3 ms and makes the sends around it late: at
+    100 req/s of 1 s requests (~100 in flight, more than the 64 it used to open beforehand) the level opens every
+    connection it needs before it starts, from how long the warm-up's requests took."""
+    proc = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.05"],
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        url = f"http://127.0.0.1:{free_port}"
+        wl = Workload(levels=(1,), rates=(100.0,), requests_per_level=200, warmup_requests=2, output_len=20,
+                      input_len=8, seed=3)
+        result = await asyncio.wait_for(run_sweep(SweepSpec(url=url, workload=wl, out_path=tmp_path / "r.jsonl")), 90)
+        with urllib.request.urlopen(url + "/stats") as resp:
+            stats = json.load(resp)
+    finally:
+        proc.kill()
+        proc.wait()
+    (level,) = result.levels
+    assert level.requests_ok == 200
+    assert stats["opened_by_post"] == 0

@@ -57,6 +57,8 @@ class Level:
         self.first_error: str | None = None
         self.started_at = utc_now_iso()
         self.t0_ns = 0
+        self.request_ns = 0     # the summed duration of the level's successful requests, and their number
+        self.requests_timed = 0
         self._secrets = secrets
         self._write = write
         self._emit_progress = emit_progress
@@ -71,6 +73,9 @@ class Level:
     def finish(self, s: Stream, category: str | None, i: int, **extra: Any) -> None:
         """A request ended: record it (with `extra` fields: an open loop's rate, lateness, queueing)."""
         self.handled.add(s.handled_max_ns / 1e6)
+        if s.error is None:
+            self.request_ns += s.end_ns - s.start_ns
+            self.requests_timed += 1
         if s.detail is not None:
             s.detail = redact(s.detail, self._secrets)   # error bodies may echo the key
         r = _record(self.setup.concurrency, i, s, self.t0_ns, self.setup.warmup, category, extra)

@@ -67,6 +67,21 @@ def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -
     return list(schedule.times(math.fsum(schedule.gap_sums())))
 
 
+def connections_needed(rate: float, request_s: float | None, n: int, cap: int | None, floor: int, most: int) -> int:
+    """How many connections an open loop at `rate` should open before it starts, so that its sends do not open them.
+
+    By Little's law `rate * request_s` requests are in flight on average (request_s: how long a request has taken
+    so far, None when nothing is known yet); Poisson arrivals put that many plus a few standard deviations in flight
+    at the busiest moment. Never fewer than `floor`, never more than `n` (the level's requests), the level's
+    concurrency cap (0 or None: none) or `most`.
+    """
+    want = floor
+    if request_s is not None and request_s > 0:
+        mean = rate * request_s
+        want = max(floor, math.ceil(mean + 4.0 * math.sqrt(mean)))
+    return max(1, min(want, n, cap or most, most))
+
+
 def ks_exponential(samples: Sequence[float], rate: float) -> float:
     """Kolmogorov-Smirnov statistic D of `samples` against the exponential distribution with this rate."""
     xs = sorted(samples)
