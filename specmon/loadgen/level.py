@@ -4,10 +4,10 @@ A `Level` holds what every request of the level adds to (the accumulator, the re
 chunk handling delays) and reports progress and the result. A driver sends the level's requests:
 - `ClosedLoop`: C workers each send a request, wait for it to finish and send the next, until the level's request
   count is issued or its duration has passed (in-flight requests then finish and count);
-- `OpenLoop`: one dispatcher sleeps until each arrival of the level's schedule (absolute times from the level's
-  start, so a late send never shifts the ones after it) and starts that request as its own task, whatever is still
-  in flight; with a max-concurrency cap a request whose arrival finds every slot taken waits for one. Each record
-  notes how late its send was against the schedule.
+- `OpenLoop`: each arrival of the level's schedule is a task that sleeps until its time (absolute, from the level's
+  start, so a late send never shifts the ones after it) and sends, whatever is still in flight; the next arrival's
+  task is made when one goes out; with a max-concurrency cap a request whose arrival finds every slot taken waits
+  for one. Each record notes how late its send was against the schedule.
 """
 
 from __future__ import annotations
@@ -181,27 +181,33 @@ class OpenLoop:
         try:
             label = f"r{self._level.setup.rate:g}"
             for i, t in enumerate(self._times):
-                due_ns = t0_ns + int(t * 1e9)
                 body = self._factory.body(label, i)   # built before the wait, so the send goes out on time
-                # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so no
-                # request goes out before its time (lateness is then never negative). A dispatcher behind its
-                # schedule still yields once per send, so the requests it started (and a stop) can run.
-                delay = (due_ns - time.perf_counter_ns()) / 1e9
-                if delay <= 0:
-                    await asyncio.sleep(0)
-                while delay > 0:
-                    await asyncio.sleep(delay)
-                    delay = (due_ns - time.perf_counter_ns()) / 1e9
-                task = loop.create_task(self._arrival(i, due_ns, body))
+                # The request's own task waits for its time and sends at once when it wakes: a dispatcher that woke
+                # and then started the task had it run a loop pass later (after the pass's socket reads). The next
+                # request's task is made when this one goes out, so one task at a time waits; a dispatcher behind
+                # its schedule still yields once per send, so the requests it started (and a stop) can run.
+                due = loop.create_future()
+                task = loop.create_task(self._arrival(i, t0_ns + int(t * 1e9), body, due))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
+                await due
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _arrival(self, i: int, due_ns: int, body: bytes) -> None:
+    async def _arrival(self, i: int, due_ns: int, body: bytes, due: asyncio.Future[None]) -> None:
+        try:
+            # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so no request
+            # goes out before its time (lateness is then never negative).
+            delay = (due_ns - time.perf_counter_ns()) / 1e9
+            while delay > 0:
+                await asyncio.sleep(delay)
+                delay = (due_ns - time.perf_counter_ns()) / 1e9
+        finally:
+            if not due.done():
+                due.set_result(None)
         # Lateness counts from the scheduled time, or from when a slot came free if the cap held this one back
         # (that wait is the cap doing its job: recorded as queued_ms).
         level, slots = self._level, self._slots
