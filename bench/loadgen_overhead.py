@@ -190,7 +190,9 @@ class Server:
             self.procs.append(proc)
             assert proc.stdout is not None
             ready = proc.stdout.readline().split()
-            assert ready[:1] == ["ready"], ready
+            if ready[:1] != ["ready"]:
+                self.stop()   # none of them outlives the bench
+                sys.exit(f"{script.name} on CPU {cpu} did not start: {ready}")
             self.stats_urls.append(f"http://127.0.0.1:{ready[1]}" if share else self.url)
         self._asked, self._cpu_s = time.perf_counter(), [0.0] * len(cpus)
 
@@ -300,7 +302,7 @@ def main() -> None:
                 r = measure("specmon", server.url, c, max(2 * c, 32) if c < 1024 else c, 50 if args.quick else 100)
                 late50, late99, busy = server.late_ms()
                 print(row("paced 20ms", "specmon", c, r) + f"  server late {late50}/{late99} ms, busiest server "
-                      f"process {busy:.0%} of a CPU", flush=True)
+                      f"process {busy:.0%} of a CPU, client {r['cpu_s'] / r['wall_s']:.0%}", flush=True)
                 figures[f"itl_p99_{c}"] = r["itl_p99_ms"]
                 figures[f"server_late_p99_{c}"] = late99 if late99 is not None else float("nan")
         finally:
