@@ -36,6 +36,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -263,6 +264,8 @@ def main() -> None:
         kind, url, c, n, out = args.child
         child_main(kind, url, float(c), int(n), int(out))
         return
+    # A SIGTERM (e.g. from `timeout`) unwinds like an exception, so the servers and the client child are stopped.
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
     server_cpus, CLIENT_CPU = cpu_plan(args.server_cpus)
     print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           "(other work on the box inflates CPU figures and ITL tails)")
