@@ -10,12 +10,15 @@
    showing the host's GPUs from the real GPU probe at 1 Hz (`nvidia-smi -lms 1000`). On a machine without GPUs, or
    with --fake-gpus N, the stand-in `tests/fixtures/gpu/fake-nvidia-smi` (first on PATH, FAKE_SMI_GPUS=N, default 8)
    answers instead: every GPU's memory, utilisation and power change every second, a busier board than idle GPUs.
-   CPU of the app process (% of one core, from /proc) and bytes written to the terminal per second.
-   Target <= 2 % of a core. The stand-in nvidia-smi's own CPU is printed separately (a real one is not ours).
+   CPU of the app process (% of one core: the time the scheduler ran its threads, /proc/PID/task/*/schedstat,
+   over the window's wall time) and bytes written to the terminal per second. Target <= 2 % of a core. Also how
+   long the app waited for a CPU while it was ready to run, and the load average: how busy the box was. The
+   stand-in nvidia-smi's own CPU is printed separately (a real one is not ours).
 3. Live sweep: `s` + enter in the pty starts a sweep of both servers; the same figures while it runs. The load
    generator is a separate process and is not counted (its own cost is reported by bench/loadgen_overhead.py).
 
-Prints one line per figure. The numbers depend on the machine's load: run it on a quiet box, or say it was not.
+Prints one line per figure. The CPU figure is the app's own CPU time, so another user's load does not add to it,
+but a busy box still moves it (caches, clock speed): run it on a quiet box, or say it was not.
 """
 
 from __future__ import annotations
@@ -82,6 +85,33 @@ def answers(port: int) -> bool:
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU time of `pid`, all its threads: what the scheduler ran them for (schedstat, in ns), not the clock ticks
+    that /proc/PID/stat samples (at 100 Hz, a tick is charged to whichever task holds the CPU then: an app that
+    wakes briefly many times a second is miscounted, worst on a busy box). Ticks where schedstat is missing."""
+    return _schedstat(pid)[0] if _has_schedstat(pid) else _ticks(pid)
+
+
+def cpu_wait_seconds(pid: int) -> float:
+    """How long `pid`'s threads were ready to run but waited for a CPU (how busy the box was for it)."""
+    return _schedstat(pid)[1] if _has_schedstat(pid) else 0.0
+
+
+def _has_schedstat(pid: int) -> bool:
+    return Path(f"/proc/{pid}/schedstat").exists()
+
+
+def _schedstat(pid: int) -> tuple[float, float]:
+    ran = waited = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "schedstat").read_text().split()
+        except OSError:   # a thread that just ended
+            continue
+        ran, waited = ran + int(fields[0]), waited + int(fields[1])
+    return ran / 1e9, waited / 1e9
+
+
+def _ticks(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -118,12 +148,13 @@ class Terminal:
             self.pump(0.05)
         return time.monotonic() - self.started
 
-    def measure(self, seconds: float) -> tuple[float, float]:
-        """(% of one core, bytes/s) of the app over `seconds`."""
-        cpu0, bytes0, t0 = cpu_seconds(self.pid), self.total, time.monotonic()
+    def measure(self, seconds: float) -> tuple[float, float, float]:
+        """(% of one core, bytes/s, % of the time it waited for a CPU) of the app over `seconds`."""
+        cpu0, wait0, bytes0, t0 = cpu_seconds(self.pid), cpu_wait_seconds(self.pid), self.total, time.monotonic()
         self.pump(seconds)
         elapsed = time.monotonic() - t0
-        return 100 * (cpu_seconds(self.pid) - cpu0) / elapsed, (self.total - bytes0) / elapsed
+        return (100 * (cpu_seconds(self.pid) - cpu0) / elapsed, (self.total - bytes0) / elapsed,
+                100 * (cpu_wait_seconds(self.pid) - wait0) / elapsed)
 
 
 def main() -> int:
@@ -178,19 +209,23 @@ def main() -> int:
                 if real else args.fake_gpus or 8)
         smi = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).find(b"nvidia-smi") >= 0]
         smi0 = sum(_cpu_or_zero(int(p.name)) for p in smi)
-        cpu, rate = term.measure(args.idle_s)
+        load0 = os.getloadavg()[0]
+        cpu, rate, waited = term.measure(args.idle_s)
         smi_cpu = 100 * (sum(_cpu_or_zero(int(p.name)) for p in smi) - smi0) / args.idle_s
         print(f"idle, {args.runs} ready runs (/metrics every {args.metrics_interval:g} s), GPU pane polling {gpus} "
               f"{'real' if real else 'stand-in'} GPUs at 1 Hz: "
               f"{cpu:.2f} % of a core, "
-              f"{rate / 1024:.2f} KiB/s to the terminal (target <= 2 %); nvidia-smi itself {smi_cpu:.2f} %")
+              f"{rate / 1024:.2f} KiB/s to the terminal (target <= 2 %); nvidia-smi itself {smi_cpu:.2f} %; "
+              f"the app waited for a CPU {waited:.2f} % of the time, load average {load0:.2f} -> "
+              f"{os.getloadavg()[0]:.2f}")
         if not args.no_sweep:
             os.write(term.fd, b"s")
             term.pump(1.0)
             os.write(term.fd, b"\r")
             term.wait_for(b"C=", 30)
-            cpu, rate = term.measure(args.sweep_s)
-            print(f"live sweep: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal")
+            cpu, rate, waited = term.measure(args.sweep_s)
+            print(f"live sweep: {cpu:.2f} % of a core, {rate / 1024:.2f} KiB/s to the terminal; "
+                  f"waited for a CPU {waited:.2f} % of the time")
         os.write(term.fd, b"q")
         term.pump(10)
     finally:

@@ -16,8 +16,8 @@ from specmon.model.gpu import (
     parse_query,
     parse_run_markers,
     parse_xml,
-    sparkline,
 )
+from specmon.model.numbers import sparkline
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 GPU0 = "GPU-4fbdac2b-8bdd-ad3c-2263-d0786aae9c1d"
@@ -114,5 +114,5 @@ def test_board_maps_holders_to_runs_and_flags_strangers() -> None:
 
 
 def test_sparkline_scales_and_pads() -> None:
-    assert sparkline([0, 50, 100], 100, 5) == "  ▁▅█"
-    assert sparkline([], 100, 3) == "   "
+    assert sparkline([0, 50, 100], 5, 100.0) == "  ▁▅█"   # the GPU pane's call: utilisation over 100 %
+    assert sparkline([], 3, 100.0) == "   "

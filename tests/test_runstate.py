@@ -205,3 +205,15 @@ def test_specmons_own_reads_are_not_the_servers_activity() -> None:
     # A client's request is activity, and so is a batch that holds one beside the reads.
     watch.feed(own + b'INFO:     127.0.0.1:50200 - "POST /v1/completions HTTP/1.1" 200 OK\n', 9.0)
     assert watch.state.last_activity == 9.0 and "POST /v1/completions" in watch.state.last_lines[-1]
+
+
+def test_settling_after_specmons_own_reads_changes_nothing() -> None:
+    """A ready server's log pauses between the serving view's reads, and each pause is settled (the process
+    check reads a tqdm bar waiting after its last `\r`): that must not bring the reads' access lines into the
+    context kept for a failure either. Each such change is a new view of the run, and every card repaints."""
+    watch = LogWatch(started_at=0.0)
+    watch.feed(b"[2026-01-01 10:00:00] The server is fired up and ready to roll!\n", 1.0)
+    before = watch.state
+    watch.feed(b'INFO:     127.0.0.1:50112 - "GET /metrics HTTP/1.1" 200 OK\n', 5.0)
+    assert watch.settle(6.0) == []
+    assert watch.state == before and watch.state.last_lines[-1].endswith("ready to roll!")

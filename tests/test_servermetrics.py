@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specmon.model.acceptance import MetricsSample, parse_metrics
-from specmon.model.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample, sparkline
+from specmon.model.numbers import sparkline
+from specmon.model.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample
 
 CAPTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -104,8 +105,10 @@ def test_history_alerts() -> None:
 
 
 def test_sparkline() -> None:
-    assert sparkline([0.0, 1.0, 2.0, 4.0]) == "▁▃▅█"
-    assert sparkline([]) == "" and sparkline([0.0, 0.0]) == "▁▁"
+    """The card's call: scaled to the values' own peak (or a given top), padded to the width."""
+    assert sparkline([0.0, 1.0, 2.0, 4.0], 4) == "▁▃▅█"
+    assert sparkline([], 3) == "   " and sparkline([0.0, 0.0], 3) == " ▁▁"
+    assert sparkline([50.0], 2, 100.0) == " ▅" and sparkline([1.0, 2.0, 3.0], 2) == "▆█"   # the last `width`
 
 
 def test_sparkline_slices_span_the_last_two_minutes() -> None:

@@ -83,6 +83,17 @@ async def test_an_idle_screen_runs_no_animation_timers(tmp_path: Path) -> None:
         assert [w for w in app.query("*") if w.auto_refresh is not None] == []
 
 
+async def test_an_idle_screen_holds_no_running_timer(tmp_path: Path) -> None:
+    """Nor may a widget wake on a timer for nothing: every card's shard bar (a Textual ProgressBar) kept a 1 s
+    interval for an ETA the card does not show, eight wake-ups a second with eight runs."""
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        running = [(type(w).__name__, t.name) for w in app.query("*") for t in list(w._timers)
+                   if t._repeat is None and t._active.is_set()]
+        assert running == []
+
+
 async def test_maximise_and_restore_and_too_small(tmp_path: Path) -> None:
     app = fed_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:

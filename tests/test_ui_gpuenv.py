@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -17,9 +18,10 @@ from textual.widgets import Static
 from ui_states import fed_app
 
 from specmon.model.config import parse_config
+from specmon.model.gpu import GpuBoard, parse_query
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
-from specmon.ui.gpuenv import GpuEnvPane
+from specmon.ui.gpuenv import GpuEnvPane, sparklines
 from specmon.ui.servers import ServersPane
 
 pytestmark = pytest.mark.slow
@@ -180,3 +182,14 @@ async def test_a_host_without_gpus_shows_the_selected_profiles_environment_under
         await pilot.press("e")   # the env view itself is unchanged
         await until(lambda: "GPU / env · env" == app.query_one(GpuEnvPane).border_title, pilot.pause)
         await until(lambda: pane_text(app).startswith("profile plain on local"), pilot.pause)
+
+
+def test_gpu_sparklines_scale_to_100_percent_and_fill_their_width() -> None:
+    """The pane's utilisation sparklines, as the GPU pane drew them before it shared the card's sparkline
+    function: 0-100 %, the last values that fit, padded on the left to half the pane (4 to 24 cells)."""
+    board = GpuBoard(history=30)
+    rows = parse_query((FAKE.parent / "smi-query.csv").read_text())
+    for t, util in enumerate([0, 7, 30, 55, 100, 64]):
+        board.add_tick({g.uuid: dataclasses.replace(g, utilization_pct=float(util)) for g in rows}, float(t))
+    assert sparklines(board, 40)[rows[0].uuid] == "              ▁▁▃▅█▅"
+    assert sparklines(board, 6)[rows[0].uuid] == "▃▅█▅"

@@ -395,15 +395,3 @@ class GpuBoard:
     def gpus_of_run(self, run_id: str) -> list[GpuTrack]:
         """The GPUs some process of `run_id` holds (a run's GPUs come from its processes, not its env)."""
         return [t for t in self.gpus() if any(h.run_id == run_id for h in t.holders)]
-
-
-SPARK = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: Iterable[float], top: float, width: int) -> str:
-    """The last `width` values as block characters scaled to 0..`top` (padded on the left with spaces)."""
-    points = list(values)[-width:] if width > 0 else []
-    if top <= 0:
-        top = 1.0
-    chars = [SPARK[min(len(SPARK) - 1, max(0, int(v / top * (len(SPARK) - 1) + 0.5)))] for v in points]
-    return " " * (width - len(chars)) + "".join(chars)

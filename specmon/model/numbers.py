@@ -3,8 +3,22 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 NA = "—"
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Iterable[float], width: int, top: float | None = None) -> str:
+    """The last `width` values as block characters scaled to 0..`top` (default: their largest), padded on the left
+    with spaces to `width` (a line whose length changes would ask for a relayout). A scale that is not a positive
+    finite number shows every value as the lowest block."""
+    shown = list(values)[-width:] if width > 0 else []
+    peak = max(shown, default=0.0) if top is None else top
+    if not (peak > 0 and math.isfinite(peak)):
+        return (SPARK[0] * len(shown)).rjust(width)
+    last = len(SPARK) - 1
+    return "".join(SPARK[min(last, max(0, int(v / peak * last + 0.5)))] for v in shown).rjust(width)
 
 
 def fmt_count(n: float | None) -> str:

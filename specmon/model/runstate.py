@@ -304,8 +304,9 @@ class LogWatch:
 
     def settle(self, now: float) -> list[ev.Event]:
         """The writer has paused: take the shard progress waiting after the last `\\r` (see LogParser.settle),
-        so a live reader counts what a reader of the finished file counts."""
-        return self._apply(self.parser.settle(), now, False, None)
+        so a live reader counts what a reader of the finished file counts. Settling reads no new line, so
+        `last_lines` stay as the last feed left them (the lines since may be nothing but specmon's own reads)."""
+        return self._apply(self.parser.settle(), now, False, None, keep_lines=True)
 
     def close(self, now: float, on_step: StepCallback | None = None) -> list[ev.Event]:
         """End of input: flush the trailing partial line, update `state`, return the events."""

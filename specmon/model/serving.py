@@ -20,12 +20,12 @@ A family a server does not export is None (shown as absent), never 0.
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from specmon.model.acceptance import MetricsSample, parse_metrics
+from specmon.model.numbers import sparkline
 from specmon.model.sweepstats import SweepProgress
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
@@ -242,20 +242,6 @@ class ServingHistory:
         return out
 
 
-SPARK = "▁▂▃▄▅▆▇█"
-
-
-def sparkline(values: list[float], width: int = 12, top: float | None = None) -> str:
-    """The last `width` values as block characters, scaled to `top` (default: their maximum)."""
-    shown = values[-width:]
-    if not shown:
-        return ""
-    peak = top if top is not None else max(shown)
-    if not peak or not math.isfinite(peak):
-        return SPARK[0] * len(shown)
-    return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v / peak * (len(SPARK) - 1) + 0.5)))] for v in shown)
-
-
 def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
     """(label, value) of each figure, as the card and `specmon metrics` print them; "—" where absent."""
     def num(v: float | None, spec: str, unit: str = "") -> str:
@@ -310,8 +296,7 @@ def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[
     def spark(name: str) -> tuple[Part, ...]:
         if not sparks:
             return ()
-        line = sparkline(list(update.history.get(name, ())), SPARK_SLICES, SPARK_TOPS.get(name))
-        return (" ", False), (line.rjust(SPARK_SLICES), True)
+        return (" ", False), (sparkline(update.history.get(name, ()), SPARK_SLICES, SPARK_TOPS.get(name)), True)
 
     accept = f" acc {texts['accept']}" if texts["accept"] != "—" else ""
     return [(("run " + texts["running"], False), *spark("running"), (" wait " + texts["waiting"], False),

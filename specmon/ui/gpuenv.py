@@ -21,7 +21,8 @@ from textual.visual import Visual
 from textual.widgets import Static
 
 from specmon.model.env import Difference, EnvReport, diff_lines, report_lines
-from specmon.model.gpu import GpuBoard, GpuTrack, sparkline
+from specmon.model.gpu import GpuBoard, GpuTrack
+from specmon.model.numbers import sparkline
 from specmon.ui.throttle import Throttle
 
 VIEWS = ("gpus", "env", "diff")
@@ -65,7 +66,7 @@ Line = tuple[tuple[str, str], ...]   # one line of the gpus view as (text, style
 def sparklines(board: GpuBoard, width: int) -> dict[str, str]:
     """Each GPU's utilisation sparkline (by UUID), as wide as the gpus view gives it in a pane `width` wide."""
     spark_width = max(4, min(24, width // 2))
-    return {track.uuid: sparkline(track.utilization, 100.0, spark_width) for track in board.gpus()}
+    return {track.uuid: sparkline(track.utilization, spark_width, 100.0) for track in board.gpus()}
 
 
 def gpu_lines(host: str, board: GpuBoard, known: Mapping[str, str], selected_run: str | None, width: int,

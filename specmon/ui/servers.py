@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from rich.cells import cell_len
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
@@ -21,6 +22,16 @@ from specmon.ui.rows import NodeRow, ServerRow
 
 def _shape(text: str) -> list[int]:
     return [len(line) for line in text.split("\n")]
+
+
+class ShardBar(ProgressBar):
+    """A card's shard progress. Textual's ProgressBar also wakes every second, for the whole session, to update an
+    ETA estimate; this one shows none (the card's line has the ETA), so it mounts without that timer: eight cards
+    were eight wake-ups a second of the idle TUI."""
+
+    def _on_mount(self, event: events.Mount) -> None:
+        event.prevent_default()   # ProgressBar.on_mount is the 1 s interval (and an update, done here)
+        self.update()
 
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
@@ -48,7 +59,7 @@ class RunCard(Vertical):
         self._head = Static(classes="card-head")
         # A total from the start: a ProgressBar without one is indeterminate and repaints 15 times a second
         # (hidden or not: the idle TUI's largest cost). Hidden until a shard total is known.
-        self._bar = ProgressBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
+        self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
         self._bar.display = False
         self._body = Static(classes="card-body")
 
