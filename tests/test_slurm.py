@@ -417,6 +417,40 @@ async def test_the_gpus_of_a_running_job_are_read_on_its_node_through_the_alloca
     assert [p.pid for p in report.processes if p.role == "server"] == [holder.pid], report.processes
 
 
+async def test_the_tuis_gpu_pane_of_a_slurm_profile_shows_its_jobs_node_not_the_login_hosts(
+        slurm: SlurmCluster, managers, free_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_gpu_probe import FAKE
+    from test_ui_gpuenv import pane_text, until
+
+    from specmon.ui.app import SpecmonApp
+    from specmon.ui.bridge import EngineBridge
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)   # on the login host's PATH and (srun --export=ALL) in the job's
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin")
+    filler = slurm.fill_node()
+    profile = slurm_profile(free_port)
+    manager, views = managers(profile)
+    app = SpecmonApp(manager.config, engine=EngineBridge(manager.config, manager=manager, results_dir=tmp_path / "r"),
+                     state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(160, 48)) as pilot:
+        view = await manager.launch("sim")
+        await views.until(lambda v: bool(v.job and v.job.startswith("PENDING")))
+        # Queued: its GPUs are not known yet, and the login host's are not shown as if they were the job's.
+        await until(lambda: "no Slurm job of it is running" in pane_text(app), pilot.pause, 30)
+        assert "GPUs" in pane_text(app) and "H200" not in pane_text(app), pane_text(app)
+        monkeypatch.setenv("FAKE_SMI_APPS_OF", f"{view.run_id}:1:4000")
+        slurm.run("scancel", filler)
+        await views.until(lambda v: v.state == "ready", timeout=90)
+        job = manager.store.load(view.run_id).slurm_job
+        await until(lambda: f"local job {job} on localhost · 2 GPUs" in pane_text(app), pilot.pause, 60)
+        # The holders were read inside the allocation too: the run's server holds GPU 1, named by its profile.
+        await until(lambda: pane_text(app).splitlines()[4].endswith(" sim"), pilot.pause, 30)
+        lines = pane_text(app).splitlines()
+        assert lines[2].endswith(" free") and "H200" in lines[3], lines
+
+
 async def test_a_node_that_cannot_see_the_run_directory_fails_the_run_in_one_line_naming_path_and_node(
         slurm_unshared: SlurmCluster, managers, free_port: int) -> None:
     manager, views = managers(slurm_profile(free_port))
