@@ -553,7 +553,8 @@ async def test_a_rank_dying_in_a_two_node_job_fails_the_run_naming_that_rank(
     failed = await views.until(lambda v: v.run_id == launched.run_id and v.state not in ("launching", "loading"),
                                timeout=90)
     assert failed.state == "failed" and failed.failure is not None, failed
-    assert failed.failure.message == "node 1 (local): exited with code 3", failed.failure
+    # Named by its node, as Slurm placed it: every rank's host is the login node ("node 1 (local)" said nothing).
+    assert failed.failure.message == "rank 1 on n2: exited with code 3", failed.failure
     assert failed.nodes[1].state == "failed" and failed.nodes[0].state == "loading"
     # As for SSH multi-node runs, the other ranks keep running (here: the job) until the run is stopped.
     assert slurm2.run("squeue", "-h", "-o", "%T").split() == ["RUNNING"]

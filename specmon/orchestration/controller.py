@@ -227,7 +227,7 @@ class RunController:
             str(self.last_health.status or self.last_health.error),
             link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
-            server_addr=r.server_addr,
+            server_addr=r.server_addr, slurm_node=r.slurm_node,
         )
 
     def _publish(self) -> None:
@@ -355,13 +355,13 @@ class RunController:
         self._reachable.set()
 
     async def _find_node(self, job: JobInfo) -> None:
-        """The job runs: record its node's address (this run's node rank's), and reach the server there."""
+        """The job runs: record its node's name and address (this run's node rank's), and reach the server there."""
         with contextlib.suppress(TransportError, TimeoutError):
             node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
             if node is not None:
-                addr = node[1]
-                self._update(lambda r: dataclasses.replace(r, server_addr=addr))
-                await self._reach(node[1])
+                name, addr = node
+                self._update(lambda r: dataclasses.replace(r, server_addr=addr, slurm_node=name))
+                await self._reach(addr)
 
     def _on_link(self, link: LinkState) -> None:
         """Time without a link is not time without log output: the stall clock restarts when the link is back

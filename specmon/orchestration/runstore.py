@@ -132,6 +132,7 @@ class RunRecord:
     slurm_job: str | None = None       # a Slurm run: its job id (the job's state decides when it runs and ends)
     server_addr: str | None = None     # a Slurm run: its node's address as `host` reaches it, once the job runs
                                        # (its port is there, not on `host`); None: `host`'s own 127.0.0.1
+    slurm_node: str | None = None      # a Slurm run: its node's name (its node rank's), once the job runs
 
     @property
     def serves_api(self) -> bool:

@@ -47,6 +47,7 @@ class RunView:
     still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
     job: str | None = None                # a Slurm run: its job's state, "PENDING (Resources)", "RUNNING on n1, ..."
     server_addr: str | None = None        # a Slurm run: its node's address as the host reaches it (None: loopback)
+    slurm_node: str | None = None         # a Slurm run: its node's name (its node rank's), once the job runs
     past_load_s: float | None = None      # what this load is compared with (`typical_load_s` of the profile's
                                           # past loads, else its expected_load_s); None: unknown, or not watched
 
