@@ -256,11 +256,17 @@ def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path
     assert re.search(r"launched llama-slurm run \S+ on local \(job \d+, port \d+\)", launched.stderr), launched.stderr
     status = specmon("status")
     assert re.search(r"llama-slurm .* launching .* PENDING \((Resources|Priority)\)", status.stdout), status.stdout
+    # Queued: no node, so no address yet (127.0.0.1 here is the login host's loopback, where nothing will listen).
+    assert "pending (no node yet)" in status.stdout and "127.0.0.1" not in status.stdout, status.stdout
     [run] = json.loads(specmon("status", "--json").stdout)
     assert run["state"] == "launching" and run["job"] in ("PENDING (Resources)", "PENDING (Priority)"), run
+    assert run["url"] is None, run
     slurm.run("scancel", filler)
     waited = specmon("wait", "llama-slurm", "-q", timeout=120)
     assert waited.returncode == 0 and "RUNNING on localhost" in waited.stdout + waited.stderr, waited
+    # Running: the port on the job's node, at the address Slurm has for it.
+    node_url = f"http://localhost:{free_port}"
+    assert node_url in specmon("status").stdout and json.loads(specmon("status", "--json").stdout)[0]["url"] == node_url
     stopped = specmon("stop", "llama-slurm")
     assert stopped.returncode == 0 and re.search(r"stopped in [\d.]+s \(scancel job \d+; exit code", stopped.stdout), \
         stopped

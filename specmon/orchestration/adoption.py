@@ -15,10 +15,9 @@ from specmon.model.runstatus import RunStatus
 from specmon.model.textfile import loads
 from specmon.orchestration import slurmjobs
 from specmon.orchestration.checking import RunChecker
-from specmon.orchestration.controller import host_url
 from specmon.orchestration.hosts import Hosts
 from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import RunRecord
+from specmon.orchestration.runstore import RunRecord, host_url
 from specmon.orchestration.runview import RunView
 from specmon.sources.host import RUN_ID, HostOps
 from specmon.sources.slurm import SlurmHost

@@ -31,7 +31,7 @@ from specmon.model.failure import Failure
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, progress_of
+from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
@@ -56,11 +56,6 @@ class WatchTimings:
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one
     ready_retry_s: float = 0.2
-
-
-def host_url(port: int) -> str:
-    """How a server is addressed on its own host: what a run records when its profile gives no `url`."""
-    return f"http://127.0.0.1:{port}"
 
 
 def node_url(record: RunRecord) -> str:

@@ -40,8 +40,8 @@ from specmon.model.multinode import (
     worker_ready,
 )
 from specmon.model.runstatus import STARTING, RunStatus
-from specmon.orchestration.controller import RunController, host_url
-from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, new_run_id
+from specmon.orchestration.controller import RunController
+from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, host_url, new_run_id
 from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError

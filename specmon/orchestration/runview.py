@@ -9,7 +9,7 @@ from specmon.model.clean import printable, strip_ansi
 from specmon.model.failure import Failure
 from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
-from specmon.orchestration.runstore import iso_utc, launched_by
+from specmon.orchestration.runstore import host_url, iso_utc, launched_by
 from specmon.sources.transport import LinkState
 
 
@@ -56,6 +56,12 @@ class RunView:
         """The server process may still be running."""
         return self.state in runstatus.ACTIVE
 
+    @property
+    def url_pending(self) -> bool:
+        """Whether the server's address is not known yet: a Slurm run whose job has no node yet (queued), its `url`
+        only the port it will listen on (a profile's own `url` is known from the start)."""
+        return self.job is not None and self.server_addr is None and self.url == host_url(self.port)
+
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
         return launched_by(self.config, config)
@@ -69,7 +75,7 @@ class RunView:
             "state": self.state,
             "pid": self.pid,
             "port": self.port,
-            "url": self.url,
+            "url": None if self.url_pending else self.url,   # null: not known yet (a queued Slurm job's)
             "started_at": iso_utc(self.started_at),
             "ready_at": iso_utc(self.ready_at),
             "load_seconds": None if self.load_seconds is None else round(self.load_seconds, 3),

@@ -26,9 +26,18 @@ from specmon.model.multinode import NodePlacement, node_command
 from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
 from specmon.model.slurm import JobInfo, SlurmRequest, nodes_script
-from specmon.orchestration.controller import host_url, job_verdict
+from specmon.orchestration.controller import job_verdict
 from specmon.orchestration.multinode import NodeRuns, node_run_id
-from specmon.orchestration.runstore import Edit, NodeSeat, RunRecord, RunStore, StateWriteError, new_run_id, progress_of
+from specmon.orchestration.runstore import (
+    Edit,
+    NodeSeat,
+    RunRecord,
+    RunStore,
+    StateWriteError,
+    host_url,
+    new_run_id,
+    progress_of,
+)
 from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
