@@ -595,3 +595,66 @@ async def test_a_two_node_job_from_a_login_node_over_ssh_is_probed_swept_and_sto
     finally:
         await stop_everything([manager])
         sshd.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_two_node_job_launched_from_another_jump_box_is_found_by_its_name_and_adopted_as_one_run(
+        slurm2: SlurmCluster, tmp_path: Path, free_port_factory) -> None:
+    # Two jump boxes (each its own HOME, so its own specmon state) reach one login node over SSH (the loopback
+    # sshd: one HOME there, where the run directories are). Box A launches a two-node job; box B, which has never
+    # heard of it, finds it by the job's name and takes both ranks over as one run, then waits for it and stops it.
+    port, master_port = free_port_factory(), free_port_factory()
+    sshd = Sshd.start(tmp_path / "sshd", set_env={"SLURM_CONF": str(slurm2.conf),
+                                                  "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin"})
+    job = two_node_job(port, master_port)
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.mn]\nhost = "gpu1"\ncommand = {json.dumps(list(job.command))}\nport = {port}\n'
+                      f'master_port = {master_port}\nstall_timeout_s = 30\n[profiles.mn.slurm]\nnodes = 2\n'
+                      f'time = "10"\n' + sshd.ssh_table())
+
+    def box(name: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+        home = tmp_path / name
+        env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / ".local/state"),
+               "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+
+        def specmon(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+            # Output to files, not pipes: the command's end is its exit, whoever else holds its output open.
+            out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+            with out.open("w") as stdout, err.open("w") as stderr:
+                proc = subprocess.Popen([sys.executable, "-m", "specmon", "--config", str(config), *args], env=env,
+                                        stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"{args} still running after {timeout} s: {err.read_text()[-3000:]}") from None
+            done = subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
+            assert done.returncode == 0, (args, done.stdout, done.stderr)
+            return done
+        return specmon
+
+    a, b = box("box-a"), box("box-b")
+    try:
+        launched = a("launch", "mn")
+        run_id = re.search(r"launched mn run (\S+) on gpu1", launched.stderr + launched.stdout)[1]
+        [slurm_job] = slurm2.jobs()
+        # Box B: the job's two rank directories are one run found on the login node, its job still listed.
+        found = json.loads(b("status", "--host", "gpu1", "--json").stdout)
+        assert found["runs"] == [] and [(r["run_id"], r["profile"], r["running"]) for r in found["adoptable"]] == [
+            (run_id, "mn", True)], found
+        adopted = b("status", "--host", "gpu1", "--adopt", run_id)
+        assert f"adopted {run_id} (profile mn) on gpu1: " in adopted.stdout, adopted.stdout
+        b("wait", run_id, "-q", timeout=120)
+        [run] = [r for r in json.loads(b("status", "--all", "--json").stdout) if r["run_id"] == run_id]
+        assert run["state"] == "ready" and [(n["node_rank"], n["state"]) for n in run["nodes"]] == [
+            (0, "ready"), (1, "ready")], run
+        assert run["url"] == f"http://{N1}:{port}", run   # rank 0's node, as the login node reaches it
+        assert b("status", "--host", "gpu1", "--json").stdout.count('"adoptable": []') == 1   # nothing left over
+        stopped = b("stop", run_id, timeout=120)
+        assert re.search(rf"scancel job {slurm_job}", stopped.stdout), stopped.stdout
+        assert slurm2.run("squeue", "-h", "-o", "%T", check=False).strip() in ("", "CANCELLED")
+        [final] = [r for r in json.loads(b("status", "--all", "--json").stdout) if r["run_id"] == run_id]
+        assert final["state"] == "stopped" and [n["state"] for n in final["nodes"]] == ["stopped", "stopped"], final
+    finally:
+        sshd.stop()   # the cluster's end (the fixture) ends the job
