@@ -487,6 +487,25 @@ async def test_a_job_killed_over_its_memory_limit_is_reported_oom(slurm_memory: 
                                      "(exceeded job memory limit; Slurm says FAILED)"), ended.failure
 
 
+async def test_a_job_the_kernel_kills_in_its_memory_cgroup_ends_as_slurms_out_of_memory(
+        slurm_cgroup_memory: SlurmCluster, managers, free_port: int) -> None:
+    # As on a cluster that confines jobs in cgroups: the same 400 MB server against a 100 MB --mem, killed by the
+    # kernel's OOM killer in the job's cgroup; Slurm's own state is OUT_OF_MEMORY (not FAILED, as above).
+    grows = ("sh", "-c", 'echo "server starting"; exec "$0" -c "import time; x = bytearray(400 << 20); '
+                         'x[::4096] = bytes(len(x[::4096])); time.sleep(600)"', sys.executable)
+    profile = dataclasses.replace(slurm_profile(free_port), command=grows, slurm=SlurmRequest(mem="100M"))
+    manager, views = managers(profile)
+    view = await manager.launch("sim")
+    # The log's "Killed" fails the run at once; Slurm's own verdict follows when the job has ended.
+    ended = await views.until(lambda v: not v.active and v.failure is not None and v.failure.message.startswith(
+        "Slurm job"), timeout=60)
+    job = manager.store.load(view.run_id).slurm_job
+    assert slurm_cgroup_memory.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").strip() == "OUT_OF_MEMORY"
+    assert ended.state == "failed" and ended.failure is not None, ended
+    assert (ended.failure.kind, ended.failure.message) == (
+        "oom", f"Slurm job {job} ran out of memory (Slurm's memory limit) (OutOfMemory)"), ended.failure
+
+
 # ---- two-node jobs: the cluster of `slurm2` (n1 at 127.0.0.2, n2 at 127.0.0.3), `specmon sim` as each rank ----------
 N1 = TWO_NODES["n1"]
 

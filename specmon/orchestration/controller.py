@@ -28,6 +28,7 @@ from typing import Protocol
 
 from specmon.model.events import highlights
 from specmon.model.failure import Failure
+from specmon.model.logparse import KILLED
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
@@ -111,14 +112,17 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
-    own verdict, ahead of whatever the server's log said as it was being killed. A job that ended otherwise without
+    own verdict, ahead of whatever the server's log said as it was being killed (a `Killed` seen in the log before
+    the job ended, e.g. by the kernel in the job's memory cgroup, gives way to Slurm's OUT_OF_MEMORY or TIMEOUT
+    once Slurm has its end). A job that ended otherwise without
     starting the run's wrapper (`wrapper_started` False: no pid file) ran where the run directory is not."""
     state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
     cause = slurm_failure(job) if job is not None else None
     if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
         last = run_state.last_lines if run_state is not None else ()
         cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
-    if cause is not None and state != RunStatus.STOPPED and not (record.state == RunStatus.FAILED and record.failure):
+    logged = record.state == RunStatus.FAILED and record.failure is not None and record.failure.message != KILLED
+    if cause is not None and state != RunStatus.STOPPED and not logged:
         state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
         failure = Failure(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
     return state, failure
