@@ -15,7 +15,7 @@ from pathlib import Path
 from types import FrameType
 
 import pytest
-from slurm_support import TWO_NODES, SlurmCluster, slurm_available, slurm_cluster
+from slurm_support import TWO_NODES, SlurmCluster, memory_cgroup_available, slurm_available, slurm_cluster
 from sshd_support import Sshd, shared_sshd, sshd_available
 
 
@@ -113,7 +113,7 @@ def sshd() -> Sshd:
 
 
 def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None, unshared: Path | None = None,
-             backfill_s: int = 30, memory_limits: bool = False) -> Iterator[SlurmCluster]:
+             backfill_s: int = 30, memory_limits: str | None = None) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
@@ -149,8 +149,19 @@ def slurm_backfill(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
 
 @pytest.fixture
 def slurm_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
-    """The single-node cluster of `slurm` that kills a job over its --mem (as a cluster enforcing memory does)."""
-    yield from _cluster(monkeypatch, None, memory_limits=True)
+    """The single-node cluster of `slurm` that kills a job over its --mem by polling its memory, as a cluster
+    without cgroups does (the job ends FAILED)."""
+    yield from _cluster(monkeypatch, None, memory_limits="poll")
+
+
+@pytest.fixture
+def slurm_cgroup_memory(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The single-node cluster of `slurm` that confines each job to its --mem in a memory cgroup, as most GPU
+    clusters do: the kernel kills the job over it and Slurm's own state says OUT_OF_MEMORY."""
+    reason = memory_cgroup_available()
+    if reason is not None:
+        pytest.skip(reason)
+    yield from _cluster(monkeypatch, None, memory_limits="cgroup")
 
 
 @pytest.fixture

@@ -98,7 +98,35 @@ def _node_lines(root: Path, nodes: dict[str, str] | None) -> list[str]:
             "State=UNKNOWN" for name, addr in nodes.items()]
 
 
-def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memory_limits: bool) -> Path:
+# Where a cgroup v1 memory controller is mounted (Slurm's cgroup/v1 plugin needs no systemd, unlike its v2 one).
+MEMORY_CGROUP = Path("/sys/fs/cgroup/memory")
+
+
+def memory_cgroup_available() -> str | None:
+    """Why Slurm cannot confine jobs' memory in cgroups here (None when it can)."""
+    if not (MEMORY_CGROUP / "memory.limit_in_bytes").exists():
+        return f"no cgroup v1 memory controller at {MEMORY_CGROUP} (Slurm 22.05's cgroup/v2 plugin needs systemd)"
+    if not os.access(MEMORY_CGROUP, os.W_OK):
+        return f"{MEMORY_CGROUP} is not writable here"
+    return None
+
+
+def _memory_lines(root: Path, memory_limits: str | None) -> list[str]:
+    """slurm.conf's lines (and cgroup.conf) for how --mem is enforced: not at all (None); by polling each step's
+    memory every second, slurmstepd killing it (`poll`: the job ends FAILED); or by the kernel in the job's memory
+    cgroup (`cgroup`: the job ends OUT_OF_MEMORY). Slurm refuses both at once."""
+    if memory_limits == "cgroup":
+        (root / "cgroup.conf").write_text(f"CgroupPlugin=cgroup/v1\nCgroupMountpoint={MEMORY_CGROUP.parent}\n"
+                                          "ConstrainRAMSpace=yes\nConstrainSwapSpace=yes\nAllowedSwapSpace=0\n"
+                                          "ConstrainCores=no\nConstrainDevices=no\n")
+        return ["TaskPlugin=task/cgroup", "JobAcctGatherType=jobacct_gather/none"]
+    if memory_limits == "poll":
+        return ["TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=1",
+                "JobAcctGatherParams=OverMemoryKill"]
+    return ["TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none"]
+
+
+def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memory_limits: str | None) -> Path:
     conf = root / "slurm.conf"
     conf.write_text("\n".join([
         "ClusterName=specmontest",
@@ -116,15 +144,12 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memor
         f"SlurmctldLogFile={root}/log/slurmctld.log",
         f"SlurmdLogFile={root}/log/slurmd-%n.log",
         "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory" if memory_limits else "SelectTypeParameters=CR_Core",
         "SchedulerType=sched/backfill",
         "JobCompType=jobcomp/none",
         "AccountingStorageType=accounting_storage/none",
-        # memory_limits: --mem is enforced by polling each step's memory every second (no cgroups here).
-        *(["JobAcctGatherType=jobacct_gather/linux", "JobAcctGatherFrequency=task=1",
-           "JobAcctGatherParams=OverMemoryKill"] if memory_limits else ["JobAcctGatherType=jobacct_gather/none"]),
+        *_memory_lines(root, memory_limits),
         "MpiDefault=none",
         "ReturnToService=2",
         "KillWait=2",
@@ -145,13 +170,13 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memor
 
 @contextmanager
 def slurm_cluster(root: Path, nodes: dict[str, str] | None = None, unshared: Path | None = None,
-                  backfill_s: int = 30, memory_limits: bool = False) -> Iterator[SlurmCluster]:
+                  backfill_s: int = 30, memory_limits: str | None = None) -> Iterator[SlurmCluster]:
     """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
     one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
     gone. `unshared`: a directory the nodes do not share with this machine (inside the cluster's mount namespace
     an empty tmpfs covers it, as a login node's home that the compute nodes do not mount). `backfill_s`: how often
     the backfill pass runs (Slurm's default, 30 s; it sets a pending job's expected start). `memory_limits`: a job
-    over its --mem is killed (slurmstepd's OverMemoryKill)."""
+    over its --mem is killed, by slurmstepd's poll (`poll`) or in its memory cgroup (`cgroup`; see _memory_lines)."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
@@ -186,6 +211,10 @@ def slurm_cluster(root: Path, nodes: dict[str, str] | None = None, unshared: Pat
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait(timeout=30)
+        if memory_limits == "cgroup":   # the cgroups slurmd made (slurm_NODE/uid_0/...): empty ones go
+            for path in sorted(MEMORY_CGROUP.glob("slurm_*/**/"), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    path.rmdir()
 
 
 def _wait_idle(cluster: SlurmCluster) -> None:

@@ -24,7 +24,7 @@ OLDER_RECORD = {
     "group": None, "node_rank": None, "nodes": [], "dist_init_addr": None, "config": "/tmp/profiles.toml",
     "slurm_job": None,
 }
-ADDED_SINCE = {"server_addr": None}   # RunRecord fields added after ddbe1ae, with their defaults
+ADDED_SINCE = {"server_addr": None, "slurm_node": None}   # RunRecord fields added after ddbe1ae, with defaults
 
 
 def _write(root: Path, data: dict[str, object]) -> Path:
@@ -44,7 +44,8 @@ def test_a_record_an_older_specmon_wrote_loads_and_a_change_keeps_its_words(tmp_
                                      ("Loading weights", "torch.OutOfMemoryError: CUDA out of memory"))
     assert record.failure.text == "oom: CUDA out of memory"
     store.change(record.run_id, lambda r: dataclasses.replace(r, exit_code=1))
-    # The same keys and words (plus the fields specmon has gained since: server_addr, 5fa3df2's Slurm nodes).
+    # The same keys and words (plus the fields specmon has gained since: server_addr, 5fa3df2's Slurm nodes, and
+    # slurm_node, their names).
     assert json.loads(path.read_text()) == {**OLDER_RECORD, **ADDED_SINCE, "exit_code": 1}
 
 

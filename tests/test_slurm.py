@@ -256,11 +256,17 @@ def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path
     assert re.search(r"launched llama-slurm run \S+ on local \(job \d+, port \d+\)", launched.stderr), launched.stderr
     status = specmon("status")
     assert re.search(r"llama-slurm .* launching .* PENDING \((Resources|Priority)\)", status.stdout), status.stdout
+    # Queued: no node, so no address yet (127.0.0.1 here is the login host's loopback, where nothing will listen).
+    assert "pending (no node yet)" in status.stdout and "127.0.0.1" not in status.stdout, status.stdout
     [run] = json.loads(specmon("status", "--json").stdout)
     assert run["state"] == "launching" and run["job"] in ("PENDING (Resources)", "PENDING (Priority)"), run
+    assert run["url"] is None, run
     slurm.run("scancel", filler)
     waited = specmon("wait", "llama-slurm", "-q", timeout=120)
     assert waited.returncode == 0 and "RUNNING on localhost" in waited.stdout + waited.stderr, waited
+    # Running: the port on the job's node, at the address Slurm has for it.
+    node_url = f"http://localhost:{free_port}"
+    assert node_url in specmon("status").stdout and json.loads(specmon("status", "--json").stdout)[0]["url"] == node_url
     stopped = specmon("stop", "llama-slurm")
     assert stopped.returncode == 0 and re.search(r"stopped in [\d.]+s \(scancel job \d+; exit code", stopped.stdout), \
         stopped
@@ -417,6 +423,40 @@ async def test_the_gpus_of_a_running_job_are_read_on_its_node_through_the_alloca
     assert [p.pid for p in report.processes if p.role == "server"] == [holder.pid], report.processes
 
 
+async def test_the_tuis_gpu_pane_of_a_slurm_profile_shows_its_jobs_node_not_the_login_hosts(
+        slurm: SlurmCluster, managers, free_port: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_gpu_probe import FAKE
+    from test_ui_gpuenv import pane_text, until
+
+    from specmon.ui.app import SpecmonApp
+    from specmon.ui.bridge import EngineBridge
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)   # on the login host's PATH and (srun --export=ALL) in the job's
+    monkeypatch.setenv("PATH", f"{bin_dir}:{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin")
+    filler = slurm.fill_node()
+    profile = slurm_profile(free_port)
+    manager, views = managers(profile)
+    app = SpecmonApp(manager.config, engine=EngineBridge(manager.config, manager=manager, results_dir=tmp_path / "r"),
+                     state_path=tmp_path / "ui.json")
+    async with app.run_test(size=(160, 48)) as pilot:
+        view = await manager.launch("sim")
+        await views.until(lambda v: bool(v.job and v.job.startswith("PENDING")))
+        # Queued: its GPUs are not known yet, and the login host's are not shown as if they were the job's.
+        await until(lambda: "no Slurm job of it is running" in pane_text(app), pilot.pause, 30)
+        assert "GPUs" in pane_text(app) and "H200" not in pane_text(app), pane_text(app)
+        monkeypatch.setenv("FAKE_SMI_APPS_OF", f"{view.run_id}:1:4000")
+        slurm.run("scancel", filler)
+        await views.until(lambda v: v.state == "ready", timeout=90)
+        job = manager.store.load(view.run_id).slurm_job
+        await until(lambda: f"local job {job} on localhost · 2 GPUs" in pane_text(app), pilot.pause, 60)
+        # The holders were read inside the allocation too: the run's server holds GPU 1, named by its profile.
+        await until(lambda: pane_text(app).splitlines()[4].endswith(" sim"), pilot.pause, 30)
+        lines = pane_text(app).splitlines()
+        assert lines[2].endswith(" free") and "H200" in lines[3], lines
+
+
 async def test_a_node_that_cannot_see_the_run_directory_fails_the_run_in_one_line_naming_path_and_node(
         slurm_unshared: SlurmCluster, managers, free_port: int) -> None:
     manager, views = managers(slurm_profile(free_port))
@@ -445,6 +485,25 @@ async def test_a_job_killed_over_its_memory_limit_is_reported_oom(slurm_memory: 
     assert ended.failure.kind == "oom", ended.failure
     assert ended.failure.message == (f"Slurm job {job} ran out of memory (Slurm's memory limit): slurmstepd killed it "
                                      "(exceeded job memory limit; Slurm says FAILED)"), ended.failure
+
+
+async def test_a_job_the_kernel_kills_in_its_memory_cgroup_ends_as_slurms_out_of_memory(
+        slurm_cgroup_memory: SlurmCluster, managers, free_port: int) -> None:
+    # As on a cluster that confines jobs in cgroups: the same 400 MB server against a 100 MB --mem, killed by the
+    # kernel's OOM killer in the job's cgroup; Slurm's own state is OUT_OF_MEMORY (not FAILED, as above).
+    grows = ("sh", "-c", 'echo "server starting"; exec "$0" -c "import time; x = bytearray(400 << 20); '
+                         'x[::4096] = bytes(len(x[::4096])); time.sleep(600)"', sys.executable)
+    profile = dataclasses.replace(slurm_profile(free_port), command=grows, slurm=SlurmRequest(mem="100M"))
+    manager, views = managers(profile)
+    view = await manager.launch("sim")
+    # The log's "Killed" fails the run at once; Slurm's own verdict follows when the job has ended.
+    ended = await views.until(lambda v: not v.active and v.failure is not None and v.failure.message.startswith(
+        "Slurm job"), timeout=60)
+    job = manager.store.load(view.run_id).slurm_job
+    assert slurm_cgroup_memory.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").strip() == "OUT_OF_MEMORY"
+    assert ended.state == "failed" and ended.failure is not None, ended
+    assert (ended.failure.kind, ended.failure.message) == (
+        "oom", f"Slurm job {job} ran out of memory (Slurm's memory limit) (OutOfMemory)"), ended.failure
 
 
 # ---- two-node jobs: the cluster of `slurm2` (n1 at 127.0.0.2, n2 at 127.0.0.3), `specmon sim` as each rank ----------
@@ -519,7 +578,8 @@ async def test_a_rank_dying_in_a_two_node_job_fails_the_run_naming_that_rank(
     failed = await views.until(lambda v: v.run_id == launched.run_id and v.state not in ("launching", "loading"),
                                timeout=90)
     assert failed.state == "failed" and failed.failure is not None, failed
-    assert failed.failure.message == "node 1 (local): exited with code 3", failed.failure
+    # Named by its node, as Slurm placed it: every rank's host is the login node ("node 1 (local)" said nothing).
+    assert failed.failure.message == "rank 1 on n2: exited with code 3", failed.failure
     assert failed.nodes[1].state == "failed" and failed.nodes[0].state == "loading"
     # As for SSH multi-node runs, the other ranks keep running (here: the job) until the run is stopped.
     assert slurm2.run("squeue", "-h", "-o", "%T").split() == ["RUNNING"]
@@ -554,3 +614,66 @@ async def test_a_two_node_job_from_a_login_node_over_ssh_is_probed_swept_and_sto
     finally:
         await stop_everything([manager])
         sshd.stop()
+
+
+@pytest.mark.timeout(300)
+def test_a_two_node_job_launched_from_another_jump_box_is_found_by_its_name_and_adopted_as_one_run(
+        slurm2: SlurmCluster, tmp_path: Path, free_port_factory) -> None:
+    # Two jump boxes (each its own HOME, so its own specmon state) reach one login node over SSH (the loopback
+    # sshd: one HOME there, where the run directories are). Box A launches a two-node job; box B, which has never
+    # heard of it, finds it by the job's name and takes both ranks over as one run, then waits for it and stops it.
+    port, master_port = free_port_factory(), free_port_factory()
+    sshd = Sshd.start(tmp_path / "sshd", set_env={"SLURM_CONF": str(slurm2.conf),
+                                                  "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin"})
+    job = two_node_job(port, master_port)
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.mn]\nhost = "gpu1"\ncommand = {json.dumps(list(job.command))}\nport = {port}\n'
+                      f'master_port = {master_port}\nstall_timeout_s = 30\n[profiles.mn.slurm]\nnodes = 2\n'
+                      f'time = "10"\n' + sshd.ssh_table())
+
+    def box(name: str) -> Callable[..., subprocess.CompletedProcess[str]]:
+        home = tmp_path / name
+        env = {**os.environ, "HOME": str(home), "XDG_STATE_HOME": str(home / ".local/state"),
+               "XDG_CONFIG_HOME": str(home / ".config"), "XDG_CACHE_HOME": str(home / ".cache")}
+
+        def specmon(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+            # Output to files, not pipes: the command's end is its exit, whoever else holds its output open.
+            out, err = tmp_path / f"{name}.out", tmp_path / f"{name}.err"
+            with out.open("w") as stdout, err.open("w") as stderr:
+                proc = subprocess.Popen([sys.executable, "-m", "specmon", "--config", str(config), *args], env=env,
+                                        stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"{args} still running after {timeout} s: {err.read_text()[-3000:]}") from None
+            done = subprocess.CompletedProcess(args, code, out.read_text(), err.read_text())
+            assert done.returncode == 0, (args, done.stdout, done.stderr)
+            return done
+        return specmon
+
+    a, b = box("box-a"), box("box-b")
+    try:
+        launched = a("launch", "mn")
+        run_id = re.search(r"launched mn run (\S+) on gpu1", launched.stderr + launched.stdout)[1]
+        [slurm_job] = slurm2.jobs()
+        # Box B: the job's two rank directories are one run found on the login node, its job still listed.
+        found = json.loads(b("status", "--host", "gpu1", "--json").stdout)
+        assert found["runs"] == [] and [(r["run_id"], r["profile"], r["running"]) for r in found["adoptable"]] == [
+            (run_id, "mn", True)], found
+        adopted = b("status", "--host", "gpu1", "--adopt", run_id)
+        assert f"adopted {run_id} (profile mn) on gpu1: " in adopted.stdout, adopted.stdout
+        b("wait", run_id, "-q", timeout=120)
+        [run] = [r for r in json.loads(b("status", "--all", "--json").stdout) if r["run_id"] == run_id]
+        assert run["state"] == "ready" and [(n["node_rank"], n["state"]) for n in run["nodes"]] == [
+            (0, "ready"), (1, "ready")], run
+        assert run["url"] == f"http://{N1}:{port}", run   # rank 0's node, as the login node reaches it
+        assert b("status", "--host", "gpu1", "--json").stdout.count('"adoptable": []') == 1   # nothing left over
+        stopped = b("stop", run_id, timeout=120)
+        assert re.search(rf"scancel job {slurm_job}", stopped.stdout), stopped.stdout
+        assert slurm2.run("squeue", "-h", "-o", "%T", check=False).strip() in ("", "CANCELLED")
+        [final] = [r for r in json.loads(b("status", "--all", "--json").stdout) if r["run_id"] == run_id]
+        assert final["state"] == "stopped" and [n["state"] for n in final["nodes"]] == ["stopped", "stopped"], final
+    finally:
+        sshd.stop()   # the cluster's end (the fixture) ends the job

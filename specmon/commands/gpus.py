@@ -17,8 +17,8 @@ from specmon.orchestration.runs import RunManager
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("gpus", help="GPUs of a host and the runs holding them", description=__doc__)
     parser.add_argument("host", nargs="?", default="local",
-                        help="\"local\" (default), a profile's host, or a Slurm profile or run (its job's node, through "
-                        "srun --overlap)")
+                        help="\"local\" (default), a host, a profile or run (its host), or a Slurm profile or run "
+                        "(its job's node, through srun --overlap)")
     parser.add_argument("--json", action="store_true",
                         help="{host, gpus: [{index, uuid, name, memory_used_mib, memory_total_mib, "
                         "utilization_pct, power_w, power_limit_w, temperature_c, sm_clock_mhz, fault, holders: "

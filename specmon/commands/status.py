@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("status", help="list runs and their state", description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true",
-                        help="a JSON list of {run_id, profile, host, state, pid, port, url, started_at, ready_at, "
+                        help="a JSON list of {run_id, profile, host, state, pid, port, url (null while a Slurm job has no node yet), started_at, ready_at, "
                         "load_seconds, shards, kv_cache_tokens, exit_code, failure, config, still_running (failed by the log while "
                         "the process still runs)}; an unreadable record "
                         "has state \"unreadable\" and its reason in \"error\"; a multi-node run adds nodes: the same for each "
@@ -81,9 +81,10 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
         note = "unchecked: its host did not answer" + (f"; {note}" if note else "")
     if not mine:
         note = (note + " " if note else "") + f"(from {v.config or 'an unknown profiles file'})"
-    # A remote run's own loopback URL means nothing on this machine: say where it is instead.
-    where = f"{v.host} 127.0.0.1:{v.port} (over SSH)" if v.host != "local" and v.url == \
-        f"http://127.0.0.1:{v.port}" else v.url
+    # A remote run's own loopback URL means nothing on this machine: say where it is instead. A queued Slurm job's
+    # node (where its port will be) is not known yet.
+    where = "pending (no node yet)" if v.url_pending else f"{v.host} 127.0.0.1:{v.port} (over SSH)" \
+        if v.host != "local" and v.url == f"http://127.0.0.1:{v.port}" else v.url
     url = redact_value(where) if v.active and v.node_rank in (None, 0) else ""
     state = f"{v.state}, still running" if v.still_running else v.state
     return (label or v.profile, v.run_id, state, str(v.pid or "-"), str(v.port), shards, load, url, note)
@@ -121,7 +122,8 @@ def _unreadable_row(u: Unreadable) -> tuple[str, ...]:
 
 def _json_of(v: RunView) -> dict[str, object]:
     data = v.to_json()
-    data["url"] = v.url and redact_value(v.url)
+    if isinstance(data["url"], str):   # null while a queued Slurm job's node is not known
+        data["url"] = redact_value(data["url"])
     failure = data["failure"]
     if isinstance(failure, dict):
         data["failure"] = {**failure, "message": redact_text(str(failure["message"]))}

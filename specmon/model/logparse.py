@@ -42,6 +42,9 @@ _NCCL_INFO = " NCCL INFO "
 _NCCL_ENV = "set by environment"
 
 
+# The failure of a log whose server was killed by a signal (the shell's "Killed"): who sent it is not in the log.
+KILLED = "Killed (the kernel's OOM killer or a signal ended the server)"
+
 def _trie_pattern(words: tuple[str, ...]) -> str:
     """One regex for "contains any of these words", shaped as a trie so that re tries one branch per
     character instead of every word at every position (several times faster on long lines)."""
@@ -433,7 +436,7 @@ class LogParser:
                 self._fatal_marker_line = None
                 return True
         if ("Killed" in msg and signals.KILLED_RE.match(msg)):
-            self._fail("oom", "Killed (the kernel's OOM killer or a signal ended the server)", True, False,
+            self._fail("oom", KILLED, True, False,
                        line_no, piece)
             return True
         named = signals.classify(msg)

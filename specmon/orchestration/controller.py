@@ -28,10 +28,11 @@ from typing import Protocol
 
 from specmon.model.events import highlights
 from specmon.model.failure import Failure
+from specmon.model.logparse import KILLED
 from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, progress_of
+from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
@@ -56,11 +57,6 @@ class WatchTimings:
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one
     ready_retry_s: float = 0.2
-
-
-def host_url(port: int) -> str:
-    """How a server is addressed on its own host: what a run records when its profile gives no `url`."""
-    return f"http://127.0.0.1:{port}"
 
 
 def node_url(record: RunRecord) -> str:
@@ -116,14 +112,17 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
     """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
 
     An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
-    own verdict, ahead of whatever the server's log said as it was being killed. A job that ended otherwise without
+    own verdict, ahead of whatever the server's log said as it was being killed (a `Killed` seen in the log before
+    the job ended, e.g. by the kernel in the job's memory cgroup, gives way to Slurm's OUT_OF_MEMORY or TIMEOUT
+    once Slurm has its end). A job that ended otherwise without
     starting the run's wrapper (`wrapper_started` False: no pid file) ran where the run directory is not."""
     state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
     cause = slurm_failure(job) if job is not None else None
     if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
         last = run_state.last_lines if run_state is not None else ()
         cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
-    if cause is not None and state != RunStatus.STOPPED and not (record.state == RunStatus.FAILED and record.failure):
+    logged = record.state == RunStatus.FAILED and record.failure is not None and record.failure.message != KILLED
+    if cause is not None and state != RunStatus.STOPPED and not logged:
         state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
         failure = Failure(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
     return state, failure
@@ -227,7 +226,7 @@ class RunController:
             str(self.last_health.status or self.last_health.error),
             link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
-            server_addr=r.server_addr,
+            server_addr=r.server_addr, slurm_node=r.slurm_node,
         )
 
     def _publish(self) -> None:
@@ -355,13 +354,13 @@ class RunController:
         self._reachable.set()
 
     async def _find_node(self, job: JobInfo) -> None:
-        """The job runs: record its node's address (this run's node rank's), and reach the server there."""
+        """The job runs: record its node's name and address (this run's node rank's), and reach the server there."""
         with contextlib.suppress(TransportError, TimeoutError):
             node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
             if node is not None:
-                addr = node[1]
-                self._update(lambda r: dataclasses.replace(r, server_addr=addr))
-                await self._reach(node[1])
+                name, addr = node
+                self._update(lambda r: dataclasses.replace(r, server_addr=addr, slurm_node=name))
+                await self._reach(addr)
 
     def _on_link(self, link: LinkState) -> None:
         """Time without a link is not time without log output: the stall clock restarts when the link is back

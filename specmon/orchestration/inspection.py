@@ -3,6 +3,7 @@
     report = await env_report(manager, "profile" | "run_id")    -> EnvReport
     a, b, diffs = await diff_targets(manager, "A", "B", everything=False)
     board, known = await gpu_board(manager, host)                 -> (GpuBoard, {run_id: profile})
+    transport = await gpu_transport(manager, profile)             -> where its GPUs are read
 
 A Slurm run's processes and GPUs are on its job's node: while the job runs, the start-up probe, the processes and
 the GPU inventory (and `gpu_board` of the run or its profile) go there through the allocation (`srun --overlap`).
@@ -166,20 +167,28 @@ async def _job_node(manager: RunManager, record: RunRecord | None) -> Transport 
         raise UserError(str(exc)) from None
 
 
-async def gpu_board(manager: RunManager, host: str, timeout_s: float = 20.0) -> tuple[GpuBoard, dict[str, str]]:
-    """One reading of `host`'s GPUs and their holders, with the runs this specmon knows (run id -> profile).
-    `host` may name a Slurm run (its id) or a Slurm profile (its latest run): the GPUs of its job's node."""
-    slurm_profile = host in manager.config.profiles and manager.config.profiles[host].slurm is not None
-    record = manager.store.load(host) if RUN_ID.match(host) else None
-    if slurm_profile:
-        record = _target(manager, host)[1]
-    transport = manager.ops(host).transport if record is None and not slurm_profile else None
+async def gpu_transport(manager: RunManager, target: str) -> Transport:
+    """Where the GPUs of `target` are read: a host's own; a Slurm run's (its id) or a Slurm profile's (its latest
+    run) on its job's node, through the allocation (UserError while no job of it runs); a run's or any other
+    profile's on its host. The one choice behind `specmon gpus` and the TUI's GPU pane."""
+    profile = manager.config.profiles.get(target)
+    record = manager.store.load(target) if RUN_ID.match(target) else None
+    if profile is not None and profile.slurm is not None:
+        record = _target(manager, target)[1]
+    elif profile is not None:
+        return manager.ops(profile.host).transport
+    if record is None and profile is None:
+        return manager.ops(target).transport
     if record is not None and record.slurm_job is None:
-        transport = manager.ops(record.host).transport
-    elif slurm_profile or record is not None:
-        transport = await _job_node(manager, record)
-        if transport is None:
-            raise UserError(f"{host}: no Slurm job of it is running (its GPUs are those of the node Slurm gives it)")
-    assert transport is not None
-    board = await snapshot(transport, timeout_s=timeout_s)
+        return manager.ops(record.host).transport
+    transport = await _job_node(manager, record)
+    if transport is None:
+        raise UserError(f"{target}: no Slurm job of it is running (its GPUs are those of the node Slurm gives it)")
+    return transport
+
+
+async def gpu_board(manager: RunManager, host: str, timeout_s: float = 20.0) -> tuple[GpuBoard, dict[str, str]]:
+    """One reading of the GPUs of `host` (see gpu_transport: a host, profile or run) and their holders, with the
+    runs this specmon knows (run id -> profile)."""
+    board = await snapshot(await gpu_transport(manager, host), timeout_s=timeout_s)
     return board, {r.run_id: r.profile for r in manager.store.all()}

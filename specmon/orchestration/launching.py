@@ -20,10 +20,9 @@ from specmon.model.runstatus import RunStatus
 from specmon.model.slurm import MASTER_ADDR_VAR
 from specmon.orchestration import slurmjobs
 from specmon.orchestration.checking import PID_WAIT_S, RunChecker
-from specmon.orchestration.controller import host_url
 from specmon.orchestration.hosts import Hosts
 from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import NodeSeat, RunRecord, StateWriteError, iso_utc, new_run_id
+from specmon.orchestration.runstore import NodeSeat, RunRecord, StateWriteError, host_url, iso_utc, new_run_id
 from specmon.orchestration.stopping import StopTimings, stop_run
 from specmon.sources.host import HostOps, check_env, wrapper_script
 from specmon.sources.transport import TransportError

@@ -40,8 +40,8 @@ from specmon.model.multinode import (
     worker_ready,
 )
 from specmon.model.runstatus import STARTING, RunStatus
-from specmon.orchestration.controller import RunController, host_url
-from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, new_run_id
+from specmon.orchestration.controller import RunController
+from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, host_url, new_run_id
 from specmon.orchestration.runview import LogLine, RunView, StopReport
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
@@ -76,7 +76,10 @@ class NodeRuns(Protocol):
 
 
 def node_label(view: RunView | RunRecord) -> str:
-    """How messages name a node: `node 1 (gpu2)`."""
+    """How messages name a node: `node 1 (gpu2)`, its host; a Slurm job's rank once its node is known, by the
+    node: `rank 1 on n2` (every rank's host is the login node)."""
+    if view.slurm_node is not None:
+        return f"rank {view.node_rank} on {view.slurm_node}"
     return f"node {view.node_rank} ({view.host})"
 
 
@@ -317,8 +320,8 @@ async def stop(manager: NodeRuns, record: RunRecord, force: bool) -> StopReport:
     reports: list[StopReport] = []
     blockers: list[str] = []
     for rank, result in enumerate(results):
-        host = manager.store.load(record.nodes[rank])
-        label = f"node {rank} ({host.host if host else '?'})"
+        node = manager.store.load(record.nodes[rank])
+        label = node_label(node) if node is not None else f"node {rank} (?)"
         if isinstance(result, StopReport):
             reports.append(result)
             blockers += [f"{label}: {b}" for b in result.blockers]

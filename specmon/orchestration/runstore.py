@@ -56,6 +56,11 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(3)
 
 
+def host_url(port: int) -> str:
+    """How a server is addressed on its own host: what a run records when its profile gives no `url`."""
+    return f"http://127.0.0.1:{port}"
+
+
 def iso_utc(epoch: float | None) -> str | None:
     """UTC ISO-8601 with seconds, or None."""
     if epoch is None:
@@ -132,6 +137,7 @@ class RunRecord:
     slurm_job: str | None = None       # a Slurm run: its job id (the job's state decides when it runs and ends)
     server_addr: str | None = None     # a Slurm run: its node's address as `host` reaches it, once the job runs
                                        # (its port is there, not on `host`); None: `host`'s own 127.0.0.1
+    slurm_node: str | None = None      # a Slurm run: its node's name (its node rank's), once the job runs
 
     @property
     def serves_api(self) -> bool:

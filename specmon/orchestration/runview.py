@@ -9,7 +9,7 @@ from specmon.model.clean import printable, strip_ansi
 from specmon.model.failure import Failure
 from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
-from specmon.orchestration.runstore import iso_utc, launched_by
+from specmon.orchestration.runstore import host_url, iso_utc, launched_by
 from specmon.sources.transport import LinkState
 
 
@@ -47,6 +47,7 @@ class RunView:
     still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
     job: str | None = None                # a Slurm run: its job's state, "PENDING (Resources)", "RUNNING on n1, ..."
     server_addr: str | None = None        # a Slurm run: its node's address as the host reaches it (None: loopback)
+    slurm_node: str | None = None         # a Slurm run: its node's name (its node rank's), once the job runs
     past_load_s: float | None = None      # what this load is compared with (`typical_load_s` of the profile's
                                           # past loads, else its expected_load_s); None: unknown, or not watched
 
@@ -54,6 +55,12 @@ class RunView:
     def active(self) -> bool:
         """The server process may still be running."""
         return self.state in runstatus.ACTIVE
+
+    @property
+    def url_pending(self) -> bool:
+        """Whether the server's address is not known yet: a Slurm run whose job has no node yet (queued), its `url`
+        only the port it will listen on (a profile's own `url` is known from the start)."""
+        return self.job is not None and self.server_addr is None and self.url == host_url(self.port)
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
@@ -68,7 +75,7 @@ class RunView:
             "state": self.state,
             "pid": self.pid,
             "port": self.port,
-            "url": self.url,
+            "url": None if self.url_pending else self.url,   # null: not known yet (a queued Slurm job's)
             "started_at": iso_utc(self.started_at),
             "ready_at": iso_utc(self.ready_at),
             "load_seconds": None if self.load_seconds is None else round(self.load_seconds, 3),

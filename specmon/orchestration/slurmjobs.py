@@ -26,9 +26,18 @@ from specmon.model.multinode import NodePlacement, node_command
 from specmon.model.runstate import RunState
 from specmon.model.runstatus import RunStatus
 from specmon.model.slurm import JobInfo, SlurmRequest, nodes_script
-from specmon.orchestration.controller import host_url, job_verdict
+from specmon.orchestration.controller import job_verdict
 from specmon.orchestration.multinode import NodeRuns, node_run_id
-from specmon.orchestration.runstore import Edit, NodeSeat, RunRecord, RunStore, StateWriteError, new_run_id, progress_of
+from specmon.orchestration.runstore import (
+    Edit,
+    NodeSeat,
+    RunRecord,
+    RunStore,
+    StateWriteError,
+    host_url,
+    new_run_id,
+    progress_of,
+)
 from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources.host import HostOps
@@ -99,13 +108,13 @@ async def exit_code_of(ops: HostOps, record: RunRecord) -> int | None:
     return int(text) if text.lstrip("-").isdigit() else None
 
 
-async def node_address(ops: HostOps, record: RunRecord, job: JobInfo | None) -> str | None:
-    """The address of the run's node (its node rank's, in a multi-node job) as the host reaches it: as recorded,
-    else from Slurm while the job runs; None before it ran."""
+async def job_node(ops: HostOps, record: RunRecord, job: JobInfo | None) -> tuple[str | None, str | None]:
+    """The name and the address (as the host reaches it) of the run's node (its node rank's, in a multi-node
+    job): as recorded, else from Slurm while the job runs; (None, None) before it ran."""
     if record.server_addr is not None or job is None or not job.running or not job.nodes:
-        return record.server_addr
+        return record.slurm_node, record.server_addr
     node = await SlurmHost(ops.transport).node(job.nodes, record.node_rank or 0)
-    return node[1] if node is not None else None
+    return node if node is not None else (None, None)
 
 
 async def job_transport(ops: HostOps, record: RunRecord) -> JobTransport | None:
@@ -140,7 +149,7 @@ async def cancel(ops: HostOps, record: RunRecord, timings: StopTimings) -> StopR
     await ops.sh(f"umask 077; : > {shlex.quote(record.run_dir + '/stop_requested')} 2>/dev/null; true")
     job = await slurm.job(record.slurm_job)
     was_active = job is not None and job.active
-    addr = await node_address(ops, record, job) if record.serves_api else None
+    addr = (await job_node(ops, record, job))[1] if record.serves_api else None
     if was_active:
         await slurm.cancel(record.slurm_job)
     blockers = []
@@ -169,11 +178,11 @@ async def reconcile(ops: HostOps, record: RunRecord, job: JobInfo | None,
     it); `run_state` is the parser's state of its log (needed once the job has ended)."""
     if job is not None and job.active:
         found = job.running and record.server_addr is None
-        addr = await node_address(ops, record, job) if found else None
+        name, addr = await job_node(ops, record, job) if found else (None, None)
         starts, at = job.running and record.state == RunStatus.LAUNCHING, job.start_epoch or time.time()
 
         def running(r: RunRecord) -> RunRecord:
-            r = dataclasses.replace(r, server_addr=addr) if found else r
+            r = dataclasses.replace(r, server_addr=addr, slurm_node=name) if found else r
             return r.loading_from(at) if starts else r
         return running
     exit_code = await exit_code_of(ops, record)

@@ -15,10 +15,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from specmon.errors import UserError
 from specmon.orchestration import multinode
 from specmon.orchestration.checking import RunChecker
-from specmon.orchestration.controller import RunController, Watcher, WatchTimings, client_url, host_url, run_notify
+from specmon.orchestration.controller import RunController, Watcher, WatchTimings, client_url, run_notify
 from specmon.orchestration.hosts import Hosts
 from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import RunRecord
+from specmon.orchestration.runstore import RunRecord, host_url
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.transport import TransportError
 

@@ -92,8 +92,8 @@ class Engine(Protocol):
     async def close(self, stop_started: bool) -> None:
         """Stop watching; with `stop_started`, stop the runs this session launched."""
 
-    def watch_gpus(self, host: str) -> None:
-        """Watch `host`'s GPUs (instead of the previous host's), posting GpusUpdated to the app."""
+    def watch_gpus(self, profile: str) -> None:
+        """Watch where `profile`'s GPUs are (instead of the previous profile's), posting GpusUpdated to the app."""
 
     async def environment(self, profile: str) -> EnvReport:
         """The profile's environment report (with its live run's processes)."""
@@ -144,6 +144,7 @@ class SpecmonApp(App[int]):
         # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
         self.setups: dict[str, tuple[str, EnvReport]] = {}
         self._env_below_of: tuple[str | None, str | None, str | None] | None = None   # what the pane's env is of
+        self._gpus_of: tuple[str | None, str | None, str | None] | None = None   # what the GPU probe was asked for
         self.sweep_live: tuple[str, SweepProgress] | None = None
         self.serving: dict[str, ServingUpdate] = {}   # profile -> its ready run's serving view (from /metrics)
         self._setups_reading: set[str] = set()     # run ids whose report is being read
@@ -226,6 +227,7 @@ class SpecmonApp(App[int]):
             self.bell()
             self.notify(message, severity=severity, timeout=8)
         self._read_setups()
+        self._watch_gpus_of_selected()
         with contextlib.suppress(NoMatches):
             self._read_environment_below()
         self._state_throttle.request()
@@ -298,8 +300,13 @@ class SpecmonApp(App[int]):
             self._read_environment("env", below=True)
 
     def _watch_gpus_of_selected(self) -> None:
-        if self.engine is not None and self.selected in self.config.profiles:
-            self.engine.watch_gpus(self.config.profiles[self.selected].host)
+        """Ask for the selected profile's GPUs when the selection, its run or the run's state changes (a Slurm
+        job's GPUs are its node's, known once the job runs)."""
+        row = self._selected_row()
+        key = (self.selected, row.run_id if row else None, row.state if row else None)
+        if self.engine is not None and self.selected in self.config.profiles and key != self._gpus_of:
+            self._gpus_of = key
+            self.engine.watch_gpus(self.selected)
 
     def set_sweep_status(self, status: str, running: bool, live: tuple[str, SweepProgress] | None = None) -> None:
         """The one-line status of the sweep (shown in the pane title), whether one is running and, during a level,

@@ -23,6 +23,7 @@ from specmon.model.compare import METRICS, find_crossover, model_warning
 from specmon.model.config import Config
 from specmon.model.env import Difference, EnvReport
 from specmon.model.experiment import experiment_runs
+from specmon.model.gpu import GpuBoard
 from specmon.model.interop import TOOL_NAMES, read_any_results
 from specmon.model.levelrow import LevelRow, rows_of
 from specmon.model.results import LevelResult, SweepResult
@@ -37,12 +38,13 @@ from specmon.orchestration.experiment import (
     ExperimentUpdate,
     run_experiment,
 )
-from specmon.orchestration.inspection import diff_targets, env_report
+from specmon.orchestration.inspection import diff_targets, env_report, gpu_transport
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
+from specmon.sources.transport import Transport
 from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import (
@@ -92,6 +94,8 @@ class EngineBridge:
         self._unsubscribe: object = None
         self._target: MessagePump | None = None
         self._gpu_probe: GpuProbe | None = None
+        self._gpus_of = ""                         # the profile whose GPUs the pane shows
+        self._gpu_lock = asyncio.Lock()
         self._log_batches: dict[str, list[LogEntry]] = {}   # lines read in this loop turn, posted at its end
         self._serving = ServingWatcher(self.manager, lambda update: self._post(ServingChanged(update)))
 
@@ -187,23 +191,38 @@ class EngineBridge:
             self._post(LogAdded(profile, batch))
 
     # ------------------------------------------------------------ GPUs / env
-    def watch_gpus(self, host: str) -> None:
-        """Keep one GPU probe on `host` (the selected profile's), posting GpusUpdated to the app as it changes."""
-        if self._gpu_probe is not None and self._gpu_probe.transport.host == host:
-            return
-        if self._gpu_probe is not None:
+    def watch_gpus(self, profile: str) -> None:
+        """Keep one GPU probe where `profile`'s GPUs are (inspection.gpu_transport: its host, or its Slurm job's
+        node through the allocation), posting GpusUpdated to the app as it changes. Asked again when the profile's
+        run changes state (a job that starts running moves the probe to its node)."""
+        self._gpus_of = profile
+        self._tasks.append(asyncio.create_task(self._watch_gpus(profile), name="tui-gpu-watch"))
+
+    async def _watch_gpus(self, profile: str) -> None:
+        async with self._gpu_lock:   # one choice at a time; one made stale by a later selection is dropped
+            if profile != self._gpus_of:
+                return
+            try:
+                transport: Transport | None = await gpu_transport(self.manager, profile)
+                why = ""
+            except Exception as exc:   # no SSH transport for the host, a Slurm job not running: say so in the pane
+                transport, why = None, str(exc)
             old = self._gpu_probe
-            self._tasks.append(asyncio.create_task(old.close(), name="tui-gpu-close"))
-        try:
-            transport = self.manager.ops(host).transport
-        except Exception as exc:   # e.g. no SSH transport for this host: say so in the pane, keep the UI
-            self._post(EngineNotice(f"GPUs of {host}: {exc}", severity="warning", timeout=6))
+            if old is not None and transport is not None and old.transport.host == transport.host:
+                return
+            if old is not None:
+                self._tasks.append(asyncio.create_task(old.close(), name="tui-gpu-close"))
             self._gpu_probe = None
-            return
-        probe = GpuProbe(transport)
-        probe.on_update = lambda: self._post_gpus(host, probe)
-        self._gpu_probe = probe
-        probe.start()
+            if transport is None:
+                board = GpuBoard()
+                board.mark_stale(why)
+                self._post(GpusUpdated(profile, board, {}))
+                return
+            where = transport.host
+            probe = GpuProbe(transport)
+            probe.on_update = lambda: self._post_gpus(where, probe)
+            self._gpu_probe = probe
+            probe.start()
 
     def _post_gpus(self, host: str, probe: GpuProbe) -> None:
         if probe is self._gpu_probe:
