@@ -35,6 +35,16 @@ def pytest_configure() -> None:
 SESSION_MARKER = "SPECMON_TEST_SESSION"
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto` (pyproject's addopts): twice the cores this process may use. Most tests wait rather than compute
+    (a server's start, sshd, tmux's screen, a Slurm job, a timeout): on a 2-core box the serial suite used about
+    one core in five, so two workers per core keep the cores busy while the tests' timing guards, which scale with
+    what they measure, still hold. `-n N` or PYTEST_XDIST_AUTO_NUM_WORKERS=N say otherwise."""
+    given = os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS")
+    return int(given) if given else 2 * len(os.sched_getaffinity(0))
+
+
 def kill_session_processes() -> None:
     """SIGKILL every process (but this one) that carries this test session's marker in its environment."""
     marker = f"{SESSION_MARKER}={os.environ.get(SESSION_MARKER, '')}".encode() + b"\0"

@@ -58,7 +58,7 @@ class Sshd:
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     host_key_line: str = ""
-    extra_hosts: list[str] = field(default_factory=list)
+    extra_hosts: dict[str, str] = field(default_factory=dict)   # alias -> its Host block
 
     @property
     def config(self) -> Path:
@@ -144,15 +144,21 @@ class Sshd:
         return "\n".join(lines) + "\n"
 
     def write_client_files(self) -> None:
-        blocks = [self.alias("gpu1"), self.alias("bastion"), self.alias("gpu2", jump="bastion"),
-                  self.alias("gpu3", jump="bastion,gpu1"), *self.extra_hosts]
-        self.config.write_text("\n".join(blocks))
+        self._write_config()
         self.known_hosts.write_text(f"[127.0.0.1]:{self.port} {self.host_key_line}\n")
 
-    def add_alias(self, name: str, port: int, jump: str | None = None, *, trust_port: bool = True) -> None:
-        """Another alias (e.g. through a relay on `port`); its `[127.0.0.1]:port` entry joins known_hosts."""
-        self.extra_hosts.append(self.alias(name, port, jump))
-        self.config.write_text(self.config.read_text() + "\n" + self.extra_hosts[-1])
+    def _write_config(self) -> None:
+        blocks = [self.alias("gpu1"), self.alias("bastion"), self.alias("gpu2", jump="bastion"),
+                  self.alias("gpu3", jump="bastion,gpu1"), *self.extra_hosts.values()]
+        self.config.write_text("\n".join(blocks))
+
+    def add_alias(self, name: str, port: int, jump: str | None = None, *, trust_port: bool = True,
+                  user_key: Path | None = None) -> None:
+        """Another alias (e.g. through a relay on `port`); its `[127.0.0.1]:port` entry joins known_hosts. An alias
+        given again replaces its block: ssh reads the first matching Host block, so a test run twice on this
+        process's sshd (`--count`) would otherwise reach its first run's relay, long closed."""
+        self.extra_hosts[name] = self.alias(name, port, jump, user_key)
+        self._write_config()
         if trust_port:
             with open(self.known_hosts, "a") as fh:
                 fh.write(f"[127.0.0.1]:{port} {self.host_key_line}\n")

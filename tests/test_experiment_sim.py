@@ -82,6 +82,10 @@ def demo_experiment(levels: tuple[int, ...], repeats: int, duration_s: float, **
 # One full unattended run, shared by the tests that read its results
 
 
+# The four tests reading this run go to one worker (--dist loadgroup), so the run is made once, not once per worker.
+DEMO_RUN = pytest.mark.xdist_group("experiment-demo-run")
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, Any]]]:
     tmp = tmp_path_factory.mktemp("experiment")
@@ -125,6 +129,7 @@ def implied_bracket(levels: list[int]) -> int:
     return i
 
 
+@DEMO_RUN
 def test_runs_unattended_to_a_verdict_at_the_crossover_the_sim_model_implies(demo_run: tuple[Path, dict[str, Any]]) -> None:
     _, result = demo_run
     levels = result["levels"]
@@ -151,6 +156,7 @@ def test_runs_unattended_to_a_verdict_at_the_crossover_the_sim_model_implies(dem
     assert bool(note) == bool(skewed) and all(f"{name} C={c} SKEW " in note for name, c in skewed), result["verdict"]
 
 
+@DEMO_RUN
 def test_acceptance_matches_the_configured_value_from_all_three_sources(demo_run: tuple[Path, dict[str, Any]]) -> None:
     _, result = demo_run
     demo = builtin_config()
@@ -173,6 +179,7 @@ def test_acceptance_matches_the_configured_value_from_all_three_sources(demo_run
             assert lv["accept_disagree"] == 0
 
 
+@DEMO_RUN
 def test_the_demo_profiles_kv_difference_is_a_confound_warning(demo_run: tuple[Path, dict[str, Any]]) -> None:
     _, result = demo_run
     kv = [p["server"]["kv_cache_tokens"] for p in result["profiles"]]
@@ -180,6 +187,7 @@ def test_the_demo_profiles_kv_difference_is_a_confound_warning(demo_run: tuple[P
     assert any("KV" in w for w in result["warnings"]), result["warnings"]
 
 
+@DEMO_RUN
 def test_report_writes_markdown_and_a_chart_with_both_series(demo_run: tuple[Path, dict[str, Any]]) -> None:
     tmp, result = demo_run
     directory = Path(result["directory"])

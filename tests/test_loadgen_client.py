@@ -14,6 +14,7 @@ from hostile_http import HostileServer
 from sse_server import ServerState, serve
 
 from specmon.loadgen.client import Stream, StreamClient
+from specmon.loadgen.runner import cpu_wait_s
 from specmon.loadgen.workload import RequestFactory, Workload
 
 
@@ -247,16 +248,34 @@ async def test_a_chunk_that_arrives_while_the_client_is_busy_is_stamped_when_it_
     when the event loop next read it (or when a look at the sockets next ran: the first event's 5 ms is one step),
     it was 3 ms late, so one gap in two was 3 ms off (p90 3.0-3.1 ms measured). The look after that gap takes the
     kernel's receive time of the bytes, and the gaps are the server's own."""
-    for _ in range(5):
-        errors = await _stream_in_bursts(free_port_factory(), slow_ms=5.0, stagger_ms=2.0)
-        p90 = errors[int(0.9 * len(errors))]
-        if p90 < 1.0:
+    await _held_on_an_undisturbed_try(free_port_factory, "p90", 0.9, 1.0, stagger_ms=2.0)
+
+
+TRIES = 8
+STARVED_FRACTION = 0.05   # as tests/test_loadgen_accuracy.py: kept off the CPU longer than this share of a try
+
+
+async def _held_on_an_undisturbed_try(free_port_factory: Any, name: str, quantile: float, limit_ms: float,
+                                      stagger_ms: float = 0.0) -> None:
+    """Passes when a try's gap error at `quantile` is under `limit_ms`. A try in which this process waited for a CPU
+    (Linux schedstat) more than STARVED_FRACTION of its streaming measured the machine: each wait is a gap stamped
+    late, whatever the client does (other workers of the suite, a CPU hog). Fails when a try that was not kept waiting
+    missed; skips, naming the figures, only when every try was."""
+    seen = []
+    for _ in range(TRIES):
+        errors, streamed_s, waited_s = await _stream_in_bursts(free_port_factory(), slow_ms=5.0, stagger_ms=stagger_ms)
+        at = errors[int(quantile * len(errors))]
+        if at < limit_ms:
             return
-    raise AssertionError(f"gap errors p90 {p90:.2f} ms (last of 5 tries)")
+        seen.append((at, waited_s, streamed_s))
+        if waited_s is not None and waited_s <= STARVED_FRACTION * streamed_s:
+            raise AssertionError(f"gap errors {name} {at:.2f} ms in a try that waited {1000 * waited_s:.0f} ms for a "
+                                 f"CPU in {streamed_s:.2f} s (tries so far: {seen})")
+    pytest.skip(f"every try waited for a CPU (a busy box): gap errors {name}, CPU wait, duration: {seen}")
 
 
 async def _stream_in_bursts(free_port: int, slow_ms: float, n: int = 2, chunks: int = 30,
-                            stagger_ms: float = 0.0) -> list[float]:
+                            stagger_ms: float = 0.0) -> tuple[list[float], float, float | None]:
     """n streams from tests/burst_server.py (one chunk to every stream each 20 ms, in a new random order each time,
     `stagger_ms` apart), the client's own handling of every event made `slow_ms` slower; |measured - true| of every
     gap, ms, sorted."""
@@ -284,7 +303,9 @@ async def _stream_in_bursts(free_port: int, slow_ms: float, n: int = 2, chunks: 
         await client.preconnect(n)
         payloads = [json.dumps({"model": "m", "max_tokens": chunks, "stream": True,
                                 "messages": [{"role": "user", "content": f"[b-{k}] hi"}]}).encode() for k in range(n)]
+        t0, wait0 = time.monotonic(), cpu_wait_s()
         streams = await asyncio.gather(*(client.send(p, Stream()) for p in payloads))
+        streamed_s, wait1 = time.monotonic() - t0, cpu_wait_s()
         await client.aclose()
         with urllib.request.urlopen(url + "/schedule") as resp:
             writes = json.load(resp)["writes"]
@@ -299,7 +320,7 @@ async def _stream_in_bursts(free_port: int, slow_ms: float, n: int = 2, chunks: 
                for k, s in enumerate(streams)]
     _, _, errors = gap_errors(records, writes)
     assert len(errors) == n * (chunks - 1)
-    return sorted(errors)
+    return sorted(errors), streamed_s, None if wait0 is None or wait1 is None else wait1 - wait0
 
 
 async def test_a_chunk_is_stamped_when_it_arrives_not_when_its_stream_gets_to_it(free_port_factory: Any) -> None:
@@ -310,9 +331,4 @@ async def test_a_chunk_is_stamped_when_it_arrives_not_when_its_stream_gets_to_it
     the server's own (0.002-0.05 ms measured on a 2-core box at load 3). Only the median is held: on a busy box the
     generator is sometimes preempted while a burst comes in, and its chunks are then stamped late (the 90th percentile
     measured 0.08-4.6 ms at load 3)."""
-    for _ in range(5):
-        errors = await _stream_in_bursts(free_port_factory(), slow_ms=5.0)
-        p50 = errors[len(errors) // 2]
-        if p50 < 1.5:
-            return
-    raise AssertionError(f"gap errors p50 {p50:.2f} ms (last of 5 tries)")
+    await _held_on_an_undisturbed_try(free_port_factory, "p50", 0.5, 1.5)

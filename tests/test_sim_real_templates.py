@@ -14,7 +14,8 @@ import httpx
 import pytest
 from simproc import start_sim
 
-pytestmark = pytest.mark.slow
+# One worker runs the module (--dist loadgroup): its three sims (module fixtures) start once, not once per worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sim-real-templates")]
 
 REAL = Path(__file__).parent / "fixtures" / "real-logs"
 _SPLIT = re.compile(r"\r\n|\r|\n")

@@ -302,7 +302,17 @@ def test_an_experiment_on_slurm_profiles_waits_for_each_job_and_steps_show_the_q
     config.write_text(profiles + '[experiments.q]\nprofiles = ["a", "b"]\nlevels = [1]\nrepeats = 1\n'
                                  'requests_per_level = 4\ninput_len = 16\noutput_len = 16\nmax_load_s = 10\n')
     filler = slurm.fill_node()
-    freeing = threading.Timer(12, slurm.run, ("scancel", filler))
+
+    def free_12_s_after_a_queues() -> None:
+        # Counted from a's submission, not from here: the command's own start (seconds on a busy box) must not
+        # shorten the queue below the load limit.
+        deadline = time.monotonic() + 120
+        while len(slurm.jobs()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(12)
+        slurm.run("scancel", filler)
+
+    freeing = threading.Thread(target=free_12_s_after_a_queues)
     freeing.start()
     try:
         done = subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), "experiment", "q"],

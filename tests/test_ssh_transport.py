@@ -99,10 +99,7 @@ async def test_refused_key_is_one_clear_error_without_retries(sshd: Sshd, tmp_pa
     stranger = tmp_path / "stranger"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
     relay = await Relay(sshd.port).start()
-    sshd.extra_hosts.append(sshd.alias("nokey", relay.port, user_key=stranger))
-    sshd.config.write_text(sshd.config.read_text() + "\n" + sshd.extra_hosts[-1])
-    with open(sshd.known_hosts, "a") as fh:
-        fh.write(f"[127.0.0.1]:{relay.port} {sshd.host_key_line}\n")
+    sshd.add_alias("nokey", relay.port, user_key=stranger)
     transport = SSHTransport("nokey", sshd.settings())
     try:
         with pytest.raises(AuthRefused, match=r"^nokey: authentication refused for user root") as info:
