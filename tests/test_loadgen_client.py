@@ -242,6 +242,7 @@ async def test_impossible_usage_is_a_bad_usage_error(usage: str, shown: str) -> 
     assert s.output_tokens is None or s.output_tokens >= 0
 
 
+@pytest.mark.slow   # a second a try, and timing that the quick subset's CPU-bound workers disturb
 async def test_a_chunk_that_arrives_while_the_client_is_busy_is_stamped_when_it_arrived(free_port_factory: Any) -> None:
     """Two streams get a chunk every 20 ms, the second 2 ms after the first (which one is first changes at random);
     the client spends 5 ms on each event. The second chunk comes in while the client is busy with the first: stamped
@@ -323,6 +324,7 @@ async def _stream_in_bursts(free_port: int, slow_ms: float, n: int = 2, chunks: 
     return sorted(errors), streamed_s, None if wait0 is None or wait1 is None else wait1 - wait0
 
 
+@pytest.mark.slow   # a second a try, and timing that the quick subset's CPU-bound workers disturb
 async def test_a_chunk_is_stamped_when_it_arrives_not_when_its_stream_gets_to_it(free_port_factory: Any) -> None:
     """Two streams get their chunks together every 20 ms, first one then the other at random; the client spends 5 ms
     on each event. Stamped when each stream's code read its chunk, the stream handled second was 5 ms late, so the
