@@ -85,7 +85,7 @@ def generate(path: str, n_lines: int, seed: int = 7) -> None:
 
 def child(path: str, chunk: int) -> None:
     """Stream one file through LogWatch and print a JSON line of figures (runs in a fresh process)."""
-    from specmon.model.runstate import LogWatch, summary
+    from specmon.model.runs.runstate import LogWatch, summary
 
     watch = LogWatch()
     t0 = time.perf_counter()

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from specmon import __version__
 from specmon.errors import UserError
-from specmon.model.clean import one_line
+from specmon.model.logs.clean import one_line
 from specmon.sources.transport import TransportError
 
 # Subcommand modules, in the order `specmon --help` lists them.

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.model.chart import round_ticks, tick_text, value_at
+from specmon.model.charts.chart import round_ticks, tick_text, value_at
 
 
 @pytest.mark.parametrize(("top", "most", "ticks"), [

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import specmon
-from specmon.model.interpreter import python_module
+from specmon.model.hosts.interpreter import python_module
 
 pytestmark = pytest.mark.slow
 

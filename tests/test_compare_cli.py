@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specmon.loadgen.lines import append_line
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta
 
 pytestmark = pytest.mark.slow
 

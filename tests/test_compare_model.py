@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from specmon.model.compare import (
+from specmon.model.sweeps.compare import (
     ComparedRun,
     align,
     compare_results,
@@ -15,7 +15,7 @@ from specmon.model.compare import (
     crossover_words,
     find_crossover,
 )
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 
 
 def lv(c: int, tput: float) -> LevelResult:

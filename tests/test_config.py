@@ -19,7 +19,7 @@ from specmon.model.config import (
     parse_config,
     parse_host,
 )
-from specmon.model.interpreter import python_module
+from specmon.model.hosts.interpreter import python_module
 
 REPO = Path(__file__).resolve().parent.parent
 RUNNING = python_module("specmon")   # `specmon` at the start of a local profile's command

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from specmon.errors import UserError
-from specmon.model import datasets
-from specmon.model.datasets import BUILTIN_CATEGORIES, CHARS_PER_TOKEN, PromptEntry, load_dataset
+from specmon.model.workload import datasets
+from specmon.model.workload.datasets import BUILTIN_CATEGORIES, CHARS_PER_TOKEN, PromptEntry, load_dataset
 
 
 def test_builtin_set_has_every_category_evenly_and_records_its_hash() -> None:

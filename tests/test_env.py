@@ -1,4 +1,4 @@
-"""Environment views, launch args and diffs: the pure model (specmon.model.env) and `specmon env` / `specmon diff`
+"""Environment views, launch args and diffs: the pure model (specmon.model.hosts.env) and `specmon env` / `specmon diff`
 as a user runs them, with a real interpreter whose sitecustomize.py or .pth file injects NCCL variables and a real
 launched process whose /proc/PID/environ is read."""
 
@@ -17,8 +17,7 @@ import pytest
 from lifecycle_support import kill_marked
 from sshd_support import Sshd
 
-from specmon.model.compare import ComparedRun, confound_warnings
-from specmon.model.env import (
+from specmon.model.hosts.env import (
     REDACTED,
     EnvReport,
     Injection,
@@ -31,7 +30,8 @@ from specmon.model.env import (
     parse_environ,
     parse_nccl_log,
 )
-from specmon.model.secrets import redact_env as redact
+from specmon.model.sweeps.compare import ComparedRun, confound_warnings
+from specmon.model.text.secrets import redact_env as redact
 
 pytestmark = pytest.mark.slow
 

@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 from specmon.loadgen.lines import append_line
-from specmon.model.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.config import builtin_config
-from specmon.model.experiment import (
+from specmon.model.experiments.experiment import (
     ExperimentState,
     PassFile,
     done_levels,
@@ -19,8 +18,9 @@ from specmon.model.experiment import (
     next_file_name,
     remaining,
 )
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
-from specmon.model.verdict import ProfileRuns, summarize
+from specmon.model.experiments.verdict import ProfileRuns, summarize
+from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 from specmon.orchestration.experiment import save_state
 from specmon.sim.engine import Counters, Snapshot
 from specmon.sim.metrics import metrics_text
@@ -161,7 +161,7 @@ def test_versions_and_env_differences_are_warnings() -> None:
                     setup={"env": {"NCCL_DEBUG": "INFO"}})
     warnings = summarize([a, b]).warnings
     assert "server versions differ: base 0.5.23, eagle 0.5.24" in warnings
-    assert "eagle vs base: differs: NCCL_DEBUG: WARN vs INFO [env: launch]" in warnings   # the shared rule (model.env)
+    assert "eagle vs base: differs: NCCL_DEBUG: WARN vs INFO [env: launch]" in warnings   # the shared rule (model.hosts.env)
 
 
 def write_sweep(path: Path, result: SweepResult, levels: int) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from specmon.model.config import Profile, builtin_config
-from specmon.model.results import parse_results, read_results
+from specmon.model.sweeps.results import parse_results, read_results
 from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
 

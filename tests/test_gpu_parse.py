@@ -1,4 +1,4 @@
-"""nvidia-smi parsers (specmon.model.gpu) on real captures from a two-H200 host (tests/fixtures/gpu/README.md)."""
+"""nvidia-smi parsers (specmon.model.hosts.gpu) on real captures from a two-H200 host (tests/fixtures/gpu/README.md)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.gpu import (
+from specmon.model.hosts.gpu import (
     ComputeApp,
     GpuBoard,
     QueryStream,
@@ -17,7 +17,7 @@ from specmon.model.gpu import (
     parse_run_markers,
     parse_xml,
 )
-from specmon.model.numbers import sparkline
+from specmon.model.text.numbers import sparkline
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"
 GPU0 = "GPU-4fbdac2b-8bdd-ad3c-2263-d0786aae9c1d"

@@ -1,5 +1,5 @@
-"""The pure parsers of what a host's /proc prints (model/procfs.py) on real captured text (tests/fixtures/procfs/,
-see its README), plus the per-process GPU memory that `specmon stop` waits on (model/gpu.py)."""
+"""The pure parsers of what a host's /proc prints (model/hosts/procfs.py) on real captured text (tests/fixtures/procfs/,
+see its README), plus the per-process GPU memory that `specmon stop` waits on (model/hosts/gpu.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import os
 import socket
 from pathlib import Path
 
-from specmon.model.gpu import memory_by_pid, parse_apps
-from specmon.model.procfs import (
+from specmon.model.hosts.gpu import memory_by_pid, parse_apps
+from specmon.model.hosts.procfs import (
     describe_process,
     free_ports_near,
     listener_inodes,

@@ -19,9 +19,9 @@ from sshd_support import Sshd, sshd_available
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.config import load_config
-from specmon.model.datasets import load_dataset
-from specmon.model.experiment import ExperimentState, profile_setup, utc_now_iso
-from specmon.model.gpu import SmiError, parse_query
+from specmon.model.experiments.experiment import ExperimentState, profile_setup, utc_now_iso
+from specmon.model.hosts.gpu import SmiError, parse_query
+from specmon.model.workload.datasets import load_dataset
 from specmon.orchestration.experiment import save_state
 from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import last_lines, read_range

@@ -16,8 +16,8 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
-from specmon.model.interop import parse_any_results, read_any_results
-from specmon.model.results import (
+from specmon.model.sweeps.interop import parse_any_results, read_any_results
+from specmon.model.sweeps.results import (
     ClientHealth,
     LevelResult,
     Stats,

@@ -16,9 +16,9 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
-from specmon.model.interop import lacks_note, parse_any_results, read_any_results
-from specmon.model.interop_guidellm import guidellm_report, read_records
-from specmon.model.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult, read_results
+from specmon.model.sweeps.interop import lacks_note, parse_any_results, read_any_results
+from specmon.model.sweeps.interop_guidellm import guidellm_report, read_records
+from specmon.model.sweeps.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult, read_results
 
 REAL = Path(__file__).parent / "fixtures" / "interop" / "real"
 FIXTURES = REAL.parent

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.interpreter import python_module
+from specmon.model.hosts.interpreter import python_module
 
 
 @pytest.mark.parametrize("version", [(3, 10), (3, 11)])

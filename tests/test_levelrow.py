@@ -1,4 +1,4 @@
-"""Typed chart rows (specmon.model.levelrow): one row type built from a finished level, a live level, a peer
+"""Typed chart rows (specmon.model.charts.levelrow): one row type built from a finished level, a live level, a peer
 file's level and an experiment's repeats, read by the TUI's chart and table (and demo --headless, compare's chart)."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from test_skew_everywhere import level
 from textual.widgets import DataTable
 from ui_states import demo_config
 
-from specmon.model.interop import read_any_results
-from specmon.model.levelrow import LevelRow, is_rate_series, rows_of, series_points
-from specmon.model.results import SweepMeta
-from specmon.model.sweepstats import SweepProgress
-from specmon.model.verdict import summarize_passes
+from specmon.model.charts.levelrow import LevelRow, is_rate_series, rows_of, series_points
+from specmon.model.experiments.verdict import summarize_passes
+from specmon.model.sweeps.interop import read_any_results
+from specmon.model.sweeps.results import SweepMeta
+from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.ui.app import SpecmonApp
 
 GUIDELLM = Path(__file__).parent / "fixtures" / "interop" / "guidellm-sim-concurrent.json"

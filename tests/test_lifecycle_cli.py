@@ -17,7 +17,7 @@ import pytest
 from lifecycle_support import Cli, kill_marked, port_listening
 from lifecycle_support import profile_toml as _profile
 
-from specmon.model.interpreter import python_module
+from specmon.model.hosts.interpreter import python_module
 
 pytestmark = pytest.mark.slow
 

@@ -33,7 +33,7 @@ import pytest
 from burst_server import gap_errors
 
 from specmon.loadgen.workload import Workload
-from specmon.model.results import LevelResult
+from specmon.model.sweeps.results import LevelResult
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow

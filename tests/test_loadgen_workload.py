@@ -9,7 +9,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import RequestFactory, Workload
-from specmon.model.datasets import Dataset, load_dataset
+from specmon.model.workload.datasets import Dataset, load_dataset
 
 
 def test_synthetic_prompts_have_the_length_and_differ_from_the_first_token() -> None:

@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from specmon.model import events as ev
-from specmon.model.logparse import MAX_PIECE_CHARS, LogParser
-from specmon.model.runstate import LogWatch, RunState
+from specmon.model.logs import events as ev
+from specmon.model.logs.logparse import MAX_PIECE_CHARS, LogParser
+from specmon.model.runs.runstate import LogWatch, RunState
 
 
 def parse(data: bytes | str, chunk: int | None = None, lines: bool = False) -> list[object]:
@@ -176,7 +176,7 @@ def test_wrapper_prefixes_are_removed_before_the_server_prefix(wrapper: str) -> 
     ("[2026-05-07 05:56:32.123 PP1 TP2] ", 2),
 ])
 def test_sglang_prefix_variants(prefix: str, rank: int | None) -> None:
-    from specmon.model.clean import clean
+    from specmon.model.logs.clean import clean
 
     c = clean(prefix + "Load weight begin. avail mem=21.63 GB")
     assert (c.msg, c.server_hint, c.rank) == ("Load weight begin. avail mem=21.63 GB", "sglang", rank)
@@ -196,7 +196,7 @@ def test_sglang_prefix_variants(prefix: str, rank: int | None) -> None:
     ("(ServeReplica:app:LLMServer:m pid=28488) (EngineCore pid=29087) INFO 01-01 00:00:00 [x.py:1] ", None, True),
 ])
 def test_vllm_prefix_variants(prefix: str, rank: int | None, strong: bool) -> None:
-    from specmon.model.clean import clean
+    from specmon.model.logs.clean import clean
 
     c = clean(prefix + "Loading weights took 24.84 seconds")
     assert c.msg == "Loading weights took 24.84 seconds"
@@ -557,7 +557,7 @@ def test_vllm_v1_startup_walks_through_every_phase() -> None:
     ("12:00:00", "2025-01-01 12:00:00", None),  # different formats are not compared
 ])
 def test_log_timestamps(first: str, later: str, seconds: float | None) -> None:
-    from specmon.model.clean import elapsed_between, ts_seconds
+    from specmon.model.logs.clean import elapsed_between, ts_seconds
 
     a, b = ts_seconds(first), ts_seconds(later)
     assert a is not None and b is not None

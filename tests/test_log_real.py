@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.runstate import LogWatch, RunState, summary
+from specmon.model.runs.runstate import LogWatch, RunState, summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = sorted((FIXTURES / "real-logs").glob("*.log"))

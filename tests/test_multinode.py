@@ -211,9 +211,9 @@ async def test_the_master_address_defaults_to_rank0s_address_towards_rank1(free_
     await manager.stop("mn")
 
 
-# ---- the pure rules (model/multinode.py) ---------------------------------------------------------------------
+# ---- the pure rules (model/runs/multinode.py) ---------------------------------------------------------------------
 def test_node_command_fills_in_sglang_flags_and_substitutes_placeholders_per_node() -> None:
-    from specmon.model.multinode import NodePlacement, node_command
+    from specmon.model.runs.multinode import NodePlacement, node_command
 
     argv = ("python3", "-m", "sglang.launch_server", "--served-model-name", "r{node_rank}/{nnodes}",
             "--speculative-config", '{"method": "mtp"}')
@@ -243,14 +243,14 @@ def test_node_command_fills_in_sglang_flags_and_substitutes_placeholders_per_nod
     (("stopped", "failed"), ("failed", 1)),              # a stop after a failure keeps the reason
 ])
 def test_overall_state_of_two_nodes(states: tuple[str, str], expected: tuple[str, int | None]) -> None:
-    from specmon.model.multinode import NodeState, overall
+    from specmon.model.runs.multinode import NodeState, overall
 
     verdict = overall([NodeState(rank, state) for rank, state in enumerate(states)])
     assert (verdict.state, verdict.node) == expected
 
 
 def test_a_stalled_worker_node_is_named() -> None:
-    from specmon.model.multinode import NodeState, overall
+    from specmon.model.runs.multinode import NodeState, overall
 
     verdict = overall([NodeState(0, "loading"), NodeState(1, "loading", stalled=True)])
     assert verdict == overall([NodeState(1, "loading", stalled=True), NodeState(0, "loading")])

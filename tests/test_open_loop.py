@@ -16,11 +16,11 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
-from specmon.model.arrivals import arrival_times, connections_needed, ks_critical, ks_exponential
 from specmon.model.config import SweepDefaults, parse_rates
-from specmon.model.goodput import meets_slo, parse_slo
-from specmon.model.results import LevelResult, SweepMeta
-from specmon.model.sweepstats import LATE_BOUND_MS, LevelAccumulator, RequestRecord, level_from_records
+from specmon.model.sweeps.results import LevelResult, SweepMeta
+from specmon.model.sweeps.sweepstats import LATE_BOUND_MS, LevelAccumulator, RequestRecord, level_from_records
+from specmon.model.workload.arrivals import arrival_times, connections_needed, ks_critical, ks_exponential
+from specmon.model.workload.goodput import meets_slo, parse_slo
 from specmon.orchestration.sweep import WorkloadOverrides, level_warnings, workload_from
 
 

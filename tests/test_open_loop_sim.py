@@ -20,9 +20,9 @@ import pytest
 from simproc import start_sim
 
 from specmon.loadgen.workload import Workload
-from specmon.model.arrivals import ks_critical, ks_exponential
-from specmon.model.results import read_results
-from specmon.model.sweepstats import RequestRecord
+from specmon.model.sweeps.results import read_results
+from specmon.model.sweeps.sweepstats import RequestRecord
+from specmon.model.workload.arrivals import ks_critical, ks_exponential
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 
-from specmon.model.failure import Failure
+from specmon.model.runs.failure import Failure
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runstore import RunRecord
 

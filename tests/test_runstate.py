@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from specmon.model import events as ev
-from specmon.model.runstate import PHASES, SHARD_RATE_ALPHA, LogWatch, RunState, eta_seconds, reduce
+from specmon.model.logs import events as ev
+from specmon.model.runs.runstate import PHASES, SHARD_RATE_ALPHA, LogWatch, RunState, eta_seconds, reduce
 
 
 def run(events: list[object], state: RunState | None = None, now: float = 0.0) -> RunState:

@@ -7,8 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
-from specmon.model.failure import Failure
-from specmon.model.runstatus import RunStatus
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration.runstore import RunRecord, RunStore
 
 # Written by specmon at ddbe1ae (before RunStatus and Failure): RunRecord.to_json() of a run failed by its log.

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.acceptance import MetricsSample, parse_metrics
-from specmon.model.numbers import sparkline
-from specmon.model.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample
+from specmon.model.server.acceptance import MetricsSample, parse_metrics
+from specmon.model.server.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample
+from specmon.model.text.numbers import sparkline
 
 CAPTURES = Path(__file__).parent / "fixtures" / "metrics"
 
@@ -123,7 +123,7 @@ def test_sparkline_slices_span_the_last_two_minutes() -> None:
 
 
 def test_card_figure_lines_are_the_captures_figures_in_plain_text() -> None:
-    from specmon.model.serving import SPARK_SLICES, ServingUpdate, card_figure_lines
+    from specmon.model.server.serving import SPARK_SLICES, ServingUpdate, card_figure_lines
 
     capture = (CAPTURES / "sglang-llama31-8b-production-metrics.prom").read_text()
     history = {"running": (1.0, 8.0), "waiting": (), "kv_pct": (50.0,), "tok_s": (0.0, 0.0)}

@@ -17,7 +17,7 @@ from sshd_support import Sshd
 from test_ui_pilot import card_text, make_app, quit_with, wait_until
 
 from specmon.model.config import parse_config
-from specmon.model.serving import ServingFigures
+from specmon.model.server.serving import ServingFigures
 from specmon.ui.forms import SweepRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -28,8 +28,8 @@ import pytest
 from simproc import start_sim
 
 from specmon.loadgen.workload import RequestFactory, Workload
-from specmon.model.acceptance import LevelWindow, MetricsSample, parse_metrics
-from specmon.model.datasets import load_dataset
+from specmon.model.server.acceptance import LevelWindow, MetricsSample, parse_metrics
+from specmon.model.workload.datasets import load_dataset
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow

@@ -80,9 +80,9 @@ def test_demo_crossover_falls_between_two_levels_well_inside_the_demo_chart() ->
     [sweep] levels, away from both ends (measured on real sims: C≈5.5, between 4 and 8)."""
     import argparse
 
-    from specmon.model.compare import find_crossover
     from specmon.model.config import builtin_config
-    from specmon.model.results import ClientHealth, LevelResult, Stats
+    from specmon.model.sweeps.compare import find_crossover
+    from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats
     from specmon.sim.options import add_arguments, config_from_args
 
     config = builtin_config()

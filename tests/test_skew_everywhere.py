@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from specmon.commands.compare import comparison_json, render_table
 from specmon.commands.sweep import render_levels
-from specmon.model.compare import align
-from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
-from specmon.model.verdict import ProfileRuns, summarize
+from specmon.model.experiments.report import summary_to_csv, summary_to_dict, summary_to_markdown
+from specmon.model.experiments.verdict import ProfileRuns, summarize
+from specmon.model.sweeps.compare import align
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 
 
 def level(c: int, tok_s: float, skew_ms: float | None = None, bound: bool = False) -> LevelResult:

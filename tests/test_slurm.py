@@ -29,7 +29,7 @@ from test_multinode import args_dump
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, Profile
-from specmon.model.slurm import SlurmRequest
+from specmon.model.runs.slurm import SlurmRequest
 from specmon.orchestration.ready import wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.serving import scraper_of

@@ -9,7 +9,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.model.config import load_config
-from specmon.model.slurm import SlurmRequest, nodes_script, sbatch_argv
+from specmon.model.runs.slurm import SlurmRequest, nodes_script, sbatch_argv
 
 HEAD = '[profiles.a]\ncommand = "specmon sim --port 31000"\nport = 31000\n\n[profiles.a.slurm]\n'
 

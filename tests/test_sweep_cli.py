@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.results import read_results
+from specmon.model.sweeps.results import read_results
 
 pytestmark = pytest.mark.slow
 

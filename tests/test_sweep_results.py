@@ -12,14 +12,14 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
-from specmon.model.results import (
+from specmon.model.sweeps.results import (
     ClientHealth,
     LevelResult,
     Stats,
     SweepMeta,
     read_results,
 )
-from specmon.model.secrets import REDACTED, redact
+from specmon.model.text.secrets import REDACTED, redact
 
 REQUIRED_LEVEL_KEYS = {
     "concurrency", "requests_ok", "requests_failed", "duration_s", "output_tokens", "output_throughput",
@@ -92,7 +92,7 @@ def test_missing_file_is_a_user_error(tmp_path: Path) -> None:
 
 
 def test_server_summary_keeps_kind_kv_tokens_and_speculation() -> None:
-    from specmon.model.results import summarize_server
+    from specmon.model.sweeps.results import summarize_server
 
     sglang = summarize_server({"data": [{"id": "m", "max_model_len": 4096}]},
                               {"max_total_num_tokens": 1000, "mem_fraction_static": 0.8, "speculative_algorithm": "EAGLE3",

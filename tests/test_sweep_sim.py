@@ -15,8 +15,8 @@ import pytest
 from simproc import start_sim
 
 from specmon.loadgen.workload import Workload
-from specmon.model.compare import crossover
-from specmon.model.results import ClientHealth, LevelResult, Stats, read_results
+from specmon.model.sweeps.compare import crossover
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, read_results
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 from specmon.sim.model import StepModel, baseline_model, eagle3_model
 

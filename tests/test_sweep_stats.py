@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specmon.model.sweepstats import (
+from specmon.model.sweeps.sweepstats import (
     LevelAccumulator,
     LogHistogram,
     RequestRecord,
@@ -92,8 +92,8 @@ def test_chunks_that_waited_for_the_generator_flag_the_level_with_the_figure() -
     a 20 ms ITL, is flagged SKEW in the CLI and TUI tables with the figure and the burst size in its warning, and is
     not counted as client-bound (its chunks were stamped on arrival); 1.5 ms at the same ITL is not material."""
     from specmon.commands.sweep import render_levels
-    from specmon.model.levelrow import LevelRow
-    from specmon.model.results import LevelResult, client_flag
+    from specmon.model.charts.levelrow import LevelRow
+    from specmon.model.sweeps.results import LevelResult, client_flag
     from specmon.orchestration.sweep import level_warnings
 
     acc = LevelAccumulator(256)
@@ -148,7 +148,7 @@ def test_record_and_progress_round_trip() -> None:
 def test_acceptance_per_category_is_tokens_per_chunk_over_that_categorys_requests() -> None:
     from dataclasses import replace
 
-    from specmon.model.results import LevelResult
+    from specmon.model.sweeps.results import LevelResult
 
     records = [replace(rec(i, tokens=120, chunks=40), category="code") for i in range(3)]      # 3.0
     records += [replace(rec(i + 3, tokens=120, chunks=80), category="chat") for i in range(2)]  # 1.5
@@ -169,9 +169,9 @@ def test_acceptance_per_category_is_tokens_per_chunk_over_that_categorys_request
 
 def test_category_tables_in_sweep_compare_and_report() -> None:
     from specmon.commands._table import category_table
-    from specmon.model.report import summary_to_dict, summary_to_markdown
-    from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
-    from specmon.model.verdict import ProfileRuns, summarize
+    from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
+    from specmon.model.experiments.verdict import ProfileRuns, summarize
+    from specmon.model.sweeps.results import CategoryStats, ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
 
     def level(c: int, code: tuple[int, int]) -> LevelResult:
         return LevelResult(concurrency=c, requests_ok=2, requests_failed=0, duration_s=1.0, output_tokens=200,

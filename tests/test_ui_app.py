@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Static
 from ui_states import FAILED_ROWS, HELD_PORT, ROWS, demo_config, fed_app, screen_text
 
 from specmon.errors import UserError
-from specmon.model.levelrow import LevelRow
+from specmon.model.charts.levelrow import LevelRow
 from specmon.ui.app import SpecmonApp
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
@@ -352,7 +352,7 @@ async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_pat
     the second card's last lines); at 80×24 the top row keeps its 11 rows."""
     from test_servermetrics import capture
 
-    from specmon.model.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.model.server.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
     from specmon.ui import messages
     from specmon.ui.servers import ServersPane
     from specmon.ui.sweep import SweepPane
@@ -390,9 +390,9 @@ async def test_open_loop_overlays_chart_against_rate_and_g_toggles_goodput(tmp_p
     from test_open_loop import rate_file
 
     from specmon.loadgen.workload import Workload
-    from specmon.model.keymap import KEYS
-    from specmon.model.results import SweepMeta
-    from specmon.model.sweepstats import LevelAccumulator
+    from specmon.model.config.keymap import KEYS
+    from specmon.model.sweeps.results import SweepMeta
+    from specmon.model.sweeps.sweepstats import LevelAccumulator
     from specmon.ui.bridge import EngineBridge
     from specmon.ui.sweep import SweepPane
 
@@ -436,8 +436,8 @@ async def test_overlay_of_a_file_with_a_torn_last_line_says_so_and_draws_the_who
     """A result file cut inside its last line (a full disk, a kill) overlaid with `o`: compare and report say so and
     use the rest; the TUI drew the rest and said nothing, so the cut level vanished unsaid."""
     from specmon.loadgen.workload import Workload
-    from specmon.model.results import SweepMeta
-    from specmon.model.sweepstats import LevelAccumulator
+    from specmon.model.sweeps.results import SweepMeta
+    from specmon.model.sweeps.sweepstats import LevelAccumulator
     from specmon.ui.bridge import EngineBridge
 
     config = demo_config()

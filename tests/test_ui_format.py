@@ -8,7 +8,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.model.config import parse_config, parse_levels
-from specmon.model.keymap import character_key, keymap_problems
+from specmon.model.config.keymap import character_key, keymap_problems
 from specmon.ui import format as fmt
 from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ui_states import ROWS, fed_app
 
-from specmon.model.levelrow import LevelRow
+from specmon.model.charts.levelrow import LevelRow
 from specmon.ui.messages import EngineNotice, LogAdded, LogCleared, RowsChanged, SeriesChanged, SweepStatusChanged
 from specmon.ui.rows import LogEntry, ServerRow
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from specmon.model.failure import Failure
-from specmon.model.runstate import RunState
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstate import RunState
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.ui.rows import entry_from_line, row_from_view
 
@@ -86,7 +86,7 @@ def test_a_cards_serving_lines_fit_its_width_sparklines_only_where_they_fit() ->
 
     from rich.text import Text
 
-    from specmon.model.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.model.server.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
     from specmon.ui.servers import serving_lines
 
     capture = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()

@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config, Profile, SweepDefaults
-from specmon.model.env import EnvReport, Injection, ProcessEnv, Startup
-from specmon.model.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
-from specmon.model.levelrow import LevelRow
+from specmon.model.hosts.env import EnvReport, Injection, ProcessEnv, Startup
+from specmon.model.hosts.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow

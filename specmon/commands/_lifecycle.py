@@ -9,8 +9,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import Config, load_config
-from specmon.model.runstatus import STARTING, RunStatus
-from specmon.model.secrets import redact_text
+from specmon.model.runs.runstatus import STARTING, RunStatus
+from specmon.model.text.secrets import redact_text
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, StopReport
 

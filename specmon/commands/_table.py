@@ -16,8 +16,8 @@ from typing import Literal, TextIO
 from rich.console import Console
 from rich.table import Table
 
-from specmon.model.clean import escape_controls
-from specmon.model.results import LevelResult
+from specmon.model.logs.clean import escape_controls
+from specmon.model.sweeps.results import LevelResult
 
 Align = Literal["left", "right"]
 GAP = 2                # blanks between columns

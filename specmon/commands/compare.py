@@ -17,7 +17,8 @@ from typing import Any
 import plotext as plt
 
 from specmon.commands._table import category_table, table_text
-from specmon.model.compare import (
+from specmon.model.charts.levelrow import rows_of, series_points
+from specmon.model.sweeps.compare import (
     METRIC_UNITS,
     METRICS,
     AlignedLevel,
@@ -29,9 +30,8 @@ from specmon.model.compare import (
     metric_value,
     sweep_mode,
 )
-from specmon.model.interop import lacks_note, read_any_results
-from specmon.model.levelrow import rows_of, series_points
-from specmon.model.results import SweepResult
+from specmon.model.sweeps.interop import lacks_note, read_any_results
+from specmon.model.sweeps.results import SweepResult
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
 

@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
     from specmon.commands._table import table_text
-    from specmon.model.levelrow import LEVEL_COLUMNS, LevelRow
-    from specmon.model.numbers import fmt_shards
+    from specmon.model.charts.levelrow import LEVEL_COLUMNS, LevelRow
+    from specmon.model.text.numbers import fmt_shards
     from specmon.orchestration.comparison import sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager

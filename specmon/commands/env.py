@@ -7,8 +7,8 @@ import argparse
 import json
 
 from specmon.commands._lifecycle import run_with_manager
-from specmon.model.clean import escape_controls
-from specmon.model.env import report_lines
+from specmon.model.hosts.env import report_lines
+from specmon.model.logs.clean import escape_controls
 from specmon.orchestration.inspection import env_report
 from specmon.orchestration.runs import RunManager
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from specmon.model.config import Config, load_config
-from specmon.model.experiment import ExperimentState, experiment_runs
-from specmon.model.report import summary_to_dict, summary_to_markdown
-from specmon.model.verdict import summarize
+from specmon.model.experiments.experiment import ExperimentState, experiment_runs
+from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
+from specmon.model.experiments.verdict import summarize
 from specmon.orchestration.experiment import ExperimentStep, ExperimentUpdate, run_experiment
 from specmon.orchestration.runs import RunManager
 

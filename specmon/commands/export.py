@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 
 from specmon.errors import UserError
-from specmon.model.interop import cannot_hold, read_any_results, sglang_lines, vllm_runs
-from specmon.model.interop_guidellm import NOT_MEASURED, guidellm_report, read_records
-from specmon.model.results import SweepResult
+from specmon.model.sweeps.interop import cannot_hold, read_any_results, sglang_lines, vllm_runs
+from specmon.model.sweeps.interop_guidellm import NOT_MEASURED, guidellm_report, read_records
+from specmon.model.sweeps.results import SweepResult
 
 FORMATS = ("vllm", "sglang", "guidellm")
 

@@ -10,7 +10,7 @@ import sys
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
-from specmon.model.clean import PrintableStream, printable
+from specmon.model.logs.clean import PrintableStream, printable
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.runview import node_prefix

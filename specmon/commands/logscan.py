@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from specmon.errors import UserError
-from specmon.model.runstate import LogWatch, RunState, StepCallback, eta_seconds, summary
+from specmon.model.runs.runstate import LogWatch, RunState, StepCallback, eta_seconds, summary
 from specmon.sources.follow import FollowNote, LocalFollower, read_chunk
 
 FOLLOW_POLL_S = 0.2

@@ -16,8 +16,8 @@ import time
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
-from specmon.model.runstatus import RunStatus
-from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.serving import read_once, scraper_of
 

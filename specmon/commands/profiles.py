@@ -11,9 +11,9 @@ from typing import Any, TextIO
 
 from specmon.commands._lifecycle import config_for
 from specmon.commands._table import table_text
-from specmon.model.clean import escape_controls
 from specmon.model.config import Config
-from specmon.model.secrets import redact_argv, redact_env, redact_text, redact_value
+from specmon.model.logs.clean import escape_controls
+from specmon.model.text.secrets import redact_argv, redact_env, redact_text, redact_value
 from specmon.orchestration.runs import RunManager
 
 # Env values whose names look like credentials are never printed.

@@ -18,13 +18,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from specmon.errors import UserError
-from specmon.model.chart import series_symbol, value_at
-from specmon.model.compare import load_words
-from specmon.model.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
-from specmon.model.interop import read_any_results
-from specmon.model.report import summary_to_csv, summary_to_dict, summary_to_markdown
-from specmon.model.results import SweepResult
-from specmon.model.verdict import ExperimentSummary, ProfileRuns, summarize
+from specmon.model.charts.chart import series_symbol, value_at
+from specmon.model.experiments.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
+from specmon.model.experiments.report import summary_to_csv, summary_to_dict, summary_to_markdown
+from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns, summarize
+from specmon.model.sweeps.compare import load_words
+from specmon.model.sweeps.interop import read_any_results
+from specmon.model.sweeps.results import SweepResult
 
 FORMATS = ("md", "json", "csv")
 IMAGE_FORMATS = ("png", "svg")

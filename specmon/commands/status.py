@@ -26,9 +26,9 @@ from collections.abc import Collection
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands._table import table_text
 from specmon.errors import UserError
-from specmon.model.clean import one_line
-from specmon.model.runstatus import STARTING
-from specmon.model.secrets import redact_text, redact_value
+from specmon.model.logs.clean import one_line
+from specmon.model.runs.runstatus import STARTING
+from specmon.model.text.secrets import redact_text, redact_value
 from specmon.orchestration.adoption import HostRun
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import Unreadable

@@ -21,11 +21,11 @@ from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates
-from specmon.model.datasets import DATASETS
-from specmon.model.goodput import parse_slo
-from specmon.model.numbers import counted
-from specmon.model.results import LevelResult, SweepResult
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.sweeps.results import LevelResult, SweepResult
+from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.text.numbers import counted
+from specmon.model.workload.datasets import DATASETS
+from specmon.model.workload.goodput import parse_slo
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.sweep import (
     SweepNotice,

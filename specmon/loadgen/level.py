@@ -21,9 +21,9 @@ from typing import Any
 
 from specmon.loadgen.client import WATCH, Stream, StreamClient
 from specmon.loadgen.workload import RequestFactory
-from specmon.model.results import utc_now_iso
-from specmon.model.secrets import redact
-from specmon.model.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
+from specmon.model.sweeps.results import utc_now_iso
+from specmon.model.sweeps.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
+from specmon.model.text.secrets import redact
 
 PROGRESS_INTERVAL_S = 0.25
 REFUSED_BACKOFF_S = 0.2   # a refused worker waits, so a dead server is not hammered in duration mode

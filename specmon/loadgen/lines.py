@@ -11,7 +11,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specmon.model.secrets import redact
+from specmon.model.text.secrets import redact
 
 
 def append_line(path: str | os.PathLike[str], obj: Mapping[str, Any], secrets: Iterable[str] = ()) -> None:

@@ -2,7 +2,7 @@
 
 Runs inside the child process (see specmon.loadgen.__main__). Each level (specmon.loadgen.level) is driven by a
 closed loop (C workers, each sending its next request when the last ends) or an open loop (requests sent on an
-arrival schedule, specmon.model.arrivals, drawn lazily). A warm-up phase of `warmup_requests` requests runs once
+arrival schedule, specmon.model.workload.arrivals, drawn lazily). A warm-up phase of `warmup_requests` requests runs once
 before the first level and is excluded. Every request is appended to the records file as one JSON line (a
 RequestRecord), and folded into a LevelAccumulator, so memory does not grow with the sweep. The generator measures
 its own event-loop lag (a 10 ms ticker) and process CPU per level, and emits a SweepProgress about 4 times a second.
@@ -24,9 +24,9 @@ from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.lines import append_whole
 from specmon.loadgen.workload import RequestFactory, Workload
-from specmon.model.arrivals import Schedule, connections_needed
-from specmon.model.datasets import Dataset
-from specmon.model.sweepstats import RequestRecord, percentile
+from specmon.model.sweeps.sweepstats import RequestRecord, percentile
+from specmon.model.workload.arrivals import Schedule, connections_needed
+from specmon.model.workload.datasets import Dataset
 
 LAG_TICK_S = 0.01
 PRECONNECT_OPEN_LOOP = 64   # open loop: the fewest keep-alive connections opened before a level

@@ -1,6 +1,6 @@
 """What the load generator sends: the workload description, prompt sampling, and pre-encoded request bodies.
 
-Prompts come from a dataset (specmon.model.datasets): the built-in set, a user's ShareGPT/JSONL/SpecBench file,
+Prompts come from a dataset (specmon.model.workload.datasets): the built-in set, a user's ShareGPT/JSONL/SpecBench file,
 or `random`, synthetic prompts of common English words (about one token each in Llama/Qwen-style tokenizers), so a
 prompt of `input_len` words is roughly `input_len` tokens; the server's `usage.prompt_tokens` records the real
 count. Each synthetic prompt starts with its own tag so server prefix caches cannot turn prefill into a cache hit;
@@ -27,8 +27,8 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import check_levels, check_rates, one_wave_problem
-from specmon.model.datasets import DATASETS, FILE_DATASETS, Dataset, Prompt, load_dataset
-from specmon.model.goodput import check_slo
+from specmon.model.workload.datasets import DATASETS, FILE_DATASETS, Dataset, Prompt, load_dataset
+from specmon.model.workload.goodput import check_slo
 
 APIS = ("chat", "completions")
 DEFAULT_RATE_SECONDS = 30.0   # open loop, no count or duration given: this much schedule per level
@@ -61,7 +61,7 @@ class Workload:
     """One sweep's load: levels, stop rule per level, and request shape. Serialised into the result meta line.
 
     Closed loop (the default): each level keeps `levels[i]` requests in flight. Open loop (`rates` given): each
-    level sends requests at `rates[i]` per second on a schedule (specmon.model.arrivals), whatever the server's
+    level sends requests at `rates[i]` per second on a schedule (specmon.model.workload.arrivals), whatever the server's
     pace, at most `max_concurrency` in flight when set; `levels` is then unused.
     """
 

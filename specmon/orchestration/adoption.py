@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from specmon.errors import UserError
-from specmon.model.clean import escape_controls
-from specmon.model.runstatus import RunStatus
-from specmon.model.slurm import JobInfo
-from specmon.model.textfile import loads
+from specmon.model.logs.clean import escape_controls
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.slurm import JobInfo
+from specmon.model.text.textfile import loads
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.checking import RunChecker
 from specmon.orchestration.hosts import Hosts

@@ -14,9 +14,9 @@ import shlex
 import time
 from collections.abc import Mapping
 
-from specmon.model.failure import Failure
-from specmon.model.runstate import LogWatch, RunState
-from specmon.model.runstatus import RunStatus
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstate import LogWatch, RunState
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.controller import REPLAY_LIMIT, Watcher, end_verdict, failure_of
 from specmon.orchestration.hosts import Hosts

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from specmon.loadgen.workload import Workload
-from specmon.model.compare import Comparison, compare_results
-from specmon.model.results import SweepResult
+from specmon.model.sweeps.compare import Comparison, compare_results
+from specmon.model.sweeps.results import SweepResult
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
 

@@ -26,12 +26,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from specmon.model.events import highlights
-from specmon.model.failure import Failure
-from specmon.model.logparse import KILLED
-from specmon.model.runstate import LogWatch, RunState, eta_seconds, typical_load_s
-from specmon.model.runstatus import ACTIVE, STARTING, RunStatus
-from specmon.model.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
+from specmon.model.logs.events import highlights
+from specmon.model.logs.logparse import KILLED
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstate import LogWatch, RunState, eta_seconds, typical_load_s
+from specmon.model.runs.runstatus import ACTIVE, STARTING, RunStatus
+from specmon.model.runs.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
 from specmon.orchestration.runview import LogLine, RunView
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of

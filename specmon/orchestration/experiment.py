@@ -12,10 +12,10 @@ For each profile in turn (profiles on different hosts run in parallel, one after
    (`retries` times, then skipped), skipped, or aborts the experiment, per `on_failure`;
 3. sweep: pass 1 over every level (with the warm-up), then pass 2, ... (`repeats` passes), each pass a result file;
    during each level the server's decode-batch lines and /metrics are collected beside the client's figures
-   (specmon.model.acceptance) and appended to acceptance.jsonl when the level ends;
+   (specmon.model.server.acceptance) and appended to acceptance.jsonl when the level ends;
 4. stop the server and wait until its port and GPUs are free.
 
-Every step is written to the state file (its shape: specmon.model.experiment; written here by save_state) and every
+Every step is written to the state file (its shape: specmon.model.experiments.experiment; written here by save_state) and every
 finished level is on disk the moment it ends, so `resume=True` continues the newest unfinished experiment of that name without repeating a finished
 level; a server the experiment left running and still ready is adopted instead of loaded again.
 
@@ -41,10 +41,8 @@ from pathlib import Path
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
 from specmon.loadgen.workload import Workload
-from specmon.model.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.config import Config, ExperimentSpec, Profile
-from specmon.model.events import DecodeStats
-from specmon.model.experiment import (
+from specmon.model.experiments.experiment import (
     ACCEPTANCE_FILE,
     STATE_FILE,
     ExperimentState,
@@ -55,10 +53,12 @@ from specmon.model.experiment import (
     profile_setup,
     remaining,
 )
-from specmon.model.logparse import LogParser
-from specmon.model.results import LevelResult, utc_now_iso
-from specmon.model.runstatus import RunStatus
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.logs.events import DecodeStats
+from specmon.model.logs.logparse import LogParser
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
+from specmon.model.sweeps.results import LevelResult, utc_now_iso
+from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.orchestration.ready import queued, wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView

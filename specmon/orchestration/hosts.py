@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from specmon.errors import UserError
-from specmon.model.clean import one_line
 from specmon.model.config import SshSettings, parse_host
+from specmon.model.logs.clean import one_line
 from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
 from specmon.sources.transport import Transport

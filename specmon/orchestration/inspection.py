@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.model.env import (
+from specmon.model.hosts.env import (
     Difference,
     EnvReport,
     NcclLog,
@@ -30,9 +30,9 @@ from specmon.model.env import (
     diff_reports,
     key_launch_args,
 )
-from specmon.model.gpu import GpuBoard, SmiInventory
-from specmon.model.secrets import redact_env
-from specmon.model.textfile import loads
+from specmon.model.hosts.gpu import GpuBoard, SmiInventory
+from specmon.model.text.secrets import redact_env
+from specmon.model.text.textfile import loads
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runstore import RunRecord
 from specmon.orchestration.slurmjobs import job_transport

@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import Profile
-from specmon.model.failure import Failure
-from specmon.model.procfs import free_ports_near
-from specmon.model.runstatus import RunStatus
-from specmon.model.slurm import MASTER_ADDR_VAR
+from specmon.model.hosts.procfs import free_ports_near
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.slurm import MASTER_ADDR_VAR
 from specmon.orchestration import slurmjobs
 from specmon.orchestration.checking import PID_WAIT_S, RunChecker
 from specmon.orchestration.hosts import Hosts

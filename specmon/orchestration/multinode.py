@@ -1,9 +1,9 @@
 """Multi-node runs: one run made of one ordinary run per node, launched, watched and stopped together.
 
 A profile with `hosts = ["gpu1", "gpu2"]` starts the same command on each host (node rank i on hosts[i]), with
-the rank filled in by `model.multinode.node_command`. Each node is a plain run (its own run dir, process group,
+the rank filled in by `model.runs.multinode.node_command`. Each node is a plain run (its own run dir, process group,
 marker, log, gates) through its host's Transport, so this works over any transport. The multi-node run itself
-is a RunRecord listing its node runs (`nodes`); its state is `model.multinode.overall` of theirs, kept in its
+is a RunRecord listing its node runs (`nodes`); its state is `model.runs.multinode.overall` of theirs, kept in its
 record so a later `specmon status` or a preflight sees it:
 
     ready      rank 0 is ready (its ready line plus one real completion against rank 0's URL); the worker
@@ -31,15 +31,15 @@ from typing import Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.model.failure import Failure
-from specmon.model.multinode import (
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.multinode import (
     NodePlacement,
     NodeState,
     node_command,
     overall,
     worker_ready,
 )
-from specmon.model.runstatus import STARTING, RunStatus
+from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.orchestration.controller import RunController
 from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, host_url, new_run_id
 from specmon.orchestration.runview import LogLine, RunView, StopReport
@@ -123,7 +123,7 @@ def save_progress(store: RunStore, run_id: str, view: RunView) -> RunRecord | No
 
 
 def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRecord]) -> list[RunRecord]:
-    """Record worker nodes as ready once rank 0 is (see `model.multinode.worker_ready`); returns the changed."""
+    """Record worker nodes as ready once rank 0 is (see `model.runs.multinode.worker_ready`); returns the changed."""
     changed = []
     for worker in workers:
         if worker_ready(rank0.state, worker.state):

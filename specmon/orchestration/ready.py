@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from specmon.model.runstatus import STARTING, RunStatus
+from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import BUILTIN_SOURCE, Config
-from specmon.model.runstatus import RunStatus
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration import multinode
 from specmon.orchestration.controller import node_url
 from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, Unreadable

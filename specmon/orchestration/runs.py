@@ -34,7 +34,7 @@ this manager's config file (`manager.config_key`), and queries list only those u
 always works. Port conflicts are checked host-wide whatever file launched the run.
     await manager.close()                                   cancels every task; never stops a server
 
-RunView.state: a RunStatus (model.runstatus: launching ... lost, and its sets STARTING, ACTIVE, TERMINAL ...), plus the `stalled`
+RunView.state: a RunStatus (model.runs.runstatus: launching ... lost, and its sets STARTING, ACTIVE, TERMINAL ...), plus the `stalled`
 warning flag (with stall_reason); failure = Failure(kind, message, last_lines); run_state = the parser's
 RunState. A verdict needs: ready = the log's ready signal (server "other": /health 200) and one completion
 answered; failed = a fatal log signature, or the process ended before ready (an unasked exit 0 included);

@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model import runstatus, textfile
-from specmon.model.failure import Failure
-from specmon.model.runstate import RunState
-from specmon.model.runstatus import RunStatus
+from specmon.model.runs import runstatus
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstate import RunState
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.text import textfile
 
 SCHEMA_VERSION = 1
 MAX_RECORD_BYTES = 16 << 20      # a record is about 2 KiB

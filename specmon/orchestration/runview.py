@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specmon.model import runstatus
-from specmon.model.clean import printable, strip_ansi
-from specmon.model.failure import Failure
-from specmon.model.runstate import RunState
-from specmon.model.runstatus import RunStatus
+from specmon.model.logs.clean import printable, strip_ansi
+from specmon.model.runs import runstatus
+from specmon.model.runs.failure import Failure
+from specmon.model.runs.runstate import RunState
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration.runstore import host_url, iso_utc, launched_by
 from specmon.sources.transport import LinkState
 

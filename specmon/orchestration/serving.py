@@ -1,6 +1,6 @@
 """The serving view: every READY run's `/metrics`, read at its profile's `metrics_interval_s` (1 s by default)
 through the host's existing transport (over SSH: a direct-tcpip channel of the one connection to that host, kept
-alive between reads), turned into figures, history and alerts (`specmon.model.serving`).
+alive between reads), turned into figures, history and alerts (`specmon.model.server.serving`).
 
 A front end hands `track` each RunView it sees; reading starts when a run is READY and stops when it is not. Each
 read that changes something reaches `on_update` as a ServingUpdate. An alert that appears is also passed to the
@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 
 from specmon.model.config import Profile
-from specmon.model.runstatus import RunStatus
-from specmon.model.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView

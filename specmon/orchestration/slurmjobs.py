@@ -4,7 +4,7 @@ until the job has left the queue and its port is free on the job's node) and che
 
 A multi-node job (`nodes = N`) is a multi-node run (orchestration.multinode: one record per node rank, one overall
 state, ready with rank 0, failed when any rank fails) whose node runs all sit in the submitting host's runs root
-and share one job: `model.slurm.nodes_script` starts each rank on its node, the rank from Slurm's SLURM_NODEID.
+and share one job: `model.runs.slurm.nodes_script` starts each rank on its node, the rank from Slurm's SLURM_NODEID.
 
 The run's own files (launch.sh as the batch script, server.log as the job's output, pid and exit_code written by
 the wrapper) sit in its run directory, which the submitting host and the job's node share. While a job waits in
@@ -22,10 +22,10 @@ from collections.abc import Sequence
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.model.multinode import NodePlacement, node_command
-from specmon.model.runstate import RunState
-from specmon.model.runstatus import RunStatus
-from specmon.model.slurm import JobInfo, SlurmRequest, nodes_script
+from specmon.model.runs.multinode import NodePlacement, node_command
+from specmon.model.runs.runstate import RunState
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.slurm import JobInfo, SlurmRequest, nodes_script
 from specmon.orchestration.controller import job_verdict
 from specmon.orchestration.multinode import NodeRuns, node_run_id
 from specmon.orchestration.runstore import (

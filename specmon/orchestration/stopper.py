@@ -9,7 +9,7 @@ import dataclasses
 from collections.abc import Mapping
 
 from specmon.errors import UserError
-from specmon.model.runstatus import UP, RunStatus
+from specmon.model.runs.runstatus import UP, RunStatus
 from specmon.orchestration import slurmjobs
 from specmon.orchestration.checking import RunChecker
 from specmon.orchestration.controller import RunController, Watcher

@@ -15,7 +15,7 @@ An exception raised by `on_update` is logged and ignored: a broken view never en
 
 Cancel the awaiting task (or press Ctrl-C under asyncio.run) to stop: the generator abandons the level in progress,
 finished levels stay in the file, and CancelledError propagates after the child has exited. `read_results(path)`
-(specmon.model.results) reloads a file; `crossover(a, b)` (specmon.model.compare) compares two.
+(specmon.model.sweeps.results) reloads a file; `crossover(a, b)` (specmon.model.sweeps.compare) compares two.
 The generator runs in its own process (`python -m specmon.loadgen`) in its own session, so a terminal Ctrl-C
 reaches only this process, which then stops the child in order.
 """
@@ -43,12 +43,12 @@ from specmon.errors import UserError
 from specmon.loadgen.client import DEADLINE_FACTOR
 from specmon.loadgen.lines import append_line
 from specmon.loadgen.workload import Workload
-from specmon.model import textfile
 from specmon.model.config import ENV_NAME, SweepDefaults
-from specmon.model.interpreter import python_module
-from specmon.model.numbers import counted
-from specmon.model.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
-from specmon.model.sweepstats import SweepProgress, client_bound
+from specmon.model.hosts.interpreter import python_module
+from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
+from specmon.model.sweeps.sweepstats import SweepProgress, client_bound
+from specmon.model.text import textfile
+from specmon.model.text.numbers import counted
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 10.0   # one read of the probe

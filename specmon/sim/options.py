@@ -6,7 +6,7 @@ import argparse
 from dataclasses import dataclass, replace
 
 from specmon.errors import UserError
-from specmon.model.datasets import BUILTIN_CATEGORIES
+from specmon.model.workload.datasets import BUILTIN_CATEGORIES
 from specmon.sim import model as throughput
 
 FLAVORS = ("sglang", "vllm")

@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from aiohttp import web
 
-from specmon.model.datasets import builtin_categories
+from specmon.model.workload.datasets import builtin_categories
 from specmon.sim import api
 from specmon.sim.engine import Engine, Request
 from specmon.sim.logwriter import LaunchLog, graph_sizes, make_log, server_args

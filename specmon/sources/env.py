@@ -6,7 +6,7 @@
     await gpu_inventory(transport)                   -> SmiInventory | None  (`nvidia-smi -q -x`)
 
 Each raises EnvProbeError with a one-line reason naming the host when it cannot answer; the pure parsing is in
-specmon.model.env and specmon.model.gpu.
+specmon.model.hosts.env and specmon.model.hosts.gpu.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from specmon.model.clean import one_line
-from specmon.model.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
-from specmon.model.gpu import SmiError, SmiInventory, parse_xml
-from specmon.model.secrets import redact_env
+from specmon.model.hosts.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
+from specmon.model.hosts.gpu import SmiError, SmiInventory, parse_xml
+from specmon.model.logs.clean import one_line
+from specmon.model.text.secrets import redact_env
 from specmon.sources.host import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 

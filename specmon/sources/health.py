@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import httpx
 
-from specmon.model.textfile import loads
+from specmon.model.text.textfile import loads
 from specmon.sources.transport import Transport, url_host
 
 T = TypeVar("T")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from specmon.model.slurm import (
+from specmon.model.runs.slurm import (
     JobInfo,
     SlurmRequest,
     job_name,

@@ -29,13 +29,13 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Static
 
+from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config
-from specmon.model.env import Difference, EnvReport
-from specmon.model.keymap import KEYS
-from specmon.model.levelrow import LevelRow
-from specmon.model.runstatus import ACTIVE, BROKEN, RunStatus
-from specmon.model.serving import ServingUpdate, sweep_live_line
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.config.keymap import KEYS
+from specmon.model.hosts.env import Difference, EnvReport
+from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
+from specmon.model.server.serving import ServingUpdate, sweep_live_line
+from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import transitions

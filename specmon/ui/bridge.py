@@ -19,17 +19,17 @@ from textual.message import Message
 from textual.message_pump import MessagePump
 
 from specmon.errors import PortBusy
-from specmon.model.compare import METRICS, find_crossover, model_warning
+from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
-from specmon.model.env import Difference, EnvReport
-from specmon.model.experiment import experiment_runs
-from specmon.model.gpu import GpuBoard
-from specmon.model.interop import TOOL_NAMES, read_any_results
-from specmon.model.levelrow import LevelRow, rows_of
-from specmon.model.results import LevelResult, SweepResult
-from specmon.model.runstatus import BUSY, RunStatus
-from specmon.model.sweepstats import SweepProgress
-from specmon.model.verdict import ExperimentSummary, summarize, summarize_passes, summarize_profiles
+from specmon.model.experiments.experiment import experiment_runs
+from specmon.model.experiments.verdict import ExperimentSummary, summarize, summarize_passes, summarize_profiles
+from specmon.model.hosts.env import Difference, EnvReport
+from specmon.model.hosts.gpu import GpuBoard
+from specmon.model.runs.runstatus import BUSY, RunStatus
+from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
+from specmon.model.sweeps.interop import TOOL_NAMES, read_any_results
+from specmon.model.sweeps.results import LevelResult, SweepResult
+from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.orchestration.comparison import sweep_profiles
 from specmon.orchestration.experiment import (
     ExperimentLevel,

@@ -11,7 +11,7 @@ from textual.events import Resize
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
 
-from specmon.model.keymap import KEYS
+from specmon.model.config.keymap import KEYS
 from specmon.ui.keys import ESSENTIAL_IDS
 
 

@@ -11,13 +11,14 @@ import re
 import textwrap
 from collections.abc import Mapping, Sequence
 
+from specmon.model.runs.runstatus import BROKEN, BUSY, STARTING, RunStatus
+
 # Re-exported: the panes read every format through this module.
-from specmon.model.numbers import NA as NA
-from specmon.model.numbers import fmt_count as fmt_count
-from specmon.model.numbers import fmt_ms as fmt_ms
-from specmon.model.numbers import fmt_number as fmt_number
-from specmon.model.numbers import fmt_shards as fmt_shards
-from specmon.model.runstatus import BROKEN, BUSY, STARTING, RunStatus
+from specmon.model.text.numbers import NA as NA
+from specmon.model.text.numbers import fmt_count as fmt_count
+from specmon.model.text.numbers import fmt_ms as fmt_ms
+from specmon.model.text.numbers import fmt_number as fmt_number
+from specmon.model.text.numbers import fmt_shards as fmt_shards
 
 # Run states (the lifecycle engine's vocabulary) -> the label and the style class a pane shows.
 _STATE_STYLES: dict[str, str] = {

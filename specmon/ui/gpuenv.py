@@ -20,9 +20,9 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widgets import Static
 
-from specmon.model.env import Difference, EnvReport, diff_lines, report_lines
-from specmon.model.gpu import GpuBoard, GpuTrack
-from specmon.model.numbers import sparkline
+from specmon.model.hosts.env import Difference, EnvReport, diff_lines, report_lines
+from specmon.model.hosts.gpu import GpuBoard, GpuTrack
+from specmon.model.text.numbers import sparkline
 from specmon.ui.throttle import Throttle
 
 VIEWS = ("gpus", "env", "diff")

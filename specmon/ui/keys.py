@@ -1,4 +1,4 @@
-"""The TUI's key bindings, built from the key table in `specmon.model.keymap` (ids users remap in `[keys]`).
+"""The TUI's key bindings, built from the key table in `specmon.model.config.keymap` (ids users remap in `[keys]`).
 
 The footer and the help screen are generated from that one list, so they can never disagree with what the keys
 do. `[keys]` is checked when the config is loaded; `validate_keymap` repeats the same check for a Config built
@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from textual.binding import Binding
 
 from specmon.errors import UserError
-from specmon.model.keymap import (
+from specmon.model.config.keymap import (
     BINDING_IDS,
     KEYS,
     display_key,

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from textual.message import Message
 from textual.notifications import SeverityLevel
 
-from specmon.model.levelrow import LevelRow
-from specmon.model.serving import ServingUpdate
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.charts.levelrow import LevelRow
+from specmon.model.server.serving import ServingUpdate
+from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 

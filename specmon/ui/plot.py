@@ -8,8 +8,8 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specmon.model.chart import round_ticks, series_symbol, tick_text, value_at
-from specmon.model.compare import load_words
+from specmon.model.charts.chart import round_ticks, series_symbol, tick_text, value_at
+from specmon.model.sweeps.compare import load_words
 from specmon.ui.rows import CrossoverMark
 
 # Fixed series colours so a series keeps its colour as others are added (and snapshots stay stable).

@@ -12,10 +12,10 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
-from specmon.model.compare import ComparedRun, confound_warnings
-from specmon.model.env import EnvReport
-from specmon.model.runstatus import STARTING, UP, RunStatus
-from specmon.model.serving import ServingUpdate, card_figure_lines
+from specmon.model.hosts.env import EnvReport
+from specmon.model.runs.runstatus import STARTING, UP, RunStatus
+from specmon.model.server.serving import ServingUpdate, card_figure_lines
+from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 

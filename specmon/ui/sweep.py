@@ -14,9 +14,9 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from specmon.model.chart import series_symbol
-from specmon.model.compare import crossover_words, load_words
-from specmon.model.levelrow import CHART_METRICS, LEVEL_COLUMNS, LevelRow, is_rate_series, series_points
+from specmon.model.charts.chart import series_symbol
+from specmon.model.charts.levelrow import CHART_METRICS, LEVEL_COLUMNS, LevelRow, is_rate_series, series_points
+from specmon.model.sweeps.compare import crossover_words, load_words
 from specmon.ui import format as fmt
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark

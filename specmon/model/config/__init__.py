@@ -5,6 +5,8 @@ to a checked Config, and the rules for values also typed elsewhere: levels, rate
 scanner that gives each problem its line) and `loading` (load_config: discovery and reading the file, the one
 part that reads files). What callers use is re-exported here, so `from specmon.model.config import X` keeps
 working.
+
+`keymap` beside them: the TUI's key table and the rules for remapping it in `[keys]`.
 """
 
 from specmon.model.config.keys import format_key, locate_keys

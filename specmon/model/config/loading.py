@@ -20,7 +20,7 @@ from specmon.model.config.types import (
     Config,
 )
 from specmon.model.config.validation import parse_config
-from specmon.model.textfile import NotTextError, read_capped
+from specmon.model.text.textfile import NotTextError, read_capped
 
 
 def load_config(path: str | os.PathLike[str] | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 
 from specmon.errors import UserError
 from specmon.model.config.keys import line_of
-from specmon.model.multinode import DEFAULT_MASTER_PORT
-from specmon.model.slurm import SlurmRequest
+from specmon.model.runs.multinode import DEFAULT_MASTER_PORT
+from specmon.model.runs.slurm import SlurmRequest
 
 SERVER_KINDS = ("sglang", "vllm", "other")
 SWEEP_APIS = ("chat", "completions")

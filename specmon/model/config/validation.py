@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model import slurm
+from specmon.model.config.keymap import keymap_problems
 from specmon.model.config.keys import KeyPath, format_key, line_of, locate_keys
 from specmon.model.config.types import (
     DEFAULT_LEVELS,
@@ -37,12 +37,12 @@ from specmon.model.config.types import (
     command_port,
     parse_host,
 )
-from specmon.model.datasets import DATASETS, FILE_DATASETS
-from specmon.model.goodput import parse_slo
-from specmon.model.interpreter import python_module
-from specmon.model.keymap import keymap_problems
-from specmon.model.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
-from specmon.model.slurm import SlurmRequest
+from specmon.model.hosts.interpreter import python_module
+from specmon.model.runs import slurm
+from specmon.model.runs.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
+from specmon.model.runs.slurm import SlurmRequest
+from specmon.model.workload.datasets import DATASETS, FILE_DATASETS
+from specmon.model.workload.goodput import parse_slo
 
 if sys.version_info >= (3, 11):
     import tomllib

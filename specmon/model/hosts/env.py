@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from specmon.model.numbers import counted
-from specmon.model.secrets import REDACTED, is_secret_name, redact_env, redact_value
+from specmon.model.text.numbers import counted
+from specmon.model.text.secrets import REDACTED, is_secret_name, redact_env, redact_value
 
 FAMILY_PREFIXES = ("NCCL_", "CUDA_", "TORCH_", "PYTORCH_", "SGLANG_", "VLLM_", "NVSHMEM_", "OMP_")
 # Set by specmon on every run: always differs, says nothing about the server.
@@ -320,7 +320,7 @@ def confounds(diffs: Iterable[Difference]) -> list[str]:
     """One-line warnings for a comparison of two servers: what differs besides the thing being compared.
 
     The speculative settings are what specmon's comparisons compare, so they are left out; so are KV tokens, which
-    the comparison's own rule judges (specmon.model.compare). Environment differences are reported once per
+    the comparison's own rule judges (specmon.model.sweeps.compare). Environment differences are reported once per
     variable (the view that shows it first: injected beats launch beats process), so a sitecustomize setting
     NCCL_PROTO is named as such."""
     seen: set[str] = set()

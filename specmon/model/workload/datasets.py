@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.textfile import MAX_DEPTH, NotTextError, loads, read_capped, too_deep_at
+from specmon.model.text.textfile import MAX_DEPTH, NotTextError, loads, read_capped, too_deep_at
 
 DATASETS = ("builtin", "random", "sharegpt", "jsonl", "specbench")
 FILE_DATASETS = ("sharegpt", "jsonl", "specbench")   # those that need a dataset path

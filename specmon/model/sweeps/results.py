@@ -53,8 +53,8 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.numbers import fmt_ms
-from specmon.model.textfile import NotTextError, loads, read_capped
+from specmon.model.text.numbers import fmt_ms
+from specmon.model.text.textfile import NotTextError, loads, read_capped
 
 SCHEMA_VERSION = 1
 MAX_RESULT_BYTES = 1 << 30    # a sweep of 10,000 levels is about 30 MiB
@@ -200,7 +200,7 @@ def pool_categories(levels: Iterable[LevelResult]) -> dict[str, CategoryStats]:
 
 @dataclass(frozen=True)
 class LevelResult:
-    """Everything measured at one concurrency level (metric definitions: specmon.model.sweepstats)."""
+    """Everything measured at one concurrency level (metric definitions: specmon.model.sweeps.sweepstats)."""
 
     concurrency: int
     requests_ok: int
@@ -348,7 +348,7 @@ class SweepMeta:
     specmon_version: str = ""
     created_at: str = ""
     records: str | None = None
-    tool: str | None = None   # the other load generator whose file this was read from (specmon.model.interop)
+    tool: str | None = None   # the other load generator whose file this was read from (specmon.model.sweeps.interop)
     dataset: Mapping[str, Any] | None = None   # datasets.Dataset.describe(): name, path, sha256, prompts, categories
 
     @property

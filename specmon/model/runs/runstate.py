@@ -9,7 +9,7 @@ Phases, in launch order: launching -> loading_weights -> allocating_kv -> captur
 `Load weight end` after TP0 allocated its KV cache), and a draft model loads after the target's KV
 cache; going backwards would make the display flicker without telling the user anything.
 
-Failures (`model.failure.Failure`, from `events.Failure`): the first fatal failure wins, except that a provisional one (a
+Failures (`model.runs.failure.Failure`, from `events.Failure`): the first fatal failure wins, except that a provisional one (a
 `Scheduler hit an exception: Traceback` header) is replaced by the exception line that follows it. A
 non-fatal failure (a plain traceback) sets phase "failed" only until the launch shows progress again,
 and is ignored once the server is ready (servers log tracebacks of single requests and keep serving).
@@ -32,9 +32,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from specmon.model import events as ev
-from specmon.model.failure import Failure
-from specmon.model.logparse import LogParser
+from specmon.model.logs import events as ev
+from specmon.model.logs.logparse import LogParser
+from specmon.model.runs.failure import Failure
 
 PHASES = ("launching", "loading_weights", "allocating_kv", "capturing_graphs", "warming_up", "ready", "failed")
 _PROGRESS_ORDER = {p: i for i, p in enumerate(PHASES[:-1])}

@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from specmon.model.clean import one_line
+from specmon.model.logs.clean import one_line
 
 # What the probe asks for, in this order (parsed by position). `name` is last: a product name could hold a comma.
 QUERY_FIELDS: tuple[str, ...] = (

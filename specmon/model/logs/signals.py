@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from specmon.model.events import (
+from specmon.model.logs.events import (
     DecodeStats,
     Event,
     GraphCapture,

@@ -14,13 +14,13 @@ Read (the format is told from the content, never the file name):
 A level sits at its concurrency (vLLM/SGLang `max_concurrency`, guidellm `concurrent` streams, 1 for `synchronous`;
 a run sent all at once with no cap, request rate inf, at its whole request count) or, for an open-loop run (a finite
 `request_rate`; guidellm `constant`/`poisson`/`async`), at its offered rate with the cap as its concurrency (0 for
-none), as specmon's own open-loop levels. Definitions line up with specmon's (specmon.model.sweepstats) except
+none), as specmon's own open-loop levels. Definitions line up with specmon's (specmon.model.sweeps.sweepstats) except
 guidellm's: its "ITL" is per token, so it is specmon's TPOT, and it has no per-chunk ITL. What a file lacks is None
 (shown as "-"); `lacks_note` says what, from the file's own levels.
 
 Written: a `vllm bench sweep serve` folder (per load BENCH-.../run=N.json, `--save-result` objects, and the
 summary.json `vllm bench sweep plot` reads) and SGLang JSONL lines, with their field names and units (a guidellm
-report: specmon.model.interop_guidellm); `cannot_hold` names what a format has no field for.
+report: specmon.model.sweeps.interop_guidellm); `cannot_hold` names what a format has no field for.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.compare import repeat_spreads
-from specmon.model.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
-from specmon.model.textfile import NotTextError, loads, read_capped
+from specmon.model.sweeps.compare import repeat_spreads
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
+from specmon.model.text.textfile import NotTextError, loads, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
 EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a directory of them, or a `vllm bench "

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specmon.model.runstatus import BROKEN, STARTING, RunStatus
+from specmon.model.runs.runstatus import BROKEN, STARTING, RunStatus
 
 PLACEHOLDERS = ("{node_rank}", "{nnodes}", "{master_addr}", "{master_port}")
 SGLANG_DIST_FLAGS = ("--nnodes", "--node-rank", "--dist-init-addr")

@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.env import EnvReport, confounds, diff_reports
-from specmon.model.numbers import fmt_count
-from specmon.model.results import LevelResult, SweepResult
+from specmon.model.hosts.env import EnvReport, confounds, diff_reports
+from specmon.model.sweeps.results import LevelResult, SweepResult
+from specmon.model.text.numbers import fmt_count
 
 METRICS = ("throughput", "goodput")
 METRIC_UNITS = {"throughput": "output tok/s", "goodput": "goodput req/s"}
@@ -215,7 +215,7 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     Workload: different prompt or output lengths (or API, prompts, temperature) measure different things.
     Client-bound levels measured the load generator, not the server.
     Set-up (where each run's `setup` was read): any environment variable of the GPU families, launch argument
-    other than the speculative ones, or version that differs from the first run's (specmon.model.env.confounds).
+    other than the speculative ones, or version that differs from the first run's (specmon.model.hosts.env.confounds).
     """
     warnings: list[str] = []
     different_models = model_warning([(r.label, r.model) for r in runs])

@@ -28,9 +28,9 @@ import codecs
 import re
 from collections import deque
 
-from specmon.model import signals
-from specmon.model.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
-from specmon.model.events import Event, Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
+from specmon.model.logs import signals
+from specmon.model.logs.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
+from specmon.model.logs.events import Event, Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports

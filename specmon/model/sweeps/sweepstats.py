@@ -27,7 +27,7 @@ Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so n
 - Client-bound verdict: the level is flagged when the generator's event loop lagged more than
   LOOP_LAG_BOUND_MS at p99 or it used more than CPU_BOUND_FRACTION of a core: its timings then measure the client.
 
-Open loop (a level at an offered request rate R, its requests sent on a schedule, see specmon.model.arrivals):
+Open loop (a level at an offered request rate R, its requests sent on a schedule, see specmon.model.workload.arrivals):
 - Send lateness, per request: time sent - time scheduled (or, when a max-concurrency cap held the request back,
   - the moment its slot came free: waiting for a slot is the cap working, recorded as `queued_ms`, not lateness).
   The level is flagged `behind` when lateness p99 exceeds LATE_BOUND_MS and LATE_GAP_SHARE of the mean gap
@@ -38,7 +38,7 @@ Open loop (a level at an offered request rate R, its requests sent on a schedule
 - Over capacity: TTFT grew TTFT_GROWTH_BOUND-fold and by at least TTFT_GROWTH_MIN_MS over the level (a queue
   building up in the server), or the served rate is below OVER_CAPACITY_SHARE of R by more than three standard
   deviations of its count, or a max-concurrency cap held sends back so that the achieved rate fell that far.
-- Goodput (with SLO targets, specmon.model.goodput): good requests / level duration, and good / measured requests.
+- Goodput (with SLO targets, specmon.model.workload.goodput): good requests / level duration, and good / measured requests.
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specmon.model.goodput import meets_slo
-from specmon.model.results import CategoryStats, ClientHealth, LevelResult, Stats
+from specmon.model.sweeps.results import CategoryStats, ClientHealth, LevelResult, Stats
+from specmon.model.workload.goodput import meets_slo
 
 LOOP_LAG_BOUND_MS = 10.0
 CPU_BOUND_FRACTION = 0.85

@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specmon.model import compare
-from specmon.model.acceptance import DISAGREE_FRACTION, LevelAcceptance
-from specmon.model.compare import ComparedRun, find_crossover
-from specmon.model.env import EnvReport
-from specmon.model.results import CategoryStats, LevelResult, SweepMeta, SweepResult, client_flag, pool_categories
+from specmon.model.hosts.env import EnvReport
+from specmon.model.server.acceptance import DISAGREE_FRACTION, LevelAcceptance
+from specmon.model.sweeps import compare
+from specmon.model.sweeps.compare import ComparedRun, find_crossover
+from specmon.model.sweeps.results import CategoryStats, LevelResult, SweepMeta, SweepResult, client_flag, pool_categories
 
 MIN_REPEATS = 3
 
@@ -252,7 +252,7 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
 
 
 def _template(concurrency: int) -> LevelResult:
-    from specmon.model.results import ClientHealth, Stats
+    from specmon.model.sweeps.results import ClientHealth, Stats
 
     return LevelResult(concurrency=concurrency, requests_ok=0, requests_failed=0, duration_s=0.0, output_tokens=0,
                        output_throughput=0.0, request_throughput=0.0, ttft_ms=Stats(), tpot_ms=Stats(),
@@ -285,7 +285,7 @@ def verdict_sentence(base: ProfileSummary | None, challenger: ProfileSummary | N
 
 
 def confound_warnings(profiles: Sequence[ProfileSummary], repeats: int | None = None) -> list[str]:
-    """What makes the comparison unfair or the numbers shaky: the comparison rule of specmon.model.compare (memory,
+    """What makes the comparison unfair or the numbers shaky: the comparison rule of specmon.model.sweeps.compare (memory,
     KV tokens more than 10 % apart, workload, client-bound levels, the profiles' environment), then what only an
     experiment knows (server versions, acceptance sources that disagree, too few repeats)."""
     out = compare.confound_warnings([ComparedRun(

@@ -1,5 +1,5 @@
 """A sweep level as the chart and the level table show it: one frozen row built from a finished level (a result
-file's, or another tool's file read by specmon.model.interop), the level still running (the generator's ~4 Hz
+file's, or another tool's file read by specmon.model.sweeps.interop), the level still running (the generator's ~4 Hz
 summary) or an experiment's level over its repeats. The TUI's Sweep pane, `demo --headless` and `compare`'s chart
 read rows, never level records. Pure."""
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from specmon.model.numbers import NA, fmt_ms, fmt_number
-from specmon.model.results import LevelResult
-from specmon.model.sweepstats import SweepProgress
-from specmon.model.verdict import LevelSummary
+from specmon.model.experiments.verdict import LevelSummary
+from specmon.model.sweeps.results import LevelResult
+from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.text.numbers import NA, fmt_ms, fmt_number
 
 LEVEL_COLUMNS: tuple[str, ...] = ("series", "C", "out tok/s", "ITL p99", "tok/chunk", "TTFT p50", "TPOT p50", "client")
 

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.acceptance import LevelAcceptance
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.results import MAX_RESULT_BYTES, SweepResult, parse_results, utc_now_iso
-from specmon.model.secrets import redact, redact_argv, redact_env
-from specmon.model.textfile import NotTextError, loads, read_capped
-from specmon.model.verdict import ProfileRuns
+from specmon.model.experiments.verdict import ProfileRuns
+from specmon.model.server.acceptance import LevelAcceptance
+from specmon.model.sweeps.results import MAX_RESULT_BYTES, SweepResult, parse_results, utc_now_iso
+from specmon.model.text.secrets import redact, redact_argv, redact_env
+from specmon.model.text.textfile import NotTextError, loads, read_capped
 
 SCHEMA_VERSION = 1
 STATE_FILE = "experiment.json"

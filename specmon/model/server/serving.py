@@ -24,9 +24,9 @@ from collections import deque
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from specmon.model.acceptance import MetricsSample, parse_metrics
-from specmon.model.numbers import sparkline
-from specmon.model.sweepstats import SweepProgress
+from specmon.model.server.acceptance import MetricsSample, parse_metrics
+from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.text.numbers import sparkline
 
 RUNNING = ("vllm:num_requests_running", "sglang:num_running_reqs")
 WAITING = ("vllm:num_requests_waiting", "sglang:num_queue_reqs")

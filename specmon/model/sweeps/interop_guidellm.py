@@ -27,9 +27,9 @@ from itertools import accumulate
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.results import LevelResult, SweepResult
-from specmon.model.sweepstats import RequestRecord
-from specmon.model.textfile import NotTextError, loads, read_capped
+from specmon.model.sweeps.results import LevelResult, SweepResult
+from specmon.model.sweeps.sweepstats import RequestRecord
+from specmon.model.text.textfile import NotTextError, loads, read_capped
 
 MAX_RECORDS_BYTES = 1 << 32   # a long sweep's records file: a line per request
 

@@ -3,7 +3,7 @@
     Failure(kind, message, last_lines=(), line=0, fatal=True, provisional=False)
 
 `kind` is a log signature (events.FAILURE_KINDS: oom, nccl, port_in_use, model_not_found, exception), the run's
-end (`exited`, `lost`: the run status it led to) or Slurm's verdict (model.slurm). `line`, `fatal` and
+end (`exited`, `lost`: the run status it led to) or Slurm's verdict (model.runs.slurm). `line`, `fatal` and
 `provisional` are the parser's (see runstate): a run's failure is always fatal and settled. JSON is made and read
 only at the file edge: `to_json` / `from_json` are the `failure` object of a run record file.
 """

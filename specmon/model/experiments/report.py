@@ -9,10 +9,10 @@ import io
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from specmon.model.acceptance import LevelAcceptance
-from specmon.model.compare import load_words
-from specmon.model.experiment import ExperimentState
-from specmon.model.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
+from specmon.model.experiments.experiment import ExperimentState
+from specmon.model.experiments.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
+from specmon.model.server.acceptance import LevelAcceptance
+from specmon.model.sweeps.compare import load_words
 
 CSV_COLUMNS = ("profile", "concurrency", "repeats", "out_tok_s_mean", "out_tok_s_spread", "server_tok_s",
                "queue_mean", "queue_max", "accept_len_log", "accept_len_metrics", "tokens_per_chunk",
