@@ -7,13 +7,13 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
+import ports
 import pytest
 from slurm_support import TWO_NODES, SlurmCluster, memory_cgroup_available, slurm_available, slurm_cluster
 from sshd_support import Sshd, shared_sshd, sshd_available
@@ -68,25 +68,10 @@ def pytest_unconfigure() -> None:
         kill_session_processes()
 
 
-def _pick_free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
 def free_port_factory() -> Callable[[], int]:
-    """A function returning a free 127.0.0.1 TCP port, never the same one twice within a test."""
-    given: set[int] = set()
-
-    def pick() -> int:
-        while True:
-            port = _pick_free_port()
-            if port not in given:
-                given.add(port)
-                return port
-
-    return pick
+    """A function returning a free 127.0.0.1 TCP port (tests/ports.py: outside the ephemeral range, never twice)."""
+    return ports.free_port
 
 
 @pytest.fixture

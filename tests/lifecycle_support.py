@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from ports import free_port
+
 from specmon.model.config import Config, Profile
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
@@ -30,9 +32,7 @@ def sim_start_s(samples: int = 2) -> float:
     """
     worst = 0.0
     for _ in range(samples):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
+        port = free_port()
         t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "specmon.sim", "--port", str(port), "--shards", "1",
                                  "--load-seconds", "60"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -20,7 +20,6 @@ import codecs
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,17 +29,12 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ports import free_port
+
 READY_PATTERNS = {"sglang": r"The server is fired up and ready to roll!", "vllm": r"Application startup complete\."}
 _SPLIT = re.compile(r"\r\n|\r|\n")
 # The checkpoint-shard bar (both flavours): groups 1 = percent, 2 = n, 3 = total.
 SHARD_RE = re.compile(r"checkpoint shards:\s+(\d+)% Completed \| (\d+)/(\d+) \[")
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class SimProcess:

@@ -14,13 +14,14 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from ports import free_port
 
 BINARIES = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "scontrol", "sinfo",
             "unshare", "mknod")
@@ -36,12 +37,6 @@ def slurm_available() -> str | None:
     if os.geteuid() != 0:
         return "the test Slurm cluster runs its daemons as root (SlurmUser=root, a PID namespace); not root here"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _sbin(name: str) -> str:
@@ -93,8 +88,8 @@ def _node_lines(root: Path, nodes: dict[str, str] | None) -> list[str]:
     each, no GPUs), each slurmd on a port of its own."""
     if nodes is None:
         (root / "gres.conf").write_text(f"NodeName=localhost Name=gpu File={root}/dev/nvidia[0-1]\n")
-        return [f"SlurmdPort={_free_port()}", "NodeName=localhost CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN"]
-    return [f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={_free_port()} CPUs=1 RealMemory=1000 "
+        return [f"SlurmdPort={free_port()}", "NodeName=localhost CPUs=2 RealMemory=1000 Gres=gpu:2 State=UNKNOWN"]
+    return [f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={free_port()} CPUs=1 RealMemory=1000 "
             "State=UNKNOWN" for name, addr in nodes.items()]
 
 
@@ -131,7 +126,7 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memor
     conf.write_text("\n".join([
         "ClusterName=specmontest",
         "SlurmctldHost=localhost",
-        f"SlurmctldPort={_free_port()}",
+        f"SlurmctldPort={free_port()}",
         "AuthType=auth/munge",
         "CredType=cred/munge",
         f"AuthInfo=socket={root}/munge/munge.socket",

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import free_port
+
 from specmon.model.config import SshSettings
 
 SSHD = "/usr/sbin/sshd"
@@ -39,12 +41,6 @@ def sshd_available() -> str | None:
     if os.geteuid() != 0:
         return "the sshd fixture logs in as root (CI runs as root)"
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _keygen(path: Path) -> None:
@@ -103,7 +99,7 @@ class Sshd:
         (tmp / "authorized_keys").write_text((tmp / "user_key.pub").read_text())
         self.host_key_line = " ".join((tmp / "host_key.pub").read_text().split()[:2])
         for _ in range(5):
-            self.port = _free_port()
+            self.port = free_port()
             (tmp / "sshd_config").write_text(
                 f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {tmp}/host_key\nPidFile {tmp}/sshd.pid\n"
                 f"AuthorizedKeysFile {tmp}/authorized_keys\nPermitRootLogin prohibit-password\n"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ports import free_port
 
 from specmon.model.config import Profile, builtin_config
 from specmon.model.sweeps.results import parse_results, read_results
@@ -91,16 +92,11 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     tmp = tmp_path_factory.mktemp("experiment")
     home = tmp / "home"
     home.mkdir()
-    used: set[int] = set()
+    used: list[int] = []
 
     def ports() -> int:
-        while True:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = int(s.getsockname()[1])
-            if port not in used:
-                used.add(port)
-                return port
+        used.append(free_port())
+        return used[-1]
 
     levels = builtin_config().experiment("demo").sweep.levels
     config = write_config(tmp / "profiles.toml", ports, demo_experiment(levels, repeats=2, duration_s=1.5))

@@ -7,20 +7,14 @@ file while the sim writes it. Each sim runs on its own free 127.0.0.1 port and i
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 pytestmark = pytest.mark.slow
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def run_sim_and_follow(tmp_path: Path, *sim_args: str) -> tuple[int, list[dict], Path]:

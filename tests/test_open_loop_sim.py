@@ -1,8 +1,8 @@
 """Open-loop request-rate sweeps against a real `specmon sim` subprocess.
 
 - Below capacity, 60 s of schedule at 50 req/s (3000 arrivals of 8-token requests; this test takes a little over a
-  minute by design): the achieved rate is within 2 % of the target, the arrivals pass a Kolmogorov-Smirnov test
-  against exp(50/s), and the send lateness is reported.
+  minute by design): the achieved rate is within 2 % of the target, the schedule passes a Kolmogorov-Smirnov test
+  against exp(50/s), every send is that schedule plus its recorded lateness, and the lateness is reported.
 - Above capacity (a sim that runs at most 4 requests at a time, ~16 req/s of 16-token requests, offered 40 req/s):
   TTFT grows over the level and the level is flagged over capacity, while a level at 4 req/s is not.
 - Goodput: the share meeting an SLO equals the share recomputed here from the per-request records file.
@@ -22,7 +22,7 @@ from simproc import start_sim
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord
-from specmon.model.workload.arrivals import ks_critical, ks_exponential
+from specmon.model.workload.arrivals import arrival_times, ks_critical, ks_exponential
 from specmon.orchestration.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow
@@ -68,13 +68,14 @@ async def test_open_loop_below_capacity_keeps_the_rate_and_poisson_arrivals(tmp_
     assert level.achieved_rate == pytest.approx(n / last_send, rel=1e-3)
     assert level.achieved_rate == pytest.approx(rate, rel=0.02)
 
-    # The schedule the generator kept (send time minus its recorded lateness) is Poisson at `rate`; so are the
-    # actual sends, unless the generator says it fell behind (then their jitter is its own, and flagged).
-    critical = ks_critical(n, alpha=0.01)
-    scheduled = [r.start_s - (r.late_ms or 0.0) / 1000 for r in recs]
-    assert ks_exponential(gaps(scheduled), rate) < critical
-    if not level.behind:
-        assert ks_exponential(gaps([r.start_s for r in recs]), rate) < critical
+    # The schedule is the seeded Poisson schedule at `rate`, and every send is that schedule plus the lateness the
+    # generator recorded for it (so the lateness figures are the whole difference between the load asked for and
+    # the load sent). A KS test of the sends themselves is not made: their jitter, however small, moves the statistic
+    # of a fixed sample across a fixed critical value on some runs (CI once: 0.02979 against 0.02972, p99 6 ms late).
+    schedule = arrival_times(n, rate, wl.burstiness, seed=wl.seed)
+    assert ks_exponential(gaps(schedule), rate) < ks_critical(n, alpha=0.01)
+    kept = [r.start_s - (r.late_ms or 0.0) / 1000 for r in recs]
+    assert max(abs(k - s) for k, s in zip(kept, schedule, strict=True)) < 1e-4
     # Below capacity: no queue builds up.
     assert not level.over_capacity, (level.served_rate, level.ttft_growth)
 

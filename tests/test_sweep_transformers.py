@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.orchestration.sweep import SweepSpec, run_sweep
@@ -58,7 +58,7 @@ def build_tiny_model(out: Path) -> None:
 def transformers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     model_dir = tmp_path_factory.mktemp("tiny-llama")
     build_tiny_model(model_dir)
-    port = _free_port()
+    port = free_port()
     log = open(model_dir / "serve.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "transformers.cli.transformers", "serve", str(model_dir), "--host", "127.0.0.1",
@@ -86,12 +86,6 @@ def transformers_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tu
             proc.kill()
             proc.wait()
         log.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def usage_without_streaming(url: str, body: bytes) -> int:
