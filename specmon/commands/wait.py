@@ -24,6 +24,7 @@ from specmon.commands._lifecycle import (
 from specmon.orchestration.ready import HEARTBEAT_S, Verdict, wait_ready
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView, node_prefix
+from specmon.sources import timelimit
 
 
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
@@ -70,7 +71,7 @@ async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -
             # Let the lines that led to the verdict reach the screen (and be committed) first.
             active = manager.view(run_id).active
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(printer), 0.5 if active else 3.0)
+                await timelimit.wait_for(asyncio.shield(printer), 0.5 if active else 3.0)
             printer.cancel()
             await asyncio.gather(printer, return_exceptions=True)
     return _report(verdict, args)

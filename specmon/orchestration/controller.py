@@ -34,6 +34,7 @@ from specmon.model.runs.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.runs.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
 from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
 from specmon.orchestration.runview import LogLine, RunView
+from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
 from specmon.sources.scrape import MetricsScraper
@@ -638,7 +639,7 @@ def run_notify(command: str, record: RunRecord, state: str, reason: str,
             "/bin/sh", "-c", command, env=env, stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL, start_new_session=True)
         try:
-            await asyncio.wait_for(proc.wait(), timeout_s)
+            await timelimit.wait_for(proc.wait(), timeout_s)
         except (asyncio.TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -402,8 +402,7 @@ class ExperimentRunner:
                 sweep.cancel()
                 await asyncio.gather(sweep, return_exceptions=True)
             events.put_nowait(None)
-            with contextlib.suppress(asyncio.CancelledError):
-                await consumer
+            await asyncio.gather(consumer, return_exceptions=True)
             await collector.close()
         self._step(name, "swept", f"pass {pass_no}/{self.spec.repeats}", time.monotonic() - t0)
 

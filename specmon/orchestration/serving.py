@@ -11,7 +11,6 @@ profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anythi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -73,9 +72,7 @@ class ServingWatcher:
         tasks = [t for _, t in self._tasks.values()] + list(self._notices)
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
 
     def _profile(self, name: str) -> Profile | None:

@@ -40,6 +40,7 @@ from specmon.orchestration.runstore import (
 )
 from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
+from specmon.sources import timelimit
 from specmon.sources.host import HostOps
 from specmon.sources.slurm import JobTransport, SlurmHost
 from specmon.sources.transport import TransportError
@@ -133,7 +134,7 @@ async def job_transport(ops: HostOps, record: RunRecord) -> JobTransport | None:
 async def _port_answers(ops: HostOps, addr: str, port: int) -> bool:
     """Whether something accepts connections on `addr`:`port`, tried from the host (the login node)."""
     try:
-        _, writer = await asyncio.wait_for(ops.transport.open_tcp(addr, port), 5.0)
+        _, writer = await timelimit.wait_for(ops.transport.open_tcp(addr, port), 5.0)
     except (OSError, TransportError, asyncio.TimeoutError):
         return False
     writer.close()

@@ -18,6 +18,7 @@ from specmon.orchestration.runindex import RunIndex
 from specmon.orchestration.runstore import RunRecord, progress_of
 from specmon.orchestration.runview import StopReport
 from specmon.orchestration.stopping import StopTimings, stop_run
+from specmon.sources import timelimit
 from specmon.sources.transport import TransportError
 
 
@@ -47,7 +48,7 @@ class Stopper:
             raise UserError(str(exc)) from None
         if controller is not None and not controller.finished.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(controller.finished.wait(), 5.0)
+                await timelimit.wait_for(controller.finished.wait(), 5.0)
         # No watcher recorded the end (none in this process, or it gave up waiting): record it here.
         current = self.index.store.load(record.run_id) or record
         if current.state == RunStatus.STOPPING and report.stopped:

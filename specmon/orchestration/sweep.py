@@ -49,6 +49,7 @@ from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, su
 from specmon.model.sweeps.sweepstats import SweepProgress, client_bound
 from specmon.model.text import textfile
 from specmon.model.text.numbers import counted
+from specmon.sources import timelimit
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 10.0   # one read of the probe
@@ -201,7 +202,7 @@ async def probe_server(url: str, api_key: str | None, need_models: bool = True,
             left = end - asyncio.get_running_loop().time()
             if left <= 0:
                 raise asyncio.TimeoutError
-            return await asyncio.wait_for(read(), left)
+            return await timelimit.wait_for(read(), left)
 
         models_json: Any = None
         try:
@@ -336,8 +337,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     finally:
         await _stop(proc)
         drain.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await drain
+        await asyncio.gather(drain, return_exceptions=True)   # a cancellation of this task still leaves
     return SweepResult(path=str(spec.out_path), meta=meta, levels=tuple(levels))
 
 
@@ -451,7 +451,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         proc.send_signal(signal.SIGTERM)
     try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), STOP_GRACE_S)
+        await timelimit.wait_for(asyncio.shield(proc.wait()), STOP_GRACE_S)
     except asyncio.TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()

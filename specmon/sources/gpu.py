@@ -35,12 +35,12 @@ from specmon.model.hosts.gpu import (
     parse_query,
     parse_run_markers,
 )
+from specmon.sources import timelimit
 from specmon.sources.transport import Transport, TransportError
 
 log = logging.getLogger(__name__)
 
 MISSING = 127
-CANCEL_AGAIN_S = 1.0   # close() cancels a task again after this long if it has not ended
 _NOT_FOUND = "command -v nvidia-smi >/dev/null 2>&1 || { echo 'nvidia-smi: not found on PATH'; exit 127; }; "
 _QUERY = f"nvidia-smi --query-gpu={','.join(QUERY_FIELDS)} --format=csv,noheader,nounits"
 # One round trip: the compute processes, then "PID [SPECMON_RUN_ID=...]" for each distinct pid.
@@ -132,13 +132,9 @@ class GpuProbe:
 
     async def close(self) -> None:
         """Cancel both tasks and wait until they have ended; the transport ends the nvidia-smi it started.
-
-        A task that runs on is cancelled again: Python 3.11's `asyncio.wait_for` drops a cancellation that arrives
-        just as the read it guards completes, and quitting the TUI waits here (it hung on a loaded box)."""
-        while pending := [task for task in self._tasks if not task.done()]:
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
+        (Their reads are time-limited through sources/timelimit, which never loses a cancellation.)"""
+        for task in self._tasks:
+            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
 
@@ -167,7 +163,7 @@ class GpuProbe:
             async with self.transport.stream(stream_command(self.interval_s)) as out:
                 while True:
                     try:
-                        chunk = await asyncio.wait_for(out.read_chunk(), self.silence_s)
+                        chunk = await timelimit.wait_for(out.read_chunk(), self.silence_s)
                     except asyncio.TimeoutError:
                         self.board.mark_stale(f"{host}: nvidia-smi sent nothing for {self.silence_s:.0f} s "
                                               "(hung); restarting it")

@@ -9,6 +9,7 @@ import signal
 import stat
 from collections.abc import Sequence
 
+from specmon.sources import timelimit
 from specmon.sources.transport import SMALL_FILE_BYTES, CommandResult, OutputStream, Transport, TransportError
 
 _SHELL = "/bin/sh"
@@ -45,7 +46,7 @@ class LocalTransport(Transport):
         except OSError as exc:
             raise TransportError(f"{self.host}: cannot run {_SHELL}: {exc}") from exc
         try:
-            stdout, stderr = await asyncio.wait_for(proc.communicate(input), timeout)
+            stdout, stderr = await timelimit.wait_for(proc.communicate(input), timeout)
         except asyncio.TimeoutError:
             await _end(proc)
             # The builtin TimeoutError (asyncio's is a different class before Python 3.11).

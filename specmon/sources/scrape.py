@@ -12,6 +12,7 @@ import asyncio
 import time
 from typing import Any
 
+from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult
 from specmon.sources.transport import Transport, TransportError
 
@@ -39,7 +40,7 @@ class MetricsScraper:
         """One GET: how it answered (as the health probes say it), and the text when that was a 200."""
         t0 = time.monotonic()
         try:
-            status, body = await asyncio.wait_for(self._exchange(), self.timeout_s)
+            status, body = await timelimit.wait_for(self._exchange(), self.timeout_s)
         except asyncio.TimeoutError:
             await self.aclose()
             return ProbeResult(None, "timed out", time.monotonic() - t0), None

@@ -39,6 +39,7 @@ import asyncssh
 import httpx
 
 from specmon.model.config import SshSettings, parse_host
+from specmon.sources import timelimit
 from specmon.sources.sshhttp import TunnelHTTPTransport
 from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
 
@@ -273,7 +274,7 @@ class SSHTransport(Transport):
             if left <= 0:
                 raise TransportError(f"{self.host}: link down ({self.link.detail or self.link.state})")
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
+                await timelimit.wait_for(self._changed.wait(), left)
 
     def _connect_kwargs(self, known: asyncssh.SSHKnownHosts) -> dict[str, object]:
         config_file = expand(self.settings.config)
@@ -421,7 +422,7 @@ class SSHTransport(Transport):
         with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
             conn = await self._connection(5.0)
             async with self._sessions:
-                await asyncio.wait_for(conn.run(f"kill -s KILL -- -{int(pgid)} 2>/dev/null; true"), 10)
+                await timelimit.wait_for(conn.run(f"kill -s KILL -- -{int(pgid)} 2>/dev/null; true"), 10)
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
         loop = asyncio.get_running_loop()
@@ -438,7 +439,7 @@ class SSHTransport(Transport):
                     except (OSError, asyncssh.Error):
                         pass   # the command ended without reading its input: its exit status says why
                     left = None if deadline is None else max(0.0, deadline - loop.time())
-                    stdout, stderr = await asyncio.wait_for(proc.communicate(), left)
+                    stdout, stderr = await timelimit.wait_for(proc.communicate(), left)
                 finally:
                     proc.close()
         except asyncio.TimeoutError:
@@ -500,7 +501,7 @@ class SSHTransport(Transport):
         if self._conn is not None:
             self._conn.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._conn.wait_closed(), 5)
+                await timelimit.wait_for(self._conn.wait_closed(), 5)
         self._close_all(self._hops)
         self._conn, self._hops = None, []
 
@@ -538,7 +539,7 @@ class _SshStream(OutputStream):
             chunk = b""
         if not chunk:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._proc.wait_closed(), 5)
+                await timelimit.wait_for(self._proc.wait_closed(), 5)
             # EOF without an exit status: the link was lost, the command may still run.
             self.exit_code = self._proc.exit_status
         return chunk
@@ -618,7 +619,7 @@ async def _copy(reader: asyncio.StreamReader | asyncssh.SSHReader[bytes],
 async def fetch_host_key(hop: _Hop, via: asyncssh.SSHClientConnection | None, timeout_s: float) -> HostKey:
     """The key `hop` presents (no authentication, nothing trusted)."""
     try:
-        key = await asyncio.wait_for(asyncssh.get_server_host_key(hop.host, hop.port, tunnel=via or ()), timeout_s)
+        key = await timelimit.wait_for(asyncssh.get_server_host_key(hop.host, hop.port, tunnel=via or ()), timeout_s)
     except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
         raise TransportError(f"{hop.alias}: cannot read the host key of {hop.entry}: {exc or 'timed out'}") from None
     if key is None:

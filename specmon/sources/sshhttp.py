@@ -17,6 +17,7 @@ import asyncssh
 import httpcore
 import httpx
 
+from specmon.sources import timelimit
 from specmon.sources.transport import LinkState, TransportError
 
 
@@ -41,7 +42,7 @@ class _ChannelStream(httpcore.AsyncNetworkStream):
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         try:
-            return await asyncio.wait_for(self._reader.read(max_bytes), timeout)
+            return await timelimit.wait_for(self._reader.read(max_bytes), timeout)
         except asyncio.TimeoutError:
             raise httpcore.ReadTimeout("no answer from the host in time") from None
         except (OSError, asyncssh.Error) as exc:
@@ -52,7 +53,7 @@ class _ChannelStream(httpcore.AsyncNetworkStream):
             return
         try:
             self._writer.write(buffer)
-            await asyncio.wait_for(self._writer.drain(), timeout)
+            await timelimit.wait_for(self._writer.drain(), timeout)
         except asyncio.TimeoutError:
             raise httpcore.WriteTimeout("the host took no data in time") from None
         except (OSError, asyncssh.Error) as exc:
@@ -83,7 +84,7 @@ class _ChannelBackend(httpcore.AsyncNetworkBackend):
             # A probe during an outage says so at once (it polls again); it never waits for the reconnect.
             raise httpcore.NetworkError(link.detail or link.state)
         try:
-            reader, writer = await asyncio.wait_for(self._transport.open_tcp(host, port, wait_s=timeout), timeout)
+            reader, writer = await timelimit.wait_for(self._transport.open_tcp(host, port, wait_s=timeout), timeout)
         except ConnectionRefusedError:
             raise httpcore.ConnectError("connection refused") from None
         except asyncio.TimeoutError:
