@@ -280,6 +280,100 @@ async def test_tailer_notes_a_log_rewritten_in_place_while_its_link_was_down(hos
     assert b"".join(b.data for b in batches[after:]) == new
 
 
+class _Following:
+    """One follow() of a tailer kept open across the test's writes (a new follow() would re-attach, where the
+    rule was applied before): `until(pred)` takes batches into `batches` until `pred()` holds (10 s at most)."""
+
+    def __init__(self, tailer: LogTailer) -> None:
+        self.tailer = tailer
+        self.batches: list[TailBatch] = []
+        self._it = tailer.follow()
+
+    async def until(self, pred: Callable[[], bool]) -> None:
+        while not pred():
+            self.batches.append(await asyncio.wait_for(self._it.__anext__(), 10))
+
+    async def close(self) -> None:
+        await self._it.aclose()
+
+
+def _lines(batches: list[TailBatch]) -> bytes:
+    return b"".join(b.data for b in batches)
+
+
+async def test_tailer_follows_a_log_rotated_while_attached_without_losing_or_repeating_a_line(host: Host) -> None:
+    """The log is renamed away mid-stream (its last line written just before) and a new file takes its name:
+    the old file is read to its end, then the new one from its start, with a note; the saved offset and inode
+    are the new file's, so a later follower resumes there (before: `tail -F` switched files under the byte
+    count, so the old file's last line was lost and the offset pointed past the new file's end)."""
+    log = host.dir / "server.log"
+    log.write_bytes(b"a 1\na 2\n")
+    f = _Following(LogTailer(host.transport, str(log), retry_s=0.05, check_s=0.2))
+    try:
+        await f.until(lambda: f.tailer.offset == 8)
+        with open(log, "ab") as fh:
+            fh.write(b"a 3\n")
+        os.rename(log, host.dir / "server.log.1")
+        log.write_bytes(b"b 1\nb 2\n")
+        await f.until(lambda: b"b 2\n" in _lines(f.batches))
+    finally:
+        await f.close()
+    assert _lines(f.batches) == b"a 1\na 2\na 3\nb 1\nb 2\n"
+    assert "log replaced by a new file; reading it from the start" in [b.note for b in f.batches]
+    assert (f.tailer.offset, f.tailer.inode) == (8, log.stat().st_ino)
+    with open(log, "ab") as fh:
+        fh.write(b"b 3\n")
+    later = _Following(LogTailer(host.transport, str(log), f.tailer.offset, f.tailer.inode))
+    try:
+        await later.until(lambda: later.tailer.offset >= 12)
+    finally:
+        await later.close()
+    assert _lines(later.batches) == b"b 3\n"
+
+
+async def test_tailer_restarts_a_log_truncated_and_refilled_while_attached(host: Host) -> None:
+    """Truncated to less than was read, then refilled past the old offset, while the stream runs: a note, and
+    the new content from its first line (before: `tail -F` went on from the top under the old byte count, with
+    no note and an offset past the file's end)."""
+    log = host.dir / "server.log"
+    log.write_bytes(b"old 1\nold 2\n")
+    f = _Following(LogTailer(host.transport, str(log), retry_s=0.05, check_s=0.2))
+    try:
+        await f.until(lambda: f.tailer.offset == 12)
+        fd = os.open(log, os.O_WRONLY | os.O_TRUNC)
+        os.write(fd, b"n 1\n")
+        await f.until(lambda: any(b.note for b in f.batches))
+        os.write(fd, b"n 2\nn 3\nn 4\n")   # past the old offset
+        os.close(fd)
+        await f.until(lambda: b"n 4\n" in _lines(f.batches))
+    finally:
+        await f.close()
+    assert [b.note for b in f.batches if b.note] == ["log truncated, reading it again from the start"]
+    after = next(i for i, b in enumerate(f.batches) if b.note)
+    assert _lines(f.batches[:after]) == b"old 1\nold 2\n"
+    assert _lines(f.batches[after:]) == b"n 1\nn 2\nn 3\nn 4\n" and f.tailer.offset == 16
+
+
+async def test_tailer_restarts_a_log_rewritten_in_place_while_attached(host: Host) -> None:
+    """Overwritten from its first byte, never shorter, while the stream runs: the stream goes on at the old
+    offset, in the middle of the new content; the last bytes read no longer match, so the log is read again
+    from its start, and no fragment of the new content is handed out before (before: 'ew line 1')."""
+    log = host.dir / "server.log"
+    log.write_bytes(b"old 1\nold 2\n")
+    f = _Following(LogTailer(host.transport, str(log), retry_s=0.05, check_s=0.2))
+    new = b"".join(f"new line {i}\n".encode() for i in range(5))
+    try:
+        await f.until(lambda: f.tailer.offset == 12)
+        fd = os.open(log, os.O_WRONLY)
+        os.pwrite(fd, new, 0)
+        os.close(fd)
+        await f.until(lambda: b"new line 4\n" in _lines(f.batches))
+    finally:
+        await f.close()
+    assert [b.note for b in f.batches if b.note] == ["log rewritten in place, reading it again from the start"]
+    assert _lines(f.batches) == b"old 1\nold 2\n" + new and f.tailer.offset == len(new)
+
+
 async def test_read_range_and_last_lines(host: Host) -> None:
     log = host.dir / "server.log"
     log.write_bytes(b"l1\nl2\nl3\npartial")

@@ -1,13 +1,15 @@
 """Follow a run's log on its host through a Transport, resumable from a byte offset.
 
-`LogTailer.follow()` streams `tail -c +OFFSET -F` and yields `TailBatch`es of COMPLETE lines only; `offset`
-moves past a line only once its `\\n` has arrived, so a follower that saves `batch.end` after handling a batch
-and later resumes from it neither loses nor repeats a line. Before every (re)attach it checks the file by the
-rule of specmon.sources.follow (its inode, its size, and the last bytes this tailer read before the offset): a
-replaced, truncated or rewritten log restarts at byte 0, and a backlog over `max_backlog` bytes is skipped
-with a note instead of replayed. While a stream runs, `tail -F` itself follows a rotation or a truncation; the
-rule applies at the next attach. `drain()` reads what is left once the writer has exited, including a last
-line without a newline.
+`LogTailer.follow()` streams `tail -c +OFFSET -f` (by descriptor: every byte streamed is the attached file's, at
+a known offset) and yields `TailBatch`es of COMPLETE lines only; `offset` moves past a line only once its `\\n`
+has arrived, so a follower that saves `batch.end` after handling a batch and later resumes from it neither loses
+nor repeats a line. The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
+last bytes this tailer read before the offset) at every (re)attach, before every chunk of the stream is handed
+out, and after `check_s` of quiet: a log truncated or rewritten in place restarts at byte 0 at once (the chunk
+that came from the new content is dropped, not handed out); a log replaced by a new file (rotation) is read
+by its old descriptor until it has been quiet for one check, then the new file from byte 0. A backlog over
+`max_backlog` bytes is skipped with a note instead of replayed. `drain()` reads what is left once the writer
+has exited, including a last line without a newline.
 """
 
 from __future__ import annotations
@@ -17,8 +19,8 @@ import shlex
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
-from specmon.sources.follow import TAIL_CHECK_BYTES, restart_reason
-from specmon.sources.transport import CommandResult, Transport, TransportError
+from specmon.sources.follow import REPLACED, TAIL_CHECK_BYTES, restart_reason
+from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
 
 MAX_BACKLOG = 4 * 1024 * 1024
 MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anyway (and committed)
@@ -50,6 +52,7 @@ class LogTailer:
         *,
         max_backlog: int = MAX_BACKLOG,
         retry_s: float = 0.5,
+        check_s: float = 1.0,
     ) -> None:
         self.transport = transport
         self.path = path
@@ -57,34 +60,19 @@ class LogTailer:
         self.inode = inode
         self.max_backlog = max_backlog
         self.retry_s = retry_s
+        self.check_s = check_s   # a quiet stream checks the file this often (a rotation shows only at the name)
         self._resync = False     # after a skip: drop bytes up to the first newline
         self._partial = b""      # bytes after `offset` already handed out as `fresh`
         self._seen = b""         # the last bytes before `offset` read by this tailer (a rewrite check on re-attach)
 
-    async def stat(self) -> tuple[int, int] | None:
-        """(inode, size) of the log, or None if it does not exist (yet)."""
-        result = await self.transport.run(f"stat -c '%i %s' -- {shlex.quote(self.path)} 2>/dev/null", timeout=15)
-        fields = result.out.split()
-        if not result.ok or len(fields) != 2:
-            return None
-        return int(fields[0]), int(fields[1])
-
     async def _attach(self) -> TailBatch | None:
         """Check the file before reading (follow.restart_reason: replaced, truncated, or its last-read bytes
         rewritten in place); returns a batch (with a note when the offset had to move)."""
-        st = await self.stat()
-        if st is None:
+        looked = await self._look(self.offset + len(self._partial))
+        if looked is None:
             return None
-        inode, size = st
-        note = None
-        same_tail = True
-        if self._seen:   # read here before a lost link: are they still the bytes before the offset?
-            now = await _range(self.transport, self.path, self.offset - len(self._seen), self.offset)
-            same_tail = not now.ok or now.stdout == self._seen   # unreadable: the next attach checks again
-        why = restart_reason(self.inode, self.offset + len(self._partial), inode, size, same_tail)
-        if why is not None:
-            note = f"log {why}"
-            self.offset, self._partial, self._seen = 0, b"", b""
+        why, inode, size = looked
+        note = None if why is None else self._restart(why)
         self.inode = inode
         if size - self.offset > self.max_backlog:
             old_offset = self.offset
@@ -94,6 +82,28 @@ class LogTailer:
             self._resync = True
             note = f"skipped {self.offset - old_offset} bytes of log"
         return TailBatch(b"", self.offset, self.offset, note)
+
+    async def _look(self, upto: int) -> tuple[str | None, int, int] | None:
+        """(follow.restart_reason for the file now at the name having been read up to `upto`, its inode, its
+        size), or None if there is no file (yet). One command: the stat and the bytes where the last ones read
+        should be (unreadable: not judged, the next look checks again)."""
+        q = shlex.quote(self.path)
+        start = self.offset - len(self._seen)
+        result = await self.transport.run(
+            f"stat -c '%i %s' -- {q} 2>/dev/null && {_not_special(self.path)} && "
+            f"tail -c +{start + 1} -- {q} | head -c {len(self._seen)}", timeout=15)
+        head, _, now = result.stdout.partition(b"\n")
+        fields = head.split()
+        if len(fields) != 2:
+            return None
+        inode, size = int(fields[0]), int(fields[1])
+        same_tail = not self._seen or not result.ok or now == self._seen
+        return restart_reason(self.inode, upto, inode, size, same_tail), inode, size
+
+    def _restart(self, why: str) -> str:
+        """Read the log again from its start; the note that says why."""
+        self.offset, self._partial, self._seen, self._resync = 0, b"", b"", False
+        return f"log {why}"
 
     def _take(self, chunk: bytes) -> TailBatch | None:
         """Account for newly arrived bytes; returns the batch to hand out (None when nothing is new)."""
@@ -121,31 +131,45 @@ class LogTailer:
         return TailBatch(buf[:cut], start, self.offset, fresh=chunk)
 
     async def follow(self) -> AsyncGenerator[TailBatch, None]:
-        """Yield batches forever (until cancelled or closed), re-attaching after a lost link."""
+        """Yield batches forever (until cancelled or closed), re-attaching after a lost link or a restart."""
         while True:
             try:
                 attached = await self._attach()
-            except TransportError:
+            except (TransportError, TimeoutError):
                 attached = None
             if attached is None:
                 await asyncio.sleep(self.retry_s)
                 continue
             if attached.note:
                 yield attached
-            cmd = f"{_not_special(self.path)} && exec tail -c +{self.offset + 1} -F -- {shlex.quote(self.path)} 2>/dev/null"
+            cmd = f"{_not_special(self.path)} && exec tail -c +{self.offset + 1} -f -- {shlex.quote(self.path)} 2>/dev/null"
             skip = len(self._partial)   # already handed out before the link dropped
+            note: str | None = "log link lost; resuming"
             try:
                 async with self.transport.stream(cmd) as out:
-                    async for chunk in out:
-                        if skip:
+                    replaced = False    # the name is a new file: this one is read until a quiet check
+                    async for chunk in _quiet_or_chunks(out, self.check_s):
+                        if skip and chunk:
                             chunk, skip = chunk[skip:], max(0, skip - len(chunk))
-                        batch = self._take(chunk)
+                        if chunk is None and replaced:
+                            note = None   # the re-attach says why
+                            break
+                        looked = await self._look(self.offset + len(self._partial) + len(chunk or b""))
+                        why = None if looked is None else looked[0]
+                        if why == REPLACED:
+                            replaced = True
+                        elif why is not None:   # the chunk came from the new content: dropped
+                            note = None
+                            yield TailBatch(b"", 0, 0, self._restart(why))
+                            break
+                        batch = self._take(chunk) if chunk else None
                         if batch is not None:
                             yield batch
-            except TransportError:
+            except (TransportError, TimeoutError):   # a check that got no answer in time: as a lost link
                 pass
-            yield TailBatch(b"", self.offset, self.offset, "log link lost; resuming")
-            await asyncio.sleep(self.retry_s)
+            if note is not None:
+                yield TailBatch(b"", self.offset, self.offset, note)
+                await asyncio.sleep(self.retry_s)
 
     async def drain(self) -> TailBatch:
         """Everything after `offset` up to the current end, final unterminated line included."""
@@ -161,6 +185,52 @@ class LogTailer:
         self._partial = b""
         self._seen = (self._seen + result.stdout)[-TAIL_CHECK_BYTES:]
         return TailBatch(data, start, self.offset, fresh=data[seen:])
+
+
+async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[bytes | None, None]:
+    """The stream's bytes, and None after each `quiet_s` without any; ends with the stream. The stream is read on
+    while the consumer checks the file, and everything read by then comes as one chunk (up to `MAX_BACKLOG`): one
+    check covers a burst, so a log streamed at disk speed is not slowed to one check per 64 KB read."""
+    queue: asyncio.Queue[bytes] = asyncio.Queue(maxsize=MAX_BACKLOG // 65536)   # bounded: the reader waits
+
+    async def pump() -> None:
+        while chunk := await out.read_chunk():
+            await queue.put(chunk)
+        await queue.put(b"")   # the end
+
+    reader = asyncio.ensure_future(pump())
+    getter: asyncio.Future[bytes] | None = None
+    try:
+        while True:
+            if queue.empty():
+                if reader.done():
+                    reader.result()   # the read's error, if it failed
+                    return
+                getter = asyncio.ensure_future(queue.get())
+                done, _ = await asyncio.wait({getter, reader}, timeout=quiet_s, return_when=asyncio.FIRST_COMPLETED)
+                if getter not in done:
+                    getter.cancel()   # a cancelled get takes nothing off the queue
+                    if not done:
+                        yield None
+                    continue
+                parts = [getter.result()]
+            else:
+                parts = [queue.get_nowait()]
+            size = len(parts[0])
+            while parts[-1] and size < MAX_BACKLOG and not queue.empty():
+                parts.append(queue.get_nowait())
+                size += len(parts[-1])
+            data = b"".join(parts)
+            if data:
+                yield data
+            if not parts[-1]:
+                return
+    finally:
+        for task in (reader, getter):
+            if task is not None:
+                task.cancel()
+                if task.done() and not task.cancelled():
+                    task.exception()   # retrieved: a read that failed after the stream was left is no error of ours
 
 
 def _not_special(path: str) -> str:
