@@ -85,20 +85,13 @@ class LogTailer:
 
     async def _look(self, upto: int) -> tuple[str | None, int, int] | None:
         """(follow.restart_reason for the file now at the name having been read up to `upto`, its inode, its
-        size), or None if there is no file (yet). One command: the stat and the bytes where the last ones read
-        should be (unreadable: not judged, the next look checks again)."""
-        q = shlex.quote(self.path)
-        start = self.offset - len(self._seen)
-        result = await self.transport.run(
-            f"stat -c '%i %s' -- {q} 2>/dev/null && {_not_special(self.path)} && "
-            f"tail -c +{start + 1} -- {q} | head -c {len(self._seen)}", timeout=15)
-        head, _, now = result.stdout.partition(b"\n")
-        fields = head.split()
-        if len(fields) != 2:
+        size), or None if there is no file (yet). The bytes where the last ones read should be are compared
+        (unreadable: not judged, the next look checks again)."""
+        looked = await self.transport.look(self.path, self.offset - len(self._seen), len(self._seen))
+        if looked is None:
             return None
-        inode, size = int(fields[0]), int(fields[1])
-        same_tail = not self._seen or not result.ok or now == self._seen
-        return restart_reason(self.inode, upto, inode, size, same_tail), inode, size
+        same_tail = not self._seen or looked.data is None or looked.data == self._seen
+        return restart_reason(self.inode, upto, looked.inode, looked.size, same_tail), looked.inode, looked.size
 
     def _restart(self, why: str) -> str:
         """Read the log again from its start; the note that says why."""

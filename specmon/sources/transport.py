@@ -10,6 +10,7 @@ transport slots in without engine changes.
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
         async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
         async read_files(paths) -> list[bytes | None]        # small files in one round trip; None: missing
+        async look(path, start, length) -> FileLook | None   # a followed file's inode, size and bytes at start
         async local_url(port, addr) -> str                   # addr:port as the host reaches it, from here
         async open_tcp(host, port) -> (reader, writer)       # a TCP connection started ON the host
         http_transport() -> httpx.AsyncBaseTransport | None  # HTTP whose TCP connections start ON the host
@@ -106,6 +107,16 @@ class CommandResult:
         return lines[-1] if lines else ""
 
 
+@dataclass(frozen=True)
+class FileLook:
+    """A followed file as it is now: its inode and size, and the `length` bytes from `start` (fewer at its end;
+    None when it is not a regular file or could not be read, so nothing is judged from them)."""
+
+    inode: int
+    size: int
+    data: bytes | None
+
+
 class OutputStream(ABC):
     """A running command whose stdout arrives as byte chunks.
 
@@ -191,6 +202,22 @@ class Transport(ABC):
         if len(parts) != len(paths):
             raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
         return [None if part.endswith(missing.encode()) else part for part in parts]
+
+    async def look(self, path: str, start: int, length: int) -> FileLook | None:
+        """`path`'s inode and size and its bytes [start, start+length) in one round trip; None if there is no such
+        file. Default: one shell command (a log tailer asks this for every chunk and every quiet second).
+
+        Raises TransportError if the host cannot be reached, TimeoutError if it does not answer in 15 s.
+        """
+        q = shlex.quote(path)
+        result = await self.run(
+            f"stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && tail -c +{start + 1} -- {q} | head -c {length}",
+            timeout=15)
+        head, _, data = result.stdout.partition(b"\n")
+        fields = head.split()
+        if len(fields) != 2 or not all(field.isdigit() for field in fields):
+            return None
+        return FileLook(int(fields[0]), int(fields[1]), data if result.ok else None)
 
     async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
         """A base URL, reachable from where specmon runs, for `addr`:`port` as the host reaches it (by default the
