@@ -366,14 +366,21 @@ async def test_quit_after_a_restart_starts_stopping_at_once_and_says_so(tmp_path
         runs = [app.rows[n].run_id for n in ("demo-a", "demo-b")]
         started = time.monotonic()
         await pilot.press("q")
+        cards: list[tuple[float, str, str]] = []   # (seconds after q, card a, card b)
         while app.is_running:
-            seen.append(card_text(app, "demo-a") + card_text(app, "demo-b")
-                        + "".join(str(n.message) for n in app._notifications))
+            cards.append((time.monotonic() - started, card_text(app, "demo-a"), card_text(app, "demo-b")))
+            seen.append("".join(str(n.message) for n in app._notifications))
             await pilot.pause(0.05)
-            assert time.monotonic() - started < 60, seen[-1]
+            assert time.monotonic() - started < 60, cards[-1]
         elapsed = time.monotonic() - started
     assert any("stopping 2 servers…" in s for s in seen), seen[-3:]
-    assert any(s.count("STOPPING") == 2 for s in seen), seen[-3:]
+    # Both cards leave READY at once, and the stopping shows: a sim can stop within one 50 ms look, so a card may
+    # go from STOPPING to STOPPED between two looks (CI once saw demo-a STOPPED beside demo-b STOPPING).
+    def stopping_or_stopped(card: str) -> bool:
+        return "STOPPING" in card or "STOPPED" in card
+    left_ready = next((t for t, a, b in cards if stopping_or_stopped(a) and stopping_or_stopped(b)), None)
+    assert left_ready is not None and left_ready < 2.0, cards[-3:]
+    assert any("STOPPING" in a + b for _, a, b in cards), cards[-3:]
     assert elapsed < 10, elapsed   # the sims stop in about a second; the stall was >= 15 s
     from specmon.orchestration.runs import RunManager
 

@@ -9,7 +9,6 @@ could pile up: the clock tick that ages "elapsed" and "last log" re-arms after e
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -458,9 +457,7 @@ class EngineBridge:
         tasks = self._tasks + [task for _, task in self._log_tasks.values()]
         for task in tasks:
             task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await asyncio.gather(*tasks, return_exceptions=True)
         await self.manager.close()
 
     async def _stop_started(self) -> None:
