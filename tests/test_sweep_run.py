@@ -250,10 +250,13 @@ async def test_server_dying_mid_sweep_leaves_partial_results(server_process: tup
     levels = read_results(out).levels
     assert levels == result.levels
     assert levels[0].requests_ok == 4
+    # C=2 started while the kill landed: its requests were refused, or cut if one went out on a kept-alive
+    # connection just before (two suites at once on this box: both ran into 'truncated' there).
     assert levels[1].requests_ok == 0 and set(levels[1].errors) <= {"refused", "truncated"}
     # The sweep stops at the first level without a single success, instead of running on against nothing.
-    assert levels[-1].requests_ok == 0 and set(levels[-1].errors) == {"refused"}
-    assert any("no request succeeded at C=" in n and "refused" in n for n in notices)
+    assert [level.concurrency for level in levels] == [1, 2]
+    [stopped] = [n for n in notices if "no request succeeded at C=2" in n]
+    assert "stopping the sweep" in stopped and all(kind in stopped for kind in levels[1].errors)
 
 
 async def test_records_on_a_full_disk_stop_with_a_warning_and_the_sweep_goes_on(
