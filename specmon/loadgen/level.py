@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from specmon.loadgen.client import WATCH, Stream, StreamClient
+from specmon.loadgen.wakeup import Wakeup
 from specmon.loadgen.workload import RequestFactory
 from specmon.model.sweeps.results import utc_now_iso
 from specmon.model.sweeps.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
@@ -173,6 +174,7 @@ class OpenLoop:
         self._level, self._client, self._factory = level, client, factory
         self._times = times
         self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self._wakeup = Wakeup()   # made before the level's clock starts (a timerfd and its watch)
 
     async def run(self) -> None:
         tasks: set[asyncio.Task[None]] = set()
@@ -196,15 +198,11 @@ class OpenLoop:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            self._wakeup.close()
 
     async def _arrival(self, i: int, due_ns: int, body: bytes, due: asyncio.Future[None]) -> None:
         try:
-            # uvloop's timers have 1 ms steps and wake up to 1 ms early: sleep again for what is left, so no request
-            # goes out before its time (lateness is then never negative).
-            delay = (due_ns - time.perf_counter_ns()) / 1e9
-            while delay > 0:
-                await asyncio.sleep(delay)
-                delay = (due_ns - time.perf_counter_ns()) / 1e9
+            await self._wakeup.at(due_ns)   # never early: lateness is never negative
         finally:
             if not due.done():
                 due.set_result(None)

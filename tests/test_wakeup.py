@@ -1,0 +1,96 @@
+"""loadgen/wakeup: an open loop's arrivals wake at their time, never before it, from the kernel's timer on Linux.
+
+The figures (send lateness at 1,000 req/s) are bench/loadgen_overhead.py's; these tests hold the rules the figures
+rest on: no send before its time, a cancelled wait leaves nothing armed, one waiter at a time, and the fallback
+without a timerfd keeps the first rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import select
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+import uvloop
+
+from specmon.loadgen import wakeup
+from specmon.loadgen.wakeup import Wakeup
+
+LINUX = sys.platform.startswith("linux")
+
+
+def on_both_loops(test: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(test())
+    uvloop.run(test())   # the generator's loop, whose own timers step by milliseconds
+
+
+async def waits_never_end_early() -> None:
+    w = Wakeup()
+    rng = random.Random(5)
+    try:
+        for _ in range(60):
+            due = time.perf_counter_ns() + rng.randrange(0, 3_000_000)
+            await w.at(due)
+            assert time.perf_counter_ns() >= due
+        await w.at(time.perf_counter_ns() - 1_000_000)   # already due: returns at once
+    finally:
+        w.close()
+
+
+def test_a_wait_never_ends_before_its_time() -> None:
+    on_both_loops(waits_never_end_early)
+
+
+@pytest.mark.skipif(not LINUX, reason="timerfd is Linux's")
+def test_on_linux_the_wakeup_is_the_kernel_timer_and_a_cancelled_wait_leaves_none_armed() -> None:
+    async def body() -> None:
+        w = Wakeup()
+        assert w.precise
+        fd = w._fd
+        try:
+            task = asyncio.create_task(w.at(time.perf_counter_ns() + 30_000_000))
+            await asyncio.sleep(0.005)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            time.sleep(0.06)   # past the cancelled wait's time, the loop not looking
+            assert select.select([fd], [], [], 0)[0] == []   # the timer did not go off: it was disarmed
+            due = time.perf_counter_ns() + 20_000_000
+            await w.at(due)   # the next wait works as if nothing happened
+            assert time.perf_counter_ns() >= due
+        finally:
+            w.close()
+
+    on_both_loops(body)
+
+
+def test_one_waiter_at_a_time() -> None:
+    async def body() -> None:
+        w = Wakeup()
+        try:
+            first = asyncio.create_task(w.at(time.perf_counter_ns() + 50_000_000))
+            await asyncio.sleep(0)
+            with pytest.raises(RuntimeError, match="already waiting"):
+                await w.at(time.perf_counter_ns() + 10_000_000)
+            await first
+        finally:
+            w.close()
+
+    on_both_loops(body)
+
+
+def test_without_a_timerfd_the_loop_timers_still_never_wake_early(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wakeup, "_libc", lambda: None)
+
+    async def body() -> None:
+        w = Wakeup()
+        assert not w.precise
+        w.close()
+        await waits_never_end_early()
+
+    on_both_loops(body)
