@@ -231,8 +231,10 @@ def cpu_plan(server_cpus: int) -> tuple[list[int], int]:
 
 def measure(kind: str, url: str, c: float, n: int, output_len: int) -> Figures:
     out = subprocess.run([sys.executable, __file__, "--child", kind, url, str(c), str(n), str(output_len)],
-                         capture_output=True, text=True, timeout=600, check=True,
+                         capture_output=True, text=True, timeout=600,
                          env={**os.environ, CLIENT_CPU_ENV: str(CLIENT_CPU)})
+    if out.returncode != 0:
+        sys.exit(f"the {kind} client at {c:g} exited with {out.returncode}:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

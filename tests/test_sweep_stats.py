@@ -105,7 +105,8 @@ def test_chunks_that_waited_for_the_generator_flag_the_level_with_the_figure() -
     assert level.client.skewed and not level.client.bound and level.client.burst_max == 256
     assert level_warnings(level) == [
         "C=256: chunks waited up to 4.0 ms (p99) for the load generator after arriving, in bursts of up to 256 reads, "
-        "against an ITL p50 of 20.1 ms; chunk times at this level may carry that skew"]
+        "against an ITL p50 of 20.1 ms; chunk times at this level may carry that skew; more load generator "
+        "processes spread that work (--processes, [sweep] processes; this level had 1)"]
     table = render_levels([level])
     assert table.splitlines()[1].split()[-2:] == ["SKEW", "4.0ms"] and "client SKEW = chunks waited" in table
     assert LevelRow.of_level(level).cells("s")[-1] == "SKEW 4.0ms"

@@ -86,6 +86,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--deadline", type=_positive_float, metavar="S",
                    help="a request still running this long after it was sent is cut and counts as a timeout "
                    "(default 10 x --timeout)")
+    p.add_argument("--processes", type=_positive_int, metavar="N",
+                   help="load generator processes sending each level together, one core each (default 1; [sweep] "
+                   "processes): for high concurrency or rates, where one process falls behind its sockets (its "
+                   "levels show CLIENT or SKEW)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); never written to files")
     p.add_argument("--out", type=Path, metavar="FILE", help="results file (default results/<profile>-<UTC time>.jsonl)")
@@ -109,7 +113,8 @@ def run(args: argparse.Namespace) -> int:
         slo=args.slo, seed=args.seed, requests_per_level=args.requests, duration_s=args.duration, warmup_requests=args.warmup,
         input_len=args.input_len, output_len=args.output_len, api=args.api, dataset=args.dataset,
         dataset_path=args.dataset_path, input_range=args.input_range, output_range=args.output_range,
-        timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos))
+        timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos,
+        processes=args.processes))
     if not workload.open_loop:
         for flag, value in (("--burstiness", args.burstiness), ("--max-concurrency", args.max_concurrency)):
             if value is not None:

@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import itertools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from specmon.loadgen.client import WATCH, Stream, StreamClient
@@ -44,6 +45,25 @@ class LevelSetup:
     warmup: bool
     rate: float | None = None
     level_count: int = 1
+    part: tuple[int, int] = (0, 1)   # (k, n): this process sends part k of n of the level (loadgen.shards)
+
+    def share(self, total: int) -> int:
+        """This process's share of `total` (workers, connections, a cap) when it sends part k of n."""
+        k, n = self.part
+        return total // n + (1 if k < total % n else 0)
+
+    def indices(self) -> Iterator[int]:
+        """The requests a closed loop's part sends, in order: request i is worker (i mod C)'s, and part k has the
+        share(C) workers after those of parts 0..k-1, so every part sends in proportion to its workers."""
+        k, n = self.part
+        c = self.concurrency
+        first = c // n * k + min(k, c % n)
+        mine = range(first, first + self.share(c))
+        if not mine:
+            return
+        for wave in itertools.count():
+            for w in mine:
+                yield wave * c + w
 
 
 class Level:
@@ -67,9 +87,10 @@ class Level:
         self._cpu_mark, self._wall_mark = time.process_time(), time.perf_counter()
         WATCH.largest = 0
 
-    def start(self) -> None:
-        """The level's clock starts: record times and an open loop's schedule count from here."""
-        self.t0_ns = time.perf_counter_ns()
+    def start(self, t0_ns: int | None = None) -> None:
+        """The level's clock starts (now, or at `t0_ns`, the time every process of a sharded sweep starts it): record
+        times and an open loop's schedule count from here."""
+        self.t0_ns = time.perf_counter_ns() if t0_ns is None else t0_ns
 
     def finish(self, s: Stream, category: str | None, i: int, **extra: Any) -> None:
         """A request ended: record it (with `extra` fields: an open loop's rate, lateness, queueing)."""
@@ -119,31 +140,37 @@ class Level:
 
 
 class ClosedLoop:
-    """C workers, each sending its next request when the last one ends; see the module docstring."""
+    """C workers, each sending its next request when the last one ends; see the module docstring. A process that
+    sends part k of n of the level runs its share of the workers and sends requests k, k + n, k + 2n, ..."""
 
     def __init__(self, level: Level, client: StreamClient, factory: RequestFactory) -> None:
         self._level, self._client, self._factory = level, client, factory
         self._issued = 0
+        self._workers = level.setup.share(level.setup.concurrency)
+        self._indices = level.setup.indices()
         self._first_start_ns: int | None = None   # duration mode: the level's time starts with its first send
         self._latest_end_ns = 0
 
     async def run(self) -> None:
-        await asyncio.gather(*(self._worker(k) for k in range(self._level.setup.concurrency)))
+        await asyncio.gather(*(self._worker(k) for k in range(self._workers)))
 
     def _take(self) -> int | None:
         setup = self._level.setup
+        i = next(self._indices, None)
+        if i is None:
+            return None
         if setup.duration_s is not None and setup.count is None:
             # The first wave always goes out whole, even when the duration is shorter than the start ramp:
             # otherwise the level would be labelled C without ever having had C requests in flight. After it,
             # a level stops once a request has ended past the deadline, so its measured time (first send to
             # last end) is never shorter than asked, however late this process was scheduled.
-            if (self._issued >= setup.concurrency and self._first_start_ns is not None
+            if (self._issued >= self._workers and self._first_start_ns is not None
                     and self._latest_end_ns >= self._first_start_ns + setup.duration_s * 1e9):
                 return None
-        elif setup.count is not None and self._issued >= setup.count:
+        elif setup.count is not None and i >= setup.count:
             return None
         self._issued += 1
-        return self._issued - 1
+        return i
 
     async def _worker(self, k: int) -> None:
         # Workers start START_SPACING_S apart: sending C requests in one loop iteration would hold back the
@@ -167,13 +194,15 @@ class ClosedLoop:
 
 
 class OpenLoop:
-    """Requests sent on a schedule of arrival times (seconds from the level's start); see the module docstring."""
+    """Requests sent on a schedule of arrival times (seconds from the level's start); see the module docstring. A
+    process that sends part k of n of the level sends arrivals k, k + n, k + 2n, ... of the schedule, with its
+    share of the concurrency cap."""
 
     def __init__(self, level: Level, client: StreamClient, factory: RequestFactory, times: Iterable[float],
                  max_concurrency: int | None) -> None:
         self._level, self._client, self._factory = level, client, factory
         self._times = times
-        self._slots = asyncio.Semaphore(max_concurrency) if max_concurrency else None
+        self._slots = asyncio.Semaphore(max(1, level.setup.share(max_concurrency))) if max_concurrency else None
         self._wakeup = Wakeup()   # made before the level's clock starts (a timerfd and its watch)
 
     async def run(self) -> None:
@@ -182,7 +211,8 @@ class OpenLoop:
         t0_ns = self._level.t0_ns
         try:
             label = f"r{self._level.setup.rate:g}"
-            for i, t in enumerate(self._times):
+            k, n = self._level.setup.part
+            for i, t in itertools.islice(enumerate(self._times), k, None, n):
                 body = self._factory.body(label, i)   # built before the wait, so the send goes out on time
                 # The request's own task waits for its time and sends at once when it wakes: a dispatcher that woke
                 # and then started the task had it run a loop pass later (after the pass's socket reads). The next

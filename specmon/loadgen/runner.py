@@ -17,12 +17,14 @@ import json
 import os
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.lines import append_whole
+from specmon.loadgen.wakeup import Wakeup
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.sweeps.sweepstats import RequestRecord, percentile
 from specmon.model.workload.arrivals import Schedule, connections_needed
@@ -85,9 +87,12 @@ class RecordsWriter:
     stops with one warning through `on_error`, and the sweep, whose level results matter more, goes on.
     """
 
-    def __init__(self, path: str | None, on_error: Callable[[str], None] = lambda message: None) -> None:
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else None
-        self._path = path
+    def __init__(self, path: str | None, on_error: Callable[[str], None] = lambda message: None,
+                 fd: int | None = None) -> None:
+        """Records go to the file at `path`, or to the open file descriptor `fd` (a shard's stdout), or nowhere."""
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else fd
+        self._path = path or f"file descriptor {fd}"
+        self._owned = bool(path)   # a descriptor given stays open (a shard's stdout carries its last messages)
         self._pending: list[str] = []
         self._on_error = on_error
 
@@ -112,20 +117,37 @@ class RecordsWriter:
 
     def _close(self) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
+        if fd is not None and self._owned:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
 
+@dataclass(frozen=True)
+class Part:
+    """This process sends part k of n of every level (specmon.loadgen.shards): `start(index)` waits until every
+    part is ready for level `index` and returns the time (time.perf_counter_ns) they all start it at."""
+
+    k: int
+    n: int
+    start: Callable[[int], Awaitable[int]]
+
+
 class SweepRunner:
-    """Runs every level of a workload against one server, emitting progress, level and warning messages."""
+    """Runs every level of a workload against one server, emitting progress, level and warning messages.
+
+    With a `part`, it is one shard of a sharded sweep: it sends its part of each level, starts each level when the
+    coordinator says, writes its records to `records_fd` (its stdout), and leaves stopping a failing sweep to the
+    coordinator, which sees every part."""
 
     def __init__(self, url: str, model: str, workload: Workload, emit: Emit, records_path: str | None = None,
-                 api_key: str | None = None, dataset: Dataset | None = None) -> None:
+                 api_key: str | None = None, dataset: Dataset | None = None, part: Part | None = None,
+                 records_fd: int | None = None) -> None:
         self.w = workload
         self.emit = emit
+        self.part = part
         self.factory = RequestFactory(workload, model, dataset)
-        self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}))
+        self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}),
+                                     fd=records_fd)
         # Open loop without a cap has no bound on requests in flight: no pool limit (0) either.
         top = (workload.max_concurrency or 0) if workload.open_loop else max(max(workload.levels),
                                                                            workload.warmup_requests, 1)
@@ -135,6 +157,7 @@ class SweepRunner:
         self._secrets = [api_key] if api_key else []
         self._first_error: str | None = None
         self._request_s: float | None = None   # the longest mean request duration of the levels so far (warm-up too)
+        self._started = 0   # levels started so far, the warm-up included
 
     async def run(self) -> None:
         self.lag.start()
@@ -150,13 +173,8 @@ class SweepRunner:
                 else:
                     level = await self._phase(idx, c, self.w.arrivals_for(rate), None, warmup=False, rate=rate)
                 self.emit({"type": "level", "level": level})
-                if level["requests_ok"] == 0:
-                    # A dead server, a bad key or model, or a server drowning at this load: higher levels would
-                    # only repeat it.
-                    kinds = ", ".join(f"{k} {n}" for k, n in level["errors"].items())
-                    where = f"C={c}" if rate is None else f"{rate:g} req/s"
-                    self.emit({"type": "warning", "message": f"no request succeeded at {where} ({kinds}; first: "
-                               f"{self._first_error}); stopping the sweep"})
+                if level["requests_ok"] == 0 and self.part is None:
+                    self.emit(no_success_warning(level, c, rate, self._first_error))
                     break
         finally:
             await self.lag.stop()
@@ -170,8 +188,10 @@ class SweepRunner:
         # flight (from how long requests took so far, the warm-up's too): a connection opened during the level costs
         # the loop ~0.3 ms (aiohappyeyeballs, the socket, its watch) and delays the sends around it; with 64 opened,
         # a level at 500 req/s opened 442 more on its first sends (profiled: 14 % of its CPU).
-        await self.client.preconnect(c if rate is None else connections_needed(
-            rate, self._request_s, n or 1, c, c or PRECONNECT_OPEN_LOOP, PRECONNECT_MOST))
+        setup = LevelSetup(idx, c, n, duration_s, warmup, rate, level_count=len(self.w.levels),
+                           part=(self.part.k, self.part.n) if self.part else (0, 1))
+        await self.client.preconnect(setup.share(c if rate is None else connections_needed(
+            rate, self._request_s, n or 1, c, c or PRECONNECT_OPEN_LOOP, PRECONNECT_MOST)))
         times = await self._schedule(idx, n or 0, rate) if rate is not None else ()
         # The cyclic collector is paused during a level: its full collections stop every stream for 30 ms+
         # (measured), which would land in the ITL tail as client noise. httpx/aiohttp leave ~45 cyclic objects per
@@ -180,15 +200,17 @@ class SweepRunner:
         gc.collect()
         gc.freeze()
         gc.disable()
-        setup = LevelSetup(idx, c, n, duration_s, warmup, rate, level_count=len(self.w.levels))
         level = Level(setup, self.w.slo, self._secrets, self.records.write, self._progress, self.lag.take_window_max)
         driver = (ClosedLoop(level, self.client, self.factory) if rate is None
                   else OpenLoop(level, self.client, self.factory, times, self.w.max_concurrency))
         self.lag.reset_level()
         cpu0 = time.process_time()
         wait0 = cpu_wait_s()
+        if self.part is not None:
+            await self._start_together(level)
         tick = asyncio.get_running_loop().create_task(level.ticker())
-        level.start()
+        if self.part is None:
+            level.start()
         try:
             await driver.run()
         finally:
@@ -209,6 +231,19 @@ class SweepRunner:
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
         return acc.result(duration, cpu_s, self.lag.p99(), level.started_at, cpu_wait_s=waited,
                           handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest).to_dict()
+
+    async def _start_together(self, level: Level) -> None:
+        """A shard's level starts when the coordinator says, at the time it gives (every shard's). Levels are
+        counted from 1, the warm-up included."""
+        assert self.part is not None
+        self._started += 1
+        t0_ns = await self.part.start(self._started)
+        wakeup = Wakeup()
+        try:
+            await wakeup.at(t0_ns)
+        finally:
+            wakeup.close()
+        level.start(t0_ns)
 
     def _progress(self, message: dict[str, Any]) -> None:
         self.records.flush()
@@ -233,6 +268,15 @@ class SweepRunner:
             self.emit({"type": "warning", "message": f"{schedule.rate:g} req/s: the first request is due {first:.0f} s "
                        f"after the level starts, later than the {deadline:g} s request deadline; nothing is sent "
                        "until then"})
+
+
+def no_success_warning(level: dict[str, Any], c: int, rate: float | None, first_error: str | None) -> dict[str, Any]:
+    """The warning that stops a sweep after a level where no request succeeded: a dead server, a bad key or model,
+    or a server drowning at this load (higher levels would only repeat it)."""
+    kinds = ", ".join(f"{k} {n}" for k, n in level["errors"].items())
+    where = f"C={c}" if rate is None else f"{rate:g} req/s"
+    return {"type": "warning", "message": f"no request succeeded at {where} ({kinds}; first: {first_error}); "
+            "stopping the sweep"}
 
 
 def cpu_wait_s() -> float | None:

@@ -1,11 +1,13 @@
 """Waking a coroutine at an exact time: an open loop's sends go out to the tens of microseconds of their schedule.
 
-The event loop's own timers cannot do it: uvloop (libuv) keeps time in whole milliseconds, rounds a delay to the
-nearest one and counts it from the loop's clock as of the start of the pass, so a sleep ends up to a millisecond
-early or late whatever the load (measured: send lateness p99 1.2 ms at 100 req/s, the loop 10 % busy). Here the
-wake-up is a Linux timerfd set to the absolute due time on CLOCK_MONOTONIC (the clock of `time.perf_counter_ns`),
-watched by the loop like a socket: it turns readable at the due time (measured idle: 54 us late p50, 0.19 ms p99), and the
-loop's next look at its file descriptors runs the waiting coroutine.
+The event loop's own timers cannot do it alone: uvloop (libuv) keeps time in whole milliseconds, rounds a delay to
+the nearest one and counts it from the loop's clock as of the start of the pass, so a sleep ends up to a millisecond
+early or late whatever the load (measured: send lateness p99 1.2 ms at 100 req/s, the loop 10 % busy). So the
+wake-up is also a Linux timerfd set to the absolute due time on CLOCK_MONOTONIC (the clock of
+`time.perf_counter_ns`), watched by the loop like a socket: it turns readable at the due time (measured idle: 54 us
+late p50, 0.19 ms p99), and the loop's next look at its file descriptors wakes the waiting coroutine. The loop's
+timer still counts where it is on time: in a busy pass it runs before the pass's socket reads, where the timerfd's
+waiter runs after them.
 
 One `Wakeup` serves one waiter at a time (an open loop has one arrival waiting at a time). Where there is no
 timerfd (not Linux, or libc not loadable) it falls back to the loop's timers and a final yield-until-due, which
@@ -76,12 +78,17 @@ class Wakeup:
         if self._fd < 0:
             await _coarse(due_ns)
             return
-        while time.perf_counter_ns() < due_ns:
+        while (left := due_ns - time.perf_counter_ns()) > 0:
             self._waiter = self._loop.create_future()
             self._arm(due_ns)
+            # The loop's own timer as well: it runs at the start of a loop pass, before the pass's socket reads,
+            # where the timerfd is seen among them and its waiter runs after all of them. Whichever comes first at
+            # or after the due time wakes the waiter; the loop's timer coming early does nothing.
+            timer = self._loop.call_later(left / 1e9, self._timer_fired, due_ns)
             try:
                 await self._waiter
             finally:
+                timer.cancel()
                 self._waiter = None
                 self._arm(0)   # disarmed: a cancelled wait leaves no wake-up behind
 
@@ -104,6 +111,13 @@ class Wakeup:
             os.read(self._fd, 8)
         except BlockingIOError:   # disarmed after it turned readable
             return
+        self._wake()
+
+    def _timer_fired(self, due_ns: int) -> None:
+        if time.perf_counter_ns() >= due_ns:
+            self._wake()
+
+    def _wake(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

@@ -27,6 +27,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import check_levels, check_rates, one_wave_problem
+from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.workload.datasets import DATASETS, FILE_DATASETS, Dataset, Prompt, load_dataset
 from specmon.model.workload.goodput import check_slo
 
@@ -86,6 +87,7 @@ class Workload:
     burstiness: float = 1.0                 # gamma shape of the gaps between arrivals; 1 is Poisson
     max_concurrency: int | None = None      # open loop: most requests in flight; later arrivals wait for a slot
     slo: Mapping[str, float] = field(default_factory=dict)   # goodput targets in ms: ttft, tpot, e2el
+    processes: int = 1                      # generator processes sending each level together (loadgen.shards)
 
     def __post_init__(self) -> None:
         try:
@@ -102,6 +104,11 @@ class Workload:
                             f"(1 is Poisson), got {self.burstiness:g}")
         if self.max_concurrency is not None and self.max_concurrency < 1:
             raise UserError(f"max concurrency: must be >= 1, got {self.max_concurrency}")
+        if not 1 <= self.processes <= MAX_PROCESSES:
+            raise UserError(f"processes: must be in [1, {MAX_PROCESSES}], got {self.processes}")
+        if self.max_concurrency is not None and self.processes > self.max_concurrency:
+            raise UserError(f"processes: {self.processes} is more than the max concurrency ({self.max_concurrency}) "
+                            "it would be shared by")
         for name, v in (("timeout", self.timeout_s), ("deadline", self.deadline_s), ("duration", self.duration_s)):
             if v is not None and not (0 < v <= MAX_SECONDS):
                 raise UserError(f"{name}: must be a number of seconds in (0, {MAX_SECONDS:g}] (7 days), got {v:g}")

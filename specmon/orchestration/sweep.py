@@ -118,6 +118,7 @@ class WorkloadOverrides:
     timeout_s: float | None = None
     deadline_s: float | None = None
     fixed_length: bool | None = None
+    processes: int | None = None
 
 
 def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = WorkloadOverrides()) -> Workload:
@@ -154,7 +155,8 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
         input_range=defaults.input_range if o.input_range is None else o.input_range,
         output_range=defaults.output_range if o.output_range is None else o.output_range,
         output_from_dataset=defaults.output_from_dataset and o.output_len is None,
-        seed=defaults.seed if o.seed is None else o.seed, **extra,
+        seed=defaults.seed if o.seed is None else o.seed,
+        processes=defaults.processes if o.processes is None else o.processes, **extra,
     )
 
 
@@ -406,18 +408,23 @@ def level_warnings(level: LevelResult) -> list[str]:
     """What a user must know about a finished level before trusting it."""
     out = []
     c = level_name(level)
+    n = level.client.processes
+    more_processes = (f"; more load generator processes spread that work (--processes, [sweep] processes; this "
+                      f"level had {n})")
     if level.usage_missing:
         out.append(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
     if level.client.skewed:
         out.append(f"{c}: chunks waited up to {level.client.handling_ms_p99:.1f} ms (p99) for the load generator after "
                    f"arriving, in bursts of up to {level.client.burst_max} reads, against an ITL p50 of "
-                   f"{level.itl_ms.p50:.1f} ms; chunk times at this level may carry that skew")
-    if level.client.bound and client_bound(level.client.cpu_s, level.duration_s, level.client.loop_lag_ms_p99):
+                   f"{level.itl_ms.p50:.1f} ms; chunk times at this level may carry that skew{more_processes}")
+    if level.client.bound and client_bound(level.client.cpu_s / level.client.processes, level.duration_s,
+                                           level.client.loop_lag_ms_p99):
         why = f"loop lag p99 {level.client.loop_lag_ms_p99} ms, {level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s"
         if level.client.cpu_wait_s:
             why += f", {level.client.cpu_wait_s:.2f} s waiting for a CPU: the machine is busy"
-        out.append(f"{c}: the load generator was the bottleneck ({why}); timings at this level measure the client")
+        out.append(f"{c}: the load generator was the bottleneck ({why}); timings at this level measure the "
+                   f"client{more_processes}")
     if level.requests_failed:
         kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
         out.append(f"{c}: {level.requests_failed} requests failed ({kinds})")

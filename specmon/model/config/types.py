@@ -19,6 +19,7 @@ ON_FAILURE = ("retry", "skip", "abort")
 ON_BUSY = ("wait", "abort")
 DEFAULT_LEVELS = (1, 2, 5, 10, 30, 70, 100, 250)
 BUILTIN_SOURCE = "built-in demo profiles"
+MAX_PROCESSES = 64        # load generator processes of one sweep (one core each)
 MAX_CONFIG_BYTES = 1 << 20   # a profiles file is a few KB; a MiB is generous and never exhausts memory
 # Set by the lifecycle engine on every server it starts; a profile must not override it.
 RESERVED_ENV = ("SPECMON_RUN_ID",)
@@ -84,6 +85,7 @@ class SweepDefaults:
     output_range: float = 0.0
     seed: int = 0
     output_from_dataset: bool = True       # no output_len written: the dataset's lengths where it has them
+    processes: int = 1                      # load generator processes sending each level together
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from specmon.model.config.types import (
     ENV_NAME,
     HOSTNAME,
     IPV6,
+    MAX_PROCESSES,
     ON_BUSY,
     ON_FAILURE,
     RESERVED_ENV,
@@ -108,7 +109,7 @@ _PROFILE_KEYS = (
     "metrics_interval_s", "alert_waiting_s", "alert_kv_pct",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
-               "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed")
+               "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed", "processes")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
@@ -478,6 +479,7 @@ class _Validator:
             input_len=self.integer(table, path, "input_len", defaults.input_len, 1) or defaults.input_len,
             output_len=self.integer(table, path, "output_len", defaults.output_len, 1) or defaults.output_len,
             api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
+            processes=self.integer(table, path, "processes", defaults.processes, 1, MAX_PROCESSES) or 1,
             **self.dataset(table, path, defaults),
         )
 

@@ -115,6 +115,7 @@ class ClientHealth:
     handling_ms_p99: float | None = None   # p99 over requests of the longest a chunk waited for its stream's code
     burst_max: int | None = None      # most sockets one look found with new bytes (chunks arriving together)
     skewed: bool = False              # that wait is a material share of the ITL: SKEW, a caution
+    processes: int = 1                # generator processes that sent the level (cpu_s is theirs together)
 
     @property
     def cpu_us_per_chunk(self) -> float | None:
@@ -143,6 +144,7 @@ class ClientHealth:
             "handling_ms_p99": None if self.handling_ms_p99 is None else round(self.handling_ms_p99, 3),
             "burst_max": self.burst_max,
             "skewed": self.skewed,
+            "processes": self.processes,
         }
 
     @classmethod
@@ -158,6 +160,7 @@ class ClientHealth:
             handling_ms_p99=_opt_float(d.get("handling_ms_p99"), f"{where}.handling_ms_p99"),
             burst_max=None if d.get("burst_max") is None else _req_int(d, "burst_max", where),
             skewed=bool(d.get("skewed", False)),
+            processes=_req_int(d, "processes", where) if "processes" in d else 1,
         )
 
 

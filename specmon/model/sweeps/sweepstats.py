@@ -311,8 +311,10 @@ class LevelAccumulator:
     def result(
         self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None,
         cpu_wait_s: float | None = None, handling_ms_p99: float | None = None, burst_max: int | None = None,
+        processes: int = 1,
     ) -> LevelResult:
-        """The finished level. duration_s: first measured request sent -> last one finished."""
+        """The finished level. duration_s: first measured request sent -> last one finished. cpu_s: the CPU time of
+        all `processes` generator processes that sent it (client-bound is judged per process)."""
         dur = max(duration_s, 1e-9)
         measured = self.requests_ok + self.requests_failed
         open_loop = self._open_loop_figures()
@@ -324,8 +326,9 @@ class LevelAccumulator:
             # failed at once (a refused port, a 401) make any level look CPU-bound over its few milliseconds.
             # A skewed level is not client-bound: its chunks were stamped on arrival, so the wait after it does
             # not enter their times; SKEW says how long that wait was, as a caution with its figure.
-            bound=self.requests_ok > 0 and client_bound(cpu_s, duration_s, loop_lag_ms_p99),
+            bound=self.requests_ok > 0 and client_bound(cpu_s / processes, duration_s, loop_lag_ms_p99),
             cpu_wait_s=cpu_wait_s, handling_ms_p99=handling_ms_p99, burst_max=burst_max, skewed=skewed,
+            processes=processes,
         )
         return LevelResult(
             concurrency=self.concurrency,

@@ -1,0 +1,244 @@
+"""A sweep sent by several generator processes (`--processes N`), each on its own event loop and CPU.
+
+One Python process reads, stamps and parses every chunk of every stream on one core: at 25-50 us a chunk, C=1024
+streams of 20 ms tokens (51k chunks/s) need more than a core, and a process behind its sockets reads several
+chunks as one, which no stamp can undo (measured on the H200 host: ITL p99 6x the true one at C=1024). So the
+sweep is split over N processes ("parts"), and this coordinator, the generator process the parent started, runs
+them and speaks for them: the parent sees one generator, one records file and one result per level.
+
+- Part k of N (`python -m specmon.loadgen --part k/N`, the same spec line) sends requests k, k+N, k+2N, ... of
+  every level: its share of a closed loop's C workers, or every N-th arrival of an open loop's schedule (the
+  schedule is drawn whole in every part from the same seed, so the union is exactly the unsharded one), with its
+  share of the concurrency cap.
+- Levels start together: each part says {"type": "ready", "level": m} when its connections are open and its
+  schedule drawn (m counts levels from 1, the warm-up included), and once every part is ready the coordinator
+  sends each {"start": t0_ns, "level": m} on its stdin: one time on the machine's monotonic clock, shared by all
+  processes, so every record's times count from the same instant.
+- Each part writes its request records on its stdout (JSON lines without a "type") before its level message; the
+  coordinator folds them into one accumulator and one records file, and when every part has sent its level
+  message it emits the level: CPU time and CPU wait summed over the parts, loop lag, handling delay and burst the
+  worst part's, and "client bound" judged per process.
+- The coordinator stops the sweep where one process would (no request succeeded at a level), says a part's fatal
+  error as its own, and treats a part that exits before "done" as fatal. Stopping it (SIGTERM, stdin closed)
+  closes every part's stdin; a part that has not exited EXIT_GRACE_S later is killed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+from typing import Any
+
+from specmon.errors import UserError
+from specmon.loadgen.runner import Emit, RecordsWriter, no_success_warning
+from specmon.loadgen.workload import Workload
+from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
+
+START_AHEAD_NS = 20_000_000   # a level starts this long after the last part is ready: the start line's way there
+EXIT_GRACE_S = 3.0
+PROGRESS_EVERY_S = 0.25
+LINE_MAX = 64 << 20           # one line from a part (a record of a long stream's gaps is the longest)
+
+
+class ShardedSweep:
+    """Runs `workload.processes` parts of the sweep in `spec` and emits what one generator would."""
+
+    def __init__(self, spec: dict[str, Any], workload: Workload, emit: Emit) -> None:
+        self._spec = {**spec, "records_path": None}
+        self._w = workload
+        self._n = workload.processes
+        self._emit = emit
+        self._records = RecordsWriter(spec.get("records_path"),
+                                      lambda message: emit({"type": "warning", "message": message}))
+        self._phases = self._phase_list()
+        self._phase = 0                     # the level (1-based, warm-up included) the parts are in
+        self._ready: set[int] = set()
+        self._levels: dict[int, dict[str, Any]] = {}
+        self._progress: dict[int, dict[str, Any]] = {}
+        self._acc: LevelAccumulator | None = None
+        self._first_error: str | None = None
+        self._warned: set[str] = set()
+        self._progress_at = 0.0
+        self._done: set[int] = set()
+        self._finished = asyncio.get_running_loop().create_future()
+        self._procs: list[asyncio.subprocess.Process] = []
+
+    def _phase_list(self) -> list[tuple[bool, int, float | None, int | None]]:
+        """(warm-up, concurrency, rate, requests) of every level the parts run, in order."""
+        w = self._w
+        phases: list[tuple[bool, int, float | None, int | None]] = []
+        if w.warmup_requests:
+            phases.append((True, w.warmup_requests, None, w.warmup_requests))
+        if w.open_loop:
+            phases += [(False, w.max_concurrency or 0, rate, w.arrivals_for(rate)) for rate in w.rates]
+        else:
+            phases += [(False, c, None, w.requests_for(c)) for c in w.levels]
+        return phases
+
+    async def run(self) -> None:
+        readers: list[asyncio.Task[None]] = []
+        try:
+            for k in range(self._n):
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable, "-m", "specmon.loadgen", "--part", f"{k}/{self._n}",
+                    stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_MAX)
+                self._procs.append(proc)
+                assert proc.stdin is not None
+                proc.stdin.write(json.dumps(self._spec).encode() + b"\n")
+                readers.append(asyncio.get_running_loop().create_task(self._read(k, proc)))
+            await self._finished
+        finally:
+            for r in readers:
+                r.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+            await self._stop_parts()
+            self._records.close()
+
+    async def _stop_parts(self) -> None:
+        for proc in self._procs:
+            if proc.stdin is not None:
+                proc.stdin.close()   # end of stdin: the part stops its sweep and exits
+        waits = [asyncio.ensure_future(proc.wait()) for proc in self._procs]
+        if waits:
+            _, late = await asyncio.wait(waits, timeout=EXIT_GRACE_S)
+            for proc in self._procs:
+                if proc.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        proc.kill()
+            await asyncio.gather(*waits, return_exceptions=True)
+
+    def _end(self, error: str | None = None) -> None:
+        if not self._finished.done():
+            if error is None:
+                self._finished.set_result(None)
+            else:
+                self._finished.set_exception(UserError(error))
+
+    async def _read(self, k: int, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        try:
+            async for line in proc.stdout:
+                self._line(k, line)
+                if self._finished.done():
+                    return
+        except ValueError:   # a line past LINE_MAX
+            self._end(f"load generator part {k + 1} of {self._n} wrote a line longer than {LINE_MAX >> 20} MiB")
+            return
+        if k not in self._done:
+            code = await proc.wait()
+            self._end(f"load generator part {k + 1} of {self._n} exited (code {code}) before its sweep was done")
+
+    def _line(self, k: int, line: bytes) -> None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            self._end(f"load generator part {k + 1} of {self._n} wrote a line that is not JSON: {line[:80]!r}")
+            return
+        kind = msg.get("type")
+        if kind is None:
+            self._record(RequestRecord.from_dict(msg))
+        elif kind == "ready":
+            self._on_ready(k, int(msg["level"]))
+        elif kind == "progress":
+            self._progress[k] = msg
+            self._emit_progress()
+        elif kind == "level":
+            self._levels[k] = msg["level"]
+            if len(self._levels) == self._n:
+                self._level_done()
+        elif kind == "warning":
+            if msg["message"] not in self._warned:   # every part sees the same level-wide conditions
+                self._warned.add(msg["message"])
+                self._emit(msg)
+        elif kind == "done":
+            self._done.add(k)
+            if len(self._done) == self._n:
+                self._end()
+        elif kind == "fatal":
+            self._end(str(msg.get("message")))
+        elif kind == "stopped":
+            self._end(f"load generator part {k + 1} of {self._n} stopped on its own")
+
+    def _on_ready(self, k: int, phase: int) -> None:
+        self._ready.add(k)
+        if len(self._ready) < self._n:
+            return
+        self._ready.clear()
+        self._phase = phase
+        warmup, c, rate, count = self._phases[phase - 1]
+        self._acc = LevelAccumulator(c, rate=rate, slo=self._w.slo)
+        self._levels.clear()
+        self._progress.clear()
+        self._first_error = None
+        line = json.dumps({"start": time.perf_counter_ns() + START_AHEAD_NS, "level": phase}).encode() + b"\n"
+        for proc in self._procs:
+            assert proc.stdin is not None
+            proc.stdin.write(line)
+
+    def _record(self, r: RequestRecord) -> None:
+        self._records.write(r)
+        if self._acc is not None:
+            self._acc.add(r)
+        if r.detail is not None and self._first_error is None:
+            self._first_error = f"{r.error}: {r.detail}"
+
+    def _emit_progress(self) -> None:
+        now = time.monotonic()
+        if now - self._progress_at < PROGRESS_EVERY_S or self._acc is None:
+            return
+        self._progress_at = now
+        self._records.flush()
+        parts = [SweepProgress.from_dict(p) for p in self._progress.values()]
+        first = parts[0]
+        warmup, _, _, count = self._phases[self._phase - 1]
+        fractions = [p.cpu_fraction for p in parts if p.cpu_fraction is not None]
+        lags = [p.loop_lag_ms for p in parts if p.loop_lag_ms is not None]
+        merged = SweepProgress(
+            concurrency=first.concurrency, level_index=first.level_index, level_count=first.level_count,
+            phase=first.phase, elapsed_s=max(p.elapsed_s for p in parts),
+            requests_done=sum(p.requests_done for p in parts), requests_failed=sum(p.requests_failed for p in parts),
+            requests_target=count if first.requests_target is not None else None,
+            duration_target_s=first.duration_target_s, in_flight=sum(p.in_flight for p in parts),
+            output_tok_s=round(sum(p.output_tok_s for p in parts), 2), ttft_p50_ms=self._acc.ttft_live.quantile(50),
+            tokens_per_chunk=self._acc.tokens_per_chunk, loop_lag_ms=max(lags) if lags else None,
+            cpu_fraction=max(fractions) if fractions else None, rate=first.rate,
+        )
+        self._emit(merged.to_dict())
+
+    def _level_done(self) -> None:
+        self._records.flush()
+        warmup, c, rate, _ = self._phases[self._phase - 1]
+        acc, levels = self._acc, list(self._levels.values())
+        self._levels.clear()
+        if warmup or acc is None:
+            return
+        clients = [lv["client"] for lv in levels]
+
+        def worst(key: str) -> Any:
+            values = [cl[key] for cl in clients if cl.get(key) is not None]
+            return max(values) if values else None
+
+        waits = [cl.get("cpu_wait_s") for cl in clients]
+        first, last = acc.first_start_s, acc.last_end_s
+        level = acc.result(
+            (last - first) if first is not None and last is not None else 0.0, sum(cl["cpu_s"] for cl in clients),
+            worst("loop_lag_ms_p99"), min(lv["started_at"] for lv in levels),
+            cpu_wait_s=None if None in waits else sum(w for w in waits if w is not None),
+            handling_ms_p99=worst("handling_ms_p99"), burst_max=worst("burst_max"), processes=self._n,
+        ).to_dict()
+        self._emit({"type": "level", "level": level})
+        if level["requests_ok"] == 0:
+            self._emit(no_success_warning(level, c, rate, self._first_error))
+            self._end()
+
+
+def part_of(text: str) -> tuple[int, int]:
+    """`--part k/N` -> (k, N)."""
+    k, _, n = text.partition("/")
+    part = (int(k), int(n))
+    if not 0 <= part[0] < part[1]:
+        raise ValueError(f"--part {text}: need 0 <= k < N")
+    return part
