@@ -23,7 +23,7 @@ were against its schedule. Cases:
 "specmon" is the real generator (SweepRunner: httpx + aiohttp transport, byte-level SSE, records written to a
 file, statistics, loop-lag ticker). "plain httpx" is httpx.AsyncClient with its default transport (pool raised to
 C so it is not capped at 100), iterating lines and json-decoding every data line, as typical clients do.
-Both run on uvloop. Run: python bench/loadgen_overhead.py [--quick] [--full]
+Both run on uvloop. Run: python bench/loadgen_overhead.py [--quick] [--full] [--client-processes M]
 
 CPU per chunk depends on how many chunks one socket read finds: on an idle box the client keeps up and reads them
 one by one (~10 us each at C=1024, mostly aiohttp's per-read protocol work); when other work delays it, reads batch
@@ -49,8 +49,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "sse_server.py"
 BURST_SERVER = ROOT / "tests" / "burst_server.py"
 
-CLIENT_CPU_ENV = "SPECMON_BENCH_CLIENT_CPU"
-CLIENT_CPU = 1   # the client's CPU (main sets it from cpu_plan; the child reads it from CLIENT_CPU_ENV)
+CLIENT_CPU_ENV = "SPECMON_BENCH_CLIENT_CPUS"
+CLIENT_CPUS = [1]   # the client's CPUs (main sets them from cpu_plan; the child reads them from CLIENT_CPU_ENV)
 
 # One measurement's figures, as the child prints them in JSON (an ITL percentile is None without gaps).
 Figures = dict[str, Any]
@@ -62,10 +62,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# ---------------------------------------------------------------- client runs (in a child process on CLIENT_CPU)
+# ---------------------------------------------------------------- client runs (in a child process on CLIENT_CPUS)
 
 async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False,
-                      burst: str | None = None) -> Figures:
+                      burst: str | None = None, processes: int = 1) -> Figures:
     """specmon's generator at concurrency c, or (open_loop) at request rate c; with `burst` ("arrival" or "read",
     against tests/burst_server.py), also how far its gaps are from the server's true ones."""
     from specmon.loadgen import client
@@ -77,11 +77,11 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
     levels: list[dict] = []
     if open_loop:
         # the default 2 warm-up requests: they tell the level how many connections to open before it starts
-        wl = Workload(levels=(1,), rates=(c,), requests_per_level=n, warmup_requests=2, output_len=output_len,
-                      input_len=16, timeout_s=300, dataset="random")
+        wl = Workload(levels=(1,), rates=(c,), requests_per_level=n, warmup_requests=2 * processes,
+                      output_len=output_len, input_len=16, timeout_s=300, dataset="random", processes=processes)
     else:
         wl = Workload(levels=(int(c),), requests_per_level=n, warmup_requests=0, output_len=output_len, input_len=16,
-                      timeout_s=300, dataset="random")
+                      timeout_s=300, dataset="random", processes=processes)
     errors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
         runner = SweepRunner(url, "fixture-model", wl, lambda m: levels.append(m["level"]) if m["type"] == "level" else None,
@@ -155,19 +155,20 @@ async def run_plain_httpx(url: str, c: int, n: int, output_len: int) -> Figures:
 
 
 def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
-    cpu = int(os.environ.get(CLIENT_CPU_ENV, "1"))
+    cpus = {int(x) for x in os.environ.get(CLIENT_CPU_ENV, "1").split(",")}
     try:
-        os.sched_setaffinity(0, {cpu})
+        os.sched_setaffinity(0, cpus)   # with several generator processes, the OS spreads them over these
     except OSError as exc:   # a sandbox may refuse pinning: the figures are then unpinned, and say so
-        print(f"not pinned to CPU {cpu}: {exc}", file=sys.stderr)
+        print(f"not pinned to CPUs {cpus}: {exc}", file=sys.stderr)
     import uvloop
 
+    processes = len(cpus)
     if kind == "specmon-open":
-        result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True))
+        result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True, processes=processes))
     elif kind.startswith("specmon-burst-"):
-        result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1]))
+        result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1], processes=processes))
     elif kind == "specmon":
-        result = uvloop.run(run_specmon(url, c, n, output_len))
+        result = uvloop.run(run_specmon(url, c, n, output_len, processes=processes))
     else:
         result = uvloop.run(run_plain_httpx(url, int(c), n, output_len))
     print(json.dumps(result))
@@ -219,20 +220,41 @@ class Server:
             proc.wait()
 
 
-def cpu_plan(server_cpus: int) -> tuple[list[int], int]:
-    """The server's CPUs and the client's one: the server gets the first `server_cpus` (0: as many as leave the
-    client one CPU and half the rest idle, at most 8), the client the next."""
+def physical_cores(cpus: list[int]) -> list[list[int]]:
+    """`cpus` grouped by physical core (SMT siblings together), in order; one group per CPU where Linux does not say."""
+    cores: dict[str, list[int]] = {}
+    for cpu in cpus:
+        try:
+            key = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list").read_text().strip()
+        except OSError:
+            key = str(cpu)
+        cores.setdefault(key, []).append(cpu)
+    return list(cores.values())
+
+
+def cpu_plan(server_cpus: int, client_cpus: int) -> tuple[list[int], list[int], str]:
+    """The server's CPUs, the client's, and how they were picked. The server gets `server_cpus` (0: as many as leave
+    the client its CPUs and half the rest idle, at most 8), the client the next `client_cpus`. Each on a physical core
+    of its own where there are enough cores: an SMT sibling of a busy server process runs the client at about half
+    speed (measured on the H200 host, 16 vCPUs)."""
     cpus = sorted(os.sched_getaffinity(0))
-    k = server_cpus or max(1, min(8, (len(cpus) - 1) // 2))
-    if k >= len(cpus):
-        sys.exit(f"needs {k + 1} CPUs ({k} for the server, one for the client), has {len(cpus)}")
-    return cpus[:k], cpus[k]
+    cores = physical_cores(cpus)
+    units = [core[0] for core in cores] if len(cores) < len(cpus) else cpus
+    k = server_cpus or max(1, min(8, (len(units) - client_cpus) // 2))
+    if k + client_cpus > len(units):
+        units = cpus   # not enough whole cores: share them
+        k = server_cpus or max(1, min(8, (len(units) - client_cpus) // 2))
+    if k + client_cpus > len(units):
+        sys.exit(f"needs {k + client_cpus} CPUs ({k} for the server, {client_cpus} for the client), has {len(cpus)}")
+    how = "one CPU per physical core, SMT siblings left idle" if units is not cpus else "CPUs as listed"
+    return units[:k], units[k:k + client_cpus], how
 
 
 def measure(kind: str, url: str, c: float, n: int, output_len: int) -> Figures:
+    cpus = CLIENT_CPUS if kind.startswith("specmon") else CLIENT_CPUS[:1]   # plain httpx: one process
     out = subprocess.run([sys.executable, __file__, "--child", kind, url, str(c), str(n), str(output_len)],
                          capture_output=True, text=True, timeout=600,
-                         env={**os.environ, CLIENT_CPU_ENV: str(CLIENT_CPU)})
+                         env={**os.environ, CLIENT_CPU_ENV: ",".join(map(str, cpus))})
     if out.returncode != 0:
         sys.exit(f"the {kind} client at {c:g} exited with {out.returncode}:\n{out.stderr[-3000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -251,7 +273,7 @@ def row(case: str, kind: str, c: float | str, r: Figures) -> str:
 
 
 def main() -> None:
-    global CLIENT_CPU
+    global CLIENT_CPUS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests per point")
     ap.add_argument("--full", action="store_true", help="also back to back at C=1, 64, 256, and plain httpx beside")
@@ -260,6 +282,8 @@ def main() -> None:
     ap.add_argument("--only-open", action="store_true", help="run only the open-loop case")
     ap.add_argument("--server-cpus", type=int, default=0, metavar="K",
                     help="server processes, one per CPU (default: 1 on a small box, (CPUs-1)//2 up to 8 on a big one)")
+    ap.add_argument("--client-processes", type=int, default=1, metavar="M",
+                    help="specmon's load generator processes (--processes), each on a CPU of its own (default 1)")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "URL", "C", "N", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -268,10 +292,11 @@ def main() -> None:
         return
     # A SIGTERM (e.g. from `timeout`) unwinds like an exception, so the servers and the client child are stopped.
     signal.signal(signal.SIGTERM, lambda _sig, _frame: sys.exit(143))
-    server_cpus, CLIENT_CPU = cpu_plan(args.server_cpus)
+    server_cpus, CLIENT_CPUS, how = cpu_plan(args.server_cpus, args.client_processes)
     print(f"host: {os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} "
           "(other work on the box inflates CPU figures and ITL tails)")
-    print(f"server: {len(server_cpus)} process(es) on CPUs {','.join(map(str, server_cpus))}; client on CPU {CLIENT_CPU}")
+    print(f"server: {len(server_cpus)} process(es) on CPUs {','.join(map(str, server_cpus))}; client "
+          f"({len(CLIENT_CPUS)} generator process(es)) on CPUs {','.join(map(str, CLIENT_CPUS))} ({how})")
     print(f"{'case':<13} {'client':<12} {'C':>7} {'chunks':>9} {'cpu_s':>8} {'us/chunk':>9} {'chunks/s':>10} "
           f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8} {'lag p99':>8} {'cpu wait':>9}")
     print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU;\n"
