@@ -70,6 +70,7 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
     against tests/burst_server.py), also how far its gaps are from the server's true ones."""
     from specmon.loadgen import client
     from specmon.loadgen.runner import SweepRunner
+    from specmon.loadgen.shards import ShardedSweep
     from specmon.loadgen.workload import Workload
 
     if burst == "read":   # chunk times taken when each stream's code sees its chunk: the generator before stamps
@@ -84,9 +85,17 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
                       timeout_s=300, dataset="random", processes=processes)
     errors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as d:
-        runner = SweepRunner(url, "fixture-model", wl, lambda m: levels.append(m["level"]) if m["type"] == "level" else None,
-                             records_path=str(Path(d) / "records.jsonl"))
-        await runner.run()
+        records = str(Path(d) / "records.jsonl")
+
+        def emit(m: dict[str, Any]) -> None:
+            if m["type"] == "level":
+                levels.append(m["level"])
+
+        if processes > 1:   # this process coordinates, as `python -m specmon.loadgen` does; its parts are processes
+            spec = {"url": url, "model": "fixture-model", "workload": wl.to_dict(), "records_path": records}
+            await ShardedSweep(spec, wl, emit).run()
+        else:
+            await SweepRunner(url, "fixture-model", wl, emit, records_path=records).run()
         if burst:
             errors = burst_errors(url, Path(d) / "records.jsonl")
     lv = levels[0]
@@ -165,8 +174,8 @@ def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
     processes = len(cpus)
     if kind == "specmon-open":
         result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True, processes=processes))
-    elif kind.startswith("specmon-burst-"):
-        result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1], processes=processes))
+    elif kind.startswith("specmon-burst-"):   # one process: the "read" case patches this process's client
+        result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1]))
     elif kind == "specmon":
         result = uvloop.run(run_specmon(url, c, n, output_len, processes=processes))
     else:

@@ -142,6 +142,8 @@ class SweepRunner:
     def __init__(self, url: str, model: str, workload: Workload, emit: Emit, records_path: str | None = None,
                  api_key: str | None = None, dataset: Dataset | None = None, part: Part | None = None,
                  records_fd: int | None = None) -> None:
+        if workload.processes > 1 and part is None:
+            raise ValueError("a workload sent by several processes is run by loadgen.shards.ShardedSweep")
         self.w = workload
         self.emit = emit
         self.part = part
