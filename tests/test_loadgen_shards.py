@@ -21,11 +21,11 @@ from sse_server import ServerState, serve
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
-from specmon.model.config import load_config
+from specmon.model.config import SweepDefaults, load_config
 from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times
-from specmon.orchestration.sweep import SweepSpec, SweepUpdate, run_sweep
+from specmon.orchestration.sweep import SweepSpec, SweepUpdate, WorkloadOverrides, run_sweep, workload_from
 
 pytestmark = pytest.mark.slow
 
@@ -191,3 +191,16 @@ def test_processes_are_checked_where_they_are_given(tmp_path: Path) -> None:
         load_config(path)
     path.write_text(profile + '[sweep]\nprocesses = 4\n')
     assert load_config(path).sweep.processes == 4
+    path.write_text(profile)
+    assert load_config(path).sweep.processes is None   # auto
+
+
+def test_processes_default_to_one_per_four_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nobody said how many: one process per 4 CPUs specmon may use, 1 to 4; what a user gives wins, and an open
+    loop's cap bounds the default (each process needs a slot of it)."""
+    for cpus, want in ((1, 1), (2, 1), (7, 1), (8, 2), (16, 4), (128, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert workload_from(SweepDefaults()).processes == want, cpus
+    assert workload_from(SweepDefaults(processes=2)).processes == 2
+    assert workload_from(SweepDefaults(processes=2), WorkloadOverrides(processes=5)).processes == 5
+    assert workload_from(SweepDefaults(), WorkloadOverrides(rates=(5.0,), max_concurrency=2)).processes == 2

@@ -87,9 +87,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="a request still running this long after it was sent is cut and counts as a timeout "
                    "(default 10 x --timeout)")
     p.add_argument("--processes", type=_positive_int, metavar="N",
-                   help="load generator processes sending each level together, one core each (default 1; [sweep] "
-                   "processes): for high concurrency or rates, where one process falls behind its sockets (its "
-                   "levels show CLIENT or SKEW)")
+                   help="load generator processes sending each level together, one core each (default: [sweep] "
+                   "processes, else one per 4 CPUs, 1 to 4): more for high concurrency or rates, where one process "
+                   "falls behind its sockets (its levels show BOUND or SKEW)")
     p.add_argument("--api-key-env", default="OPENAI_API_KEY", metavar="NAME",
                    help="environment variable holding the API key (default OPENAI_API_KEY); never written to files")
     p.add_argument("--out", type=Path, metavar="FILE", help="results file (default results/<profile>-<UTC time>.jsonl)")

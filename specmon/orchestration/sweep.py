@@ -42,8 +42,10 @@ from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.client import DEADLINE_FACTOR
 from specmon.loadgen.lines import append_line
+from specmon.loadgen.shards import auto_processes
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
+from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.hosts.interpreter import python_module
 from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
 from specmon.model.sweeps.sweepstats import SweepProgress, client_bound
@@ -144,6 +146,9 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
     if slo:
         extra["slo"] = slo
     rates = o.rates if o.rates else (() if o.levels else defaults.rates)
+    processes = o.processes or defaults.processes
+    if processes is None:   # auto, within an open loop's cap (each process needs a slot of it)
+        processes = min(auto_processes(), o.max_concurrency or MAX_PROCESSES) if rates else auto_processes()
     dataset = o.dataset or defaults.dataset
     dataset_path = o.dataset_path if o.dataset is not None else (o.dataset_path or defaults.dataset_path)
     return Workload(
@@ -156,7 +161,7 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
         output_range=defaults.output_range if o.output_range is None else o.output_range,
         output_from_dataset=defaults.output_from_dataset and o.output_len is None,
         seed=defaults.seed if o.seed is None else o.seed,
-        processes=defaults.processes if o.processes is None else o.processes, **extra,
+        processes=processes, **extra,
     )
 
 

@@ -85,7 +85,7 @@ class SweepDefaults:
     output_range: float = 0.0
     seed: int = 0
     output_from_dataset: bool = True       # no output_len written: the dataset's lengths where it has them
-    processes: int = 1                      # load generator processes sending each level together
+    processes: int | None = None            # load generator processes sending each level together; None: auto
 
 
 @dataclass(frozen=True)

@@ -479,7 +479,7 @@ class _Validator:
             input_len=self.integer(table, path, "input_len", defaults.input_len, 1) or defaults.input_len,
             output_len=self.integer(table, path, "output_len", defaults.output_len, 1) or defaults.output_len,
             api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
-            processes=self.integer(table, path, "processes", defaults.processes, 1, MAX_PROCESSES) or 1,
+            processes=self.integer(table, path, "processes", defaults.processes, 1, MAX_PROCESSES),
             **self.dataset(table, path, defaults),
         )
 
