@@ -134,42 +134,44 @@ async def test_an_open_loop_sent_by_three_processes_keeps_its_one_schedule(serve
         assert r.start_s - r.late_ms / 1000 == pytest.approx(schedule[r.index], abs=2e-6)
 
 
-async def test_stopping_a_sharded_sweep_stops_every_process(server: tuple[ServerState, str], tmp_path: Path) -> None:
-    state, url = server
+async def sweeping_in_parts(url: str, tmp_path: Path) -> tuple[asyncio.Task[object], int, list[int]]:
+    """A sharded sweep of one long level, once its requests are finishing: its task, the coordinator's pid and its
+    parts' pids."""
     progressed = asyncio.Event()
 
     def on_update(u: SweepUpdate) -> None:
         if isinstance(u, SweepProgress) and u.requests_done > 0:
             progressed.set()
 
-    task = asyncio.create_task(run_sweep(sweep(url, tmp_path / "r.jsonl", PARTS, levels=(6,), requests=None,
-                                               duration_s=60.0), on_update))
+    task: asyncio.Task[object] = asyncio.create_task(run_sweep(
+        sweep(url, tmp_path / "r.jsonl", PARTS, levels=(6,), requests=None, duration_s=60.0), on_update))
     await asyncio.wait_for(progressed.wait(), 30)
     coordinator = loadgen_coordinator()
     assert coordinator is not None
     parts = parts_of(coordinator)
     assert len(parts) == PARTS
+    return task, coordinator, parts
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+async def test_stopping_a_sharded_sweep_stops_every_process(server: tuple[ServerState, str], tmp_path: Path) -> None:
+    state, url = server
+    task, coordinator, parts = await sweeping_in_parts(url, tmp_path)
     task.cancel()   # what `c` in the TUI and Ctrl-C in `specmon sweep` do
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert [p for p in [coordinator, *parts] if Path(f"/proc/{p}").exists() and
-            Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"] == []
+    assert [p for p in [coordinator, *parts] if alive(p)] == []
 
 
 async def test_a_part_that_dies_ends_the_sweep_naming_it(server: tuple[ServerState, str], tmp_path: Path) -> None:
     state, url = server
-    progressed = asyncio.Event()
-
-    def on_update(u: SweepUpdate) -> None:
-        if isinstance(u, SweepProgress) and u.requests_done > 0:
-            progressed.set()
-
-    task = asyncio.create_task(run_sweep(sweep(url, tmp_path / "r.jsonl", PARTS, levels=(6,), requests=None,
-                                               duration_s=60.0), on_update))
-    await asyncio.wait_for(progressed.wait(), 30)
-    coordinator = loadgen_coordinator()
-    assert coordinator is not None
-    parts = parts_of(coordinator)
+    task, coordinator, parts = await sweeping_in_parts(url, tmp_path)
     victim = sorted(parts)[1]
     os.kill(victim, signal.SIGKILL)
     t = time.monotonic()

@@ -141,7 +141,7 @@ class Level:
 
 class ClosedLoop:
     """C workers, each sending its next request when the last one ends; see the module docstring. A process that
-    sends part k of n of the level runs its share of the workers and sends requests k, k + n, k + 2n, ..."""
+    sends part k of n of the level runs its share of the workers and sends their requests (LevelSetup.indices)."""
 
     def __init__(self, level: Level, client: StreamClient, factory: RequestFactory) -> None:
         self._level, self._client, self._factory = level, client, factory
@@ -202,7 +202,7 @@ class OpenLoop:
                  max_concurrency: int | None) -> None:
         self._level, self._client, self._factory = level, client, factory
         self._times = times
-        self._slots = asyncio.Semaphore(max(1, level.setup.share(max_concurrency))) if max_concurrency else None
+        self._slots = asyncio.Semaphore(level.setup.share(max_concurrency)) if max_concurrency else None
         self._wakeup = Wakeup()   # made before the level's clock starts (a timerfd and its watch)
 
     async def run(self) -> None:

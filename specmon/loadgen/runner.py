@@ -210,9 +210,9 @@ class SweepRunner:
         wait0 = cpu_wait_s()
         if self.part is not None:
             await self._start_together(level)
-        tick = asyncio.get_running_loop().create_task(level.ticker())
-        if self.part is None:
+        else:
             level.start()
+        tick = asyncio.get_running_loop().create_task(level.ticker())
         try:
             await driver.run()
         finally:

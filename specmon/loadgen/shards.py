@@ -69,16 +69,17 @@ class ShardedSweep:
         self._finished = asyncio.get_running_loop().create_future()
         self._procs: list[asyncio.subprocess.Process] = []
 
-    def _phase_list(self) -> list[tuple[bool, int, float | None, int | None]]:
-        """(warm-up, concurrency, rate, requests) of every level the parts run, in order."""
+    def _phase_list(self) -> list[tuple[int, float | None, int | None]]:
+        """(concurrency, rate, requests) of every level the parts run, in order, the warm-up first (the parts send
+        no level message for it: its records go to the file, nothing else)."""
         w = self._w
-        phases: list[tuple[bool, int, float | None, int | None]] = []
+        phases: list[tuple[int, float | None, int | None]] = []
         if w.warmup_requests:
-            phases.append((True, w.warmup_requests, None, w.warmup_requests))
+            phases.append((w.warmup_requests, None, w.warmup_requests))
         if w.open_loop:
-            phases += [(False, w.max_concurrency or 0, rate, w.arrivals_for(rate)) for rate in w.rates]
+            phases += [(w.max_concurrency or 0, rate, w.arrivals_for(rate)) for rate in w.rates]
         else:
-            phases += [(False, c, None, w.requests_for(c)) for c in w.levels]
+            phases += [(c, None, w.requests_for(c)) for c in w.levels]
         return phases
 
     async def run(self) -> None:
@@ -106,7 +107,7 @@ class ShardedSweep:
                 proc.stdin.close()   # end of stdin: the part stops its sweep and exits
         waits = [asyncio.ensure_future(proc.wait()) for proc in self._procs]
         if waits:
-            _, late = await asyncio.wait(waits, timeout=EXIT_GRACE_S)
+            await asyncio.wait(waits, timeout=EXIT_GRACE_S)
             for proc in self._procs:
                 if proc.returncode is None:
                     with contextlib.suppress(ProcessLookupError):
@@ -171,7 +172,7 @@ class ShardedSweep:
             return
         self._ready.clear()
         self._phase = phase
-        warmup, c, rate, count = self._phases[phase - 1]
+        c, rate, _ = self._phases[phase - 1]
         self._acc = LevelAccumulator(c, rate=rate, slo=self._w.slo)
         self._levels.clear()
         self._progress.clear()
@@ -196,7 +197,7 @@ class ShardedSweep:
         self._records.flush()
         parts = [SweepProgress.from_dict(p) for p in self._progress.values()]
         first = parts[0]
-        warmup, _, _, count = self._phases[self._phase - 1]
+        _, _, count = self._phases[self._phase - 1]
         fractions = [p.cpu_fraction for p in parts if p.cpu_fraction is not None]
         lags = [p.loop_lag_ms for p in parts if p.loop_lag_ms is not None]
         merged = SweepProgress(
@@ -213,11 +214,10 @@ class ShardedSweep:
 
     def _level_done(self) -> None:
         self._records.flush()
-        warmup, c, rate, _ = self._phases[self._phase - 1]
+        c, rate, _ = self._phases[self._phase - 1]
         acc, levels = self._acc, list(self._levels.values())
         self._levels.clear()
-        if warmup or acc is None:
-            return
+        assert acc is not None   # made when the level started
         clients = [lv["client"] for lv in levels]
 
         def worst(key: str) -> Any:

@@ -413,9 +413,8 @@ def level_warnings(level: LevelResult) -> list[str]:
     """What a user must know about a finished level before trusting it."""
     out = []
     c = level_name(level)
-    n = level.client.processes
     more_processes = (f"; more load generator processes spread that work (--processes, [sweep] processes; this "
-                      f"level had {n})")
+                      f"level had {level.client.processes})")
     if level.usage_missing:
         out.append(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
