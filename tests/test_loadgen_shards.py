@@ -112,10 +112,11 @@ async def test_a_sweep_sent_by_three_processes_is_the_same_sweep(server: tuple[S
     for c in (1, 4, 7):
         level = [r for r in recs if r.concurrency == c and not r.warmup]
         assert sorted(r.index for r in level) == list(range(14)), c   # every request once, none twice
-        # A level labelled C had C requests in flight, no more, although three processes sent it.
+        # A level labelled C had C requests in flight, no more, although three processes sent it: counted from the
+        # records' times, which holds only if all three count from the one instant they started the level (no part
+        # sends before it). How soon after it the first send goes depends on the box (0.4 s with two suites at once).
         assert most_in_flight(level) == c, c
-        # One clock: every record's times count from the one instant all three processes started the level.
-        assert min(r.start_s for r in level) >= 0 and min(r.start_s for r in level) < 0.05
+        assert min(r.start_s for r in level) >= 0
 
 
 async def test_an_open_loop_sent_by_three_processes_keeps_its_one_schedule(server: tuple[ServerState, str],
