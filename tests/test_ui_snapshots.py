@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Input
 from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_overlay_app
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
@@ -20,6 +21,10 @@ pytestmark = pytest.mark.slow
 
 
 async def _settle(pilot: Pilot) -> None:
+    # A focused input's cursor blinks every 0.5 s: on a busy box (two suites at once) the overlay's snapshot was once
+    # taken with it off. Held on, as it is in the first half second a user sees.
+    for field in pilot.app.screen.query(Input):
+        field.cursor_blink = False
     # Twice: a flush can ask for a relayout whose repaint lands a pause later (a busy CI box once caught the
     # experiment view between the two).
     for _ in range(2):
