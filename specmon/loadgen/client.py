@@ -13,7 +13,8 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
   10 MB read buffer; SSE events are split on bytes.
 - Each chunk's time is when its bytes came in: aiohttp's protocol stamps every socket read before the HTTP parser
   runs (_StampingProtocol) with the first time the generator's own look at its sockets found those bytes
-  (ArrivalWatch), and each SSE event takes the stamp of the read holding its last byte.
+  (ArrivalWatch; a read holding bytes that came in at different times is cut where they did), and each SSE event
+  takes the stamp of the read piece holding its last byte.
 - Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
   the final usage chunk, errors) are parsed as JSON.
 - Every request ends by its own deadlines whatever the server sends: a watchdog timer (one per request, re-armed
@@ -24,6 +25,7 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
 
 from __future__ import annotations
 
+import array
 import asyncio
 import contextlib
 import functools
@@ -33,7 +35,9 @@ import select
 import socket
 import struct
 import sys
+import termios
 from collections import deque
+from fcntl import ioctl
 from time import perf_counter_ns, time_ns
 from typing import Any
 
@@ -357,6 +361,10 @@ class ArrivalWatch:
     so a chunk's stamp is at most LOOK_NS (or one step of the client's code) after its bytes came in, however long
     the burst takes to handle. The edge-triggered epoll reports a socket only while it has unread bytes.
 
+    Each sighting also notes how many bytes the socket then held unread (FIONREAD, ~0.3 us). A client behind its
+    sockets reads two chunks in one go when the second came before the loop read the first; the read is then cut
+    where the sightings say (`arrived`), so each chunk keeps the time its own bytes came in.
+
     A look that comes more than PEEK_AFTER_NS after the one before (a long step of the client's code, or the OS
     running something else on its CPU) takes the kernel's own receive time instead: each socket has SO_TIMESTAMPNS
     on, and a peek (recvmsg with MSG_PEEK: the bytes stay for the loop to read) at the sockets that look found
@@ -367,16 +375,19 @@ class ArrivalWatch:
     when read.
     """
 
-    __slots__ = ("_epoll", "_seen", "_owners", "_peekers", "_looked_ns", "_maxevents", "_peek_into", "largest")
+    __slots__ = ("_epoll", "_seen", "_owners", "_peekers", "_looked_ns", "_maxevents", "_peek_into", "_unread",
+                 "largest")
 
     def __init__(self) -> None:
         self._epoll = select.epoll() if hasattr(select, "epoll") else None
-        self._seen: dict[int, int] = {}        # fd -> when a look last found new bytes on it (ns)
+        self._seen: dict[int, list[tuple[int, int]]] = {}   # fd -> since its last read, when looks found new bytes
+                                                            # on it (ns) and how many it then held unread
         self._owners: dict[int, object] = {}   # fd -> the protocol that registered it (fds are reused)
         self._peekers: dict[int, socket.socket] = {}   # fd -> a socket object on it (not owning it) for peeks
         self._looked_ns = 0
         self._maxevents = 1024
         self._peek_into = [memoryview(bytearray(PEEK_BYTES))]
+        self._unread = array.array("i", [0])   # FIONREAD's answer
         self.largest = 0
 
     def watch(self, fd: int, owner: object) -> None:
@@ -428,15 +439,23 @@ class ArrivalWatch:
             self.largest = len(ready) + reading
         if not ready:
             return
-        seen = self._seen
-        if now - since < PEEK_AFTER_NS:
-            for fd, _ in ready:
-                seen[fd] = now
-        else:
-            offset = time_ns() - perf_counter_ns()   # the kernel stamps in CLOCK_REALTIME, this process in MONOTONIC
-            for fd, _ in ready:
+        seen, unread = self._seen, self._unread
+        offset = 0 if now - since < PEEK_AFTER_NS else time_ns() - perf_counter_ns()   # kernel stamps: CLOCK_REALTIME
+        for fd, _ in ready:
+            try:
+                ioctl(fd, FIONREAD, unread, True)
+            except OSError:   # closed under us: its owner says goodbye next
+                continue
+            t = now
+            if offset:
                 t = self._kernel_time(fd) - offset
-                seen[fd] = t if since <= t <= now else now
+                if not since <= t <= now:
+                    t = now
+            got = seen.get(fd)
+            if got is None:
+                seen[fd] = [(t, unread[0])]
+            else:
+                got.append((t, unread[0]))
 
     def _kernel_time(self, fd: int) -> int:
         """When the socket's last unread bytes came in (CLOCK_REALTIME ns), 0 when the kernel does not say."""
@@ -453,15 +472,33 @@ class ArrivalWatch:
                 return int(sec * 1_000_000_000 + nsec)
         return 0
 
-    def arrived(self, fd: int, now: int) -> int:
-        """When the bytes a read of fd just took came in: the last look that found them, else now (they came in
-        since the last look). Call look(now) first."""
-        return self._seen.pop(fd, now)
+    def arrived(self, fd: int, length: int, now: int) -> list[tuple[int, int]]:
+        """When the `length` bytes a read of fd just took came in, as pieces (ns, end offset in the read), in order:
+        bytes a look found unread came in by that look; bytes no look found, since the last one (now). Sightings
+        that reach past this read are kept for the next."""
+        sightings = self._seen.pop(fd, None)
+        if not sightings:
+            return [(now, length)]
+        pieces: list[tuple[int, int]] = []
+        end = 0
+        for i, (t, unread) in enumerate(sightings):
+            if unread >= length:
+                rest = [(t2, u - length) for t2, u in sightings[i:] if u > length]
+                if rest:
+                    self._seen[fd] = rest
+                pieces.append((t, length))
+                return pieces
+            if unread > end:
+                pieces.append((t, unread))
+                end = unread
+        pieces.append((now, length))
+        return pieces
 
 
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux's value; Python does not name it
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 _TIMESPEC = struct.Struct("@ll")
+FIONREAD = getattr(termios, "FIONREAD", 0x541B)
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _EDGE_IN = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLET", 0)
 WATCH = ArrivalWatch()
@@ -471,10 +508,10 @@ class _StampingProtocol(ResponseHandler):
     """aiohttp's connection protocol, noting when each socket read's bytes came in, before the HTTP parser runs.
 
     A burst of C streams' chunks arriving together is handed to the streams' code one coroutine after another; a
-    time taken there would be late by the handling of every stream ahead in the burst. Here each read is stamped,
-    before the HTTP parser runs, with when its bytes came in (ArrivalWatch): `arrivals` holds (ns, payload, payload
-    bytes after this read), consumed by the reading stream (_arrival), a bounded few per connection when nobody
-    reads them.
+    time taken there would be late by the handling of every stream ahead in the burst. Here each read (or each
+    piece of it that came in at its own time) is stamped, before the HTTP parser runs, with when its bytes came in
+    (ArrivalWatch): `arrivals` holds (ns, payload, payload bytes after this piece), consumed by the reading stream
+    (_arrival), a bounded few per connection when nobody reads them.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -494,10 +531,26 @@ class _StampingProtocol(ResponseHandler):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not data:
+            # Not a socket read: aiohttp (3.14) calls data_received(b"") to resume its parser each time a stream
+            # takes data from its buffer. Stamping it would take the arrival time a look noted for bytes still in
+            # the socket, and their real read would then be stamped when read: late by the client's backlog.
+            super().data_received(data)
+            return
         now = perf_counter_ns()
-        WATCH.look(now, 1)
-        t = WATCH.arrived(self._fd, now)
-        super().data_received(data)
+        pieces = WATCH.arrived(self._fd, len(data), now)
+        WATCH.look(now, 1)   # after: what it finds on this socket came in after this read, and counts for the next
+        if len(pieces) == 1:
+            super().data_received(data)
+            self._stamp(pieces[0][0])
+            return
+        start = 0   # a read holding bytes that came in at different times: parsed piece by piece, each stamped
+        for t, end in pieces:
+            super().data_received(data[start:end])
+            self._stamp(t)
+            start = end
+
+    def _stamp(self, t: int) -> None:
         payload = self._payload
         if payload is not None:
             self.arrivals.append((t, payload, payload.total_bytes))
