@@ -7,6 +7,7 @@ every POST gets the behaviour named by `mode`:
 - `bad_chunk_size`: one valid SSE text chunk, then the chunk-size line `ZZZZ`, then silence (connection held open).
 - `endless_chunks`: text chunks every 20 ms, forever.
 - `usage`: a normal short stream whose final usage chunk carries the JSON text given as `usage` (e.g. `10**400`).
+- `silent`: reads the request and never answers (not even a status line), connection held open.
 - `endless_line`: one SSE event that never ends (`data: {"x` and then 64 KiB of `x` after 64 KiB, forever).
 
 `get` names what GETs do instead of answering /v1/models normally (other paths get 404):
@@ -79,6 +80,8 @@ class HostileServer:
                     await self._answer_get(head.split(b" ")[1].decode(), writer)
                     continue
                 self.requests += 1
+                if self.mode == "silent":
+                    await asyncio.sleep(3600)
                 writer.write(HEAD)
                 await getattr(self, "_" + self.mode)(writer)
                 writer.write(b"0\r\n\r\n")

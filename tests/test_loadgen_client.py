@@ -204,6 +204,17 @@ def test_invalid_chunk_size_ends_as_a_timeout_instead_of_hanging(loop: str) -> N
 
 @pytest.mark.slow
 @pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
+def test_a_server_that_never_answers_ends_as_a_timeout(loop: str) -> None:
+    """A server that takes the request and sends nothing, not even a status line. aiohttp's own read timeout is off
+    (it re-armed a timer on every socket read); the request's silence timeout ends it."""
+    s = _run(loop, _send_hostile("silent", timeout_s=1.0))
+    assert s.error == "timeout" and s.detail == "no data from the server for 1 s", (s.error, s.detail)
+    assert s.status is None and not s.times
+    assert (s.end_ns - s.start_ns) / 1e9 < 30   # guard: the 60 s hang guard in _send_hostile never came into it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_endless_small_chunks_end_at_the_request_deadline(loop: str) -> None:
     """A stream that never goes silent never trips the silence timeout; the end-to-end deadline ends it."""
     s = _run(loop, _send_hostile("endless_chunks", timeout_s=30.0, deadline_s=1.5))
