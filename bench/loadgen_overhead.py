@@ -15,7 +15,8 @@ were against its schedule. Cases:
   (d) stamps in bursts: tests/burst_server.py writes every stream's next chunk in one burst every 20 ms, in a new
       random order each time, and keeps each write's time; C=256. Printed: how far each measured gap is from the
       true one (p50/p99), with chunk times stamped on arrival (specmon) and, for comparison, stamped when each
-      stream's code saw its chunk (the generator before arrival stamps). Target: within 0.5 ms.
+      stream's code saw its chunk (the generator before arrival stamps). Target: within 0.5 ms. Also C=1024 stamped
+      on arrival, where one process's handling of a burst can outlast the 20 ms (chunks then wait in the sockets).
   (e) open loop: Poisson arrivals at 1000 req/s, 16 tokens each 10 ms apart, three runs: the achieved rate and the
       send lateness p50/p99. Target: achieved within 2 % of 1000, lateness p99 <= 1 ms. `--open-rates 1000,1500,2000`
       runs each rate three times (the highest rate a host holds to that standard); `--only-open` runs only this case.
@@ -346,17 +347,17 @@ def main() -> None:
                 figures[f"server_late_p99_{c}"] = late99 if late99 is not None else float("nan")
         finally:
             server.stop()
-        for stamp in ("arrival", "read"):
+        for stamp, c in (("arrival", 256), ("read", 256), ("arrival", 1024)):
             server = Server(0.020, server_cpus[:1], BURST_SERVER)
             try:
-                r = measure(f"specmon-burst-{stamp}", server.url, 256, 256, 50)
+                r = measure(f"specmon-burst-{stamp}", server.url, c, c, 50)
             finally:
                 server.stop()
-            print(row("burst 20ms", f"at {stamp}", 256, r) + f"  |gap error| p50/p99 {r['err_p50_ms']:.3f}/"
+            print(row("burst 20ms", f"at {stamp}", c, r) + f"  |gap error| p50/p99 {r['err_p50_ms']:.3f}/"
                   f"{r['err_p99_ms']:.3f} ms over {r['gaps']} gaps, true ITL p99 {r['true_itl_p99_ms']:.2f}, server late p99 "
                   f"{r['server_late_p99_ms']:.2f} ms, handling p99 {r['handling_ms_p99']} ms, burst max {r['burst_max']}",
                   flush=True)
-            figures[f"burst_err_p99_{stamp}"] = r["err_p99_ms"]
+            figures[f"burst_err_p99_{stamp}_{c}"] = r["err_p99_ms"]
     server = Server(0.010, server_cpus)
     opens: list[tuple[float, Figures, float]] = []
     try:
@@ -380,8 +381,10 @@ def main() -> None:
     print(f"    server's own lateness p99 at C=16/256/1024: {late} ms (a late server is in these ratios, not the client)")
     print(f"  back to back C=1024  {figures['b2b_us_1024']:.1f} us/chunk   (target <= 10)")
     print(f"  paced C=256          {figures['paced_us_256']:.1f} us/chunk   (target <= 40)")
-    print(f"  burst C=256 |gap error| p99: {figures['burst_err_p99_arrival']:.3f} ms stamped on arrival, "
-          f"{figures['burst_err_p99_read']:.3f} ms stamped when read   (target <= 0.5)")
+    print(f"  burst C=256 |gap error| p99: {figures['burst_err_p99_arrival_256']:.3f} ms stamped on arrival, "
+          f"{figures['burst_err_p99_read_256']:.3f} ms stamped when read   (target <= 0.5)")
+    print(f"  burst C=1024 |gap error| p99: {figures['burst_err_p99_arrival_1024']:.3f} ms (a burst of 1024 chunks can "
+          "take the client longer than the 20 ms between bursts: chunks wait in the sockets)")
 
 
 if __name__ == "__main__":
