@@ -1,10 +1,11 @@
 """A sweep sent by several generator processes (`--processes N`), each on its own event loop and CPU.
 
-One Python process reads, stamps and parses every chunk of every stream on one core: at 25-50 us a chunk, C=1024
-streams of 20 ms tokens (51k chunks/s) need more than a core, and a process behind its sockets reads several
-chunks as one, which no stamp can undo (measured on the H200 host: ITL p99 6x the true one at C=1024). So the
-sweep is split over N processes ("parts"), and this coordinator, the generator process the parent started, runs
-them and speaks for them: the parent sees one generator, one records file and one result per level.
+One Python process reads, stamps and parses every chunk of every stream and sends every request on one core: at
+25-50 us a chunk and 0.3-1 ms a request, C=1024 streams of 20 ms tokens (51k chunks/s) take most of a core, and an
+open loop of 1,000 req/s more than one core of the H200 host (its sends then fall behind the schedule; chunk times
+stay right, as ArrivalWatch cuts a read where its bytes came in). So the sweep is split over N processes ("parts"),
+and this coordinator, the generator process the parent started, runs them and speaks for them: the parent sees one
+generator, one records file and one result per level.
 
 - Part k of N (`python -m specmon.loadgen --part k/N`, the same spec line) runs its share of a closed-loop level's
   C workers and sends their requests (request i is worker i mod C's), or sends arrivals k, k+N, k+2N, ... of an
