@@ -270,9 +270,11 @@ async def test_records_on_a_full_disk_stop_with_a_warning_and_the_sweep_goes_on(
     result = await run_sweep(sweep, lambda u: notices.append(u.message) if isinstance(u, SweepNotice) else None)
     assert [lv.requests_ok for lv in result.levels] == [4, 4]
     assert [lv.concurrency for lv in read_results(tmp_path / "r.jsonl").levels] == [1, 2]
-    # The records warning comes once, and nothing else but (on a busy box, where chunks wait for the generator after
-    # arriving, measured since their stamps are the true arrival) a level's SKEW caution.
-    assert [n for n in notices if "may carry that skew" not in n] == [
+    # The records warning comes once, and nothing else but what a busy box adds about the generator itself: a
+    # level's SKEW caution (chunks waited for it after arriving) or its BOUND warning (two suites at once on this
+    # box: "loop lag p99 11.479 ms, ... 0.02 s waiting for a CPU: the machine is busy").
+    about_the_box = ("may carry that skew", "the load generator was the bottleneck")
+    assert [n for n in notices if not any(text in n for text in about_the_box)] == [
         "/dev/full: per-request records stopped (No space left on device); level results are still written"]
 
 
