@@ -130,6 +130,26 @@ async def test_ready_and_failed_transitions_ring_and_toast(tmp_path: Path) -> No
         assert len(rang) == 2
 
 
+async def test_notices_show_brackets_as_written_and_a_server_error_cannot_crash_the_app(tmp_path: Path) -> None:
+    """Notices carry server error bodies and config names: Textual read them as markup, so `[sweep] processes` lost
+    its `[sweep]` and a `[/INST]` in a server's error (a chat template echoed back) raised MarkupError and ended the
+    app. They are plain text; so is the sweep pane's verdict line."""
+    from specmon.ui.messages import EngineNotice
+    from specmon.ui.sweep import SweepPane
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 40), notifications=True) as pilot:
+        app.post_message(EngineNotice("demo-baseline: HTTP 500: bad [/INST]", severity="warning"))
+        app.post_message(EngineNotice("C=1: add ([sweep] processes)", severity="warning"))
+        await pilot.press("g")   # goodput, which these sweeps lack: the pane says where to ask for it
+        text = await _settled(app, pilot)
+        assert "demo-baseline: HTTP 500: bad [/INST]" in text   # a toast, one line
+        assert "C=1: add ([sweep] processes)" in text
+        assert app.query_one(SweepPane).verdict == "no goodput in these sweeps: sweep with --slo (or [sweep] slo)"
+        assert "sweep with --slo (or [sweep] slo)" in text
+        assert app.is_running
+
+
 async def test_command_palette_selects_a_profile_and_switches_theme(tmp_path: Path) -> None:
     app = fed_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:

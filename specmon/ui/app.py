@@ -362,6 +362,12 @@ class SpecmonApp(App[int]):
     def _experiment_steps_changed(self, message: messages.ExperimentStepsChanged) -> None:
         self.set_experiment_steps(message.steps)
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """A toast of plain text: what specmon says carries server error bodies, paths and `[sweep]` names, which
+        Textual would read as markup (a `[/INST]` in a server's error crashed the app; `[sweep]` vanished)."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
+
     @on(messages.EngineNotice)
     def _engine_notice(self, message: messages.EngineNotice) -> None:
         if message.bell:

@@ -11,6 +11,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
@@ -198,7 +199,7 @@ class SweepPane(Vertical):
             plt.text("no sweep yet", 0.5, 0.5, alignment="center", background=self._canvas(),
                      color=Color.parse(self.app.theme_variables.get("foreground", "white")).rgb)
         panel = self.query_one("#sweep-verdict", Static)
-        panel.update(verdict)
+        panel.update(Content(verdict))   # plain text: it names `[sweep]` keys
         panel.display = bool(verdict)
         chart.refresh()
 
