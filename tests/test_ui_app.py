@@ -150,6 +150,30 @@ async def test_notices_show_brackets_as_written_and_a_server_error_cannot_crash_
         assert app.is_running
 
 
+async def test_typed_brackets_in_the_log_filter_and_the_sweep_form_are_shown_not_read_as_markup(
+        tmp_path: Path) -> None:
+    """A filter regex such as `[/x]` went into the log pane's title as markup and ended the app (MarkupError); a
+    sweep form's error echoing `levels: '[/x]'` did the same. Both are shown as typed."""
+    from dataclasses import replace
+
+    from textual.widgets import Input
+
+    from specmon.ui.forms import SweepFormScreen
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await pilot.press("/", *"[/x]", "enter")
+        text = await _settled(app, pilot)
+        assert "filter '[/x]'" in text and app.is_running
+        form = SweepFormScreen(["demo-baseline"], ["demo-baseline"], replace(app.config.sweep, dataset="random"))
+        await app.push_screen(form)
+        await pilot.pause()
+        form.query_one("#levels", Input).value = "[/x]"
+        await pilot.click("#start")
+        text = await _settled(app, pilot)
+        assert "levels: '[/x]' is not a positive whole number" in text and app.is_running
+
+
 async def test_command_palette_selects_a_profile_and_switches_theme(tmp_path: Path) -> None:
     app = fed_app(tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:

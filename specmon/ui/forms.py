@@ -20,6 +20,11 @@ from specmon.model.config import ExperimentSpec, SweepDefaults, one_wave_problem
 from specmon.ui import format as fmt
 
 
+def error_text(message: str) -> Content:
+    """A form's error line in the theme's error colour; the message is plain text (it echoes what was typed)."""
+    return Content.from_markup("[$error]$message[/]", message=message)
+
+
 class ConfirmScreen(ModalScreen[bool]):
     """Ask a yes/no question; y / enter confirm, n / esc cancel."""
 
@@ -161,7 +166,7 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
         try:
             request = self._request()
         except ValueError as exc:
-            self.query_one("#form-error", Static).update(f"[$error]{exc}[/]")
+            self.query_one("#form-error", Static).update(error_text(str(exc)))
             return
         self.dismiss(request)
 
@@ -190,7 +195,7 @@ class OverlayScreen(ModalScreen["Path | None"]):
             yield Static("", id="form-error")
 
     def _error(self, message: str) -> None:
-        self.query_one("#form-error", Static).update(Content.from_markup("[$error]$message[/]", message=message))
+        self.query_one("#form-error", Static).update(error_text(message))
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()

@@ -146,7 +146,7 @@ class SweepPane(Vertical):
             return
         self._drawn = key
         self.set_class(bool(series), "-charted")
-        self.border_title = f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file"
+        self.border_title = Content(f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file")
         self.border_subtitle = ""
         if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
             x_name = "request rate" if is_rate_series(series.values()) else "concurrency"
