@@ -12,7 +12,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.content import Content
+from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Input, RichLog
 
@@ -62,7 +62,7 @@ class LogPane(Vertical):
         parts = [f"Log {self.run_label}".strip(), "follow" if self.follow else "paused"]
         if self.pattern:
             parts.append(f"filter {self.pattern!r}")
-        self.border_title = Content(" · ".join(parts))   # plain text: the filter is what was typed
+        self.border_title = escape(" · ".join(parts))   # the filter is what was typed: never read as markup
 
     def on_resize(self) -> None:
         short = self.content_size.width < SHORT_TIMES_BELOW

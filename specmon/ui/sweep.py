@@ -12,6 +12,7 @@ from textual.app import ComposeResult
 from textual.color import Color
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.markup import escape
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
@@ -146,7 +147,8 @@ class SweepPane(Vertical):
             return
         self._drawn = key
         self.set_class(bool(series), "-charted")
-        self.border_title = Content(f"Sweep · {status}" if status else "Sweep · s starts a sweep, o overlays a result file")
+        # the status names result files: escaped, never read as markup
+        self.border_title = f"Sweep · {escape(status)}" if status else "Sweep · s starts a sweep, o overlays a result file"
         self.border_subtitle = ""
         if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
             x_name = "request rate" if is_rate_series(series.values()) else "concurrency"
