@@ -441,14 +441,15 @@ class ArrivalWatch:
         if not ready:
             return
         seen, unread = self._seen, self._unread
-        offset = 0 if now - since < PEEK_AFTER_NS else time_ns() - perf_counter_ns()   # kernel stamps: CLOCK_REALTIME
+        peek = now - since >= PEEK_AFTER_NS
+        offset = time_ns() - perf_counter_ns() if peek else 0   # the kernel stamps in CLOCK_REALTIME
         for fd, _ in ready:
             try:
                 ioctl(fd, FIONREAD, unread, True)
             except OSError:   # closed under us: its owner says goodbye next
                 continue
             t = now
-            if offset:
+            if peek:
                 t = self._kernel_time(fd) - offset
                 if not since <= t <= now:
                     t = now

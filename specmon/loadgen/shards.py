@@ -241,8 +241,8 @@ class ShardedSweep:
 
 def auto_processes() -> int:
     """How many generator processes a sweep gets when nobody says: one per AUTO_CPUS CPUs specmon may use, 1 to
-    AUTO_MOST (1 on a 2-core box, 4 on the 16-CPU H200 host, where one process at C=256 of 20 ms tokens made ITL p99
-    1.5-1.9x the true one and four made it 0.99x). A shared jump box keeps three quarters of its CPUs."""
+    AUTO_MOST (1 on a 2-core box, 4 on the 16-CPU H200 host, where one process holds an open loop of under 500 req/s
+    and four hold 1,000). A shared jump box keeps three quarters of its CPUs."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:   # not Linux
