@@ -83,6 +83,14 @@ def marked_pids(run_id: str) -> list[int]:
     return found
 
 
+def cmdline(pid: int) -> bytes:
+    """A process's command line (NUL-separated), or b"" once it has gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
 def tail_pids(log: Path) -> list[int]:
     """Live `tail` processes following `log` (one per follower)."""
     found = []

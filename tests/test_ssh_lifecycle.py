@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import marked_pids, port_listening, stop_everything
+from lifecycle_support import cmdline, marked_pids, port_listening, stop_everything
 from sshd_support import Relay, Sshd
 from test_lifecycle import Recorder
 
@@ -157,7 +157,7 @@ async def test_profile_env_reaches_the_remote_server_intact(sshd: Sshd, remote, 
     view = await manager.launch("sim")
     await rec.until(lambda v: v.state == "ready", timeout=60)
     sim_pids = [p for p in marked_pids(view.run_id)
-                if b"specmon.sim" in Path(f"/proc/{p}/cmdline").read_bytes()]
+                if b"specmon.sim" in cmdline(p)]
     assert sim_pids, "the sim process was not found by its marker"
     environ = dict(item.split(b"=", 1) for item in Path(f"/proc/{sim_pids[0]}/environ").read_bytes().split(b"\0")
                    if b"=" in item)
@@ -205,7 +205,9 @@ async def test_a_dropped_link_mid_load_costs_nothing(sshd: Sshd, remote, free_po
         while len(reader.text) < 100 and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         assert len(reader.text) >= 100, f"only {len(reader.text)} log lines arrived"
-        sim_pid = marked_pids(view.run_id)[0]   # the shell printing the numbered lines, then (exec) the sim
+        # The shell printing the numbered lines, then (exec) the sim: found by its script, not by the lowest pid
+        # (its `sleep` children are marked too, and take a lower pid once the pid counter wraps).
+        sim_pid, = [p for p in marked_pids(view.run_id) if b"specmon-seq" in cmdline(p)]
         t0 = time.time()
         relay.reset() if how == "reset" else relay.blackhole()
         at_down, down = await rec.until(lambda v: v.link is not None and not v.link.up, timeout=30)
@@ -228,6 +230,7 @@ async def test_a_dropped_link_mid_load_costs_nothing(sshd: Sshd, remote, free_po
         assert not any(_bad(v) for v in seen), "the link outage turned into a verdict"
         assert any(line.kind == "note" and "lost" in line.text for line in reader.lines)
         assert _alive(view.pid) and sim_pid in marked_pids(view.run_id), "the server stopped"
+        assert b"specmon.sim" in cmdline(sim_pid), "the shell did not become the sim"
         report = await manager.stop(view.run_id)      # and the link that came back can stop it
         assert report.stopped and marked_pids(view.run_id) == []
     finally:
