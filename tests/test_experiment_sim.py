@@ -7,6 +7,7 @@ what the sim's model implies (crossover, acceptance) is read from their own comm
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -23,8 +24,11 @@ from typing import Any
 import pytest
 from ports import free_port
 
-from specmon.model.config import Profile, builtin_config
+from specmon.model.config import Profile, builtin_config, load_config
+from specmon.model.server.acceptance import LevelAcceptance
 from specmon.model.sweeps.results import parse_results, read_results
+from specmon.orchestration.experiment import LevelCollector, run_experiment
+from specmon.orchestration.runs import RunManager
 from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
 
@@ -366,6 +370,49 @@ def test_a_server_lost_mid_sweep_is_relaunched_and_no_counted_level_is_measured_
                for lv in read_results(directory / f["path"]).levels
                if lv.requests_ok > 0 and (f["path"], lv.concurrency) not in discarded]
     assert len(counted) == len(set(counted)), counted   # the relaunch ran only what was not measured yet
+    assert all(port_is_free(p) for p in ports.values())
+
+
+async def test_a_server_lost_in_the_last_level_of_a_pass_counts_as_an_attempt(
+        tmp_path: Path, free_port_factory: Callable[[], int], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass's last level is the one the server dies in, and the sweep ends before that level is judged (here the
+    server-side collection for the level is held back 2 s, as a busy box did): the verdict must still count. It was
+    dropped, so every relaunch looked like a fresh start and the server was relaunched without end (seen on a busy box
+    in the test above: its death fell on C=8, the last level, and a third attempt ran with retries = 1)."""
+    demo = builtin_config().experiment("demo")
+    base, eagle = demo.profiles
+    ports = {base: free_port_factory(), eagle: free_port_factory()}
+    profiles = builtin_config().profiles
+    # One level, 3 s long, and the EAGLE-3 server exits 1 s after it is ready: it dies in the pass's only (last) level.
+    text = toml_profile(profiles[base], ports[base]) + toml_profile(profiles[eagle], ports[eagle],
+                                                                    ("--exit-zero-after", "1"))
+    text += "[sweep]\nwarmup_requests = 0\noutput_len = 64\n"
+    text += demo_experiment((2,), repeats=1, duration_s=3.0, on_failure="retry", retries=1).replace(
+        f'profiles = {json.dumps([base, eagle])}', f'profiles = {json.dumps([eagle, base])}')
+    (tmp_path / "profiles.toml").write_text(text)
+    config = load_config(tmp_path / "profiles.toml")
+    judge_level = LevelCollector.end
+
+    async def slow_judge(self: LevelCollector, client_tokens_per_chunk: float | None) -> LevelAcceptance:
+        await asyncio.sleep(2.0)
+        return await judge_level(self, client_tokens_per_chunk)
+
+    monkeypatch.setattr(LevelCollector, "end", slow_judge)
+    manager = RunManager(config)
+    try:
+        state = await asyncio.wait_for(run_experiment(manager, config, "demo", results_dir=tmp_path / "results"),
+                                       timeout=240)
+    finally:
+        for view in manager.runs():
+            if view.state not in ("stopped", "exited", "failed"):
+                await manager.stop(view.run_id)
+    steps = [(s.profile, s.step, s.detail) for s in state.steps]
+    assert [d for p, s, d in steps if (p, s) == (eagle, "launch")] == ["attempt 1", "attempt 2"], steps
+    lost = [d for p, s, d in steps if (p, s) == (eagle, "failed")]
+    assert len(lost) == 2 and all(d.startswith("server lost mid-sweep: C=2:") for d in lost), steps
+    assert (eagle, "swept") not in {(p, s) for p, s, _ in steps}, "a pass whose server died was reported as swept"
+    assert state.profile(eagle).status == "failed" and state.profile(eagle).attempts == 2
+    assert state.profile(base).status == "done"
     assert all(port_is_free(p) for p in ports.values())
 
 

@@ -148,8 +148,12 @@ def _q(xs: list[float], p: float) -> float:
 
 # Issue 22's target: with per-pass stamps the stamp error p99 at C=256 was 1.7-3.4 ms on undisturbed runs. With looks
 # at the sockets at every step and, after a gap, the kernel's receive time, bench/loadgen_overhead.py measures 0.08-0.13
-# ms (this box and the H200 host), and this test passed (it was marked xfail, non-strict, until then) in every
-# undisturbed run of stop 30; a disturbed box still skips it with its figures.
+# ms (this box and the H200 host). A busy box does not excuse a miss: the truth is a window around each send, which a
+# preempted server only widens, and stamps taken from the kernel hold while the generator waits for a CPU. Measured
+# with two whole suites running beside it on 2 cores (18 attempts, every one 'disturbed' by the old rule: generator
+# waiting 7-28 % of the level, server bursts up to 18 ms late): 17 held (p99 0.08-0.16 ms), one missed (1.29 ms). So
+# every attempt is judged; a miss retries only on a disturbed box, and all attempts missing fails the test. Until
+# then this test skipped every disturbed attempt, so on CI's busy box it never judged anything.
 @pytest.mark.timeout(240)
 async def test_chunk_times_are_arrival_times_in_bursts_of_256(free_port: int, tmp_path: Path) -> None:
     """Chunks stamped on arrival: a server writes every stream's next chunk in one burst every 20 ms, in a new random
@@ -184,11 +188,10 @@ async def test_chunk_times_are_arrival_times_in_bursts_of_256(free_port: int, tm
                        f"server late p99 {schedule['late_ms_p99']:.2f} ms, generator waited {lv.client.cpu_wait_s} s "
                        f"of {lv.duration_s:.1f}")
             tried.append(figures)
-            if disturbed(lv, schedule["late_ms_p99"] + FIRST_PACE_MS, FIRST_PACE_MS):
-                continue
-            assert _q(errors, 99) <= STAMP_TOLERANCE_MS, figures
-            assert abs(_q(measured, 99) - _q(true, 99)) <= STAMP_TOLERANCE_MS, figures
-            return
+            if _q(errors, 99) <= STAMP_TOLERANCE_MS and abs(_q(measured, 99) - _q(true, 99)) <= STAMP_TOLERANCE_MS:
+                return
+            # A miss on a box that starved the generator or the server gets another attempt; on a quiet box it fails.
+            assert disturbed(lv, schedule["late_ms_p99"] + FIRST_PACE_MS, FIRST_PACE_MS), figures
     finally:
         os.sched_setaffinity(0, CPUS)
-    pytest.skip(f"machine overloaded in all {ATTEMPTS} attempts: " + " | ".join(tried))
+    pytest.fail(f"stamps off by more than {STAMP_TOLERANCE_MS} ms in all {ATTEMPTS} attempts: " + " | ".join(tried))

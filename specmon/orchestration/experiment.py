@@ -404,6 +404,8 @@ class ExperimentRunner:
             events.put_nowait(None)
             await asyncio.gather(consumer, return_exceptions=True)
             await collector.close()
+        # The sweep can end before its last level is judged (the consumer still asking /health): that verdict counts.
+        consumer.result()
         self._step(name, "swept", f"pass {pass_no}/{self.spec.repeats}", time.monotonic() - t0)
 
     async def _consume(self, events: asyncio.Queue[SweepUpdate | None], collector: LevelCollector, name: str,
