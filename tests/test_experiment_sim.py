@@ -338,20 +338,28 @@ def test_a_crashing_launch_is_retried_then_reported_per_on_failure(
     assert "Traceback" not in done.stderr
 
 
+def eagle_exits_config(path: Path, ports: dict[str, int], exit_after_s: float, levels: tuple[int, ...],
+                       duration_s: float) -> Path:
+    """The demo's two profiles, EAGLE-3 first, whose server exits by itself `exit_after_s` after it is ready, every
+    time; on_failure = "retry" with one retry."""
+    base, eagle = builtin_config().experiment("demo").profiles
+    profiles = builtin_config().profiles
+    text = toml_profile(profiles[base], ports[base]) + toml_profile(profiles[eagle], ports[eagle],
+                                                                    ("--exit-zero-after", f"{exit_after_s:g}"))
+    text += "[sweep]\nwarmup_requests = 0\noutput_len = 64\n"
+    text += demo_experiment(levels, repeats=1, duration_s=duration_s, on_failure="retry", retries=1).replace(
+        f'profiles = {json.dumps([base, eagle])}', f'profiles = {json.dumps([eagle, base])}')
+    path.write_text(text)
+    return path
+
+
 def test_a_server_lost_mid_sweep_is_relaunched_and_no_counted_level_is_measured_twice(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     demo = builtin_config().experiment("demo")
     base, eagle = demo.profiles
     ports = {base: free_port_factory(), eagle: free_port_factory()}
-    profiles = builtin_config().profiles
     # The EAGLE-3 server exits by itself 4 s after it is ready, every time: mid-sweep.
-    text = toml_profile(profiles[base], ports[base]) + toml_profile(profiles[eagle], ports[eagle],
-                                                                    ("--exit-zero-after", "4"))
-    text += "[sweep]\nwarmup_requests = 0\noutput_len = 64\n"
-    text += demo_experiment((1, 2, 4, 8), repeats=1, duration_s=1.5, on_failure="retry", retries=1).replace(
-        f'profiles = {json.dumps([base, eagle])}', f'profiles = {json.dumps([eagle, base])}')
-    config = tmp_path / "profiles.toml"
-    config.write_text(text)
+    config = eagle_exits_config(tmp_path / "profiles.toml", ports, 4, (1, 2, 4, 8), 1.5)
     done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
                        "--results-dir", str(tmp_path / "results"))
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
@@ -382,15 +390,8 @@ async def test_a_server_lost_in_the_last_level_of_a_pass_counts_as_an_attempt(
     demo = builtin_config().experiment("demo")
     base, eagle = demo.profiles
     ports = {base: free_port_factory(), eagle: free_port_factory()}
-    profiles = builtin_config().profiles
     # One level, 3 s long, and the EAGLE-3 server exits 1 s after it is ready: it dies in the pass's only (last) level.
-    text = toml_profile(profiles[base], ports[base]) + toml_profile(profiles[eagle], ports[eagle],
-                                                                    ("--exit-zero-after", "1"))
-    text += "[sweep]\nwarmup_requests = 0\noutput_len = 64\n"
-    text += demo_experiment((2,), repeats=1, duration_s=3.0, on_failure="retry", retries=1).replace(
-        f'profiles = {json.dumps([base, eagle])}', f'profiles = {json.dumps([eagle, base])}')
-    (tmp_path / "profiles.toml").write_text(text)
-    config = load_config(tmp_path / "profiles.toml")
+    config = load_config(eagle_exits_config(tmp_path / "profiles.toml", ports, 1, (2,), 3.0))
     judge_level = LevelCollector.end
 
     async def slow_judge(self: LevelCollector, client_tokens_per_chunk: float | None) -> LevelAcceptance:
