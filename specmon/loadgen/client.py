@@ -445,7 +445,7 @@ class ArrivalWatch:
         offset = time_ns() - perf_counter_ns() if peek else 0   # the kernel stamps in CLOCK_REALTIME
         for fd, _ in ready:
             try:
-                ioctl(fd, FIONREAD, unread, True)
+                ioctl(fd, _FIONREAD, unread, True)
             except OSError:   # closed under us: its owner says goodbye next
                 continue
             t = now
@@ -500,7 +500,7 @@ class ArrivalWatch:
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux's value; Python does not name it
 _DONTWAIT = getattr(socket, "MSG_DONTWAIT", 0)
 _TIMESPEC = struct.Struct("@ll")
-FIONREAD = getattr(termios, "FIONREAD", 0x541B)
+_FIONREAD = getattr(termios, "FIONREAD", 0x541B)   # Linux's value where termios lacks it
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _EDGE_IN = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLET", 0)
 WATCH = ArrivalWatch()
