@@ -157,6 +157,51 @@ def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() 
     assert any("left out 2 run(s) of another workload" in n and "SERVE--max_num_seqs=8" in n for n in notes)
 
 
+VLLM025_STAMPED = REAL / "vllm025-repeats-timestamp"
+
+
+def test_vllm_repeats_with_a_timestamp_label_each_are_kept_as_repeats_and_the_label_is_named(tmp_path: Path) -> None:
+    """Two real repeats of one load, each saved with its own `--metadata timestamp=...` (SOURCES: derived from the
+    er0080 sweep's runs by that one key): the second was left out as "another workload"; now both are repeats, and
+    a warning names the label that differed."""
+    files = sorted(VLLM025_STAMPED.glob("*.json"))
+    objs = [json.loads(f.read_text()) for f in files]
+    assert len({o["timestamp"] for o in objs}) == 2
+    result = read_any_results(VLLM025_STAMPED)
+    assert len(result.levels) == 2
+    for lv, o in zip(result.levels, objs):
+        assert_vllm_numbers(lv, o)
+    assert not any("another workload" in n for n in result.notes)
+    assert any("C=2 ran 2 times" in n for n in result.notes)
+    assert any("labels differ from run to run" in n and n.endswith(": timestamp") for n in result.notes)
+    done = specmon("compare", "--json", str(VLLM025_STAMPED), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(done.stdout)["levels"]
+    assert row["output_throughput"][0] == pytest.approx(sum(o["output_throughput"] for o in objs) / 2)
+    assert "another workload" not in done.stderr and "timestamp" in done.stderr
+
+
+def test_vllm_run_labels_named_as_stamps_never_split_a_sweep_and_a_left_out_run_names_its_file(tmp_path: Path) -> None:
+    """`--metadata run=N host=...` repeated at two loads (a label named as a run's stamp groups runs, yet is no
+    workload); a `deployment` label still is one, and the warning names the file and line of each run left out."""
+    base = json.loads(VLLM025_ONE.read_text())
+    runs = [dict(base, max_concurrency=c, run=str(n), host=f"gpu{n}", output_throughput=80.0 + n + c)
+            for c in (2, 4) for n in (0, 1)]
+    f = tmp_path / "stamped.jsonl"
+    f.write_text("".join(json.dumps(o) + "\n" for o in runs))
+    for o in runs:
+        o["deployment"] = "base"
+    g = tmp_path / "deployments.jsonl"
+    g.write_text("".join(json.dumps(o) + "\n" for o in runs + [dict(runs[0], deployment="kvcache")]))
+    result = read_any_results(f)
+    assert [lv.concurrency for lv in result.levels] == [2, 2, 4, 4]
+    assert any(n.endswith(": host, run") for n in result.notes)
+    split = read_any_results(g)
+    assert len(split.levels) == 4
+    assert any(n.startswith("left out 1 run(s) of another workload") and f"{g}:5: " in n and "deployment=kvcache" in n
+               for n in split.notes)
+
+
 VLLM015 = REAL / "vllm-bench-serve-2026-01-glm47-fp8-c100.json"
 VLLM07_CUT = REAL / "vllm07-serving_llama8B_tp1_1-cut.json"
 SGLANG059 = REAL / "sglang059-h100-qwen3.5-27b-in8192.jsonl"
@@ -219,10 +264,10 @@ def test_vllm_v0_era_complete_file_gives_its_first_deployments_numbers_and_says_
     assert len(result.notes) == 2
     assert result.notes[0].startswith("left out 6 run(s) of another workload than the first line's (dataset, "
                                       "lengths, model, --metadata; not repeats of it")
-    assert "line 4: meta-llama/Llama-3.2-3B-Instruct deployment=base;" in result.notes[0]
-    assert result.notes[0].endswith("line 9: meta-llama/Llama-3.2-3B-Instruct deployment=kvcache")
-    assert result.notes[1] == ("left out 1 run(s) at request rate inf with no max_concurrency (line 3): every request "
-                               "sent at once, no point on the request-rate axis of the other runs")
+    assert f"{VLLM09_LLMD}:4: meta-llama/Llama-3.2-3B-Instruct deployment=base;" in result.notes[0]
+    assert result.notes[0].endswith(f"{VLLM09_LLMD}:9: meta-llama/Llama-3.2-3B-Instruct deployment=kvcache")
+    assert result.notes[1] == (f"left out 1 run(s) at request rate inf with no max_concurrency ({VLLM09_LLMD}:3): "
+                               "every request sent at once, no point on the request-rate axis of the other runs")
 
 
 SGLANG05 = [  # file, the version its server_info names, the model it served
@@ -578,6 +623,32 @@ def test_sglang_export_gives_the_prompt_sets_real_input_length_and_says_what_it_
     assert (line["random_input_len"], line["random_output_len"]) == (28, 64)   # 110 / 4 = 27.5 tokens, rounded
     assert done.stderr.splitlines() == ["specmon: note: the sglang format has no field for: tokens per chunk, "
                                         "acceptance by prompt category (not written)"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["closed.jsonl", "open.jsonl"])
+def test_sglang_export_of_a_real_sweep_reads_back_through_compare_as_the_same_sweep(tmp_path: Path, name: str) -> None:
+    """`export X --format sglang` then `compare X X.sglang.jsonl`: each line carries its level's own mean prompt
+    length as random_input_len (the built-in prompts), and compare left all but the first level out as "another
+    workload". Those lengths shape no load outside a random dataset: now every level reads back, ratio 1. (The real
+    sweep's levels sent the same 12 prompts, mean 30 tokens each; its last level is given 5 more input tokens per
+    request here, as levels of a longer or timed sweep draw other prompts.)"""
+    x = tmp_path / name
+    lines = (FIXTURES / "specmon-sweep" / name).read_text().splitlines()
+    last = json.loads(lines[-1])
+    last["input_tokens"] += 5 * last["requests_ok"]
+    x.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    done = specmon("export", str(x), "--format", "sglang", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    back = tmp_path / f"{x.stem}.sglang.jsonl"
+    assert len({line["random_input_len"] for line in lines_of(back)}) == 2   # a mean length per level, as before
+    done = specmon("compare", "--json", str(x), str(back), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "another workload" not in done.stderr
+    levels = json.loads(done.stdout)["levels"]
+    assert len(levels) == len(read_results(x).levels) == 2
+    for row in levels:
+        assert row["ratio"] == [pytest.approx(1.0, rel=1e-9)]
 
 
 # ---- the TUI overlay ------------------------------------------------------------------------------------------

@@ -223,11 +223,13 @@ _FLAT_METRICS = {"ttft_ms": ("ttft", "ttft"), "tpot_ms": ("tpot", "tpot"), "itl_
 _SERVE_KEY = "serve_combination"   # a `vllm bench sweep serve` folder's server parameters (its SERVE- name)
 _WORKLOAD_KEYS = ("dataset_name", "random_input_len", "random_output_len", "random_range_ratio", "model_id",
                   _SERVE_KEY)
+_RANDOM_LENGTHS = ("random_input_len", "random_output_len", "random_range_ratio")
 
 
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
                  label: str | None = None) -> SweepResult:
-    same, other = _first_workload(runs)
+    per_run = _per_run_labels([o for _, o in runs])
+    same, other = _first_workload(runs, per_run)
     runs, at_once = _open_loop_end(tool, same, path)
     levels = _one_axis([(where, _flat_level(tool, o, where)) for where, o in runs], path)
     first = runs[0][1]
@@ -238,22 +240,58 @@ def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path:
             workload[key] = first[key]
     meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
-    return SweepResult(path=path, meta=meta, levels=tuple(levels),
-                       notes=_derived(tool, runs) + _repeats(levels) + _other_workloads(first, other) + at_once)
+    notes = (_derived(tool, runs) + _repeats(levels) + _per_run_said(runs, per_run)
+             + _other_workloads(first, other, per_run) + at_once)
+    return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=notes)
 
 
-def _workload_key(o: Mapping[str, Any]) -> tuple[Any, ...]:
-    return tuple(o.get(k) for k in _WORKLOAD_KEYS) + _metadata(o)
+def _workload_key(o: Mapping[str, Any], per_run: frozenset[str]) -> tuple[Any, ...]:
+    # The random lengths shape the load only when the prompts are random (SGLang and vLLM write their defaults
+    # beside any other dataset, and specmon's export writes a prompt set's real mean lengths there, level by level).
+    random = not isinstance(o.get("dataset_name"), str) or o["dataset_name"].startswith("random")
+    return tuple(o.get(k) if random or k not in _RANDOM_LENGTHS else None for k in _WORKLOAD_KEYS) \
+        + _metadata(o, per_run)
 
 
 # vLLM's string-valued keys that differ between the runs of one sweep (the rest, and what `--metadata k=v` adds, are
 # the same for every run of it: `deployment=base` and `deployment=kvcache` are two sweeps, not repeats).
 _PER_RUN_STRINGS = ("date", "request_rate")
+# A label named as a stamp of one run (when, where, which attempt) never makes another workload, whatever its value.
+_PER_RUN_NAME = re.compile(r"(^|[_\-.])(time|timestamp|ts|date|datetime|day|run|runid|run_id|id|uuid|host|hostname|"
+                           r"node|nodename|machine|pod|job|jobid|job_id|repeat|rep|iteration|iter|trial|attempt|"
+                           r"seq|start|end|started|finished|commit)($|[_\-.])", re.IGNORECASE)
 
 
-def _metadata(o: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in o.items() if isinstance(v, str) and k not in _PER_RUN_STRINGS)) \
-        if _flat_tool(o) == "vllm" else ()
+def _labels(o: Mapping[str, Any]) -> dict[str, str]:
+    """A vLLM run's string labels (what `--metadata k=v` adds, the backend, the label): none for SGLang."""
+    return {k: v for k, v in o.items() if isinstance(v, str) and k not in _PER_RUN_STRINGS} \
+        if _flat_tool(o) == "vllm" else {}
+
+
+def _per_run_labels(objs: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """The labels that stamp a run rather than shape its load: named so (timestamp, run_id, host...), or with a value
+    of their own on every run of the file (a label that groups no two runs describes runs, not a workload)."""
+    names = {k for o in objs for k in _labels(o) if k not in _WORKLOAD_KEYS}
+    per_run = {k for k in names if _PER_RUN_NAME.search(k)}
+    if len(objs) > 1:
+        for k in names - per_run:
+            values = [o.get(k) for o in objs]
+            if None not in values and len(set(values)) == len(values):
+                per_run.add(k)
+    return frozenset(per_run)
+
+
+def _metadata(o: Mapping[str, Any], per_run: frozenset[str] = frozenset()) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in _labels(o).items() if k not in per_run))
+
+
+def _per_run_said(runs: Sequence[tuple[str, Mapping[str, Any]]], per_run: frozenset[str]) -> tuple[str, ...]:
+    """Which per-run labels differed between the runs kept (they are not another workload: said, not acted on)."""
+    differed = sorted(k for k in per_run if len({str(o.get(k)) for _, o in runs}) > 1)
+    if not differed:
+        return ()
+    return (f"runs kept as one workload although these labels differ from run to run (a run's stamp, not its load): "
+            f"{', '.join(differed)}",)
 
 
 def _open_loop_end(tool: str, runs: list[tuple[str, Mapping[str, Any]]],
@@ -269,26 +307,28 @@ def _open_loop_end(tool: str, runs: list[tuple[str, Mapping[str, Any]]],
     ends = [(where, o) for where, o in runs if uncapped_inf(o, where)]
     if not ends:
         return runs, ()
-    said = ", ".join(f"line {where.rsplit(':', 1)[-1]}" if where != path else where for where, _ in ends)
+    said = ", ".join(where for where, _ in ends)
     return [r for r in runs if r not in ends], (
         f"left out {len(ends)} run(s) at request rate inf with no max_concurrency ({said}): every request sent at "
         "once, no point on the request-rate axis of the other runs",)
 
 
-def _first_workload(runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[list[tuple[str, Mapping[str, Any]]],
-                                                                           list[tuple[str, Mapping[str, Any]]]]:
+def _first_workload(runs: Sequence[tuple[str, Mapping[str, Any]]], per_run: frozenset[str]) \
+        -> tuple[list[tuple[str, Mapping[str, Any]]], list[tuple[str, Mapping[str, Any]]]]:
     """The runs of the first run's workload, and the others (another dataset, lengths or model: not its repeats)."""
-    key = _workload_key(runs[0][1])
-    return [r for r in runs if _workload_key(r[1]) == key], [r for r in runs if _workload_key(r[1]) != key]
+    key = _workload_key(runs[0][1], per_run)
+    return ([r for r in runs if _workload_key(r[1], per_run) == key],
+            [r for r in runs if _workload_key(r[1], per_run) != key])
 
 
-def _other_workloads(first: Mapping[str, Any], other: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
+def _other_workloads(first: Mapping[str, Any], other: Sequence[tuple[str, Mapping[str, Any]]],
+                     per_run: frozenset[str]) -> tuple[str, ...]:
     if not other:
         return ()
-    shared = set(_metadata(first))
-    what = "; ".join(f"line {where.rsplit(':', 1)[-1]}: "
+    shared = set(_metadata(first, per_run))
+    what = "; ".join(f"{where}: "
                      + " ".join([*(str(o.get(k)) for k in _WORKLOAD_KEYS if o.get(k) is not None),
-                                 *(f"{k}={v}" for k, v in _metadata(o) if (k, v) not in shared)])
+                                 *(f"{k}={v}" for k, v in _metadata(o, per_run) if (k, v) not in shared)])
                      for where, o in other)
     return (f"left out {len(other)} run(s) of another workload than the first line's (dataset, lengths, model, "
             f"--metadata; not repeats of it: put them in a file of their own to compare them): {what}",)
