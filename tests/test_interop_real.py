@@ -351,6 +351,34 @@ def test_guidellm_fractional_token_totals_are_rounded_not_cut(tmp_path: Path) ->
     assert read_any_results(f).levels[0].output_tokens == 1749
 
 
+TORN_SOURCES = [REAL / "sglang04-h200-llama_3_3_70b_online_output.jsonl", VLLM09_LLMD]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("src", TORN_SOURCES, ids=["sglang", "vllm-append"])
+def test_peer_jsonl_cut_mid_object_in_its_last_line_is_read_up_to_it_and_said(tmp_path: Path, src: Path) -> None:
+    """A real SGLang and a real vLLM --append-result JSONL, cut here mid-object in their second line (as an
+    interrupted append leaves them): the file was refused whole (":2: not JSON"); now the whole line before it is
+    read, and a warning names the file and the cut line. A bad line that is not the last is still refused."""
+    text = src.read_text()
+    first, second = text.splitlines()[:2]
+    torn = tmp_path / src.name
+    torn.write_text(first + "\n" + second[: len(second) // 2])
+    result = read_any_results(torn)
+    assert len(result.levels) == 1
+    whole = read_any_results(src)
+    assert result.levels[0] in whole.levels
+    note = f"{torn}:2: last line is cut short (an interrupted write); left out, the lines before it are used"
+    assert result.notes[0] == note
+    done = specmon("compare", "--no-chart", str(torn), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"specmon: warning: {note}" in done.stderr.splitlines()
+    middle = tmp_path / "middle.jsonl"
+    middle.write_text(first + "\n" + second[: len(second) // 2] + "\n" + first + "\n")
+    with pytest.raises(UserError, match=rf"^{middle}:2: not JSON; expected one JSON object per line$"):
+        read_any_results(middle)
+
+
 # ---- repeats, acceptance --------------------------------------------------------------------------------------
 def test_repeats_at_one_load_are_kept_with_their_spread(tmp_path: Path) -> None:
     """Three appended runs at C=4: compare showed the last one only; now their mean, and the spread is said."""

@@ -57,8 +57,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     sweeps = [read_any_results(f) for f in args.files]
     for s in sweeps:
-        for note in s.notes:
-            print(f"specmon: warning: {s.path}: {note}" if s.meta.tool else f"specmon: warning: {note}", file=sys.stderr)
+        for warning in s.warnings:
+            print(f"specmon: warning: {warning}", file=sys.stderr)
     for note in filter(None, map(lacks_note, sweeps)):
         print(f"specmon: note: {note}", file=sys.stderr)
     metric = args.metric

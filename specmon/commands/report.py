@@ -58,9 +58,8 @@ def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentStat
         if result.meta.mode == "rate":
             raise UserError(f"{path}: an open-loop sweep (levels at request rates); report sets levels by "
                             "concurrency: compare open-loop files with `specmon compare`")
-        for note in result.notes:   # a torn last line, repeats, derived figures: said, as compare does
-            print(f"specmon: warning: {path}: {note}" if result.meta.tool else f"specmon: warning: {note}",
-                  file=sys.stderr)
+        for warning in result.warnings:   # a torn last line, repeats, derived figures: said, as compare does
+            print(f"specmon: warning: {warning}", file=sys.stderr)
         grouped.setdefault(result.label, []).append(result)
     runs = [ProfileRuns(label, [(i + 1, r) for i, r in enumerate(results)]) for label, results in grouped.items()]
     return runs, None

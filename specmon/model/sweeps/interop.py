@@ -38,7 +38,16 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.sweeps.compare import repeat_spreads
-from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, parse_results, read_results
+from specmon.model.sweeps.results import (
+    ClientHealth,
+    LevelResult,
+    Stats,
+    SweepMeta,
+    SweepResult,
+    parse_results,
+    read_results,
+    torn_note,
+)
 from specmon.model.text.textfile import NotTextError, loads, read_capped
 
 TOOL_NAMES = {"vllm": "vllm bench serve", "sglang": "SGLang bench_serving", "guidellm": "guidellm"}
@@ -73,10 +82,10 @@ def parse_any_results(text: str, path: str) -> SweepResult:
         return _guidellm_csv(text, path)
     if text.lstrip().startswith("["):   # a `vllm bench sweep serve` summary.json
         return _flat_result("vllm", _summary_runs(_json_value(text, path), path), path)
-    tool, objs = _detect(text, path)
+    tool, objs, torn = _detect(text, path)
     if tool == "guidellm":
         return _guidellm_result(objs[0][1], path)
-    return _flat_result(tool, _where(objs, path), path)
+    return _flat_result(tool, _where(objs, path), path, torn=torn)
 
 
 def _is_specmon(text: str) -> bool:
@@ -106,23 +115,30 @@ def _where(objs: Sequence[tuple[int, Mapping[str, Any]]], path: str) -> list[tup
     return [(f"{path}:{n}" if len(objs) > 1 else path, o) for n, o in objs]
 
 
-def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any]]]]:
-    """Which peer tool wrote `text`, and its JSON objects with their line numbers (one, or one per line)."""
+def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any]]], tuple[str, ...]]:
+    """Which peer tool wrote `text`, its JSON objects with their line numbers (one, or one per line), and the note
+    on a last line cut short (a JSONL whose append was interrupted: the whole lines before it are read)."""
     stripped = text.strip()
     if not stripped:
         raise UserError(f"{path}: empty file; expected {EXPECTED}")
     objs: list[tuple[int, Mapping[str, Any]]] = []
+    torn: tuple[str, ...] = ()
     try:
         whole = loads(stripped)
         if isinstance(whole, dict):
             objs = [(1, whole)]
     except ValueError:
-        for n, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        last = max(n for n, line in enumerate(lines, 1) if line.strip())
+        for n, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
                 obj = loads(line)
             except ValueError:
+                if objs and n == last and not text.endswith("\n"):
+                    torn = (torn_note(path, n),)
+                    break
                 if objs:
                     raise UserError(f"{path}:{n}: not JSON; expected one JSON object per line") from None
                 break
@@ -133,10 +149,10 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
     if not objs and re.match(r"(---\s*)?benchmarks:", stripped):
         objs = [(1, _guidellm_yaml(stripped, path))]
     if objs and isinstance(objs[0][1].get("benchmarks"), list):
-        return "guidellm", objs
+        return "guidellm", objs, torn
     tools = {_flat_tool(o) for _, o in objs}
     if len(tools) == 1 and None not in tools:
-        return str(tools.pop()), objs
+        return str(tools.pop()), objs, torn
     raise UserError(f"{path}: not a result file specmon reads; expected {EXPECTED}")
 
 
@@ -177,6 +193,7 @@ def _read_vllm_dir(d: Path) -> SweepResult:
     of a combination without one), at any depth: one sweep, repeats kept."""
     summaries = sorted(d.rglob("summary.json"))
     runs: list[tuple[str, Mapping[str, Any]]] = []
+    torn: tuple[str, ...] = ()
     for f in summaries:
         # One server configuration per sweep: a combination folder's SERVE- part tells them apart (runs of another
         # are left out as another workload, not pooled as repeats).
@@ -187,15 +204,16 @@ def _read_vllm_dir(d: Path) -> SweepResult:
     files = sorted(f for f in d.rglob("*.json") if f.parent not in summed and f.name not in _NOT_RUNS
                    and not f.name.endswith((".pytorch.json", ".failure.json")))
     for f in files:
-        tool, objs = _detect(_read_text(f), str(f))
+        tool, objs, cut = _detect(_read_text(f), str(f))
         if tool != "vllm":
             raise UserError(f"{f}: not a `vllm bench serve --save-result` file (a directory is read as one vLLM "
                             f"sweep); found {TOOL_NAMES.get(tool, tool)} output")
         runs += _where(objs, str(f))
+        torn += cut
     if not runs:
         raise UserError(f"{d}: no result files in it; expected a directory of `vllm bench serve --save-result` "
                         "files or a `vllm bench sweep serve` output folder")
-    return _flat_result("vllm", runs, str(d), label=d.name)
+    return _flat_result("vllm", runs, str(d), label=d.name, torn=torn)
 
 
 def _json_value(text: str, path: str) -> Any:
@@ -227,7 +245,7 @@ _RANDOM_LENGTHS = ("random_input_len", "random_output_len", "random_range_ratio"
 
 
 def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path: str,
-                 label: str | None = None) -> SweepResult:
+                 label: str | None = None, torn: tuple[str, ...] = ()) -> SweepResult:
     per_run = _per_run_labels([o for _, o in runs])
     same, other = _first_workload(runs, per_run)
     runs, at_once = _open_loop_end(tool, same, path)
@@ -240,7 +258,7 @@ def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path:
             workload[key] = first[key]
     meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
-    notes = (_derived(tool, runs) + _repeats(levels) + _per_run_said(runs, per_run)
+    notes = (torn + _derived(tool, runs) + _repeats(levels) + _per_run_said(runs, per_run)
              + _other_workloads(first, other, per_run) + at_once)
     return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=notes)
 

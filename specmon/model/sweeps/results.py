@@ -418,6 +418,11 @@ class SweepResult:
         return self.meta.label
 
     @property
+    def warnings(self) -> tuple[str, ...]:
+        """The notes as a reader is told them: each naming the file once (one about a line of it already does)."""
+        return tuple(n if not self.path or n.startswith(f"{self.path}:") else f"{self.path}: {n}" for n in self.notes)
+
+    @property
     def failure(self) -> str | None:
         """Why this sweep measured nothing (no request of any level succeeded), or None when it measured something.
 
@@ -494,11 +499,15 @@ def read_results(path: str | os.PathLike[str]) -> SweepResult:
     notes: tuple[str, ...] = ()
     if lines and not text.endswith("\n") and not _is_json(lines[-1]):
         # An append cut short (disk full, a crash mid-write): every whole line before it is still good.
-        notes = (f"{p}:{len(lines)}: last line is cut short (an interrupted write); left out, "
-                 "the lines before it are used",)
+        notes = (torn_note(str(p), len(lines)),)
         lines.pop()
     result = parse_results(lines, str(p))
     return SweepResult(path=result.path, meta=result.meta, levels=result.levels, notes=notes)
+
+
+def torn_note(path: str, line: int) -> str:
+    """What a reader is told of a file whose last line was cut short (specmon's or another tool's JSONL)."""
+    return f"{path}:{line}: last line is cut short (an interrupted write); left out, the lines before it are used"
 
 
 def _is_json(text: str) -> bool:
