@@ -51,7 +51,7 @@ def test_sglang_04_era_file_is_read_with_the_files_own_numbers(path: Path) -> No
                                                                        "random_output_len", "random_range_ratio"))]
     assert len(result.levels) == len(kept)
     for lv, o in zip(result.levels, sorted(kept, key=lambda o: float(o["request_rate"]))):  # type: ignore[arg-type]
-        assert lv.requests_ok == o["completed"] and lv.requests_failed == 0
+        assert lv.requests_ok == o["completed"] and lv.requests_failed is None   # SGLang counts no failures
         assert lv.duration_s == o["duration"]
         assert lv.output_tokens == o["total_output_tokens"] and lv.input_tokens == o["total_input_tokens"]
         assert lv.output_throughput == o["output_throughput"]
@@ -139,6 +139,48 @@ def test_vllm_025_result_with_every_request_failed_shows_no_latency() -> None:
     assert (lv.requests_ok, lv.requests_failed, lv.output_throughput) == (0, 8, 0.0)
     assert lv.concurrency == 8   # no max_concurrency, all sent at once: the run's request count
     assert lv.ttft_ms == lv.tpot_ms == lv.itl_ms == lv.e2e_ms == Stats()
+
+
+@pytest.mark.slow
+def test_vllm_file_without_failed_derives_it_from_num_prompts_and_shows_it_in_the_export(tmp_path: Path) -> None:
+    """Older vLLM files have no `failed`: the real all-failed run (completed 0 of num_prompts 8) with its `failed`
+    key taken out, as vLLM before it wrote the file, was read as 0 failed; now 8, derived and said, and the
+    export writes 8."""
+    o = json.loads(VLLM025_FAILED.read_text())
+    del o["failed"]
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(o))
+    (lv,) = read_any_results(older).levels
+    assert (lv.requests_ok, lv.requests_failed) == (0, 8)
+    assert "failed requests derived as num_prompts - completed (the file has no failed)" in read_any_results(older).notes
+    done = specmon("export", str(older), "--format", "vllm", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = [json.loads(f.read_text()) for f in (tmp_path / "out").rglob("run=0.json")]
+    assert (run["num_prompts"], run["completed"], run["failed"]) == (8, 0, 8)
+
+
+@pytest.mark.slow
+def test_failed_requests_a_file_does_not_count_are_unknown_not_zero(tmp_path: Path) -> None:
+    """A real SGLang line (it counts only completed requests) and a real vLLM run without `failed` or `num_prompts`:
+    both were shown as 0 failed (the vLLM export wrote `"failed": 0`); now unknown: None, said in the note, left
+    out of the export, `-` in the results table."""
+    o = json.loads(VLLM025_ONE.read_text())
+    del o["failed"], o["num_prompts"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(o))
+    for path in (SGLANG059, bare):
+        result = read_any_results(path)
+        assert [lv.requests_failed for lv in result.levels] == [None]
+        assert "failed requests" in (lacks_note(result) or "")
+        out = tmp_path / f"{path.stem}-vllm"
+        done = specmon("export", str(path), "--format", "vllm", "--out", str(out), cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        (run,) = [json.loads(f.read_text()) for f in out.rglob("run=0.json")]
+        assert "failed" not in run and "num_prompts" not in run and run["completed"] == result.levels[0].requests_ok
+        assert read_any_results(out).levels[0].requests_failed is None   # and it reads back unknown
+    from specmon.commands.sweep import render_levels
+    header, row = render_levels(read_any_results(bare).levels).splitlines()[:2]
+    assert row.split()[header.split().index("fail")] == "-"
 
 
 def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() -> None:
@@ -261,6 +303,8 @@ def test_vllm_v0_era_complete_file_gives_its_first_deployments_numbers_and_says_
             assert getattr(lv, name) == Stats(o[f"mean_{stem}_ms"], o[f"median_{stem}_ms"], None,
                                               o[f"p99_{stem}_ms"]), name
         assert lv.e2e_ms == Stats() and lv.goodput is None
+    assert result.notes[0] == "failed requests derived as num_prompts - completed (the file has no failed)"
+    result = replace(result, notes=result.notes[1:])
     assert len(result.notes) == 2
     assert result.notes[0].startswith("left out 6 run(s) of another workload than the first line's (dataset, "
                                       "lengths, model, --metadata; not repeats of it")
@@ -288,7 +332,7 @@ def test_sglang_05_bench_serving_line_gives_the_files_own_numbers(path: Path, ve
     result = read_any_results(path)
     (lv,) = result.levels
     assert (lv.concurrency, lv.rate) == (o["max_concurrency"], None)   # request_rate Infinity
-    assert (lv.requests_ok, lv.requests_failed) == (o["completed"], 0)
+    assert (lv.requests_ok, lv.requests_failed) == (o["completed"], None)   # SGLang counts no failures
     assert lv.duration_s == o["duration"]
     assert (lv.input_tokens, lv.output_tokens) == (o["total_input_tokens"], o["total_output_tokens"])
     assert (lv.output_throughput, lv.request_throughput, lv.total_throughput) == (

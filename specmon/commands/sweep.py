@@ -207,7 +207,8 @@ def render_levels(levels: list[LevelResult] | tuple[LevelResult, ...]) -> str:
     rows = []
     for lv in levels:
         row = [
-            str(lv.concurrency) if lv.rate is None else f"{lv.rate:g}", str(lv.requests_ok), str(lv.requests_failed),
+            str(lv.concurrency) if lv.rate is None else f"{lv.rate:g}", str(lv.requests_ok),
+            "-" if lv.requests_failed is None else str(lv.requests_failed),
             f"{lv.output_throughput:.1f}", f"{lv.request_throughput:.2f}", _ms(lv.ttft_ms.p50), _ms(lv.ttft_ms.p99),
             _ms(lv.tpot_ms.p50), _ms(lv.itl_ms.p50), _ms(lv.itl_ms.p99), _ms(lv.e2e_ms.p50),
             "-" if lv.tokens_per_chunk is None else f"{lv.tokens_per_chunk:.2f}",

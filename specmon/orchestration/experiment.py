@@ -425,7 +425,7 @@ class ExperimentRunner:
                     errors = ", ".join(f"{k} {n}" for k, n in update.errors.items())
                     answer = "nothing" if health is None else health.status or health.error
                     raise ServerLost(f"C={update.concurrency}: {update.requests_failed} of "
-                                     f"{update.requests_failed + update.requests_ok} requests failed ({errors}); "
+                                     f"{(update.requests_failed or 0) + update.requests_ok} requests failed ({errors}); "
                                      f"/health answers {answer}")
                 append_acceptance(self.state, name, pass_no, update.concurrency, acceptance)
                 self._step(name, "level", _level_line(update, acceptance), update.duration_s)

@@ -379,14 +379,15 @@ def _axis_workload(levels: Sequence[LevelResult]) -> dict[str, Any]:
 
 def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     completed = _int(o, "completed", where)
-    failed = _int(o, "failed", where, default=0) if tool == "vllm" else 0
+    failed = _failed(o, completed, where) if tool == "vllm" else None   # SGLang counts only completed requests
     duration = _positive(o, "duration", where)
     out_tokens = _int(o, "total_output_tokens", where)
     in_tokens = _int(o, "total_input_tokens", where, default=0)
     total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
     rate = _rate(o, where)
     cap = _cap(o, where)
-    if rate is None and cap is None and completed + failed < 1:
+    sent = _sent(o, completed, failed, where)
+    if rate is None and cap is None and sent < 1:
         raise UserError(f"{where}: no max_concurrency, no request rate and no request: no level to place")
     # With no request completed, vLLM writes 0.0 for every latency (the mean of nothing): absent, not zero.
     stats = {name: _flat_stats(o, stems[0] if tool == "vllm" else stems[1], where) if completed else Stats()
@@ -396,7 +397,7 @@ def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     total_tput = _opt(o, total_key, where)
     return LevelResult(
         # Sent all at once with no cap (rate inf), a run's concurrency is its whole request count.
-        concurrency=cap or (0 if rate is not None else completed + failed), rate=rate,
+        concurrency=cap or (0 if rate is not None else sent), rate=rate,
         requests_ok=completed, requests_failed=failed, duration_s=duration,
         output_tokens=out_tokens, output_throughput=_num(o, "output_throughput", where),
         request_throughput=completed / duration if request_tput is None else request_tput,
@@ -410,10 +411,33 @@ def _flat_level(tool: str, o: Mapping[str, Any], where: str) -> LevelResult:
     )
 
 
+def _failed(o: Mapping[str, Any], completed: int, where: str) -> int | None:
+    """A vLLM run's failed requests: `failed`, else (older files have none) the prompts sent less those completed,
+    else unknown (None, never 0)."""
+    if o.get("failed") is not None:
+        return _int(o, "failed", where)
+    if o.get("num_prompts") is None:
+        return None
+    sent = _int(o, "num_prompts", where)
+    if sent < completed:
+        raise UserError(f"{where}: num_prompts is {sent}, below completed {completed}; expected the number of prompts "
+                        "sent")
+    return sent - completed
+
+
+def _sent(o: Mapping[str, Any], completed: int, failed: int | None, where: str) -> int:
+    """How many requests a run sent: completed + failed where known, else its num_prompts, else those completed."""
+    if failed is not None:
+        return completed + failed
+    return _int(o, "num_prompts", where) if o.get("num_prompts") is not None else completed
+
+
 def _derived(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]]) -> tuple[str, ...]:
     """The figures a flat file lacks that were derived exactly from its counts (said with the results)."""
     total_key = "total_token_throughput" if tool == "vllm" else "total_throughput"
     said = []
+    if tool == "vllm" and any(o.get("failed") is None and o.get("num_prompts") is not None for _, o in runs):
+        said.append("failed requests derived as num_prompts - completed (the file has no failed)")
     if any(o.get("request_throughput") is None for _, o in runs):
         said.append("request throughput derived as completed / duration (the file has none)")
     if any(o.get(total_key) is None for _, o in runs):
@@ -732,8 +756,9 @@ def lacks_note(result: SweepResult) -> str | None:
             missing = [k for k in ("mean", "p50", "p90", "p99") if all(getattr(s, k) is None for s in stats)]
             if missing:
                 lacks.append(f"{label} {'/'.join(missing)}")
-    if tool == "sglang":
-        lacks.append("failed requests (only completed ones are counted)")
+    if any(lv.requests_failed is None for lv in levels):
+        lacks.append("failed requests (only completed ones are counted)" if tool == "sglang" else
+                     "failed requests (neither failed nor num_prompts)")
     for present, what in ((any(lv.tokens_per_chunk is not None for lv in levels), "tokens per chunk"),
                           (any(lv.achieved_concurrency is not None for lv in levels), "achieved concurrency"),
                           (any(lv.accept_length is not None for lv in levels), "speculative accept length")):
@@ -820,10 +845,13 @@ def vllm_runs(result: SweepResult) -> list[tuple[str, dict[str, Any]]]:
     for lv in result.levels:
         obj: dict[str, Any] = {
             "date": date, "endpoint_type": backend, "backend": backend, "label": meta.label, "model_id": model,
-            "tokenizer_id": model, "num_prompts": lv.requests_ok + lv.requests_failed,
+            "tokenizer_id": model,
+            # Unknown failures (another tool's file that did not count them) are left out, as older vLLM files do.
+            **({} if lv.requests_failed is None else {"num_prompts": lv.requests_ok + lv.requests_failed}),
             "request_rate": "inf" if lv.rate is None else lv.rate,
             "burstiness": float(meta.workload.get("burstiness") or 1.0), "max_concurrency": lv.concurrency or None,
-            "duration": lv.duration_s, "completed": lv.requests_ok, "failed": lv.requests_failed,
+            "duration": lv.duration_s, "completed": lv.requests_ok,
+            **({} if lv.requests_failed is None else {"failed": lv.requests_failed}),
             "total_input_tokens": lv.input_tokens, "total_output_tokens": lv.output_tokens,
             "request_throughput": lv.request_throughput, "request_goodput": lv.goodput,
             "output_throughput": lv.output_throughput, "total_token_throughput": lv.total_throughput,

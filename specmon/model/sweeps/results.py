@@ -207,7 +207,7 @@ class LevelResult:
 
     concurrency: int
     requests_ok: int
-    requests_failed: int
+    requests_failed: int | None   # None: unknown (another tool's file that does not say how many failed)
     duration_s: float
     output_tokens: int
     output_throughput: float
@@ -431,7 +431,7 @@ class SweepResult:
         """
         if any(lv.requests_ok for lv in self.levels):
             return None
-        failed = sum(lv.requests_failed for lv in self.levels)
+        failed = sum(lv.requests_failed or 0 for lv in self.levels)
         where = f"; see {self.path}" if self.path else ""
         if not failed:
             return f"sweep measured nothing: no level finished{where}"
