@@ -78,8 +78,8 @@ def test_guidellm_03_era_report_json_and_yaml_give_the_reports_numbers(path: Pat
     assert lv.requests_ok == b["request_totals"]["successful"] and lv.requests_failed == b["request_totals"]["errored"]
     assert lv.output_tokens == m["output_token_count"]["successful"]["total_sum"]
     assert lv.input_tokens == m["prompt_token_count"]["successful"]["total_sum"]
-    assert lv.output_throughput == m["output_tokens_per_second"]["total"]["mean"]
-    assert lv.request_throughput == m["requests_per_second"]["total"]["mean"]
+    assert lv.output_throughput == m["output_tokens_per_second"]["successful"]["mean"]
+    assert lv.request_throughput == m["requests_per_second"]["successful"]["mean"]
     assert lv.ttft_ms.p50 == m["time_to_first_token_ms"]["successful"]["median"]
     assert lv.ttft_ms.p99 == m["time_to_first_token_ms"]["successful"]["percentiles"]["p99"]
     assert lv.tpot_ms.mean == m["inter_token_latency_ms"]["successful"]["mean"]
@@ -87,6 +87,20 @@ def test_guidellm_03_era_report_json_and_yaml_give_the_reports_numbers(path: Pat
     assert lv.duration_s == b["duration"]
     assert result.meta.model == b["worker"]["backend_model"] == "example_model"
     assert result.meta.url == b["worker"]["backend_target"] == "example_target"
+
+
+@pytest.mark.parametrize("path", [GUIDELLM03_JSON, GUIDELLM03_YAML], ids=["json", "yaml"])
+def test_guidellm_throughput_is_over_successful_requests_in_every_layout(path: Path) -> None:
+    """A real report with an incomplete request (46 of 47 successful): its JSON and YAML were read as "total"
+    (1.567 req/s, the cut-off request included) where its CSV (and specmon's own levels) count the successful ones
+    (1.548 req/s); every layout now gives the successful figures."""
+    m = json.loads(GUIDELLM03_JSON.read_text())["benchmarks"][0]["metrics"]
+    (lv,) = read_any_results(path).levels
+    rps = m["requests_per_second"]
+    assert rps["total"]["mean"] != rps["successful"]["mean"]
+    assert lv.request_throughput == rps["successful"]["mean"] == pytest.approx(1.5482, abs=1e-4)
+    assert lv.output_throughput == m["output_tokens_per_second"]["successful"]["mean"]
+    assert lv.total_throughput == m["tokens_per_second"]["successful"]["mean"]
 
 
 VLLM025_ONE = REAL / "vllm025-bench_serve_v0.25.1.json"
@@ -363,9 +377,9 @@ def test_guidellm_05_report_gives_the_reports_numbers() -> None:
     assert (lv.requests_ok, lv.requests_failed) == (m["request_totals"]["successful"], m["request_totals"]["errored"])
     assert lv.output_tokens == round(m["output_token_count"]["successful"]["total_sum"]) == 4096
     assert lv.input_tokens == round(m["prompt_token_count"]["successful"]["total_sum"])
-    assert lv.output_throughput == m["output_tokens_per_second"]["total"]["mean"]
-    assert lv.request_throughput == m["requests_per_second"]["total"]["mean"]
-    assert lv.total_throughput == m["tokens_per_second"]["total"]["mean"]
+    assert lv.output_throughput == m["output_tokens_per_second"]["successful"]["mean"]
+    assert lv.request_throughput == m["requests_per_second"]["successful"]["mean"]
+    assert lv.total_throughput == m["tokens_per_second"]["successful"]["mean"]
     ttft = m["time_to_first_token_ms"]["successful"]
     assert (lv.ttft_ms.mean, lv.ttft_ms.p50, lv.ttft_ms.p90, lv.ttft_ms.p99) == (
         ttft["mean"], ttft["median"], ttft["percentiles"]["p90"], ttft["percentiles"]["p99"])
@@ -760,7 +774,7 @@ def test_guidellm_csv_report_gives_the_same_levels_as_its_json(tmp_path: Path) -
     assert [{k: getattr(lv, k) for k in fields} for lv in from_csv.levels] == \
         [{k: getattr(lv, k) for k in fields} for lv in from_json.levels]
     assert (from_csv.meta.model, from_csv.meta.url) == ("sim-model", "http://127.0.0.1:31999")
-    assert any("a guidellm CSV holds no totals" in n for n in from_csv.notes)
+    assert from_csv.notes == ("token totals are mean x count (a guidellm CSV holds no totals)",)
 
 
 def test_vllm_sweep_serve_folder_of_two_server_settings_is_not_pooled_as_repeats(tmp_path: Path) -> None:

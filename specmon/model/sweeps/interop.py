@@ -544,8 +544,7 @@ def _guidellm_csv(text: str, path: str) -> SweepResult:
     levels.sort(key=lambda lv: lv.load)
     meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) else None,
                      workload=_axis_workload(levels), profile=Path(path).stem, tool="guidellm")
-    note = ("throughputs are over successful requests and token totals are mean x count (a guidellm CSV holds no "
-            "totals)",)
+    note = ("token totals are mean x count (a guidellm CSV holds no totals)",)
     return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=note)
 
 
@@ -664,10 +663,11 @@ def _guidellm_level(b: Any, where: str) -> LevelResult:
         duration_s=_num(b, "duration", where, default=0.0) or _span(b, where),
         output_tokens=round(_g_sum(m, "output_token_count", where)),
         input_tokens=round(_g_sum(m, "prompt_token_count", where)),
-        # The console's "Server Throughput Statistics" table: means over all requests.
-        output_throughput=_g_mean(m, "output_tokens_per_second", where, "total"),
-        request_throughput=_g_mean(m, "requests_per_second", where, "total"),
-        total_throughput=_g_mean(m, "tokens_per_second", where, "total"),
+        # Over the successful requests, as specmon's own levels and guidellm's CSV count them (guidellm's console
+        # table shows the "total" figure, which counts errored and cut-off requests too).
+        output_throughput=_g_mean(m, "output_tokens_per_second", where),
+        request_throughput=_g_mean(m, "requests_per_second", where),
+        total_throughput=_g_mean(m, "tokens_per_second", where),
         ttft_ms=_g_stats(m, "time_to_first_token_ms", where),
         tpot_ms=_g_stats(m, "inter_token_latency_ms", where),   # guidellm's ITL is per token: specmon's TPOT
         itl_ms=Stats(),
@@ -692,11 +692,11 @@ def _g_dist(m: Mapping[str, Any], name: str, where: str, status: str) -> Mapping
     return d[status]
 
 
-def _g_mean(m: Mapping[str, Any], name: str, where: str, status: str = "successful") -> float:
-    d = _g_dist(m, name, where, status)
+def _g_mean(m: Mapping[str, Any], name: str, where: str) -> float:
+    d = _g_dist(m, name, where, "successful")
     if d is None:
         raise UserError(f"{where}.metrics.{name}: missing (a guidellm report carries it for every benchmark)")
-    return _num(d, "mean", f"{where}.metrics.{name}.{status}")
+    return _num(d, "mean", f"{where}.metrics.{name}.successful")
 
 
 def _g_opt_mean(m: Mapping[str, Any], name: str, where: str) -> float | None:
