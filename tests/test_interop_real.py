@@ -89,6 +89,30 @@ def test_guidellm_03_era_report_json_and_yaml_give_the_reports_numbers(path: Pat
     assert result.meta.url == b["worker"]["backend_target"] == "example_target"
 
 
+@pytest.mark.slow
+def test_a_plain_install_requires_pyyaml_for_guidellms_yaml_report(tmp_path: Path) -> None:
+    """guidellm's YAML report needs PyYAML, which specmon did not declare: a plain `pip install` refused the YAML
+    ("reading it needs PyYAML"). The wheel pip builds from this checkout now requires it, and the YAML reads."""
+    import sys
+    import zipfile
+
+    root = Path(__file__).parent.parent
+    src = tmp_path / "src"   # a copy: setuptools writes build/ and *.egg-info beside the sources
+    for name in ("specmon", "themes"):
+        shutil.copytree(root / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(root / name, src / name)
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                           str(tmp_path), str(src)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    (wheel,) = tmp_path.glob("specmon-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        metadata = z.read(next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    requires = [line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:")]
+    assert "PyYAML>=6" in requires
+    assert read_any_results(GUIDELLM03_YAML).levels == read_any_results(GUIDELLM03_JSON).levels
+
+
 @pytest.mark.parametrize("path", [GUIDELLM03_JSON, GUIDELLM03_YAML], ids=["json", "yaml"])
 def test_guidellm_throughput_is_over_successful_requests_in_every_layout(path: Path) -> None:
     """A real report with an incomplete request (46 of 47 successful): its JSON and YAML were read as "total"

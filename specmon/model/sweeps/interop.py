@@ -158,11 +158,8 @@ def _detect(text: str, path: str) -> tuple[str, list[tuple[int, Mapping[str, Any
 
 def _guidellm_yaml(text: str, path: str) -> Mapping[str, Any]:
     """A guidellm report written as YAML (`--output-path x.yaml`): the same tree as its JSON."""
-    try:
-        import yaml  # type: ignore[import-untyped]  # optional: guidellm YAML only
-    except ModuleNotFoundError:
-        raise UserError(f"{path}: a guidellm YAML report; reading it needs PyYAML (pip install pyyaml), or "
-                        "give guidellm's JSON report") from None
+    import yaml  # type: ignore[import-untyped]  # a declared dependency, imported only for guidellm YAML
+
     try:
         obj = yaml.safe_load(text)
     except yaml.YAMLError as exc:
