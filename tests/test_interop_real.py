@@ -4,6 +4,8 @@ number equals the file's; and the defects of issue 23 (files refused or misread)
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 import os
@@ -652,6 +654,51 @@ def test_report_out_refuses_an_existing_file_and_a_symlink_unless_force(tmp_path
     done = specmon("report", *files, "--format", "json", "--out", str(victim), "--force", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(victim.read_text())["crossover"]["plus_minus"] is None
+
+
+HOSTILE_MODEL = "evil\x1b]52;c;cHduZWQ=\x07\x1b[2J<script>alert(1)</script>\n# Injected model"
+
+
+@pytest.mark.slow
+def test_hostile_names_in_peer_files_reach_no_terminal_no_markdown_and_no_spreadsheet(tmp_path: Path) -> None:
+    """A real vLLM result whose model_id carries an OSC 52 (clipboard write), a clear-screen, `<script>` and a newline,
+    in a file named as a spreadsheet formula with a newline: compare printed the sequences raw, report.md kept the
+    script and a `# Injected` heading, the CSV cell started with `=`. Now none reaches a terminal, the Markdown is
+    inert text and the cell is text."""
+    o = json.loads(VLLM025_ONE.read_text())
+    a = tmp_path / "a.json"
+    a.write_text(json.dumps(o))
+    b = tmp_path / '=HYPERLINK("x")\n# Injected name.json'
+    b.write_text(json.dumps(dict(o, model_id=HOSTILE_MODEL, deployment="x\x1b[31mred")))
+    assert "\x1b" not in (read_any_results(b).meta.model or "")   # what the TUI's toasts are given too
+    done = specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "different models" in done.stdout
+    assert not any(c in done.stdout + done.stderr for c in "\x1b\x07\x9b")
+    md = tmp_path / "report.md"
+    done = specmon("report", str(a), str(b), "--out", str(md), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = md.read_text()
+    assert "<script>" not in text and "&lt;script&gt;" in text
+    assert not any(line.startswith("# Injected") for line in text.splitlines())
+    assert not any(c in text for c in "\x1b\x07")
+    done = specmon("report", "--format", "csv", str(a), str(b), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cells = [row[0] for row in csv.reader(io.StringIO(done.stdout))][1:]
+    assert cells and all(not c.startswith(("=", "+", "-", "@")) for c in cells)
+    assert '\'=HYPERLINK("x")\n# Injected name' in cells
+
+
+@pytest.mark.slow
+def test_export_to_a_dangling_symlink_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """`export --format vllm --out LINK` where LINK points to nothing ended in a FileExistsError traceback."""
+    link = tmp_path / "out"
+    link.symlink_to(tmp_path / "gone" / "nowhere")
+    done = specmon("export", str(VLLM025_ONE), "--format", "vllm", "--out", str(link), cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == (f"specmon: error: {link}: a symbolic link to nothing (it points to "
+                                   f"{tmp_path / 'gone' / 'nowhere'}); not followed (choose another --out)")
+    assert not (tmp_path / "gone").exists()
 
 
 # ---- `vllm bench sweep serve` folders -------------------------------------------------------------------------

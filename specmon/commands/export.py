@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -48,6 +49,9 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "vllm":
         out_dir: Path = args.out or src.with_name(f"{stem}-vllm")
         files = [(out_dir / name, json.dumps(obj, indent=4, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
+        if out_dir.is_symlink() and not out_dir.exists():
+            raise UserError(f"{out_dir}: a symbolic link to nothing (it points to {os.readlink(out_dir)}); not followed "
+                            "(choose another --out)")
         if out_dir.exists() and not out_dir.is_dir():
             raise UserError(f"{out_dir}: exists and is not a directory")
     elif args.format == "guidellm":
@@ -65,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"specmon: note: the {args.format} format has no field for: {', '.join(lost)} (not written)",
               file=sys.stderr)
     for path, text in files:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{path.parent}: cannot create the directory ({exc.strerror or exc})") from None
         _write_new(path, text)
         print(path)
     return 0

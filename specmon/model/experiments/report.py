@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.model.experiments.experiment import ExperimentState
 from specmon.model.experiments.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
+from specmon.model.logs.clean import escape_controls
 from specmon.model.server.acceptance import LevelAcceptance
 from specmon.model.sweeps.compare import load_words
 
@@ -73,12 +75,38 @@ def summary_to_csv(summary: ExperimentSummary) -> str:
     for p in summary.profiles:
         for lv in p.levels:
             a = lv.acceptance or LevelAcceptance()
-            writer.writerow([p.profile, lv.concurrency, lv.n, _cell(lv.mean), _cell(lv.spread), _cell(a.server_tok_s),
+            writer.writerow([_csv_text(p.profile), lv.concurrency, lv.n, _cell(lv.mean), _cell(lv.spread), _cell(a.server_tok_s),
                              _cell(a.queue_mean), _cell(a.queue_max), _cell(a.log_accept_len),
                              _cell(a.metrics_accept_len), _cell(a.client_tokens_per_chunk), lv.disagreeing,
                              lv.client_bound, _cell(lv.ttft_p50_ms), _cell(lv.tpot_p50_ms), lv.skewed,
                              _cell(lv.handling_ms_p99)])
     return buf.getvalue()
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (`=HYPERLINK(...)` in a profile name).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _csv_text(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that would start a formula is prefixed with `'`."""
+    return "'" + text if text.startswith(_FORMULA_START) else text
+
+
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|])")
+
+
+def _md(text: object) -> str:
+    """Text from a file or a server (a profile or model name, a warning quoting them) as inert Markdown inline text:
+    on one line (a newline would start a heading or a list), HTML escaped (`<script>` stays text), and emphasis,
+    code, link and table characters backslash-escaped."""
+    one = escape_controls(str(text))
+    html = one.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return _MD_SPECIAL.sub(r"\\\1", html)
+
+
+def _code(text: object) -> str:
+    """Text shown in a Markdown code span: on one line, no backtick to end the span early."""
+    return escape_controls(str(text)).replace("`", "'")
 
 
 def _cell(value: float | None) -> str:
@@ -91,7 +119,7 @@ def _num(value: float | None, fmt: str = ".1f") -> str:
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
 
 
@@ -104,16 +132,16 @@ def _setup_lines(p: ProfileSummary) -> list[str]:
             value = server[key]
             if isinstance(value, Mapping):
                 value = ", ".join(f"{k}={v}" for k, v in value.items())
-            facts.append(f"{label} {value}")
-    lines = [f"- **{p.profile}**" + (f" ({p.meta.model})" if p.meta and p.meta.model else "") +
+            facts.append(f"{label} {_md(value)}")
+    lines = [f"- **{_md(p.profile)}**" + (f" ({_md(p.meta.model)})" if p.meta and p.meta.model else "") +
              (": " + "; ".join(facts) if facts else "")]
     command = p.setup.get("command")
     if command:
-        lines.append("  `" + " ".join(str(c) for c in command).replace("`", "'") + "`" +
-                     (f" on {p.setup.get('host')}" if p.setup.get("host") else ""))
+        lines.append("  `" + _code(" ".join(str(c) for c in command)) + "`" +
+                     (f" on {_md(p.setup.get('host'))}" if p.setup.get("host") else ""))
     env = p.setup.get("env")
     if env:
-        lines.append("  env: " + ", ".join(f"`{k}={v}`" for k, v in dict(env).items()))
+        lines.append("  env: " + ", ".join(f"`{_code(f'{k}={v}')}`" for k, v in dict(env).items()))
     return lines
 
 
@@ -121,15 +149,15 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
                         state: ExperimentState | None = None, title: str | None = None) -> str:
     """The report: setup of each profile, throughput table (mean ± spread), acceptance, warnings, verdict."""
     name = title or (f"Experiment {state.spec.name}" if state else "Sweep comparison")
-    lines = [f"# {name}", "", f"**Verdict:** {summary.verdict}", ""]
+    lines = [f"# {_md(name)}", "", f"**Verdict:** {_md(summary.verdict)}", ""]
     if state is not None:
         lines += [f"{len(state.spec.sweep.levels)} levels × {state.spec.repeats} repeats per profile; "
                   f"started {state.created_at}, {state.status}.", ""]
         for profile in state.spec.profiles:
             ps = state.profile(profile)
             if ps.status in ("failed", "skipped"):
-                lines += [f"- **{profile} was not measured** ({ps.status} after {ps.attempts} launch "
-                          f"attempt{'s' if ps.attempts != 1 else ''}): {ps.failure}"]
+                lines += [f"- **{_md(profile)} was not measured** ({ps.status} after {ps.attempts} launch "
+                          f"attempt{'s' if ps.attempts != 1 else ''}): {_md(ps.failure)}"]
         lines.append("")
     if image:
         lines += [f"![output throughput vs concurrency]({image})", ""]
@@ -138,7 +166,7 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         lines += _setup_lines(p)
     lines += ["", "## Output throughput (tok/s, mean ± spread over repeats)", ""]
     concurrencies = sorted({lv.concurrency for p in summary.profiles for lv in p.levels})
-    head = ["C"] + [p.profile for p in summary.profiles]
+    head = ["C"] + [_md(p.profile) for p in summary.profiles]
     rows = []
     for c in concurrencies:
         row = [str(c)]
@@ -158,7 +186,8 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
     x = summary.crossover
     if x is not None:
         lines += ["", f"Crossover: {load_words(x.concurrency)} ({crossover_bound(x)}); measured levels around it "
-                      f"{x.bracket[0]} and {x.bracket[1]}: {x.ahead_below} ahead below, {x.ahead_above} ahead above."]
+                      f"{x.bracket[0]} and {x.bracket[1]}: {_md(x.ahead_below)} ahead below, {_md(x.ahead_above)} "
+                      "ahead above."]
     lines += ["", "## Acceptance and server view per level", "",
               "Accept length from the decode-batch log lines, from /metrics, the client's tokens per chunk (and, for "
               "another tool's result file, the accept length it recorded) "
@@ -175,7 +204,7 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         for lv in p.levels:
             a = lv.acceptance or LevelAcceptance()
             queue = "–" if a.queue_mean is None else f"{a.queue_mean:.1f}/{_num(a.queue_max, '.0f')}"
-            rows.append([p.profile, str(lv.concurrency), _num(a.log_accept_len, ".2f"), _num(a.metrics_accept_len, ".2f"),
+            rows.append([_md(p.profile), str(lv.concurrency), _num(a.log_accept_len, ".2f"), _num(a.metrics_accept_len, ".2f"),
                          _num(a.client_tokens_per_chunk, ".2f")]
                         + ([_num(a.file_accept_len, ".2f")] if from_file else [])
                         + [_num(a.server_tok_s), f"{lv.mean:.1f}", queue]
@@ -190,10 +219,10 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         for p in summary.profiles:
             for lv in p.levels:
                 cells = [lv.categories.get(name) for name in names]
-                rows.append([p.profile, str(lv.concurrency)]
+                rows.append([_md(p.profile), str(lv.concurrency)]
                             + ["–" if c is None else _num(c.tokens_per_chunk, ".2f") for c in cells])
-        lines += _table(["profile", "C", *names], rows)
+        lines += _table(["profile", "C", *map(_md, names)], rows)
     lines += ["", "## Warnings", ""]
-    lines += [f"- {w}" for w in summary.warnings] or ["- none"]
+    lines += [f"- {_md(w)}" for w in summary.warnings] or ["- none"]
     lines.append("")
     return "\n".join(lines)

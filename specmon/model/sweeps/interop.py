@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.compare import repeat_spreads
 from specmon.model.sweeps.results import (
     ClientHealth,
@@ -253,11 +254,18 @@ def _flat_result(tool: str, runs: Sequence[tuple[str, Mapping[str, Any]]], path:
     for key in ("dataset_name", "random_input_len", "random_output_len", "num_prompts", "backend", "burstiness"):
         if first.get(key) is not None:
             workload[key] = first[key]
-    meta = SweepMeta(url="", model=model if isinstance(model, str) else None, workload=workload,
+    meta = SweepMeta(url="", model=_shown(model), workload=workload,
                      profile=label or Path(path).stem, created_at=_vllm_date(first.get("date")), tool=tool)
     notes = (torn + _derived(tool, runs) + _repeats(levels) + _per_run_said(runs, per_run)
              + _other_workloads(first, other, per_run) + at_once)
-    return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=notes)
+    # The notes quote the file's own labels and models: no control sequence of theirs may reach a terminal.
+    return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=tuple(one_line(n, 20_000) for n in notes))
+
+
+def _shown(v: Any) -> str | None:
+    """A name another tool's file gives (a model, a target URL) as one line with no terminal control in it (an OSC 52
+    or a clear-screen in a model name reaches compare's output, the TUI's toasts, a report); None if not a string."""
+    return one_line(v, 500) if isinstance(v, str) and v else None
 
 
 def _workload_key(o: Mapping[str, Any], per_run: frozenset[str]) -> tuple[Any, ...]:
@@ -511,7 +519,7 @@ def _guidellm_result(report: Mapping[str, Any], path: str) -> SweepResult:
     levels.sort(key=lambda lv: lv.load)
     target = _guidellm_first(report, benchmarks, "target")
     model = _guidellm_first(report, benchmarks, "model")
-    meta = SweepMeta(url=target or "", model=model, workload=_axis_workload(levels), profile=Path(path).stem,
+    meta = SweepMeta(url=_shown(target) or "", model=_shown(model), workload=_axis_workload(levels), profile=Path(path).stem,
                      created_at=levels[0].started_at or "", tool="guidellm")
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
 
@@ -539,7 +547,7 @@ def _guidellm_csv(text: str, path: str) -> SweepResult:
     if any(lv.rate is not None for lv in levels):
         levels = [lv if lv.rate is not None else replace(lv, rate=lv.request_throughput) for lv in levels]
     levels.sort(key=lambda lv: lv.load)
-    meta = SweepMeta(url=target if isinstance(target, str) else "", model=model if isinstance(model, str) else None,
+    meta = SweepMeta(url=_shown(target) or "", model=_shown(model),
                      workload=_axis_workload(levels), profile=Path(path).stem, tool="guidellm")
     note = ("token totals are mean x count (a guidellm CSV holds no totals)",)
     return SweepResult(path=path, meta=meta, levels=tuple(levels), notes=note)
