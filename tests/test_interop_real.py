@@ -701,6 +701,33 @@ def test_export_to_a_dangling_symlink_is_one_line_and_writes_nothing(tmp_path: P
     assert not (tmp_path / "gone").exists()
 
 
+def test_a_peer_file_of_more_runs_than_any_sweep_is_refused_before_it_is_parsed(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 138 MB JSONL of a million vLLM runs took 88 s and 5.3 GB to read (measured: /usr/bin/time specmon compare);
+    now more than MAX_RUNS (10,000) runs in a file or directory are refused in one line before any is parsed (1.2 s,
+    371 MB for that file). Here 10,000 real runs and a last line that is not even JSON: the refusal names the count,
+    not that line (it was "...:10001: not JSON"); a directory likewise (its cap lowered to 2 here); at the cap, read."""
+    import specmon.model.sweeps.interop as interop
+
+    line = json.dumps(json.loads(VLLM025_ONE.read_text()))
+    f = tmp_path / "many.jsonl"
+    f.write_text(f"{line}\n" * 10_000 + '{"output_throughput": cut\n')
+    with pytest.raises(UserError) as err:
+        read_any_results(f)
+    assert str(err.value) == (f"{f}: about 10,001 runs; specmon reads at most 10,000 from one file or directory "
+                              "(refused unread: a sweep has tens of levels; split the file)")
+    monkeypatch.setattr(interop, "MAX_RUNS", 2)
+    d = tmp_path / "dir"
+    d.mkdir()
+    for n in range(3):
+        (d / f"run{n}.json").write_text(line)
+    with pytest.raises(UserError, match=r"dir: about 3 runs; specmon reads at most 2 "):
+        read_any_results(d)
+    (d / "run2.json").unlink()
+    f.write_text(f"{line}\n{line}\n")
+    assert len(read_any_results(f).levels) == len(read_any_results(d).levels) == 2
+
+
 # ---- `vllm bench sweep serve` folders -------------------------------------------------------------------------
 def sweep_folder(root: Path, runs: int = 2) -> dict[int, list[dict[str, object]]]:
     """The layout `vllm bench sweep serve --bench-params ... --num-runs 2` leaves (vllm/benchmarks/sweep/serve.py):

@@ -59,6 +59,10 @@ EXPECTED = ("a specmon sweep result, `vllm bench serve --save-result` JSON (or a
 _META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
 # guidellm keeps every request in its report: a long run's file is large, but a result file, never gigabytes.
 MAX_FILE_BYTES = 1 << 30
+# Runs (levels) in one file or directory: a sweep has tens; a million parsed cost 1.4 GB, so more are refused before
+# they are parsed (every vLLM and SGLang run has an output_throughput, every guidellm benchmark its type_).
+MAX_RUNS = 10_000
+_RUN_MARKS = ('"output_throughput"', '"generative_benchmark"')
 
 # ---------------------------------------------------------------------------------------------------- reading
 def read_any_results(path: str | os.PathLike[str]) -> SweepResult:
@@ -79,7 +83,9 @@ def parse_any_results(text: str, path: str) -> SweepResult:
     """Parse a result file's text in whichever supported format it is (see `read_any_results`)."""
     if _is_specmon(text):
         return parse_results(text.splitlines(), path)
+    _check_run_count(max(text.count(mark) for mark in _RUN_MARKS), path)
     if text.startswith(_GUIDELLM_CSV_START):
+        _check_run_count(text.count("\n") - 3, path)   # a three-row header, then a benchmark a row
         return _guidellm_csv(text, path)
     if text.lstrip().startswith("["):   # a `vllm bench sweep serve` summary.json
         return _flat_result("vllm", _summary_runs(_json_value(text, path), path), path)
@@ -87,6 +93,12 @@ def parse_any_results(text: str, path: str) -> SweepResult:
     if tool == "guidellm":
         return _guidellm_result(objs[0][1], path)
     return _flat_result(tool, _where(objs, path), path, torn=torn)
+
+
+def _check_run_count(runs: int, path: str) -> None:
+    if runs > MAX_RUNS:
+        raise UserError(f"{path}: about {runs:,} runs; specmon reads at most {MAX_RUNS:,} from one file or directory "
+                        "(refused unread: a sweep has tens of levels; split the file)")
 
 
 def _is_specmon(text: str) -> bool:
@@ -192,17 +204,23 @@ def _read_vllm_dir(d: Path) -> SweepResult:
     summaries = sorted(d.rglob("summary.json"))
     runs: list[tuple[str, Mapping[str, Any]]] = []
     torn: tuple[str, ...] = ()
+    _check_run_count(len(summaries), str(d))
     for f in summaries:
+        text = _read_text(f)
+        _check_run_count(len(runs) + text.count(_RUN_MARKS[0]), str(d))
         # One server configuration per sweep: a combination folder's SERVE- part tells them apart (runs of another
         # are left out as another workload, not pooled as repeats).
         serve = f.parent.name.split("-BENCH-")[0] if f.parent.name.startswith("SERVE-") else None
         runs += [(where, {**o, _SERVE_KEY: serve} if serve else o)
-                 for where, o in _summary_runs(_json_value(_read_text(f), str(f)), str(f))]
+                 for where, o in _summary_runs(_json_value(text, str(f)), str(f))]
     summed = {f.parent for f in summaries}
     files = sorted(f for f in d.rglob("*.json") if f.parent not in summed and f.name not in _NOT_RUNS
                    and not f.name.endswith((".pytorch.json", ".failure.json")))
+    _check_run_count(len(runs) + len(files), str(d))
     for f in files:
-        tool, objs, cut = _detect(_read_text(f), str(f))
+        text = _read_text(f)
+        _check_run_count(len(runs) + text.count(_RUN_MARKS[0]), str(d))
+        tool, objs, cut = _detect(text, str(f))
         if tool != "vllm":
             raise UserError(f"{f}: not a `vllm bench serve --save-result` file (a directory is read as one vLLM "
                             f"sweep); found {TOOL_NAMES.get(tool, tool)} output")
