@@ -282,6 +282,11 @@ def test_vllm_run_labels_named_as_stamps_never_split_a_sweep_and_a_left_out_run_
     assert len(split.levels) == 4
     assert any(n.startswith("left out 1 run(s) of another workload") and f"{g}:5: " in n and "deployment=kvcache" in n
                for n in split.notes)
+    # A label of any name with a value of its own on each of three runs stamps runs; on each of two, it may not.
+    for labels, kept in ((["a", "b", "c"], 3), (["a", "b"], 1)):
+        h = tmp_path / f"{len(labels)}.jsonl"
+        h.write_text("".join(json.dumps(dict(base, note=v)) + "\n" for v in labels))
+        assert len(read_any_results(h).levels) == kept
 
 
 VLLM015 = REAL / "vllm-bench-serve-2026-01-glm47-fp8-c100.json"

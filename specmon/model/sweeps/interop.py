@@ -298,9 +298,11 @@ def _workload_key(o: Mapping[str, Any], per_run: frozenset[str]) -> tuple[Any, .
 # the same for every run of it: `deployment=base` and `deployment=kvcache` are two sweeps, not repeats).
 _PER_RUN_STRINGS = ("date", "request_rate")
 # A label named as a stamp of one run (when, where, which attempt) never makes another workload, whatever its value.
-_PER_RUN_NAME = re.compile(r"(^|[_\-.])(time|timestamp|ts|date|datetime|day|run|runid|run_id|id|uuid|host|hostname|"
-                           r"node|nodename|machine|pod|job|jobid|job_id|repeat|rep|iteration|iter|trial|attempt|"
-                           r"seq|start|end|started|finished|commit)($|[_\-.])", re.IGNORECASE)
+_PER_RUN_NAME = re.compile(r"(time|timestamp|ts|date|datetime|(start|end)_?time|started|finished|run|run_?(id|name|no)|"
+                           r"id|uuid|host|hostname|node|node_?name|machine|pod|job|job_?id|repeat|iteration|iter|"
+                           r"trial|attempt|(git_)?commit)", re.IGNORECASE)
+# vLLM's own string keys: they name the API and model used, part of the workload however they vary.
+_VLLM_STRINGS = ("endpoint_type", "backend", "label", "model_id", "tokenizer_id")
 
 
 def _labels(o: Mapping[str, Any]) -> dict[str, str]:
@@ -310,11 +312,12 @@ def _labels(o: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _per_run_labels(objs: Sequence[Mapping[str, Any]]) -> frozenset[str]:
-    """The labels that stamp a run rather than shape its load: named so (timestamp, run_id, host...), or with a value
-    of their own on every run of the file (a label that groups no two runs describes runs, not a workload)."""
-    names = {k for o in objs for k in _labels(o) if k not in _WORKLOAD_KEYS}
-    per_run = {k for k in names if _PER_RUN_NAME.search(k)}
-    if len(objs) > 1:
+    """The `--metadata` labels that stamp a run rather than shape its load: named so (timestamp, run_id, host...),
+    or, in a file of three runs or more, with a value of its own on every run (a label that groups no two runs
+    describes runs, not a workload; with two, `deployment=a` and `deployment=b` are as likely two workloads)."""
+    names = {k for o in objs for k in _labels(o) if k not in _VLLM_STRINGS and k not in _WORKLOAD_KEYS}
+    per_run = {k for k in names if _PER_RUN_NAME.fullmatch(k)}
+    if len(objs) > 2:
         for k in names - per_run:
             values = [o.get(k) for o in objs]
             if None not in values and len(set(values)) == len(values):
