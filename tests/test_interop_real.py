@@ -673,7 +673,7 @@ def test_hostile_names_in_peer_files_reach_no_terminal_no_markdown_and_no_spread
     o = json.loads(VLLM025_ONE.read_text())
     a = tmp_path / "a.json"
     a.write_text(json.dumps(o))
-    b = tmp_path / '=HYPERLINK("x")\n# Injected name.json'
+    b = tmp_path / '=HYPERLINK("x")\n# Injected\x1b[2J name.json'
     b.write_text(json.dumps(dict(o, model_id=HOSTILE_MODEL, deployment="x\x1b[31mred")))
     assert "\x1b" not in (read_any_results(b).meta.model or "")   # what the TUI's toasts are given too
     done = specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
@@ -691,7 +691,8 @@ def test_hostile_names_in_peer_files_reach_no_terminal_no_markdown_and_no_spread
     assert done.returncode == 0, done.stderr
     cells = [row[0] for row in csv.reader(io.StringIO(done.stdout))][1:]
     assert cells and all(not c.startswith(("=", "+", "-", "@")) for c in cells)
-    assert '\'=HYPERLINK("x")\n# Injected name' in cells
+    assert not any(c in done.stdout for c in "\x1b\x07")
+    assert '\'=HYPERLINK("x")\\x0a# Injected\\x1b[2J name' in cells
 
 
 @pytest.mark.slow

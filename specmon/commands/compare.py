@@ -18,6 +18,7 @@ import plotext as plt
 
 from specmon.commands._table import category_table, table_text
 from specmon.model.charts.levelrow import rows_of, series_points
+from specmon.model.logs.clean import escape_controls, one_line
 from specmon.model.sweeps.compare import (
     METRIC_UNITS,
     METRICS,
@@ -58,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     sweeps = [read_any_results(f) for f in args.files]
     for s in sweeps:
         for warning in s.warnings:
-            print(f"specmon: warning: {warning}", file=sys.stderr)
+            print(f"specmon: warning: {one_line(warning, 20_000)}", file=sys.stderr)
     for note in filter(None, map(lacks_note, sweeps)):
-        print(f"specmon: note: {note}", file=sys.stderr)
+        print(f"specmon: note: {one_line(note, 20_000)}", file=sys.stderr)
     metric = args.metric
     mode = sweep_mode(sweeps)
     rows = align(*(s.levels for s in sweeps))
@@ -93,10 +94,10 @@ def _labels(sweeps: list[SweepResult]) -> list[str]:
     """Legend names, made unique (two sweeps of one profile get #2, #3)."""
     out: list[str] = []
     for s in sweeps:
-        name = s.label
+        name = escape_controls(s.label)   # a file's name or its profile: never a control sequence on the terminal
         n = 2
         while name in out:
-            name = f"{s.label}#{n}"
+            name = f"{escape_controls(s.label)}#{n}"
             n += 1
         out.append(name)
     return out

@@ -22,6 +22,7 @@ from specmon.model.charts.chart import series_symbol, value_at
 from specmon.model.experiments.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
 from specmon.model.experiments.report import summary_to_csv, summary_to_dict, summary_to_markdown
 from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns, summarize
+from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.compare import load_words
 from specmon.model.sweeps.interop import read_any_results
 from specmon.model.sweeps.results import SweepResult
@@ -59,7 +60,7 @@ def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentStat
             raise UserError(f"{path}: an open-loop sweep (levels at request rates); report sets levels by "
                             "concurrency: compare open-loop files with `specmon compare`")
         for warning in result.warnings:   # a torn last line, repeats, derived figures: said, as compare does
-            print(f"specmon: warning: {warning}", file=sys.stderr)
+            print(f"specmon: warning: {one_line(warning, 20_000)}", file=sys.stderr)
         grouped.setdefault(result.label, []).append(result)
     runs = [ProfileRuns(label, [(i + 1, r) for i, r in enumerate(results)]) for label, results in grouped.items()]
     return runs, None

@@ -84,11 +84,13 @@ def summary_to_csv(summary: ExperimentSummary) -> str:
 
 
 # A spreadsheet runs a cell that starts with one of these as a formula (`=HYPERLINK(...)` in a profile name).
-_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_START = ("=", "+", "-", "@")
 
 
 def _csv_text(text: str) -> str:
-    """A text cell a spreadsheet shows as text: one that would start a formula is prefixed with `'`."""
+    """A text cell a spreadsheet shows as text (one that would start a formula is prefixed with `'`) and a terminal
+    as text (controls shown as `\\xNN`: the CSV goes to stdout)."""
+    text = escape_controls(text)
     return "'" + text if text.startswith(_FORMULA_START) else text
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.hosts.env import EnvReport, confounds, diff_reports
+from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.text.numbers import fmt_count
 
@@ -253,7 +254,8 @@ def model_warning(models: Sequence[tuple[str, str | None]]) -> str | None:
     named = [(label, m) for label, m in models if m]
     if len({m for _, m in named}) < 2:
         return None
-    return "different models: " + " ≠ ".join(f"{label} {m}" for label, m in named)
+    # The names come from files and servers: shown on one line, no control sequence of theirs reaching a terminal.
+    return "different models: " + " ≠ ".join(f"{one_line(label, 500)} {one_line(m, 500)}" for label, m in named)
 
 
 @dataclass(frozen=True)
