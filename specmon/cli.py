@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from specmon import __version__
 from specmon.errors import UserError
@@ -23,9 +24,17 @@ COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "st
                                     "sweep", "compare", "export", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose argument errors are the one line that matters and where to read more, not the whole
+    usage first (12-19 lines above the error). Subcommand parsers are of this class too (add_subparsers' default)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nhint: see `{self.prog} --help`\n")
+
+
 def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     """The parser with these subcommands registered (all of them by default: `specmon --help` lists every one)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specmon",
         description="Terminal monitor for LLM inference servers (SGLang, vLLM): launch, "
         "watch loads, run throughput sweeps, compare speculative decoding.",

@@ -138,9 +138,14 @@ def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -
     assert unknown.returncode == 2 and "invalid choice: 'swep'" in unknown.stderr and "sweep" in unknown.stderr
 
 
-def test_a_mistyped_option_of_a_subcommand_shows_that_subcommands_usage(tmp_path: Path) -> None:
-    """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options."""
+def test_a_mistyped_option_of_a_subcommand_names_that_subcommands_help(tmp_path: Path) -> None:
+    """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options; then
+    launch's whole usage (12-19 lines) above the one line that matters (issue 35 #17): now that line and a hint."""
     done = _run("launch", "--wiat", "base", cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: specmon launch ") and "--wait" in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1] == "specmon launch: error: unrecognized arguments: --wiat"
+    assert done.stderr.splitlines() == ["specmon launch: error: unrecognized arguments: --wiat",
+                                        "hint: see `specmon launch --help`"]
+    bad_value = _run("sweep", "demo-baseline", "--levels", "x", cwd=tmp_path)
+    assert bad_value.returncode == 2 and bad_value.stdout == ""
+    assert bad_value.stderr.splitlines() == ["specmon sweep: error: argument --levels: levels: 'x' is not a positive "
+                                             "whole number", "hint: see `specmon sweep --help`"]
