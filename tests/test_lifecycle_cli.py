@@ -149,6 +149,25 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+def test_streaming_commands_end_quietly_when_their_reader_goes_away(cli: Cli, free_port: int) -> None:
+    """`specmon metrics NAME -f | head` ended in a BrokenPipeError traceback; `specmon logs NAME -f | head -1` never
+    ended (nothing more to write to notice the reader had gone) (issue 35 #10)."""
+    cli.config.write_text(_profile("sim", free_port, load=0.5) + "metrics_interval_s = 0.3\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    for command in (("metrics", "sim", "-f"), ("logs", "sim", "-f")):
+        reader = subprocess.Popen(cli.argv(*command), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL)
+        assert reader.stdout is not None and reader.stderr is not None
+        assert reader.stdout.readline()   # as `| head -1` reads one line, then goes away
+        reader.stdout.close()
+        try:
+            code = reader.wait(timeout=30)   # the run stays ready: only the reader going away ends these
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            raise AssertionError(f"`specmon {' '.join(command)}` still running 30 s after its reader went away") from None
+        assert (code, reader.stderr.read()) == (141, b""), command   # 128 + SIGPIPE, as a shell reports it
+
+
 def test_logs_never_print_a_logs_escape_sequences(cli: Cli, free_port: int) -> None:
     """`specmon logs` copied the server log's bytes to the terminal, OSC title and C1 sequences included."""
     hostile = r"title\033]0;PWNED\007 link\033]8;;http://evil\033\\x\033]8;;\033\\ c1\302\23331m red\033[31mR\033[0m\n"
