@@ -132,6 +132,11 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     logs = cli("logs", "sim", "-n", "2")
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
     assert cli("stop", "sim").returncode == 0
+    # Stopping it again said "stopped in 0.0s (SIGTERM; 0 process(es))", as if it had just been stopped (issue 35 #20).
+    again = cli("stop", "sim")
+    code = cli.status()[0]["exit_code"]   # 0 or 143, as the sim's SIGTERM handling went
+    assert (again.returncode, again.stdout) == (0, f"sim run {ready['run_id']}: already stopped (exit code {code}); "
+                                                   "nothing to stop\n"), again
     followed = cli("logs", "sim", "-f", "-n", "1000", timeout=20)   # the run has ended: -f returns
     log = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs" / str(cli.status()[0]["run_id"]) / "server.log"
     assert followed.returncode == 0 and followed.stdout == log.read_text()

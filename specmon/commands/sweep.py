@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.commands._args import nonneg_int, positive_float
 from specmon.commands._lifecycle import config_for
 from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
@@ -52,22 +52,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--levels", type=_levels, help="comma-separated concurrency levels, e.g. 1,2,5,10 (closed loop)")
-    load.add_argument("--request-rate", type=_positive_float, metavar="R",
+    load.add_argument("--request-rate", type=positive_float, metavar="R",
                       help="open loop: send R requests/s on a Poisson schedule (one level)")
     load.add_argument("--rates", type=_rates, metavar="R,R,...",
                       help="open loop: one level per request rate, e.g. 1,2,4 (requests/s)")
-    p.add_argument("--burstiness", type=_positive_float, metavar="B",
+    p.add_argument("--burstiness", type=positive_float, metavar="B",
                    help="open loop: gamma shape of the arrival gaps; 1 (default) is Poisson, <1 burstier, "
                    ">1 more even")
     p.add_argument("--max-concurrency", type=_positive_int, metavar="N",
                    help="open loop: at most N requests in flight; later arrivals wait for a free slot")
-    p.add_argument("--seed", type=_nonneg_int, metavar="N", help="seed of the arrival schedule, the prompt order and the lengths drawn (default 0)")
+    p.add_argument("--seed", type=nonneg_int, metavar="N", help="seed of the arrival schedule, the prompt order and the lengths drawn (default 0)")
     p.add_argument("--slo", type=_slo, metavar="ttft:MS,tpot:MS,e2el:MS",
                    help="goodput targets in ms (any subset): report requests/s meeting every one, and their share")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", type=_positive_int, metavar="N", help="measured requests per level")
-    stop.add_argument("--duration", type=_positive_float, metavar="S", help="seconds per level instead of a count")
-    p.add_argument("--warmup", type=_nonneg_int, metavar="N", help="warm-up requests before the first level")
+    stop.add_argument("--duration", type=positive_float, metavar="S", help="seconds per level instead of a count")
+    p.add_argument("--warmup", type=nonneg_int, metavar="N", help="warm-up requests before the first level")
     p.add_argument("--dataset", choices=DATASETS,
                    help="prompts: builtin (default: realistic prompts by category), random (synthetic words), or a "
                    "sharegpt, jsonl or specbench file given with --dataset-path")
@@ -81,9 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="do not send ignore_eos/min_tokens (for servers that reject them, e.g. transformers serve); "
                    "outputs may then end before --output-len")
-    p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S",
                    help="a stream silent this long counts as a timeout (default 120)")
-    p.add_argument("--deadline", type=_positive_float, metavar="S",
+    p.add_argument("--deadline", type=positive_float, metavar="S",
                    help="a request still running this long after it was sent is cut and counts as a timeout "
                    "(default 10 x --timeout)")
     p.add_argument("--processes", type=_positive_int, metavar="N",
@@ -299,19 +299,9 @@ def _slo(text: str) -> dict[str, float]:
 
 
 def _positive_int(text: str) -> int:
-    v = _nonneg_int(text)
+    v = nonneg_int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return v
 
 
@@ -324,12 +314,3 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1) (0.2 means +-20 %), got {text!r}")
     return v
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v < math.inf:   # inf and nan would reach the result file as non-JSON numbers
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return v
