@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--input-len/--input-range shape random prompts only; the {workload.dataset} dataset's "
                         "prompts are sent as written (add --dataset random for synthetic prompts of a set length)")
     out_path = args.out or default_out_path(label)
-    view = _StderrProgress(sys.stderr)
+    view = SweepPrinter(sys.stderr)
     levels: list[LevelResult] = []
 
     def on_update(u: SweepUpdate) -> None:
@@ -237,27 +237,29 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-class _StderrProgress:
-    """A refreshing status line on a terminal; on a pipe, one line per finished level and per warning."""
+class SweepPrinter:
+    """A sweep's progress as `specmon sweep` prints it (`demo --headless` too): a refreshing status line on a
+    terminal; on a pipe, one line per finished level and per warning. `prefix` starts every line (`NAME: `)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, prefix: str = "") -> None:
         self._s = stream
         self._tty = bool(getattr(stream, "isatty", lambda: False)())
         self._live = False
+        self.prefix = prefix
 
     def show(self, u: SweepUpdate) -> None:
         if isinstance(u, SweepProgress):
             if self._tty:
-                self._s.write("\r\x1b[2K" + _progress_line(u))
+                self._s.write("\r\x1b[2K" + self.prefix + _progress_line(u))
                 self._s.flush()
                 self._live = True
             return
         self.end()
         if isinstance(u, LevelResult):
-            self._s.write(f"level {level_name(u)}: {u.output_throughput:.1f} out tok/s, {u.requests_ok} ok, "
-                          f"{u.requests_failed} failed, {u.duration_s:.1f} s\n")
+            self._s.write(f"{self.prefix}level {level_name(u)}: {u.output_throughput:.1f} out tok/s, "
+                          f"{u.requests_ok} ok, {u.requests_failed} failed, {u.duration_s:.1f} s\n")
         elif isinstance(u, SweepNotice):
-            self._s.write(f"warning: {u.message}\n")
+            self._s.write(f"{self.prefix}warning: {u.message}\n")
         self._s.flush()
 
     def end(self) -> None:
