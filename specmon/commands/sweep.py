@@ -20,7 +20,7 @@ from specmon.commands._lifecycle import config_for
 from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
-from specmon.model.config import parse_levels, parse_rates
+from specmon.model.config import parse_levels, parse_rates, served_model_names
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.model.text.numbers import counted
@@ -138,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
         # The profile's run owns its URL (through its transport; a forwarded port lives as long as the manager).
         manager = RunManager(config)
         try:
-            return await run_sweep(spec_for(await manager.url_of(args.profile_name)), on_update)
+            served_as = served_model_names(config.profile(args.profile_name).command)
+            return await run_sweep(spec_for(await manager.ready_url(args.profile_name), served_as), on_update)
         finally:
             await manager.close()
 
-    def spec_for(server_url: str) -> SweepSpec:
+    def spec_for(server_url: str, served_as: tuple[str, ...] = ()) -> SweepSpec:
         return SweepSpec(url=server_url, workload=workload, out_path=out_path, model=args.model,
-                         profile=args.profile_name, api_key_env=args.api_key_env)
+                         profile=args.profile_name, api_key_env=args.api_key_env, served_as=served_as)
 
     try:
         result = asyncio.run(go())
