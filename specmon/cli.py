@@ -10,8 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
+import signal
+import stat
 import sys
+import threading
 from collections.abc import Sequence
+from typing import NoReturn
 
 from specmon import __version__
 from specmon.errors import UserError
@@ -23,9 +29,17 @@ COMMAND_MODULES: tuple[str, ...] = ("profiles", "launch", "stop", "restart", "st
                                     "sweep", "compare", "export", "experiment", "report", "gpus", "env", "diff", "demo", "trust")
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse's parser whose argument errors are the one line that matters and where to read more, not the whole
+    usage first (12-19 lines above the error). Subcommand parsers are of this class too (add_subparsers' default)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\nhint: see `{self.prog} --help`\n")
+
+
 def build_parser(commands: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     """The parser with these subcommands registered (all of them by default: `specmon --help` lists every one)."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="specmon",
         description="Terminal monitor for LLM inference servers (SGLang, vLLM): launch, "
         "watch loads, run throughput sweeps, compare speculative decoding.",
@@ -62,6 +76,49 @@ def commands_needed(argv: Sequence[str]) -> tuple[str, ...]:
     return ()
 
 
+READER_GONE_EXIT = 128 + signal.SIGPIPE   # 141: what a shell reports for a command its reader left (`| head`)
+
+
+def watch_reader() -> threading.Event | None:
+    """When stdout is a pipe, notice the moment its reader goes away (`specmon logs -f | head -1`), even while nothing
+    is written: a daemon thread waits for the pipe's error condition, sets the returned event and interrupts the
+    main thread as Ctrl-C does, so a streaming command ends through its usual cleanup (asyncio cancels its tasks).
+    None when stdout is no pipe (a terminal or a file has no reader to lose)."""
+    try:
+        fd = sys.stdout.fileno()
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return None
+    except (AttributeError, OSError, ValueError):   # stdout replaced or closed
+        return None
+    gone = threading.Event()
+    main_thread = threading.main_thread().ident
+
+    def wait() -> None:
+        while not _reader_left(fd, None):
+            pass
+        gone.set()
+        if main_thread is not None:
+            signal.pthread_kill(main_thread, signal.SIGINT)
+
+    threading.Thread(target=wait, name="stdout-reader", daemon=True).start()
+    return gone
+
+
+def _reader_left(fd: int, timeout_ms: int | None = 0) -> bool:
+    """Whether the pipe `fd` writes to has lost its reader (waiting up to `timeout_ms`; None: until it has)."""
+    poller = select.poll()
+    poller.register(fd, 0)   # no events asked: poll answers only POLLERR, the read end closed (or POLLNVAL)
+    return bool(poller.poll(timeout_ms))
+
+
+def _reader_gone() -> int:
+    """End quietly once stdout's reader went away: what is still buffered goes nowhere, not into a traceback at exit."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return READER_GONE_EXIT
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(commands_needed(argv))
@@ -71,12 +128,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = args.command and next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
         (command.choices[args.command] if command else parser).error(f"unrecognized arguments: {' '.join(unknown)}")
     func = getattr(args, "func", None)
+    gone = watch_reader() if func is not None else None
     try:
         if func is None:
             from specmon.ui.app import run_tui  # Textual is imported only for the TUI
 
             return run_tui(args)
-        return int(func(args) or 0)
+        code = int(func(args) or 0)
+        return _reader_gone() if gone is not None and gone.is_set() else code
+    except BrokenPipeError:
+        if gone is not None and _reader_left(sys.stdout.fileno()):   # a write found it before the watch did
+            return _reader_gone()
+        raise
     except UserError as exc:
         print(f"specmon: error: {one_line(str(exc))}", file=sys.stderr)
         return exc.exit_code
@@ -84,5 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"specmon: error: {one_line(str(exc))}", file=sys.stderr)
         return UserError.exit_code
     except KeyboardInterrupt:
+        if gone is not None and gone.is_set():
+            return _reader_gone()
         print("specmon: interrupted", file=sys.stderr)
         return 130

@@ -138,9 +138,29 @@ def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -
     assert unknown.returncode == 2 and "invalid choice: 'swep'" in unknown.stderr and "sweep" in unknown.stderr
 
 
-def test_a_mistyped_option_of_a_subcommand_shows_that_subcommands_usage(tmp_path: Path) -> None:
-    """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options."""
+def test_a_mistyped_option_of_a_subcommand_names_that_subcommands_help(tmp_path: Path) -> None:
+    """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options; then
+    launch's whole usage (12-19 lines) above the one line that matters (issue 35 #17): now that line and a hint."""
     done = _run("launch", "--wiat", "base", cwd=tmp_path)
     assert done.returncode == 2
-    assert done.stderr.startswith("usage: specmon launch ") and "--wait" in done.stderr, done.stderr
-    assert done.stderr.splitlines()[-1] == "specmon launch: error: unrecognized arguments: --wiat"
+    assert done.stderr.splitlines() == ["specmon launch: error: unrecognized arguments: --wiat",
+                                        "hint: see `specmon launch --help`"]
+    bad_value = _run("sweep", "demo-baseline", "--levels", "x", cwd=tmp_path)
+    assert bad_value.returncode == 2 and bad_value.stdout == ""
+    assert bad_value.stderr.splitlines() == ["specmon sweep: error: argument --levels: levels: 'x' is not a positive "
+                                             "whole number", "hint: see `specmon sweep --help`"]
+
+
+@pytest.mark.parametrize(("args", "error"), [
+    (("logs", "x", "-n", "-5"), "argument -n/--lines: must be >= 0, got '-5'"),
+    (("metrics", "x", "--interval", "0"), "argument --interval: must be a finite number > 0, got '0'"),
+    (("metrics", "x", "--interval", "nan"), "argument --interval: must be a finite number > 0, got 'nan'"),
+    (("metrics", "x", "--interval", "inf"), "argument --interval: must be a finite number > 0, got 'inf'"),
+    (("wait", "x", "--timeout", "-1"), "argument --timeout: must be a finite number > 0, got '-1'"),
+])
+def test_negative_counts_and_seconds_that_are_not_positive_and_finite_are_refused(
+        tmp_path: Path, args: tuple[str, ...], error: str) -> None:
+    """`logs -n -5` printed nothing and exited 0; `metrics --interval 0` (nan, inf) was taken (issue 35 #20)."""
+    done = _run(*args, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr.splitlines() == [f"specmon {args[0]}: error: {error}", f"hint: see `specmon {args[0]} --help`"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -154,3 +156,16 @@ def test_chart_ticks_are_the_measured_levels(files: tuple[Path, Path], tmp_path:
     axis = next(line for line in chart.splitlines() if line.split() == ["1", "2", "4", "8"])
     assert axis, chart
     assert "1.7" not in chart and "2.8" not in chart
+
+
+def test_report_without_matplotlib_names_the_pip_of_the_python_running_specmon(files: tuple[Path, Path],
+                                                                                tmp_path: Path) -> None:
+    """`report` said `pip install 'specmon[report]'`: with the venv not activated, the `pip` found first is another
+    Python's (issue 35 #20). matplotlib is kept from importing here (it is installed for the other tests)."""
+    no_matplotlib = "import sys; sys.modules['matplotlib'] = None; from specmon.cli import main; sys.exit(main())"
+    done = subprocess.run([sys.executable, "-c", no_matplotlib, "report", *map(str, files)], capture_output=True,
+                          text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[0] == (f"specmon: the chart needs matplotlib ({shlex.quote(sys.executable)} -m pip "
+                                           "install matplotlib); writing the report without it")
+    assert (tmp_path / "report.md").is_file() and not (tmp_path / "report.png").exists()

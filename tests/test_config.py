@@ -18,6 +18,7 @@ from specmon.model.config import (
     locate_keys,
     parse_config,
     parse_host,
+    served_model_names,
 )
 from specmon.model.hosts.interpreter import python_module
 
@@ -301,3 +302,17 @@ def test_sweep_dataset_keys_and_a_relative_path_taken_from_the_profiles_file(tmp
     exp = load_config(path, env={}).experiments["e"].sweep
     assert (exp.dataset, exp.dataset_path, exp.seed, exp.output_from_dataset) == ("builtin", None, 7, False)
     assert SweepDefaults().dataset == "builtin"   # realistic prompts unless a profiles file says otherwise
+
+
+@pytest.mark.parametrize(("argv", "names"), [
+    (["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/QwQ-32B", "--port", "30000"], ("Qwen/QwQ-32B",)),
+    (["python3", "-m", "sglang.launch_server", "--model-path=/m/llama", "--served-model-name", "llama"], ("llama",)),
+    (["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct", "--port", "8000"], ("meta-llama/Llama-3.1-8B-Instruct",)),
+    (["/opt/venv/bin/vllm", "serve", "m", "--served-model-name", "a", "b", "--tp", "2"], ("a", "b")),
+    (["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", "m"], ("m",)),
+    (["sh", "-c", "exec vllm serve m --port 8000"], ()),   # a script's text: not read as a command
+    (["python3", "-m", "specmon", "sim", "--port", "30001"], ()),
+])
+def test_served_model_names_of_a_server_command(argv: list[str], names: tuple[str, ...]) -> None:
+    """What a profile's server lists on /v1/models, so a sweep can tell the profile's server from another's (#7)."""
+    assert served_model_names(argv) == names

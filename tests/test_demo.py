@@ -44,6 +44,10 @@ def test_headless_demo_prints_the_comparison_and_stops_its_servers(
     out = done.stdout
     assert done.returncode == 0, out + done.stderr
     assert "base: loading shards" in out and "base: ready shards 4/4" in out and "eagle: ready shards 4/4" in out
+    # Each level as `specmon sweep` prints it, as it finishes: no silent minute per profile (issue 35 #21).
+    levels = [line.split(" out tok/s")[0].rsplit(": ", 1)[0] for line in out.splitlines() if " out tok/s, " in line]
+    assert levels == ["base: level C=1", "base: level C=32", "eagle: level C=1", "eagle: level C=32"], out
+    assert out.index("base: level C=32") < out.index("base: results in") < out.index("eagle: sweeping")
     table = [line.split() for line in out.splitlines() if line.startswith(("base ", "eagle "))]
     assert [(row[0], row[1]) for row in table] == [("base", "1"), ("base", "32"), ("eagle", "1"), ("eagle", "32")]
     # The sim's model: speculation carries several tokens per chunk; the baseline one.

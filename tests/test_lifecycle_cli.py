@@ -132,6 +132,11 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     logs = cli("logs", "sim", "-n", "2")
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 2
     assert cli("stop", "sim").returncode == 0
+    # Stopping it again said "stopped in 0.0s (SIGTERM; 0 process(es))", as if it had just been stopped (issue 35 #20).
+    again = cli("stop", "sim")
+    code = cli.status()[0]["exit_code"]   # 0 or 143, as the sim's SIGTERM handling went
+    assert (again.returncode, again.stdout) == (0, f"sim run {ready['run_id']}: already stopped (exit code {code}); "
+                                                   "nothing to stop\n"), again
     followed = cli("logs", "sim", "-f", "-n", "1000", timeout=20)   # the run has ended: -f returns
     log = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs" / str(cli.status()[0]["run_id"]) / "server.log"
     assert followed.returncode == 0 and followed.stdout == log.read_text()
@@ -147,6 +152,25 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
                         rf"{os.getpid()} \(.+\); stop it or choose another port \(free: \d+, \d+\)", line), line
     unknown = cli("stop", "nothing-like-this")
     assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_streaming_commands_end_quietly_when_their_reader_goes_away(cli: Cli, free_port: int) -> None:
+    """`specmon metrics NAME -f | head` ended in a BrokenPipeError traceback; `specmon logs NAME -f | head -1` never
+    ended (nothing more to write to notice the reader had gone) (issue 35 #10)."""
+    cli.config.write_text(_profile("sim", free_port, load=0.5) + "metrics_interval_s = 0.3\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    for command in (("metrics", "sim", "-f"), ("logs", "sim", "-f")):
+        reader = subprocess.Popen(cli.argv(*command), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  stdin=subprocess.DEVNULL)
+        assert reader.stdout is not None and reader.stderr is not None
+        assert reader.stdout.readline()   # as `| head -1` reads one line, then goes away
+        reader.stdout.close()
+        try:
+            code = reader.wait(timeout=30)   # the run stays ready: only the reader going away ends these
+        except subprocess.TimeoutExpired:
+            reader.kill()
+            raise AssertionError(f"`specmon {' '.join(command)}` still running 30 s after its reader went away") from None
+        assert (code, reader.stderr.read()) == (141, b""), command   # 128 + SIGPIPE, as a shell reports it
 
 
 def test_logs_never_print_a_logs_escape_sequences(cli: Cli, free_port: int) -> None:

@@ -24,7 +24,7 @@ OOM = FIXTURES / "real-logs" / "sglang-deepep-2node-cudagraph-oom-5285.log"
 
 
 def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["logscan", str(FULL), str(OOM)]) == 0
+    assert main(["logscan", str(FULL), str(OOM)]) == 1   # one of them failed
     out = capsys.readouterr().out
     full, oom = out.split(str(OOM))
     assert "server      sglang (model /home/model/Qwen/QwQ-32B, tp 4, mem fraction 0.85)" in full
@@ -35,8 +35,19 @@ def test_human_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert "failure     oom at line 20: Exception: Capture cuda graph failed: CUDA out of memory" in oom
 
 
+def test_a_failed_log_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specmon logscan` of a failed launch log exited 0, as for a ready one: a script could not tell (issue 35 #20)."""
+    port_in_use = FIXTURES / "real-logs" / "vllm-port-in-use-after-load-8638.log"
+    for args in ([], ["--json"]):
+        assert main(["logscan", *args, str(FULL)]) == 0
+        assert main(["logscan", *args, str(OOM)]) == 1
+        assert main(["logscan", *args, str(port_in_use)]) == 1
+        assert main(["logscan", *args, str(FULL), str(port_in_use)]) == 1
+    assert "failure     port_in_use" in capsys.readouterr().out
+
+
 def test_json_one_object_per_file_per_line_for_every_real_log(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["logscan", "--json", *map(str, LOGS)]) == 0
+    assert main(["logscan", "--json", *map(str, LOGS)]) == 1   # some of them failed
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == len(LOGS)
     for log, line in zip(LOGS, lines):
@@ -225,7 +236,7 @@ def test_escape_sequences_in_a_log_never_reach_the_terminal(tmp_path: Path) -> N
     for args in ([str(log)], ["--json", str(log)]):
         done = subprocess.run([sys.executable, "-m", "specmon", "logscan", *args], capture_output=True, text=True,
                               timeout=60)
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == 1, done.stderr   # its launch failed (OOM)
         assert not any(c in done.stdout + done.stderr for c in CONTROL), repr(done.stdout)
     assert "Capture cuda graph failed: CUDA out of memory" in done.stdout
     follower = Follower(str(log))

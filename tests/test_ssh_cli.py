@@ -152,10 +152,17 @@ def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_ur
     launched = _specmon("--config", str(config), "launch", "far", "--wait")
     assert launched.returncode == 0, launched.stderr
     run_id = json.loads(_specmon("--config", str(config), "status", "--json").stdout)[0]["run_id"]
+    run_ids = [run_id]
     try:
         shown = _specmon("--config", str(config), "status").stdout
         assert f"gpu1 127.0.0.1:{free_port} (over SSH)" in shown, shown
         for name, via_forward in (("far", True), ("near", False)):
+            if name == "near":   # a sweep measures a profile's own ready run (issue 35 #7): near's, not far's
+                assert _specmon("--config", str(config), "stop", run_id).returncode == 0
+                assert _specmon("--config", str(config), "launch", "near", "--wait").returncode == 0
+                run_id = next(r["run_id"] for r in json.loads(_specmon("--config", str(config), "status", "--json")
+                              .stdout) if r["profile"] == "near" and r["state"] == "ready")
+                run_ids.append(run_id)
             out = tmp_path / f"{name}.jsonl"
             done = _specmon("--config", str(config), "sweep", name, "--levels", "1", "--requests", "2",
                             "--output-len", "8", "--out", str(out), "--json")
@@ -168,4 +175,4 @@ def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_ur
                 assert meta["url"] == f"http://localhost:{free_port}"
         assert _specmon("--config", str(config), "stop", run_id).returncode == 0
     finally:
-        kill_marked([run_id])
+        kill_marked(run_ids)

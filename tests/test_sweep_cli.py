@@ -10,10 +10,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from lifecycle_support import profile_toml
 
 from specmon.model.sweeps.results import read_results
 
@@ -53,18 +54,51 @@ def test_sweep_url_writes_default_results_file_and_prints_table(server: str, tmp
     assert lines[2].split()[:3] == ["1", "3", "0"]
 
 
-def test_sweep_profile_and_json(server: str, tmp_path: Path) -> None:
-    port = server.rsplit(":", 1)[1]
-    (tmp_path / "profiles.toml").write_text(
-        f'[profiles.fix]\nserver = "other"\nport = {port}\ncommand = ["true"]\n\n'
-        '[sweep]\nlevels = [2]\nrequests_per_level = 4\noutput_len = 6\ninput_len = 8\nwarmup_requests = 0\n')
-    done = specmon("sweep", "fix", "--json", "--out", "r.jsonl", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    data = json.loads(done.stdout)
-    assert data["meta"]["profile"] == "fix" and data["meta"]["model"] == "fixture-model"
-    assert data["meta"]["workload"]["levels"] == [2]                   # sweep defaults from the config
-    assert [lv["requests_ok"] for lv in data["levels"]] == [4]
-    assert read_results(tmp_path / "r.jsonl").meta.profile == "fix"
+def test_sweep_of_a_profile_measures_its_ready_run_and_nothing_else(
+        server: str, tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """With no READY run of the profile and an unrelated server on its port, `specmon sweep PROFILE` measured that
+    server, filed it under the profile's name and exited 0 (issue 35 #7). Now: one line saying the profile has no
+    ready run; a ready run is measured; a server serving another model than the profile's is refused."""
+    port = server.rsplit(":", 1)[1]   # the unrelated server (it serves 'fixture-model')
+
+    def write_profile(model: str, port: int) -> None:
+        (tmp_path / "profiles.toml").write_text(
+            profile_toml("fix", port, "--model", model, load=0.5) +
+            '[sweep]\nlevels = [2]\nrequests_per_level = 4\noutput_len = 6\ninput_len = 8\nwarmup_requests = 0\n')
+
+    write_profile("org/fix", int(port))
+    refused = specmon("sweep", "fix", "--out", "r.jsonl", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
+    assert refused.stderr == ("specmon: error: profile fix has no ready run (none launched from "
+                              "profiles.toml): `specmon launch fix --wait` starts one; `--url URL` "
+                              "measures any server on purpose\n")
+    assert not (tmp_path / "r.jsonl").exists()
+
+    server_port = free_port_factory()
+    write_profile("org/fix", server_port)
+    try:
+        assert specmon("launch", "fix", "--wait", cwd=tmp_path).returncode == 0
+        done = specmon("sweep", "fix", "--json", "--out", "r.jsonl", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        data = json.loads(done.stdout)
+        assert data["meta"]["profile"] == "fix" and data["meta"]["model"] == "org/fix"
+        assert data["meta"]["workload"]["levels"] == [2]                   # sweep defaults from the config
+        assert [lv["requests_ok"] for lv in data["levels"]] == [4]
+        assert read_results(tmp_path / "r.jsonl").meta.profile == "fix"
+        # The profile now names another model than its ready run serves: not the profile's server, refused.
+        write_profile("org/new", server_port)
+        other = specmon("sweep", "fix", "--out", "o.jsonl", cwd=tmp_path)
+        assert other.returncode == 2 and not (tmp_path / "o.jsonl").exists()
+        assert other.stderr == (f"specmon: error: http://127.0.0.1:{server_port} serves 'org/fix', not profile fix's "
+                                "model 'org/new': another server answers on its port? `--url` measures any server on "
+                                "purpose\n")
+        stopped = specmon("stop", "fix", cwd=tmp_path)
+        assert stopped.returncode == 0, stopped.stderr
+        after = specmon("sweep", "fix", cwd=tmp_path)
+        assert after.returncode == 2 and "profile fix has no ready run (its latest, " in after.stderr
+        assert ", is stopped): `specmon launch fix --wait` starts one" in after.stderr
+    finally:
+        specmon("stop", "fix", "--force", cwd=tmp_path)
 
 
 @pytest.mark.parametrize(

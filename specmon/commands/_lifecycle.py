@@ -103,6 +103,9 @@ def print_report(report: StopReport) -> None:
     lines = [(f"{report.profile} run {report.run_id}", report)]
     lines += [(f"  node {rank} run {node.run_id}", node) for rank, node in enumerate(report.nodes)]
     for what, one in lines:
+        if one.already is not None:
+            print(f"{what}: already {one.already} (exit code {one.exit_code}); nothing to stop")
+            continue
         how = "SIGKILL needed" if one.killed else "SIGTERM"
         state = "stopped" if one.stopped else "NOT fully stopped"
         signalled = f"scancel job {one.job}" if one.job else f"{how}; {len(one.pids)} process(es)"

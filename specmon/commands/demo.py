@@ -73,7 +73,9 @@ def run(args: argparse.Namespace) -> int:
 async def headless(config: Config, levels: tuple[int, ...], requests: int, results_dir: Path, out: TextIO) -> int:
     """Launch every profile, wait until ready (printing shard progress), sweep each, print the comparison."""
     from specmon.commands._table import table_text
+    from specmon.commands.sweep import SweepPrinter
     from specmon.model.charts.levelrow import LEVEL_COLUMNS, LevelRow
+    from specmon.model.sweeps.results import SweepResult
     from specmon.model.text.numbers import fmt_shards
     from specmon.orchestration.comparison import sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
@@ -109,11 +111,20 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
                 return 1
 
         workload = workload_from(config.sweep, WorkloadOverrides(levels=levels, requests_per_level=requests))
+        printer = SweepPrinter(out)   # each level as `specmon sweep` prints it: no silent minute per profile
+
+        def sweeping(name: str) -> None:
+            printer.prefix = f"{name}: "
+            print(f"{name}: sweeping C={','.join(map(str, levels))}, {requests} requests per level", file=out,
+                  flush=True)
+
+        def swept(name: str, result: SweepResult) -> None:
+            printer.end()
+            print(f"{name}: results in {result.path}", file=out, flush=True)
+
         comparison = await sweep_profiles(
-            [v.view for v in verdicts], workload, results_dir=results_dir,
-            on_start=lambda name: print(f"{name}: sweeping C={','.join(map(str, levels))}, {requests} requests "
-                                        "per level", file=out, flush=True),
-            on_result=lambda name, result: print(f"{name}: results in {result.path}", file=out, flush=True))
+            [v.view for v in verdicts], workload, results_dir=results_dir, on_start=sweeping,
+            on_update=lambda _name, update: printer.show(update), on_result=swept)
 
         print("", file=out)
         rows = [LevelRow.of_level(level).cells(r.label) for r in comparison.results for level in r.levels]

@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import sys
 
+from specmon.commands._args import nonneg_int
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.logs.clean import PrintableStream, printable
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser("logs", help="show (and follow) a run's server log", description=__doc__)
     parser.add_argument("target", metavar="PROFILE|RUN_ID")
     parser.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the run ends")
-    parser.add_argument("-n", "--lines", type=int, default=50, metavar="N", help="start with the last N lines (50)")
+    parser.add_argument("-n", "--lines", type=nonneg_int, default=50, metavar="N", help="start with the last N lines (50)")
     parser.add_argument("--node", type=int, metavar="R", help="a multi-node run: only node rank R's log (default: "
                         "every node's, each line starting with [node R])")
     parser.set_defaults(func=run)
@@ -85,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         for record, prefix in targets:
             ops = manager.ops(record.host)
             try:
-                data, offset = await last_lines(ops.transport, record.log_path, max(0, args.lines))
+                data, offset = await last_lines(ops.transport, record.log_path, args.lines)
             except TransportError as exc:
                 print(f"specmon: error: {exc}", file=sys.stderr)
                 return 2

@@ -2,8 +2,9 @@
 
 Default: a short human summary per file (server, phase, shards, KV cache, ready, failure, accept len,
 load time). `--json`: one object per file per line (the contract in `runstate.summary`, plus "file").
-`--follow`: tail growing files and print each phase change and progress step as it happens; exits 0
-when every file reached ready, 1 when one failed (or a piped input ended first), 130 on Ctrl-C.
+Exits 1 when a log shows its launch failed, else 0. `--follow`: tail growing files and print each phase change
+and progress step as it happens; exits 0 when every file reached ready, 1 when one failed (or a piped input ended
+first), 130 on Ctrl-C.
 `-` reads standard input (`kubectl logs -f pod | specmon logscan --follow -`). Input is streamed in
 chunks, so memory does not grow with the log's size.
 """
@@ -65,13 +66,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.follow:
             return _follow(args.files, handles, args.json, sys.stdout)
+        failed = False
         for path, handle in zip(args.files, handles):
             try:
                 state = scan(handle)
             except OSError as exc:  # opened fine, but reading failed (EIO, a vanished mount, ...)
                 raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
             _print_summary(path, state, args.json, sys.stdout)
-        return 0
+            failed = failed or state.phase == "failed"
+        return 1 if failed else 0   # a script checking a launch log must not read a failed one as fine
     finally:
         for handle in handles:
             handle.close()

@@ -14,6 +14,7 @@ import asyncio
 import json
 import time
 
+from specmon.commands._args import positive_float
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.runs.runstatus import RunStatus
@@ -28,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("target", metavar="NAME|RUN", help="profile name (its latest run) or run id")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per line with --follow)")
     parser.add_argument("--follow", "-f", action="store_true", help="keep reading until interrupted")
-    parser.add_argument("--interval", type=float, metavar="S",
+    parser.add_argument("--interval", type=positive_float, metavar="S",
                         help="seconds between reads (default: the profile's metrics_interval_s, 1)")
     parser.set_defaults(func=run)
 

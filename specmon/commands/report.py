@@ -4,7 +4,8 @@ RESULTS is one experiment directory (or its experiment.json), or sweep result fi
 count as repeats): specmon's, or closed-loop vLLM, SGLang or guidellm files as `compare` reads them. Markdown (the
 default) gives the setup of each profile, the throughput table with mean ± spread, acceptance per level, warnings
 and the verdict, and draws the chart (throughput vs concurrency with error bars and the crossover; acceptance vs
-concurrency) as an image next to it with matplotlib (`pip install 'specmon[report]'`). Markdown goes to --out
+concurrency) as an image next to it with matplotlib (`PYTHON -m pip install matplotlib`, PYTHON the interpreter
+running specmon, as the warning names it). Markdown goes to --out
 (default: report.md in the experiment directory, else in the current one); json and csv go to stdout unless --out
 is given. An existing file is replaced only with --force; a symlink never.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -88,8 +90,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         draw_chart(summary, image)
     except ModuleNotFoundError:
-        print("specmon: the chart needs matplotlib (pip install 'specmon[report]'); writing the report without it",
-              file=sys.stderr)
+        # The interpreter running specmon, not whichever `pip` PATH finds (a venv not activated: the system's).
+        print(f"specmon: the chart needs matplotlib ({shlex.quote(sys.executable)} -m pip install matplotlib); "
+              "writing the report without it", file=sys.stderr)
         image_name = None
     else:
         image_name = image.name

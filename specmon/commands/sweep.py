@@ -10,17 +10,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from specmon.commands._args import nonneg_int, positive_float
 from specmon.commands._lifecycle import config_for
 from specmon.commands._table import category_table, table_text
 from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
-from specmon.model.config import parse_levels, parse_rates
+from specmon.model.config import parse_levels, parse_rates, served_model_names
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.model.text.numbers import counted
@@ -52,22 +52,22 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
     load = p.add_mutually_exclusive_group()
     load.add_argument("--levels", type=_levels, help="comma-separated concurrency levels, e.g. 1,2,5,10 (closed loop)")
-    load.add_argument("--request-rate", type=_positive_float, metavar="R",
+    load.add_argument("--request-rate", type=positive_float, metavar="R",
                       help="open loop: send R requests/s on a Poisson schedule (one level)")
     load.add_argument("--rates", type=_rates, metavar="R,R,...",
                       help="open loop: one level per request rate, e.g. 1,2,4 (requests/s)")
-    p.add_argument("--burstiness", type=_positive_float, metavar="B",
+    p.add_argument("--burstiness", type=positive_float, metavar="B",
                    help="open loop: gamma shape of the arrival gaps; 1 (default) is Poisson, <1 burstier, "
                    ">1 more even")
     p.add_argument("--max-concurrency", type=_positive_int, metavar="N",
                    help="open loop: at most N requests in flight; later arrivals wait for a free slot")
-    p.add_argument("--seed", type=_nonneg_int, metavar="N", help="seed of the arrival schedule, the prompt order and the lengths drawn (default 0)")
+    p.add_argument("--seed", type=nonneg_int, metavar="N", help="seed of the arrival schedule, the prompt order and the lengths drawn (default 0)")
     p.add_argument("--slo", type=_slo, metavar="ttft:MS,tpot:MS,e2el:MS",
                    help="goodput targets in ms (any subset): report requests/s meeting every one, and their share")
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--requests", type=_positive_int, metavar="N", help="measured requests per level")
-    stop.add_argument("--duration", type=_positive_float, metavar="S", help="seconds per level instead of a count")
-    p.add_argument("--warmup", type=_nonneg_int, metavar="N", help="warm-up requests before the first level")
+    stop.add_argument("--duration", type=positive_float, metavar="S", help="seconds per level instead of a count")
+    p.add_argument("--warmup", type=nonneg_int, metavar="N", help="warm-up requests before the first level")
     p.add_argument("--dataset", choices=DATASETS,
                    help="prompts: builtin (default: realistic prompts by category), random (synthetic words), or a "
                    "sharegpt, jsonl or specbench file given with --dataset-path")
@@ -81,9 +81,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--no-ignore-eos", action="store_true",
                    help="do not send ignore_eos/min_tokens (for servers that reject them, e.g. transformers serve); "
                    "outputs may then end before --output-len")
-    p.add_argument("--timeout", type=_positive_float, default=120.0, metavar="S",
+    p.add_argument("--timeout", type=positive_float, default=120.0, metavar="S",
                    help="a stream silent this long counts as a timeout (default 120)")
-    p.add_argument("--deadline", type=_positive_float, metavar="S",
+    p.add_argument("--deadline", type=positive_float, metavar="S",
                    help="a request still running this long after it was sent is cut and counts as a timeout "
                    "(default 10 x --timeout)")
     p.add_argument("--processes", type=_positive_int, metavar="N",
@@ -124,7 +124,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"--input-len/--input-range shape random prompts only; the {workload.dataset} dataset's "
                         "prompts are sent as written (add --dataset random for synthetic prompts of a set length)")
     out_path = args.out or default_out_path(label)
-    view = _StderrProgress(sys.stderr)
+    view = SweepPrinter(sys.stderr)
     levels: list[LevelResult] = []
 
     def on_update(u: SweepUpdate) -> None:
@@ -138,13 +138,14 @@ def run(args: argparse.Namespace) -> int:
         # The profile's run owns its URL (through its transport; a forwarded port lives as long as the manager).
         manager = RunManager(config)
         try:
-            return await run_sweep(spec_for(await manager.url_of(args.profile_name)), on_update)
+            served_as = served_model_names(config.profile(args.profile_name).command)
+            return await run_sweep(spec_for(await manager.ready_url(args.profile_name), served_as), on_update)
         finally:
             await manager.close()
 
-    def spec_for(server_url: str) -> SweepSpec:
+    def spec_for(server_url: str, served_as: tuple[str, ...] = ()) -> SweepSpec:
         return SweepSpec(url=server_url, workload=workload, out_path=out_path, model=args.model,
-                         profile=args.profile_name, api_key_env=args.api_key_env)
+                         profile=args.profile_name, api_key_env=args.api_key_env, served_as=served_as)
 
     try:
         result = asyncio.run(go())
@@ -238,27 +239,29 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-class _StderrProgress:
-    """A refreshing status line on a terminal; on a pipe, one line per finished level and per warning."""
+class SweepPrinter:
+    """A sweep's progress as `specmon sweep` prints it (`demo --headless` too): a refreshing status line on a
+    terminal; on a pipe, one line per finished level and per warning. `prefix` starts every line (`NAME: `)."""
 
-    def __init__(self, stream: Any) -> None:
+    def __init__(self, stream: Any, prefix: str = "") -> None:
         self._s = stream
         self._tty = bool(getattr(stream, "isatty", lambda: False)())
         self._live = False
+        self.prefix = prefix
 
     def show(self, u: SweepUpdate) -> None:
         if isinstance(u, SweepProgress):
             if self._tty:
-                self._s.write("\r\x1b[2K" + _progress_line(u))
+                self._s.write("\r\x1b[2K" + self.prefix + _progress_line(u))
                 self._s.flush()
                 self._live = True
             return
         self.end()
         if isinstance(u, LevelResult):
-            self._s.write(f"level {level_name(u)}: {u.output_throughput:.1f} out tok/s, {u.requests_ok} ok, "
-                          f"{u.requests_failed} failed, {u.duration_s:.1f} s\n")
+            self._s.write(f"{self.prefix}level {level_name(u)}: {u.output_throughput:.1f} out tok/s, "
+                          f"{u.requests_ok} ok, {u.requests_failed} failed, {u.duration_s:.1f} s\n")
         elif isinstance(u, SweepNotice):
-            self._s.write(f"warning: {u.message}\n")
+            self._s.write(f"{self.prefix}warning: {u.message}\n")
         self._s.flush()
 
     def end(self) -> None:
@@ -300,19 +303,9 @@ def _slo(text: str) -> dict[str, float]:
 
 
 def _positive_int(text: str) -> int:
-    v = _nonneg_int(text)
+    v = nonneg_int(text)
     if v < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
-    return v
-
-
-def _nonneg_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if v < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
     return v
 
 
@@ -325,12 +318,3 @@ def _fraction(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a fraction in [0, 1) (0.2 means +-20 %), got {text!r}")
     return v
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 < v < math.inf:   # inf and nan would reach the result file as non-JSON numbers
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
-    return v

@@ -13,6 +13,7 @@ import json
 import sys
 import time
 
+from specmon.commands._args import positive_float
 from specmon.commands._lifecycle import (
     EXIT_FAILED,
     EXIT_READY,
@@ -28,9 +29,9 @@ from specmon.sources import timelimit
 
 
 def add_wait_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--stall-timeout", type=float, metavar="S",
+    parser.add_argument("--stall-timeout", type=positive_float, metavar="S",
                         help="report a stall after S seconds without log output or progress (default: the profile's)")
-    parser.add_argument("--timeout", type=float, metavar="S", help="give up (exit 3) after S seconds")
+    parser.add_argument("--timeout", type=positive_float, metavar="S", help="give up (exit 3) after S seconds")
     parser.add_argument("--json", action="store_true", help="print the final run status as JSON on stdout "
                         "(no log lines)")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the server's log lines")

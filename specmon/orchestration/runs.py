@@ -63,6 +63,7 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.adoption import Adopter, HostRun
 from specmon.orchestration.checking import PROCESS_POLL_S, RunChecker
@@ -151,6 +152,22 @@ class RunManager:
 
     async def url_of(self, profile_name: str) -> str:
         return await self._watchers.url_of(profile_name)
+
+    async def ready_url(self, profile_name: str) -> str:
+        """The URL of the profile's ready run: what a sweep of the profile measures. UserError when the profile has
+        no run, or its latest is not READY (stopped, failed, still loading): whatever answers on its port then is
+        not the profile's server, and its figures must not be filed under the profile's name."""
+        profile = self.config.profile(profile_name)
+        hint = f"`specmon launch {profile.name} --wait` starts one; `--url URL` measures any server on purpose"
+        try:
+            run_id = self.find(profile.name).run_id
+        except UserError:
+            raise UserError(f"profile {profile.name} has no ready run (none launched from {self.config.source}): "
+                            f"{hint}") from None
+        view = next((v for v in await self.refresh() if v.run_id == run_id), None) or self.view(run_id)
+        if view.state != RunStatus.READY:
+            raise UserError(f"profile {profile.name} has no ready run (its latest, {run_id}, is {view.state}): {hint}")
+        return await self.url_of(profile.name)   # as clients reach it (a remote run: through the host's forward)
 
     def subscribe(self, callback: Callable[[RunView], None]) -> Callable[[], None]:
         return self._watchers.subscribe(callback)

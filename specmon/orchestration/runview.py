@@ -139,6 +139,7 @@ class StopReport:
     exit_code: int | None
     nodes: tuple[StopReport, ...] = ()   # a multi-node run: each node's report, in rank order
     job: str | None = None               # a Slurm run: the job id that was cancelled (no process was signalled)
+    already: RunStatus | None = None     # the run had ended before (this state) and no process of it was left
 
     @property
     def clean(self) -> bool:

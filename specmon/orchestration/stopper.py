@@ -37,6 +37,7 @@ class Stopper:
         """Stop a single-node run; waits for its port and GPUs to be free."""
         ops = self.hosts.ops(record.host)
         controller = self.watched.get(record.run_id)
+        ended = record.state if record.terminal else None
         if record.state in UP:
             record = self.index.store.change(record.run_id, RunRecord.asked_to_stop) or record
             if isinstance(controller, RunController):
@@ -46,6 +47,9 @@ class Stopper:
                             stop_run(ops, record, force=force, timings=self.timings))
         except TransportError as exc:
             raise UserError(str(exc)) from None
+        if ended is not None and report.stopped and not report.pids and report.job is None:
+            return dataclasses.replace(report, already=ended, exit_code=report.exit_code if report.exit_code
+                                       is not None else record.exit_code)
         if controller is not None and not controller.finished.is_set():
             with contextlib.suppress(asyncio.TimeoutError):
                 await timelimit.wait_for(controller.finished.wait(), 5.0)

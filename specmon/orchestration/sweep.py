@@ -82,6 +82,8 @@ class SweepSpec:
     profile: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"
     records_path: Path | None = None      # None: next to out_path, "<name>.requests.jsonl"
+    served_as: tuple[str, ...] = ()       # the profile's model names (config.served_model_names): a server that
+                                          # lists none of them is another's, refused; (): not checked
 
     @property
     def records(self) -> Path:
@@ -289,6 +291,10 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
         w = spec.workload
         budget = min(PROBE_PHASE_S, w.deadline_s if w.deadline_s is not None else DEADLINE_FACTOR * w.timeout_s)
         ids, server = await probe_server(spec.url, api_key, need_models=spec.model is None, budget_s=budget)
+        if spec.served_as and ids and not set(ids) & set(spec.served_as):
+            raise UserError(f"{spec.url} serves {', '.join(map(repr, ids[:3]))}, not profile {spec.profile}'s model "
+                            f"{' or '.join(map(repr, spec.served_as))}: another server answers on its port? "
+                            "`--url` measures any server on purpose")
         model = spec.model or default_model(spec.url, ids)
     except BaseException:
         for path in claimed:

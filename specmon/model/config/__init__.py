@@ -24,6 +24,7 @@ from specmon.model.config.types import (
     command_port,
     on_ports,
     parse_host,
+    served_model_names,
 )
 from specmon.model.config.validation import (
     check_levels,
@@ -39,5 +40,5 @@ __all__ = [
     "BUILTIN_SOURCE", "DEFAULT_LEVELS", "ENV_NAME", "Config", "ExperimentSpec", "Profile", "SshSettings", "SshTarget",
     "SweepDefaults", "builtin_config", "check_levels", "check_rates", "command_port", "config_dir", "format_key",
     "load_config", "locate_keys", "on_ports", "one_wave_problem", "parse_config", "parse_host", "parse_levels",
-    "parse_rates", "tomllib",
+    "parse_rates", "served_model_names", "tomllib",
 ]

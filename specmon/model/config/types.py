@@ -4,6 +4,7 @@ port a command names, the same profiles moved to other ports)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -216,6 +217,24 @@ def command_port(argv: Sequence[str]) -> int | None:
         if value is not None and value.isdigit():
             found = int(value)
     return found
+
+
+def served_model_names(argv: Sequence[str]) -> tuple[str, ...]:
+    """The model names a server command answers to on /v1/models: its `--served-model-name` values (vLLM takes
+    several), else its model (`--model-path`, `--model`, `vllm serve MODEL`); () when it names none as a word of its
+    own (a shell script's text, a wrapper)."""
+    served: list[str] = []
+    model: str | None = None
+    for i, arg in enumerate(argv):
+        name, eq, inline = arg.partition("=")
+        values = [inline] if eq else list(itertools.takewhile(lambda a: not a.startswith("-"), argv[i + 1:]))
+        if name == "--served-model-name":
+            served = values
+        elif name in ("--model-path", "--model") and values:
+            model = values[0]
+        elif arg == "serve" and i > 0 and argv[i - 1].rsplit("/", 1)[-1] == "vllm" and values and not eq:
+            model = values[0]
+    return tuple(served) if served else (model,) if model else ()
 
 
 def on_ports(config: Config, ports: Iterable[int]) -> Config:
