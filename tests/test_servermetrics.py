@@ -16,7 +16,6 @@ from specmon.model.server.serving import (
     SPARK_SLICES,
     ServingHistory,
     Thresholds,
-    check_interval,
     figure_texts,
     figures,
     read_sample,
@@ -217,10 +216,3 @@ def test_an_alert_is_said_once_until_it_clears() -> None:
     assert [a.split()[0] for a in h.alerts(21.0)] == ["preemptions"]
     h.add(sample(18.0 + PREEMPT_CLEAR_S, **{"vllm:kv_cache_usage_perc": 0.5, "vllm:num_preemptions": preempted}))
     assert h.alerts(18.0 + PREEMPT_CLEAR_S) == []
-
-
-@pytest.mark.parametrize("given", [float("nan"), float("inf"), 0.0, -1.0])
-def test_an_interval_must_be_a_positive_number_of_seconds(given: float) -> None:
-    with pytest.raises(ValueError, match="--interval must be a positive number of seconds"):
-        check_interval(given)
-    assert check_interval(0.25) == 0.25

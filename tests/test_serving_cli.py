@@ -121,9 +121,9 @@ def test_impossible_values_are_left_out_and_named(cli: Cli, free_port: int) -> N
     line = json.loads(cli("metrics", "sim", "--json").stdout, parse_constant=_refuse_constant)
     assert (line["running"], line["waiting"], line["kv_pct"], line["preemptions"]) == (None, None, None, 2.0)
     assert "vllm:kv_cache_usage_perc 1e+308" in line["ignored"]
-    for bad in ("nan", "inf", "0"):   # read without pause, or never
+    for bad in ("nan", "inf", "0"):   # read without pause, or never (the CLI's one argument type refuses them)
         out = cli("metrics", "sim", "--interval", bad)
-        assert out.returncode == 2 and "--interval must be a positive number of seconds" in out.stderr, (bad, out)
+        assert out.returncode == 2 and "--interval" in out.stderr and "Traceback" not in out.stderr, (bad, out)
 
 
 def test_a_metrics_answer_that_never_ends_is_refused_with_its_reason(cli: Cli, free_port: int) -> None:  # noqa: F811

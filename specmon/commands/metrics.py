@@ -16,17 +16,11 @@ import json
 import sys
 import time
 
+from specmon.commands._args import positive_float
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.runs.runstatus import RunStatus
-from specmon.model.server.serving import (
-    ServingHistory,
-    ServingUpdate,
-    Thresholds,
-    check_interval,
-    figure_texts,
-    update_of,
-)
+from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.serving import read_once, scraper_of, server_ending
 
@@ -37,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("target", metavar="NAME|RUN", help="profile name (its latest run) or run id")
     parser.add_argument("--json", action="store_true", help="print JSON (one object per line with --follow)")
     parser.add_argument("--follow", "-f", action="store_true", help="keep reading until interrupted")
-    parser.add_argument("--interval", type=float, metavar="S",
+    parser.add_argument("--interval", type=positive_float, metavar="S",
                         help="seconds between reads (default: the profile's metrics_interval_s, 1)")
     parser.set_defaults(func=run)
 
@@ -56,16 +50,14 @@ def _line(update: ServingUpdate, as_json: bool) -> str:
 
 
 async def show(manager: RunManager, args: argparse.Namespace) -> int:
-    try:
-        asked = None if args.interval is None else check_interval(args.interval)
-    except ValueError as exc:
-        raise UserError(str(exc)) from None
     run_id = manager.find(args.target).run_id
     view = next((v for v in await manager.refresh() if v.run_id == run_id), None) or manager.view(run_id)
     if view.state != RunStatus.READY:
         raise UserError(f"{view.profile} ({run_id}) is {view.state}, not ready: no serving metrics to read")
     profile = manager.config.profiles.get(view.profile)
-    interval = asked or (profile.metrics_interval_s if profile else 1.0)
+    interval = args.interval or (profile.metrics_interval_s if profile else 1.0)
+    if interval <= 0:
+        raise UserError(f"--interval must be > 0, got {interval}")
     history = ServingHistory(Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds())
     scraper = scraper_of(manager, view, interval)
     try:

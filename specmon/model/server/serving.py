@@ -90,15 +90,6 @@ def read_sample(text: str, at: float) -> MetricsSample:
     return MetricsSample(at, kept, refused)
 
 
-def check_interval(seconds: float, name: str = "--interval") -> float:
-    """A time between reads given on a command line: a positive finite number of seconds (0 would read without
-    pause, NaN and inf never), else ValueError naming `name`. (A profile's `metrics_interval_s` is checked so where
-    the config is read.)"""
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"{name} must be a positive number of seconds, got {seconds:g}")
-    return seconds
-
-
 @dataclass(frozen=True)
 class ServingFigures:
     """What the card shows; None where the server does not export it (or a rate needs a second read)."""
