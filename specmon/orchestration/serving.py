@@ -26,6 +26,7 @@ from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.sources import timelimit
 from specmon.sources.scrape import MetricsScraper
+from specmon.sources.slurm import SlurmHost
 
 PARSE_APART = 256 * 1024   # an answer this large (ten times a real one) is parsed in a worker thread, off the UI's loop
 ENDING_GRACE_S = 3.0       # a process whose /metrics went quiet and that ends within this is ending, not stuck
@@ -54,8 +55,9 @@ def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsSc
 
 
 async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDING_GRACE_S) -> bool:
-    """Whether a run whose /metrics stopped answering is ending or gone: a stop was asked, it is over, or its process
-    ends within `grace_s` (killed, shutting down, its job's time limit). False: it still runs (stuck, frozen)."""
+    """Whether a run whose /metrics stopped answering is ending or gone: a stop was asked, it is over, its process
+    ends within `grace_s` (killed, shutting down), or its Slurm job is near its time limit or no longer running.
+    False: it still runs (stuck, frozen), or that cannot be known."""
     try:
         record = manager.find(run_id)
     except Exception:   # its record is gone: so is the run
@@ -63,6 +65,11 @@ async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDIN
     if record.stop_requested or record.terminal:
         return True
     try:
+        if record.slurm_job is not None:   # its process is on the job's node: the job says (at its limit, ending)
+            job = await SlurmHost(manager.ops(record.host).transport).job(record.slurm_job)
+            return job is None or not job.running or job.near_time_limit
+        if record.pid is None:   # no process of its own to ask (a multi-node run's overall record)
+            return False
         await timelimit.wait_for(manager.process_ended(record), grace_s)
     except asyncio.TimeoutError:
         return False
