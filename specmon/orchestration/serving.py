@@ -169,8 +169,8 @@ class ServingWatcher:
 
 
 def _visible(update: ServingUpdate) -> tuple[object, ...]:
-    """What a card shows of an update: its figures, alerts, note and sparklines."""
-    return update.figures, update.alerts, update.note, update.raised, update.history
+    """What a card shows of an update: its figures, alerts, note, sparklines and the values it ignored."""
+    return update.figures, update.alerts, update.note, update.raised, update.history, update.ignored
 
 
 def _kind(alert: str) -> str:
