@@ -236,12 +236,15 @@ async def test_a_fault_in_the_serving_view_is_shown_and_reading_goes_on(tmp_path
 
     monkeypatch.setattr(serving_watcher, "read_sample", read_sample_failing_once)
     app = make_app(parse_config(_sim_profile("odd", free_port, interval=0.5), "test-profiles.toml"), tmp_path)
+    toasts: list[str] = []
+    app.notify = lambda message, **kw: toasts.append(str(message))   # type: ignore[method-assign,assignment]
     async with app.run_test(size=(120, 40)) as pilot:
         try:
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "odd"), 60, "READY")
-            await wait_until(pilot, lambda: "serving view failed (OverflowError" in card_text(app, "odd"), 20,
-                             "the fault on the card")
+            # Said as an alert (the card shows it until the next read, which a busy box may paint over first).
+            await wait_until(pilot, lambda: any("odd: serving view failed (OverflowError" in t for t in toasts), 20,
+                             "the fault said")
             await wait_until(pilot, lambda: "run 0" in card_text(app, "odd") and "failed" not in card_text(app, "odd"),
                              20, "the next read")
         finally:
