@@ -15,7 +15,11 @@ every POST gets the behaviour named by `mode`:
 - `huge`: /v1/models answers 400 MB (one model whose id is all of it), as fast as the client reads;
 - `long_id`: /v1/models lists one model whose id is 5000 characters;
 - `huge_info`: /v1/models is normal, /server_info answers 400 MB;
-- `deep`: /v1/models answers 100,000 nested `[` (valid JSON would need as many `]`; the parser recursed first).
+- `deep`: /v1/models answers 100,000 nested `[` (valid JSON would need as many `]`; the parser recursed first);
+- `metrics_huge`: /metrics announces 60 MB (Content-Length) and sends them, as fast as the client reads;
+- `metrics_endless`: /metrics answers chunked, 64 KiB chunks without end;
+- `metrics_unframed`: /metrics answers with neither Content-Length nor chunked (the body runs to the connection's
+  end), bytes without end.
 
 Run standalone: python tests/hostile_http.py --port P --mode MODE [--usage TEXT] [--get GET]; prints "ready" when listening.
 """
@@ -104,6 +108,8 @@ class HostileServer:
                 writer.write(block)
                 await writer.drain()
             writer.write(tail)
+        elif path == "/metrics" and self.get.startswith("metrics_"):
+            await self._metrics(writer)
         elif (path, self.get) == ("/v1/models", "deep"):
             body = b"[" * 100_000 + b"]" * 100_000
             writer.write(json_head % len(body) + body)
@@ -113,6 +119,24 @@ class HostileServer:
         else:
             writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         await writer.drain()
+
+    async def _metrics(self, writer: asyncio.StreamWriter) -> None:
+        line = b'vllm:num_requests_running{engine="0"} 1.0\n'
+        block = line * ((64 << 10) // len(line))
+        if self.get == "metrics_huge":
+            size = 60_000_000
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % size)
+            for _ in range(size // len(block)):
+                writer.write(block)
+                await writer.drain()
+            writer.write(line[: size % len(block)])
+            return
+        chunked = self.get == "metrics_endless"
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
+                     + (b"Transfer-Encoding: chunked\r\n" if chunked else b"") + b"\r\n")
+        while True:
+            writer.write(chunk(block) if chunked else block)
+            await writer.drain()
 
     async def _endless_line(self, writer: asyncio.StreamWriter) -> None:
         writer.write(chunk(b'data: {"x'))
@@ -154,6 +178,7 @@ if __name__ == "__main__":
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage", "endless_line"))
     ap.add_argument("--usage", default="{}")
-    ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info", "deep"))
+    ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info", "deep",
+                                                    "metrics_huge", "metrics_endless", "metrics_unframed"))
     a = ap.parse_args()
     asyncio.run(_serve(a.port, a.mode, a.usage, a.get))

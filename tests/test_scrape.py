@@ -4,14 +4,16 @@ sends vLLM's /metrics chunked), one kept-alive connection for many reads, a serv
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiohttp import web
+from hostile_http import HostileServer
 
 from specmon.sources.local import LocalTransport
-from specmon.sources.scrape import MetricsScraper
+from specmon.sources.scrape import MAX_BODY, MetricsScraper
 
 CAPTURE = (Path(__file__).parent / "fixtures" / "metrics" / "vllm-v0-aibrix-qwen25-coder.prom").read_text()
 
@@ -112,3 +114,26 @@ async def test_a_kept_alive_connection_the_server_timed_out_is_replaced() -> Non
     finally:
         await scraper.aclose()
         await runner.cleanup()
+
+
+@pytest.mark.parametrize("get", ["metrics_huge", "metrics_endless", "metrics_unframed"])
+async def test_an_answer_too_large_is_refused_with_its_reason_in_bounded_memory(get: str) -> None:
+    """60 MB announced (under the old 64 MiB cap: read whole, ~390 MB and seconds of parsing on the UI's loop), a
+    chunked answer without end, and one that runs to the end of a connection that never ends (read as an empty
+    answer: every figure "—" and no reason). Each is refused once MAX_BODY is passed, saying so, and a read holds
+    little more than MAX_BODY; the next read starts afresh."""
+    server = HostileServer("usage", get=get)
+    await server.start()
+    scraper = MetricsScraper(LocalTransport(), int(server.url.rsplit(":", 1)[1]), timeout_s=60)
+    tracemalloc.start()
+    try:
+        for _ in range(2):
+            result, text = await scraper.read()
+            assert (result.status, text) == (None, None)
+            assert result.error is not None and result.error.startswith(f"answer over {MAX_BODY >> 20} MiB"), result
+        peak = tracemalloc.get_traced_memory()[1]
+        assert peak < 3 * MAX_BODY, f"{peak / 2**20:.0f} MiB held by two reads"
+    finally:
+        tracemalloc.stop()
+        await scraper.aclose()
+        await server.close()

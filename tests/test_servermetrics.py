@@ -3,13 +3,24 @@ equals the capture's, for SGLang and for vLLM's V0 and V1 names; families a serv
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import pytest
 
 from specmon.model.server.acceptance import MetricsSample, parse_metrics
-from specmon.model.server.serving import FAMILIES, ServingHistory, Thresholds, figures, read_sample
+from specmon.model.server.serving import (
+    FAMILIES,
+    PREEMPT_CLEAR_S,
+    SPARK_SLICES,
+    ServingHistory,
+    Thresholds,
+    figure_texts,
+    figures,
+    read_sample,
+    update_of,
+)
 from specmon.model.text.numbers import sparkline
 
 CAPTURES = Path(__file__).parent / "fixtures" / "metrics"
@@ -100,7 +111,8 @@ def test_history_alerts() -> None:
     assert h.alerts(7.0) == []
     h.failed(8.0, "connection refused")
     assert h.alerts(8.0) == ["/metrics stopped answering (connection refused)"]
-    assert h.alerts(8.0, process_running=False) == []
+    h.end()   # the server is ending or gone: its silence is no news
+    assert h.alerts(8.0) == []
     assert h.series("waiting") == [3.0, 4.0, 0.0]
 
 
@@ -134,3 +146,73 @@ def test_card_figure_lines_are_the_captures_figures_in_plain_text() -> None:
     sparks = [text for line in card_figure_lines(update) for text, spark in line if spark]
     # Each sparkline padded to its full width; KV scaled to 100 %, the others to their own peak.
     assert sparks == ["▂█".rjust(SPARK_SLICES), " " * SPARK_SLICES, "▅".rjust(SPARK_SLICES), "▁▁".rjust(SPARK_SLICES)]
+
+
+# What a broken or hostile server answered (issue 35, item 23): each line is a value no server can have, or a
+# series given twice.
+HOSTILE = """\
+vllm:num_requests_running{engine="0"} 1e308
+vllm:num_requests_running{engine="1"} 1e308
+vllm:num_requests_waiting{engine="0"} -3
+vllm:kv_cache_usage_perc{engine="0"} 1e308
+vllm:num_preemptions_total{engine="0"} 2
+vllm:num_preemptions_total{engine="0"} 2
+vllm:spec_decode_num_drafts_total{engine="0"} 1e-300
+vllm:spec_decode_num_accepted_tokens_total{engine="0"} 1e15
+vllm:spec_decode_num_draft_tokens_total{engine="0"} 3
+"""
+
+
+def test_impossible_values_are_left_out_and_named() -> None:
+    """Two series of 1e308 overflowed the sum (a traceback), KV 1e308 read `KV inf%` and wrote `Infinity` into
+    JSON, a negative queue was shown as is, and a series given twice was counted twice."""
+    history = ServingHistory()
+    history.add(read_sample(HOSTILE, 0.0))
+    update = update_of("p", "r", history, 0.0)
+    f = update.figures
+    assert f is not None
+    assert (f.running, f.waiting, f.kv_pct) == (None, None, None)
+    assert f.preemptions == 2.0                                  # once, not 4
+    assert f.accept_len is None                                  # 1e15 / 1e-300 is no figure
+    assert json.loads(json.dumps(update.to_dict(), allow_nan=False))["kv_pct"] is None
+    assert dict(figure_texts(f))["KV"] == "—"
+    assert update.ignored == ('vllm:num_requests_running 1e+308', 'vllm:num_requests_running 1e+308',
+                              'vllm:num_requests_waiting -3', 'vllm:kv_cache_usage_perc 1e+308')
+    assert update.ignored_text() == ("ignored impossible values: vllm:num_requests_running 1e+308, "
+                                     "vllm:num_requests_running 1e+308, vllm:num_requests_waiting -3 (+1 more)")
+    assert all(sparkline(v, SPARK_SLICES, 100.0) for v in update.history.values())
+
+
+def test_the_real_captures_lose_nothing_to_the_bounds() -> None:
+    for path in sorted(CAPTURES.glob("*.prom")):
+        assert read_sample(path.read_text(), 0.0).refused == (), path.name
+
+
+def test_sparkline_of_values_past_any_scale() -> None:
+    """The card's sparkline took int() of inf: the TUI ended with an OverflowError."""
+    inf, nan = float("inf"), float("nan")
+    assert sparkline([inf, 50.0, nan], 4, 100.0) == " █▅▁"
+    assert sparkline([1e308, 1e-308], 3) == " █▁"
+
+
+def test_an_alert_is_said_once_until_it_clears() -> None:
+    """A server at its limit: KV use between 93 % and 97 % and a preemption every few reads, for 20 s. The alerts
+    appeared 8 (KV) and 6 (preemptions) times; now each once, and each clears: KV below 90 %, preemptions after
+    PREEMPT_CLEAR_S without one."""
+    h = ServingHistory(Thresholds(kv_pct=95.0))
+    raised: list[str] = []
+    shown: set[str] = set()
+    preempted = 0.0
+    for t in range(21):
+        preempted += 1.0 if t % 3 == 0 else 0.0
+        h.add(sample(float(t), **{"vllm:kv_cache_usage_perc": 0.97 if t % 2 else 0.93,
+                                  "vllm:num_preemptions": preempted}))
+        kinds = {a.split()[0] for a in h.alerts(float(t))}
+        raised += sorted(kinds - shown)
+        shown = kinds
+    assert raised == ["KV", "preemptions"]
+    assert h.alerts(20.0)[0] == "KV 93% (was ≥ 95%)"
+    h.add(sample(21.0, **{"vllm:kv_cache_usage_perc": 0.89, "vllm:num_preemptions": preempted}))
+    assert [a.split()[0] for a in h.alerts(21.0)] == ["preemptions"]
+    h.add(sample(18.0 + PREEMPT_CLEAR_S, **{"vllm:kv_cache_usage_perc": 0.5, "vllm:num_preemptions": preempted}))
+    assert h.alerts(18.0 + PREEMPT_CLEAR_S) == []

@@ -14,6 +14,7 @@ import pytest
 from lifecycle_support import Cli
 from lifecycle_support import profile_toml as _profile
 from test_lifecycle_cli import cli  # noqa: F401  (the fixture: a private config, its runs stopped after)
+from test_servermetrics import HOSTILE
 
 pytestmark = pytest.mark.slow
 
@@ -99,3 +100,36 @@ def test_preemptions_rise_past_kv_capacity_and_alert(cli: Cli, free_port: int, f
     assert rising(lines), lines[-3:]
     assert float(rising(lines)[0]["preempt_per_s"]) > 0                              # type: ignore[arg-type]
     assert float(rising(lines)[0]["preemptions"]) >= 1                               # type: ignore[arg-type]
+
+
+def _refuse_constant(name: str) -> object:
+    raise AssertionError(f"{name} in JSON output")
+
+
+def test_impossible_values_are_left_out_and_named(cli: Cli, free_port: int) -> None:  # noqa: F811
+    """A server whose /metrics holds 1e308 twice, a negative queue and a series given twice: `specmon metrics` ended
+    in an fsum OverflowError traceback; now the figures are absent, named, and the JSON is JSON."""
+    hostile = cli.config.parent / "hostile.prom"
+    hostile.write_text(HOSTILE)
+    cli.config.write_text(_profile("sim", free_port, "--flavor", "vllm", "--metrics-from", str(hostile), load=0.5)
+                          + "metrics_interval_s = 0.2\n")
+    assert cli("launch", "sim", "--wait").returncode == 0
+    plain = cli("metrics", "sim")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.startswith("sim: running —  waiting —  KV —"), plain.stdout
+    assert "inf" not in plain.stdout and "ignored impossible values: vllm:num_requests_running 1e+308" in plain.stdout
+    line = json.loads(cli("metrics", "sim", "--json").stdout, parse_constant=_refuse_constant)
+    assert (line["running"], line["waiting"], line["kv_pct"], line["preemptions"]) == (None, None, None, 2.0)
+    assert "vllm:kv_cache_usage_perc 1e+308" in line["ignored"]
+    for bad in ("nan", "inf", "0"):   # read without pause, or never (the CLI's one argument type refuses them)
+        out = cli("metrics", "sim", "--interval", bad)
+        assert out.returncode == 2 and "--interval" in out.stderr and "Traceback" not in out.stderr, (bad, out)
+
+
+def test_a_metrics_answer_that_never_ends_is_refused_with_its_reason(cli: Cli, free_port: int) -> None:  # noqa: F811
+    """/metrics streams without end: the read stops at MAX_BODY and says so (it printed "—" and exited 0)."""
+    cli.config.write_text(_profile("sim", free_port, "--metrics-from", "/dev/zero", load=0.5))
+    assert cli("launch", "sim", "--wait").returncode == 0
+    out = cli("metrics", "sim")
+    assert out.returncode == 1, out
+    assert out.stderr == "specmon: sim: /metrics did not answer: answer over 4 MiB, not read\n"

@@ -17,7 +17,9 @@ from sshd_support import Sshd
 from test_ui_pilot import card_text, make_app, quit_with, wait_until
 
 from specmon.model.config import parse_config
-from specmon.model.server.serving import ServingFigures
+from specmon.model.server.acceptance import MetricsSample
+from specmon.model.server.serving import ServingFigures, read_sample
+from specmon.orchestration import serving as serving_watcher
 from specmon.ui.forms import SweepRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -191,4 +193,80 @@ async def test_metrics_that_stop_answering_while_the_process_runs_raise_an_alert
         finally:
             for pid in frozen:
                 os.kill(pid, signal.SIGCONT)
+            await quit_with(pilot, "Q")
+
+
+def _sim_profile(name: str, port: int, *extra: str, interval: float = 0.25) -> str:
+    args = ["specmon", "sim", "--port", str(port), "--shards", "2", "--load-seconds", "1", *extra]
+    return f"[profiles.{name}]\nport = {port}\ncommand = {json.dumps(args)}\nmetrics_interval_s = {interval}\n"
+
+
+async def test_a_hostile_metrics_answer_cannot_end_the_tui(tmp_path: Path, free_port: int) -> None:
+    """A server whose /metrics says KV 1e308: the card's sparkline took int() of infinity and the TUI ended with an
+    OverflowError. Now the card says what it ignored and goes on."""
+    hostile = tmp_path / "hostile.prom"
+    hostile.write_text('vllm:num_requests_running{engine="0"} 0\nvllm:kv_cache_usage_perc{engine="0"} 1e308\n')
+    app = make_app(parse_config(_sim_profile("bad", free_port, "--flavor", "vllm", "--metrics-from", str(hostile)),
+                                "test-profiles.toml"), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "bad"), 60, "READY")
+            await wait_until(pilot, lambda: "ignored impossible values" in card_text(app, "bad"), 20, "the note")
+            await pilot.pause(1.0)   # four more reads, each drawn
+            assert app.is_running
+            card = card_text(app, "bad")
+            assert "run 0" in card and "KV —" in card and "inf" not in card, card
+        finally:
+            await quit_with(pilot, "Q")
+
+
+async def test_a_fault_in_the_serving_view_is_shown_and_reading_goes_on(tmp_path: Path, free_port: int,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reader of a run's /metrics used to end at the first exception, silently, its card's figures frozen. One
+    answer that cannot be taken in (forced: no real one is left that fails so) is shown on the card, and the next
+    reads go on."""
+    failed: list[int] = []
+
+    def read_sample_failing_once(text: str, at: float) -> MetricsSample:
+        if not failed:
+            failed.append(1)
+            raise OverflowError("intermediate overflow in fsum")
+        return read_sample(text, at)
+
+    monkeypatch.setattr(serving_watcher, "read_sample", read_sample_failing_once)
+    app = make_app(parse_config(_sim_profile("odd", free_port, interval=0.5), "test-profiles.toml"), tmp_path)
+    toasts: list[str] = []
+    app.notify = lambda message, **kw: toasts.append(str(message))   # type: ignore[method-assign,assignment]
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "odd"), 60, "READY")
+            # Said as an alert (the card shows it until the next read, which a busy box may paint over first).
+            await wait_until(pilot, lambda: any("odd: serving view failed (OverflowError" in t for t in toasts), 20,
+                             "the fault said")
+            await wait_until(pilot, lambda: "run 0" in card_text(app, "odd") and "failed" not in card_text(app, "odd"),
+                             20, "the next read")
+        finally:
+            await quit_with(pilot, "Q")
+
+
+async def test_a_server_that_is_killed_raises_no_metrics_alert(tmp_path: Path, free_port: int) -> None:
+    """kill -9 of a READY server: its /metrics stops answering because it ended, which the card shows as its state;
+    a "/metrics stopped answering" alert and toast said otherwise."""
+    app = make_app(parse_config(_sim_profile("gone", free_port), "test-profiles.toml"), tmp_path)
+    toasts: list[str] = []
+    app.notify = lambda message, **kw: toasts.append(str(message))   # type: ignore[method-assign,assignment]
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "gone"), 60, "READY")
+            await wait_until(pilot, lambda: "run 0" in card_text(app, "gone"), 20, "the serving view")
+            for pid in marked_pids(app.engine.manager.runs()[0].run_id):   # type: ignore[attr-defined]
+                os.kill(pid, signal.SIGKILL)
+            await wait_until(pilot, lambda: "READY" not in card_text(app, "gone"), 30, "the card to leave READY")
+            await pilot.pause(1.0)
+            assert not [t for t in toasts if "/metrics" in t], toasts
+            assert "stopped answering" not in card_text(app, "gone")
+        finally:
             await quit_with(pilot, "Q")

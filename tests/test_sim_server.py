@@ -282,3 +282,28 @@ async def test_vllm_eagle3_stats_spec_lines_and_metrics() -> None:
         # acceptance length = 1 + accepted / drafts, equal to tokens per step (each request-step is one draft)
         assert 1 + values["vllm:spec_decode_num_accepted_tokens_total"] / drafts >= 2.5
         assert httpx.get(sim.url + "/health_generate").status_code == 404
+
+
+@pytest.mark.parametrize("flavor", ["sglang", "vllm"])
+async def test_kv_use_never_exceeds_the_cache_while_preempting(flavor: str) -> None:
+    """Admission counts a twentieth of each request's output, so 8 requests of 400 tokens outgrow the 2000-token
+    cache and the newest are preempted; a preempted request comes back only when its tokens fit again: /metrics
+    never reports the cache over 100 % (it used to take the preempted straight back, up to 160 % in this test)."""
+    usage = {"sglang": re.compile(r"^sglang:token_usage\{[^}]*\} (\S+)$", re.M),
+             "vllm": re.compile(r"^vllm:kv_cache_usage_perc\{[^}]*\} (\S+)$", re.M)}[flavor]
+    preempted = {"sglang": re.compile(r"^sglang:num_retracted_requests_total\{[^}]*\} (\S+)$", re.M),
+                 "vllm": re.compile(r"^vllm:num_preemptions_total\{[^}]*\} (\S+)$", re.M)}[flavor]
+    with start_sim("--kv-tokens", "2000", "--new-token-ratio", "0.05", flavor=flavor) as sim:
+        seen: list[float] = []
+        async with httpx.AsyncClient(timeout=30) as client:
+            load = asyncio.ensure_future(_load(sim.url, 8, 400))
+            while not load.done():
+                text = (await client.get(sim.url + "/metrics")).text
+                seen.append(float(usage.search(text)[1]))   # type: ignore[index]
+                await asyncio.sleep(0.005)
+            results = await load
+            text = (await client.get(sim.url + "/metrics")).text
+        assert all(r["usage"]["completion_tokens"] == 400 for r in results)   # type: ignore[index]
+        assert float(preempted.search(text)[1]) >= 1                            # type: ignore[index]
+        assert max(seen) <= 1.0, f"KV use up to {max(seen):.0%} of the cache"
+        assert max(seen) > 0.5

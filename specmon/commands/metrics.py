@@ -3,8 +3,9 @@ waiting, KV-cache use, output tokens/s, prefix-cache hits, preemptions, speculat
 
 Reads /metrics twice, one interval apart (rates need two reads), and prints the figures; `--follow` keeps reading
 and prints a line per read (JSON lines with `--json`) until interrupted. A figure the server does not export is
-"—" (null in JSON). Reaches a remote server through its host's SSH connection. Exit 1 when the server does not
-serve /metrics (SGLang needs --enable-metrics).
+"—" (null in JSON); a value no server can have (a ratio above 1, a negative count, 1e308) is left out and named.
+Reaches a remote server through its host's SSH connection. Exit 1 when the server does not serve /metrics (SGLang
+needs --enable-metrics), when a read gets no answer (its reason on stderr), or, following, once the server ended.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sys
 import time
 
 from specmon.commands._args import positive_float
@@ -20,7 +22,7 @@ from specmon.errors import UserError
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
 from specmon.orchestration.runs import RunManager
-from specmon.orchestration.serving import read_once, scraper_of
+from specmon.orchestration.serving import read_once, scraper_of, server_ending
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -40,9 +42,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _line(update: ServingUpdate, as_json: bool) -> str:
     if as_json:
-        return json.dumps(update.to_dict())
+        return json.dumps(update.to_dict(), allow_nan=False)
     text = "  ".join(f"{label} {value}" for label, value in figure_texts(update.figures))
-    return f"{update.profile}: {text}" + "".join(f"  ⚠ {a}" for a in update.alerts)
+    ignored = update.ignored_text()
+    return (f"{update.profile}: {text}" + "".join(f"  ⚠ {a}" for a in update.alerts)
+            + ("" if ignored is None else f"  ({ignored})"))
 
 
 async def show(manager: RunManager, args: argparse.Namespace) -> int:
@@ -64,6 +68,12 @@ async def show(manager: RunManager, args: argparse.Namespace) -> int:
             reads += 1
             if note is not None:
                 print(f"specmon: {view.profile}: {note}", flush=True)
+                return 1
+            if history.failing is not None and not args.follow:
+                print(f"specmon: {view.profile}: /metrics did not answer: {history.failing}", file=sys.stderr, flush=True)
+                return 1
+            if history.failing is not None and await server_ending(manager, run_id):   # following: ends with it
+                print(f"specmon: {view.profile}: the server ended", file=sys.stderr, flush=True)
                 return 1
             if args.follow or reads >= 2:
                 print(_line(update_of(view.profile, run_id, history, time.monotonic()), args.json), flush=True)

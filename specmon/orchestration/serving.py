@@ -6,6 +6,10 @@ A front end hands `track` each RunView it sees; reading starts when a run is REA
 read that changes something reaches `on_update` as a ServingUpdate. An alert that appears is also passed to the
 profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anything but 200 before it ever answered
 (SGLang without `--enable-metrics`) says so once and is not asked again.
+
+A read that fails while the server is ending or gone (stopped, killed, its job's time limit) raises no alert: the
+run's process is asked first (`server_ending`). A read whose answer could not be taken in (a fault of ours) is shown
+as the view's state and reading goes on: the reader never ends but by `track` or `close`.
 """
 
 from __future__ import annotations
@@ -20,7 +24,12 @@ from specmon.model.server.serving import ServingHistory, ServingUpdate, Threshol
 from specmon.orchestration.controller import run_notify
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
+from specmon.sources import timelimit
 from specmon.sources.scrape import MetricsScraper
+from specmon.sources.slurm import SlurmHost
+
+PARSE_APART = 256 * 1024   # an answer this large (ten times a real one) is parsed in a worker thread, off the UI's loop
+ENDING_GRACE_S = 3.0       # a process whose /metrics went quiet and that ends within this is ending, not stuck
 
 
 def no_metrics_note(status: int) -> str:
@@ -31,7 +40,7 @@ async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float)
     """One read into `history`; returns the note when /metrics is not served at all (before any answer)."""
     result, text = await scraper.read()
     if text is not None:
-        history.add(read_sample(text, at))
+        history.add(read_sample(text, at) if len(text) < PARSE_APART else await asyncio.to_thread(read_sample, text, at))
         return None
     if result.status is not None and not history.answered:
         return no_metrics_note(result.status)
@@ -43,6 +52,30 @@ def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsSc
     """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node)."""
     return MetricsScraper(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2),
                           addr=view.server_addr or "127.0.0.1")
+
+
+async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDING_GRACE_S) -> bool:
+    """Whether a run whose /metrics stopped answering is ending or gone: a stop was asked, it is over, its process
+    ends within `grace_s` (killed, shutting down), or its Slurm job is near its time limit or no longer running.
+    False: it still runs (stuck, frozen), or that cannot be known."""
+    try:
+        record = manager.find(run_id)
+    except Exception:   # its record is gone: so is the run
+        return True
+    if record.stop_requested or record.terminal:
+        return True
+    try:
+        if record.slurm_job is not None:   # its process is on the job's node: the job says (at its limit, ending)
+            job = await SlurmHost(manager.ops(record.host).transport).job(record.slurm_job)
+            return job is None or not job.running or job.near_time_limit
+        if record.pid is None:   # no process of its own to ask (a multi-node run's overall record)
+            return False
+        await timelimit.wait_for(manager.process_ended(record), grace_s)
+    except asyncio.TimeoutError:
+        return False
+    except Exception:   # the host cannot be asked (a dropped link): not known to be ending
+        return False
+    return True
 
 
 class ServingWatcher:
@@ -89,7 +122,7 @@ class ServingWatcher:
         try:
             while True:
                 now = time.monotonic()
-                note = await read_once(scraper, history, now)
+                note = await self._read_one(view, scraper, history, now)
                 alerts = history.alerts(time.monotonic())
                 raised = tuple(a for a in alerts if _kind(a) not in shown)
                 shown = {_kind(a) for a in alerts}
@@ -107,6 +140,21 @@ class ServingWatcher:
         finally:
             await scraper.aclose()
 
+    async def _read_one(self, view: RunView, scraper: MetricsScraper, history: ServingHistory, at: float) -> str | None:
+        """`read_once`, with a failure of the server's told apart from its end, and a fault of ours kept as state."""
+        try:
+            note = await read_once(scraper, history, at)
+            if history.failing is not None and not history.ended and history.failed_at == at \
+                    and await server_ending(self.manager, view.run_id):
+                history.end()
+            return note
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:   # the reader must outlive any one answer, or its figures would stand still unsaid
+            history.broken = f"{type(exc).__name__}: {exc}"[:200]
+            await scraper.aclose()
+            return None
+
     def _notify(self, view: RunView, alert: str) -> None:
         profile = self._profile(view.profile)
         if profile is None or not profile.notify_cmd:
@@ -121,13 +169,13 @@ class ServingWatcher:
 
 
 def _visible(update: ServingUpdate) -> tuple[object, ...]:
-    """What a card shows of an update: its figures, alerts, note and sparklines."""
-    return update.figures, update.alerts, update.note, update.raised, update.history
+    """What a card shows of an update: its figures, alerts, note, sparklines and the values it ignored."""
+    return update.figures, update.alerts, update.note, update.raised, update.history, update.ignored
 
 
 def _kind(alert: str) -> str:
     """An alert's kind (its wording holds figures that change with every read)."""
-    for kind in ("waiting", "KV", "preemptions", "/metrics"):
+    for kind in ("serving view failed", "/metrics", "waiting", "KV", "preemptions"):
         if kind in alert:
             return kind
     return alert

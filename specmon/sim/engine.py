@@ -199,16 +199,23 @@ class Engine:
             self._cancelled_waiting = False
         n = throughput.admit_count([r.reservation for r in itertools.islice(self.waiting, 0, self.model.max_running)],
                                    len(self.running), self.reserved, self.kv_tokens, self.model.max_running)
-        if not n:
-            return 0
-        new_tokens = 0
+        new_tokens = admitted = 0
         for _ in range(n):
-            req = self.waiting.popleft()
+            req = self.waiting[0]
+            held = req.prompt_tokens + req.generated   # a preempted request's output so far is prefilled again
+            # The reservation may count less than a request's output (new_token_ratio < 1): its tokens must fit in
+            # the cache now too, or a request preempted by the last step would come straight back and overfill it.
+            if self.running and self.used_tokens + held > self.kv_tokens:
+                break
+            self.waiting.popleft()
             self.running.append(req)
             self.reserved += req.reservation
-            held = req.prompt_tokens + req.generated   # a preempted request's output so far is prefilled again
             self.used_tokens += held
             new_tokens += held
+            admitted += 1
+        if not admitted:
+            return 0
+        n = admitted
         self._iv_prompt += new_tokens
         snap = self.snapshot()
         stats = DecodeStats(snap.running, snap.queued, snap.used_tokens, self.kv_tokens, 0.0, 0.0, None, None)

@@ -42,6 +42,7 @@ class SimConfig:
     decode_log_interval: int = 40
     stats_interval: float = 10.0
     no_metrics: bool = False          # /metrics answers 404, as SGLang's does without --enable-metrics
+    metrics_from: str | None = None   # /metrics answers this file's bytes instead (a hostile server, for tests)
     crash_at_shard: int | None = None
     hang_after_crash: bool = False
     oom_at: str | None = None
@@ -114,6 +115,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--oom-at", choices=("kv", "graph"), help="CUDA out-of-memory traceback at KV-cache allocation or CUDA-graph capture; exit 1")
     f.add_argument("--nccl-timeout", action="store_true", help="after the weights load, print the NCCL watchdog timeout lines and exit 1")
     f.add_argument("--stall-at-shard", type=int, metavar="K", help="stop progressing and logging at shard K, but stay alive")
+    f.add_argument("--metrics-from", metavar="FILE",
+                   help="/metrics answers FILE's bytes, read at each request and sent chunked as uvicorn sends vLLM's "
+                   "(/dev/zero: an answer that never ends), instead of the engine's figures")
     f.add_argument("--slow-health", type=float, default=0.0, metavar="S", help="every /health answer takes S seconds")
     f.add_argument("--exit-zero-after", type=float, metavar="S", help="exit with code 0 S seconds after ready, unasked")
     f.add_argument("--ignore-sigterm", action="store_true", help="log and ignore SIGTERM (SIGKILL still works)")
@@ -130,7 +134,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
-        no_metrics=ns.no_metrics,
+        no_metrics=ns.no_metrics, metrics_from=ns.metrics_from,
         crash_at_shard=ns.crash_at_shard, hang_after_crash=ns.hang_after_crash, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
         stall_at_shard=ns.stall_at_shard, slow_health=ns.slow_health, exit_zero_after=ns.exit_zero_after,
         ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,

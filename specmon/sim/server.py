@@ -258,9 +258,25 @@ class SimServer:
         return web.json_response({"model_path": self.cfg.model, "tokenizer_path": self.cfg.model, "is_generation": True,
                                   "served_model_name": self.cfg.model, "architectures": ["LlamaForCausalLM"]})
 
-    async def metrics(self, request: web.Request) -> web.Response:
+    async def metrics(self, request: web.Request) -> web.StreamResponse:
+        if self.cfg.metrics_from is not None:
+            return await self._metrics_from(request, self.cfg.metrics_from)
         text = metrics_text(self.cfg, self.engine.snapshot(), self.engine.counters)
         return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+    async def _metrics_from(self, request: web.Request, path: str) -> web.StreamResponse:
+        """`--metrics-from`: the file's bytes as they are, 64 KiB a chunk, until its end or the reader leaves."""
+        resp = web.StreamResponse(headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        try:
+            with open(path, "rb") as f:
+                while block := f.read(1 << 16):
+                    await resp.write(block)
+            await resp.write_eof()
+        except ConnectionResetError:   # the reader had enough
+            pass
+        return resp
 
     def server_info_body(self) -> dict[str, Any]:
         """SGLang-style /server_info (the vLLM flavour answers the same shape: a sim extension)."""

@@ -16,11 +16,21 @@ from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult
 from specmon.sources.transport import Transport, TransportError
 
-MAX_BODY = 64 * 1024 * 1024   # a /metrics answer larger than this is not one
+# A real vLLM or SGLang /metrics answer is tens of kB (mostly histogram buckets); a few MiB leaves room for many
+# engines or adapters. Larger is not an answer worth reading: it is refused from its Content-Length before any of it
+# is read, or once this much of it came (chunked or to the end of the connection), so a read holds at most this much,
+# and parsing the largest answer kept stays a few tens of ms.
+MAX_BODY = 4 * 1024 * 1024
+_READ = 64 * 1024
 
 
 class BadAnswer(Exception):
-    """The peer did not answer in HTTP/1.1 as expected."""
+    """The peer did not answer in HTTP/1.1 as expected; the message says how."""
+
+
+def _too_large(size: int | None = None) -> BadAnswer:
+    told = "" if size is None else f" ({size:,} bytes)"
+    return BadAnswer(f"answer over {MAX_BODY >> 20} MiB{told}, not read")
 
 
 class MetricsScraper:
@@ -50,7 +60,10 @@ class MetricsScraper:
         except TransportError:
             await self.aclose()
             return ProbeResult(None, "link down", time.monotonic() - t0), None
-        except (OSError, EOFError, BadAnswer, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        except BadAnswer as exc:
+            await self.aclose()
+            return ProbeResult(None, str(exc), time.monotonic() - t0), None
+        except (OSError, EOFError, ValueError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             await self.aclose()
             return ProbeResult(None, type(exc).__name__, time.monotonic() - t0), None
         text = body.decode("utf-8", errors="replace") if status == 200 else None
@@ -71,14 +84,21 @@ class MetricsScraper:
             await self.aclose()
             return await self._exchange()
         status, headers = _head(head)
-        if headers.get("transfer-encoding", "").lower() == "chunked":
+        closes = headers.get("connection", "").lower() == "close"
+        if status in (204, 304) or 100 <= status < 200:
+            body = b""
+        elif headers.get("transfer-encoding", "").lower() == "chunked":
             body = await _chunked(reader)
-        else:
-            length = int(headers.get("content-length", "0"))
-            if not 0 <= length <= MAX_BODY:
+        elif "content-length" in headers:
+            length = int(headers["content-length"])
+            if length > MAX_BODY:
+                raise _too_large(length)
+            if length < 0:
                 raise BadAnswer(f"Content-Length {length}")
             body = await reader.readexactly(length) if length else b""
-        if headers.get("connection", "").lower() == "close":
+        else:   # neither: HTTP/1.1 says the body runs to the end of the connection
+            body, closes = await _to_end(reader), True
+        if closes:
             await self.aclose()
         return status, body
 
@@ -110,6 +130,15 @@ async def _chunked(reader: Any) -> bytes:
             await reader.readuntil(b"\r\n")   # the empty trailer
             return bytes(body)
         if len(body) + size > MAX_BODY:
-            raise BadAnswer("chunked body too large")
+            raise _too_large()
         body += await reader.readexactly(size)
         await reader.readexactly(2)
+
+
+async def _to_end(reader: Any) -> bytes:
+    body = bytearray()
+    while block := await reader.read(_READ):
+        body += block
+        if len(body) > MAX_BODY:
+            raise _too_large()
+    return bytes(body)

@@ -162,7 +162,8 @@ class RunCard(Vertical):
 def serving_lines(update: ServingUpdate, room: int) -> list[str]:
     """A ready run's serving view on its card: the figures from its /metrics with a sparkline of the last two
     minutes for the busy ones (left out where a line would not fit in `room` cells: a wrapped sparkline reads as
-    noise on a narrow terminal), what it says is wrong, or why there is nothing to show."""
+    noise on a narrow terminal), what it says is wrong, the impossible values it left out, or why there is nothing
+    to show."""
     if update.note is not None:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
@@ -173,6 +174,8 @@ def serving_lines(update: ServingUpdate, room: int) -> list[str]:
     out = ["".join(f"[dim]{text}[/]" if spark else escape(text) for text, spark in line) for line in lines]
     if update.alerts:
         out.append(f"[$warning b]⚠ {escape(' · '.join(update.alerts))}[/]")
+    if (ignored := update.ignored_text()) is not None:
+        out.append(f"[dim]{escape(ignored)}[/]")
     return out
 
 

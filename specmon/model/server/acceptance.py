@@ -39,9 +39,11 @@ def parse_metrics(text: str, only: Collection[str] | None = None) -> dict[str, l
     Counters are keyed without their `_total` suffix (vLLM exposes both spellings over versions). Samples with a
     `position` label (per-position acceptance) are left out: they are not totals. `only`: the names wanted (as
     keyed); every other line is skipped by a prefix test before it is split (a real vLLM answer is mostly
-    histogram buckets nobody here reads).
+    histogram buckets nobody here reads). A series repeated (the same name and labels) counts once, its first
+    value: summing the repeats would multiply a figure.
     """
     out: dict[str, list[float]] = {}
+    seen: set[tuple[str, str]] = set()
     prefixes = None if only is None else tuple(only)
     for line in text.splitlines():
         if prefixes is not None and not line.startswith(prefixes):
@@ -73,6 +75,9 @@ def parse_metrics(text: str, only: Collection[str] | None = None) -> dict[str, l
             name = name[: -len("_total")]
         if only is not None and name not in only:
             continue
+        if (name, labels) in seen:
+            continue
+        seen.add((name, labels))
         out.setdefault(name, []).append(value)
     return out
 
@@ -83,6 +88,7 @@ class MetricsSample:
 
     at: float
     values: Mapping[str, Sequence[float]]
+    refused: tuple[str, ...] = ()   # values left out as impossible for their family, each as `name value`
 
     def total(self, name: str) -> float | None:
         """A counter summed over its label sets (ranks, engines); None when absent."""

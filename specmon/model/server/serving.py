@@ -16,12 +16,18 @@ Names by server and version (`_total` dropped from counters, as `acceptance.pars
              (length = 1 + accepted / drafts, rate = accepted / draft tokens); V0 gauge
              `vllm:spec_decode_draft_acceptance_rate`; SGLang gauges `sglang:spec_accept_length` / `spec_accept_rate`
 A family a server does not export is None (shown as absent), never 0.
+
+Every scraped number passes `sane_values` first (the one place): a value outside what its family can hold (a 0-1
+ratio above 1, a negative count, NaN, anything above MAX_VALUE) is left out and named in the update's `ignored`, so
+a hostile or broken server can neither crash a front end with an overflow nor put an impossible figure on a card.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from specmon.model.server.acceptance import MetricsSample, parse_metrics
@@ -51,11 +57,37 @@ HISTORY_S = 120.0            # the sparklines' span
 SPARK_SLICES = 8             # ... cut into this many slices of 15 s, each shown as its largest value
 WAITING_ALERT_S = 30.0       # requests waiting this long without a break
 KV_ALERT_PCT = 95.0          # KV use at or above this
+KV_CLEAR_PCT = 5.0           # ... stays said until KV use is this far below it (a cache at the line crosses it often)
+PREEMPT_CLEAR_S = 30.0       # preemptions stay said until none for this long
+
+# What a family can hold. Above MAX_VALUE nothing is real: a server making a million tokens a second for thirty
+# years counts 1e15; bounded so, a sum of every series and a rate over any interval stay finite.
+MAX_VALUE = 1e15
+RATIOS = frozenset([*KV_USAGE, "sglang:cache_hit_rate", *ACCEPT_RATE_GAUGE])
+RANGES: Mapping[str, tuple[float, float]] = {
+    **dict.fromkeys(RATIOS, (0.0, 1.0)),
+    "vllm:gpu_prefix_cache_hit_rate": (-1.0, 1.0),   # -1: prefix caching off
+}
+
+
+def sane_values(values: Mapping[str, Sequence[float]]) -> tuple[dict[str, list[float]], tuple[str, ...]]:
+    """The values each family can hold (every other family: 0..MAX_VALUE), and the rest as `name value` each."""
+    kept: dict[str, list[float]] = {}
+    refused: list[str] = []
+    for name, series in values.items():
+        lo, hi = RANGES.get(name, (0.0, MAX_VALUE))
+        good = [v for v in series if lo <= v <= hi]   # NaN fails both tests
+        refused += [f"{name} {v:g}" for v in series if not lo <= v <= hi]
+        if good:
+            kept[name] = good
+    return kept, tuple(refused)
 
 
 def read_sample(text: str, at: float) -> MetricsSample:
-    """One answer of /metrics, reduced to the families read here (the rest is skipped unparsed)."""
-    return MetricsSample(at, parse_metrics(text, FAMILIES))
+    """One answer of /metrics, reduced to the families read here (the rest is skipped unparsed), impossible values
+    left out (`sane_values`)."""
+    kept, refused = sane_values(parse_metrics(text, FAMILIES))
+    return MetricsSample(at, kept, refused)
 
 
 @dataclass(frozen=True)
@@ -106,17 +138,20 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 
 
 def figures(cur: MetricsSample, prev: MetricsSample | None = None) -> ServingFigures:
-    """The figures of one read; rates over the interval since `prev` (counters' cumulative values without it)."""
+    """The figures of one read; rates over the interval since `prev` (counters' cumulative values without it).
+    Never NaN or infinite: a ratio over a vanishing denominator is absent."""
     kv = cur.first_mean(KV_USAGE)
     tok_s = _rate(prev, cur, GEN_TOKENS)
     if tok_s is None:
         tok_s = cur.first_mean(GEN_GAUGE)
     preempt = _first_total(cur, PREEMPTIONS)
-    return ServingFigures(
+    found = ServingFigures(
         running=cur.first_total(RUNNING), waiting=cur.first_total(WAITING),
         kv_pct=None if kv is None else kv * 100.0, tok_s=tok_s, prefix_hit_pct=_prefix_hit(cur, prev),
         preemptions=None if preempt is None else preempt[1], preempt_per_s=_rate(prev, cur, PREEMPTIONS),
         **_acceptance(cur, prev))
+    return replace(found, **{f.name: None for f in fields(found)
+                             if (v := getattr(found, f.name)) is not None and not math.isfinite(v)})
 
 
 def _prefix_hit(cur: MetricsSample, prev: MetricsSample | None) -> float | None:
@@ -159,7 +194,10 @@ class Thresholds:
 class ServingHistory:
     """One run's reads of /metrics: the latest figures, the last minutes of each (sparklines), and its alerts.
 
-    `add` takes each successful read, `failed` each read that got no answer; `alerts` says what is wrong now.
+    `add` takes each successful read, `failed` each read that got no answer, `end` says the server is ending or gone
+    (its silence is then no news); `alerts` says what is wrong now. An alert is said once until it clears: KV use
+    must fall KV_CLEAR_PCT below the threshold, preemptions stop for PREEMPT_CLEAR_S (a server working at its limit
+    crosses the line every few reads).
     """
 
     def __init__(self, thresholds: Thresholds = Thresholds(), span_s: float = HISTORY_S) -> None:
@@ -172,6 +210,11 @@ class ServingHistory:
         self.answered = False          # /metrics answered at least once
         self.failing: str | None = None   # why the last read got no answer (None: it answered)
         self.failed_at: float | None = None
+        self.ignored: tuple[str, ...] = ()   # the latest read's values left out as impossible (`sane_values`)
+        self.ended = False
+        self.broken: str | None = None   # why the last read could not be taken in (a fault of ours, not the server's)
+        self._kv_high = False
+        self._preempted: tuple[float, float] | None = None   # (when, rate) of the latest read with preemptions
 
     def add(self, sample: MetricsSample) -> ServingFigures:
         now = figures(sample, self._prev)
@@ -180,6 +223,17 @@ class ServingHistory:
         self.answered = True
         self.failing = None
         self.failed_at = None
+        self.ignored = sample.refused
+        self.broken = None
+        limit = self.thresholds.kv_pct
+        if now.kv_pct is None or now.kv_pct < limit - KV_CLEAR_PCT:
+            self._kv_high = False
+        elif now.kv_pct >= limit:
+            self._kv_high = True
+        if now.preempt_per_s:
+            self._preempted = (sample.at, now.preempt_per_s)
+        elif self._preempted is not None and sample.at - self._preempted[0] >= PREEMPT_CLEAR_S:
+            self._preempted = None
         if not now.waiting:
             self._waiting_since = None
         elif self._waiting_since is None:
@@ -193,6 +247,10 @@ class ServingHistory:
         if self.failing is None:
             self.failed_at = at
         self.failing = reason
+
+    def end(self) -> None:
+        """The server is ending or gone (stopped, killed, its time limit): /metrics not answering is expected."""
+        self.ended = True
 
     def series(self, name: str) -> list[float]:
         """The values of one figure over the span (absent reads left out)."""
@@ -224,21 +282,25 @@ class ServingHistory:
             out[name] = tuple(v or 0.0 for v in top[first:])
         return out
 
-    def alerts(self, now: float, process_running: bool = True) -> list[str]:
+    def alerts(self, now: float) -> list[str]:
         """What is wrong now, one line each."""
         out: list[str] = []
-        if self.failing is not None and self.answered and process_running:
-            out.append(f"/metrics stopped answering ({self.failing})")
+        if self.broken is not None:
+            out.append(f"serving view failed ({self.broken}); still reading")
+        if self.failing is not None and not self.ended:
+            out.append(f"/metrics {'stopped answering' if self.answered else 'does not answer'} ({self.failing})")
         f = self.latest
         if f is None:
             return out
         t = self.thresholds
         if self._waiting_since is not None and now - self._waiting_since >= t.waiting_s:
             out.append(f"{f.waiting or 0:.0f} waiting for {now - self._waiting_since:.0f}s")
-        if f.kv_pct is not None and f.kv_pct >= t.kv_pct:
-            out.append(f"KV {f.kv_pct:.0f}% (≥ {t.kv_pct:.0f}%)")
-        if f.preempt_per_s:
-            out.append(f"preemptions rising ({f.preempt_per_s:.1f}/s)")
+        if self._kv_high and f.kv_pct is not None:
+            out.append(f"KV {f.kv_pct:.0f}% ({'≥' if f.kv_pct >= t.kv_pct else 'was ≥'} {t.kv_pct:.0f}%)")
+        if self._preempted is not None:
+            at, rate = self._preempted
+            out.append(f"preemptions rising ({f.preempt_per_s:.1f}/s)" if f.preempt_per_s else
+                       f"preemptions ({rate:.1f}/s {max(0.0, now - at):.0f}s ago)")
         return out
 
 
@@ -267,18 +329,26 @@ class ServingUpdate:
     alerts: tuple[str, ...] = ()
     note: str | None = None          # e.g. "no /metrics (HTTP 404)": said once, reading stopped
     raised: tuple[str, ...] = ()     # alerts that appeared with this read (for a toast)
+    ignored: tuple[str, ...] = ()    # values of this read left out as impossible, `name value` each
 
     def to_dict(self) -> dict[str, object]:
         return {"profile": self.profile, "run_id": self.run_id,
                 **(self.figures.to_dict() if self.figures else {}), "alerts": list(self.alerts),
-                **({"note": self.note} if self.note else {})}
+                **({"note": self.note} if self.note else {}), **({"ignored": list(self.ignored)} if self.ignored else {})}
+
+    def ignored_text(self, most: int = 3) -> str | None:
+        """`ignored impossible values: vllm:kv_cache_usage_perc 1e+308, … (+2 more)`; None when there are none."""
+        if not self.ignored:
+            return None
+        more = len(self.ignored) - most
+        return "ignored impossible values: " + ", ".join(self.ignored[:most]) + (f" (+{more} more)" if more > 0 else "")
 
 
 def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
               note: str | None = None) -> ServingUpdate:
     return ServingUpdate(profile, run_id, history.latest,
                          history.sparks(SPARK_FIGURES),
-                         tuple(history.alerts(now)), note, raised)
+                         tuple(history.alerts(now)), note, raised, history.ignored)
 
 
 SPARK_TOPS = {"kv_pct": 100.0}   # a sparkline's scale where it is not its own largest value

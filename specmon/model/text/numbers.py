@@ -18,7 +18,12 @@ def sparkline(values: Iterable[float], width: int, top: float | None = None) -> 
     if not (peak > 0 and math.isfinite(peak)):
         return (SPARK[0] * len(shown)).rjust(width)
     last = len(SPARK) - 1
-    return "".join(SPARK[min(last, max(0, int(v / peak * last + 0.5)))] for v in shown).rjust(width)
+
+    def block(v: float) -> str:   # a value past the top is the top; NaN the lowest (never int() of inf or NaN)
+        part = v / peak
+        return SPARK[last] if part >= 1 else SPARK[max(0, int(part * last + 0.5))] if part > 0 else SPARK[0]
+
+    return "".join(block(v) for v in shown).rjust(width)
 
 
 def fmt_count(n: float | None) -> str:
