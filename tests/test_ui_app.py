@@ -283,6 +283,40 @@ async def test_narrow_sweep_table_shows_throughput_ttft_and_tpot(tmp_path: Path)
         assert re.search(r"baseline +64 +770\.0 +84\.00ms +83\.12ms", text), text
 
 
+def _table_on_screen(app: SpecmonApp) -> list[list[str]]:
+    """The level table as the terminal shows it: each line's words (header first), the scrollbar's blocks left out."""
+    table = app.query_one("#sweep-table", DataTable)
+    region, lines = table.region, screen_text(app).splitlines()
+    shown = [lines[y][region.x:region.right] for y in range(region.y, region.bottom)]
+    return [[word for word in line.split() if word.strip("▁▂▃▄▅▆▇█▉▊▋▌▍▎▏")] for line in shown if line.strip()]
+
+
+async def test_the_sweep_table_never_shows_a_figure_cut_short(tmp_path: Path) -> None:
+    """Issue 35 #8: at 80x24, after `t` and an overlay with a long name, the table cut its columns at its edge: C=16
+    showed as `1`, a TTFT of 12.87ms as `12`, the header as `ITL99  tok/`. Columns that do not fit are left out
+    whole; every figure shown is the row's figure, in the table and in the maximised pane."""
+    from ui_states import OVERLAY
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settled(app, pilot)
+        await pilot.press("t")
+        app.set_series("demo-eagle3-20261128T101500Z", OVERLAY)
+        await _settled(app, pilot)
+        for maximised in (False, True):
+            if maximised:
+                app.set_focus(app.query_one("#sweep-table", DataTable))
+                await pilot.press("m")
+                await _settled(app, pilot)
+            table = app.query_one("#sweep-table", DataTable)
+            shown = _table_on_screen(app)
+            headers = [str(column.label) for column in table.columns.values()]
+            assert shown[0] == headers and len(headers) >= 3, shown   # series, C and tok/s at least, each whole
+            for i, words in enumerate(shown[1:]):
+                row = [str(cell) for cell in table.get_row_at(i)]
+                assert words[2:] == row[1:], (maximised, words, row)   # symbol, name, then the figures whole
+
+
 async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches_the_main_screen(tmp_path: Path) -> None:
     """Issue 10 #6: a non-result file closed the dialog with a toast naming the path twice, and the next path typed
     went to the main screen as keys (`s` opened the sweep form)."""
