@@ -144,6 +144,43 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             await quit_with(pilot, "Q")
 
 
+async def test_a_stopped_eagle3_card_keeps_its_speculative_setup(tmp_path: Path, free_port: int) -> None:
+    """Issue 35 #13: an EAGLE-3 card showed `EAGLE3×3 acc …` while its server ran, and `no spec`, `mem —` once
+    stopped and seen by the next session (which reads a run that ended from its record alone). What its log said
+    stays true of the run: kept after the stop, and read from its log by the next session."""
+    app = make_app(sim_config({"eagle": free_port}, {"eagle": "--spec eagle3 --decode-log-interval 4"}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "eagle"), 60, "READY on the card")
+            async with httpx.AsyncClient() as client:   # decoding makes the server log its acceptance
+                answer = await client.post(f"http://127.0.0.1:{free_port}/v1/completions", timeout=20,
+                                           json={"model": "default", "prompt": "hi", "max_tokens": 64})
+                assert answer.status_code == 200
+            await wait_until(pilot, lambda: " acc " in card_text(app, "eagle"), 30, "the acceptance on the card")
+            live = card_text(app, "eagle")
+            spec = live[live.index("EAGLE3"):].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
+            await pilot.press("S", "y")
+            await wait_until(pilot, lambda: "STOPPED" in card_text(app, "eagle"), 60, "STOPPED on the card")
+            await pilot.pause(1.5)   # the next refresh reads the stopped run from its record
+            app.flush()
+            stopped = card_text(app, "eagle")
+            assert spec in stopped and "no spec" not in stopped, (live, stopped)
+        finally:
+            await quit_with(pilot, "Q")
+    again = make_app(sim_config({"eagle": free_port}, {"eagle": "--spec eagle3 --decode-log-interval 4"}), tmp_path)
+    async with again.run_test(size=(120, 40)) as pilot:
+        try:
+            # The next session reads the stopped run from its record; its log says what it was.
+            await wait_until(pilot, lambda: "STOPPED" in card_text(again, "eagle"), 30, "the stopped run on its card")
+            with contextlib.suppress(AssertionError):
+                await wait_until(pilot, lambda: spec in card_text(again, "eagle"), 15, "its log read")
+            reopened = card_text(again, "eagle")
+            assert spec in reopened and "no spec" not in reopened, (live, reopened)
+        finally:
+            await quit_with(pilot, "q")
+
+
 async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
     app = make_app(sim_config({"crashy": free_port}, {"crashy": "--crash-at-shard 2"}), tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

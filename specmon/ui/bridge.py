@@ -17,7 +17,7 @@ from pathlib import Path
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from specmon.errors import PortBusy
+from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
 from specmon.model.experiments.experiment import experiment_runs
@@ -43,7 +43,7 @@ from specmon.orchestration.runview import RunView
 from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
-from specmon.sources.transport import Transport
+from specmon.sources.transport import Transport, TransportError
 from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import (
@@ -118,12 +118,27 @@ class EngineBridge:
             self._serving.track(view)
         self._push(self._shown())
         self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
+        for view in list(self._views.values()):
+            if not view.active and view.run_state is None:   # ended before we watched: its card reads its log
+                self._tasks.append(asyncio.create_task(self._read_log_state(view), name=f"log-state-{view.run_id}"))
         for profile in self.autolaunch:
             current = self._views.get(profile)
             if current is None or not current.active:
                 await self.launch(profile)
             else:   # left running by an earlier demo that was killed: this one adopts it, and its quit stops it
                 self.started_here.append(current.run_id)
+
+    async def _read_log_state(self, view: RunView) -> None:
+        """A run that ended before this session shows what its log said (its speculative set-up, memory fraction);
+        an unreadable log (a host out of reach) leaves its card as its record has it."""
+        try:
+            state = await self.manager.log_state(view.run_id)
+        except (TransportError, TimeoutError, OSError, UserError):
+            return
+        current = self._views.get(view.profile)
+        if current is not None and current.run_id == view.run_id and current.run_state is None:
+            self._views[view.profile] = dataclasses.replace(current, run_state=state)
+            self._push([view.profile])
 
     def _on_view(self, view: RunView) -> None:
         if view.profile not in self.config.profiles:
