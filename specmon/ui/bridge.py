@@ -44,6 +44,7 @@ from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
 from specmon.sources.transport import Transport, TransportError
+from specmon.ui import format as fmt
 from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import (
@@ -341,6 +342,7 @@ class EngineBridge:
             self._models[profile] = result.meta.model
 
         status = ""   # the last progress line: kept while the next level starts
+        said: set[str] = set()   # the level flags (SKEW, BOUND, ...) this sweep's toasts have named
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             nonlocal status
@@ -356,7 +358,9 @@ class EngineBridge:
                 # (the server sees the next level's requests before its first progress report).
                 self._post(SweepStatusChanged(status, running=True, live=None))
             elif isinstance(update, SweepNotice):
-                self._post(EngineNotice(f"{profile}: {update.message}", severity="warning", timeout=6))
+                toast = fmt.sweep_caution(profile, update.message, update.flag, update.level, said)
+                if toast is not None:
+                    self._post(EngineNotice(toast, severity="warning", timeout=6))
 
         try:
             comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
@@ -451,9 +455,10 @@ class EngineBridge:
         # drawn and the one the status line and the toast name are one figure (C≈5.69 on the chart beside C≈5.68).
         publish(summary)
         self._post(SweepStatusChanged(f"experiment {name} {state.status}: {summary.verdict}", running=False))
-        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=15))
+        # The verdict stays in the pane's title; the toast only says it came (it covered the table for 15 s).
+        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=6))
         for warning in summary.warnings:
-            self._post(EngineNotice(warning, severity="warning", timeout=15))
+            self._post(EngineNotice(warning, severity="warning", timeout=8))
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:

@@ -178,3 +178,27 @@ def card_reason(reason: str, width: int, more: str, lines: int | None = REASON_L
     kept = wrapped[:lines]
     kept[-1] = kept[-1][: width - len(more)].rstrip() + more
     return kept
+
+
+# What each flag of the level table's client column means, for a toast that points at it.
+FLAG_MEANINGS = {
+    "SKEW": "chunks waited for the load generator",
+    "BOUND": "the load generator was the bottleneck",
+    "BEHIND": "the load generator fell behind its schedule",
+    "OVER": "the server did not keep up with the offered rate",
+}
+
+
+def sweep_caution(profile: str, message: str, flag: str | None, level: str | None,
+                  said: set[str]) -> str | None:
+    """The toast for a sweep's caution, or None when it was said already. A caution its level's row carries (a
+    `flag` of the table's client column) is said once per sweep (`said` keeps the flags said), short, pointing at
+    the column that marks every level it hits: at 80x24 a toast of ten lines per level hid the table for the whole
+    sweep. Any other caution is said whole, each time."""
+    if flag is None:
+        return f"{profile}: {message}"
+    if flag in said:
+        return None
+    said.add(flag)
+    meaning = FLAG_MEANINGS.get(flag, message)
+    return f"{profile} {level or ''}: {flag}: {meaning} (the client column marks each such level)".replace(" :", ":")
