@@ -479,6 +479,32 @@ async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_pa
         await later.close()
 
 
+async def test_quit_and_stop_after_reattaching_says_what_it_left_running(tmp_path: Path, free_port: int,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35 #12: `Q` (stop the servers started here, then quit) in a session that found a server running and
+    reattached it quit in under a second and left it running, silently. It still leaves it (not started here), and
+    says so on the terminal, with the command that stops it."""
+    from specmon.orchestration.runs import RunManager
+
+    config = sim_config({"sim-r": free_port})
+    earlier = RunManager(config)
+    left = await earlier.launch("sim-r")
+    await earlier.close()   # the earlier specmon is gone; its server is not
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.rows["sim-r"].run_id == left.run_id, 60, "the run reattached")
+        await quit_with(pilot, "Q")
+    said = " ".join(capsys.readouterr().err.split())   # printed once the screen is gone (wrapped to the terminal)
+    later = RunManager(config)
+    try:
+        assert later.view(left.run_id).active   # not started here: left running, as before
+        assert f"left running (not started here; reattached): sim-r (run {left.run_id})" in said, said
+        assert "stop it with: specmon stop sim-r" in said, said
+    finally:
+        await later.stop(left.run_id, force=True)
+        await later.close()
+
+
 @pytest.mark.parametrize(("levels", "requests", "problem"), [
     ("8,4", "", "levels must be strictly increasing (8 then 4)"),
     ("4,4", "", "levels must be strictly increasing (4 then 4)"),

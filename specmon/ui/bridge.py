@@ -480,6 +480,12 @@ class EngineBridge:
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.manager.close()
 
+    def left_running(self) -> list[RunView]:
+        """The runs still up that this session did not start (found running and reattached): "stop the servers
+        started here" leaves them, and says so."""
+        started = set(self.started_here)
+        return [view for view in self._views.values() if view.active and view.run_id not in started]
+
     async def _stop_started(self) -> None:
         """Stop this session's runs that are still up, all at once, while the cards still follow them (they say
         STOPPING, then STOPPED); runs that already ended (the old run of a restart) are left alone. A run failed

@@ -202,3 +202,14 @@ def sweep_caution(profile: str, message: str, flag: str | None, level: str | Non
     said.add(flag)
     meaning = FLAG_MEANINGS.get(flag, message)
     return f"{profile} {level or ''}: {flag}: {meaning} (the client column marks each such level)".replace(" :", ":")
+
+
+def left_running_note(runs: Sequence[tuple[str, str, str]]) -> str | None:
+    """What `Q` (stop the servers started here, then quit) leaves running: (profile, run id, where) of each run this
+    session found already running and reattached; None when there is none."""
+    if not runs:
+        return None
+    lines = [f"left running (not started here; reattached): {profile} (run {run_id}{', ' + where if where else ''})"
+             for profile, run_id, where in runs]
+    stops = " ".join(profile for profile, _, _ in runs)
+    return "\n".join([*lines, f"stop {'it' if len(runs) == 1 else 'them'} with: specmon stop {stops}"])
