@@ -578,3 +578,31 @@ async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: P
         await pilot.pause()
         text = screen_text(app)
         assert "demo-eagle3 launch" in text and "… 5 earlier steps" in text, text   # the verdict line under the pane takes a row
+
+
+async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(tmp_path: Path) -> None:
+    """Issue 35 #18: the README promises sparklines on READY cards with /metrics; at 160x48 none showed (three on
+    one line never fit a card) and with `m` only 4 cells of one. At 160x48 each busy figure has its sparkline, whole
+    (8 slices), and no card line wraps; at 80x24, where the line they add does not fit, the figures go without."""
+    from specmon.model.server.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.model.text.numbers import SPARK
+    from specmon.ui.messages import ServingChanged
+
+    capture = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
+    history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
+    update = ServingUpdate("demo-baseline", "r-0001", figures(read_sample(capture, 0.0)), history)
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(ServingChanged(update))
+        text = await _settled(app, pilot)
+        card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
+        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        # running, waiting, KV (of 100 %), tok/s: each whole (8 slices) on screen, in the Servers pane
+        region = app.query_one("#servers").region
+        servers = "\n".join(line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom])
+        assert len(re.findall(f"[{SPARK}]{{{SPARK_SLICES}}}", servers)) == 4, body
+        assert all(len(line) <= card.content_size.width for line in body), body
+        await pilot.resize_terminal(80, 24)
+        await _settled(app, pilot)
+        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        assert "run 162 wait 2826 KV 28%" in body and "▁" not in "".join(body), body

@@ -35,6 +35,7 @@ class ShardBar(ProgressBar):
 
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
+SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
 
 
 class RunCard(Vertical):
@@ -78,7 +79,7 @@ class RunCard(Vertical):
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
-        drawn = (row, selected, serving, room, whole)
+        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT)
         if drawn == self._drawn:
             return
         self._drawn = drawn
@@ -121,7 +122,7 @@ class RunCard(Vertical):
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
         if serving is not None and row.state == RunStatus.READY and serving.run_id == row.run_id:
-            lines += serving_lines(serving, room)
+            lines += serving_lines(serving, room, self.app.size.height >= SPARKS_MIN_HEIGHT)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card (less "✗ "), whole while the pane is maximised.
@@ -159,15 +160,16 @@ class RunCard(Vertical):
         self.post_message(self.Clicked(self.profile))
 
 
-def serving_lines(update: ServingUpdate, room: int) -> list[str]:
+def serving_lines(update: ServingUpdate, room: int, tall: bool = True) -> list[str]:
     """A ready run's serving view on its card: the figures from its /metrics with a sparkline of the last two
-    minutes for the busy ones (left out where a line would not fit in `room` cells: a wrapped sparkline reads as
-    noise on a narrow terminal), what it says is wrong, or why there is nothing to show."""
+    minutes for the busy ones (on a `tall` screen, where the line they add fits, and where each line fits in `room`
+    cells: a wrapped sparkline reads as noise on a narrow terminal), what it says is wrong, or why there is nothing
+    to show."""
     if update.note is not None:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
         return [f"[$warning]⚠ {escape(a)}[/]" for a in update.alerts] or ["[dim]reading /metrics…[/]"]
-    lines = card_figure_lines(update)
+    lines = card_figure_lines(update, sparks=tall)
     if any(cell_len("".join(text for text, _ in line)) > room for line in lines):
         lines = card_figure_lines(update, sparks=False)
     out = ["".join(f"[dim]{text}[/]" if spark else escape(text) for text, spark in line) for line in lines]
