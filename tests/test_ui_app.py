@@ -605,4 +605,4 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         await pilot.resize_terminal(80, 24)
         await _settled(app, pilot)
         body = str(card.query_one(".card-body", Static).render()).splitlines()
-        assert "run 162 wait 2826 KV 28%" in body and "▁" not in "".join(body), body
+        assert "run 162 wait 2826 KV 28% 87 tok/s" in body and "▁" not in "".join(body), body

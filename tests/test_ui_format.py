@@ -144,3 +144,14 @@ def test_a_sweeps_skew_caution_is_toasted_once_and_short_and_failures_every_time
                          "each such level)"), toasts
     assert len(toasts) == 2 and "C=16: 2 requests failed (http_5xx 2)" in toasts[1], toasts
     assert all(LevelRow.of_level(lv).client == "SKEW 4.3ms" for lv in skewed)   # each row keeps its caution
+
+
+def test_a_cards_log_age_goes_where_it_fits_whole() -> None:
+    """Issue 35 #19: `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` wrapped at 80 and 160 columns."""
+    progress, setup, activity = "16/16 load 0:17/~0:17", "KV 400k mem 0.88 EAGLE3×3 acc 2.93", "log <10s ago"
+    assert fmt.card_detail_lines(progress, setup, activity, 38) == [
+        ("16/16 load 0:17/~0:17 log <10s ago", True), ("KV 400k mem 0.88 EAGLE3×3 acc 2.93", False)]
+    loading = "5/8 ETA 0:17 load 0:23/~0:39"
+    assert fmt.card_detail_lines(loading, "KV — mem 0.80 EAGLE3×3", activity, 38) == [
+        (loading, False), ("KV — mem 0.80 EAGLE3×3 log <10s ago", True)]
+    assert fmt.card_detail_lines(loading, setup, activity, 30)[2] == (activity, True)   # a line of its own

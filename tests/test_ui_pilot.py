@@ -181,6 +181,39 @@ async def test_a_stopped_eagle3_card_keeps_its_speculative_setup(tmp_path: Path,
             await quit_with(pilot, "q")
 
 
+async def test_two_ready_cards_fit_an_80x24_pane_and_no_card_line_wraps(tmp_path: Path,
+                                                                        free_port_factory: Callable[[], int]) -> None:
+    """Issue 35 #19: at 80x24 with both demo servers READY (and the confound banner), the eagle3 card's last line
+    was below the fold (a 100 % shard bar per card), and `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` and
+    `0 tok/s hit 0% preempt 0.0/s acc 2.50 (50%)` wrapped at 80 and 160 columns. Every card line fits its card, and
+    both cards fit the pane."""
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = sim_config(ports, {"eagle": "--spec eagle3 --decode-log-interval 4 --kv-tokens 250000"})
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        try:
+            await pilot.press("l", "j", "l")
+            await wait_until(pilot, lambda: all("READY" in card_text(app, p) for p in ports), 60, "both READY")
+            async with httpx.AsyncClient() as client:   # decoding makes the server log its acceptance
+                answer = await client.post(f"http://127.0.0.1:{ports['eagle']}/v1/completions", timeout=20,
+                                           json={"model": "default", "prompt": "hi", "max_tokens": 64})
+                assert answer.status_code == 200
+            await wait_until(pilot, lambda: card_text(app, "eagle").count(" acc ") == 2, 30,
+                             "the acceptance of the log and of /metrics on the card")
+            for size in ((80, 24), (160, 48)):
+                await pilot.resize_terminal(*size)
+                await pilot.pause(0.5)
+                app.flush()
+                await pilot.pause()
+                pane = app.query_one("#servers")
+                for card in app.query(RunCard):
+                    lines = str(card.query_one(".card-body", Static).render()).splitlines()
+                    assert all(len(line) <= card.content_size.width for line in lines), (size, lines)
+                    assert card.region.bottom <= pane.content_region.bottom, (size, card.profile, card_text(app, card.profile))
+        finally:
+            await quit_with(pilot, "Q")
+
+
 async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
     app = make_app(sim_config({"crashy": free_port}, {"crashy": "--crash-at-shard 2"}), tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:

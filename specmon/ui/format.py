@@ -213,3 +213,16 @@ def left_running_note(runs: Sequence[tuple[str, str, str]]) -> str | None:
              for profile, run_id, where in runs]
     stops = " ".join(profile for profile, _, _ in runs)
     return "\n".join([*lines, f"stop {'it' if len(runs) == 1 else 'them'} with: specmon stop {stops}"])
+
+
+def card_detail_lines(progress: str, setup: str, activity: str, width: int) -> list[tuple[str, bool]]:
+    """A run card's two detail lines: `progress` (shards, ETA, load time), `setup` (KV, memory fraction, speculative
+    set-up) and `activity` (`log <10s ago`) put at the end of the first line it fits on whole, else on a line of its
+    own: `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` wrapped at 80 and 160 columns. Each line as (text, whether
+    it ends in `activity`), so the card can dim that part."""
+    for index, line in enumerate((progress, setup)):
+        if len(line) + 1 + len(activity) <= width:
+            lines = [(progress, False), (setup, False)]
+            lines[index] = (f"{line} {activity}", True)
+            return lines
+    return [(progress, False), (setup, False), (activity, True)]

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
-from specmon.model.runs.runstatus import STARTING, UP, RunStatus
+from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.server.serving import ServingUpdate, card_figure_lines
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
@@ -97,7 +97,9 @@ class RunCard(Vertical):
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
-        show_bar = fraction is not None and row.state in UP
+        # Only while loading: at 100 % it says nothing, and an 80x24 screen lacks its line (the second card's last
+        # line fell below the pane).
+        show_bar = fraction is not None and row.state in STARTING
         if bar.display != show_bar:
             bar.display = show_bar
         if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
@@ -109,13 +111,16 @@ class RunCard(Vertical):
         elif row.run_id is None:   # a launch that never started: only its reason is worth the space
             lines = []
         else:
-            eta = fmt.fmt_duration(row.eta_s) if row.state in STARTING else fmt.NA
+            eta = f" ETA {fmt.fmt_duration(row.eta_s)}" if row.state in STARTING else ""   # none once loaded
+            activity = f"log {fmt.fmt_ago(row.last_activity_ago_s)}"
             lines = [
-                f"{fmt.fmt_shards(row.shards_done, row.shards_total)} ETA {eta}"
-                f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
-                f"KV {fmt.fmt_count(row.kv_cache_tokens)} mem {fmt.fmt_number(row.mem_fraction_static, 2)}"
-                f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
-                f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
+                escape(text[: len(text) - len(activity)]) + f"[dim]{activity}[/]" if dims else escape(text)
+                for text, dims in fmt.card_detail_lines(
+                    f"{fmt.fmt_shards(row.shards_done, row.shards_total)}{eta}"
+                    f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
+                    f"KV {fmt.fmt_count(row.kv_cache_tokens)} mem {fmt.fmt_number(row.mem_fraction_static, 2)}"
+                    f" {fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len)}",
+                    activity, room)
             ]
         if row.job:   # a Slurm run's job; near its time limit, a warning
             job = escape(row.job)

@@ -287,8 +287,9 @@ Part = tuple[str, bool]   # a piece of a card's line, and whether it is a sparkl
 
 
 def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[Part, ...]]:
-    """A ready run's figures as its card shows them, in pieces. Plain, two lines: `run 3 wait 0 KV 41%` and
-    `812 tok/s hit 12% preempt 0.0/s acc 2.84 (46%)` (acceptance only where the server has it). With `sparks`, three
+    """A ready run's figures as its card shows them, in pieces. Plain, two lines: `run 3 wait 0 KV 41% 812 tok/s` and
+    `hit 12% preempt 0.0/s acc 2.84 (46%)` (acceptance only where the server has it; each line fits the 38 cells of
+    an 80-column card, where `812 tok/s hit … acc 2.84 (46%)` wrapped). With `sparks`, three
     lines of at most two sparklines each, so that they fit a card (three on one line never did, at any width):
     `run 3 ▁▃█ wait 0 …`, `KV 41% … 812 tok/s …`, `hit 12% preempt 0.0/s acc …`; each sparkline (of its slices)
     padded to its full width (a line whose length changes would ask for a relayout of the whole screen)."""
@@ -306,8 +307,8 @@ def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[
                  *spark("waiting")),
                 (("KV " + texts["KV"], False), *spark("kv_pct"), (f" {texts['tok/s']} tok/s", False), *spark("tok_s")),
                 ((rest, False),)]
-    return [((f"run {texts['running']} wait {texts['waiting']} KV {texts['KV']}", False),),
-            ((f"{texts['tok/s']} tok/s {rest}", False),)]
+    return [((f"run {texts['running']} wait {texts['waiting']} KV {texts['KV']} {texts['tok/s']} tok/s", False),),
+            ((rest, False),)]
 
 
 def sweep_live_line(client: SweepProgress, server: ServingUpdate | None) -> str:
