@@ -606,3 +606,27 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         await _settled(app, pilot)
         body = str(card.query_one(".card-body", Static).render()).splitlines()
         assert "run 162 wait 2826 KV 28% 87 tok/s" in body and "▁" not in "".join(body), body
+
+
+async def test_at_80x24_the_log_title_shows_the_filter_its_placeholder_fits_and_help_says_how_focus_moves(
+        tmp_path: Path) -> None:
+    """Issue 35 #19: at 80x24 the Log title `Log demo-baseline · follow · filter '!INFO:'` was cut before the
+    filter, the filter box's placeholder was cut (`empty: al`), and the help never said how focus moves between
+    panes (which pane `m` maximises)."""
+    from textual.widgets import Input
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settled(app, pilot)
+        await pilot.press("slash")
+        box = app.query_one("#log-filter", Input)
+        await _settled(app, pilot)
+        assert len(box.placeholder) < box.content_size.width, (box.placeholder, box.content_size.width)
+        assert box.placeholder in screen_text(app)
+        await pilot.press(*"!INFO:", "enter")
+        text = await _settled(app, pilot)
+        assert "filter '!INFO:'" in text.splitlines()[1], text.splitlines()[1]
+        await pilot.press("question_mark")
+        text = re.sub(r"\s*█\s*█\s*", " ", " ".join((await _settled(app, pilot)).split()))   # the dialog's edges
+        assert "Focus: Tab and Shift+Tab move it between panes, a click gives it to a pane; m maximises the " \
+               "focused pane." in text, text

@@ -155,3 +155,11 @@ def test_a_cards_log_age_goes_where_it_fits_whole() -> None:
     assert fmt.card_detail_lines(loading, "KV — mem 0.80 EAGLE3×3", activity, 38) == [
         (loading, False), ("KV — mem 0.80 EAGLE3×3 log <10s ago", True)]
     assert fmt.card_detail_lines(loading, setup, activity, 30)[2] == (activity, True)   # a line of its own
+
+
+def test_the_log_title_keeps_the_filter_in_view() -> None:
+    """Issue 35 #19: at 80x24 the Log title was cut before its filter."""
+    assert fmt.log_title("demo-baseline", True, "!INFO:", 60) == "Log demo-baseline · follow · filter '!INFO:'"
+    assert fmt.log_title("demo-baseline", False, "!INFO:", 34) == "Log · filter '!INFO:' · paused"
+    assert fmt.log_title("demo-baseline", True, "!INFO: and more", 30) == "Log · filter '!INFO: and more'"
+    assert fmt.log_title("demo-baseline", True, "", 30) == "Log demo-baseline · follow"

@@ -226,3 +226,16 @@ def card_detail_lines(progress: str, setup: str, activity: str, width: int) -> l
             lines[index] = (f"{line} {activity}", True)
             return lines
     return [(progress, False), (setup, False), (activity, True)]
+
+
+def log_title(label: str, follow: bool, pattern: str, width: int) -> str:
+    """The Log pane's title in `width` cells: `Log NAME · follow · filter '!INFO:'`; where that is too long, the
+    filter goes first and the run's name (its card is highlighted) goes: the filter hides lines, so it must show."""
+    state = "follow" if follow else "paused"
+    shown = f"filter {pattern!r}" if pattern else ""
+    text = ""
+    for parts in ((f"Log {label}".strip(), state, shown), ("Log", shown, state), ("Log", shown)):
+        text = " · ".join(part for part in parts if part)
+        if len(text) <= width:
+            break
+    return text
