@@ -168,6 +168,20 @@ def test_sitecustomize_injection_is_named_in_env_and_shows_in_diff(profiles: Pat
     assert {"section": "env: injected", "key": "NCCL_PROTO", "a": "LL", "b": None} in as_json["differences"]
 
 
+def test_diff_of_the_demo_profiles_names_their_speculative_setup_and_kv_size_and_each_note_once() -> None:
+    """Issue 35 #16: `specmon diff demo-baseline demo-eagle3` (and the TUI's `e` diff) said "no differences" beside
+    the banner's "KV tokens 450k ≠ 400k": the demo's servers (`specmon sim`) spell their speculative set-up and KV
+    size `--spec` and `--kv-tokens`, which the diff did not read. Its notes came twice (one per side, same host)."""
+    demo = Path(__file__).resolve().parent.parent / "specmon" / "demo_profiles.toml"
+    diff = _specmon(demo, "diff", "demo-baseline", "demo-eagle3")
+    assert diff.returncode == 1, diff.stdout + diff.stderr
+    lines = diff.stdout.splitlines()
+    assert "  kv cache tokens        A 450000  |  B 400000" in lines, diff.stdout
+    assert "  speculative algorithm  A none  |  B eagle3" in lines, diff.stdout
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert notes and len(notes) == len(set(notes)), diff.stdout
+
+
 def test_a_sitecustomize_that_sets_nothing_is_no_injection(profiles: Path) -> None:
     data = json.loads(_specmon(profiles, "env", "quiet", "--json", "--all").stdout)
     assert [i for i in data["injected"] if i["name"].startswith("NCCL")] == []

@@ -11,7 +11,7 @@ from test_skew_everywhere import level
 from textual.widgets import DataTable
 from ui_states import demo_config
 
-from specmon.model.charts.levelrow import LevelRow, is_rate_series, rows_of, series_points
+from specmon.model.charts.levelrow import LevelRow, fit_columns, is_rate_series, rows_of, series_points
 from specmon.model.experiments.verdict import summarize_passes
 from specmon.model.sweeps.interop import read_any_results
 from specmon.model.sweeps.results import SweepMeta
@@ -84,3 +84,11 @@ async def test_the_sweep_table_shows_an_overlaid_files_skew_with_its_figure(tmp_
         app.flush()
         await pilot.pause()
         assert [table.get_row_at(i)[client] for i in range(2, table.row_count)] == ["—"] * (table.row_count - 2)
+
+
+def test_fit_columns_keeps_only_the_columns_that_fit_whole() -> None:
+    """Issue 35 #8: the table's columns are left out, never cut (widths 15, 2, 5, 7 with 2 cells of padding each)."""
+    assert fit_columns([15, 2, 5, 7], 41) == 4
+    assert fit_columns([15, 2, 5, 7], 36) == 3          # 17 + 4 + 7 + 9 = 37 cells: the last is left out
+    assert fit_columns([15, 2, 5, 7], 10) == 1          # the series' name stays, even cut by the table
+    assert fit_columns([15, 2, 5, 7], 0) == 4           # not laid out yet: all

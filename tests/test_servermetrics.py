@@ -141,8 +141,8 @@ def test_card_figure_lines_are_the_captures_figures_in_plain_text() -> None:
     history = {"running": (1.0, 8.0), "waiting": (), "kv_pct": (50.0,), "tok_s": (0.0, 0.0)}
     update = ServingUpdate("p", "r", figures(read_sample(capture, 0.0)), history)
     plain = ["".join(text for text, _ in line) for line in card_figure_lines(update, sparks=False)]
-    assert plain[0] == "run 162 wait 2826 KV 28%"
-    assert plain[1] == "87 tok/s hit 1% preempt —"   # its server's gauge (one read); no retraction counter
+    assert plain[0] == "run 162 wait 2826 KV 28% 87 tok/s"
+    assert plain[1] == "hit 1% preempt —"   # its server's gauge (one read); no retraction counter
     sparks = [text for line in card_figure_lines(update) for text, spark in line if spark]
     # Each sparkline padded to its full width; KV scaled to 100 %, the others to their own peak.
     assert sparks == ["▂█".rjust(SPARK_SLICES), " " * SPARK_SLICES, "▅".rjust(SPARK_SLICES), "▁▁".rjust(SPARK_SLICES)]

@@ -283,6 +283,40 @@ async def test_narrow_sweep_table_shows_throughput_ttft_and_tpot(tmp_path: Path)
         assert re.search(r"baseline +64 +770\.0 +84\.00ms +83\.12ms", text), text
 
 
+def _table_on_screen(app: SpecmonApp) -> list[list[str]]:
+    """The level table as the terminal shows it: each line's words (header first), the scrollbar's blocks left out."""
+    table = app.query_one("#sweep-table", DataTable)
+    region, lines = table.region, screen_text(app).splitlines()
+    shown = [lines[y][region.x:region.right] for y in range(region.y, region.bottom)]
+    return [[word for word in line.split() if word.strip("▁▂▃▄▅▆▇█▉▊▋▌▍▎▏")] for line in shown if line.strip()]
+
+
+async def test_the_sweep_table_never_shows_a_figure_cut_short(tmp_path: Path) -> None:
+    """Issue 35 #8: at 80x24, after `t` and an overlay with a long name, the table cut its columns at its edge: C=16
+    showed as `1`, a TTFT of 12.87ms as `12`, the header as `ITL99  tok/`. Columns that do not fit are left out
+    whole; every figure shown is the row's figure, in the table and in the maximised pane."""
+    from ui_states import OVERLAY
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settled(app, pilot)
+        await pilot.press("t")
+        app.set_series("demo-eagle3-20261128T101500Z", OVERLAY)
+        await _settled(app, pilot)
+        for maximised in (False, True):
+            if maximised:
+                app.set_focus(app.query_one("#sweep-table", DataTable))
+                await pilot.press("m")
+                await _settled(app, pilot)
+            table = app.query_one("#sweep-table", DataTable)
+            shown = _table_on_screen(app)
+            headers = [str(column.label) for column in table.columns.values()]
+            assert shown[0] == headers and len(headers) >= 3, shown   # series, C and tok/s at least, each whole
+            for i, words in enumerate(shown[1:]):
+                row = [str(cell) for cell in table.get_row_at(i)]
+                assert words[2:] == row[1:], (maximised, words, row)   # symbol, name, then the figures whole
+
+
 async def test_overlay_dialog_stays_open_with_the_error_and_typing_never_reaches_the_main_screen(tmp_path: Path) -> None:
     """Issue 10 #6: a non-result file closed the dialog with a toast naming the path twice, and the next path typed
     went to the main screen as keys (`s` opened the sweep form)."""
@@ -544,3 +578,55 @@ async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: P
         await pilot.pause()
         text = screen_text(app)
         assert "demo-eagle3 launch" in text and "… 5 earlier steps" in text, text   # the verdict line under the pane takes a row
+
+
+async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(tmp_path: Path) -> None:
+    """Issue 35 #18: the README promises sparklines on READY cards with /metrics; at 160x48 none showed (three on
+    one line never fit a card) and with `m` only 4 cells of one. At 160x48 each busy figure has its sparkline, whole
+    (8 slices), and no card line wraps; at 80x24, where the line they add does not fit, the figures go without."""
+    from specmon.model.server.serving import SPARK_SLICES, ServingUpdate, figures, read_sample
+    from specmon.model.text.numbers import SPARK
+    from specmon.ui.messages import ServingChanged
+
+    capture = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
+    history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
+    update = ServingUpdate("demo-baseline", "r-0001", figures(read_sample(capture, 0.0)), history)
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.post_message(ServingChanged(update))
+        text = await _settled(app, pilot)
+        card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
+        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        # running, waiting, KV (of 100 %), tok/s: each whole (8 slices) on screen, in the Servers pane
+        region = app.query_one("#servers").region
+        servers = "\n".join(line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom])
+        assert len(re.findall(f"[{SPARK}]{{{SPARK_SLICES}}}", servers)) == 4, body
+        assert all(len(line) <= card.content_size.width for line in body), body
+        await pilot.resize_terminal(80, 24)
+        await _settled(app, pilot)
+        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        assert "run 162 wait 2826 KV 28% 87 tok/s" in body and "▁" not in "".join(body), body
+
+
+async def test_at_80x24_the_log_title_shows_the_filter_its_placeholder_fits_and_help_says_how_focus_moves(
+        tmp_path: Path) -> None:
+    """Issue 35 #19: at 80x24 the Log title `Log demo-baseline · follow · filter '!INFO:'` was cut before the
+    filter, the filter box's placeholder was cut (`empty: al`), and the help never said how focus moves between
+    panes (which pane `m` maximises)."""
+    from textual.widgets import Input
+
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settled(app, pilot)
+        await pilot.press("slash")
+        box = app.query_one("#log-filter", Input)
+        await _settled(app, pilot)
+        assert len(box.placeholder) < box.content_size.width, (box.placeholder, box.content_size.width)
+        assert box.placeholder in screen_text(app)
+        await pilot.press(*"!INFO:", "enter")
+        text = await _settled(app, pilot)
+        assert "filter '!INFO:'" in text.splitlines()[1], text.splitlines()[1]
+        await pilot.press("question_mark")
+        text = re.sub(r"\s*█\s*█\s*", " ", " ".join((await _settled(app, pilot)).split()))   # the dialog's edges
+        assert "Focus: Tab and Shift+Tab move it between panes, a click gives it to a pane; m maximises the " \
+               "focused pane." in text, text

@@ -122,3 +122,44 @@ def test_binding_ids_and_help_rows() -> None:
     assert required <= BINDING_IDS
     rows = {row[2]: row[0] for row in key_rows({"launch": "L"})}
     assert rows["launch"] == "L" and rows["filter"] == "/" and rows["help"].startswith("?")
+
+
+def test_a_sweeps_skew_caution_is_toasted_once_and_short_and_failures_every_time() -> None:
+    """Issue 35 #14: at 80x24 every SKEW level of a sweep raised a toast of ~10 lines (the whole caution) that hid
+    the level table for the whole sweep. The table's client column marks each such level; the toast says it once,
+    short, and points there. A caution no row carries (failed requests) is still said at each level."""
+    import dataclasses
+
+    from test_skew_everywhere import level
+
+    from specmon.model.charts.levelrow import LevelRow
+    from specmon.orchestration.sweep import level_cautions
+
+    skewed = [level(c, 100.0 * c, skew_ms=4.3) for c in (4, 8, 16, 32)]
+    skewed[2] = dataclasses.replace(skewed[2], requests_failed=2, errors={"http_5xx": 2})
+    said: set[str] = set()
+    toasts = [t for lv in skewed for n in level_cautions(lv)
+              if (t := fmt.sweep_caution("demo-baseline", n.message, n.flag, n.level, said)) is not None]
+    assert toasts[0] == ("demo-baseline C=4: SKEW: chunks waited for the load generator (the client column marks "
+                         "each such level)"), toasts
+    assert len(toasts) == 2 and "C=16: 2 requests failed (http_5xx 2)" in toasts[1], toasts
+    assert all(LevelRow.of_level(lv).client == "SKEW 4.3ms" for lv in skewed)   # each row keeps its caution
+
+
+def test_a_cards_log_age_goes_where_it_fits_whole() -> None:
+    """Issue 35 #19: `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` wrapped at 80 and 160 columns."""
+    progress, setup, activity = "16/16 load 0:17/~0:17", "KV 400k mem 0.88 EAGLE3×3 acc 2.93", "log <10s ago"
+    assert fmt.card_detail_lines(progress, setup, activity, 38) == [
+        ("16/16 load 0:17/~0:17 log <10s ago", True), ("KV 400k mem 0.88 EAGLE3×3 acc 2.93", False)]
+    loading = "5/8 ETA 0:17 load 0:23/~0:39"
+    assert fmt.card_detail_lines(loading, "KV — mem 0.80 EAGLE3×3", activity, 38) == [
+        (loading, False), ("KV — mem 0.80 EAGLE3×3 log <10s ago", True)]
+    assert fmt.card_detail_lines(loading, setup, activity, 30)[2] == (activity, True)   # a line of its own
+
+
+def test_the_log_title_keeps_the_filter_in_view() -> None:
+    """Issue 35 #19: at 80x24 the Log title was cut before its filter."""
+    assert fmt.log_title("demo-baseline", True, "!INFO:", 60) == "Log demo-baseline · follow · filter '!INFO:'"
+    assert fmt.log_title("demo-baseline", False, "!INFO:", 34) == "Log · filter '!INFO:' · paused"
+    assert fmt.log_title("demo-baseline", True, "!INFO: and more", 30) == "Log · filter '!INFO: and more'"
+    assert fmt.log_title("demo-baseline", True, "", 30) == "Log demo-baseline · follow"

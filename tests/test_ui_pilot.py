@@ -144,6 +144,76 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             await quit_with(pilot, "Q")
 
 
+async def test_a_stopped_eagle3_card_keeps_its_speculative_setup(tmp_path: Path, free_port: int) -> None:
+    """Issue 35 #13: an EAGLE-3 card showed `EAGLE3×3 acc …` while its server ran, and `no spec`, `mem —` once
+    stopped and seen by the next session (which reads a run that ended from its record alone). What its log said
+    stays true of the run: kept after the stop, and read from its log by the next session."""
+    app = make_app(sim_config({"eagle": free_port}, {"eagle": "--spec eagle3 --decode-log-interval 4"}), tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        try:
+            await pilot.press("l")
+            await wait_until(pilot, lambda: "READY" in card_text(app, "eagle"), 60, "READY on the card")
+            async with httpx.AsyncClient() as client:   # decoding makes the server log its acceptance
+                answer = await client.post(f"http://127.0.0.1:{free_port}/v1/completions", timeout=20,
+                                           json={"model": "default", "prompt": "hi", "max_tokens": 64})
+                assert answer.status_code == 200
+            await wait_until(pilot, lambda: " acc " in card_text(app, "eagle"), 30, "the acceptance on the card")
+            live = card_text(app, "eagle")
+            spec = live[live.index("EAGLE3"):].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
+            await pilot.press("S", "y")
+            await wait_until(pilot, lambda: "STOPPED" in card_text(app, "eagle"), 60, "STOPPED on the card")
+            await pilot.pause(1.5)   # the next refresh reads the stopped run from its record
+            app.flush()
+            stopped = card_text(app, "eagle")
+            assert spec in stopped and "no spec" not in stopped, (live, stopped)
+        finally:
+            await quit_with(pilot, "Q")
+    again = make_app(sim_config({"eagle": free_port}, {"eagle": "--spec eagle3 --decode-log-interval 4"}), tmp_path)
+    async with again.run_test(size=(120, 40)) as pilot:
+        try:
+            # The next session reads the stopped run from its record; its log says what it was.
+            await wait_until(pilot, lambda: "STOPPED" in card_text(again, "eagle"), 30, "the stopped run on its card")
+            with contextlib.suppress(AssertionError):
+                await wait_until(pilot, lambda: spec in card_text(again, "eagle"), 15, "its log read")
+            reopened = card_text(again, "eagle")
+            assert spec in reopened and "no spec" not in reopened, (live, reopened)
+        finally:
+            await quit_with(pilot, "q")
+
+
+async def test_two_ready_cards_fit_an_80x24_pane_and_no_card_line_wraps(tmp_path: Path,
+                                                                        free_port_factory: Callable[[], int]) -> None:
+    """Issue 35 #19: at 80x24 with both demo servers READY (and the confound banner), the eagle3 card's last line
+    was below the fold (a 100 % shard bar per card), and `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` and
+    `0 tok/s hit 0% preempt 0.0/s acc 2.50 (50%)` wrapped at 80 and 160 columns. Every card line fits its card, and
+    both cards fit the pane."""
+    ports = {"base": free_port_factory(), "eagle": free_port_factory()}
+    config = sim_config(ports, {"eagle": "--spec eagle3 --decode-log-interval 4 --kv-tokens 250000"})
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        try:
+            await pilot.press("l", "j", "l")
+            await wait_until(pilot, lambda: all("READY" in card_text(app, p) for p in ports), 60, "both READY")
+            async with httpx.AsyncClient() as client:   # decoding makes the server log its acceptance
+                answer = await client.post(f"http://127.0.0.1:{ports['eagle']}/v1/completions", timeout=20,
+                                           json={"model": "default", "prompt": "hi", "max_tokens": 64})
+                assert answer.status_code == 200
+            await wait_until(pilot, lambda: card_text(app, "eagle").count(" acc ") == 2, 30,
+                             "the acceptance of the log and of /metrics on the card")
+            for size in ((80, 24), (160, 48)):
+                await pilot.resize_terminal(*size)
+                await pilot.pause(0.5)
+                app.flush()
+                await pilot.pause()
+                pane = app.query_one("#servers")
+                for card in app.query(RunCard):
+                    lines = str(card.query_one(".card-body", Static).render()).splitlines()
+                    assert all(len(line) <= card.content_size.width for line in lines), (size, lines)
+                    assert card.region.bottom <= pane.content_region.bottom, (size, card.profile, card_text(app, card.profile))
+        finally:
+            await quit_with(pilot, "Q")
+
+
 async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
     app = make_app(sim_config({"crashy": free_port}, {"crashy": "--crash-at-shard 2"}), tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -439,6 +509,32 @@ async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_pa
     finally:
         if later.view(left.run_id).active:
             await later.stop(left.run_id, force=True)
+        await later.close()
+
+
+async def test_quit_and_stop_after_reattaching_says_what_it_left_running(tmp_path: Path, free_port: int,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 35 #12: `Q` (stop the servers started here, then quit) in a session that found a server running and
+    reattached it quit in under a second and left it running, silently. It still leaves it (not started here), and
+    says so on the terminal, with the command that stops it."""
+    from specmon.orchestration.runs import RunManager
+
+    config = sim_config({"sim-r": free_port})
+    earlier = RunManager(config)
+    left = await earlier.launch("sim-r")
+    await earlier.close()   # the earlier specmon is gone; its server is not
+    app = make_app(config, tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.rows["sim-r"].run_id == left.run_id, 60, "the run reattached")
+        await quit_with(pilot, "Q")
+    said = " ".join(capsys.readouterr().err.split())   # printed once the screen is gone (wrapped to the terminal)
+    later = RunManager(config)
+    try:
+        assert later.view(left.run_id).active   # not started here: left running, as before
+        assert f"left running (not started here; reattached): sim-r (run {left.run_id})" in said, said
+        assert "stop it with: specmon stop sim-r" in said, said
+    finally:
+        await later.stop(left.run_id, force=True)
         await later.close()
 
 

@@ -93,8 +93,10 @@ def test_a_cards_serving_lines_fit_its_width_sparklines_only_where_they_fit() ->
     history = {name: tuple(float(i) for i in range(SPARK_SLICES)) for name in ("running", "waiting", "kv_pct", "tok_s")}
     update = ServingUpdate("p", "r", figures(read_sample(capture, 0.0)), history)
     wide = serving_lines(update, 72)
-    assert all("▁" in line for line in wide) and "run 162 " in Text.from_markup(wide[0]).plain
-    narrow = serving_lines(update, 36)
+    # Two sparklines a line (three on one line fit no card: issue 35 #18), the rest of the figures under them.
+    assert all(line.count("▁") >= 2 for line in wide[:2]) and "run 162 " in Text.from_markup(wide[0]).plain
+    assert Text.from_markup(wide[2]).plain.startswith("hit ")
+    narrow = serving_lines(update, 34)   # two sparklines a line need 35 cells here
     plain = [Text.from_markup(line).plain for line in narrow]
-    assert all(len(line) <= 36 for line in plain), plain
-    assert plain[0] == "run 162 wait 2826 KV 28%" and "▁" not in "".join(plain)
+    assert all(len(line) <= 34 for line in plain), plain
+    assert plain[0] == "run 162 wait 2826 KV 28% 87 tok/s" and "▁" not in "".join(plain)

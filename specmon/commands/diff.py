@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
                                               for d in diffs]}, indent=2))
         else:
             print("\n".join(diff_lines(a, b, diffs)))
-            for note in a.notes + b.notes:
+            for note in dict.fromkeys(a.notes + b.notes):   # the same host's note comes from both sides
                 print(f"note: {note}")
         return 1 if diffs else 0
 

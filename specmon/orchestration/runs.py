@@ -63,6 +63,7 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile
+from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration import multinode, slurmjobs
 from specmon.orchestration.adoption import Adopter, HostRun
@@ -187,6 +188,14 @@ class RunManager:
 
     async def refresh(self, all_configs: bool = False) -> list[RunView]:
         return await self._checker.refresh(all_configs)
+
+    async def log_state(self, run_id: str) -> RunState:
+        """What a run's log says (its last part, parsed): for a run that ended before this process watched it, read
+        from its record alone, its speculative set-up, memory fraction and last log line."""
+        record = self.store.load(run_id)
+        if record is None:
+            raise UserError(f"no run {run_id}")
+        return (await self._checker.replay(record))[0]
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:

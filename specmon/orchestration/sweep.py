@@ -63,9 +63,13 @@ STOP_GRACE_S = 5.0
 
 @dataclass(frozen=True)
 class SweepNotice:
-    """A warning worth showing the user while the sweep goes on."""
+    """A warning worth showing the user while the sweep goes on. A caution about a finished level that the level
+    table marks on that level's row (LevelRow.client: SKEW, BOUND, BEHIND, OVER) names that `flag` and the `level`
+    (`C=8`), so a screen can say it once rather than at every level."""
 
     message: str
+    flag: str | None = None
+    level: str | None = None
 
 
 SweepUpdate = SweepProgress | LevelResult | SweepNotice
@@ -335,8 +339,8 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
                 _append(spec.out_path, level.to_dict(), secrets, levels)
                 levels.append(level)
                 notify(level)
-                for text in level_warnings(level):
-                    notify(SweepNotice(text))
+                for notice in level_cautions(level):
+                    notify(notice)
             elif kind == "warning":
                 notify(SweepNotice(str(msg.get("message"))))
             elif kind in ("done", "stopped", "fatal"):
@@ -417,30 +421,39 @@ def level_name(level: LevelResult) -> str:
 
 def level_warnings(level: LevelResult) -> list[str]:
     """What a user must know about a finished level before trusting it."""
-    out = []
+    return [notice.message for notice in level_cautions(level)]
+
+
+def level_cautions(level: LevelResult) -> list[SweepNotice]:
+    """`level_warnings` as notices, each naming the flag its level's table row carries for it (if any)."""
+    out: list[SweepNotice] = []
     c = level_name(level)
+
+    def caution(text: str, flag: str | None = None) -> None:
+        out.append(SweepNotice(text, flag, c if flag else None))
+
     more_processes = (f"; more load generator processes spread that work (--processes, [sweep] processes; this "
                       f"level had {level.client.processes})")
     if level.usage_missing:
-        out.append(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
+        caution(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
     if level.client.skewed:
-        out.append(f"{c}: chunks waited up to {level.client.handling_ms_p99:.1f} ms (p99) for the load generator after "
+        caution(f"{c}: chunks waited up to {level.client.handling_ms_p99:.1f} ms (p99) for the load generator after "
                    f"arriving, in bursts of up to {level.client.burst_max} reads, against an ITL p50 of "
-                   f"{level.itl_ms.p50:.1f} ms; chunk times at this level may carry that skew{more_processes}")
+                   f"{level.itl_ms.p50:.1f} ms; chunk times at this level may carry that skew{more_processes}", "SKEW")
     if level.client.bound and client_bound(level.client.cpu_s / level.client.processes, level.duration_s,
                                            level.client.loop_lag_ms_p99):
         why = f"loop lag p99 {level.client.loop_lag_ms_p99} ms, {level.client.cpu_s:.1f} CPU-s in {level.duration_s:.1f} s"
         if level.client.cpu_wait_s:
             why += f", {level.client.cpu_wait_s:.2f} s waiting for a CPU: the machine is busy"
-        out.append(f"{c}: the load generator was the bottleneck ({why}); timings at this level measure the "
-                   f"client{more_processes}")
+        caution(f"{c}: the load generator was the bottleneck ({why}); timings at this level measure the "
+                f"client{more_processes}", "BOUND")
     if level.requests_failed:
         kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
-        out.append(f"{c}: {level.requests_failed} requests failed ({kinds})")
+        caution(f"{c}: {level.requests_failed} requests failed ({kinds})")
     if level.behind:
-        out.append(f"{c}: the load generator fell behind its schedule (send lateness p99 "
-                   f"{level.send_late_ms.p99:.1f} ms); the offered load was not the one asked for")
+        caution(f"{c}: the load generator fell behind its schedule (send lateness p99 "
+                f"{level.send_late_ms.p99:.1f} ms); the offered load was not the one asked for", "BEHIND")
     if level.over_capacity:
         reasons: list[str] = []
         if level.served_rate is not None:
@@ -449,7 +462,7 @@ def level_warnings(level: LevelResult) -> list[str]:
             reasons.append(f"TTFT grew {level.ttft_growth:.1f}x over the level")
         if level.achieved_rate is not None and level.rate is not None and level.achieved_rate < level.rate:
             reasons.append(f"sent {level.achieved_rate:.2f} req/s")
-        out.append(f"{c}: over capacity: the server did not keep up with the offered rate ({', '.join(reasons)})")
+        caution(f"{c}: over capacity: the server did not keep up with the offered rate ({', '.join(reasons)})", "OVER")
     return out
 
 

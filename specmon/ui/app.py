@@ -36,9 +36,10 @@ from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
 from specmon.model.server.serving import ServingUpdate, sweep_live_line
 from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.orchestration.runview import RunView
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
-from specmon.ui.format import transitions
+from specmon.ui.format import left_running_note, transitions
 from specmon.ui.forms import (
     ConfirmScreen,
     ExperimentRequest,
@@ -100,6 +101,9 @@ class Engine(Protocol):
 
     async def difference(self, a: str, b: str) -> tuple[EnvReport, EnvReport, list[Difference]]:
         """Two profiles' reports and their differences."""
+
+    def left_running(self) -> list[RunView]:
+        """The runs still up that this session did not start (reattached)."""
 
 
 class SpecmonApp(App[int]):
@@ -702,12 +706,16 @@ class SpecmonApp(App[int]):
         self.workers.cancel_group(self, "experiment")
 
         async def close() -> None:
+            note = None
             if self.engine is not None:
                 try:
                     await self.engine.close(stop_started)
                 except Exception as exc:
                     self.notify(f"shutdown: {exc}", severity="error")
-            self.exit(0)
+                if stop_started:   # said on the terminal once the screen is gone
+                    note = left_running_note([(v.profile, v.run_id, v.host if v.host != "local" else "")
+                                              for v in self.engine.left_running()])
+            self.exit(0, message=note)
 
         self.run_worker(close(), group="quit", exit_on_error=False, description="quit")
 

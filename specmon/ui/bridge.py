@@ -17,7 +17,7 @@ from pathlib import Path
 from textual.message import Message
 from textual.message_pump import MessagePump
 
-from specmon.errors import PortBusy
+from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
 from specmon.model.experiments.experiment import experiment_runs
@@ -43,7 +43,8 @@ from specmon.orchestration.runview import RunView
 from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
-from specmon.sources.transport import Transport
+from specmon.sources.transport import Transport, TransportError
+from specmon.ui import format as fmt
 from specmon.ui.forms import ExperimentRequest, SweepRequest
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import (
@@ -118,12 +119,27 @@ class EngineBridge:
             self._serving.track(view)
         self._push(self._shown())
         self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
+        for view in list(self._views.values()):
+            if not view.active and view.run_state is None:   # ended before we watched: its card reads its log
+                self._tasks.append(asyncio.create_task(self._read_log_state(view), name=f"log-state-{view.run_id}"))
         for profile in self.autolaunch:
             current = self._views.get(profile)
             if current is None or not current.active:
                 await self.launch(profile)
             else:   # left running by an earlier demo that was killed: this one adopts it, and its quit stops it
                 self.started_here.append(current.run_id)
+
+    async def _read_log_state(self, view: RunView) -> None:
+        """A run that ended before this session shows what its log said (its speculative set-up, memory fraction);
+        an unreadable log (a host out of reach) leaves its card as its record has it."""
+        try:
+            state = await self.manager.log_state(view.run_id)
+        except (TransportError, TimeoutError, OSError, UserError):
+            return
+        current = self._views.get(view.profile)
+        if current is not None and current.run_id == view.run_id and current.run_state is None:
+            self._views[view.profile] = dataclasses.replace(current, run_state=state)
+            self._push([view.profile])
 
     def _on_view(self, view: RunView) -> None:
         if view.profile not in self.config.profiles:
@@ -326,6 +342,7 @@ class EngineBridge:
             self._models[profile] = result.meta.model
 
         status = ""   # the last progress line: kept while the next level starts
+        said: set[str] = set()   # the level flags (SKEW, BOUND, ...) this sweep's toasts have named
 
         def on_update(profile: str, update: SweepUpdate) -> None:
             nonlocal status
@@ -341,7 +358,9 @@ class EngineBridge:
                 # (the server sees the next level's requests before its first progress report).
                 self._post(SweepStatusChanged(status, running=True, live=None))
             elif isinstance(update, SweepNotice):
-                self._post(EngineNotice(f"{profile}: {update.message}", severity="warning", timeout=6))
+                toast = fmt.sweep_caution(profile, update.message, update.flag, update.level, said)
+                if toast is not None:
+                    self._post(EngineNotice(toast, severity="warning", timeout=6))
 
         try:
             comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
@@ -436,9 +455,10 @@ class EngineBridge:
         # drawn and the one the status line and the toast name are one figure (C≈5.69 on the chart beside C≈5.68).
         publish(summary)
         self._post(SweepStatusChanged(f"experiment {name} {state.status}: {summary.verdict}", running=False))
-        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=15))
+        # The verdict stays in the pane's title; the toast only says it came (it covered the table for 15 s).
+        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=6))
         for warning in summary.warnings:
-            self._post(EngineNotice(warning, severity="warning", timeout=15))
+            self._post(EngineNotice(warning, severity="warning", timeout=8))
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:
@@ -459,6 +479,12 @@ class EngineBridge:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.manager.close()
+
+    def left_running(self) -> list[RunView]:
+        """The runs still up that this session did not start (found running and reattached): "stop the servers
+        started here" leaves them, and says so."""
+        started = set(self.started_here)
+        return [view for view in self._views.values() if view.active and view.run_id not in started]
 
     async def _stop_started(self) -> None:
         """Stop this session's runs that are still up, all at once, while the cards still follow them (they say

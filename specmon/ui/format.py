@@ -178,3 +178,64 @@ def card_reason(reason: str, width: int, more: str, lines: int | None = REASON_L
     kept = wrapped[:lines]
     kept[-1] = kept[-1][: width - len(more)].rstrip() + more
     return kept
+
+
+# What each flag of the level table's client column means, for a toast that points at it.
+FLAG_MEANINGS = {
+    "SKEW": "chunks waited for the load generator",
+    "BOUND": "the load generator was the bottleneck",
+    "BEHIND": "the load generator fell behind its schedule",
+    "OVER": "the server did not keep up with the offered rate",
+}
+
+
+def sweep_caution(profile: str, message: str, flag: str | None, level: str | None,
+                  said: set[str]) -> str | None:
+    """The toast for a sweep's caution, or None when it was said already. A caution its level's row carries (a
+    `flag` of the table's client column) is said once per sweep (`said` keeps the flags said), short, pointing at
+    the column that marks every level it hits: at 80x24 a toast of ten lines per level hid the table for the whole
+    sweep. Any other caution is said whole, each time."""
+    if flag is None:
+        return f"{profile}: {message}"
+    if flag in said:
+        return None
+    said.add(flag)
+    meaning = FLAG_MEANINGS.get(flag, message)
+    return f"{profile} {level or ''}: {flag}: {meaning} (the client column marks each such level)".replace(" :", ":")
+
+
+def left_running_note(runs: Sequence[tuple[str, str, str]]) -> str | None:
+    """What `Q` (stop the servers started here, then quit) leaves running: (profile, run id, where) of each run this
+    session found already running and reattached; None when there is none."""
+    if not runs:
+        return None
+    lines = [f"left running (not started here; reattached): {profile} (run {run_id}{', ' + where if where else ''})"
+             for profile, run_id, where in runs]
+    stops = " ".join(profile for profile, _, _ in runs)
+    return "\n".join([*lines, f"stop {'it' if len(runs) == 1 else 'them'} with: specmon stop {stops}"])
+
+
+def card_detail_lines(progress: str, setup: str, activity: str, width: int) -> list[tuple[str, bool]]:
+    """A run card's two detail lines: `progress` (shards, ETA, load time), `setup` (KV, memory fraction, speculative
+    set-up) and `activity` (`log <10s ago`) put at the end of the first line it fits on whole, else on a line of its
+    own: `KV 400k mem 0.88 EAGLE3×3 acc 2.93 log <10s ago` wrapped at 80 and 160 columns. Each line as (text, whether
+    it ends in `activity`), so the card can dim that part."""
+    for index, line in enumerate((progress, setup)):
+        if len(line) + 1 + len(activity) <= width:
+            lines = [(progress, False), (setup, False)]
+            lines[index] = (f"{line} {activity}", True)
+            return lines
+    return [(progress, False), (setup, False), (activity, True)]
+
+
+def log_title(label: str, follow: bool, pattern: str, width: int) -> str:
+    """The Log pane's title in `width` cells: `Log NAME · follow · filter '!INFO:'`; where that is too long, the
+    filter goes first and the run's name (its card is highlighted) goes: the filter hides lines, so it must show."""
+    state = "follow" if follow else "paused"
+    shown = f"filter {pattern!r}" if pattern else ""
+    text = ""
+    for parts in ((f"Log {label}".strip(), state, shown), ("Log", shown, state), ("Log", shown)):
+        text = " · ".join(part for part in parts if part)
+        if len(text) <= width:
+            break
+    return text

@@ -12,7 +12,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from specmon.ui.keys import key_rows
+from specmon.ui.keys import key_of, key_rows
 
 
 def keys_table(keymap: Mapping[str, str]) -> Table:
@@ -40,6 +40,8 @@ class HelpScreen(ModalScreen[None]):
         with Vertical(classes="dialog", id="help"):
             yield Label("[b]specmon keys[/b] · remap an id in profiles.toml \\[keys] · ↑↓ PgUp PgDn Home End scroll · "
                         "esc closes", id="help-title")
+            yield Label(f"Focus: Tab and Shift+Tab move it between panes, a click gives it to a pane; "
+                        f"{key_of(self.keymap, 'maximize')} maximises the focused pane.", id="help-focus", markup=False)
             with VerticalScroll(id="help-keys"):
                 yield Static(keys_table(self.keymap))
 

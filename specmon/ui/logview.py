@@ -52,19 +52,21 @@ class LogPane(Vertical):
 
     def compose(self) -> ComposeResult:
         yield RichLog(max_lines=self.max_lines, wrap=False, markup=False, highlight=False, auto_scroll=True)
-        yield Input(placeholder="filter (! inverts, empty clears)", id="log-filter")
+        # Short enough for an 80-column screen's Log pane (27 cells inside the box and its cursor).
+        yield Input(placeholder="text, or !text to hide", id="log-filter")
 
     def on_mount(self) -> None:
         self.query_one("#log-filter").display = False
         self._retitle()
 
     def _retitle(self) -> None:
-        parts = [f"Log {self.run_label}".strip(), "follow" if self.follow else "paused"]
-        if self.pattern:
-            parts.append(f"filter {self.pattern!r}")
-        self.border_title = escape(" · ".join(parts))   # the filter is what was typed: never read as markup
+        # The border's corners and the spaces around the title take 4 cells (before the first layout: no limit).
+        room = self.size.width - 4 if self.size.width else 1000
+        # the filter is what was typed: never read as markup
+        self.border_title = escape(fmt.log_title(self.run_label, self.follow, self.pattern, room))
 
     def on_resize(self) -> None:
+        self._retitle()
         short = self.content_size.width < SHORT_TIMES_BELOW
         if short != self.short_times:
             self.short_times = short

@@ -13,7 +13,7 @@ from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
-from specmon.model.runs.runstatus import STARTING, UP, RunStatus
+from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.server.serving import ServingUpdate, card_figure_lines
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
@@ -35,6 +35,7 @@ class ShardBar(ProgressBar):
 
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
+SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
 
 
 class RunCard(Vertical):
@@ -78,7 +79,7 @@ class RunCard(Vertical):
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
-        drawn = (row, selected, serving, room, whole)
+        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT)
         if drawn == self._drawn:
             return
         self._drawn = drawn
@@ -96,7 +97,9 @@ class RunCard(Vertical):
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
-        show_bar = fraction is not None and row.state in UP
+        # Only while loading: at 100 % it says nothing, and an 80x24 screen lacks its line (the second card's last
+        # line fell below the pane).
+        show_bar = fraction is not None and row.state in STARTING
         if bar.display != show_bar:
             bar.display = show_bar
         if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
@@ -108,20 +111,23 @@ class RunCard(Vertical):
         elif row.run_id is None:   # a launch that never started: only its reason is worth the space
             lines = []
         else:
-            eta = fmt.fmt_duration(row.eta_s) if row.state in STARTING else fmt.NA
+            eta = f" ETA {fmt.fmt_duration(row.eta_s)}" if row.state in STARTING else ""   # none once loaded
+            activity = f"log {fmt.fmt_ago(row.last_activity_ago_s)}"
             lines = [
-                f"{fmt.fmt_shards(row.shards_done, row.shards_total)} ETA {eta}"
-                f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
-                f"KV {fmt.fmt_count(row.kv_cache_tokens)} mem {fmt.fmt_number(row.mem_fraction_static, 2)}"
-                f" {escape(fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len))}"
-                f" [dim]log {fmt.fmt_ago(row.last_activity_ago_s)}[/]",
+                escape(text[: len(text) - len(activity)]) + f"[dim]{activity}[/]" if dims else escape(text)
+                for text, dims in fmt.card_detail_lines(
+                    f"{fmt.fmt_shards(row.shards_done, row.shards_total)}{eta}"
+                    f" load {fmt.fmt_elapsed_vs_past(row.elapsed_s, row.past_load_s)}",
+                    f"KV {fmt.fmt_count(row.kv_cache_tokens)} mem {fmt.fmt_number(row.mem_fraction_static, 2)}"
+                    f" {fmt.fmt_spec(row.spec_algorithm, row.spec_steps, row.spec_accept_len)}",
+                    activity, room)
             ]
         if row.job:   # a Slurm run's job; near its time limit, a warning
             job = escape(row.job)
             lines.insert(0, "[dim]slurm[/] " + (f"[$warning b]{job}[/]" if row.job.endswith("before its time limit")
                                                 else job))
         if serving is not None and row.state == RunStatus.READY and serving.run_id == row.run_id:
-            lines += serving_lines(serving, room)
+            lines += serving_lines(serving, room, self.app.size.height >= SPARKS_MIN_HEIGHT)
         lines += [self._node_line(node) for node in row.nodes]
         if row.failure:
             # Two lines of this card (less "✗ "), whole while the pane is maximised.
@@ -159,16 +165,17 @@ class RunCard(Vertical):
         self.post_message(self.Clicked(self.profile))
 
 
-def serving_lines(update: ServingUpdate, room: int) -> list[str]:
+def serving_lines(update: ServingUpdate, room: int, tall: bool = True) -> list[str]:
     """A ready run's serving view on its card: the figures from its /metrics with a sparkline of the last two
-    minutes for the busy ones (left out where a line would not fit in `room` cells: a wrapped sparkline reads as
-    noise on a narrow terminal), what it says is wrong, the impossible values it left out, or why there is nothing
+    minutes for the busy ones (on a `tall` screen, where the line they add fits, and where each line fits in `room`
+    cells: a wrapped sparkline reads as noise on a narrow terminal), what it says is wrong, the impossible values it
+    left out, or why there is nothing
     to show."""
     if update.note is not None:
         return [f"[dim]{escape(update.note)}[/]"]
     if update.figures is None:
         return [f"[$warning]⚠ {escape(a)}[/]" for a in update.alerts] or ["[dim]reading /metrics…[/]"]
-    lines = card_figure_lines(update)
+    lines = card_figure_lines(update, sparks=tall)
     if any(cell_len("".join(text for text, _ in line)) > room for line in lines):
         lines = card_figure_lines(update, sparks=False)
     out = ["".join(f"[dim]{text}[/]" if spark else escape(text) for text, spark in line) for line in lines]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.color import Color
@@ -17,7 +18,14 @@ from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
 from specmon.model.charts.chart import series_symbol
-from specmon.model.charts.levelrow import CHART_METRICS, LEVEL_COLUMNS, LevelRow, is_rate_series, series_points
+from specmon.model.charts.levelrow import (
+    CHART_METRICS,
+    LEVEL_COLUMNS,
+    LevelRow,
+    fit_columns,
+    is_rate_series,
+    series_points,
+)
 from specmon.model.sweeps.compare import crossover_words, load_words
 from specmon.ui import format as fmt
 from specmon.ui.plot import draw_sweeps
@@ -79,6 +87,16 @@ NARROW_STEPS = 40                          # a steps list narrower than this dro
 _CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")   # a step's leading "HH:MM:SS "
 
 
+class LevelTable(DataTable[str]):
+    """The level table: its columns are chosen by its width (those that fit whole), so a resize of the table alone
+    (an experiment's steps list appearing beside it) redraws it."""
+
+    def on_resize(self) -> None:
+        pane = next((node for node in self.ancestors if isinstance(node, SweepPane)), None)
+        if pane is not None:
+            pane.show(*pane._shown)
+
+
 class SweepPane(Vertical):
     """Chart and table of one or more sweeps; `show` is cheap when nothing changed."""
 
@@ -94,8 +112,7 @@ class SweepPane(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="sweep-body"):
             yield PlotextPlot(id="sweep-chart")
-            table: DataTable[str] = DataTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
-            yield table
+            yield LevelTable(id="sweep-table", zebra_stripes=True, cursor_type="row")
             yield StepsList(id="experiment-steps")
         yield Static("", id="sweep-verdict")
         yield Static("", id="sweep-live")
@@ -142,7 +159,7 @@ class SweepPane(Vertical):
         self._narrow = self.app.size.width < WIDE_SCREEN
         key = (tuple((name, tuple(series_points(levels, metric)), tuple(series_points(levels)))
                      for name, levels in series.items()), crossover, status, self._narrow, metric,
-               self.query_one(PlotextPlot).size, self.app.theme)   # text backgrounds follow the theme
+               self.query_one(PlotextPlot).size, self.query_one(DataTable).size.width, self.app.theme)   # text backgrounds follow the theme
         if key == self._drawn:
             return
         self._drawn = key
@@ -159,15 +176,24 @@ class SweepPane(Vertical):
         headers = [LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
         if is_rate_series(series.values()):
             headers = ["rate" if h == "C" else h for h in headers]
-        table.add_columns(*(_SHORT_HEADERS.get(h, h) for h in headers) if self._narrow else headers)
+        if self._narrow:
+            headers = [_SHORT_HEADERS.get(h, h) for h in headers]
         names = short_series_names(list(series)) if self._narrow else {n: n for n in series}
+        rows: list[list[str | Text]] = []
         for index, (name, levels) in enumerate(series.items()):
             # The series' chart symbol in its colour before its name: the table is the chart's legend too.
             label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[index % len(_TABLE_COLOURS)]), " ")
             for level in levels:
                 cells: list[str | Text] = list(level.cells(names[name]))
                 cells[0] = label + cells[0]
-                table.add_row(*(cells[i] for i in _TABLE_ORDER))
+                rows.append([cells[i] for i in _TABLE_ORDER])
+        # Each column as wide as its widest text, and only the columns that fit whole (the rest are left out, never
+        # cut: a cut figure reads as another one). The table's width less its vertical scrollbar's.
+        widths = [max([cell_len(str(h)), *(cell_len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
+        kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding)
+        for header, width in zip(headers[:kept], widths):
+            table.add_column(header, width=width)
+        table.add_rows(row[:kept] for row in rows)
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
                     metric: str = "throughput") -> None:

@@ -101,3 +101,18 @@ def series_points(rows: Iterable[LevelRow], metric: str = "throughput") -> list[
 def is_rate_series(series: Iterable[Sequence[LevelRow]]) -> bool:
     """Whether the chart's rows are open-loop levels (x = request rate) rather than concurrency levels."""
     return any(row.rate is not None for rows in series for row in rows)
+
+
+def fit_columns(widths: Sequence[int], room: int, gap: int = 2) -> int:
+    """How many of a table's columns (most telling first, each `widths[i]` cells of text plus `gap` of padding) fit
+    whole in `room` cells: the columns after them are left out rather than cut, since a figure cut short reads as
+    another figure (C=16 shown as `1`). The first column (the series' name) is kept even when it alone does not
+    fit; a `room` of 0 or less (not laid out yet) keeps them all."""
+    if room <= 0:
+        return len(widths)
+    used = 0
+    for count, width in enumerate(widths):
+        used += width + gap
+        if used > room:
+            return max(1, count)
+    return len(widths)

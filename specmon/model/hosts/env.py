@@ -149,11 +149,23 @@ _ARG_LABELS: dict[str, str] = {
 }
 
 
+# `specmon sim`'s own spellings (the demo's servers): its speculative set-up and its KV cache size, which are what
+# the demo's two profiles differ in (a diff that left them out said "no differences" beside a KV warning).
+_SIM_ARG_LABELS: dict[str, str] = {
+    "--spec": "speculative algorithm", "--spec-steps": "speculative num steps",
+    "--spec-step-cost": "speculative step cost", "--kv-tokens": "kv cache tokens",
+}
+
+
 def key_launch_args(argv: Sequence[str]) -> dict[str, str]:
     """The launch arguments that change performance, by label: tp, attention backend, mem fraction, speculative
-    settings (every `--speculative-*` option), CUDA-graph sizes, quantisation... Flags read as "true"; an option
-    followed by several values (`--cuda-graph-bs 1 2 4`) keeps them all."""
+    settings (every `--speculative-*` option, and `specmon sim`'s `--spec*`), KV cache size of `specmon sim`,
+    CUDA-graph sizes, quantisation... Flags read as "true"; an option followed by several values
+    (`--cuda-graph-bs 1 2 4`) keeps them all."""
     found: dict[str, str] = {}
+    words = list(argv)
+    sim = any(a.endswith("specmon") and b == "sim" for a, b in zip(words, words[1:]))
+    labels = {**_ARG_LABELS, **_SIM_ARG_LABELS} if sim else _ARG_LABELS
     index = 0
     while index < len(argv):
         word = argv[index]
@@ -161,7 +173,7 @@ def key_launch_args(argv: Sequence[str]) -> dict[str, str]:
         if not word.startswith("-"):
             continue
         name, eq, inline = word.partition("=")
-        label = _ARG_LABELS.get(name) or (name[2:].replace("-", " ") if name.startswith("--speculative") else None)
+        label = labels.get(name) or (name[2:].replace("-", " ") if name.startswith("--speculative") else None)
         if label is None:
             continue
         if eq:

@@ -357,10 +357,12 @@ Part = tuple[str, bool]   # a piece of a card's line, and whether it is a sparkl
 
 
 def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[Part, ...]]:
-    """A ready run's figures as its card shows them, two plain lines in pieces: `run 3 ▁▃█ wait 0 … KV 41% …` and
-    `812 tok/s … hit 12% preempt 0.0/s acc 2.84 (46%)` (acceptance only where the server has it). With `sparks`,
-    the busy figures carry a sparkline of their slices, padded to its full width (a line whose length changes would
-    ask for a relayout of the whole screen)."""
+    """A ready run's figures as its card shows them, in pieces. Plain, two lines: `run 3 wait 0 KV 41% 812 tok/s` and
+    `hit 12% preempt 0.0/s acc 2.84 (46%)` (acceptance only where the server has it; each line fits the 38 cells of
+    an 80-column card, where `812 tok/s hit … acc 2.84 (46%)` wrapped). With `sparks`, three
+    lines of at most two sparklines each, so that they fit a card (three on one line never did, at any width):
+    `run 3 ▁▃█ wait 0 …`, `KV 41% … 812 tok/s …`, `hit 12% preempt 0.0/s acc …`; each sparkline (of its slices)
+    padded to its full width (a line whose length changes would ask for a relayout of the whole screen)."""
     texts = dict(figure_texts(update.figures))
 
     def spark(name: str) -> tuple[Part, ...]:
@@ -369,10 +371,14 @@ def card_figure_lines(update: ServingUpdate, sparks: bool = True) -> list[tuple[
         return (" ", False), (sparkline(update.history.get(name, ()), SPARK_SLICES, SPARK_TOPS.get(name)), True)
 
     accept = f" acc {texts['accept']}" if texts["accept"] != "—" else ""
-    return [(("run " + texts["running"], False), *spark("running"), (" wait " + texts["waiting"], False),
-             *spark("waiting"), (" KV " + texts["KV"], False), *spark("kv_pct")),
-            ((texts["tok/s"] + " tok/s", False), *spark("tok_s"),
-             (f" hit {texts['prefix hit']} preempt {texts['preempt']}{accept}", False))]
+    rest = f"hit {texts['prefix hit']} preempt {texts['preempt']}{accept}"
+    if sparks:
+        return [(("run " + texts["running"], False), *spark("running"), (" wait " + texts["waiting"], False),
+                 *spark("waiting")),
+                (("KV " + texts["KV"], False), *spark("kv_pct"), (f" {texts['tok/s']} tok/s", False), *spark("tok_s")),
+                ((rest, False),)]
+    return [((f"run {texts['running']} wait {texts['waiting']} KV {texts['KV']} {texts['tok/s']} tok/s", False),),
+            ((rest, False),)]
 
 
 def sweep_live_line(client: SweepProgress, server: ServingUpdate | None) -> str:
