@@ -630,3 +630,15 @@ async def test_at_80x24_the_log_title_shows_the_filter_its_placeholder_fits_and_
         text = re.sub(r"\s*█\s*█\s*", " ", " ".join((await _settled(app, pilot)).split()))   # the dialog's edges
         assert "Focus: Tab and Shift+Tab move it between panes, a click gives it to a pane; m maximises the " \
                "focused pane." in text, text
+
+
+async def test_the_env_under_a_gpu_less_board_never_breaks_a_name_in_a_path(tmp_path: Path) -> None:
+    """Issue 35 #19: at 160x48 the GPU/env pane showed `/opt/venv/lib/python3.11/site-` over `packages/...`."""
+    app = fed_app(tmp_path, gpus=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        text = await _settled(app, pilot)
+        region = app.query_one("#gpuenv").region
+        pane = [line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom]]
+        assert any("site-packages/" in line for line in pane), pane
+        assert any("/opt/venv/bin/python3:" in line for line in pane), pane

@@ -472,7 +472,7 @@ class SpecmonApp(App[int]):
         async def read() -> None:
             try:
                 if view == "env":
-                    text = render_env(await engine.environment(selected))
+                    text = render_env(await engine.environment(selected), pane.content_size.width)
                 elif other is None:
                     text = "[dim]diff: only one profile to compare[/]"
                 else:

@@ -239,3 +239,26 @@ def log_title(label: str, follow: bool, pattern: str, width: int) -> str:
         if len(text) <= width:
             break
     return text
+
+
+def wrap_paths(line: str, width: int) -> list[str]:
+    """`line` with a path too long for a line of its own: wrapped to `width` cells at spaces and after the path's
+    `/`s, continuation lines indented two more than it (the pane would break it mid-name, and
+    `/opt/venv/lib/python3.11/site-` `packages/...` reads as two names). A piece longer than `width` on its own is
+    left whole (the pane folds it). Any other line comes back as it is (the pane wraps it at spaces)."""
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    if width <= 0 or not any("/" in word and len(indent) + len(word) > width for word in line.split()):
+        return [line]   # no path to break: the pane wraps it at spaces
+    out: list[str] = []
+    current = line[: len(line) - len(line.lstrip())]
+    for word in line.split():
+        pieces = [word] if len(indent) + len(word) <= width else re.findall(r"[^/]*/|[^/]+", word)
+        for index, piece in enumerate(pieces):
+            joined = piece if index else (" " + piece if current.strip() else piece)
+            if current.strip() and len(current) + len(joined) > width:
+                out.append(current)
+                current = indent + piece
+            else:
+                current += joined
+    out.append(current)
+    return out
