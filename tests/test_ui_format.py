@@ -174,3 +174,13 @@ def test_a_long_path_wraps_between_its_directories_never_inside_a_name() -> None
     assert fmt.wrap_paths("injected at start-up by /opt/venv/bin/python3:", 30) == [
         "injected at start-up by /opt/venv/bin/python3:"]
     assert fmt.wrap_paths(line, 0) == [line] and fmt.wrap_paths("short", 30) == ["short"]
+
+
+def test_experiment_steps_wrap_whole_and_the_newest_stay_in_view() -> None:
+    """Issue 35 #15: steps were cut at every width (`demo-baseline level: p…`)."""
+    steps = [f"demo-baseline level: pass {n} C=16 644.8 tok/s (5.1s)" for n in range(5)]
+    assert fmt.fit_steps(steps, 24, 7) == ["… 3 earlier steps", "demo-baseline level:", "  pass 3 C=16 644.8",
+                                           "  tok/s (5.1s)", "demo-baseline level:", "  pass 4 C=16 644.8",
+                                           "  tok/s (5.1s)"]
+    assert fmt.fit_steps(steps[:1], 80, 3) == steps[:1]
+    assert fmt.fit_steps(steps, 0, 0) == steps   # not laid out yet
