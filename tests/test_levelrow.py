@@ -88,11 +88,12 @@ async def test_the_sweep_table_shows_an_overlaid_files_skew_with_its_figure(tmp_
 
 def test_fit_columns_keeps_only_the_columns_that_fit_whole() -> None:
     """Issue 35 #8: the table's columns are left out, never cut (2 cells of padding each); a long series name gives
-    way first, down to 12 cells."""
+    way (down to 12 cells) where that brings in another column."""
     assert fit_columns([15, 2, 5, 7], 41) == (15, 4)
     assert fit_columns([15, 2, 5, 7], 36) == (14, 4)     # 16 + 4 + 7 + 9 = 36: the name gives a cell
-    assert fit_columns([15, 2, 5, 7], 30) == (12, 3)     # the name at its least, then the last column left out
-    assert fit_columns([15, 2, 5, 7], 10) == (12, 1)     # the series' name stays, even cut by the table
+    assert fit_columns([15, 2, 5, 7], 30) == (15, 3)     # even at 12 cells the last would not fit: the name stays
+    assert fit_columns([26, 2, 5, 7, 7], 41) == (19, 4)  # an overlay's long name gives way to TTFT
+    assert fit_columns([15, 2, 5, 7], 10) == (15, 1)     # the series' name stays, even cut by the table
     assert fit_columns([15, 2, 5, 7], 0) == (15, 4)      # not laid out yet: all
 
 

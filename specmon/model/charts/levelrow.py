@@ -106,17 +106,24 @@ def is_rate_series(series: Iterable[Sequence[LevelRow]]) -> bool:
 
 def fit_columns(widths: Sequence[int], room: int, gap: int = 2, min_first: int = 12) -> tuple[int, int]:
     """How a table's columns (most telling first, each `widths[i]` cells of text plus `gap` of padding) fit in `room`
-    cells: (the first column's width, how many columns show). The first column (the series' name) gives up cells
-    first, down to `min_first` (its names then end in an ellipsis: they are names, not figures); then the columns
-    after those that fit whole are left out rather than cut, since a figure cut short reads as another figure (C=16
-    shown as `1`). A `room` of 0 or less (not laid out yet) keeps them all, whole."""
+    cells: (the first column's width, how many columns show). Columns after those that fit whole are left out rather
+    than cut, since a figure cut short reads as another figure (C=16 shown as `1`). The first column (the series'
+    name) gives up cells, down to `min_first` (its names then end in an ellipsis: they are names, not figures), only
+    where that brings in another column. A `room` of 0 or less (not laid out yet) keeps them all, whole."""
     if room <= 0 or not widths:
         return (widths[0] if widths else 0), len(widths)
-    rest = sum(width + gap for width in widths[1:])
-    first = max(min(widths[0], min_first), min(widths[0], room - rest - gap))
-    used = first + gap
-    for count, width in enumerate(widths[1:], start=1):
-        used += width + gap
-        if used > room:
-            return first, count
-    return first, len(widths)
+
+    def count(first: int) -> int:
+        used = first + gap
+        for shown, width in enumerate(widths[1:], start=1):
+            used += width + gap
+            if used > room:
+                return shown
+        return len(widths)
+
+    whole = count(widths[0])
+    shrunk = count(min(widths[0], min_first))
+    if shrunk <= whole:
+        return widths[0], whole
+    others = sum(width + gap for width in widths[1:shrunk])
+    return max(min_first, min(widths[0], room - others - gap)), shrunk
