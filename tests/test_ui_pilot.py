@@ -159,7 +159,7 @@ async def test_a_stopped_eagle3_card_keeps_its_speculative_setup(tmp_path: Path,
                 assert answer.status_code == 200
             await wait_until(pilot, lambda: " acc " in card_text(app, "eagle"), 30, "the acceptance on the card")
             live = card_text(app, "eagle")
-            spec = live[live.index("EAGLE3"):].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
+            spec = live[live.index("EAGLE3"):].splitlines()[0].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
             await pilot.press("S", "y")
             await wait_until(pilot, lambda: "STOPPED" in card_text(app, "eagle"), 60, "STOPPED on the card")
             await pilot.pause(1.5)   # the next refresh reads the stopped run from its record
