@@ -30,3 +30,16 @@ def test_value_at_interpolates_on_a_log_load_axis() -> None:
     assert value_at(curve, 2.0) == pytest.approx(200.0)      # half way between 1 and 4 on a log axis
     assert value_at(curve, 4.0) == pytest.approx(300.0)
     assert value_at(curve, 32.0) is None and value_at([], 2.0) is None and value_at(curve, 0.0) is None
+
+
+def test_the_load_axis_writes_the_labels_that_fit_whole_and_always_its_ends() -> None:
+    """Issue 35 #8: on a narrow chart the library dropped colliding labels of its own choosing: `1 2 4 16 32` under
+    levels up to 64 (the top level's label gone, so the axis's range was wrong). Labels that would touch are left
+    out from the middle; the first and last stay."""
+    from specmon.model.charts.chart import spaced_labels
+
+    labels = ["1", "2", "4", "8", "16", "32", "64"]
+    assert spaced_labels([1, 4, 7, 10, 13, 16, 19], labels) == [0, 1, 2, 3, 4, 5, 6]   # 3 columns apart: all fit
+    assert spaced_labels([1, 3, 6, 8, 11, 13, 16], labels) == [0, 1, 2, 3, 4, 6]     # 32 would touch 16
+    assert spaced_labels([1, 2, 3, 4, 5, 6, 8], labels) == [0, 2, 6]                   # every other, then the end
+    assert spaced_labels([0, 1], ["1", "2"]) == [0, 1]

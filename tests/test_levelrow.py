@@ -87,8 +87,19 @@ async def test_the_sweep_table_shows_an_overlaid_files_skew_with_its_figure(tmp_
 
 
 def test_fit_columns_keeps_only_the_columns_that_fit_whole() -> None:
-    """Issue 35 #8: the table's columns are left out, never cut (widths 15, 2, 5, 7 with 2 cells of padding each)."""
-    assert fit_columns([15, 2, 5, 7], 41) == 4
-    assert fit_columns([15, 2, 5, 7], 36) == 3          # 17 + 4 + 7 + 9 = 37 cells: the last is left out
-    assert fit_columns([15, 2, 5, 7], 10) == 1          # the series' name stays, even cut by the table
-    assert fit_columns([15, 2, 5, 7], 0) == 4           # not laid out yet: all
+    """Issue 35 #8: the table's columns are left out, never cut (2 cells of padding each); a long series name gives
+    way (down to 12 cells) where that brings in another column."""
+    assert fit_columns([15, 2, 5, 7], 41) == (15, 4)
+    assert fit_columns([15, 2, 5, 7], 36) == (14, 4)     # 16 + 4 + 7 + 9 = 36: the name gives a cell
+    assert fit_columns([15, 2, 5, 7], 30) == (15, 3)     # even at 12 cells the last would not fit: the name stays
+    assert fit_columns([26, 2, 5, 7, 7], 41) == (19, 4)  # an overlay's long name gives way to TTFT
+    assert fit_columns([15, 2, 5, 7], 10) == (15, 1)     # the series' name stays, even cut by the table
+    assert fit_columns([15, 2, 5, 7], 0) == (15, 4)      # not laid out yet: all
+
+
+def test_an_experiments_level_row_has_the_ttft_and_tpot_its_report_has() -> None:
+    """Issue 35 #15: the experiment view's table showed TTFT and TPOT as — though the report had them."""
+    from specmon.model.experiments.verdict import LevelSummary
+
+    row = LevelRow.of_repeats(LevelSummary(concurrency=16, values=(640.0, 650.0), ttft_p50_ms=36.5, tpot_p50_ms=23.2))
+    assert row.cells("eagle3")[5:7] == ("36.50ms", "23.20ms")

@@ -577,7 +577,8 @@ async def test_the_experiment_steps_keep_the_newest_in_view_at_80x24(tmp_path: P
         await pilot.pause()
         await pilot.pause()
         text = screen_text(app)
-        assert "demo-eagle3 launch" in text and "… 5 earlier steps" in text, text   # the verdict line under the pane takes a row
+        # Each step wraps whole (issue 35 #15), so three of the newest fit; the verdict line under the pane takes a row.
+        assert "demo-eagle3 launch" in text and "… 9 earlier steps" in text, text
 
 
 async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(tmp_path: Path) -> None:
@@ -630,3 +631,43 @@ async def test_at_80x24_the_log_title_shows_the_filter_its_placeholder_fits_and_
         text = re.sub(r"\s*█\s*█\s*", " ", " ".join((await _settled(app, pilot)).split()))   # the dialog's edges
         assert "Focus: Tab and Shift+Tab move it between panes, a click gives it to a pane; m maximises the " \
                "focused pane." in text, text
+
+
+async def test_the_env_under_a_gpu_less_board_never_breaks_a_name_in_a_path(tmp_path: Path) -> None:
+    """Issue 35 #19: at 160x48 the GPU/env pane showed `/opt/venv/lib/python3.11/site-` over `packages/...`."""
+    app = fed_app(tmp_path, gpus=False)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settled(app, pilot)
+        text = await _settled(app, pilot)
+        region = app.query_one("#gpuenv").region
+        pane = [line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom]]
+        assert any("site-packages/" in line for line in pane), pane
+        assert any("/opt/venv/bin/python3:" in line for line in pane), pane
+
+
+async def test_the_experiment_dialog_title_and_steps_show_whole_at_every_width(tmp_path: Path) -> None:
+    """Issue 35 #15: the experiment dialog's title and the step lines were cut at every width (`demo-baseline
+    level: p…`). The title wraps; each step wraps whole, the newest in view."""
+    from test_ui_snapshots import STEPS
+
+    from specmon.model.config import load_config
+    from specmon.ui.forms import ExperimentScreen
+
+    demo = load_config(Path(__file__).resolve().parent.parent / "specmon" / "demo_profiles.toml")
+    for size in ((80, 24), (100, 30), (160, 48)):
+        app = fed_app(tmp_path)
+        async with app.run_test(size=size) as pilot:
+            await _settled(app, pilot)
+            app.set_experiment_steps(STEPS)
+            text = await _settled(app, pilot)
+            panel = app.query_one("#experiment-steps", Static)
+            region = panel.content_region
+            shown = [line[region.x:region.right].rstrip() for line in text.splitlines()[region.y:region.bottom]]
+            assert not any(line.endswith("…") for line in shown), (size, shown)
+            assert " ".join(" ".join(shown).split()).endswith(STEPS[-1][STEPS[-1].index(" ") + 1:]), (size, shown)
+            await app.push_screen(ExperimentScreen(list(demo.experiments.values())))
+            text = await _settled(app, pilot)
+            title = app.screen.query_one("#experiment-title").region
+            shown = " ".join(" ".join(line[title.x:title.right].split())
+                             for line in text.splitlines()[title.y:title.bottom])
+            assert shown.endswith("sweeps it, stops it (servers holding those ports are stopped first)"), (size, shown)

@@ -163,3 +163,24 @@ def test_the_log_title_keeps_the_filter_in_view() -> None:
     assert fmt.log_title("demo-baseline", False, "!INFO:", 34) == "Log · filter '!INFO:' · paused"
     assert fmt.log_title("demo-baseline", True, "!INFO: and more", 30) == "Log · filter '!INFO: and more'"
     assert fmt.log_title("demo-baseline", True, "", 30) == "Log demo-baseline · follow"
+
+
+def test_a_long_path_wraps_between_its_directories_never_inside_a_name() -> None:
+    """Issue 35 #19: the GPU/env pane broke `/opt/venv/lib/python3.11/site-` `packages/sitecustomize.py`."""
+    line = "  NCCL_ALGO=Ring by /opt/venv/lib/python3.11/site-packages/sitecustomize.py"
+    assert fmt.wrap_paths(line, 30) == ["  NCCL_ALGO=Ring by /opt/venv/", "    lib/python3.11/",
+                                        "    site-packages/", "    sitecustomize.py"]
+    # A path that fits a line of its own: left to the pane, which wraps at spaces.
+    assert fmt.wrap_paths("injected at start-up by /opt/venv/bin/python3:", 30) == [
+        "injected at start-up by /opt/venv/bin/python3:"]
+    assert fmt.wrap_paths(line, 0) == [line] and fmt.wrap_paths("short", 30) == ["short"]
+
+
+def test_experiment_steps_wrap_whole_and_the_newest_stay_in_view() -> None:
+    """Issue 35 #15: steps were cut at every width (`demo-baseline level: p…`)."""
+    steps = [f"demo-baseline level: pass {n} C=16 644.8 tok/s (5.1s)" for n in range(5)]
+    assert fmt.fit_steps(steps, 24, 7) == ["… 3 earlier steps", "demo-baseline level:", "  pass 3 C=16 644.8",
+                                           "  tok/s (5.1s)", "demo-baseline level:", "  pass 4 C=16 644.8",
+                                           "  tok/s (5.1s)"]
+    assert fmt.fit_steps(steps[:1], 80, 3) == steps[:1]
+    assert fmt.fit_steps(steps, 0, 0) == steps   # not laid out yet

@@ -159,7 +159,7 @@ async def test_a_stopped_eagle3_card_keeps_its_speculative_setup(tmp_path: Path,
                 assert answer.status_code == 200
             await wait_until(pilot, lambda: " acc " in card_text(app, "eagle"), 30, "the acceptance on the card")
             live = card_text(app, "eagle")
-            spec = live[live.index("EAGLE3"):].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
+            spec = live[live.index("EAGLE3"):].splitlines()[0].split(" log ")[0]   # `EAGLE3×3 acc 2.93`
             await pilot.press("S", "y")
             await wait_until(pilot, lambda: "STOPPED" in card_text(app, "eagle"), 60, "STOPPED on the card")
             await pilot.pause(1.5)   # the next refresh reads the stopped run from its record
@@ -560,6 +560,22 @@ async def test_sweep_form_refuses_levels_it_would_not_run_as_typed(
         assert problem in str(form.query_one("#form-error", Static).render())
 
 
+async def open_experiment_dialog(pilot: Pilot) -> None:
+    """`x`, and wait for its dialog (it first looks for unfinished runs to offer)."""
+    from specmon.ui.forms import ExperimentScreen
+
+    await pilot.press("x")
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, ExperimentScreen), 10, "the experiment dialog")
+    await pilot.pause()
+
+
+def experiment_options(app: SpecmonApp) -> list[str]:
+    from textual.widgets import OptionList
+
+    options = app.screen.query_one(OptionList)
+    return [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+
+
 async def test_q_after_a_cancelled_experiment_stops_the_server_it_launched(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     """Seen in the newcomer walk: `x`, then `c` while a profile was being swept, then the demo's `q`: the server
@@ -573,14 +589,17 @@ async def test_q_after_a_cancelled_experiment_stops_the_server_it_launched(
                           "test-profiles.toml")
     app = make_app(config, tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.press("x")
-        await pilot.pause()
+        await open_experiment_dialog(pilot)
+        assert experiment_options(app) == ["run ab (exp-base vs exp-other: 1 levels × 1 repeats)"]   # nothing to resume
         await pilot.press("enter")
         await wait_until(pilot, lambda: "exp-base ready" in "\n".join(app.experiment_steps), 60, "the server ready")
         await pilot.press("c")
         # 7 s for the whole test on a quiet box; CI under load once waited past 30 s here (cause not found).
         await wait_until(pilot, lambda: not app.sweeping, 90, "the experiment to be cancelled")
         assert socket.create_connection(("127.0.0.1", free_port), timeout=5)   # left up by the cancel, as designed
+        await open_experiment_dialog(pilot)   # the cancelled run can be resumed now
+        assert experiment_options(app)[1] == "resume ab (continue its last unfinished run)", experiment_options(app)
+        await pilot.press("escape")
         await quit_with(pilot, "Q")
     with socket.socket() as probe:
         assert probe.connect_ex(("127.0.0.1", free_port)) != 0, "the experiment's server still holds its port"
@@ -606,8 +625,7 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
     app = make_app(config, tmp_path)
     async with app.run_test(size=(150, 45), notifications=True) as pilot:
         try:
-            await pilot.press("x")
-            await pilot.pause()
+            await open_experiment_dialog(pilot)
             await pilot.press("enter")   # the first entry: run ab
             await wait_until(pilot, lambda: app.sweeping, 10, "the experiment to start")
             await wait_until(pilot, lambda: not app.sweeping, 100, "the experiment to finish")
@@ -620,6 +638,8 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
             # The overlay built up: both profiles on the chart, one point per level.
             assert [lv.concurrency for lv in app.series["exp-base"]] == [1, 16]
             assert [lv.concurrency for lv in app.series["exp-eagle"]] == [1, 16]
+            # With the figures its report has (issue 35 #15: TTFT and TPOT were shown as —).
+            assert all(lv.ttft_p50_ms is not None and lv.tpot_p50_ms is not None for lv in app.series["exp-base"])
             # One crossover: the chart's is the verdict's, which is the result files' (read back here).
             (directory,) = (tmp_path / "results" / "experiments").iterdir()
             state = load_state(directory)

@@ -116,7 +116,9 @@ def fed_app(tmp: Path, rows: list[ServerRow] = ROWS, gpus: bool = True) -> Specm
             app.post_message(GpusUpdated("gpu7", gpu_board(), {"r-0001": "demo-baseline"}))
         else:
             app.post_message(GpusUpdated("local", no_gpu_board(), {"r-0001": "demo-baseline"}))
-            app.query_one(GpuEnvPane).show_env_below(render_env(RUNNING_ENV))
+            pane = app.query_one(GpuEnvPane)
+            # Once laid out, as the app's own read is (it wraps the report to the pane's width).
+            app.call_after_refresh(lambda: pane.show_env_below(render_env(RUNNING_ENV, pane.content_size.width)))
         app.flush()
 
     app.call_later(feed)

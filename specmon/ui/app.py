@@ -90,6 +90,9 @@ class Engine(Protocol):
     async def experiment(self, request: ExperimentRequest) -> None:
         """Run (or resume) an experiment, posting its steps, series, status and verdict."""
 
+    async def unfinished_experiments(self) -> set[str]:
+        """The configured experiments that have an unfinished run to resume."""
+
     async def close(self, stop_started: bool) -> None:
         """Stop watching; with `stop_started`, stop the runs this session launched."""
 
@@ -472,7 +475,7 @@ class SpecmonApp(App[int]):
         async def read() -> None:
             try:
                 if view == "env":
-                    text = render_env(await engine.environment(selected))
+                    text = render_env(await engine.environment(selected), pane.content_size.width)
                 elif other is None:
                     text = "[dim]diff: only one profile to compare[/]"
                 else:
@@ -594,7 +597,15 @@ class SpecmonApp(App[int]):
             if request is not None:
                 self.start_experiment(request.name, request.resume)
 
-        self.push_screen(ExperimentScreen(list(self.config.experiments.values())), chosen)
+        engine = self.engine
+        assert engine is not None
+
+        async def offer() -> None:   # resume is offered only where there is something to resume
+            unfinished = await engine.unfinished_experiments()
+            self.push_screen(ExperimentScreen(list(self.config.experiments.values()), unfinished), chosen)
+
+        self.run_worker(offer(), group="experiment-form", exclusive=True, exit_on_error=False,
+                        description="experiment form")
 
     def start_experiment(self, name: str, resume: bool = False) -> None:
         """Run (or resume) experiment `name` in a worker; its steps and the overlay build up in the Sweep pane."""
@@ -608,8 +619,10 @@ class SpecmonApp(App[int]):
             try:
                 await engine.experiment(request)
             except Exception as exc:
-                self.post_message(messages.SweepStatusChanged(f"experiment {name} failed: {exc}", running=False))
-                self.notify(f"experiment {name}: {exc}", severity="error", timeout=10)
+                # The runner's errors name the experiment already ("experiment demo: ..."): said once.
+                reason = str(exc).removeprefix(f"experiment {name}: ")
+                self.post_message(messages.SweepStatusChanged(f"experiment {name} failed: {reason}", running=False))
+                self.notify(f"experiment {name}: {reason}", severity="error", timeout=10)
 
         self.sweeping = True
         self.run_worker(run(), group="experiment", exclusive=True, exit_on_error=False, description=f"experiment {name}")

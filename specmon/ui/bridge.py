@@ -20,7 +20,7 @@ from textual.message_pump import MessagePump
 from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
-from specmon.model.experiments.experiment import experiment_runs
+from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
@@ -459,6 +459,19 @@ class EngineBridge:
         self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=6))
         for warning in summary.warnings:
             self._post(EngineNotice(warning, severity="warning", timeout=8))
+
+    async def unfinished_experiments(self) -> set[str]:
+        def look() -> set[str]:
+            found = set()
+            for name in self.config.experiments:
+                try:
+                    if find_unfinished(self.results_dir, name) is not None:
+                        found.add(name)
+                except UserError:   # a state file it cannot read: resuming says which
+                    found.add(name)
+            return found
+
+        return await asyncio.to_thread(look)
 
     # --------------------------------------------------------------- shutdown
     async def close(self, stop_started: bool) -> None:

@@ -15,6 +15,7 @@ from specmon.model.runs.runstatus import BROKEN, BUSY, STARTING, RunStatus
 
 # Re-exported: the panes read every format through this module.
 from specmon.model.text.numbers import NA as NA
+from specmon.model.text.numbers import counted
 from specmon.model.text.numbers import fmt_count as fmt_count
 from specmon.model.text.numbers import fmt_ms as fmt_ms
 from specmon.model.text.numbers import fmt_number as fmt_number
@@ -239,3 +240,47 @@ def log_title(label: str, follow: bool, pattern: str, width: int) -> str:
         if len(text) <= width:
             break
     return text
+
+
+def wrap_paths(line: str, width: int) -> list[str]:
+    """`line` with a path too long for a line of its own: wrapped to `width` cells at spaces and after the path's
+    `/`s, continuation lines indented two more than it (the pane would break it mid-name, and
+    `/opt/venv/lib/python3.11/site-` `packages/...` reads as two names). A piece longer than `width` on its own is
+    left whole (the pane folds it). Any other line comes back as it is (the pane wraps it at spaces)."""
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    if width <= 0 or not any("/" in word and len(indent) + len(word) > width for word in line.split()):
+        return [line]   # no path to break: the pane wraps it at spaces
+    out: list[str] = []
+    current = line[: len(line) - len(line.lstrip())]
+    for word in line.split():
+        pieces = [word] if len(indent) + len(word) <= width else re.findall(r"[^/]*/|[^/]+", word)
+        for index, piece in enumerate(pieces):
+            joined = piece if index else (" " + piece if current.strip() else piece)
+            if current.strip() and len(current) + len(joined) > width:
+                out.append(current)
+                current = indent + piece
+            else:
+                current += joined
+    out.append(current)
+    return out
+
+
+def fit_steps(steps: Sequence[str], width: int, rows: int) -> list[str]:
+    """An experiment's steps (newest last) in `rows` lines of `width` cells: each step wrapped whole (continuation
+    indented), as many of the newest as fit, under a line counting the earlier ones; a step was cut at every width
+    (`demo-baseline level: p…`). `rows` or `width` of 0 (not laid out yet): every step, one a line."""
+    if rows <= 0 or width <= 0:
+        return list(steps)
+    wrapped = [textwrap.wrap(step, width, subsequent_indent="  ", break_on_hyphens=False) or [""] for step in steps]
+    kept: list[str] = []
+    oldest = len(wrapped)   # the oldest step kept
+    for index in range(len(wrapped) - 1, -1, -1):
+        count_line = 1 if index > 0 else 0   # the line counting the steps left out, if this one is the oldest shown
+        if len(kept) + len(wrapped[index]) + count_line > rows:
+            break
+        kept, oldest = wrapped[index] + kept, index
+    else:
+        return kept
+    if not kept:   # the newest step alone is taller than the list
+        return wrapped[-1][:rows]
+    return [f"… {counted(oldest, 'earlier step')}", *kept]

@@ -3,7 +3,7 @@ experiment picker."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,19 +237,22 @@ class ExperimentScreen(ModalScreen["ExperimentRequest | None"]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, experiments: Sequence[ExperimentSpec]) -> None:
+    def __init__(self, experiments: Sequence[ExperimentSpec], unfinished: Collection[str] = ()) -> None:
         super().__init__()
         self.experiments = list(experiments)
+        self.unfinished = set(unfinished)   # the experiments with an unfinished run: only those can be resumed
 
     def compose(self) -> ComposeResult:
         options = []
         for spec in self.experiments:
             what = (f"{' vs '.join(spec.profiles)}: {len(spec.sweep.levels)} levels × {spec.repeats} repeats")
             options.append(Option(f"run {spec.name} ({what})", id=f"run:{spec.name}"))
-            options.append(Option(f"resume {spec.name} (continue its last unfinished run)", id=f"resume:{spec.name}"))
+            if spec.name in self.unfinished:
+                options.append(Option(f"resume {spec.name} (continue its last unfinished run)",
+                                      id=f"resume:{spec.name}"))
         with Vertical(classes="dialog"):
             yield Label("Experiment: launches each profile in turn, sweeps it, stops it "
-                        "(servers holding those ports are stopped first)")
+                        "(servers holding those ports are stopped first)", id="experiment-title")
             yield OptionList(*options, id="experiment-list")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import Static
 from specmon.model.hosts.env import Difference, EnvReport, diff_lines, report_lines
 from specmon.model.hosts.gpu import GpuBoard, GpuTrack
 from specmon.model.text.numbers import sparkline
+from specmon.ui import format as fmt
 from specmon.ui.throttle import Throttle
 
 VIEWS = ("gpus", "env", "diff")
@@ -105,9 +106,11 @@ def lines_markup(lines: Sequence[Line]) -> str:
                      for line in lines)
 
 
-def render_env(report: EnvReport) -> str:
-    """The env report's lines, section headings bold."""
-    return "\n".join(escape(line) if line.startswith(" ") else f"[b]{escape(line)}[/]" for line in report_lines(report))
+def render_env(report: EnvReport, width: int = 0) -> str:
+    """The env report's lines, section headings bold, wrapped to `width` cells (0: not) at spaces and between a
+    path's directories."""
+    return "\n".join(escape(part) if line.startswith(" ") else f"[b]{escape(part)}[/]"
+                     for line in report_lines(report) for part in fmt.wrap_paths(line, width))
 
 
 def render_diff(a: EnvReport, b: EnvReport, diffs: Sequence[Difference]) -> str:

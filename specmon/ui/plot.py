@@ -8,7 +8,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specmon.model.charts.chart import round_ticks, series_symbol, tick_text, value_at
+from specmon.model.charts.chart import round_ticks, series_symbol, spaced_labels, tick_text, value_at
 from specmon.model.sweeps.compare import load_words
 from specmon.ui.rows import CrossoverMark
 
@@ -40,12 +40,17 @@ def draw_sweeps(plt: Any, series: Sequence[tuple[str, Points]], crossing: Crosso
     # The load is drawn on a log axis by hand: plotext's own log scale re-applies itself on every rebuild of a
     # kept figure (a resize then fails with a math domain error).
     shown = sorted({x for _, _, points in drawn for x, _ in points})
-    plt.xticks([math.log10(x) for x in shown], [f"{x:g}" for x in shown])
     low, high = math.log10(shown[0]), math.log10(shown[-1])
     pad = (high - low) * 2 / max(10, width - 8) or 0.5   # two columns either side: the end symbols clear the axes
     plt.xlim(low - pad, high + pad)
     # About one tick every other row (6 at most).
     ticks = round_ticks(max(y for _, _, points in drawn for _, y in points), min(6, max(2, height // 2 + 2)))
+    # The levels' labels that fit whole, the first and the last always (the plot's columns: the width less the value
+    # labels and the frame).
+    cells = max(1, width - len(tick_text(ticks[-1])) - 3)
+    labels = [f"{x:g}" for x in shown]
+    kept = spaced_labels([(math.log10(x) - low + pad) / (high - low + 2 * pad) * cells for x in shown], labels)
+    plt.xticks([math.log10(shown[i]) for i in kept], [labels[i] for i in kept])
     plt.yticks(ticks, [tick_text(t) for t in ticks])
     plt.ylim(0, ticks[-1])
     if crossing is None or crossing.concurrency <= 0:

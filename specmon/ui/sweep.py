@@ -57,8 +57,8 @@ def short_series_names(names: Sequence[str]) -> dict[str, str]:
 
 
 class StepsList(Static):
-    """An experiment's steps, newest last: as many of the newest as fit, under a line counting the earlier ones
-    (at 80×24 a pass outgrows the pane; the step running now must stay in view)."""
+    """An experiment's steps, newest last, each wrapped whole: as many of the newest as fit, under a line counting
+    the earlier ones (at 80×24 a pass outgrows the pane; the step running now must stay in view)."""
 
     def __init__(self, **kwargs: object) -> None:
         super().__init__("", **kwargs)  # type: ignore[arg-type]
@@ -72,14 +72,10 @@ class StepsList(Static):
         self._paint()
 
     def _paint(self) -> None:
-        rows = self.content_size.height or len(self._steps)
-        shown = self._steps
-        if len(shown) > rows:
-            earlier = len(shown) - rows + 1
-            shown = [f"… {earlier} earlier step{'s' if earlier != 1 else ''}", *shown[-(rows - 1):]] if rows > 1 \
-                else shown[-1:]
+        steps = self._steps
         if self.content_size.width < NARROW_STEPS:   # the step, not its clock time, is what must show
-            shown = [_CLOCK.sub("", step) for step in shown]
+            steps = [_CLOCK.sub("", step) for step in steps]
+        shown = fmt.fit_steps(steps, self.content_size.width, self.content_size.height)
         self.update(Text("\n".join(shown), no_wrap=True, overflow="ellipsis"))
 
 
@@ -190,10 +186,14 @@ class SweepPane(Vertical):
         # Each column as wide as its widest text, and only the columns that fit whole (the rest are left out, never
         # cut: a cut figure reads as another one). The table's width less its vertical scrollbar's.
         widths = [max([cell_len(str(h)), *(cell_len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
-        kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding)
+        widths[0], kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding)
         for header, width in zip(headers[:kept], widths):
             table.add_column(header, width=width)
-        table.add_rows(row[:kept] for row in rows)
+        for row in rows:
+            first = row[0]
+            label = Text(first) if isinstance(first, str) else first.copy()
+            label.truncate(widths[0], overflow="ellipsis")   # a long overlay's name: its end gives way
+            table.add_row(label, *row[1:kept])
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
                     metric: str = "throughput") -> None:

@@ -49,3 +49,24 @@ def value_at(points: Sequence[tuple[float, float]], load: float) -> float | None
             t = (math.log10(load) - math.log10(x0)) / (math.log10(x1) - math.log10(x0))
             return y0 + t * (y1 - y0)
     return points[0][1] if len(points) == 1 and points[0][0] == load else None
+
+
+def spaced_labels(columns: Sequence[float], labels: Sequence[str]) -> list[int]:
+    """The indices of the axis labels to write, centred at `columns` (in order), so that no two touch: the first and
+    the last always (on a log load axis they say its range), those between where they fit with a space either side.
+    A chart's library would drop colliding labels of its own choosing (the top level's among them) or run them
+    together into another number."""
+    if len(labels) <= 2:
+        return list(range(len(labels)))
+
+    def span(i: int) -> tuple[float, float]:
+        start = columns[i] - len(labels[i]) / 2
+        return start, start + len(labels[i])
+
+    kept = [0]
+    last = span(len(labels) - 1)
+    for i in range(1, len(labels) - 1):
+        start, end = span(i)
+        if start >= span(kept[-1])[1] + 1 and end + 1 <= last[0]:   # a free column either side
+            kept.append(i)
+    return [*kept, len(labels) - 1]

@@ -58,10 +58,11 @@ class LevelRow:
 
     @classmethod
     def of_repeats(cls, level: LevelSummary) -> LevelRow:
-        """An experiment's level: the mean output tok/s over its repeats so far, flagged when any repeat was."""
+        """An experiment's level: the mean output tok/s over its repeats so far and their TTFT and TPOT (as its
+        report gives them; no ITL p99 is kept over repeats), flagged when any repeat was."""
         tpc = level.acceptance.client_tokens_per_chunk if level.acceptance is not None else None
         return cls(concurrency=level.concurrency, output_throughput=level.mean, tokens_per_chunk=tpc,
-                   client=level.client_flag or "ok")
+                   ttft_p50_ms=level.ttft_p50_ms, tpot_p50_ms=level.tpot_p50_ms, client=level.client_flag or "ok")
 
     @property
     def load(self) -> float:
@@ -103,16 +104,26 @@ def is_rate_series(series: Iterable[Sequence[LevelRow]]) -> bool:
     return any(row.rate is not None for rows in series for row in rows)
 
 
-def fit_columns(widths: Sequence[int], room: int, gap: int = 2) -> int:
-    """How many of a table's columns (most telling first, each `widths[i]` cells of text plus `gap` of padding) fit
-    whole in `room` cells: the columns after them are left out rather than cut, since a figure cut short reads as
-    another figure (C=16 shown as `1`). The first column (the series' name) is kept even when it alone does not
-    fit; a `room` of 0 or less (not laid out yet) keeps them all."""
-    if room <= 0:
+def fit_columns(widths: Sequence[int], room: int, gap: int = 2, min_first: int = 12) -> tuple[int, int]:
+    """How a table's columns (most telling first, each `widths[i]` cells of text plus `gap` of padding) fit in `room`
+    cells: (the first column's width, how many columns show). Columns after those that fit whole are left out rather
+    than cut, since a figure cut short reads as another figure (C=16 shown as `1`). The first column (the series'
+    name) gives up cells, down to `min_first` (its names then end in an ellipsis: they are names, not figures), only
+    where that brings in another column. A `room` of 0 or less (not laid out yet) keeps them all, whole."""
+    if room <= 0 or not widths:
+        return (widths[0] if widths else 0), len(widths)
+
+    def count(first: int) -> int:
+        used = first + gap
+        for shown, width in enumerate(widths[1:], start=1):
+            used += width + gap
+            if used > room:
+                return shown
         return len(widths)
-    used = 0
-    for count, width in enumerate(widths):
-        used += width + gap
-        if used > room:
-            return max(1, count)
-    return len(widths)
+
+    whole = count(widths[0])
+    shrunk = count(min(widths[0], min_first))
+    if shrunk <= whole:
+        return widths[0], whole
+    others = sum(width + gap for width in widths[1:shrunk])
+    return max(min_first, min(widths[0], room - others - gap)), shrunk
