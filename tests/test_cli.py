@@ -138,6 +138,17 @@ def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -
     assert unknown.returncode == 2 and "invalid choice: 'swep'" in unknown.stderr and "sweep" in unknown.stderr
 
 
+def test_profiles_lists_the_experiments_too(tmp_path: Path) -> None:
+    """`specmon profiles` never said that an experiment existed, not even the built-in `demo` (issue 35 #22)."""
+    done = _run("profiles", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == ("experiment demo: demo-baseline vs demo-eagle3, 3 repeats over levels "
+                                            "1,2,4,8,16,32 (`specmon experiment demo`)")
+    listed = json.loads(_run("profiles", "--json", cwd=tmp_path).stdout)
+    assert listed["experiments"] == [{"name": "demo", "profiles": ["demo-baseline", "demo-eagle3"], "repeats": 3,
+                                      "levels": [1, 2, 4, 8, 16, 32]}]
+
+
 def test_a_mistyped_option_of_a_subcommand_names_that_subcommands_help(tmp_path: Path) -> None:
     """`specmon launch --wiat base` printed the top-level usage, which says nothing of launch's options; then
     launch's whole usage (12-19 lines) above the one line that matters (issue 35 #17): now that line and a hint."""

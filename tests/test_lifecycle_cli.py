@@ -154,6 +154,38 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     assert unknown.returncode == 2 and "nothing-like-this" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+def test_a_server_that_lost_its_port_to_a_racing_launch_names_the_holder_and_free_ports(
+        cli: Cli, free_port: int) -> None:
+    """Two demos at once: the port was free at each preflight, one server bound it first, and the other's card said
+    only `port_in_use: ERROR: [Errno 98] error while attempting to bind ...` (issue 35 #11). Now its failure says
+    who holds the port and which ports are free, as a refused launch does."""
+    cli.config.write_text(_profile("sim", free_port, load=4))   # the sim binds its port after loading
+    assert cli("launch", "sim").returncode == 0                 # the preflight found the port free
+    with socket.socket() as racer:                               # ... and now another takes it first
+        racer.bind(("127.0.0.1", free_port))
+        racer.listen()
+        waited = cli("wait", "sim", "-q")
+        [status] = cli.status()
+    assert waited.returncode == 1, waited.stderr
+    holder = rf"port {free_port} is already in use by pid {os.getpid()} \(.+\); stop it or choose another port " \
+             rf"\(free: \d+, \d+\)"
+    assert re.search(rf"^specmon: sim failed: port_in_use: {holder}$", waited.stderr, re.M), waited.stderr
+    assert "[Errno 98]" in waited.stderr   # the server's own line is still among the last lines shown
+    assert status["state"] == "failed" and re.fullmatch(holder, status["failure"]["message"]), status
+    # Nobody watching the load: `status` finds the ended run and says the same.
+    second = cli("launch", "sim").stdout.strip()
+    assert second and second != status["run_id"]
+
+    def run() -> dict[str, object]:
+        return next(r for r in cli.status() if r["run_id"] == second)
+
+    with socket.socket() as racer:
+        racer.bind(("127.0.0.1", free_port))
+        racer.listen()
+        _wait_until(lambda: run()["state"] == "failed", timeout=60, step=0.5)
+    assert re.fullmatch(holder, run()["failure"]["message"]), run()   # type: ignore[index]
+
+
 def test_streaming_commands_end_quietly_when_their_reader_goes_away(cli: Cli, free_port: int) -> None:
     """`specmon metrics NAME -f | head` ended in a BrokenPipeError traceback; `specmon logs NAME -f | head -1` never
     ended (nothing more to write to notice the reader had gone) (issue 35 #10)."""

@@ -1,4 +1,5 @@
-"""`specmon profiles [--json]`: the profiles specmon would use, and which file they came from."""
+"""`specmon profiles [--json]`: the profiles specmon would use, which file they came from, its sweep settings and
+its experiments."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ _DISCOVERY = "--config, $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specm
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "profiles",
-        help="list the resolved profiles and where they came from",
-        description="List the profiles specmon would use and the file they came from "
+        help="list the resolved profiles (and experiments) and where they came from",
+        description="List the profiles and experiments specmon would use and the file they came from "
         f"(searched in order: {_DISCOVERY}; else the built-in demo profiles).",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
@@ -72,6 +73,10 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
             "rates": list(config.sweep.rates), "slo": dict(config.sweep.slo),
             "dataset": config.sweep.dataset, "dataset_path": config.sweep.dataset_path, "seed": config.sweep.seed,
         },
+        "experiments": [
+            {"name": e.name, "profiles": list(e.profiles), "repeats": e.repeats, "levels": list(e.sweep.levels)}
+            for e in config.experiments.values()
+        ],
         "keys": dict(config.keys),
     }
 
@@ -101,4 +106,8 @@ def render_table(config: Config, out: TextIO | None = None) -> str:
     if sweep.output_from_dataset and sweep.dataset in ("sharegpt", "jsonl"):
         output += " where the dataset gives none"
     lines.append(f"sweep: levels {levels}, {prompts}, output {output}, api {sweep.api}")
+    for e in config.experiments.values():   # what `specmon experiment NAME` (or `x` in the TUI) runs
+        lines.append(f"experiment {escape_controls(e.name)}: {' vs '.join(map(escape_controls, e.profiles))}, "
+                     f"{e.repeats} repeats over levels {','.join(map(str, e.sweep.levels))} "
+                     f"(`specmon experiment {escape_controls(e.name)}`)")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration import multinode, slurmjobs
-from specmon.orchestration.controller import REPLAY_LIMIT, Watcher, end_verdict, failure_of
+from specmon.orchestration.controller import REPLAY_LIMIT, Watcher, end_verdict, failure_of, name_port_holder
 from specmon.orchestration.hosts import Hosts
 from specmon.orchestration.runindex import RunIndex
 from specmon.orchestration.runstore import RunRecord, progress_of
@@ -64,6 +64,8 @@ class RunChecker:
         else:
             rs, _ = await self.replay(record)
             state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
+            if failure is not None and failure is not record.failure:   # the log's verdict, new here
+                failure = await name_port_holder(ops, record.port, failure)
             if not boot_ok:
                 failure = Failure(RunStatus.LOST, f"host {record.host} rebooted since the launch")
                 state = RunStatus.LOST

@@ -86,6 +86,19 @@ def failure_of(run_state: RunState | None) -> Failure | None:
     return Failure(failure.kind, failure.message, run_state.last_lines)
 
 
+async def name_port_holder(ops: HostOps, port: int, failure: Failure) -> Failure:
+    """A port_in_use failure as a refused launch says it: who holds the port and free ports nearby (the log says only
+    "[Errno 98] ... address already in use": two launches raced for the port). Other failures, or when the host does
+    not answer, as they are."""
+    if failure.kind != "port_in_use":
+        return failure
+    try:
+        busy = await ops.busy_port(port)
+    except (TransportError, TimeoutError):
+        return failure
+    return dataclasses.replace(failure, message=busy.text)
+
+
 def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
                 stop_requested: bool) -> tuple[RunStatus, Failure | None]:
     """The terminal (state, failure) of a run whose process has ended."""
@@ -187,6 +200,7 @@ class RunController:
         self._ready_trigger = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._tail_task: asyncio.Task[None] | None = None
+        self._naming_holder: asyncio.Task[None] | None = None   # a port_in_use verdict, waiting for the port's holder
         self._history: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines before the resume offset
         self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this controller
         self._readers: set[asyncio.Queue[LogLine | None]] = set()
@@ -436,11 +450,24 @@ class RunController:
             self._ready_trigger.set()
         failure = failure_of(rs)
         if failure is not None and self.record.state in STARTING:
-            self._process_alive = False   # "still running" only once a check after the verdict finds it so
-            progress = progress_of(rs)
-            self._update(lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure).with_progress(progress))
-            self._notify(self.record, RunStatus.FAILED, failure.message)
+            if failure.kind != "port_in_use":
+                self._fail(failure, rs)
+            elif self._naming_holder is None:   # the verdict waits for one look at who holds the port
+                self._naming_holder = asyncio.create_task(self._fail_naming_holder(failure, rs))
+                self._tasks.append(self._naming_holder)
         self._publish()
+
+    def _fail(self, failure: Failure, rs: RunState) -> None:
+        self._process_alive = False   # "still running" only once a check after the verdict finds it so
+        progress = progress_of(rs)
+        self._update(lambda r: dataclasses.replace(r, state=RunStatus.FAILED, failure=failure).with_progress(progress))
+        self._notify(self.record, RunStatus.FAILED, failure.message)
+
+    async def _fail_naming_holder(self, failure: Failure, rs: RunState) -> None:
+        failure = await name_port_holder(self.ops, self.record.port, failure)
+        if self.record.state in STARTING:
+            self._fail(failure, rs)
+            self._publish()
 
     async def _process_loop(self) -> None:
         pid = self.record.pid
@@ -553,6 +580,8 @@ class RunController:
         with contextlib.suppress(TransportError, TimeoutError):
             self._on_batch(await self.tailer.drain())
         self._feed(b"", time.time(), self.tailer.offset)
+        if self._naming_holder is not None:   # its verdict (the holder named) before the end's
+            await asyncio.gather(self._naming_holder, return_exceptions=True)
         if self.record.slurm_job is not None:
             started = True
             with contextlib.suppress(TransportError, TimeoutError):

@@ -14,7 +14,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import Profile
-from specmon.model.hosts.procfs import free_ports_near
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import MASTER_ADDR_VAR
@@ -66,15 +65,11 @@ class Launcher:
         for run_dir in await ops.live_runs_on_port(profile.port):
             raise UserError(f"{where}: run {run_dir.rsplit('/', 1)[1]} is still running on {ops.host} port "
                             f"{profile.port} ({run_dir}); stop it first")
-        listening = await ops.listening()
-        if profile.port in listening:
-            holder = await ops.port_holder(profile.port)
+        if profile.port in await ops.listening():
             others = [p.port for p in self.index.config.profiles.values() if p.host == host]
-            free = tuple(free_ports_near(profile.port, listening, avoid=others))
-            raise PortBusy(f"{ops.host}: port {profile.port} is already in use ({where})"
-                           + (f" by {holder}" if holder else " by a process specmon cannot see")
-                           + f"; stop it or choose another port (free: {', '.join(map(str, free))})",
-                           profile.port, free)
+            busy = await ops.busy_port(profile.port, avoid=others)
+            raise PortBusy(f"{ops.host}: port {profile.port} is already in use ({where}) {busy.by}; {busy.advice}",
+                           profile.port, busy.free)
         if not await ops.find_command(profile.command[0], profile.env, profile.workdir):
             raise UserError(f"{ops.host}: command not found: {profile.command[0]} ({where}: command)")
 

@@ -26,7 +26,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from specmon.errors import UserError
 from specmon.model.config import ENV_NAME
 from specmon.model.hosts.gpu import APPS_FIELDS, SmiError, memory_by_pid, parse_apps
-from specmon.model.hosts.procfs import ProcInfo, describe_process, listener_inodes, listening_ports, parse_stat, pid_of_path
+from specmon.model.hosts.procfs import (
+    BusyPort,
+    ProcInfo,
+    describe_process,
+    free_ports_near,
+    listener_inodes,
+    listening_ports,
+    parse_stat,
+    pid_of_path,
+)
 from specmon.sources.transport import Transport, TransportError
 
 RUN_ID = re.compile(r"^[0-9A-Za-z_.-]+$")
@@ -163,6 +172,11 @@ class HostOps:
             if pid is not None:
                 return describe_process(pid, await self.read_file(f"/proc/{pid}/cmdline") or "")
         return None
+
+    async def busy_port(self, port: int, avoid: Iterable[int] = ()) -> BusyPort:
+        """Who holds `port` and the free ports nearest above it (none of `avoid`: other profiles' ports)."""
+        listening = await self.listening()
+        return BusyPort(port, await self.port_holder(port), tuple(free_ports_near(port, listening, avoid=avoid)))
 
     async def find_command(self, argv0: str, env: Iterable[tuple[str, str]], workdir: str | None) -> bool:
         """Whether argv0 resolves on the host with the profile's env (its PATH) and workdir."""

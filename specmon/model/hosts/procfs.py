@@ -76,6 +76,29 @@ def free_ports_near(port: int, listening: set[int], count: int = 2, avoid: Itera
     return found
 
 
+@dataclass(frozen=True)
+class BusyPort:
+    """Who holds a port a launch wanted ("pid N (command)", None when its owner cannot be seen) and the free ports
+    nearest above it: what a refused launch and a server's own bind error ("[Errno 98]") both say."""
+
+    port: int
+    holder: str | None
+    free: tuple[int, ...]
+
+    @property
+    def by(self) -> str:
+        return f"by {self.holder}" if self.holder else "by a process specmon cannot see"
+
+    @property
+    def advice(self) -> str:
+        return f"stop it or choose another port (free: {', '.join(map(str, self.free))})"
+
+    @property
+    def text(self) -> str:
+        """`port N is already in use by pid M (command); stop it or choose another port (free: A, B)`."""
+        return f"port {self.port} is already in use {self.by}; {self.advice}"
+
+
 def pid_of_path(path: str) -> int | None:
     """The pid in a `/proc/PID/...` path (what `find` and `grep -l` print), or None for any other path."""
     parts = path.strip().split("/")
