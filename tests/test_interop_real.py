@@ -853,7 +853,7 @@ async def test_overlay_of_a_guidellm_report_claims_no_client_health(tmp_path: Pa
     config = demo_config()
     app = SpecmonApp(config, engine=EngineBridge(config, results_dir=tmp_path / "results"),
                      state_path=tmp_path / "ui.json")
-    async with app.run_test(size=(120, 30)) as pilot:
+    async with app.run_test(size=(160, 48)) as pilot:   # wide enough for the client column beside the long name
         try:
             await app.engine.overlay(GUIDELLM08)  # type: ignore[union-attr]
             for _ in range(100):
@@ -863,7 +863,8 @@ async def test_overlay_of_a_guidellm_report_claims_no_client_health(tmp_path: Pa
                     break
             rows = [table.get_row_at(i) for i in range(table.row_count)]
             assert len(rows) == 4
-            assert [row[-1] for row in rows] == ["—"] * 4, rows   # the client column: not recorded, not "ok"
+            client = [str(c.label) for c in table.columns.values()].index("client")
+            assert [row[client] for row in rows] == ["—"] * 4, rows   # not recorded, not "ok"
         finally:
             await app.engine.close(False)  # type: ignore[union-attr]
 
