@@ -67,7 +67,7 @@ async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDIN
     try:
         if record.slurm_job is not None:   # its process is on the job's node: the job says (at its limit, ending)
             job = await SlurmHost(manager.ops(record.host).transport).job(record.slurm_job)
-            return job is None or not job.running or job.near_time_limit
+            return job is None or not job.running or job.ending
         if record.pid is None:   # no process of its own to ask (a multi-node run's overall record)
             return False
         await timelimit.wait_for(manager.process_ended(record), grace_s)

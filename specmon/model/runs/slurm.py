@@ -171,6 +171,12 @@ class JobInfo:
                 and self.time_left_s <= min(TIME_WARN_S, self.time_limit_s // 4))
 
     @property
+    def ending(self) -> bool:
+        """Its end has begun (COMPLETING: Slurm is ending its processes, at its time limit or otherwise; a busy
+        node can stay there for seconds) or its time limit is near."""
+        return self.state == "COMPLETING" or self.near_time_limit
+
+    @property
     def start_epoch(self) -> float | None:
         """The start time as epoch seconds (Slurm prints the controller's local time), None when it has none."""
         try:
