@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from ports import free_port
-from test_experiment_sim import SPECMON, port_is_free, run_specmon, write_config
+from test_experiment_sim import SPECMON, level_lines, port_is_free, run_specmon, write_config
 from test_sim_tuning import truth
 
 from specmon.model.config import load_config
@@ -69,3 +72,65 @@ def test_a_grid_runs_unattended_to_the_bands_the_sim_model_implies(tmp_path: Pat
     for name, steps in (("demo-eagle3 steps=1", "1"), ("demo-eagle3 steps=5", "5")):
         assert f"- **{name}**" in text and f"--speculative-num-steps {steps}`" in text
     assert all(port_is_free(p) for p in used)
+
+
+def test_kill_9_mid_grid_then_resume_repeats_no_finished_level_of_any_variant(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    config = write_config(tmp_path / "profiles.toml", free_port_factory,
+                          GRID.replace("levels = [1, 2, 16]", "levels = [1, 16]"))
+    base, first, last = "demo-baseline", "demo-eagle3 steps=1", "demo-eagle3 steps=5"
+    results = tmp_path / "results"
+    proc = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "grid", "--results-dir", str(results)],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    directory: Path | None = None
+    try:
+        # Kill once the last variant has finished a level of its first pass: mid-grid, mid-variant.
+        while time.monotonic() < deadline and proc.poll() is None:
+            found = list(results.glob("experiments/grid-*/experiment.json"))
+            if found:
+                directory = found[0].parent
+                if level_lines(directory).get(last):
+                    break
+            time.sleep(0.1)
+        assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    assert directory is not None
+    before = level_lines(directory)
+    every = sorted((p, c) for p in (1, 2) for c in (1, 16))
+    assert sorted(before[base]) == every and sorted(before[first]) == every and 1 <= len(before[last]) < 4
+
+    done = run_specmon(tmp_path, "--config", str(config), "experiment", "grid", "--resume", "--json",
+                       "--results-dir", str(results))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    after = level_lines(directory)
+    for profile in (base, first, last):
+        assert sorted(after[profile]) == every, (profile, after[profile])   # each (pass, level) exactly once
+    assert set(before[last]) <= set(after[last])
+    steps = [(s["profile"], s["step"]) for s in result["steps"]]
+    assert (None, "resume") in steps
+    assert steps.count((base, "launch")) == 1 and steps.count((first, "launch")) == 1   # finished: not run again
+    assert (last, "adopt") in steps or steps.count((last, "launch")) == 2
+    assert result["grid"]["bands"][0]["best"] == last
+
+
+@pytest.mark.parametrize(("vary", "problem"), [
+    ('{ "--port" = [30009] }', 'experiments.grid.vary.--port: would change the server\'s port'),
+    ('{ "--speculative num steps" = [1] }', 'not a command flag'),
+])
+def test_a_refused_grid_starts_nothing(tmp_path: Path, free_port_factory: Callable[[], int], vary: str,
+                                       problem: str) -> None:
+    config = write_config(tmp_path / "profiles.toml", free_port_factory,
+                          GRID.replace('vary = { "--speculative-num-steps" = [1, 5] }', f"vary = {vary}"))
+    done = run_specmon(tmp_path, "--config", str(config), "experiment", "grid", "--results-dir",
+                       str(tmp_path / "results"), timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and f"profiles.toml:{config.read_text().splitlines().index(f'vary = {vary}') + 1}: " \
+        in done.stderr and problem in done.stderr, done.stderr
+    assert not (tmp_path / "results").exists()
