@@ -61,10 +61,12 @@ def test_a_smaller_memory_fraction_gives_a_smaller_kv_cache_and_admits_fewer() -
 
 def test_the_options_select_the_tuned_model() -> None:
     tuned = sim("--spec", "eagle3", "--speculative-num-steps", "5", "--speculative-eagle-topk", "4",
-                "--mem-fraction-static", "0.7", "--kv-tokens", "380000")
+                "--mem-fraction-static", "0.69")
     assert (tuned.spec_steps, tuned.spec_topk) == (5, 4)
     assert tuned.accept_len == pytest.approx(m.tuned_accept_len(m.DEFAULT_ACCEPT_LEN, 5, 4))
-    assert tuned.kv_tokens == m.kv_tokens_for(380000, 0.7) == 200000
+    assert tuned.kv_tokens == m.kv_tokens_for(SimConfig().kv_tokens, 0.69) == 200000
+    # --kv-tokens sets the cache outright, whatever the fraction (as SGLang's --max-total-tokens).
+    assert sim("--kv-tokens", "123456", "--mem-fraction-static", "0.4").kv_tokens == 123456
     assert tuned.step_model().max_tokens_per_step == 6
     assert sim("--spec", "eagle3", "--spec-steps", "5").spec_steps == 5      # the older spelling still works
     plain = sim("--spec", "eagle3")

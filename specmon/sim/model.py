@@ -38,9 +38,10 @@ Tuning settings (the knobs a tuning grid varies; reference: 3 draft steps, top-k
     diminishing returns. Each step costs more with more steps and a wider top-k: the per-step base
     grows as 0.85 + 0.05 N (drafting) and by 5 % per extra top-k branch, the per-request slope as
     (N + 1)/4 (verifying N + 1 tokens per request) and by 20 % per extra branch. So deep drafts win
-    at low load and shallow ones at high load. ``--mem-fraction-static F`` sets the KV cache: the
-    weights hold half the memory, so the cache is ``--kv-tokens`` x (F - 0.5)/(0.88 - 0.5), and a
-    smaller fraction admits fewer requests at once (queueing at high load).
+    at low load and shallow ones at high load. ``--mem-fraction-static F`` sets the KV cache unless
+    ``--kv-tokens`` gives it outright: the weights hold half the memory, so the cache is 400,000
+    tokens x (F - 0.5)/(0.88 - 0.5), and a smaller fraction admits fewer requests at once
+    (queueing at high load).
 
 Calibration
     The defaults reproduce the shape of a real measurement (one GPU server, ~1k-token
@@ -64,7 +65,7 @@ EAGLE3_SATURATED_TPS = 350.0
 DEFAULT_ACCEPT_LEN = 3.0
 DEFAULT_PREFILL_S_PER_TOKEN = 1e-5
 REFERENCE_STEPS = 3            # --accept-len and the step costs are calibrated at 3 draft steps, top-k 1
-REFERENCE_MEM_FRACTION = 0.88  # --kv-tokens is the cache at this memory fraction
+REFERENCE_MEM_FRACTION = 0.88  # the default cache (without --kv-tokens) is sized at this memory fraction
 WEIGHTS_FRACTION = 0.5         # the share of GPU memory the weights hold: a fraction at or below it leaves no cache
 
 

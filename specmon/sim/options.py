@@ -86,16 +86,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--tp", type=int, default=d.tp, help="tensor-parallel size: one log line per rank where the real server prints one")
     p("--shards", type=int, default=d.shards, help="number of checkpoint shards in the loading progress bar")
     p("--load-seconds", type=float, default=d.load_seconds, help="total weight-loading time in seconds, spread over the shards")
-    p("--kv-tokens", type=int, default=d.kv_tokens, help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests")
+    p("--kv-tokens", type=int, default=None,
+      help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests. Given, it is the "
+      "cache outright (as SGLang's --max-total-tokens); else the memory fraction sizes it "
+      f"({d.kv_tokens} at {throughput.REFERENCE_MEM_FRACTION:g})")
     p("--new-token-ratio", type=float, default=d.new_token_ratio, metavar="R",
       help="admission counts R x max_tokens of each request's output (0 < R <= 1; SGLang's new_token_ratio); below 1 "
       "the cache is overcommitted and, when the running requests outgrow it, the newest are preempted back to the "
       "queue (vllm:num_preemptions_total, sglang:num_retracted_requests_total)")
     p("--mem-fraction-static", type=float, default=d.mem_fraction_static,
-      help=f"GPU memory share of weights + KV cache ({throughput.WEIGHTS_FRACTION:g} < F <= 1): the weights hold "
-      f"{throughput.WEIGHTS_FRACTION:g}, so the KV cache is --kv-tokens x (F - {throughput.WEIGHTS_FRACTION:g})/"
-      f"({throughput.REFERENCE_MEM_FRACTION:g} - {throughput.WEIGHTS_FRACTION:g}); smaller: fewer requests at once, "
-      "queueing at high load (default %(default)s)")
+      help=f"GPU memory share of weights + KV cache (0 < F <= 1). Without --kv-tokens it sizes the cache: the weights "
+      f"hold {throughput.WEIGHTS_FRACTION:g}, so the cache is {d.kv_tokens} x (F - {throughput.WEIGHTS_FRACTION:g})/"
+      f"({throughput.REFERENCE_MEM_FRACTION:g} - {throughput.WEIGHTS_FRACTION:g}) tokens (F above "
+      f"{throughput.WEIGHTS_FRACTION:g}); smaller: fewer requests at once, queueing at high load (default %(default)s)")
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
     p("--accept-len", type=float, default=d.accept_len,
       help="EAGLE-3 mean tokens per step per request, including the bonus token, at 3 draft steps and top-k 1 "
@@ -140,9 +143,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """Validate parsed options; a bad value raises UserError naming the option."""
+    d = SimConfig()
     cfg = SimConfig(
         flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
-        kv_tokens=ns.kv_tokens, new_token_ratio=ns.new_token_ratio, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
+        kv_tokens=d.kv_tokens if ns.kv_tokens is None else ns.kv_tokens,
+        new_token_ratio=ns.new_token_ratio, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
         accept_by_category=ns.accept_by_category,
         spec_steps=ns.spec_steps, spec_topk=ns.spec_topk, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
@@ -161,9 +166,9 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (cfg.kv_tokens >= 1, "--kv-tokens must be >= 1"),
         (0 < cfg.new_token_ratio <= 1, "--new-token-ratio must be in (0, 1]"),
         (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
-        (cfg.mem_fraction_static > throughput.WEIGHTS_FRACTION,
-         f"--mem-fraction-static must be above {throughput.WEIGHTS_FRACTION:g}: the simulated weights hold that much "
-         "of the memory, and the KV cache gets the rest of the fraction"),
+        (ns.kv_tokens is not None or cfg.mem_fraction_static > throughput.WEIGHTS_FRACTION,
+         f"--mem-fraction-static must be above {throughput.WEIGHTS_FRACTION:g} without --kv-tokens: the simulated "
+         "weights hold that much of the memory, and the KV cache gets the rest of the fraction"),
         (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
         (cfg.spec_topk >= 1, "--speculative-eagle-topk must be >= 1"),
         (1.0 <= cfg.accept_len <= reference + 1, f"--accept-len must be in [1, {reference + 1}] (spec-steps + 1)"),
@@ -190,15 +195,15 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
     for ok, message in checks:
         if not ok:
             raise UserError(f"sim: {message}")
-    # The tuning settings (sim.model's docstring): the accept lengths given at the reference steps and top-k, and
-    # the KV cache given at the reference memory fraction, become those of these settings.
+    # The tuning settings (sim.model's docstring): the accept lengths given at the reference steps and top-k become
+    # those of these settings; without --kv-tokens the memory fraction sizes the KV cache.
     cfg = replace(
         cfg, accept_len=throughput.tuned_accept_len(cfg.accept_len, cfg.spec_steps, cfg.spec_topk),
         accept_by_category=tuple((cat, throughput.tuned_accept_len(v, cfg.spec_steps, cfg.spec_topk))
                                  for cat, v in cfg.accept_by_category),
-        kv_tokens=throughput.kv_tokens_for(cfg.kv_tokens, cfg.mem_fraction_static))
+        kv_tokens=cfg.kv_tokens if ns.kv_tokens is not None else throughput.kv_tokens_for(cfg.kv_tokens,
+                                                                                           cfg.mem_fraction_static))
     if ns.fault_rank is not None and ns.fault_rank != cfg.node_rank:
-        d = SimConfig()
         cfg = replace(cfg, crash_at_shard=d.crash_at_shard, hang_after_crash=d.hang_after_crash, oom_at=d.oom_at, nccl_timeout=d.nccl_timeout,
                       stall_at_shard=d.stall_at_shard, slow_health=d.slow_health, exit_zero_after=d.exit_zero_after,
                       ignore_sigterm=d.ignore_sigterm, spawn_child=d.spawn_child)
