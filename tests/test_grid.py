@@ -86,6 +86,12 @@ def test_a_bad_grid_is_refused_in_one_line_naming_the_key(vary: str, extra: str,
     assert expected in message
 
 
+def test_a_switch_in_the_base_command_is_refused_not_given_the_next_option_as_its_value() -> None:
+    text = grid('{ "--enable-x" = [1] }').replace('"--speculative-eagle-topk=1"]', '"--enable-x", "--port", "30001"]')
+    with pytest.raises(UserError, match=r"p.toml:16: experiments.tune.vary.--enable-x: is a switch in eagle3's command"):
+        parse_config(text, "p.toml")
+
+
 def test_unknown_base_or_baseline_is_refused() -> None:
     text = PROFILES + '\n[experiments.tune]\nbase = "eagle"\nvary = { "--a" = [1] }\n'
     with pytest.raises(UserError) as err:

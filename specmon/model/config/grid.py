@@ -12,7 +12,8 @@ variant never takes a written profile's name.
 
 Refused (each a (key path, problem) pair, reported by the validator as FILE:LINE: key: problem): a key that would
 move the port specmon probes (`--port`, which `types.command_port` reads), a malformed flag or environment name, a
-value that is not a string or a number, an empty or repeated list of values, and more than MAX_VARIANTS variants.
+value that is not a string or a number, an empty or repeated list of values, a flag the base command writes as a
+switch (no value after it: setting one would overwrite the next option), and more than MAX_VARIANTS variants.
 """
 
 from __future__ import annotations
@@ -166,4 +167,11 @@ def expand_grid(table: Mapping[str, Any], path: KeyPath,
                                            "and a full sweep): split the grid into experiments"))
         return names["baseline"], [], problems
     base = profiles[names["base"]]
+    for key, _ in keys:
+        if any(arg == key and (i + 1 == len(base.command) or base.command[i + 1].startswith("--"))
+               for i, arg in enumerate(base.command)):
+            problems.append((path + ("vary", key), f"is a switch in {base.name}'s command (no value follows it); "
+                                                   "a grid sets flags that take a value"))
+    if problems:
+        return names["baseline"], [], problems
     return names["baseline"], [derive(base, n, s) for n, s in variant_names(base.name, keys)], problems
