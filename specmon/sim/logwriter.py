@@ -125,7 +125,7 @@ def server_args(cfg: SimConfig) -> dict[str, object]:
         "speculative_algorithm": "EAGLE3" if spec else None,
         "speculative_draft_model_path": "jamesliu1/sglang-EAGLE3-Llama-3.1-Instruct-8B" if spec else None,
         "speculative_num_steps": c.spec_steps if spec else None,
-        "speculative_eagle_topk": 1 if spec else None,
+        "speculative_eagle_topk": c.spec_topk if spec else None,
         "speculative_num_draft_tokens": c.spec_steps + 1 if spec else None,
         "cuda_graph_max_bs": max(graph_sizes(c)), "disable_cuda_graph": False, "watchdog_timeout": 300,
         "dist_timeout": None, "enable_torch_compile": False,

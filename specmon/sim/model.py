@@ -31,6 +31,18 @@ Speculative decoding (EAGLE-3)
     long-run mean is exactly ``accept_len``; each request has its own phase and jitter so a
     batch does not move in lock step. One SSE chunk then carries several tokens.
 
+Tuning settings (the knobs a tuning grid varies; reference: 3 draft steps, top-k 1, memory fraction 0.88)
+    ``--accept-len`` is the accept length at the reference. It fixes a per-draft-token acceptance
+    rate r (1 + r + r^2 + r^3 = accept_len); top-k K raises it slightly, r_K = 1 - (1 - r)/K^0.2;
+    N draft steps then accept 1 + r_K + ... + r_K^N tokens per step: more steps, more tokens, with
+    diminishing returns. Each step costs more with more steps and a wider top-k: the per-step base
+    grows as 0.85 + 0.05 N (drafting) and by 5 % per extra top-k branch, the per-request slope as
+    (N + 1)/4 (verifying N + 1 tokens per request) and by 20 % per extra branch. So deep drafts win
+    at low load and shallow ones at high load. ``--mem-fraction-static F`` sets the KV cache unless
+    ``--kv-tokens`` gives it outright: the weights hold half the memory, so the cache is 400,000
+    tokens x (F - 0.5)/(0.88 - 0.5), and a smaller fraction admits fewer requests at once
+    (queueing at high load).
+
 Calibration
     The defaults reproduce the shape of a real measurement (one GPU server, ~1k-token
     outputs): baseline ~93 tok/s per request at concurrency 1, saturating near ~770 tok/s
@@ -52,6 +64,9 @@ EAGLE3_C1_TPS = 96.0
 EAGLE3_SATURATED_TPS = 350.0
 DEFAULT_ACCEPT_LEN = 3.0
 DEFAULT_PREFILL_S_PER_TOKEN = 1e-5
+REFERENCE_STEPS = 3            # --accept-len and the step costs are calibrated at 3 draft steps, top-k 1
+REFERENCE_MEM_FRACTION = 0.88  # the default cache (without --kv-tokens) is sized at this memory fraction
+WEIGHTS_FRACTION = 0.5         # the share of GPU memory the weights hold: a fraction at or below it leaves no cache
 
 
 @dataclass(frozen=True)
@@ -96,13 +111,48 @@ def baseline_model(max_running: int = DEFAULT_MAX_RUNNING) -> StepModel:
 
 
 def eagle3_model(accept_len: float = DEFAULT_ACCEPT_LEN, max_running: int = DEFAULT_MAX_RUNNING,
-                 spec_steps: int = 3, step_cost: float = 1.0) -> StepModel:
-    """The default EAGLE-3 model. Step costs are fixed (calibrated at the default accept_len) and scaled by
-    `step_cost` (a cheaper draft model or faster verify), so a higher `accept_len` gives proportionally more
-    tokens per step and a lower `step_cost` keeps speculation ahead to a higher concurrency."""
+                 spec_steps: int = REFERENCE_STEPS, step_cost: float = 1.0, topk: int = 1) -> StepModel:
+    """The default EAGLE-3 model. Step costs are fixed (calibrated at the default accept_len, at the reference
+    steps and top-k) and scaled by `step_cost` (a cheaper draft model or faster verify) and by `step_costs` (the
+    steps and top-k), so a higher `accept_len` gives proportionally more tokens per step and a lower `step_cost`
+    keeps speculation ahead to a higher concurrency. `accept_len` is the one at these steps and top-k
+    (`tuned_accept_len` derives it from the reference's)."""
     base, slope = calibrate(EAGLE3_C1_TPS, EAGLE3_SATURATED_TPS, DEFAULT_MAX_RUNNING, DEFAULT_ACCEPT_LEN)
-    return StepModel(base_s=base * step_cost, slope_s=slope * step_cost, tokens_per_step=accept_len,
-                     max_running=max_running, max_tokens_per_step=spec_steps + 1)
+    base_x, slope_x = step_costs(spec_steps, topk)
+    return StepModel(base_s=base * step_cost * base_x, slope_s=slope * step_cost * slope_x,
+                     tokens_per_step=accept_len, max_running=max_running, max_tokens_per_step=spec_steps + 1)
+
+
+def step_costs(steps: int, topk: int) -> tuple[float, float]:
+    """(base, slope) of a step with `steps` draft steps and top-k `topk`, times the reference's (module docstring)."""
+    return (0.85 + 0.05 * steps) * (1 + 0.05 * (topk - 1)), (steps + 1) / 4 * (1 + 0.2 * (topk - 1))
+
+
+def acceptance_rate(reference_accept_len: float) -> float:
+    """The per-draft-token acceptance rate r with 1 + r + ... + r^REFERENCE_STEPS = `reference_accept_len`."""
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        if sum(mid ** i for i in range(REFERENCE_STEPS + 1)) < reference_accept_len:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def tuned_accept_len(reference_accept_len: float, steps: int, topk: int) -> float:
+    """The accept length with `steps` draft steps and top-k `topk`, from the one at the reference (3 steps, top-k
+    1): unchanged there, more with more steps (diminishing) and slightly more with a wider top-k."""
+    if (steps, topk) == (REFERENCE_STEPS, 1):
+        return reference_accept_len
+    r = 1.0 - (1.0 - acceptance_rate(reference_accept_len)) / topk ** 0.2
+    return min(float(steps + 1), math.fsum(r ** i for i in range(steps + 1)))
+
+
+def kv_tokens_for(kv_tokens: float, mem_fraction: float) -> int:
+    """The KV cache at memory fraction `mem_fraction` when it holds `kv_tokens` at the reference fraction: the
+    weights hold WEIGHTS_FRACTION of the memory, the cache what the fraction leaves above them (at least 1)."""
+    return max(1, round(kv_tokens * (mem_fraction - WEIGHTS_FRACTION) / (REFERENCE_MEM_FRACTION - WEIGHTS_FRACTION)))
 
 
 def _jitter(seed: int, n: int) -> float:

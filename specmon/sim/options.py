@@ -12,7 +12,10 @@ from specmon.sim import model as throughput
 FLAVORS = ("sglang", "vllm")
 DESCRIPTION = (
     "Simulated SGLang/vLLM inference server: real-format launch log on stdout, OpenAI-compatible HTTP API, "
-    "a deterministic continuous-batching throughput model, and fault injection."
+    "a deterministic continuous-batching throughput model, and fault injection. It models the settings a tuning "
+    "grid varies: more draft steps (--speculative-num-steps) accept more tokens per step, with diminishing returns, "
+    "at a higher cost per step; a wider --speculative-eagle-topk costs compute per step and raises acceptance "
+    "slightly; a smaller --mem-fraction-static leaves a smaller KV cache, so requests queue at high load."
 )
 
 
@@ -33,7 +36,8 @@ class SimConfig:
     accept_len: float = throughput.DEFAULT_ACCEPT_LEN
     # Built-in prompt category -> accept length for its prompts; other prompts get accept_len.
     accept_by_category: tuple[tuple[str, float], ...] = ()
-    spec_steps: int = 3
+    spec_steps: int = throughput.REFERENCE_STEPS
+    spec_topk: int = 1
     spec_step_cost: float = 1.0
     model: str = "meta-llama/Llama-3.1-8B-Instruct"
     context_length: int = 32768
@@ -68,7 +72,8 @@ class SimConfig:
     def step_model(self) -> throughput.StepModel:
         """The throughput model these options select."""
         if self.speculative:
-            return throughput.eagle3_model(self.accept_len, self.max_running, self.spec_steps, self.spec_step_cost)
+            return throughput.eagle3_model(self.accept_len, self.max_running, self.spec_steps, self.spec_step_cost,
+                                           self.spec_topk)
         return throughput.baseline_model(self.max_running)
 
 
@@ -82,18 +87,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p("--tp", type=int, default=d.tp, help="tensor-parallel size: one log line per rank where the real server prints one")
     p("--shards", type=int, default=d.shards, help="number of checkpoint shards in the loading progress bar")
     p("--load-seconds", type=float, default=d.load_seconds, help="total weight-loading time in seconds, spread over the shards")
-    p("--kv-tokens", type=int, default=d.kv_tokens, help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests")
+    p("--kv-tokens", type=int, default=None,
+      help="KV-cache capacity in tokens (#tokens / max_total_num_tokens); bounds running requests. Given, it is the "
+      "cache outright (as SGLang's --max-total-tokens); else the memory fraction sizes it "
+      f"({d.kv_tokens} at {throughput.REFERENCE_MEM_FRACTION:g})")
     p("--new-token-ratio", type=float, default=d.new_token_ratio, metavar="R",
       help="admission counts R x max_tokens of each request's output (0 < R <= 1; SGLang's new_token_ratio); below 1 "
       "the cache is overcommitted and, when the running requests outgrow it, the newest are preempted back to the "
       "queue (vllm:num_preemptions_total, sglang:num_retracted_requests_total)")
-    p("--mem-fraction-static", type=float, default=d.mem_fraction_static, help="shown in the args dump and server info (0 < F <= 1)")
+    p("--mem-fraction-static", type=float, default=d.mem_fraction_static,
+      help=f"GPU memory share of weights + KV cache (0 < F <= 1). Without --kv-tokens it sizes the cache: the weights "
+      f"hold {throughput.WEIGHTS_FRACTION:g}, so the cache is {d.kv_tokens} x (F - {throughput.WEIGHTS_FRACTION:g})/"
+      f"({throughput.REFERENCE_MEM_FRACTION:g} - {throughput.WEIGHTS_FRACTION:g}) tokens (F above "
+      f"{throughput.WEIGHTS_FRACTION:g}); smaller: fewer requests at once, queueing at high load (default %(default)s)")
     p("--spec", choices=("none", "eagle3"), default=d.spec, help="speculative decoding: none or eagle3 (several tokens per step)")
-    p("--accept-len", type=float, default=d.accept_len, help="EAGLE-3 mean tokens per step per request, including the bonus token (1 .. spec-steps+1)")
+    p("--accept-len", type=float, default=d.accept_len,
+      help="EAGLE-3 mean tokens per step per request, including the bonus token, at 3 draft steps and top-k 1 "
+      "(1 .. 4); other steps and top-k derive theirs from the per-token acceptance rate it implies")
     p("--accept-by-category", metavar="CAT=LEN,...", type=_category_lengths, default=(),
       help="EAGLE-3 accept length by prompt category of the built-in prompt set (" + ",".join(BUILTIN_CATEGORIES)
       + "), e.g. code=3.4,chat=2.2; a prompt the sim does not recognise, or of a category not listed, gets --accept-len")
-    p("--spec-steps", type=int, default=d.spec_steps, help="EAGLE-3 draft steps (speculative_num_steps; topk 1, so draft tokens = steps+1)")
+    p("--spec-steps", "--speculative-num-steps", dest="spec_steps", type=int, default=d.spec_steps,
+      help="EAGLE-3 draft steps (draft tokens = steps+1): more steps accept more tokens per step with diminishing "
+      "returns, and cost more per step (drafting, and verifying steps+1 tokens per request) (default %(default)s)")
+    p("--speculative-eagle-topk", dest="spec_topk", type=int, default=d.spec_topk,
+      help="EAGLE-3 draft branches per step: each extra one costs compute per step (most at a large batch) and raises "
+      "acceptance slightly (default %(default)s)")
     p("--spec-step-cost", type=float, default=d.spec_step_cost, help="EAGLE-3 step (draft + verify) time, times the default; lower keeps speculation ahead longer")
     p("--model", default=d.model, help="model name: args dump, /v1/models and responses")
     p("--context-length", type=int, default=d.context_length, help="max model length (context_len / max_model_len)")
@@ -128,11 +147,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def config_from_args(ns: argparse.Namespace) -> SimConfig:
     """Validate parsed options; a bad value raises UserError naming the option."""
+    d = SimConfig()
     cfg = SimConfig(
         flavor=ns.flavor, host=ns.host, port=ns.port, tp=ns.tp, shards=ns.shards, load_seconds=ns.load_seconds,
-        kv_tokens=ns.kv_tokens, new_token_ratio=ns.new_token_ratio, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
+        kv_tokens=d.kv_tokens if ns.kv_tokens is None else ns.kv_tokens,
+        new_token_ratio=ns.new_token_ratio, mem_fraction_static=ns.mem_fraction_static, spec=ns.spec, accept_len=ns.accept_len,
         accept_by_category=ns.accept_by_category,
-        spec_steps=ns.spec_steps, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
+        spec_steps=ns.spec_steps, spec_topk=ns.spec_topk, spec_step_cost=ns.spec_step_cost, model=ns.model, context_length=ns.context_length, max_running=ns.max_running,
         time_scale=ns.time_scale, decode_log_interval=ns.decode_log_interval, stats_interval=ns.stats_interval,
         no_metrics=ns.no_metrics, metrics_from=ns.metrics_from,
         crash_at_shard=ns.crash_at_shard, hang_after_crash=ns.hang_after_crash, oom_at=ns.oom_at, nccl_timeout=ns.nccl_timeout,
@@ -140,6 +161,7 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         ignore_sigterm=ns.ignore_sigterm, spawn_child=ns.spawn_child,
         nnodes=ns.nnodes, node_rank=ns.node_rank, dist_init_addr=ns.dist_init_addr,
     )
+    reference = throughput.REFERENCE_STEPS   # accept lengths are given at the reference steps (sim.model)
     checks = [
         (0 <= cfg.port <= 65535, "--port must be 0..65535"),
         (cfg.tp >= 1, "--tp must be >= 1"),
@@ -148,11 +170,15 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
         (cfg.kv_tokens >= 1, "--kv-tokens must be >= 1"),
         (0 < cfg.new_token_ratio <= 1, "--new-token-ratio must be in (0, 1]"),
         (0 < cfg.mem_fraction_static <= 1, "--mem-fraction-static must be in (0, 1]"),
+        (ns.kv_tokens is not None or cfg.mem_fraction_static > throughput.WEIGHTS_FRACTION,
+         f"--mem-fraction-static must be above {throughput.WEIGHTS_FRACTION:g} without --kv-tokens: the simulated "
+         "weights hold that much of the memory, and the KV cache gets the rest of the fraction"),
         (cfg.spec_steps >= 1, "--spec-steps must be >= 1"),
-        (1.0 <= cfg.accept_len <= cfg.spec_steps + 1, f"--accept-len must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1)"),
+        (cfg.spec_topk >= 1, "--speculative-eagle-topk must be >= 1"),
+        (1.0 <= cfg.accept_len <= reference + 1, f"--accept-len must be in [1, {reference + 1}] (spec-steps + 1)"),
         (not cfg.accept_by_category or cfg.speculative, "--accept-by-category needs --spec eagle3"),
-        *((1.0 <= v <= cfg.spec_steps + 1,
-           f"--accept-by-category: {cat}={v:g} must be in [1, {cfg.spec_steps + 1}] (spec-steps + 1): an accept length "
+        *((1.0 <= v <= reference + 1,
+           f"--accept-by-category: {cat}={v:g} must be in [1, {reference + 1}] (spec-steps + 1): an accept length "
            f"counts the bonus token; for an acceptance rate r give 1 + r x spec-steps")
           for cat, v in cfg.accept_by_category),
         (cfg.spec_step_cost > 0, "--spec-step-cost must be > 0"),
@@ -173,8 +199,15 @@ def config_from_args(ns: argparse.Namespace) -> SimConfig:
     for ok, message in checks:
         if not ok:
             raise UserError(f"sim: {message}")
+    # The tuning settings (sim.model's docstring): the accept lengths given at the reference steps and top-k become
+    # those of these settings; without --kv-tokens the memory fraction sizes the KV cache.
+    cfg = replace(
+        cfg, accept_len=throughput.tuned_accept_len(cfg.accept_len, cfg.spec_steps, cfg.spec_topk),
+        accept_by_category=tuple((cat, throughput.tuned_accept_len(v, cfg.spec_steps, cfg.spec_topk))
+                                 for cat, v in cfg.accept_by_category),
+        kv_tokens=cfg.kv_tokens if ns.kv_tokens is not None else throughput.kv_tokens_for(cfg.kv_tokens,
+                                                                                           cfg.mem_fraction_static))
     if ns.fault_rank is not None and ns.fault_rank != cfg.node_rank:
-        d = SimConfig()
         cfg = replace(cfg, crash_at_shard=d.crash_at_shard, hang_after_crash=d.hang_after_crash, oom_at=d.oom_at, nccl_timeout=d.nccl_timeout,
                       stall_at_shard=d.stall_at_shard, slow_health=d.slow_health, exit_zero_after=d.exit_zero_after,
                       ignore_sigterm=d.ignore_sigterm, spawn_child=d.spawn_child)

@@ -107,6 +107,7 @@ class ExperimentSpec:
     retries: int = 1                    # extra launch attempts with on_failure = "retry"
     on_busy: str = "wait"               # one of ON_BUSY: a process specmon did not start holds the port
     busy_wait_s: float = 600.0
+    baseline: str | None = None         # a tuning grid's profile to beat (profiles[0]; the rest are its variants)
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,9 @@ class Config:
     # key path -> line it is written on, so later checks (e.g. the TUI's [keys] ids) can name FILE:LINE too
     key_lines: dict[tuple[str, ...], int] = field(default_factory=dict, compare=False, repr=False)
     warnings: tuple[str, ...] = ()           # "FILE:LINE: key: why", for the front end to show; nothing failed
+    # The variants of the experiments' tuning grids (model.config.grid), by name: profiles derived in memory, found
+    # by `profile()` (so they launch and resume like written ones) but not listed with the written profiles.
+    variants: dict[str, Profile] = field(default_factory=dict)
 
     @property
     def is_builtin(self) -> bool:
@@ -151,7 +155,7 @@ class Config:
     def profile(self, name: str) -> Profile:
         """The named profile, or a UserError listing the known names."""
         try:
-            return self.profiles[name]
+            return self.profiles[name] if name in self.profiles else self.variants[name]
         except KeyError:
             known = ", ".join(sorted(self.profiles)) or "none"
             raise UserError(f"{self.source}: unknown profile {name!r} (known: {known})") from None

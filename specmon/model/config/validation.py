@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.model.config.grid import expand_grid
 from specmon.model.config.keymap import keymap_problems
 from specmon.model.config.keys import KeyPath, format_key, line_of, locate_keys
 from specmon.model.config.types import (
@@ -111,7 +112,7 @@ _PROFILE_KEYS = (
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
                "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed", "processes")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
-_EXPERIMENT_KEYS = ("profiles", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
+_EXPERIMENT_KEYS = ("profiles", "base", "baseline", "vary", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
 _TOP_KEYS = ("profiles", "sweep", "keys", "ssh", "experiments")
 
@@ -133,6 +134,7 @@ class _Validator:
         self.problems: list[tuple[KeyPath, str]] = []
         self.warnings: list[tuple[KeyPath, str]] = []
         self.base = Path(".")   # the profiles file's directory: relative paths in it are taken from there
+        self.variants: dict[str, Profile] = {}   # the tuning grids' variants (model.config.grid)
 
     def problem(self, path: KeyPath, message: str) -> None:
         self.problems.append((path, message))
@@ -242,13 +244,13 @@ class _Validator:
         experiments: dict[str, ExperimentSpec] = {}
         raw_experiments = self.table(data.get("experiments", {}), ("experiments",))
         for name, raw in (raw_experiments or {}).items():
-            experiment = self.experiment(name, raw, sweep, raw_profiles or {})
+            experiment = self.experiment(name, raw, sweep, raw_profiles or {}, profiles)
             if experiment is not None:
                 experiments[name] = experiment
         if self.problems:
             return None
         return Config(source=source, profiles=profiles, sweep=sweep, keys=keys, ssh=ssh, experiments=experiments,
-                      found_by=found_by)
+                      found_by=found_by, variants=self.variants)
 
     def profile(self, name: str, raw: object) -> Profile | None:
         path = ("profiles", name)
@@ -517,7 +519,7 @@ class _Validator:
         return default
 
     def experiment(self, name: str, raw: object, sweep: SweepDefaults,
-                   profiles: Mapping[str, Any]) -> ExperimentSpec | None:
+                   profiles: Mapping[str, Any], parsed: Mapping[str, Profile]) -> ExperimentSpec | None:
         path = ("experiments", name)
         if not _PROFILE_NAME.fullmatch(name):
             self.problem(path, "experiment names use letters, digits, '.', '_' and '-' (at most 64, "
@@ -528,7 +530,16 @@ class _Validator:
         self.unknown_keys(table, path, _EXPERIMENT_KEYS)
         names = table.get("profiles")
         key_path = path + ("profiles",)
-        if names is None:
+        baseline: str | None = None
+        if any(k in table for k in ("base", "baseline", "vary")):
+            baseline, variants, problems = expand_grid(table, path, parsed)
+            for problem in problems:
+                self.problem(*problem)
+            if names is not None:
+                self.problem(key_path, "a grid's profiles are its baseline and its variants; drop `profiles`")
+            self.variants.update((v.name, v) for v in variants)
+            names = [baseline, *(v.name for v in variants)] if variants else []
+        elif names is None:
             self.problem(key_path, "missing; list the profiles to compare, e.g. [\"baseline\", \"eagle3\"]")
             names = []
         elif not isinstance(names, list) or not all(isinstance(n, str) for n in names):
@@ -559,6 +570,7 @@ class _Validator:
             retries=self.integer(table, path, "retries", 1, 0, 20) or 0,
             on_busy=self.choice(table, path, "on_busy", "wait", ON_BUSY),
             busy_wait_s=self.seconds(table, path, "busy_wait_s", 600.0) or 600.0,
+            baseline=baseline,
         )
 
     def levels(self, table: Mapping[str, Any], path: KeyPath,

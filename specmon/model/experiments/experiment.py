@@ -106,6 +106,7 @@ def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
                   "output_from_dataset": sweep.output_from_dataset},
         "max_load_s": spec.max_load_s, "stall_s": spec.stall_s, "on_failure": spec.on_failure,
         "retries": spec.retries, "on_busy": spec.on_busy, "busy_wait_s": spec.busy_wait_s,
+        "baseline": spec.baseline,
     }
 
 
@@ -118,6 +119,7 @@ def spec_from_dict(d: Mapping[str, Any]) -> ExperimentSpec:
         repeats=int(d["repeats"]), max_load_s=float(d["max_load_s"]),
         stall_s=None if d.get("stall_s") is None else float(d["stall_s"]), on_failure=str(d["on_failure"]),
         retries=int(d["retries"]), on_busy=str(d["on_busy"]), busy_wait_s=float(d["busy_wait_s"]),
+        baseline=None if d.get("baseline") is None else str(d["baseline"]),
     )
 
 

@@ -10,6 +10,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from specmon.model.experiments.bands import grid_rows, grid_verdict
 from specmon.model.experiments.experiment import ExperimentState
 from specmon.model.experiments.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
 from specmon.model.logs.clean import escape_controls
@@ -59,6 +60,11 @@ def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = 
             entry.update(status=ps.status, attempts=ps.attempts, failure=ps.failure,
                          files=[f.to_dict() for f in ps.files])
         out["profiles"].append(entry)
+    if state is not None and state.spec.baseline is not None:
+        grid = grid_verdict(summary.profiles, state.spec.baseline)
+        out["grid"] = {"baseline": state.spec.baseline, "bands": [
+            {"levels": list(b.levels), "best": b.leader, "ties": list(b.ties), "gain_pct": _r(b.gain_pct),
+             "plus_minus_pct": _r(b.plus_minus_pct)} for b in grid.bands]}
     if state is not None:
         out = {"name": state.spec.name, "status": state.status, "directory": str(state.directory),
                "state_file": str(state.path), "repeats": state.spec.repeats,
@@ -147,6 +153,18 @@ def _setup_lines(p: ProfileSummary) -> list[str]:
     return lines
 
 
+def _grid_lines(summary: ExperimentSummary, baseline: str) -> list[str]:
+    """A tuning grid's verdict as tables: the best setting per load band, then per level (bands.py)."""
+    bands, levels = grid_rows(grid_verdict(summary.profiles, baseline))
+    lines = ["## Best setting per load band", "",
+             f"By mean output tok/s; gain over the baseline ({baseline}) ± the repeats' combined spread; a tie is "
+             "within that spread of the best.", ""]
+    lines += _table(["load", "best", "over baseline", "ties"], bands)
+    lines += ["", "Per level:", ""]
+    lines += _table(["C", "best", "over baseline", "ties"], levels)
+    return lines + [""]
+
+
 def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
                         state: ExperimentState | None = None, title: str | None = None) -> str:
     """The report: setup of each profile, throughput table (mean ± spread), acceptance, warnings, verdict."""
@@ -163,6 +181,8 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         lines.append("")
     if image:
         lines += [f"![output throughput vs concurrency]({image})", ""]
+    if state is not None and state.spec.baseline is not None:
+        lines += _grid_lines(summary, state.spec.baseline)
     lines += ["## Setup", ""]
     for p in summary.profiles:
         lines += _setup_lines(p)

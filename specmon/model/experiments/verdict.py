@@ -229,12 +229,11 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
         bracket = (common[max(0, i - 1)], common[min(len(common) - 1, i + 1)])
     spreads: dict[int, float] = {}
     for c in common:
-        sa, sb = base.level(c), challenger.level(c)
-        da, db = (sa.spread if sa else None), (sb.spread if sb else None)
-        if da is None or db is None:
+        spread = combined_spread(base.level(c), challenger.level(c))
+        if spread is None:
             spreads = {}
             break
-        spreads[c] = math.sqrt(da * da + db * db)
+        spreads[c] = spread
     if not spreads:
         plus_minus = (bracket[1] - bracket[0]) / 2.0
     else:
@@ -249,6 +248,13 @@ def estimate_crossover(base: ProfileSummary, challenger: ProfileSummary) -> Cros
         plus_minus = max(abs(e - x) for e in ends)
     names = (challenger.profile, base.profile) if found.b_ahead_before else (base.profile, challenger.profile)
     return CrossoverEstimate(x, plus_minus, bracket, names[0], names[1], from_spread=bool(spreads))
+
+
+def combined_spread(a: LevelSummary | None, b: LevelSummary | None) -> float | None:
+    """The noise of a difference between two profiles' means at one level: sqrt(sa^2 + sb^2) of their spreads over
+    the repeats (the crossover's error bar, and a tuning grid's ties); None where either has fewer than two."""
+    da, db = (a.spread if a else None), (b.spread if b else None)
+    return None if da is None or db is None else math.sqrt(da * da + db * db)
 
 
 def _template(concurrency: int) -> LevelResult:
