@@ -16,10 +16,9 @@ from pathlib import Path
 from typing import TextIO
 
 from specmon.model.config import Config, load_config
-from specmon.model.experiments.bands import with_grid_verdict
+from specmon.model.experiments.bands import experiment_summary
 from specmon.model.experiments.experiment import ExperimentState, experiment_runs
 from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
-from specmon.model.experiments.verdict import summarize
 from specmon.orchestration.experiment import ExperimentStep, ExperimentUpdate, run_experiment
 from specmon.orchestration.runs import RunManager
 
@@ -45,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"specmon: interrupted; finished levels are kept. `specmon experiment {args.name} --resume` continues "
               "(a server left ready is adopted)", file=sys.stderr)
         return 130
-    summary = with_grid_verdict(summarize(experiment_runs(state), state.spec.repeats), state.spec.baseline)
+    summary = experiment_summary(experiment_runs(state), state)
     if args.json:
         print(json.dumps(summary_to_dict(summary, state), indent=2))
     else:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.charts.chart import series_symbol, value_at
-from specmon.model.experiments.bands import with_grid_verdict
+from specmon.model.experiments.bands import experiment_summary
 from specmon.model.experiments.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
 from specmon.model.experiments.report import summary_to_csv, summary_to_dict, summary_to_markdown
-from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns, summarize
+from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns
 from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.compare import load_words
 from specmon.model.sweeps.interop import read_any_results
@@ -71,8 +71,7 @@ def load_inputs(paths: Sequence[str]) -> tuple[list[ProfileRuns], ExperimentStat
 
 def run(args: argparse.Namespace) -> int:
     runs, state = load_inputs(args.results)
-    summary = with_grid_verdict(summarize(runs, state.spec.repeats if state else None),
-                                state.spec.baseline if state else None)
+    summary = experiment_summary(runs, state)
     if args.format in ("json", "csv"):
         import json
 

@@ -20,8 +20,9 @@ from textual.message_pump import MessagePump
 from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
+from specmon.model.experiments.bands import experiment_summary
 from specmon.model.experiments.experiment import experiment_runs, find_unfinished
-from specmon.model.experiments.verdict import ExperimentSummary, summarize, summarize_passes, summarize_profiles
+from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
@@ -450,7 +451,7 @@ class EngineBridge:
             # q (or Q) must stop it as it stops the ones launched by key.
             self.started_here.extend(record.run_id for record in self.manager.store.all()
                                      if record.run_id not in before and self.manager.mine(record))
-        summary = await asyncio.to_thread(lambda: summarize(experiment_runs(state), state.spec.repeats))
+        summary = await asyncio.to_thread(lambda: experiment_summary(experiment_runs(state), state))
         # The chart's last picture comes from the summary the verdict is made of (its result files), so the crossover
         # drawn and the one the status line and the toast name are one figure (C≈5.69 on the chart beside C≈5.68).
         publish(summary)

@@ -16,7 +16,15 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from specmon.model.experiments.verdict import ExperimentSummary, LevelSummary, ProfileSummary, combined_spread
+from specmon.model.experiments.experiment import ExperimentState
+from specmon.model.experiments.verdict import (
+    ExperimentSummary,
+    LevelSummary,
+    ProfileRuns,
+    ProfileSummary,
+    combined_spread,
+    summarize,
+)
 
 BASELINE_LABEL = "baseline"
 
@@ -151,6 +159,13 @@ def with_grid_verdict(summary: ExperimentSummary, baseline: str | None) -> Exper
     if baseline is None:
         return summary
     return replace(summary, verdict=grid_verdict(summary.profiles, baseline).sentence, challenger=None, crossover=None)
+
+
+def experiment_summary(runs: Sequence[ProfileRuns], state: ExperimentState | None) -> ExperimentSummary:
+    """The summary every front end shows of an experiment's runs: the A/B verdict, or a tuning grid's bands where its
+    state names a baseline (runs read from files alone have no state: A/B)."""
+    return with_grid_verdict(summarize(runs, state.spec.repeats if state else None),
+                             state.spec.baseline if state else None)
 
 
 def grid_rows(verdict: GridVerdict) -> tuple[list[list[str]], list[list[str]]]:
