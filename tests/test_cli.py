@@ -142,11 +142,16 @@ def test_profiles_lists_the_experiments_too(tmp_path: Path) -> None:
     """`specmon profiles` never said that an experiment existed, not even the built-in `demo` (issue 35 #22)."""
     done = _run("profiles", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1] == ("experiment demo: demo-baseline vs demo-eagle3, 3 repeats over levels "
-                                            "1,2,4,8,16,32 (`specmon experiment demo`)")
+    experiments = [line for line in done.stdout.splitlines() if line.startswith("experiment ")]
+    assert experiments == [
+        "experiment demo: demo-baseline vs demo-eagle3, 3 repeats over levels 1,2,4,8,16,32 (`specmon experiment demo`)",
+        # a tuning grid in one line: its baseline, how many variants, the first and last
+        "experiment demo-grid: demo-baseline vs a grid of 6 variants (demo-eagle3 steps=1 topk=1 … demo-eagle3 "
+        "steps=5 topk=4), 3 repeats over levels 1,2,4,8,16 (`specmon experiment demo-grid`)"]
     listed = json.loads(_run("profiles", "--json", cwd=tmp_path).stdout)
-    assert listed["experiments"] == [{"name": "demo", "profiles": ["demo-baseline", "demo-eagle3"], "repeats": 3,
-                                      "levels": [1, 2, 4, 8, 16, 32]}]
+    assert listed["experiments"][0] == {"name": "demo", "profiles": ["demo-baseline", "demo-eagle3"], "repeats": 3,
+                                        "levels": [1, 2, 4, 8, 16, 32], "baseline": None}
+    assert listed["experiments"][1]["baseline"] == "demo-baseline" and len(listed["experiments"][1]["profiles"]) == 7
 
 
 def test_a_mistyped_option_of_a_subcommand_names_that_subcommands_help(tmp_path: Path) -> None:

@@ -74,7 +74,8 @@ def config_to_json(config: Config, urls: Mapping[str, str]) -> dict[str, Any]:
             "dataset": config.sweep.dataset, "dataset_path": config.sweep.dataset_path, "seed": config.sweep.seed,
         },
         "experiments": [
-            {"name": e.name, "profiles": list(e.profiles), "repeats": e.repeats, "levels": list(e.sweep.levels)}
+            {"name": e.name, "profiles": list(e.profiles), "repeats": e.repeats, "levels": list(e.sweep.levels),
+             "baseline": e.baseline}
             for e in config.experiments.values()
         ],
         "keys": dict(config.keys),
@@ -107,7 +108,10 @@ def render_table(config: Config, out: TextIO | None = None) -> str:
         output += " where the dataset gives none"
     lines.append(f"sweep: levels {levels}, {prompts}, output {output}, api {sweep.api}")
     for e in config.experiments.values():   # what `specmon experiment NAME` (or `x` in the TUI) runs
-        lines.append(f"experiment {escape_controls(e.name)}: {' vs '.join(map(escape_controls, e.profiles))}, "
+        names = [escape_controls(p) for p in e.profiles]
+        compared = " vs ".join(names) if e.baseline is None or len(names) < 4 else \
+            f"{names[0]} vs a grid of {len(names) - 1} variants ({names[1]} … {names[-1]})"
+        lines.append(f"experiment {escape_controls(e.name)}: {compared}, "
                      f"{e.repeats} repeats over levels {','.join(map(str, e.sweep.levels))} "
                      f"(`specmon experiment {escape_controls(e.name)}`)")
     return "\n".join(lines)
