@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 from collections.abc import Sequence
+from types import FrameType
 
 from specmon import __version__
 from specmon.errors import UserError
@@ -62,6 +64,13 @@ def commands_needed(argv: Sequence[str]) -> tuple[str, ...]:
     return ()
 
 
+def _terminate_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM ends a command as Ctrl-C does: its event loop's main task is cancelled, so every `finally` runs and
+    what it started on a host (an nvidia-smi, a tail) is ended there. Python's default for SIGTERM is to die on the
+    spot, leaving those running. A command's loop may replace this with its own handler (`specmon sim`)."""
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(commands_needed(argv))
@@ -76,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from specmon.ui.app import run_tui  # Textual is imported only for the TUI
 
             return run_tui(args)
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
         return int(func(args) or 0)
     except UserError as exc:
         print(f"specmon: error: {one_line(str(exc))}", file=sys.stderr)
