@@ -42,7 +42,16 @@ import httpx
 from specmon.model.config import SshSettings, parse_host
 from specmon.sources import timelimit
 from specmon.sources.sshhttp import TunnelHTTPTransport
-from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
+from specmon.sources.transport import (
+    MAX_OUTPUT_BYTES,
+    CommandResult,
+    LinkState,
+    OutputStream,
+    OutputTooLarge,
+    Transport,
+    TransportError,
+    read_output,
+)
 
 log = logging.getLogger(__name__)
 
@@ -443,7 +452,8 @@ class SSHTransport(Transport):
         with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
             await self._kill_groups(await self._connection(5.0), sorted(self.unended))
 
-    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
+                  limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         pgid = 0
@@ -458,13 +468,18 @@ class SSHTransport(Transport):
                     except (OSError, asyncssh.Error):
                         pass   # the command ended without reading its input: its exit status says why
                     left = None if deadline is None else max(0.0, deadline - loop.time())
-                    stdout, stderr = await timelimit.wait_for(proc.communicate(), left)
+                    async with timelimit.timeout(left):
+                        stdout, stderr = await read_output(proc.stdout, proc.stderr, limit, self.host)
+                        await proc.wait_closed()
                 finally:
                     proc.close()
         except asyncio.TimeoutError:
             await self._end_group(pgid)
             # The builtin TimeoutError (asyncio's is a different class before Python 3.11).
             raise TimeoutError(f"{self.host}: command ran past {timeout} s") from None
+        except OutputTooLarge:
+            await self._end_group(pgid)
+            raise
         except (OSError, asyncssh.Error) as exc:
             await self._end_group(pgid, 0.0)   # the command may run on: ended once the link is back
             raise TransportError(f"{self.host}: link lost: {exc}") from None
