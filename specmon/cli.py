@@ -17,6 +17,7 @@ import stat
 import sys
 import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import NoReturn
 
 from specmon import __version__
@@ -119,6 +120,13 @@ def _reader_gone() -> int:
     return READER_GONE_EXIT
 
 
+def _terminate_as_interrupt(_signum: int, _frame: FrameType | None) -> None:
+    """SIGTERM ends a command as Ctrl-C does: its event loop's main task is cancelled, so every `finally` runs and
+    what it started on a host (an nvidia-smi, a tail) is ended there. Python's default for SIGTERM is to die on the
+    spot, leaving those running. A command's loop may replace this with its own handler (`specmon sim`)."""
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser(commands_needed(argv))
@@ -134,6 +142,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from specmon.ui.app import run_tui  # Textual is imported only for the TUI
 
             return run_tui(args)
+        signal.signal(signal.SIGTERM, _terminate_as_interrupt)
         code = int(func(args) or 0)
         return _reader_gone() if gone is not None and gone.is_set() else code
     except BrokenPipeError:

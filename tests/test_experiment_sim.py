@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -448,3 +449,55 @@ def test_the_host_is_cleared_of_specmon_runs_but_a_foreign_listener_is_reported_
     assert busy == [f"port {ports[0]} on local is held by a process specmon did not start"]   # ...the other not
     assert not any(s == "launch" for _, s, _ in steps)
     assert steps[-1][1] == "abort" and 'on_busy = "abort"' in steps[-1][2]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 4 MiB tmpfs of its own; skipped where mounts are refused."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True,
+                          text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {made.stderr.strip()}")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_disk_filling_up_ends_the_experiment_in_one_line_with_its_server_stopped(
+        tmp_path: Path, small_disk: Path, free_port_factory: Callable[[], int]) -> None:
+    demo = builtin_config().experiment("demo")
+    ports: list[int] = []
+
+    def port() -> int:
+        ports.append(free_port_factory())
+        return ports[-1]
+
+    config = write_config(tmp_path / "profiles.toml", port, demo_experiment((1, 2, 4), repeats=2, duration_s=2.0))
+    experiment = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "demo", "--results-dir",
+                                   str(small_disk)], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+    try:
+        assert experiment.stderr is not None
+        seen = []
+        for line in experiment.stderr:   # the steps, as they happen
+            seen.append(line)
+            if f"{demo.profiles[0]}: ready:" in line:
+                break
+        with contextlib.suppress(OSError), open(small_disk / "filler", "wb") as fh:   # noqa: SIM117
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        _, rest = experiment.communicate(timeout=120)
+    finally:
+        experiment.kill()
+        experiment.wait()
+    said = "".join(seen) + rest
+    assert experiment.returncode == 2, said
+    last = said.strip().splitlines()[-1]
+    assert last.startswith("specmon: error: ") and "(No space left on device)" in last, said
+    assert "stopped run(s) " in last and "Traceback" not in said, said
+    assert all(port_is_free(p) for p in ports)   # the server it had launched is stopped
+    [state] = small_disk.glob("experiments/*/experiment.json")
+    saved = json.loads(state.read_text())   # what was saved before the disk was full, whole
+    assert [s["step"] for s in saved["steps"]][:3] == ["start", "launch", "ready"]

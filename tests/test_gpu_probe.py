@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -215,3 +216,61 @@ def test_specmon_gpus_over_ssh_reads_the_hosts_gpus_and_holders(tmp_path: Path,
                            stranger: (None, 50, f"held by pid {stranger} (not a specmon run)")}
     finally:
         sshd.stop()
+
+
+@pytest.fixture(scope="module")
+def hung_smi_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Path]]:
+    """(profiles file naming host gpu1, the directory of its nvidia-smi): a loopback sshd whose nvidia-smi never
+    answers."""
+    reason = sshd_available()
+    if reason is not None:
+        pytest.skip(reason)
+    tmp = tmp_path_factory.mktemp("hung-smi")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").symlink_to(FAKE)
+    sshd = Sshd.start(tmp / "sshd", set_env={"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin",
+                                             "FAKE_SMI_HANG": "1"})
+    config = tmp / "profiles.toml"
+    config.write_text('[profiles.remote]\nhost = "gpu1"\ncommand = "true --port 39301"\nport = 39301\n'
+                      + sshd.ssh_table())
+    try:
+        yield config, bin_dir
+    finally:
+        sshd.stop()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "time limit"])
+def test_a_hung_remote_nvidia_smi_ends_with_specmon(hung_smi_host: tuple[Path, Path], how: str) -> None:
+    """However `specmon gpus` ends (killed, interrupted, or its own 20 s limit on a hung nvidia-smi), the
+    nvidia-smi it started on the host ends with it."""
+    config, bin_dir = hung_smi_host
+
+    def on_host() -> list[int]:
+        found = subprocess.run(["pgrep", "-f", f"{bin_dir}/[n]vidia-smi"], capture_output=True, text=True).stdout
+        return [int(pid) for pid in found.split()]
+
+    proc = subprocess.Popen([sys.executable, "-m", "specmon", "--config", str(config), "gpus", "gpu1"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not on_host():
+            assert proc.poll() is None and time.monotonic() < deadline, "nvidia-smi never started on the host"
+            time.sleep(0.1)
+        if how != "time limit":
+            proc.send_signal(getattr(signal, how))
+        _, err = proc.communicate(timeout=120)
+        deadline = time.monotonic() + 5   # a SIGKILLed process leaves the process table at once; slack for a busy box
+        while left := on_host():
+            assert time.monotonic() < deadline, f"nvidia-smi still runs on the host after specmon {how}: {left}"
+            time.sleep(0.1)
+        if how == "time limit":
+            assert "gpu1: nvidia-smi did not answer within 20 s (hung)" in err and proc.returncode == 2
+        else:   # SIGTERM ends it as Ctrl-C does
+            assert "specmon: interrupted" in err and "Traceback" not in err and proc.returncode == 130
+    finally:
+        proc.kill()
+        proc.wait()
+        for pid in on_host():   # a failed run's leftovers
+            os.kill(pid, signal.SIGKILL)

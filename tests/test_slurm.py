@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -271,6 +272,47 @@ def test_the_readmes_slurm_profile_through_the_cli(slurm: SlurmCluster, tmp_path
     assert stopped.returncode == 0 and re.search(r"stopped in [\d.]+s \(scancel job \d+; exit code", stopped.stdout), \
         stopped
     assert re.search(r"llama-slurm .* stopped ", specmon("status").stdout)
+
+
+def test_status_names_the_job_and_a_queued_jobs_wait_is_queue_time_not_load_time(slurm: SlurmCluster, tmp_path: Path,
+                                                                                 free_port: int) -> None:
+    """`status` (text and JSON) names the run's Slurm job; while the job waits in the queue, `wait` says how long it
+    has been queued and gives no ETA (a past load of the profile would otherwise count down through the queue)."""
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[profiles.q]\nhost = "local"\n'
+                      f'command = "specmon sim --port {free_port} --load-seconds 2 --shards 2"\nport = {free_port}\n'
+                      '[profiles.q.slurm]\ngpus = 1\n')
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+    def specmon(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), *args], env=env,
+                              capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+    # One load of the profile first: its time is what an ETA is made of.
+    assert specmon("launch", "q", "--wait", "-q").returncode == 0
+    assert specmon("stop", "q").returncode == 0
+    filler = slurm.fill_node()
+    launched = specmon("launch", "q")
+    job = re.search(r"\(job (\d+),", launched.stderr)
+    assert launched.returncode == 0 and job is not None, launched.stderr
+    shown = specmon("status")
+    assert re.search(rf"q .* launching .* job {job[1]}: PENDING \((Resources|Priority)\)", shown.stdout), shown.stdout
+    [run] = [r for r in json.loads(specmon("status", "--json").stdout) if r["run_id"] == launched.stdout.strip()]
+    assert run["state"] == "launching" and run["slurm_job"] == job[1], run
+    # A wait's time limit does not run while the job is queued: it is interrupted after a few progress lines.
+    waiting = subprocess.Popen([sys.executable, "-m", "specmon", "--config", str(config), "wait", "q", "-q"], env=env,
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)
+    waiting.send_signal(signal.SIGINT)
+    _, said = waiting.communicate(timeout=60)
+    lines = [line for line in said.splitlines() if line.startswith("q: launching")]
+    assert lines and all("ETA" not in line and "elapsed" not in line for line in lines), said
+    assert re.search(r", queued \d+s", lines[-1]), said
+    slurm.run("scancel", filler)
+    ready = specmon("wait", "q", "-q")
+    assert ready.returncode == 0, ready.stderr
+    assert re.search(rf"q .* ready .* job {job[1]}", specmon("status").stdout)
+    assert specmon("stop", "q").returncode == 0
 
 
 async def test_a_wait_for_ready_does_not_count_queue_time_as_load_time(slurm: SlurmCluster, managers,

@@ -27,6 +27,13 @@ CASES = [
     ("extra-own-option", 'extra_args = ["--output=x.log"]\n', 6, "profiles.a.slurm.extra_args",
      "--output is set by specmon"),
     ("extra-own-short", 'extra_args = ["-Jname"]\n', 6, "profiles.a.slurm.extra_args", "-J is set by specmon"),
+    # sbatch takes an unambiguous start of a long option for the option itself
+    ("extra-own-prefix-output", 'extra_args = ["--outp=x.log"]\n', 6, "profiles.a.slurm.extra_args",
+     "--outp (sbatch reads it as --output) is set by specmon"),
+    ("extra-own-prefix-name", 'extra_args = ["--job-nam=x"]\n', 6, "profiles.a.slurm.extra_args",
+     "--job-nam (sbatch reads it as --job-name) is set by specmon"),
+    ("extra-own-prefix-chdir", 'extra_args = ["--chd=/tmp"]\n', 6, "profiles.a.slurm.extra_args",
+     "--chd (sbatch reads it as --chdir) is set by specmon"),
     ("extra-type", 'extra_args = "--exclusive"\n', 6, "profiles.a.slurm.extra_args", "must be an array"),
 ]
 

@@ -5,7 +5,11 @@ without retry storms, keepalive and reconnect, HTTP over the link."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import re
+import secrets
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -238,3 +242,45 @@ async def test_many_concurrent_commands_share_one_connection_within_maxsessions(
         assert _accepted(sshd) - before == 1
     finally:
         await transport.close()
+
+
+async def test_commands_cut_by_a_dropped_link_are_ended_on_the_host_once_it_is_back(sshd: Sshd) -> None:
+    """A command whose link drops cannot be ended then (the kill has no way to the host); it is ended as soon as
+    the link is back, never left running there for good."""
+    relay = await _relay_alias(sshd, "dropped")
+    transport = SSHTransport("dropped", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0), backoff_cap_s=2.0)
+    tag = f"{secrets.randbelow(10**6):06d}"   # the commands' own marks, as `pgrep -f` finds them on the host
+    marks = [f"3001.{tag}", f"3002.{tag}"]
+
+    def running() -> list[str]:
+        return [m for m in marks if subprocess.run(["pgrep", "-f", f"[s]leep {m}"], capture_output=True).returncode == 0]
+
+    try:
+        await transport.run("true")
+        ran = asyncio.create_task(transport.run(f"sleep {marks[0]}", timeout=300))
+        stream = transport.stream(f"sleep {marks[1]}")
+        await stream.start()
+        deadline = time.monotonic() + 30
+        while running() != marks:
+            assert time.monotonic() < deadline, "the commands never started"
+            await asyncio.sleep(0.1)
+        relay.blackhole()
+        with pytest.raises(TransportError):
+            await ran
+        assert await stream.read_chunk() == b"" and stream.exit_code is None
+        await stream.aclose()
+        assert running() == marks   # the link is still down: nothing could reach the host yet
+        relay.restore()
+        deadline = time.monotonic() + 60
+        while running():
+            assert time.monotonic() < deadline, f"still running on the host after the link came back: {running()}"
+            await asyncio.sleep(0.2)
+        assert transport.unended == set()
+    finally:
+        await transport.close()
+        await relay.close()
+        for mark in marks:   # a failed run's leftovers, by their pids
+            found = subprocess.run(["pgrep", "-f", f"[s]leep {mark}"], capture_output=True, text=True).stdout
+            for pid in found.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)

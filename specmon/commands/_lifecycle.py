@@ -62,7 +62,9 @@ def progress_text(view: RunView) -> str:
             parts.append(f"shard {view.shards[0]}/{view.shards[1]}")
         if view.eta_s is not None:
             parts.append(f"ETA {_duration(view.eta_s)}")
-        parts.append(f"elapsed {_duration(time.time() - view.started_at)}")
+        # A queued job's time is the queue's: load time starts when it runs.
+        parts.append(f"queued {_duration(time.time() - view.started_at)}" if view.queued
+                     else f"elapsed {_duration(time.time() - view.started_at)}")
     if view.probe_error:
         parts.append(view.probe_error)
     if view.stalled and view.stall_reason:

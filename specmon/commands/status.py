@@ -44,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--json", action="store_true",
                         help="a JSON list of {run_id, profile, host, state, pid, port, url (null while a Slurm job has no node yet), started_at, ready_at, "
                         "load_seconds, shards, kv_cache_tokens, exit_code, failure, config, still_running (failed by the log while "
-                        "the process still runs)}; an unreadable record "
+                        "the process still runs), and for a Slurm run slurm_job (its job id) and job (its state)}; an unreadable record "
                         "has state \"unreadable\" and its reason in \"error\"; a multi-node run adds nodes: the same for each "
                         "node, with its node_rank; with --host an object "
                         "{runs: [...], adoptable: [{run_id, profile, port, launched_at, pid, running, exit_code}]}")
@@ -75,8 +75,11 @@ def _row(v: RunView, mine: bool, label: str | None = None, unchecked: bool = Fal
         note = _cut(f"STALLED: {v.stall_reason}")
     elif v.node_rank is not None and not v.failure and v.state in STARTING:
         note = v.phase or ""
-    elif v.job and v.active and not v.failure:
-        note = _cut(v.job)
+    elif v.job and v.active and not v.failure and v.job != f"job {v.slurm_job}":
+        note = v.job
+    if v.slurm_job is not None and v.node_rank is None:   # a multi-node run's nodes share its job
+        note = f"job {v.slurm_job}" + (f": {note}" if note else "")
+    note = _cut(note)
     if unchecked:
         note = "unchecked: its host did not answer" + (f"; {note}" if note else "")
     if not mine:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import re
 import sys
 import time
 
@@ -59,7 +60,7 @@ async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -
         # A line when the progress changes, else one per heartbeat (only "elapsed" moved).
         nonlocal last_text, last_print
         text = progress_text(view)
-        head = text.split(", elapsed")[0]
+        head = re.sub(r", (elapsed|queued) [^,]*", "", text)
         if head != last_text or time.monotonic() - last_print > HEARTBEAT_S:
             print(text, file=sys.stderr, flush=True)
             last_text, last_print = head, time.monotonic()

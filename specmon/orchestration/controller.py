@@ -223,7 +223,8 @@ class RunController:
             state = RunStatus.LOADING
         failure = r.failure
         eta = None
-        if state in STARTING:
+        queued = r.slurm_job is not None and state == RunStatus.LAUNCHING   # nothing loads while the job waits
+        if state in STARTING and not queued:
             with contextlib.suppress(Exception):   # an estimate must never break the view
                 eta = eta_seconds(rs, now, self.past_loads)
         return RunView(
@@ -241,6 +242,7 @@ class RunController:
             str(self.last_health.status or self.last_health.error),
             link=self.ops.transport.link if r.host != "local" and state in ACTIVE else None,
             job=None if r.slurm_job is None else (self.job.describe() if self.job else f"job {r.slurm_job}"),
+            slurm_job=r.slurm_job,
             server_addr=r.server_addr, slurm_node=r.slurm_node,
         )
 

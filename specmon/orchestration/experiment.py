@@ -71,6 +71,7 @@ from specmon.orchestration.sweep import (
     workload_from,
 )
 from specmon.sources.health import ServerProbe
+from specmon.sources.transport import TransportError
 
 log = logging.getLogger(__name__)
 METRICS_EVERY_S = 0.25    # /metrics scrape period during a sweep (SGLang refreshes its gauges at each decode log)
@@ -177,6 +178,7 @@ class ExperimentRunner:
         self.state = state
         self.spec = state.spec
         self._on_update = on_update
+        self._serving: set[str] = set()   # runs this experiment launched or adopted and has not stopped yet
 
     # ---- state -------------------------------------------------------------------------------------------
     def _notify(self, update: ExperimentUpdate) -> None:
@@ -189,12 +191,19 @@ class ExperimentRunner:
 
     def _step(self, profile: str | None, step: str, detail: str = "", seconds: float | None = None) -> None:
         self.state = self.state.with_step(profile, step, detail, seconds)
-        save_state(self.state)
+        self._save()
         self._notify(ExperimentStep(self.state.steps[-1], self.state))
 
     def _set(self, profile: str, **changes: object) -> None:
         self.state = self.state.with_profile(profile, **changes)
-        save_state(self.state)
+        self._save()
+
+    def _save(self) -> None:
+        try:
+            save_state(self.state)
+        except OSError as exc:   # a full or read-only disk: the file keeps the state saved before
+            raise UserError(f"{self.state.path}: cannot save the experiment's state ({exc.strerror or exc}); "
+                            "it holds the state saved before") from None
 
     # ---- the whole experiment ----------------------------------------------------------------------------
     async def run(self, resumed: bool = False) -> ExperimentState:
@@ -214,10 +223,31 @@ class ExperimentRunner:
             self.state = dataclasses.replace(self.state, status="aborted")
             self._step(None, "abort", str(exc))
             return self.state
+        except Exception as exc:
+            # An error ends the experiment (a state that cannot be saved, a results file that cannot be written):
+            # the servers it started are stopped, not left holding their GPUs. (Interrupted, they are left ready
+            # for --resume to adopt.)
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            stopped = await self._stop_serving()
+            if stopped and isinstance(exc, UserError):
+                raise UserError(f"{exc}; stopped run(s) {', '.join(stopped)}") from None
+            raise
         self.state = dataclasses.replace(self.state, status="finished")
         failed = [n for n in self.spec.profiles if self.state.profile(n).status in ("failed", "skipped")]
         self._step(None, "done", "finished" + (f"; not measured: {', '.join(failed)}" if failed else ""))
         return self.state
+
+    async def _stop_serving(self) -> list[str]:
+        """Stop the runs this experiment still serves (no step is written: the state may not be writable)."""
+        stopped = []
+        for run_id in sorted(self._serving):
+            with contextlib.suppress(UserError, TransportError):
+                await self.manager.stop(run_id)
+                stopped.append(run_id)
+        self._serving.clear()
+        return stopped
 
     async def _host(self, names: list[str]) -> None:
         for name in names:
@@ -269,6 +299,7 @@ class ExperimentRunner:
         name = profile.name
         adopted = self._adoptable(name)
         if adopted is not None:
+            self._serving.add(adopted.run_id)
             await self.manager.attach(adopted.run_id)
             self._step(name, "adopt", f"run {adopted.run_id} left ready by the interrupted experiment")
             return adopted
@@ -285,6 +316,7 @@ class ExperimentRunner:
             except UserError as exc:
                 reason = str(exc)
             else:
+                self._serving.add(view.run_id)
                 stall = self.spec.stall_s if self.spec.stall_s is not None else profile.stall_timeout_s
                 verdict = await wait_ready(self.manager, view.run_id, timeout_s=self.spec.max_load_s,
                                            stall_timeout_s=stall, on_progress=self._queue_step(name))
@@ -295,6 +327,7 @@ class ExperimentRunner:
                     f"not ready within max_load_s = {self.spec.max_load_s:g} s"
                 with contextlib.suppress(UserError):
                     await self.manager.stop(view.run_id)   # a stalled or slow load must not hold the GPUs
+                    self._serving.discard(view.run_id)
             self._step(name, "failed", f"launch attempt {attempts}: {reason}", time.monotonic() - t0)
             if self._may_retry(name):
                 continue
@@ -360,6 +393,7 @@ class ExperimentRunner:
         self._step(profile.name, "stop", f"run {run_id}")
         try:
             report = await self.manager.stop(run_id)
+            self._serving.discard(run_id)
         except UserError as exc:
             self._step(profile.name, "stopped", f"run {run_id}: {exc}")
             return

@@ -80,7 +80,8 @@ class RunIndex:
             eta_s=None, phase=None, stall_reason=None, log_path=record.log_path, run_dir=record.run_dir,
             node_rank=record.node_rank, config=record.config, server_addr=record.server_addr,
             slurm_node=record.slurm_node,
-            job=f"job {record.slurm_job}" if record.slurm_job is not None and not record.terminal else None)
+            job=f"job {record.slurm_job}" if record.slurm_job is not None and not record.terminal else None,
+            slurm_job=record.slurm_job)
 
     def save(self, record: RunRecord, edit: Edit) -> RunRecord:
         """Store the record changed by `edit`; when the state disk refuses (full), keep going with the change in

@@ -46,6 +46,7 @@ class RunView:
     config: str | None = None             # the profiles file that launched the run (None: unknown, an old run)
     still_running: bool = False           # failed by its log's verdict while its process still runs (checked now)
     job: str | None = None                # a Slurm run: its job's state, "PENDING (Resources)", "RUNNING on n1, ..."
+    slurm_job: str | None = None          # a Slurm run: its job's id
     server_addr: str | None = None        # a Slurm run: its node's address as the host reaches it (None: loopback)
     slurm_node: str | None = None         # a Slurm run: its node's name (its node rank's), once the job runs
     past_load_s: float | None = None      # what this load is compared with (`typical_load_s` of the profile's
@@ -60,7 +61,13 @@ class RunView:
     def url_pending(self) -> bool:
         """Whether the server's address is not known yet: a Slurm run whose job has no node yet (queued), its `url`
         only the port it will listen on (a profile's own `url` is known from the start)."""
-        return self.job is not None and self.server_addr is None and self.url == host_url(self.port)
+        return self.slurm_job is not None and self.server_addr is None and self.url == host_url(self.port)
+
+    @property
+    def queued(self) -> bool:
+        """A Slurm run whose job has not started running yet (its run stays `launching` until then): no load time,
+        no ETA, no elapsed time yet."""
+        return self.slurm_job is not None and self.state == RunStatus.LAUNCHING
 
     def belongs_to(self, config: str) -> bool:
         """Whether the profiles file `config` launched this run (the rule of `RunRecord.belongs_to`)."""
@@ -88,6 +95,7 @@ class RunView:
             "config": self.config,
             "still_running": self.still_running,
             **({"job": self.job} if self.job is not None else {}),
+            **({"slurm_job": self.slurm_job} if self.slurm_job is not None else {}),
         }
 
 

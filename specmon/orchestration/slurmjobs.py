@@ -42,7 +42,7 @@ from specmon.orchestration.runview import RunView, StopReport
 from specmon.orchestration.stopping import StopTimings
 from specmon.sources import timelimit
 from specmon.sources.host import HostOps
-from specmon.sources.slurm import JobTransport, SlurmHost
+from specmon.sources.slurm import JobTransport, JobUnknown, SlurmHost
 from specmon.sources.transport import TransportError
 
 
@@ -160,7 +160,8 @@ async def cancel(ops: HostOps, record: RunRecord, timings: StopTimings) -> StopR
             blockers.append(f"Slurm job {job.job_id} is still {job.state} after scancel")
             break
         await asyncio.sleep(timings.poll_s)
-        job = await slurm.job(record.slurm_job)
+        with contextlib.suppress(JobUnknown):   # unknown this time: asked again
+            job = await slurm.job(record.slurm_job)
     # The port is the job's node's, reached from the host as Slurm names the node.
     deadline = time.monotonic() + timings.port_wait_s
     while addr is not None and not blockers and await _port_answers(ops, addr, record.port):

@@ -10,16 +10,35 @@ import stat
 from collections.abc import Sequence
 
 from specmon.sources import timelimit
-from specmon.sources.transport import SMALL_FILE_BYTES, CommandResult, FileLook, OutputStream, Transport, TransportError
+from specmon.sources.transport import (
+    MAX_OUTPUT_BYTES,
+    SMALL_FILE_BYTES,
+    CommandResult,
+    FileLook,
+    OutputStream,
+    OutputTooLarge,
+    Transport,
+    TransportError,
+    read_output,
+)
 
 _SHELL = "/bin/sh"
 
 
-async def _end(proc: asyncio.subprocess.Process) -> None:
-    """Kill a helper command (and anything it started in its own group) and reap it."""
+async def _end(proc: asyncio.subprocess.Process, *, drain: bool = False) -> None:
+    """Kill a helper command (and anything it started in its own group) and reap it; with `drain`, the pipes that
+    `run` read (nothing else reads them now) are read to their end first."""
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
+    # What is left in its pipes is read and dropped: asyncio tells a process's end only once its pipes have ended,
+    # and a pipe whose reader stopped on a full buffer (output cut at a limit) would never be seen to end.
+    for pipe in (proc.stdout, proc.stderr) if drain else ():
+        if pipe is not None:
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                async with timelimit.timeout(5):
+                    while await pipe.read(65536):
+                        pass
     with contextlib.suppress(ProcessLookupError):
         await proc.wait()
 
@@ -34,7 +53,8 @@ class LocalTransport(Transport):
     def __init__(self, host: str = "local") -> None:
         self.host = host
 
-    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
+                  limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
         try:
             proc = await asyncio.create_subprocess_exec(
                 _SHELL, "-c", command,
@@ -45,15 +65,30 @@ class LocalTransport(Transport):
             )
         except OSError as exc:
             raise TransportError(f"{self.host}: cannot run {_SHELL}: {exc}") from exc
+        assert proc.stdout is not None and proc.stderr is not None
+
+        async def feed() -> None:
+            if proc.stdin is not None:
+                with contextlib.suppress(OSError):   # the command ended without reading it: its status says why
+                    proc.stdin.write(input or b"")
+                    await proc.stdin.drain()
+                proc.stdin.close()
+
         try:
-            stdout, stderr = await timelimit.wait_for(proc.communicate(input), timeout)
+            async with timelimit.timeout(timeout):
+                _, (stdout, stderr) = await asyncio.gather(feed(), read_output(proc.stdout, proc.stderr, limit,
+                                                                              self.host))
+                await proc.wait()
         except asyncio.TimeoutError:
-            await _end(proc)
+            await _end(proc, drain=True)
             # The builtin TimeoutError (asyncio's is a different class before Python 3.11).
             raise TimeoutError(f"{self.host}: command ran past {timeout} s") from None
+        except OutputTooLarge:
+            await _end(proc, drain=True)
+            raise
         except BaseException:
             # Cancellation: never leave the command running behind us.
-            await _end(proc)
+            await _end(proc, drain=True)
             raise
         assert proc.returncode is not None
         return CommandResult(proc.returncode, stdout, stderr)

@@ -6,8 +6,10 @@ what the GPU and env views run there sees the node's GPUs and the job's processe
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 
+from specmon.model.logs.clean import one_line
 from specmon.model.runs.slurm import (
     JobInfo,
     SlurmRequest,
@@ -17,19 +19,41 @@ from specmon.model.runs.slurm import (
     parse_scontrol_job,
     sbatch_argv,
 )
-from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
+from specmon.sources.transport import MAX_OUTPUT_BYTES, CommandResult, OutputStream, Transport, TransportError
+
+ANSWER_BYTES = 1 << 20   # what is read of a Slurm client's answer: one job's or node list's is a few kB
+SUBMIT_TIMEOUT_S = 60.0
+
+
+class JobUnknown(TransportError):
+    """scontrol's answer about a job did not read as one: its state is unknown this time (not gone)."""
 
 
 class SlurmHost:
-    """Slurm's client commands on one host."""
+    """Slurm's client commands on one host. Every command is time-limited and what is read of its answer bounded
+    (ANSWER_BYTES): a client that hangs or prints without end is a TransportError, never a hang."""
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
 
+    async def _run(self, command: str, timeout: float = 30.0) -> CommandResult:
+        try:
+            return await self.transport.run(command, timeout=timeout, limit=ANSWER_BYTES)
+        except TimeoutError:
+            raise TransportError(f"{self.transport.host}: {command.split()[0]} did not answer within "
+                                 f"{timeout:.0f} s") from None
+
     async def submit(self, request: SlurmRequest, run_id: str, run_dir: str, script: str) -> str:
-        """Submit `script` as the run's job; its id. TransportError with sbatch's own words when it refuses."""
+        """Submit `script` as the run's job; its id. TransportError with sbatch's own words when it refuses, or
+        when it does not answer (a job it submitted all the same is found by its name and cancelled)."""
         argv = sbatch_argv(request, run_id, run_dir, script)
-        result = await self.transport.run(shlex.join(argv), timeout=60)
+        try:
+            result = await self._run(shlex.join(argv), timeout=SUBMIT_TIMEOUT_S)
+        except TransportError:
+            with contextlib.suppress(TransportError):
+                if (job := await self.find(run_id)) is not None:
+                    await self.cancel(job.job_id)
+            raise
         job_id = parse_job_id(result.out) if result.exit_code == 0 else None
         if job_id is None:
             said = (result.err or result.out).strip().splitlines()
@@ -38,18 +62,26 @@ class SlurmHost:
         return job_id
 
     async def job(self, job_id: str) -> JobInfo | None:
-        """The job's state now; None once the controller has forgotten it (MinJobAge after its end)."""
-        result = await self.transport.run(f"scontrol show job -o {shlex.quote(job_id)}", timeout=30)
+        """The job's state now; None once the controller has forgotten it (MinJobAge after its end: scontrol says
+        `Invalid job id`). An answer that does not read as this job is JobUnknown: unknown this time, not gone."""
+        try:
+            result = await self._run(f"scontrol show job -o {shlex.quote(job_id)}")
+        except TransportError as exc:
+            raise JobUnknown(f"scontrol show job {job_id}: {exc}") from None
         if result.exit_code != 0:
             if "Invalid job id" in result.err:
                 return None
-            raise TransportError(f"{self.transport.host}: scontrol show job {job_id}: "
-                                 f"{result.err.strip() or f'exit {result.exit_code}'}")
-        return parse_scontrol_job(result.out)
+            raise JobUnknown(one_line(f"{self.transport.host}: scontrol show job {job_id}: "
+                                      f"{result.err.strip() or f'exit {result.exit_code}'}", 300))
+        job = parse_scontrol_job(result.out)
+        if job is None or job.job_id != job_id:
+            raise JobUnknown(one_line(f"{self.transport.host}: scontrol show job {job_id}: an answer that is not "
+                                      f"this job's: {result.out.strip()[:120]!r}", 300))
+        return job
 
     async def find(self, run_id: str) -> JobInfo | None:
         """The job specmon submitted for `run_id` (from any jump box: found by its name), while Slurm lists it."""
-        result = await self.transport.run(f"squeue -h -o %i --name={shlex.quote(job_name(run_id))}", timeout=30)
+        result = await self._run(f"squeue -h -o %i --name={shlex.quote(job_name(run_id))}")
         ids = result.out.split() if result.exit_code == 0 else []
         return await self.job(ids[-1]) if ids else None
 
@@ -58,8 +90,8 @@ class SlurmHost:
         NodeAddr, also how this host, which talks to the same controller, reaches it); None when the list has no
         such node."""
         q = shlex.quote(nodelist)
-        names = await self.transport.run(f"scontrol show hostnames {q}", timeout=30)
-        nodes = await self.transport.run(f"scontrol show node -o {q}", timeout=30)
+        names = await self._run(f"scontrol show hostnames {q}")
+        nodes = await self._run(f"scontrol show node -o {q}")
         if names.exit_code != 0 or nodes.exit_code != 0:
             raise TransportError(f"{self.transport.host}: scontrol cannot tell the nodes {nodelist}: "
                                  f"{(names.err or nodes.err).strip() or 'no answer'}")
@@ -69,7 +101,7 @@ class SlurmHost:
         return ordered[rank], parse_node_addresses(nodes.out).get(ordered[rank], ordered[rank])
 
     async def cancel(self, job_id: str) -> None:
-        result = await self.transport.run(f"scancel {shlex.quote(job_id)}", timeout=30)
+        result = await self._run(f"scancel {shlex.quote(job_id)}")
         if result.exit_code != 0 and "Invalid job id" not in result.err:
             raise TransportError(f"{self.transport.host}: scancel {job_id}: "
                                  f"{result.err.strip() or f'exit {result.exit_code}'}")
@@ -90,8 +122,9 @@ class JobTransport(Transport):
         return shlex.join(["srun", f"--jobid={self.job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                            f"--nodelist={self.node}", "--quiet", "sh", "-c", command])
 
-    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
-        return await self.base.run(self._inside(command), input=input, timeout=timeout)
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
+                  limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
+        return await self.base.run(self._inside(command), input=input, timeout=timeout, limit=limit)
 
     def stream(self, command: str) -> OutputStream:
         return self.base.stream(self._inside(command))

@@ -17,6 +17,7 @@ What it promises on top of the Transport contract:
     with an explicit `kill` (SSH signals are refused for root by OpenSSH and ignored by old servers). The
     preamble frames what it says with a random marker on stdout and stderr: whatever the remote shell's
     start-up files print (a banner, a number) is skipped, never taken for the pid or for the command's output.
+    A process group that could not be ended because the link was down is ended as soon as the link is back.
   - Agent forwarding is off. The environment of the exec channel is never relied on (sshd drops it without
     AcceptEnv); launch scripts carry their environment.
 """
@@ -41,7 +42,16 @@ import httpx
 from specmon.model.config import SshSettings, parse_host
 from specmon.sources import timelimit
 from specmon.sources.sshhttp import TunnelHTTPTransport
-from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
+from specmon.sources.transport import (
+    MAX_OUTPUT_BYTES,
+    CommandResult,
+    LinkState,
+    OutputStream,
+    OutputTooLarge,
+    Transport,
+    TransportError,
+    read_output,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,6 +210,8 @@ class SSHTransport(Transport):
         self._tcp = asyncio.Semaphore(MAX_TCP_CHANNELS)
         self._forwards: dict[tuple[str, int], _PortForward] = {}
         self._closed = False
+        self.unended: set[int] = set()         # process groups on the host still to end once the link is back
+        self._ending: asyncio.Task[None] | None = None
 
     # ---- link --------------------------------------------------------------------------------------------
     def watch_link(self, callback: Callable[[LinkState], None]) -> Callable[[], None]:
@@ -240,6 +252,8 @@ class SSHTransport(Transport):
             self._conn, self._hops = conn, hops
             self._ever_connected = True
             self._set_link(LinkState("connected"))
+            if self.unended and (self._ending is None or self._ending.done()):
+                self._ending = asyncio.create_task(self._end_unended(), name=f"ssh {self.host} end groups")
             await conn.wait_closed()
             self._conn = None
             for hop in reversed(hops):
@@ -415,16 +429,31 @@ class SSHTransport(Transport):
                 raise TransportError(f"{self.host}: the remote shell printed over {START_NOISE_MAX >> 20} MiB at "
                                      "start-up (a ~/.bashrc or profile script?); no command could start")
 
-    async def _end_group(self, pgid: int) -> None:
-        """End a command's process group on the host (detached servers have their own session: untouched)."""
+    async def _end_group(self, pgid: int, wait_s: float = 5.0) -> None:
+        """End a command's process group on the host (detached servers have their own session: untouched). When
+        the link is not back within `wait_s` it is ended once it is (see `unended`)."""
         if pgid <= 1:
             return
+        self.unended.add(pgid)
         with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
-            conn = await self._connection(5.0)
-            async with self._sessions:
-                await timelimit.wait_for(conn.run(f"kill -s KILL -- -{int(pgid)} 2>/dev/null; true"), 10)
+            conn = await self._connection(wait_s)
+            await self._kill_groups(conn, [pgid])
 
-    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    async def _kill_groups(self, conn: asyncssh.SSHClientConnection, groups: list[int]) -> None:
+        """SIGKILL these process groups on the host; those the host was told about leave `unended`."""
+        targets = " ".join(f"-{int(pgid)}" for pgid in groups)
+        async with self._sessions:
+            await timelimit.wait_for(conn.run(f"for g in {targets}; do kill -s KILL -- $g 2>/dev/null; done; true",
+                                              check=True), 10)
+        self.unended.difference_update(groups)
+
+    async def _end_unended(self) -> None:
+        """After a reconnect: end the process groups that could not be ended while the link was down."""
+        with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
+            await self._kill_groups(await self._connection(5.0), sorted(self.unended))
+
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
+                  limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         pgid = 0
@@ -439,20 +468,27 @@ class SSHTransport(Transport):
                     except (OSError, asyncssh.Error):
                         pass   # the command ended without reading its input: its exit status says why
                     left = None if deadline is None else max(0.0, deadline - loop.time())
-                    stdout, stderr = await timelimit.wait_for(proc.communicate(), left)
+                    async with timelimit.timeout(left):
+                        stdout, stderr = await read_output(proc.stdout, proc.stderr, limit, self.host)
+                        await proc.wait_closed()
                 finally:
                     proc.close()
         except asyncio.TimeoutError:
             await self._end_group(pgid)
             # The builtin TimeoutError (asyncio's is a different class before Python 3.11).
             raise TimeoutError(f"{self.host}: command ran past {timeout} s") from None
+        except OutputTooLarge:
+            await self._end_group(pgid)
+            raise
         except (OSError, asyncssh.Error) as exc:
+            await self._end_group(pgid, 0.0)   # the command may run on: ended once the link is back
             raise TransportError(f"{self.host}: link lost: {exc}") from None
         except BaseException:
             if pgid:   # cancelled: never leave the command running behind us
                 await asyncio.shield(self._end_group(pgid))
             raise
         if proc.exit_status is None and proc.exit_signal is None:
+            await self._end_group(pgid, 0.0)
             raise TransportError(f"{self.host}: link lost while a command ran")
         code = proc.exit_status if proc.exit_status is not None and proc.exit_status >= 0 else 255
         return CommandResult(code, stdout or b"", _after_marker(stderr or b"", marker))
@@ -490,7 +526,10 @@ class SSHTransport(Transport):
         return f"http://127.0.0.1:{forward.local_port}"
 
     async def close(self) -> None:
-        """Close the forwards and the connection. Nothing started on the host is stopped."""
+        """Close the forwards and the connection. Nothing started on the host is stopped (but the commands that
+        `run` and `stream` started, which end with them)."""
+        if self._ending is not None:
+            await asyncio.gather(self._ending, return_exceptions=True)
         self._closed = True
         for forward in self._forwards.values():
             await forward.close()

@@ -6,7 +6,7 @@ transport slots in without engine changes.
 
     class Transport:
         host: str                                            # for messages: "local", an ssh alias, ...
-        async run(command, *, input=None, timeout=None) -> CommandResult
+        async run(command, *, input=None, timeout=None, limit=MAX_OUTPUT_BYTES) -> CommandResult
         stream(command) -> OutputStream                      # async context manager + async iterator of bytes
         async write_file(path, data, mode=0o600)             # default: `cat > path` through run()
         async read_files(paths) -> list[bytes | None]        # small files in one round trip; None: missing
@@ -19,7 +19,9 @@ transport slots in without engine changes.
         async close()
 
 `command` is a POSIX shell command line (run by /bin/sh locally; by the login shell over SSH, so keep it
-plain POSIX). Link problems raise TransportError; a non-zero exit is a normal CommandResult. A TransportError
+plain POSIX). Link problems raise TransportError; a non-zero exit is a normal CommandResult. A command that prints
+more than `limit` bytes on stdout or on stderr is ended and raises OutputTooLarge (nothing reads output without
+bound: an endless answer must not grow specmon without end). A TransportError
 with `permanent` set (host key refused, authentication refused) will not go away by retrying: callers stop
 trying and show it.
 """
@@ -34,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -50,7 +52,12 @@ class TransportError(Exception):
     permanent = False   # True: retrying cannot help (e.g. a refused host key); say so once, never retry
 
 
+class OutputTooLarge(TransportError):
+    """A command printed more than its caller reads (`limit`); it was ended."""
+
+
 SMALL_FILE_BYTES = 1 << 20   # read_files is for status files: more than this is not one
+MAX_OUTPUT_BYTES = 64 << 20  # what `run` reads of a command's stdout (and of its stderr) unless told less
 LINK_STATES = ("connected", "connecting", "reconnecting", "host key unknown", "host key changed", "auth failed",
                "bad ssh config")
 
@@ -117,6 +124,35 @@ class FileLook:
     data: bytes | None
 
 
+class _Reader(Protocol):
+    async def read(self, n: int = -1, /) -> bytes: ...
+
+
+async def _read_capped(stream: _Reader, limit: int, host: str, what: str) -> bytes:
+    parts: list[bytes] = []
+    size = 0
+    while chunk := await stream.read(65536):
+        size += len(chunk)
+        if size > limit:
+            raise OutputTooLarge(f"{host}: a command printed over {limit:,} bytes on {what}; it was ended")
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+async def read_output(stdout: _Reader, stderr: _Reader, limit: int, host: str) -> tuple[bytes, bytes]:
+    """A command's stdout and stderr to their ends, read together (neither pipe may fill while the other is read);
+    OutputTooLarge as soon as either passes `limit` bytes (the caller ends the command)."""
+    reads = [asyncio.ensure_future(_read_capped(stream, limit, host, what))
+             for stream, what in ((stdout, "stdout"), (stderr, "stderr"))]
+    try:
+        out, err = await asyncio.gather(*reads)
+    finally:
+        for read in reads:
+            read.cancel()
+        await asyncio.gather(*reads, return_exceptions=True)
+    return out, err
+
+
 class OutputStream(ABC):
     """A running command whose stdout arrives as byte chunks.
 
@@ -166,9 +202,11 @@ class Transport(ABC):
     link: LinkState = LinkState()
 
     @abstractmethod
-    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None) -> CommandResult:
+    async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
+                  limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
         """Run `command` to completion. Raises TransportError if the host cannot be reached,
-        TimeoutError (after ending the command) if it runs past `timeout` seconds."""
+        TimeoutError (after ending the command) if it runs past `timeout` seconds, OutputTooLarge (after ending
+        it) if it prints more than `limit` bytes on stdout or on stderr."""
 
     @abstractmethod
     def stream(self, command: str) -> OutputStream:

@@ -85,7 +85,8 @@ def row_from_view(view: RunView, now: float) -> ServerRow:
     last = rs.last_activity if rs is not None else None
     # How long the load took or has taken: until ready; for a run that ended before ready, until its last log line.
     end = view.ready_at if view.ready_at is not None else (now if view.active else (last or view.started_at))
-    elapsed = view.load_seconds if view.load_seconds is not None else max(0.0, end - view.started_at)
+    elapsed = view.load_seconds if view.load_seconds is not None else \
+        None if view.queued else max(0.0, end - view.started_at)   # a queued Slurm job has loaded nothing yet
     failure = None
     if view.failure is not None:
         failure = view.failure.text

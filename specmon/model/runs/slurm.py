@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from specmon.model.logs.clean import escape_controls
+
 # Keys of a profile's [profiles.NAME.slurm] table, each an sbatch option.
 STRING_OPTIONS = {"partition": "--partition", "account": "--account", "qos": "--qos", "gres": "--gres",
                   "constraint": "--constraint", "reservation": "--reservation", "mem": "--mem",
@@ -91,8 +93,12 @@ def extra_arg_problem(arg: str) -> str | None:
     name = arg.split("=", 1)[0]
     if not name.startswith("--"):
         name = name[:2]   # a short option with its value attached: -ofile
-    if name in OWN_OPTIONS:
-        return f"{name} is set by specmon (the job's output is the run's log; its name finds the job again)"
+    # sbatch takes any unambiguous start of a long option's name for it (--outp is --output).
+    own = name if name in OWN_OPTIONS else next(
+        (option for option in OWN_OPTIONS if len(name) > 2 and name.startswith("--") and option.startswith(name)), None)
+    if own is not None:
+        spelled = name if own == name else f"{name} (sbatch reads it as {own})"
+        return f"{spelled} is set by specmon (the job's output is the run's log; its name finds the job again)"
     return None
 
 
@@ -220,14 +226,20 @@ def slurm_seconds(text: str) -> int | None:
 
 
 def _fields(line: str) -> Mapping[str, str]:
-    """KEY=VALUE words of `scontrol show job -o` (values holding spaces keep only their first word)."""
-    return {m.group(1): m.group(2) for m in re.finditer(r"(?:^|\s)(\w+)=(\S*)", line)}
+    """KEY=VALUE words of `scontrol show job -o` (values holding spaces keep only their first word); control
+    characters in a value are shown escaped (`\\x1b`), never passed on to a terminal."""
+    return {m.group(1): escape_controls(m.group(2)) for m in re.finditer(r"(?:^|\s)(\w+)=(\S*)", line)}
+
+
+_JOB_ID = re.compile(r"\d+(?:[_+]\d+)?")
+_STATE = re.compile(r"[A-Z][A-Z_]*")
 
 
 def parse_scontrol_job(out: str) -> JobInfo | None:
-    """The job `scontrol show job -o J` printed (None when it printed none)."""
+    """The job `scontrol show job -o J` printed; None when it printed none that reads as one (no JobId and
+    JobState, or not shaped as Slurm writes them)."""
     f = _fields(out.strip().splitlines()[0] if out.strip() else "")
-    if "JobId" not in f or "JobState" not in f:
+    if not _JOB_ID.fullmatch(f.get("JobId", "")) or not _STATE.fullmatch(f.get("JobState", "")):
         return None
     state = f["JobState"]
     limit, run = slurm_seconds(f.get("TimeLimit", "")), slurm_seconds(f.get("RunTime", ""))
