@@ -22,9 +22,11 @@ import pytest
 from simproc import start_sim
 from sse_server import ServerState, serve
 
+from specmon.commands.sweep import _progress_line
 from specmon.loadgen.workload import Workload
+from specmon.model.charts.levelrow import LevelRow
 from specmon.model.sweeps.results import read_results
-from specmon.model.sweeps.sweepstats import RequestRecord
+from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times, ks_critical, ks_exponential
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, level_warnings, run_sweep
 
@@ -147,6 +149,9 @@ async def test_a_schedule_the_generator_cannot_keep_is_said_while_it_runs_and_in
     assert said and said[0] < ended, [u for u in updates if isinstance(u, SweepNotice)]
     live = updates[said[0]]
     assert isinstance(live, SweepNotice) and "requests due and not yet sent" in live.message, live.message
+    seen = updates[said[0] - 1]   # the progress summary that showed it: the live row and status line say it too
+    assert isinstance(seen, SweepProgress) and seen.backlog and LevelRow.of_live(seen).client == "BEHIND"
+    assert f"BEHIND: {seen.backlog} due and not sent" in _progress_line(seen)
     assert level.behind and level.achieved_rate is not None and level.achieved_rate < 20000.0 * 0.99
     recs = records_of(tmp_path / "r.requests.jsonl")[20000.0]
     assert level.backlog_max is not None and level.backlog_max > 100, level.backlog_max

@@ -60,6 +60,7 @@ DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence tim
 USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
+_TOO_LONG = f"one SSE event is longer than {SSE_EVENT_MAX >> 20} MiB"
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
 LOOK_NS = 50_000          # the most often ArrivalWatch asks the kernel which sockets got bytes (~1 us a look)
 PEEK_AFTER_NS = 200_000   # a look this long after the last one takes the kernel's receive times (a syscall a socket)
@@ -212,7 +213,7 @@ class StreamClient:
             buf = buf + raw if buf else raw
             if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
                 if len(buf) > SSE_EVENT_MAX:   # one endless line must not take the memory
-                    s.fail("malformed_sse", f"one SSE event is longer than {SSE_EVENT_MAX >> 20} MiB")
+                    s.fail("malformed_sse", _TOO_LONG)
                     return
                 continue
             if b"\r" in buf:
@@ -238,8 +239,13 @@ class StreamClient:
                         s.handled_max_ns = t - at
                 if self._event(ev, s, at):
                     return
-        if buf.strip():
-            self._event(buf.strip(), s, t)   # a last event without its blank line
+        last = buf.strip()
+        if last:   # a last event without its blank line, or one the stream was cut inside of
+            data = _data_of(last)
+            if data is not None and data != b"[DONE]" and not _is_json(data):
+                s.fail("truncated", f"stream ended inside an event after {len(s.times)} text chunks: {data[:80]!r}")
+            else:
+                self._event(last, s, t)
         if s.error is None and not s.done:
             # Some servers (transformers serve) end with the usage/finish chunk and no [DONE]: complete.
             if s.last is None:
@@ -250,7 +256,11 @@ class StreamClient:
                 s.fail("truncated", f"stream ended after {len(s.times)} text chunks, without a finish reason or [DONE]")
 
     def _event(self, ev: bytes, s: Stream, t: int) -> bool:
-        """Handle one SSE event read at time t; True when the stream must stop (an error event)."""
+        """Handle one SSE event read at time t; True when the stream must stop (an error event, or one past the
+        cap: its end may come in the same read as the bytes that took it past)."""
+        if len(ev) > SSE_EVENT_MAX:
+            s.fail("malformed_sse", _TOO_LONG)
+            return True
         if ev.startswith(b"data: "):
             payload = ev[6:]
         elif ev.startswith(b"data:"):
@@ -668,6 +678,14 @@ def _has_finish_reason(payload: bytes) -> bool:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
     return bool(choices[0].get("finish_reason"))
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _data_of(event: bytes) -> bytes | None:
