@@ -7,7 +7,8 @@ chunk handling delays) and reports progress and the result. A driver sends the l
 - `OpenLoop`: each arrival of the level's schedule is a task that sleeps until its time (absolute, from the level's
   start, so a late send never shifts the ones after it) and sends, whatever is still in flight; the next arrival's
   task is made when one goes out; with a max-concurrency cap a request whose arrival finds every slot taken waits
-  for one. Each record notes how late its send was against the schedule.
+  for one. Each record notes how late its send was against the schedule (to the moment its bytes went to the
+  socket), and each progress summary how many requests are due and not yet sent and how late the oldest is.
 """
 
 from __future__ import annotations
