@@ -49,6 +49,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "sse_server.py"
 BURST_SERVER = ROOT / "tests" / "burst_server.py"
+REFERENCE = ROOT / "bench" / "openloop_reference.py"
 
 CLIENT_CPU_ENV = "SPECMON_BENCH_CLIENT_CPUS"
 CLIENT_CPUS = [1]   # the client's CPUs (main sets them from cpu_plan; the child reads them from CLIENT_CPU_ENV)
@@ -101,6 +102,7 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
             errors = burst_errors(url, Path(d) / "records.jsonl")
     lv = levels[0]
     return {**errors, "cpu_s": lv["client"]["cpu_s"], "chunks": lv["client"]["chunks"], "wall_s": lv["duration_s"],
+            "requests": lv["requests_ok"] + lv["requests_failed"], "processes": processes,
             "ok": lv["requests_ok"], "itl_p50_ms": lv["itl_ms"]["p50"], "itl_p99_ms": lv["itl_ms"]["p99"],
             "lag_p99_ms": lv["client"]["loop_lag_ms_p99"], "cpu_wait_s": lv["client"]["cpu_wait_s"],
             "late_p50_ms": (lv.get("send_late_ms") or {}).get("p50"), "late_p99_ms": (lv.get("send_late_ms") or {}).get("p99"),
@@ -173,7 +175,16 @@ def child_main(kind: str, url: str, c: float, n: int, output_len: int) -> None:
     import uvloop
 
     processes = len(cpus)
-    if kind == "specmon-open":
+    if kind == "reference":   # bench/openloop_reference.py, on the same CPUs
+        sys.path.insert(0, str(REFERENCE.parent))
+        from openloop_reference import main as reference
+
+        result = uvloop.run(reference(url, c, n, output_len))
+    elif kind == "specmon-open-auto":   # as many processes as specmon picks for this rate on these CPUs
+        from specmon.loadgen.shards import auto_processes
+
+        result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True, processes=auto_processes((c,))))
+    elif kind == "specmon-open":
         result = uvloop.run(run_specmon(url, c, n, output_len, open_loop=True, processes=processes))
     elif kind.startswith("specmon-burst-"):   # one process: the "read" case patches this process's client
         result = uvloop.run(run_specmon(url, c, n, output_len, burst=kind.rsplit("-", 1)[1]))
@@ -261,7 +272,7 @@ def cpu_plan(server_cpus: int, client_cpus: int) -> tuple[list[int], list[int], 
 
 
 def measure(kind: str, url: str, c: float, n: int, output_len: int) -> Figures:
-    cpus = CLIENT_CPUS if kind.startswith("specmon") else CLIENT_CPUS[:1]   # plain httpx: one process
+    cpus = CLIENT_CPUS if kind.startswith("specmon") or kind == "reference" else CLIENT_CPUS[:1]   # plain httpx: one
     out = subprocess.run([sys.executable, __file__, "--child", kind, url, str(c), str(n), str(output_len)],
                          capture_output=True, text=True, timeout=600,
                          env={**os.environ, CLIENT_CPU_ENV: ",".join(map(str, cpus))})
@@ -282,6 +293,31 @@ def row(case: str, kind: str, c: float | str, r: Figures) -> str:
             f"{r['chunks'] / r['wall_s']:>10.0f} {r['wall_s']:>7.1f} {p50:>8} {p99:>8} {lag:>8} {wait:>9}{late}")
 
 
+def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> None:
+    """specmon's open loop (its default processes for the client CPUs) and the reference client, one after the
+    other against the same server, three runs a rate: what each sent, how late (taken when the request went to the
+    socket, both), and CPU per request (specmon's: its generator processes' during the level; the reference's: its
+    process's from the first arrival to the last response)."""
+    print(f"open loop vs bench/openloop_reference.py: 16 tokens a request, 10 ms apart; {seconds:g} s of schedule a run;"
+          f" lateness p50/p99 in ms, CPU in us a request")
+    print(f"{'rate':>6} {'run':>3} | {'specmon sent':>12} {'late p50':>8} {'p99':>8} {'us/req':>7} {'procs':>5} | "
+          f"{'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9}  load")
+    server = Server(0.010, server_cpus)
+    try:
+        for rate in rates:
+            for run in range(1, 4):
+                n = max(1, round(rate * seconds))
+                sm = measure("specmon-open-auto", server.url, rate, n, 16)
+                ref = measure("reference", server.url, rate, n, 16)
+                sm_us, ref_us = sm["cpu_s"] * 1e6 / sm["requests"], ref["cpu_s"] * 1e6 / ref["requests"]
+                print(f"{rate:>6g} {run:>3} | {sm['achieved_rate']:>12.1f} {sm['late_p50_ms']:>8.2f} "
+                      f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} | {ref['achieved_rate']:>9.1f} "
+                      f"{ref['late_p50_ms']:>8.2f} {ref['late_p99_ms']:>8.2f} {ref_us:>7.0f} | {sm_us / ref_us:>9.2f}  "
+                      f"{os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        server.stop()
+
+
 def main() -> None:
     global CLIENT_CPUS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -294,6 +330,11 @@ def main() -> None:
                     help="server processes, one per CPU (default: 1 on a small box, (CPUs-1)//2 up to 8 on a big one)")
     ap.add_argument("--client-processes", type=int, default=1, metavar="M",
                     help="specmon's load generator processes (--processes), each on a CPU of its own (default 1)")
+    ap.add_argument("--vs-reference", action="store_true",
+                    help="only the open loop beside bench/openloop_reference.py, three runs a rate (--ref-rates)")
+    ap.add_argument("--ref-rates", default="500,1000,2000,4000", metavar="R,R,...",
+                    help="--vs-reference rates (default 500,1000,2000,4000)")
+    ap.add_argument("--seconds", type=float, default=5.0, help="--vs-reference: seconds of schedule a run (default 5)")
     ap.add_argument("--child", nargs=5, metavar=("KIND", "URL", "C", "N", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -307,6 +348,9 @@ def main() -> None:
           "(other work on the box inflates CPU figures and ITL tails)")
     print(f"server: {len(server_cpus)} process(es) on CPUs {','.join(map(str, server_cpus))}; client "
           f"({len(CLIENT_CPUS)} generator process(es)) on CPUs {','.join(map(str, CLIENT_CPUS))} ({how})")
+    if args.vs_reference:
+        vs_reference([float(x) for x in args.ref_rates.split(",")], args.seconds, server_cpus)
+        return
     print(f"{'case':<13} {'client':<12} {'C':>7} {'chunks':>9} {'cpu_s':>8} {'us/chunk':>9} {'chunks/s':>10} "
           f"{'wall_s':>7} {'ITL p50':>8} {'ITL p99':>8} {'lag p99':>8} {'cpu wait':>9}")
     print("(lag p99: generator event-loop lag, ms; cpu wait: seconds the generator was runnable but had no CPU;\n"

@@ -9,6 +9,8 @@ every POST gets the behaviour named by `mode`:
 - `usage`: a normal short stream whose final usage chunk carries the JSON text given as `usage` (e.g. `10**400`).
 - `silent`: reads the request and never answers (not even a status line), connection held open.
 - `endless_line`: one SSE event that never ends (`data: {"x` and then 64 KiB of `x` after 64 KiB, forever).
+- `cut_event`: a body delimited by the connection's end (no chunking, no length): one text event, then the first 40
+  bytes of the next, then the connection is reset (RST).
 
 `get` names what GETs do instead of answering /v1/models normally (other paths get 404):
 - `trickle`: /v1/models announces 1000 bytes and sends one every 2 s;
@@ -30,9 +32,12 @@ import argparse
 import asyncio
 import contextlib
 import json
+import socket
+import struct
 
 MODELS = json.dumps({"object": "list", "data": [{"id": "fixture-model", "object": "model"}]}).encode()
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+CLOSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"   # body to the end
 
 
 def text_event(content: str) -> bytes:
@@ -86,7 +91,7 @@ class HostileServer:
                 self.requests += 1
                 if self.mode == "silent":
                     await asyncio.sleep(3600)
-                writer.write(HEAD)
+                writer.write(CLOSE_HEAD if self.mode == "cut_event" else HEAD)
                 await getattr(self, "_" + self.mode)(writer)
                 writer.write(b"0\r\n\r\n")
                 await writer.drain()
@@ -145,6 +150,14 @@ class HostileServer:
             writer.write(block)
             await writer.drain()
 
+    async def _cut_event(self, writer: asyncio.StreamWriter) -> None:
+        writer.write(text_event("a") + text_event("b")[:40])
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()   # closed with linger 0: a reset
+        raise ConnectionResetError   # nothing more on this connection
+
     async def _bad_chunk_size(self, writer: asyncio.StreamWriter) -> None:
         writer.write(chunk(text_event("a")))
         await writer.drain()
@@ -176,7 +189,8 @@ async def _serve(port: int, mode: str, usage: str, get: str) -> None:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, required=True)
-    ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage", "endless_line"))
+    ap.add_argument("--mode", required=True, choices=("bad_chunk_size", "endless_chunks", "usage", "endless_line",
+                                                      "cut_event"))
     ap.add_argument("--usage", default="{}")
     ap.add_argument("--get", default="ok", choices=("ok", "trickle", "huge", "long_id", "huge_info", "deep",
                                                     "metrics_huge", "metrics_endless", "metrics_unframed"))

@@ -13,7 +13,7 @@ from aiohttp import web
 from hostile_http import HostileServer
 from sse_server import ServerState, serve
 
-from specmon.loadgen.client import WATCH, ArrivalWatch, Stream, StreamClient
+from specmon.loadgen.client import SSE_EVENT_MAX, WATCH, ArrivalWatch, Stream, StreamClient
 from specmon.loadgen.runner import cpu_wait_s
 from specmon.loadgen.workload import RequestFactory, Workload
 
@@ -174,6 +174,31 @@ async def test_last_event_without_blank_line_still_counts() -> None:
 
     s = await send_to(handler)
     assert s.error is None and s.output_tokens == 2 and len(s.times) == 2
+
+
+async def test_a_stream_cut_inside_an_event_is_truncated_not_malformed() -> None:
+    """A body that ends with the connection (no chunking, no length) reset after half an event: the server cut the
+    stream, it did not send bad data (the half event was taken for a last event without its blank line)."""
+    s = await _send_hostile("cut_event", timeout_s=10.0)
+    assert s.error == "truncated" and len(s.times) == 1, (s.error, s.detail)
+    assert "inside an event" in (s.detail or ""), s.detail
+
+
+async def test_an_event_past_the_cap_is_refused_when_its_end_comes_in_the_read_that_crosses_it() -> None:
+    """The 4 MiB event cap held only while an event's end had not come: a read that crossed the cap and held the
+    event's end let the whole event through (parsed as JSON, however long)."""
+    head = b'data: {"x":"'
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(_event("a") + b"\n\n" + head + b"x" * (SSE_EVENT_MAX - 64))   # under the cap, not ended
+        await asyncio.sleep(0.3)   # the client takes all of that in
+        await resp.write(b"x" * 128 + b'"}\n\n' + b"data: [DONE]\n\n")   # past the cap, and its end
+        return resp
+
+    s = await send_to(handler)
+    assert s.error == "malformed_sse" and "longer than 4 MiB" in (s.detail or ""), (s.error, s.detail)
 
 
 async def _send_hostile(mode: str, timeout_s: float, deadline_s: float | None = None, usage: str = "{}") -> Stream:

@@ -20,6 +20,7 @@ import pytest
 from sse_server import ServerState, serve
 
 from specmon.errors import UserError
+from specmon.loadgen.shards import OPEN_LOOP_RATE_PER_PROCESS
 from specmon.loadgen.workload import Workload
 from specmon.model.config import SweepDefaults, load_config
 from specmon.model.sweeps.results import read_results
@@ -207,3 +208,16 @@ def test_processes_default_to_one_per_four_cpus(monkeypatch: pytest.MonkeyPatch)
     assert workload_from(SweepDefaults(processes=2)).processes == 2
     assert workload_from(SweepDefaults(processes=2), WorkloadOverrides(processes=5)).processes == 5
     assert workload_from(SweepDefaults(), WorkloadOverrides(rates=(5.0,), max_concurrency=2)).processes == 2
+
+
+def test_an_open_loop_gets_the_processes_its_rate_needs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open loop's default process count follows its highest rate (shards.OPEN_LOOP_RATE_PER_PROCESS a process),
+    one per CPU specmon may use at most, never fewer than a closed loop gets there; --processes still wins."""
+    per = OPEN_LOOP_RATE_PER_PROCESS
+    for cpus, rates, want in ((16, (per * 2,), 4), (4, (per * 2,), 2), (4, (per / 2, per * 4), 4),
+                              (16, (per * 8,), 8), (2, (per * 8,), 2), (1, (per * 3,), 1), (16, (per / 10,), 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda pid, n=cpus: set(range(n)))
+        assert workload_from(SweepDefaults(), WorkloadOverrides(rates=rates)).processes == want, (cpus, rates)
+    assert workload_from(SweepDefaults(), WorkloadOverrides(levels=(64,))).processes == 4   # closed loop: unchanged
+    assert workload_from(SweepDefaults(processes=1), WorkloadOverrides(rates=(per * 8,))).processes == 1
+    assert workload_from(SweepDefaults(), WorkloadOverrides(rates=(per * 8,), processes=3)).processes == 3

@@ -6,6 +6,8 @@
 - Above capacity (a sim that runs at most 4 requests at a time, ~16 req/s of 16-token requests, offered 40 req/s):
   TTFT grows over the level and the level is flagged over capacity, while a level at 4 req/s is not.
 - Goodput: the share meeting an SLO equals the share recomputed here from the per-request records file.
+- A rate no generator process keeps (20,000 req/s): the sweep says so while the level runs, and the level says it
+  was behind, what it sent and how many requests waited at once.
 
 The box may be busy: where the generator could not keep its schedule, its own figures (lateness, client health)
 say so, and the checks that depend on timing read the schedule it recorded instead of the sends.
@@ -18,12 +20,15 @@ from pathlib import Path
 
 import pytest
 from simproc import start_sim
+from sse_server import ServerState, serve
 
+from specmon.commands.sweep import _progress_line
 from specmon.loadgen.workload import Workload
+from specmon.model.charts.levelrow import LevelRow
 from specmon.model.sweeps.results import read_results
-from specmon.model.sweeps.sweepstats import RequestRecord
+from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times, ks_critical, ks_exponential
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, level_warnings, run_sweep
 
 pytestmark = pytest.mark.slow
 
@@ -121,3 +126,40 @@ def good_count(recs: list[RequestRecord], slo: dict[str, float]) -> int:
 
 def share_meeting(recs: list[RequestRecord], slo: dict[str, float]) -> float:
     return good_count(recs, slo) / len(recs)
+
+
+@pytest.mark.timeout(300)
+async def test_a_schedule_the_generator_cannot_keep_is_said_while_it_runs_and_in_the_result(tmp_path: Path) -> None:
+    """5,000 requests due within 0.25 s (20,000 req/s, more than one process sends on any machine): the requests
+    due and not yet sent pile up, and the sweep says so at a progress summary during the level, before its result;
+    the result is marked behind with what was sent and the most requests that waited at once (the records agree)."""
+    runner, port = await serve(ServerState(interval_s=0.0))
+    updates: list[SweepUpdate] = []
+    wl = Workload(levels=(1,), rates=(20000.0,), requests_per_level=5000, input_len=8, output_len=2,
+                  warmup_requests=2, timeout_s=60)
+    try:
+        result = await run_sweep(SweepSpec(url=f"http://127.0.0.1:{port}", workload=wl, out_path=tmp_path / "r.jsonl"),
+                                 updates.append)
+    finally:
+        await runner.cleanup()
+    (level,) = result.levels
+    assert level.requests_ok == 5000
+    said = [i for i, u in enumerate(updates) if isinstance(u, SweepNotice) and "behind its schedule" in u.message]
+    ended = next(i for i, u in enumerate(updates) if u is level)
+    assert said and said[0] < ended, [u for u in updates if isinstance(u, SweepNotice)]
+    live = updates[said[0]]
+    assert isinstance(live, SweepNotice) and "requests due and not yet sent" in live.message, live.message
+    seen = updates[said[0] - 1]   # the progress summary that showed it: the live row and status line say it too
+    assert isinstance(seen, SweepProgress) and seen.backlog and LevelRow.of_live(seen).client == "BEHIND"
+    assert f"BEHIND: {seen.backlog} due and not sent" in _progress_line(seen)
+    assert level.behind and level.achieved_rate is not None and level.achieved_rate < 20000.0 * 0.99
+    recs = records_of(tmp_path / "r.requests.jsonl")[20000.0]
+    assert level.backlog_max is not None and level.backlog_max > 100, level.backlog_max
+    # The most waiting at once, counted from the records: each request due at its send less its lateness.
+    events = sorted([(r.start_s - (r.late_ms or 0.0) / 1000, 1) for r in recs] + [(r.start_s, -1) for r in recs])
+    waiting = [0]
+    for _, step in events:
+        waiting.append(waiting[-1] + step)
+    assert level.backlog_max == max(waiting)
+    (warning,) = [w for w in level_warnings(level) if "behind its schedule" in w]
+    assert f"sent {level.achieved_rate:.1f} req/s" in warning and f"up to {level.backlog_max} requests" in warning

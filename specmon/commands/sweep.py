@@ -22,7 +22,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates, served_model_names
 from specmon.model.sweeps.results import LevelResult, SweepResult
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import SweepProgress, falling_behind
 from specmon.model.text.numbers import counted
 from specmon.model.workload.datasets import DATASETS
 from specmon.model.workload.goodput import parse_slo
@@ -277,8 +277,10 @@ def _progress_line(p: SweepProgress) -> str:
     target = f"/{p.requests_target}" if p.requests_target else f" in {p.elapsed_s:.0f}/{p.duration_target_s:.0f} s"
     ttft = "-" if p.ttft_p50_ms is None else f"{p.ttft_p50_ms:.0f} ms"
     where = f"C={p.concurrency}" if p.rate is None else f"{p.rate:g} req/s"
+    behind = f", BEHIND: {p.backlog} due and not sent" if falling_behind(p) else ""
     return (f"level {p.level_index + 1}/{p.level_count} {where}: {p.requests_done}{target} done, "
-            f"{p.in_flight} in flight, {p.output_tok_s:.0f} tok/s, TTFT p50 {ttft}, lag {p.loop_lag_ms or 0:.1f} ms")
+            f"{p.in_flight} in flight, {p.output_tok_s:.0f} tok/s, TTFT p50 {ttft}, lag {p.loop_lag_ms or 0:.1f} ms"
+            f"{behind}")
 
 
 def _levels(text: str) -> tuple[int, ...]:

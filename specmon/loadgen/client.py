@@ -17,6 +17,8 @@ Why it is built this way (figures in /work/shared/reference/loadgen.md §1, §6)
   takes the stamp of the read piece holding its last byte.
 - Per event the hot path is one C-level regex search: only non-text events (the role chunk, the finish chunk,
   the final usage chunk, errors) are parsed as JSON.
+- A request's start (the origin of its TTFT and E2E, and what an open loop's lateness counts to) is the moment its
+  bytes are handed to the socket (the end of aiohttp's body write, _StampedRequest), not the call into aiohttp.
 - Every request ends by its own deadlines whatever the server sends: a watchdog timer (one per request, re-armed
   at most once per silence period) cuts a stream that has been silent for `timeout_s` or has run `deadline_s`.
   aiohttp's own read timeout is off: it is not enough (it never fires on a stream of endless small chunks, and a
@@ -29,6 +31,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import contextvars
 import functools
 import json
 import re
@@ -38,6 +41,7 @@ import struct
 import sys
 import termios
 from collections import deque
+from collections.abc import Callable, Coroutine
 from fcntl import ioctl
 from time import perf_counter_ns, time_ns
 from typing import Any
@@ -45,7 +49,10 @@ from typing import Any
 import aiohttp
 import httpx
 import yarl
+from aiohttp.abc import AbstractStreamWriter
 from aiohttp.client_proto import ResponseHandler
+from aiohttp.client_reqrep import ClientRequest
+from aiohttp.connector import Connection
 from httpx_aiohttp import AiohttpTransport
 
 READ_BUFSIZE = 10 * 1024 * 1024
@@ -53,6 +60,7 @@ DEADLINE_FACTOR = 10   # a request's default end-to-end deadline, in silence tim
 USAGE_MAX = 10**8      # tokens one response can plausibly report (100 M: well past any context length)
 _DETAIL_MAX = 200
 SSE_EVENT_MAX = 4 << 20   # one SSE event (a chunk is a few hundred bytes): a stream past it is malformed, not buffered
+_TOO_LONG = f"one SSE event is longer than {SSE_EVENT_MAX >> 20} MiB"
 ARRIVALS_KEPT = 128       # socket-read stamps a connection keeps for its stream to consume
 LOOK_NS = 50_000          # the most often ArrivalWatch asks the kernel which sockets got bytes (~1 us a look)
 PEEK_AFTER_NS = 200_000   # a look this long after the last one takes the kernel's receive times (a syscall a socket)
@@ -68,11 +76,12 @@ _TEXT = {
 class Stream:
     """The state of one in-flight request; `times` (ns) grows by one per text-carrying chunk."""
 
-    __slots__ = ("start_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status", "end_ns",
-                 "last", "heard_ns", "handled_max_ns")
+    __slots__ = ("start_ns", "sent_ns", "times", "output_tokens", "prompt_tokens", "done", "error", "detail", "status",
+                 "end_ns", "last", "heard_ns", "handled_max_ns")
 
     def __init__(self) -> None:
         self.start_ns = 0
+        self.sent_ns = 0   # when the request's bytes were handed to the socket (0: they never were)
         self.times: list[int] = []
         self.output_tokens: int | None = None
         self.prompt_tokens: int | None = None
@@ -84,6 +93,12 @@ class Stream:
         self.last: bytes | None = None   # the last data payload: tells a finished stream from a cut one
         self.heard_ns = 0                # when the server last sent anything (the watchdog's silence clock)
         self.handled_max_ns = 0          # longest a chunk waited between its arrival and this stream's code seeing it
+
+    @property
+    def sent_at(self) -> int:
+        """When the request was sent: its bytes handed to the socket, or (never sent) the call into the client. A
+        record's start, the origin of its TTFT and E2E, and the moment an open loop's lateness counts to."""
+        return self.sent_ns or self.start_ns
 
     def fail(self, kind: str, detail: str) -> None:
         if self.error is None:
@@ -109,7 +124,7 @@ class StreamClient:
                 # aiohttp's own protocol, stamping each socket read (see _StampingProtocol)
                 connector._factory = functools.partial(  # type: ignore[assignment]
                     _StampingProtocol, loop=asyncio.get_running_loop())
-            return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE)
+            return aiohttp.ClientSession(connector=connector, read_bufsize=READ_BUFSIZE, request_class=_StampedRequest)
 
         connect_s = min(10.0, timeout_s)
         self._session = session()
@@ -144,6 +159,7 @@ class StreamClient:
         It returns within about timeout_s of the server's last byte and within deadline_s of its start.
         """
         s.start_ns = s.heard_ns = perf_counter_ns()
+        _SENDING.set(s)
         WATCH.look(s.start_ns)
         watchdog = _Watchdog(s, self._silence_s, self.deadline_s)
         try:
@@ -197,7 +213,7 @@ class StreamClient:
             buf = buf + raw if buf else raw
             if b"\n\n" not in buf and b"\r\n\r\n" not in buf:
                 if len(buf) > SSE_EVENT_MAX:   # one endless line must not take the memory
-                    s.fail("malformed_sse", f"one SSE event is longer than {SSE_EVENT_MAX >> 20} MiB")
+                    s.fail("malformed_sse", _TOO_LONG)
                     return
                 continue
             if b"\r" in buf:
@@ -223,8 +239,13 @@ class StreamClient:
                         s.handled_max_ns = t - at
                 if self._event(ev, s, at):
                     return
-        if buf.strip():
-            self._event(buf.strip(), s, t)   # a last event without its blank line
+        last = buf.strip()
+        if last:   # a last event without its blank line, or one the stream was cut inside of
+            data = _data_of(last)
+            if data is not None and data != b"[DONE]" and not _is_json(data):
+                s.fail("truncated", f"stream ended inside an event after {len(s.times)} text chunks: {data[:80]!r}")
+            else:
+                self._event(last, s, t)
         if s.error is None and not s.done:
             # Some servers (transformers serve) end with the usage/finish chunk and no [DONE]: complete.
             if s.last is None:
@@ -235,7 +256,11 @@ class StreamClient:
                 s.fail("truncated", f"stream ended after {len(s.times)} text chunks, without a finish reason or [DONE]")
 
     def _event(self, ev: bytes, s: Stream, t: int) -> bool:
-        """Handle one SSE event read at time t; True when the stream must stop (an error event)."""
+        """Handle one SSE event read at time t; True when the stream must stop (an error event, or one past the
+        cap: its end may come in the same read as the bytes that took it past)."""
+        if len(ev) > SSE_EVENT_MAX:
+            s.fail("malformed_sse", _TOO_LONG)
+            return True
         if ev.startswith(b"data: "):
             payload = ev[6:]
         elif ev.startswith(b"data:"):
@@ -302,10 +327,11 @@ class _Watchdog:
     "timeout" error; any other cancellation (the sweep stopping) still propagates.
     """
 
-    __slots__ = ("_s", "_silence_ns", "_end_ns", "_task", "_handle", "_fired", "reason")
+    __slots__ = ("_s", "_silence_ns", "_deadline_s", "_end_ns", "_task", "_handle", "_fired", "reason")
 
     def __init__(self, s: Stream, silence_s: float, deadline_s: float) -> None:
         self._s = s
+        self._deadline_s = deadline_s
         self._silence_ns = int(silence_s * 1e9)
         self._end_ns = s.start_ns + int(deadline_s * 1e9)
         self._task = asyncio.current_task()
@@ -322,7 +348,7 @@ class _Watchdog:
     def _check(self) -> None:
         now = perf_counter_ns()
         if now >= self._end_ns:
-            self.reason = f"request still running after its {(self._end_ns - self._s.start_ns) / 1e9:g} s deadline"
+            self.reason = f"request still running after its {self._deadline_s:g} s deadline"
         elif now - self._s.heard_ns >= self._silence_ns:
             self.reason = f"no data from the server for {self._silence_ns / 1e9:g} s"
         else:
@@ -448,6 +474,10 @@ class ArrivalWatch:
                 ioctl(fd, _FIONREAD, unread, True)
             except OSError:   # closed under us: its owner says goodbye next
                 continue
+            if not unread[0]:
+                # The loop has read it all already (the socket being read, or one read since the last look): a
+                # sighting of nothing cuts no read, and a peek at an empty socket fails (a raised OSError).
+                continue
             t = now
             if peek:
                 t = self._kernel_time(fd) - offset
@@ -504,6 +534,66 @@ _FIONREAD = getattr(termios, "FIONREAD", 0x541B)   # Linux's value where termios
 _STAMP_SPACE = socket.CMSG_SPACE(_TIMESPEC.size) if hasattr(socket, "CMSG_SPACE") else 0
 _EDGE_IN = getattr(select, "EPOLLIN", 0) | getattr(select, "EPOLLET", 0)
 WATCH = ArrivalWatch()
+
+
+_SENDING: contextvars.ContextVar[Stream] = contextvars.ContextVar("specmon_sending")   # the task's request in hand
+
+
+class _StampedRequest(ClientRequest):
+    """aiohttp's request, its bytes handed to the socket in the loop pass that sends it, and the moment noted on the
+    stream being sent (StreamClient.send, in the task's context).
+
+    aiohttp writes the request line, headers and body together in its body write, a task of its own; before Python
+    3.12 (no eager tasks) that task first ran a loop pass later, after that pass's socket reads (3-5 ms late under a
+    3 ms read, measured), so here its first step runs at once: a bytes body is written whole in it. A write that has
+    to wait (the socket's buffer full) goes on in the task aiohttp makes."""
+
+    def write_bytes(self, writer: AbstractStreamWriter, conn: Connection,
+                    content_length: int | None = None) -> Coroutine[Any, Any, None]:
+        coro = super().write_bytes(writer, conn, content_length)
+        try:
+            waiting = coro.send(None)
+        except StopIteration:
+            _note_sent()
+            return _nothing()
+        except BaseException as exc:  # noqa: BLE001 - raised where aiohttp expects it: from its task
+            return _raise(exc)
+        return _go_on(coro, waiting)
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _raise(exc: BaseException) -> None:
+    raise exc
+
+
+async def _go_on(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+    """Run the rest of a coroutine whose first step has run and is waiting on `waiting` (a future, or None for a
+    bare yield), as its own task would."""
+    while True:
+        try:
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                await asyncio.wait((waiting,))
+        except asyncio.CancelledError as exc:
+            step: Callable[[], Any] = functools.partial(coro.throw, exc)
+        else:
+            step = functools.partial(coro.send, None)
+        try:
+            waiting = step()
+        except StopIteration:
+            _note_sent()
+            return
+
+
+def _note_sent() -> None:
+    """The request of the stream this task sends is in the socket now."""
+    s = _SENDING.get(None)
+    if s is not None and not s.sent_ns:
+        s.sent_ns = perf_counter_ns()
 
 
 class _StampingProtocol(ResponseHandler):
@@ -588,6 +678,14 @@ def _has_finish_reason(payload: bytes) -> bool:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         return False
     return bool(choices[0].get("finish_reason"))
+
+
+def _is_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return True
 
 
 def _data_of(event: bytes) -> bytes | None:

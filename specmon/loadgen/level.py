@@ -7,12 +7,14 @@ chunk handling delays) and reports progress and the result. A driver sends the l
 - `OpenLoop`: each arrival of the level's schedule is a task that sleeps until its time (absolute, from the level's
   start, so a late send never shifts the ones after it) and sends, whatever is still in flight; the next arrival's
   task is made when one goes out; with a max-concurrency cap a request whose arrival finds every slot taken waits
-  for one. Each record notes how late its send was against the schedule.
+  for one. Each record notes how late its send was against the schedule (to the moment its bytes went to the
+  socket), and each progress summary how many requests are due and not yet sent and how late the oldest is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import gc
 import itertools
@@ -75,6 +77,9 @@ class Level:
         self.acc = LevelAccumulator(setup.concurrency, rate=setup.rate, slo=slo)
         self.handled = LogHistogram()   # per request, the longest a chunk waited for its stream's code after arriving
         self.in_flight: set[Stream] = set()
+        # An open loop's schedule keeping, asked at each progress summary (OpenLoop.schedule_now): requests sent,
+        # requests due and not yet sent, how late the oldest of them is (ms).
+        self.schedule_now: Callable[[int], tuple[int, int, float | None]] | None = None
         self.first_error: str | None = None
         self.started_at = utc_now_iso()
         self.t0_ns = 0
@@ -96,7 +101,7 @@ class Level:
         """A request ended: record it (with `extra` fields: an open loop's rate, lateness, queueing)."""
         self.handled.add(s.handled_max_ns / 1e6)
         if s.error is None:
-            self.request_ns += s.end_ns - s.start_ns
+            self.request_ns += s.end_ns - s.sent_at
             self.requests_timed += 1
         if s.detail is not None:
             s.detail = redact(s.detail, self._secrets)   # error bodies may echo the key
@@ -108,7 +113,9 @@ class Level:
 
     def progress(self) -> None:
         setup, acc = self.setup, self.acc
-        elapsed = (time.perf_counter_ns() - self.t0_ns) / 1e9
+        now_ns = time.perf_counter_ns()
+        elapsed = (now_ns - self.t0_ns) / 1e9
+        sent, backlog, backlog_late_ms = self.schedule_now(now_ns) if self.schedule_now else (None, None, None)
         tpc = acc.tokens_per_chunk or 1.0
         live_tokens = acc.output_tokens + tpc * sum(len(s.times) for s in self.in_flight)
         cpu_now, wall = time.process_time(), time.perf_counter()
@@ -122,7 +129,8 @@ class Level:
             output_tok_s=round(live_tokens / elapsed, 2) if elapsed > 0 else 0.0,
             ttft_p50_ms=acc.ttft_live.quantile(50), tokens_per_chunk=acc.tokens_per_chunk,
             loop_lag_ms=round(self._take_lag_max(), 3), cpu_fraction=None if cpu_frac is None else round(cpu_frac, 3),
-            rate=setup.rate,
+            rate=setup.rate, sent=sent, backlog=backlog,
+            backlog_late_ms=None if backlog_late_ms is None else round(backlog_late_ms, 3),
         )
         self._emit_progress(p.to_dict())
 
@@ -185,8 +193,8 @@ class ClosedLoop:
                 await self._client.send(self._factory.body(c, i), s)
             finally:
                 level.in_flight.discard(s)
-            if self._first_start_ns is None or s.start_ns < self._first_start_ns:
-                self._first_start_ns = s.start_ns
+            if self._first_start_ns is None or s.sent_at < self._first_start_ns:
+                self._first_start_ns = s.sent_at
             self._latest_end_ns = max(self._latest_end_ns, s.end_ns)
             level.finish(s, self._factory.category(i), i)
             if s.error == "refused":
@@ -198,12 +206,37 @@ class OpenLoop:
     process that sends part k of n of the level sends arrivals k, k + n, k + 2n, ... of the schedule, with its
     share of the concurrency cap."""
 
-    def __init__(self, level: Level, client: StreamClient, factory: RequestFactory, times: Iterable[float],
-                 max_concurrency: int | None) -> None:
+    def __init__(self, level: Level, client: StreamClient, factory: RequestFactory,
+                 times: Callable[[], Iterable[float]], max_concurrency: int | None) -> None:
+        """`times()` gives the level's arrival times (seconds from its start), the same ones each call."""
         self._level, self._client, self._factory = level, client, factory
         self._times = times
         self._slots = asyncio.Semaphore(level.setup.share(max_concurrency)) if max_concurrency else None
         self._wakeup = Wakeup()   # made before the level's clock starts (a timerfd and its watch)
+        # The schedule kept, for progress: this part's arrivals counted as they fall due (a second pass over the
+        # schedule), those whose wait is over, those sent.
+        k, n = level.setup.part
+        self._due = itertools.islice(times(), k, None, n)
+        self._due_next: float | None = next(self._due, None)
+        self._due_count = 0
+        self._unsent: collections.deque[float] = collections.deque()   # due times counted and not yet woken
+        self._woken = 0
+        self._sent = 0
+        level.schedule_now = self.schedule_now
+
+    def schedule_now(self, now_ns: int) -> tuple[int, int, float | None]:
+        """(requests sent, requests due and not yet sent, how late the oldest of them is in ms) at `now_ns`; a request
+        held back by the max-concurrency cap is not behind (its wait is the cap's, recorded as queued_ms)."""
+        elapsed = (now_ns - self._level.t0_ns) / 1e9
+        unsent = self._unsent
+        while self._due_next is not None and self._due_next <= elapsed:
+            unsent.append(self._due_next)
+            self._due_count += 1
+            self._due_next = next(self._due, None)
+        backlog = self._due_count - self._woken
+        while len(unsent) > backlog:
+            unsent.popleft()
+        return self._sent, backlog, (elapsed - unsent[0]) * 1000.0 if unsent else None
 
     async def run(self) -> None:
         tasks: set[asyncio.Task[None]] = set()
@@ -212,7 +245,7 @@ class OpenLoop:
         try:
             label = f"r{self._level.setup.rate:g}"
             k, n = self._level.setup.part
-            for i, t in itertools.islice(enumerate(self._times), k, None, n):
+            for i, t in itertools.islice(enumerate(self._times()), k, None, n):
                 body = self._factory.body(label, i)   # built before the wait, so the send goes out on time
                 # The request's own task waits for its time and sends at once when it wakes: a dispatcher that woke
                 # and then started the task had it run a loop pass later (after the pass's socket reads). The next
@@ -236,6 +269,7 @@ class OpenLoop:
         finally:
             if not due.done():
                 due.set_result(None)
+        self._woken += 1
         # Lateness counts from the scheduled time, or from when a slot came free if the cap held this one back
         # (that wait is the cap doing its job: recorded as queued_ms).
         level, slots = self._level, self._slots
@@ -249,26 +283,27 @@ class OpenLoop:
                 await slots.acquire()
         s = Stream()
         level.in_flight.add(s)
+        self._sent += 1
         try:
             await self._client.send(body, s)
         finally:
             level.in_flight.discard(s)
             if slots is not None:
                 slots.release()
-        level.finish(s, self._factory.category(i), i, rate=level.setup.rate, late_ms=(s.start_ns - ready_ns) / 1e6,
+        level.finish(s, self._factory.category(i), i, rate=level.setup.rate, late_ms=(s.sent_at - ready_ns) / 1e6,
                      queued_ms=queued_ms)
 
 
 def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str | None,
             extra: dict[str, Any]) -> RequestRecord:
-    times = s.times
+    times, start_ns = s.times, s.sent_at
     ok = s.error is None
     gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
     return RequestRecord(
-        concurrency=c, index=i, start_s=(s.start_ns - t0_ns) / 1e9, end_s=(s.end_ns - t0_ns) / 1e9, ok=ok,
+        concurrency=c, index=i, start_s=(start_ns - t0_ns) / 1e9, end_s=(s.end_ns - t0_ns) / 1e9, ok=ok,
         error=s.error, detail=s.detail, status=s.status,
-        ttft_ms=(times[0] - s.start_ns) / 1e6 if ok and times else None,
-        e2e_ms=(times[-1] - s.start_ns) / 1e6 if ok and times else None,
+        ttft_ms=(times[0] - start_ns) / 1e6 if ok and times else None,
+        e2e_ms=(times[-1] - start_ns) / 1e6 if ok and times else None,
         chunks=len(times), output_tokens=s.output_tokens, prompt_tokens=s.prompt_tokens, itl_us=gaps, warmup=warmup,
         category=category, **extra,
     )

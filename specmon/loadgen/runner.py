@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
-import json
 import os
 import time
 from array import array
@@ -25,7 +25,7 @@ from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.lines import append_whole
 from specmon.loadgen.wakeup import Wakeup
-from specmon.loadgen.workload import RequestFactory, Workload
+from specmon.loadgen.workload import RequestFactory, Workload, compact_json
 from specmon.model.sweeps.sweepstats import RequestRecord, percentile
 from specmon.model.workload.arrivals import Schedule, connections_needed
 from specmon.model.workload.datasets import Dataset
@@ -98,7 +98,7 @@ class RecordsWriter:
 
     def write(self, r: RequestRecord) -> None:
         if self._fd is not None:
-            self._pending.append(json.dumps(r.to_dict(), separators=(",", ":")) + "\n")
+            self._pending.append(compact_json(r.to_dict()) + "\n")
 
     def flush(self) -> None:
         if self._fd is None or not self._pending:
@@ -194,7 +194,7 @@ class SweepRunner:
                            part=(self.part.k, self.part.n) if self.part else (0, 1))
         await self.client.preconnect(setup.share(c if rate is None else connections_needed(
             rate, self._request_s, n or 1, c, c or PRECONNECT_OPEN_LOOP, PRECONNECT_MOST)))
-        times = await self._schedule(idx, n or 0, rate) if rate is not None else ()
+        times = await self._schedule(idx, n or 0, rate) if rate is not None else tuple
         # The cyclic collector is paused during a level: its full collections stop every stream for 30 ms+
         # (measured), which would land in the ITL tail as client noise. httpx/aiohttp leave ~45 cyclic objects per
         # request, so the level's ticker collects once every GC_EVERY_REQUESTS requests to keep memory flat.
@@ -251,16 +251,17 @@ class SweepRunner:
         self.records.flush()
         self.emit(message)
 
-    async def _schedule(self, idx: int, n: int, rate: float) -> Iterable[float]:
-        """A level's arrival times, drawn lazily (a level's seed is the workload's plus its index). The gaps are
-        summed first, in blocks with a yield after each, so a stop is obeyed while a long schedule is summed."""
+    async def _schedule(self, idx: int, n: int, rate: float) -> Callable[[], Iterable[float]]:
+        """A level's arrival times, drawn lazily each time the callable returned is called (a level's seed is the
+        workload's plus its index). The gaps are summed first, in blocks with a yield after each, so a stop is
+        obeyed while a long schedule is summed."""
         schedule = Schedule(n, rate, self.w.burstiness, self.w.seed + idx)
         total = 0.0
         for part in schedule.gap_sums():
             total += part
             await asyncio.sleep(0)
         self._warn_far_first_arrival(schedule, total)
-        return schedule.times(total)
+        return functools.partial(schedule.times, total)
 
     def _warn_far_first_arrival(self, schedule: Schedule, total: float) -> None:
         """A level whose first request is due later than a request's deadline would sit silent: say so."""

@@ -29,18 +29,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.loadgen.runner import Emit, RecordsWriter, no_success_warning
 from specmon.loadgen.workload import Workload
+from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
 
 AUTO_MOST = 4                 # --processes not given: one per AUTO_CPUS CPUs this process may use, at most this
 AUTO_CPUS = 4
+# The open-loop rate one generator process is asked for at most by default. Measured (bench/loadgen_overhead.py
+# --vs-reference, one process on one core of the 16-CPU H200 host, 16 tokens a request 10 ms apart): 1,000 req/s
+# held within 1 % with lateness p99 4-8 ms, 2,000 req/s fell behind by seconds (issue 34); 750 keeps every process
+# below the rate where its lateness tail grows.
+OPEN_LOOP_RATE_PER_PROCESS = 750.0
 START_AHEAD_NS = 20_000_000   # a level starts this long after the last part is ready: the start line's way there
 EXIT_GRACE_S = 3.0
 PROGRESS_EVERY_S = 0.25
@@ -201,6 +209,11 @@ class ShardedSweep:
         _, _, count = self._phases[self._phase - 1]
         fractions = [p.cpu_fraction for p in parts if p.cpu_fraction is not None]
         lags = [p.loop_lag_ms for p in parts if p.loop_lag_ms is not None]
+        lates = [p.backlog_late_ms for p in parts if p.backlog_late_ms is not None]
+
+        def total(values: list[int | None]) -> int | None:
+            return None if None in values else sum(v for v in values if v is not None)
+
         merged = SweepProgress(
             concurrency=first.concurrency, level_index=first.level_index, level_count=first.level_count,
             phase=first.phase, elapsed_s=max(p.elapsed_s for p in parts),
@@ -210,6 +223,8 @@ class ShardedSweep:
             output_tok_s=round(sum(p.output_tok_s for p in parts), 2), ttft_p50_ms=self._acc.ttft_live.quantile(50),
             tokens_per_chunk=self._acc.tokens_per_chunk, loop_lag_ms=max(lags) if lags else None,
             cpu_fraction=max(fractions) if fractions else None, rate=first.rate,
+            sent=total([p.sent for p in parts]), backlog=total([p.backlog for p in parts]),
+            backlog_late_ms=max(lates) if lates else None,
         )
         self._emit(merged.to_dict())
 
@@ -239,15 +254,18 @@ class ShardedSweep:
             self._end()
 
 
-def auto_processes() -> int:
+def auto_processes(rates: Iterable[float] = ()) -> int:
     """How many generator processes a sweep gets when nobody says: one per AUTO_CPUS CPUs specmon may use, 1 to
-    AUTO_MOST (1 on a 2-core box, 4 on the 16-CPU H200 host, where one process holds an open loop of under 500 req/s
-    and four hold 1,000). A shared jump box keeps three quarters of its CPUs."""
+    AUTO_MOST (1 on a 2-core box, 4 on the 16-CPU H200 host), and for an open loop at least enough that no process
+    is asked for more than OPEN_LOOP_RATE_PER_PROCESS requests a second at the sweep's highest rate, one per CPU at
+    most. A shared jump box keeps three quarters of its CPUs unless the rate asked for needs them."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:   # not Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(AUTO_MOST, cpus // AUTO_CPUS))
+    default = max(1, min(AUTO_MOST, cpus // AUTO_CPUS))
+    top = max(rates, default=0.0)
+    return max(default, min(math.ceil(top / OPEN_LOOP_RATE_PER_PROCESS), cpus, MAX_PROCESSES))
 
 
 def part_of(text: str) -> tuple[int, int]:

@@ -61,6 +61,7 @@ class Wakeup:
         self._spec = _Itimerspec()
         self._libc = _libc()
         self._fd = -1
+        self._rang = False   # the timerfd rang during the current wait
         if self._libc is not None:
             fd = self._libc.timerfd_create(_CLOCK_MONOTONIC, _TFD_NONBLOCK | _TFD_CLOEXEC)
             if fd >= 0:
@@ -85,12 +86,14 @@ class Wakeup:
             # where the timerfd is seen among them and its waiter runs after all of them. Whichever comes first at
             # or after the due time wakes the waiter; the loop's timer coming early does nothing.
             timer = self._loop.call_later(left / 1e9, self._timer_fired, due_ns)
+            self._rang = False
             try:
                 await self._waiter
             finally:
                 timer.cancel()
                 self._waiter = None
-                self._arm(0)   # disarmed: a cancelled wait leaves no wake-up behind
+                if not self._rang:   # a timerfd that rang is disarmed (one-shot); else a cancelled wait or the
+                    self._arm(0)     # loop's timer woke it: disarmed, so no wake-up is left behind
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -111,6 +114,7 @@ class Wakeup:
             os.read(self._fd, 8)
         except BlockingIOError:   # disarmed after it turned readable
             return
+        self._rang = True
         self._wake()
 
     def _timer_fired(self, due_ns: int) -> None:

@@ -46,6 +46,9 @@ MAX_ARRIVALS = 10_000_000     # one open-loop level's schedule (drawn lazily, bu
 MAX_INPUT_LEN = 1 << 20       # synthetic prompt words (the longest contexts served)
 MAX_OUTPUT_LEN = 10**8        # = client.USAGE_MAX
 
+# JSON without spaces: request bodies and record lines (json.dumps with separators builds an encoder every call)
+compact_json = json.JSONEncoder(separators=(",", ":")).encode
+
 _WORDS = (
     "the of and to in is was for on that with as by at from his her an were are which this be has had not but "
     "they one all their also new first can more two time after who when year over into other people some only "
@@ -254,7 +257,7 @@ class RequestFactory:
             req["messages"] = list(prompt) if isinstance(prompt, tuple) else [{"role": "user", "content": prompt}]
         else:
             req["prompt"] = prompt if isinstance(prompt, str) else "\n".join(str(m["content"]) for m in prompt)
-        return json.dumps(req, separators=(",", ":")).encode()
+        return compact_json(req).encode()
 
 
 def _lengths(base: int, spread: float, n: int, rng: random.Random) -> list[int]:

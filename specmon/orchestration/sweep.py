@@ -48,7 +48,7 @@ from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.hosts.interpreter import python_module
 from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
-from specmon.model.sweeps.sweepstats import SweepProgress, client_bound
+from specmon.model.sweeps.sweepstats import SweepProgress, client_bound, falling_behind
 from specmon.model.text import textfile
 from specmon.model.text.numbers import counted
 from specmon.sources import timelimit
@@ -154,7 +154,7 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
     rates = o.rates if o.rates else (() if o.levels else defaults.rates)
     processes = o.processes or defaults.processes
     if processes is None:   # auto, within an open loop's cap (each process needs a slot of it)
-        processes = min(auto_processes(), o.max_concurrency or MAX_PROCESSES) if rates else auto_processes()
+        processes = min(auto_processes(rates), o.max_concurrency or MAX_PROCESSES) if rates else auto_processes()
     dataset = o.dataset or defaults.dataset
     dataset_path = o.dataset_path if o.dataset is not None else (o.dataset_path or defaults.dataset_path)
     return Workload(
@@ -322,6 +322,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     stderr_tail: deque[str] = deque(maxlen=20)
     drain = asyncio.ensure_future(_drain(proc.stderr, stderr_tail))
     ending: str | None = None
+    behind_said: set[int] = set()   # levels already said to be behind their schedule while they ran
     try:
         proc.stdin.write((json.dumps(child_spec) + "\n").encode())
         await proc.stdin.drain()
@@ -333,7 +334,11 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
                 continue
             kind = msg.get("type")
             if kind == "progress":
-                notify(SweepProgress.from_dict(msg))
+                progress = SweepProgress.from_dict(msg)
+                notify(progress)
+                if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == "level":
+                    behind_said.add(progress.level_index)   # once a level; the level's result says it again
+                    notify(SweepNotice(behind_notice(progress), "BEHIND", f"{progress.rate or 0:g} req/s"))
             elif kind == "level":
                 level = LevelResult.from_dict(msg["level"])
                 _append(spec.out_path, level.to_dict(), secrets, levels)
@@ -419,6 +424,21 @@ def level_name(level: LevelResult) -> str:
     return f"C={level.concurrency}" if level.rate is None else f"{level.rate:g} req/s"
 
 
+def _more_processes(processes: int | None) -> str:
+    had = "" if processes is None else f"; this level had {processes}"
+    return f"; more load generator processes spread that work (--processes, [sweep] processes{had})"
+
+
+def behind_notice(progress: SweepProgress) -> str:
+    """What the sweep says the moment an open-loop level falls behind its schedule (sweepstats.falling_behind)."""
+    rate = progress.rate or 0.0
+    sent = "" if progress.sent is None or progress.elapsed_s <= 0 else (
+        f", {progress.sent / progress.elapsed_s:.0f} req/s sent so far")
+    return (f"{rate:g} req/s: the load generator is behind its schedule: {progress.backlog} requests due and not yet "
+            f"sent, the oldest {progress.backlog_late_ms or 0:.0f} ms late{sent}; the offered load is not the one "
+            f"asked for{_more_processes(None)}")
+
+
 def level_warnings(level: LevelResult) -> list[str]:
     """What a user must know about a finished level before trusting it."""
     return [notice.message for notice in level_cautions(level)]
@@ -432,8 +452,7 @@ def level_cautions(level: LevelResult) -> list[SweepNotice]:
     def caution(text: str, flag: str | None = None) -> None:
         out.append(SweepNotice(text, flag, c if flag else None))
 
-    more_processes = (f"; more load generator processes spread that work (--processes, [sweep] processes; this "
-                      f"level had {level.client.processes})")
+    more_processes = _more_processes(level.client.processes)
     if level.usage_missing:
         caution(f"{c}: {level.usage_missing} responses had no usage; their tokens were counted from chunks "
                    "(wrong by the accept length under speculative decoding)")
@@ -452,8 +471,10 @@ def level_cautions(level: LevelResult) -> list[SweepNotice]:
         kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
         caution(f"{c}: {level.requests_failed} requests failed ({kinds})")
     if level.behind:
-        caution(f"{c}: the load generator fell behind its schedule (send lateness p99 "
-                f"{level.send_late_ms.p99:.1f} ms); the offered load was not the one asked for", "BEHIND")
+        sent = "" if level.achieved_rate is None else f"sent {level.achieved_rate:.1f} req/s, "
+        backlog = "" if level.backlog_max is None else f"up to {level.backlog_max} requests due and not yet sent, "
+        caution(f"{c}: the load generator fell behind its schedule ({sent}{backlog}send lateness p99 "
+                f"{level.send_late_ms.p99:.1f} ms); the offered load was not the one asked for{more_processes}", "BEHIND")
     if level.over_capacity:
         reasons: list[str] = []
         if level.served_rate is not None:

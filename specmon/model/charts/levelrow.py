@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from specmon.model.experiments.verdict import LevelSummary
 from specmon.model.sweeps.results import LevelResult
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import SweepProgress, falling_behind
 from specmon.model.text.numbers import NA, fmt_ms, fmt_number
 
 LEVEL_COLUMNS: tuple[str, ...] = ("series", "C", "out tok/s", "ITL p99", "tok/chunk", "TTFT p50", "TPOT p50", "client")
@@ -54,7 +54,8 @@ class LevelRow:
     def of_live(cls, progress: SweepProgress) -> LevelRow:
         """The level in progress, from the generator's running summary."""
         return cls(concurrency=progress.concurrency, output_throughput=progress.output_tok_s, rate=progress.rate,
-                   tokens_per_chunk=progress.tokens_per_chunk, ttft_p50_ms=progress.ttft_p50_ms, client="live")
+                   tokens_per_chunk=progress.tokens_per_chunk, ttft_p50_ms=progress.ttft_p50_ms,
+                   client="BEHIND" if falling_behind(progress) else "live")
 
     @classmethod
     def of_repeats(cls, level: LevelSummary) -> LevelRow:

@@ -22,10 +22,10 @@ Schema (version 1)::
                                      "loop_lag_ms_p99": 0.3, "bound": false,
                                      "cpu_wait_s": 0.01},
      ...open loop only: "rate": 4.0, "achieved_rate": 3.99, "served_rate": 3.9, "send_late_ms": {...},
-     "behind": false, "over_capacity": false, "ttft_growth": 1.1,
+     "behind": false, "backlog_max": 2, "over_capacity": false, "ttft_growth": 1.1,
      "categories": {"code": {"requests": 4, "output_tokens": 1024, "chunks": 300, "tokens_per_chunk": 3.41}, ...},
      ...open loop only: "rate": 4.0, "achieved_rate": 3.99, "served_rate": 3.9, "send_late_ms": {...},
-     "behind": false, "over_capacity": false, "ttft_growth": 1.1,
+     "behind": false, "backlog_max": 2, "over_capacity": false, "ttft_growth": 1.1,
      ...with --slo only: "goodput": 3.5, "good_share": 0.88}
 
 In an open-loop file (workload.mode "rate") a level's x value is its offered `rate`; its `concurrency` is the
@@ -231,6 +231,7 @@ class LevelResult:
     served_rate: float | None = None       # open loop: completions/s while arrivals were still coming
     send_late_ms: Stats = Stats()          # open loop: how late each send was against its schedule
     behind: bool = False                   # open loop: the generator fell behind its schedule
+    backlog_max: int | None = None         # open loop: the most requests due and not yet sent at one moment
     over_capacity: bool = False            # open loop: the server did not keep up with the offered rate
     ttft_growth: float | None = None       # open loop: TTFT p50 of the last quarter of arrivals / the first's
     goodput: float | None = None           # with an SLO: successful requests meeting every target, per second
@@ -248,7 +249,8 @@ class LevelResult:
         if self.rate is not None:
             d.update({
                 "rate": self.rate, "achieved_rate": _round(self.achieved_rate, 4), "served_rate": _round(self.served_rate, 4),
-                "send_late_ms": self.send_late_ms.to_dict(), "behind": self.behind, "over_capacity": self.over_capacity,
+                "send_late_ms": self.send_late_ms.to_dict(), "behind": self.behind, "backlog_max": self.backlog_max,
+                "over_capacity": self.over_capacity,
                 "ttft_growth": _round(self.ttft_growth, 3),
             })
         if self.goodput is not None:
@@ -329,6 +331,7 @@ class LevelResult:
             served_rate=_opt_float(d.get("served_rate"), f"{where}: served_rate"),
             send_late_ms=Stats.from_dict(d.get("send_late_ms"), f"{where}: send_late_ms"),
             behind=bool(d.get("behind", False)),
+            backlog_max=_opt_int(d.get("backlog_max"), f"{where}: backlog_max"),
             over_capacity=bool(d.get("over_capacity", False)),
             ttft_growth=_opt_float(d.get("ttft_growth"), f"{where}: ttft_growth"),
             goodput=_opt_float(d.get("goodput"), f"{where}: goodput"),
@@ -534,6 +537,14 @@ def _req_float(d: Mapping[str, Any], key: str, where: str) -> float:
 
 def _round(v: float | None, digits: int) -> float | None:
     return None if v is None else round(v, digits)
+
+
+def _opt_int(v: Any, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{where} must be an integer or null, got {v!r}")
+    return v
 
 
 def _opt_float(v: Any, where: str) -> float | None:

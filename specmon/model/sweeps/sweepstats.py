@@ -2,7 +2,8 @@
 
 Metric definitions (those of `vllm bench serve` and SGLang `bench_serving`, so numbers compare):
 
-- TTFT: request sent -> first SSE chunk carrying generated text (content, reasoning or completion text).
+- TTFT: request sent (its bytes handed to the socket) -> first SSE chunk carrying generated text (content,
+  reasoning or completion text).
 - E2E latency: request sent -> last chunk carrying generated text (the trailing usage-only chunk does not extend it).
 - Output tokens: `usage.completion_tokens` from the final usage chunk (`stream_options.include_usage`), never
   chunk counts: under speculative decoding one chunk carries several tokens. When a server sends no usage the
@@ -32,6 +33,10 @@ Open loop (a level at an offered request rate R, its requests sent on a schedule
   - the moment its slot came free: waiting for a slot is the cap working, recorded as `queued_ms`, not lateness).
   The level is flagged `behind` when lateness p99 exceeds LATE_BOUND_MS and LATE_GAP_SHARE of the mean gap
   between arrivals (1/R): the generator did not keep the schedule closely enough to give the load asked for.
+- Backlog: requests due (their scheduled time, or their slot's) and not yet sent; `backlog_max` is the most at one
+  moment over the level (from the records' send times and lateness). While a level runs, each progress summary
+  carries the backlog and how late its oldest request is: past the `behind` bound (`falling_behind`), the sweep
+  says so at once, not only when the level ends.
 - Achieved rate: requests sent / time from the level's start to the last send (R when the schedule was kept).
 - Served rate: successful completions per second between the first completion and the last scheduled arrival.
 - TTFT growth: TTFT p50 of the last quarter of arrivals (in schedule order) over that of the first quarter.
@@ -213,6 +218,19 @@ def client_skewed(handling_ms_p99: float | None, itl_p50_ms: float | None) -> bo
     return handling_ms_p99 > max(SKEW_FLOOR_MS, SKEW_SHARE * itl_p50_ms)
 
 
+def late_bound_ms(rate: float) -> float:
+    """How late sends may be (p99 of a level, or the oldest unsent request now) before the generator counts as
+    behind its schedule at this rate."""
+    return max(LATE_BOUND_MS, LATE_GAP_SHARE * 1000.0 / rate)
+
+
+def falling_behind(progress: SweepProgress) -> bool:
+    """Whether an open-loop level in progress is behind its schedule now: its oldest request due and not yet sent is
+    later than the level's `behind` bound."""
+    return (progress.rate is not None and progress.backlog_late_ms is not None
+            and progress.backlog_late_ms > late_bound_ms(progress.rate))
+
+
 def client_bound(cpu_s: float, duration_s: float, loop_lag_ms_p99: float | None) -> bool:
     """True when the generator's own load makes a level's timings untrustworthy."""
     if loop_lag_ms_p99 is not None and loop_lag_ms_p99 > LOOP_LAG_BOUND_MS:
@@ -250,6 +268,8 @@ class LevelAccumulator:
     decode: array = field(default_factory=lambda: array("d"))
     good: int = 0
     late: array = field(default_factory=lambda: array("d"))
+    due: array = field(default_factory=lambda: array("d"))     # open loop: each send's due time and its send time
+    sent: array = field(default_factory=lambda: array("d"))
     last_send_s: float | None = None
     ok_ends: array = field(default_factory=lambda: array("d"))
     ttft_by_index: list[tuple[int, float]] = field(default_factory=list)
@@ -262,6 +282,8 @@ class LevelAccumulator:
             self.last_send_s = r.start_s if self.last_send_s is None else max(self.last_send_s, r.start_s)
             if r.late_ms is not None:
                 self.late.append(r.late_ms)
+                self.due.append(r.start_s - r.late_ms / 1000.0)
+                self.sent.append(r.start_s)
             if r.ok:
                 self.ok_ends.append(r.end_s)
                 if r.ttft_ms is not None:
@@ -365,7 +387,7 @@ class LevelAccumulator:
         sent = self.requests_ok + self.requests_failed
         achieved = sent / self.last_send_s if self.last_send_s else None
         late = stats_of(self.late)
-        behind = late.p99 is not None and late.p99 > max(LATE_BOUND_MS, LATE_GAP_SHARE * 1000.0 / rate)
+        behind = late.p99 is not None and late.p99 > late_bound_ms(rate)
         # Completions while arrivals were still coming in: [first completion, last send].
         served: float | None = None
         short = False   # served rate significantly (3 sigma of its count) and clearly (10 %) below the offered
@@ -386,12 +408,23 @@ class LevelAccumulator:
                 grew = growth >= TTFT_GROWTH_BOUND and last - first >= TTFT_GROWTH_MIN_MS
         return {
             "rate": rate, "achieved_rate": achieved, "served_rate": served, "send_late_ms": late,
-            "behind": behind,
+            "behind": behind, "backlog_max": most_waiting(self.due, self.sent),
             # A send held back by the max-concurrency cap (not by a late generator) also means the load exceeded it.
             "over_capacity": grew or short or (achieved is not None and achieved < OVER_CAPACITY_SHARE * rate
                                                and not behind),
             "ttft_growth": growth,
         }
+
+
+def most_waiting(due: Sequence[float], sent: Sequence[float]) -> int:
+    """The most requests due and not yet sent at one moment, from each request's due and send times (a send at the
+    moment it is due never waits)."""
+    events = sorted([(t, 1) for t in due] + [(t, -1) for t in sent])
+    waiting = most = 0
+    for _, step in events:
+        waiting += step
+        most = max(most, waiting)
+    return most
 
 
 def level_from_records(
@@ -429,6 +462,9 @@ class SweepProgress:
     loop_lag_ms: float | None         # worst loop lag over the last interval
     cpu_fraction: float | None        # generator CPU over the last interval, fraction of one core
     rate: float | None = None         # open loop: the level's offered rate (concurrency is then the cap, or 0)
+    sent: int | None = None           # open loop: requests sent so far
+    backlog: int | None = None        # open loop: requests due and not yet sent
+    backlog_late_ms: float | None = None   # open loop: how late the oldest of them is (None: no backlog)
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": "progress", **{k: getattr(self, k) for k in self.__dataclass_fields__}}
