@@ -17,11 +17,12 @@ from textual.markup import escape
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from specmon.model.charts.chart import series_symbol
+from specmon.model.charts.chart import colour_index, series_symbol
 from specmon.model.charts.levelrow import (
     CHART_METRICS,
     LEVEL_COLUMNS,
     LevelRow,
+    distinct_width,
     fit_columns,
     is_rate_series,
     series_points,
@@ -42,6 +43,7 @@ Levels = Sequence[LevelRow]
 _TABLE_ORDER = (0, 1, 2, 5, 6, 3, 4, 7)
 _SHORT_HEADERS = {"out tok/s": "tok/s", "TTFT p50": "TTFT", "TPOT p50": "TPOT", "ITL p99": "ITL99",
                   "tok/chunk": "tok/ch"}
+GRID_SERIES = 3     # this many series and more with no crossover (a tuning grid's) get their best-per-level envelope
 WIDE_SCREEN = 150   # the app's "-wide" breakpoint, where the table has 84 columns of its own
 
 
@@ -178,7 +180,7 @@ class SweepPane(Vertical):
         rows: list[list[str | Text]] = []
         for index, (name, levels) in enumerate(series.items()):
             # The series' chart symbol in its colour before its name: the table is the chart's legend too.
-            label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[index % len(_TABLE_COLOURS)]), " ")
+            label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[colour_index(index)]), " ")
             for level in levels:
                 cells: list[str | Text] = list(level.cells(names[name]))
                 cells[0] = label + cells[0]
@@ -186,7 +188,9 @@ class SweepPane(Vertical):
         # Each column as wide as its widest text, and only the columns that fit whole (the rest are left out, never
         # cut: a cut figure reads as another one). The table's width less its vertical scrollbar's.
         widths = [max([cell_len(str(h)), *(cell_len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
-        widths[0], kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding)
+        # The names give way only while they stay apart (a grid's settings differ at their end); 2: the symbol.
+        floor = 2 + distinct_width(list(names.values()), 10)
+        widths[0], kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding, floor)
         for header, width in zip(headers[:kept], widths):
             table.add_column(header, width=width)
         for row in rows:
@@ -210,7 +214,8 @@ class SweepPane(Vertical):
             plt.xlabel("request rate (req/s)" if rate else "concurrency")
             plt.ylabel(CHART_METRICS[metric])
         marked = draw_sweeps(plt, curves, crossover, height=chart.size.height - (1 if short else 2),
-                             width=chart.size.width, legend=not short, background=self._canvas())
+                             width=chart.size.width, legend=not short, background=self._canvas(),
+                             envelope=len(curves) >= GRID_SERIES and crossover is None)
         verdict = ""
         if crossover is not None and crossover.concurrency > 0:
             verdict = crossover_words(crossover.concurrency, crossover.ahead_below, crossover.ahead_above,

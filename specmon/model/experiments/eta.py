@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -38,9 +38,10 @@ class ExperimentEta:
     current: str | None = None    # the profile being launched or swept
     loads_unknown: int = 0        # loads left out of remaining_s: nothing to compare them with yet
 
-    def words(self) -> str:
-        """`2/7 done · ETA 6 min 40 s`; `ETA 1 min 10 s + 2 loads` while loads have no estimate; `ETA ?`."""
-        eta = "?" if self.remaining_s is None else duration(int(round(self.remaining_s)))
+    def words(self, clock: Callable[[float], str] = lambda s: duration(int(round(s)))) -> str:
+        """`2/7 done · ETA 6 min 40 s`; `ETA 1 min 10 s + 2 loads` while loads have no estimate; `ETA ?`. `clock`
+        writes the seconds (the TUI's `1:05`, as its Servers pane writes a load's ETA)."""
+        eta = "?" if self.remaining_s is None else clock(self.remaining_s)
         loads = f" + {self.loads_unknown} load{'s' if self.loads_unknown > 1 else ''}" if self.loads_unknown else ""
         return f"{self.done}/{self.total} done · ETA {eta}{loads}"
 
