@@ -663,7 +663,7 @@ async def test_a_grid_by_key_shows_variants_done_of_total_and_an_eta(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     """`x` on a tuning grid (issue 36): while it runs, the pane's title counts the profiles done of the total (the
     baseline and each variant), names the variant under way by its settings and gives the whole grid's ETA; the
-    series are named by their settings; at the end the title holds the bands."""
+    series are named by their settings; at the end the title and the line under the chart hold the bands."""
     ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
     base = sim_config(ports, extra={"exp-eagle": "--spec eagle3"})
     text_config = "\n".join(
@@ -689,5 +689,8 @@ async def test_a_grid_by_key_shows_variants_done_of_total_and_an_eta(
             assert "grid tune 0/3 done · ETA " in "\n".join(seen), seen
             assert set(app.series) == {"baseline", "spec-steps=1", "spec-steps=5"}, list(app.series)
             assert app.sweep_status.startswith("grid tune finished: C 1"), app.sweep_status   # the bands
+            # ... and under the chart, in full (the title's end gives way on a narrow screen).
+            bands = app.sweep_status.removeprefix("grid tune finished: ")
+            await wait_until(pilot, lambda: app.query_one(SweepPane).verdict == bands, 30, "the bands under the chart")
         finally:
             await pilot.press("Q")

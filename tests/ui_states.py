@@ -10,10 +10,13 @@ from pathlib import Path
 
 from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config, Profile, SweepDefaults
+from specmon.model.experiments.bands import GridVerdict, grid_verdict
+from specmon.model.experiments.verdict import LevelSummary, ProfileSummary
 from specmon.model.hosts.env import EnvReport, Injection, ProcessEnv, Startup
 from specmon.model.hosts.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
+from specmon.ui.messages import GridVerdictChanged
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 PROFILES = ("demo-baseline", "demo-eagle3")
@@ -198,9 +201,19 @@ GRID_STEPS = [f"12:0{n}:00 demo-eagle3 {name} {step}" for n, (name, step) in enu
 GRID_STATUS = "grid demo-grid 6/7 done · ETA 1:05: steps=5 topk=4 pass 1 C=2 (2/5) level 3.1s req · 258 tok/s"
 
 
+def grid_bands() -> GridVerdict:
+    """The grid's verdict as the bridge posts it: its bands, from three repeats of each mean ± 2 tok/s."""
+    profiles = [ProfileSummary("demo-baseline" if name == "baseline" else f"demo-eagle3 {name}", None,
+                               tuple(LevelSummary(c, (m - 2, m, m + 2)) for c, m in zip(GRID_LEVELS, means)))
+                for name, means in GRID_MEANS.items()]
+    return grid_verdict(profiles, "demo-baseline")
+
+
 def fed_grid_app(tmp: Path) -> SpecmonApp:
     """The fed app in a tuning grid's experiment view: seven series, the steps, the progress line."""
     app = fed_app(tmp)
+
+    bands = grid_bands()
 
     def feed() -> None:
         app.series.clear()   # as ChartCleared does when an experiment starts
@@ -210,6 +223,7 @@ def fed_grid_app(tmp: Path) -> SpecmonApp:
                                   for c, m in zip(GRID_LEVELS, means)])
         app.set_experiment_steps(GRID_STEPS)
         app.set_sweep_status(GRID_STATUS, running=True)
+        app.post_message(GridVerdictChanged(bands.sentence, bands.brief))
         app.flush()
 
     app.call_later(feed)

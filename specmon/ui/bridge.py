@@ -20,7 +20,7 @@ from textual.message_pump import MessagePump
 from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
-from specmon.model.experiments.bands import experiment_summary, label, with_grid_verdict
+from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
 from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
@@ -52,6 +52,7 @@ from specmon.ui.messages import (
     ChartCleared,
     EngineNotice,
     ExperimentStepsChanged,
+    GridVerdictChanged,
     LogAdded,
     LogCleared,
     RowsChanged,
@@ -429,6 +430,9 @@ class EngineBridge:
             cross = None if x is None else CrossoverMark(x.concurrency, x.ahead_below, x.ahead_above)
             for p in summary.profiles:
                 self._post(SeriesChanged(shown(p.profile), [LevelRow.of_repeats(lv) for lv in p.levels], cross))
+            if baseline is not None:
+                bands = grid_verdict(summary.profiles, baseline)
+                self._post(GridVerdictChanged(bands.sentence, bands.brief))
 
         def on_update(update: ExperimentUpdate) -> None:
             nonlocal eta

@@ -105,7 +105,8 @@ class SweepPane(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
         self._narrow = False
-        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str] = ({}, None, "", "throughput")
+        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str, tuple[str, str]] = \
+            ({}, None, "", "throughput", ("", ""))
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="sweep-body"):
@@ -147,16 +148,17 @@ class SweepPane(Vertical):
         self.show(*self._shown)  # the table's headers and names follow the terminal's width
 
     def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str,
-             metric: str = "throughput") -> None:
+             metric: str = "throughput", grid_verdict: tuple[str, str] = ("", "")) -> None:
         """Draw every series (name -> level records) and the crossover, if any: a line on the chart and, under
         the pane, which series leads on each side in words. `metric` is what the chart's y axis shows: output
         tok/s ("throughput") or requests/s meeting the sweep's SLO ("goodput"); its x axis is the concurrency, or
-        the request rate when the levels are open-loop ones."""
-        self._shown = (series, crossover, status, metric)
+        the request rate when the levels are open-loop ones. `grid_verdict`: a tuning grid's bands (in full, and
+        brief for a narrow pane), written under the chart."""
+        self._shown = (series, crossover, status, metric, grid_verdict)
         # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
         self._narrow = self.app.size.width < WIDE_SCREEN
         key = (tuple((name, tuple(series_points(levels, metric)), tuple(series_points(levels)))
-                     for name, levels in series.items()), crossover, status, self._narrow, metric,
+                     for name, levels in series.items()), crossover, status, self._narrow, metric, grid_verdict,
                self.query_one(PlotextPlot).size, self.query_one(DataTable).size.width, self.app.theme)   # text backgrounds follow the theme
         if key == self._drawn:
             return
@@ -168,7 +170,7 @@ class SweepPane(Vertical):
         if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
             x_name = "request rate" if is_rate_series(series.values()) else "concurrency"
             self.border_subtitle = f"{CHART_METRICS[metric]} vs {x_name}"
-        self._draw_chart(series, crossover, metric)
+        self._draw_chart(series, crossover, metric, grid_verdict[self._narrow])
         table = self.query_one(DataTable)
         table.clear(columns=True)
         headers = [LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
@@ -200,7 +202,7 @@ class SweepPane(Vertical):
             table.add_row(label, *row[1:kept])
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
-                    metric: str = "throughput") -> None:
+                    metric: str = "throughput", grid_verdict: str = "") -> None:
         """The chart (specmon.ui.plot) and, in the line under it, the verdict."""
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
@@ -222,6 +224,8 @@ class SweepPane(Vertical):
                                       crossover.mode)
             if not marked:
                 plt.title(f"crossover {load_words(crossover.concurrency, crossover.mode)}")
+        elif series and grid_verdict and metric == "throughput":
+            verdict = grid_verdict
         elif series and metric == "goodput" and not any(points for _, points in curves):
             verdict = "no goodput in these sweeps: sweep with --slo (or [sweep] slo)"
         elif not series:   # an empty frame says what would fill it
