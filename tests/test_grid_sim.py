@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -57,6 +58,14 @@ def test_a_grid_runs_unattended_to_the_bands_the_sim_model_implies(tmp_path: Pat
     directory = directory if directory.is_absolute() else tmp_path / directory
     assert (directory / "demo-eagle3 steps=5.pass2.jsonl").is_file()
     assert "demo-eagle3 steps=1: launch: attempt 1" in done.stderr
+    # The whole grid's ETA from the first step on, kept current: the sweeps from levels x repeats x duration_s and the
+    # loads, unknown here (no load history, no expected_load_s), counted apart until a variant's load is measured.
+    assert done.stderr.splitlines()[0].endswith("[0/3 done · ETA 27 s + 3 loads]"), done.stderr
+    assert re.search(r"steps=1: ready: .*\[1/3 done · ETA \d+ s\]$", done.stderr, re.M), done.stderr
+    etas = [(int(d), int(m or 0) * 60 + int(s)) for d, m, s in
+            re.findall(r"\[(\d)/3 done · ETA (?:(\d+) min )?(\d+) s\]$", done.stderr, re.M)]
+    assert [d for d, _ in etas] == sorted(d for d, _ in etas) and etas[-1][0] == 2, etas
+    assert etas[-1][1] < etas[len(etas) // 2][1] < etas[0][1], etas
     variant = next(p for p in result["profiles"] if p["profile"] == "demo-eagle3 steps=5")
     assert variant["setup"]["command"][-2:] == ["--speculative-num-steps", "5"]
     # The bands match the model's: which levels each covers and who leads it (ties may be named beside).

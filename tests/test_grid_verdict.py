@@ -27,6 +27,8 @@ def test_bands_name_the_best_setting_per_load_with_gain_and_error_bar() -> None:
     # Gains 18, 17.9, 14.3 % -> mean 16.7; error bar sqrt(1+1)/100 = 1.4 % at C=1 (the largest).
     assert verdict.sentence == ("C 1-4: steps=5 topk=4 (+17 % over baseline ±1.4); C 8: steps=3 topk=1 "
                                 "(+7 % over baseline ±0.24); C >= 16: baseline")
+    # Under an 80-column chart (two lines): the same bands, the gains without their "over baseline".
+    assert verdict.brief == "C 1-4: steps=5 topk=4 (+17 % ±1.4); C 8: steps=3 topk=1 (+7 % ±0.24); C >= 16: baseline"
 
 
 def test_a_setting_within_the_noise_of_the_best_is_named_as_a_tie() -> None:

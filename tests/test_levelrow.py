@@ -11,7 +11,15 @@ from test_skew_everywhere import level
 from textual.widgets import DataTable
 from ui_states import demo_config
 
-from specmon.model.charts.levelrow import LevelRow, fit_columns, is_rate_series, rows_of, series_points
+from specmon.model.charts.chart import SERIES_SYMBOLS, best_envelope, colour_index, series_symbol
+from specmon.model.charts.levelrow import (
+    LevelRow,
+    distinct_width,
+    fit_columns,
+    is_rate_series,
+    rows_of,
+    series_points,
+)
 from specmon.model.experiments.verdict import summarize_passes
 from specmon.model.sweeps.interop import read_any_results
 from specmon.model.sweeps.results import SweepMeta
@@ -95,6 +103,23 @@ def test_fit_columns_keeps_only_the_columns_that_fit_whole() -> None:
     assert fit_columns([26, 2, 5, 7, 7], 41) == (19, 4)  # an overlay's long name gives way to TTFT
     assert fit_columns([15, 2, 5, 7], 10) == (15, 1)     # the series' name stays, even cut by the table
     assert fit_columns([15, 2, 5, 7], 0) == (15, 4)      # not laid out yet: all
+
+
+def test_a_grids_names_are_cut_only_while_they_stay_apart() -> None:
+    """A tuning grid's series differ at their end: cut to the table's usual 10 cells, `steps=1 topk=1` and
+    `steps=1 topk=4` would both read `steps=1 t…`."""
+    grid = ["baseline", "steps=1 topk=1", "steps=1 topk=4", "steps=3 topk=1"]
+    assert distinct_width(grid, 10) == len("steps=1 topk=1")
+    assert distinct_width(["demo-baseline", "demo-eagle3-20261128T101500Z"], 10) == 10   # apart at 10: cut
+    assert distinct_width(["a", "b"], 10) == 10
+
+
+def test_a_grid_of_twelve_series_looks_twelve_ways_and_its_best_envelope_is_the_top_per_level() -> None:
+    looks = {(series_symbol(i)[0], colour_index(i)) for i in range(2 * len(SERIES_SYMBOLS))}
+    assert len(looks) == 12
+    assert [colour_index(i) for i in range(len(SERIES_SYMBOLS))] == list(range(len(SERIES_SYMBOLS)))   # as before
+    assert best_envelope([[(1, 100.0), (4, 350.0)], [(1, 140.0), (4, 330.0), (16, 500.0)]]) == \
+        [(1, 140.0), (4, 350.0), (16, 500.0)]
 
 
 def test_an_experiments_level_row_has_the_ttft_and_tpot_its_report_has() -> None:

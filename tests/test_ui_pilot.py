@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import time
@@ -654,5 +655,42 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
             await wait_until(pilot, lambda: "done: finished" in str(panel.render()), 30, "the step list to show done")
             assert panel.display
             assert "exp-eagle" in str(pane.query_one("#sweep-chart").render())
+        finally:
+            await pilot.press("Q")
+
+
+async def test_a_grid_by_key_shows_variants_done_of_total_and_an_eta(
+        tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
+    """`x` on a tuning grid (issue 36): while it runs, the pane's title counts the profiles done of the total (the
+    baseline and each variant), names the variant under way by its settings and gives the whole grid's ETA; the
+    series are named by their settings; at the end the title and the line under the chart hold the bands."""
+    ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
+    base = sim_config(ports, extra={"exp-eagle": "--spec eagle3"})
+    text_config = "\n".join(
+        f"[profiles.{p.name}]\nport = {p.port}\ncommand = {list(p.command)!r}\n".replace("'", '"')
+        for p in base.profiles.values())
+    config = parse_config(text_config + '\n[experiments.tune]\nbase = "exp-eagle"\nbaseline = "exp-base"\n'
+                          'vary = { "--spec-steps" = [1, 5] }\nlevels = [1, 4]\nrepeats = 1\nduration_s = 1\n'
+                          "warmup_requests = 0\noutput_len = 32\n", "test-profiles.toml")
+    app = make_app(config, tmp_path)
+    seen: list[str] = []
+    async with app.run_test(size=(150, 45), notifications=True) as pilot:
+        try:
+            await open_experiment_dialog(pilot)
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: app.sweeping, 10, "the grid to start")
+
+            def progress() -> bool:
+                seen.append(app.sweep_status)
+                return bool(re.search(r"^grid tune [12]/3 done · ETA 0:\d\d: spec-steps=[15] ", app.sweep_status))
+
+            await wait_until(pilot, progress, 100, "the title to count variants done and give an ETA")
+            await wait_until(pilot, lambda: not app.sweeping, 100, "the grid to finish")
+            assert "grid tune 0/3 done · ETA " in "\n".join(seen), seen
+            assert set(app.series) == {"baseline", "spec-steps=1", "spec-steps=5"}, list(app.series)
+            assert app.sweep_status.startswith("grid tune finished: C 1"), app.sweep_status   # the bands
+            # ... and under the chart, in full (the title's end gives way on a narrow screen).
+            bands = app.sweep_status.removeprefix("grid tune finished: ")
+            await wait_until(pilot, lambda: app.query_one(SweepPane).verdict == bands, 30, "the bands under the chart")
         finally:
             await pilot.press("Q")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
-from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_overlay_app
+from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_grid_app, fed_overlay_app
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
 
@@ -95,6 +95,14 @@ def test_goodput_chart(snap_compare, tmp_path: Path, size: tuple[int, int]) -> N
 def test_overlay_chart(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
     """A result file overlaid on two crossing series: a third line with a third symbol."""
     assert snap_compare(fed_overlay_app(tmp_path), terminal_size=size, run_before=_settle)
+
+
+@CHART_SIZES
+def test_grid_experiment(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
+    """A tuning grid's experiment view (issue 36): seven series, each its own symbol and colour, the best value at
+    each level drawn as a heavy yellow line beneath them, the table naming each series by its settings, and the
+    progress line (variants done / total, the current variant and level, ETA) in the pane's title."""
+    assert snap_compare(fed_grid_app(tmp_path), terminal_size=size, run_before=_settle)
 
 
 def test_failed_card_with_a_long_reason_80x24(snap_compare, tmp_path: Path) -> None:

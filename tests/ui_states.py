@@ -10,10 +10,13 @@ from pathlib import Path
 
 from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config, Profile, SweepDefaults
+from specmon.model.experiments.bands import GridVerdict, grid_verdict
+from specmon.model.experiments.verdict import LevelSummary, ProfileSummary
 from specmon.model.hosts.env import EnvReport, Injection, ProcessEnv, Startup
 from specmon.model.hosts.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
+from specmon.ui.messages import GridVerdictChanged
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 PROFILES = ("demo-baseline", "demo-eagle3")
@@ -170,6 +173,57 @@ def fed_overlay_app(tmp: Path) -> SpecmonApp:
 
     def feed() -> None:
         app.set_series("eagle3-20261128T101500Z", OVERLAY, crossover=CROSSOVER)
+        app.flush()
+
+    app.call_later(feed)
+    return app
+
+
+# A tuning grid under way (issue 36): the baseline and six variants named by their settings, as the bridge names a
+# grid's series; deep drafts lead at low load, shallow ones in the middle, the baseline at saturation.
+GRID_LEVELS = (1, 2, 4, 8, 16)
+GRID_MEANS = {
+    "baseline": (95, 185, 350, 600, 760),
+    "steps=1 topk=1": (118, 226, 410, 640, 730),
+    "steps=1 topk=4": (120, 228, 405, 620, 700),
+    "steps=3 topk=1": (132, 250, 440, 650, 720),
+    "steps=3 topk=4": (136, 252, 430, 610, 660),
+    "steps=5 topk=1": (142, 262, 420, 590, 640),
+    "steps=5 topk=4": (145, 258, 400, 550, 600),
+}
+GRID_STEPS = [f"12:0{n}:00 demo-eagle3 {name} {step}" for n, (name, step) in enumerate([
+    ("steps=5 topk=1", "stopped: run r-0006: port and GPUs free (1.2s)"),
+    ("steps=5 topk=4", "launch: attempt 1"),
+    ("steps=5 topk=4", "ready: /health 200 (16.4s)"),
+    ("steps=5 topk=4", "sweep: pass 1/3: C=1,2,4,8,16 after warm-up"),
+    ("steps=5 topk=4", "level: C=1: 145.0 tok/s, accept log 3.10 (2.0s)"),
+])]
+GRID_STATUS = "grid demo-grid 6/7 done · ETA 1:05: steps=5 topk=4 pass 1 C=2 (2/5) level 3.1s req · 258 tok/s"
+
+
+def grid_bands() -> GridVerdict:
+    """The grid's verdict as the bridge posts it: its bands, from three repeats of each mean ± 2 tok/s."""
+    profiles = [ProfileSummary("demo-baseline" if name == "baseline" else f"demo-eagle3 {name}", None,
+                               tuple(LevelSummary(c, (m - 2, m, m + 2)) for c, m in zip(GRID_LEVELS, means)))
+                for name, means in GRID_MEANS.items()]
+    return grid_verdict(profiles, "demo-baseline")
+
+
+def fed_grid_app(tmp: Path) -> SpecmonApp:
+    """The fed app in a tuning grid's experiment view: seven series, the steps, the progress line."""
+    app = fed_app(tmp)
+
+    bands = grid_bands()
+
+    def feed() -> None:
+        app.series.clear()   # as ChartCleared does when an experiment starts
+        app.crossover = None
+        for name, means in GRID_MEANS.items():
+            app.set_series(name, [level(c, m, 12.0 + c, 1.0 if name == "baseline" else 2.2)
+                                  for c, m in zip(GRID_LEVELS, means)])
+        app.set_experiment_steps(GRID_STEPS)
+        app.set_sweep_status(GRID_STATUS, running=True)
+        app.post_message(GridVerdictChanged(bands.sentence, bands.brief))
         app.flush()
 
     app.call_later(feed)

@@ -1,6 +1,7 @@
 """`specmon experiment NAME [--json] [--resume]`: run an `[experiments.NAME]` A/B unattended, start to verdict.
 
-Each step goes to stderr as it happens (with its time); at the end the summary (verdict, throughput mean ± spread
+Each step goes to stderr as it happens (with its time and, while it runs, `[profiles done/total · ETA]`: see
+model.experiments.eta); at the end the summary (verdict, throughput mean ± spread
 per level, acceptance, warnings) goes to stdout, or with --json one JSON object. Killed or interrupted, the
 experiment keeps its finished levels and steps on disk; `--resume` continues it without repeating a finished level.
 Exit 0 when every profile was measured, 1 when a profile failed or the experiment aborted.
@@ -62,7 +63,8 @@ async def _run(config: Config, name: str, results_dir: Path, resume: bool, out: 
             s = update.step
             took = f" ({s.seconds:.1f}s)" if s.seconds is not None else ""
             who = f"{s.profile}: " if s.profile else ""
-            print(f"{s.at[11:19]} {who}{s.step}: {s.detail}{took}", file=out, flush=True)
+            eta = f" [{update.eta.words()}]" if update.eta is not None and not update.state.finished else ""
+            print(f"{s.at[11:19]} {who}{s.step}: {s.detail}{took}{eta}", file=out, flush=True)
 
     try:
         return await run_experiment(manager, config, name, results_dir=results_dir, resume=resume, on_update=show)

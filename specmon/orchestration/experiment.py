@@ -42,6 +42,7 @@ from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
 from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, ExperimentSpec, Profile
+from specmon.model.experiments.eta import ExperimentEta, experiment_eta
 from specmon.model.experiments.experiment import (
     ACCEPTANCE_FILE,
     STATE_FILE,
@@ -82,6 +83,7 @@ BUSY_POLL_S = 2.0
 class ExperimentStep:
     step: Step
     state: ExperimentState
+    eta: ExperimentEta | None = None      # profiles done / total and the time left, as of this step
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ class ExperimentProgress:
     profile: str
     pass_no: int
     progress: SweepProgress
+    eta: ExperimentEta | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +182,23 @@ class ExperimentRunner:
         self.spec = state.spec
         self._on_update = on_update
         self._serving: set[str] = set()   # runs this experiment launched or adopted and has not stopped yet
+        self._history = self._load_history()
+
+    def _load_history(self) -> dict[str, tuple[float, ...]]:
+        """What each profile's load is compared with before this experiment (see model.experiments.eta): its past
+        loads from this profiles file, else (a grid's variant never launched) its base's, else its expected_load_s."""
+        store, key = self.manager.store, self.manager.config_key
+        history = {}
+        for name in self.spec.profiles:
+            past = store.past_loads(name, key)
+            if not past and name in self.config.variants:
+                past = store.past_loads(name.split(" ", 1)[0], key)   # a variant is named after its base
+            expected = self.config.profile(name).expected_load_s
+            history[name] = past or ((expected,) if expected else ())
+        return history
+
+    def eta(self) -> ExperimentEta:
+        return experiment_eta(self.state, time.time(), self._history)
 
     # ---- state -------------------------------------------------------------------------------------------
     def _notify(self, update: ExperimentUpdate) -> None:
@@ -192,7 +212,7 @@ class ExperimentRunner:
     def _step(self, profile: str | None, step: str, detail: str = "", seconds: float | None = None) -> None:
         self.state = self.state.with_step(profile, step, detail, seconds)
         self._save()
-        self._notify(ExperimentStep(self.state.steps[-1], self.state))
+        self._notify(ExperimentStep(self.state.steps[-1], self.state, self.eta()))
 
     def _set(self, profile: str, **changes: object) -> None:
         self.state = self.state.with_profile(profile, **changes)
@@ -448,7 +468,7 @@ class ExperimentRunner:
             if isinstance(update, SweepProgress):
                 if update.phase == "level":
                     await collector.begin(update.concurrency)
-                self._notify(ExperimentProgress(name, pass_no, update))
+                self._notify(ExperimentProgress(name, pass_no, update, self.eta()))
             elif isinstance(update, LevelResult):
                 acceptance = await collector.end(update.tokens_per_chunk)
                 health = await collector.probe.health() if update.requests_failed else None

@@ -141,6 +141,7 @@ class SpecmonApp(App[int]):
         self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
         self._pending_log: list[LogEntry] = []
         self.series: dict[str, list[LevelRow]] = {}
+        self.grid_verdict = ("", "")   # a tuning grid's bands so far (in full, brief), under the chart
         self.crossover: CrossoverMark | None = None
         self.goodput_crossover: CrossoverMark | None = None
         self.chart_metric = "throughput"   # the Sweep chart's y axis: "throughput" or "goodput" (the g key)
@@ -359,11 +360,17 @@ class SpecmonApp(App[int]):
     def _chart_cleared(self) -> None:
         self.series.clear()
         self.crossover = self.goodput_crossover = None
+        self.grid_verdict = ("", "")
         self._chart_throttle.request()
 
     @on(messages.SweepStatusChanged)
     def _sweep_status_changed(self, message: messages.SweepStatusChanged) -> None:
         self.set_sweep_status(message.status, message.running, message.live)
+
+    @on(messages.GridVerdictChanged)
+    def _grid_verdict_changed(self, message: messages.GridVerdictChanged) -> None:
+        self.grid_verdict = (message.verdict, message.brief)
+        self._chart_throttle.request()
 
     @on(messages.ExperimentStepsChanged)
     def _experiment_steps_changed(self, message: messages.ExperimentStepsChanged) -> None:
@@ -406,7 +413,7 @@ class SpecmonApp(App[int]):
             pane = self.query_one(SweepPane)
             goodput = self.chart_metric == "goodput"
             pane.show(self.series, self.goodput_crossover if goodput else self.crossover, self.sweep_status,
-                      self.chart_metric)
+                      self.chart_metric, self.grid_verdict)
             pane.show_steps(self.experiment_steps)
 
     def _show_log_of_selected(self) -> None:

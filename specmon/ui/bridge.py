@@ -20,7 +20,7 @@ from textual.message_pump import MessagePump
 from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
-from specmon.model.experiments.bands import experiment_summary
+from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
 from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
@@ -52,6 +52,7 @@ from specmon.ui.messages import (
     ChartCleared,
     EngineNotice,
     ExperimentStepsChanged,
+    GridVerdictChanged,
     LogAdded,
     LogCleared,
     RowsChanged,
@@ -414,29 +415,45 @@ class EngineBridge:
         steps: list[str] = []
         passes: dict[str, dict[int, list[LevelResult]]] = {}   # profile -> pass -> finished levels
 
+        baseline = self.config.experiments[name].baseline if name in self.config.experiments else None
+        kind = "experiment" if baseline is None else "grid"   # what the status lines call it
+        eta = ""   # the last "k/N done · ETA 1:05" the runner sent
+
+        def shown(profile: str | None) -> str:
+            """A profile as the pane names it: a grid's by its settings (the title's 80 columns keep what differs)."""
+            return "" if profile is None else profile if baseline is None else label(profile, baseline)
+
         def publish(summary: ExperimentSummary) -> None:
-            # The overlay: each profile's mean over the repeats, and the crossover they imply.
+            # The overlay: each profile's mean over the repeats, and the crossover they imply (a grid's series are
+            # named by their settings, as its verdict names them: the table's narrow column keeps what differs).
             x = summary.crossover
             cross = None if x is None else CrossoverMark(x.concurrency, x.ahead_below, x.ahead_above)
             for p in summary.profiles:
-                self._post(SeriesChanged(p.profile, [LevelRow.of_repeats(lv) for lv in p.levels], cross))
+                self._post(SeriesChanged(shown(p.profile), [LevelRow.of_repeats(lv) for lv in p.levels], cross))
+            if baseline is not None:
+                bands = grid_verdict(summary.profiles, baseline)
+                self._post(GridVerdictChanged(bands.sentence, bands.brief))
 
         def on_update(update: ExperimentUpdate) -> None:
+            nonlocal eta
+            if isinstance(update, (ExperimentStep, ExperimentProgress)) and update.eta is not None:
+                eta = f" {update.eta.words(fmt.fmt_duration)}"
             if isinstance(update, ExperimentStep):
                 s = update.step
                 took = f" ({s.seconds:.1f}s)" if s.seconds is not None else ""
                 steps.append(f"{s.at[11:19]} {s.profile + ' ' if s.profile else ''}{s.step}: {s.detail}{took}")
                 del steps[:-STEPS_SHOWN]
                 self._post(ExperimentStepsChanged(steps))
-                self._post(SweepStatusChanged(f"experiment {name}: {s.profile or ''} {s.step}".replace("  ", " "),
+                self._post(SweepStatusChanged(f"{kind} {name}{eta}: {shown(s.profile)} {s.step}".replace("  ", " "),
                                               running=True))
             elif isinstance(update, ExperimentProgress):
-                status = sweep_status(update.progress, f"{update.profile} pass {update.pass_no}")
-                self._post(SweepStatusChanged(f"experiment {name}: {status}", running=True))
+                status = sweep_status(update.progress, f"{shown(update.profile)} pass {update.pass_no}")
+                self._post(SweepStatusChanged(f"{kind} {name}{eta}: {status}", running=True))
             elif isinstance(update, ExperimentLevel):
                 passes.setdefault(update.profile, {}).setdefault(update.pass_no, []).append(update.level)
-                publish(summarize_profiles([summarize_passes(profile, list(by_pass.items()))
-                                            for profile, by_pass in passes.items()]))   # the repeats so far
+                so_far = summarize_profiles([summarize_passes(profile, list(by_pass.items()))
+                                             for profile, by_pass in passes.items()])   # the repeats so far
+                publish(with_grid_verdict(so_far, baseline))
 
         self._post(ChartCleared())   # a fresh chart for the experiment's profiles
         before = {record.run_id for record in self.manager.store.all()}
@@ -444,7 +461,7 @@ class EngineBridge:
             state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
                                          resume=request.resume, on_update=on_update)
         except asyncio.CancelledError:
-            self._post(SweepStatusChanged(f"experiment {name} cancelled: x → resume continues it", running=False))
+            self._post(SweepStatusChanged(f"{kind} {name} cancelled: x → resume continues it", running=False))
             raise
         finally:
             # Its launches are this session's: a cancelled experiment leaves its current server up, and the demo's
@@ -455,9 +472,9 @@ class EngineBridge:
         # The chart's last picture comes from the summary the verdict is made of (its result files), so the crossover
         # drawn and the one the status line and the toast name are one figure (C≈5.69 on the chart beside C≈5.68).
         publish(summary)
-        self._post(SweepStatusChanged(f"experiment {name} {state.status}: {summary.verdict}", running=False))
+        self._post(SweepStatusChanged(f"{kind} {name} {state.status}: {summary.verdict}", running=False))
         # The verdict stays in the pane's title; the toast only says it came (it covered the table for 15 s).
-        self._post(EngineNotice(summary.verdict, title=f"experiment {name}", timeout=6))
+        self._post(EngineNotice(summary.verdict, title=f"{kind} {name}", timeout=6))
         for warning in summary.warnings:
             self._post(EngineNotice(warning, severity="warning", timeout=8))
 

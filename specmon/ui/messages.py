@@ -90,6 +90,16 @@ class ChartCleared(Message):
     """Every series leaves the chart (an experiment starts on a fresh one)."""
 
 
+class GridVerdictChanged(Message):
+    """A tuning grid's verdict so far (its bands), shown under the chart in full where the pane's title is too
+    narrow for it."""
+
+    def __init__(self, verdict: str, brief: str) -> None:
+        super().__init__()
+        self.verdict = verdict
+        self.brief = brief     # the same, shorter (GridVerdict.brief), for a narrow pane
+
+
 class SweepStatusChanged(Message):
     """The sweep's (or experiment's) one-line status and whether one is running; during a sweep's level, the
     profile being swept and the client's live summary of the level (shown beside that server's own view)."""

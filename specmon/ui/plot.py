@@ -8,33 +8,47 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from specmon.model.charts.chart import round_ticks, series_symbol, spaced_labels, tick_text, value_at
+from specmon.model.charts.chart import (
+    best_envelope,
+    colour_index,
+    round_ticks,
+    series_symbol,
+    spaced_labels,
+    tick_text,
+    value_at,
+)
 from specmon.model.sweeps.compare import load_words
 from specmon.ui.rows import CrossoverMark
 
 # Fixed series colours so a series keeps its colour as others are added (and snapshots stay stable).
 SERIES_COLOURS = ("cyan", "orange", "green", "magenta", "blue", "red")
+ENVELOPE_COLOUR = (255, 215, 0)   # gold: the best of every series at each level (a tuning grid's)
 
 Points = Sequence[tuple[float, float]]
 
 
 def draw_sweeps(plt: Any, series: Sequence[tuple[str, Points]], crossing: CrossoverMark | None, *, height: int,
-                width: int, legend: bool = True, background: object = None) -> bool:
+                width: int, legend: bool = True, background: object = None, envelope: bool = False) -> bool:
     """Draw `series` (name, (load, value) points sorted by load; the i-th keeps the i-th symbol and colour even when
     it has no points) on plotext's `plt`, and the crossing if any: `height` is the rows the plot area has (for
     the number of value ticks), `width` the chart's columns. Without `legend` the
     symbols go unnamed (a table beside the chart names them). `background` is the colour behind the crossing's
-    label (default: plotext's canvas colour). Returns whether the crossing could be marked where the curves meet
+    label (default: plotext's canvas colour). With `envelope` the best value at each level is drawn under the
+    series as a heavy line of its own colour, named "best" in the legend. Returns whether the crossing could be marked where the curves meet
     (False: it is a plain vertical line)."""
     drawn = [(index, name, points) for index, (name, points) in enumerate(series) if points]
     for index, _, points in drawn:   # the lines first, so no line covers another series' symbol
         if len(points) > 1:
             plt.plot([math.log10(x) for x, _ in points], [y for _, y in points], marker="braille",
-                     color=SERIES_COLOURS[index % len(SERIES_COLOURS)])
+                     color=SERIES_COLOURS[colour_index(index)])
+    best = best_envelope([points for _, _, points in drawn]) if envelope else []
+    if len(best) > 1:   # over the series' lines, under their symbols
+        plt.plot([math.log10(x) for x, _ in best], [y for _, y in best], marker="hd", color=ENVELOPE_COLOUR,
+                 label="best" if legend else None)
     for index, name, points in drawn:
         # Bold sets the symbols apart from the line's dots (and an SVG export then places each at its own cell).
         plt.scatter([math.log10(x) for x, _ in points], [y for _, y in points], marker=series_symbol(index)[0],
-                    color=SERIES_COLOURS[index % len(SERIES_COLOURS)], style="bold", label=name if legend else None)
+                    color=SERIES_COLOURS[colour_index(index)], style="bold", label=name if legend else None)
     if not drawn:
         return False
     # The load is drawn on a log axis by hand: plotext's own log scale re-applies itself on every rebuild of a

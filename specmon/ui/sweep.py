@@ -17,11 +17,12 @@ from textual.markup import escape
 from textual.widgets import DataTable, Static
 from textual_plotext import PlotextPlot
 
-from specmon.model.charts.chart import series_symbol
+from specmon.model.charts.chart import colour_index, series_symbol
 from specmon.model.charts.levelrow import (
     CHART_METRICS,
     LEVEL_COLUMNS,
     LevelRow,
+    distinct_width,
     fit_columns,
     is_rate_series,
     series_points,
@@ -42,6 +43,7 @@ Levels = Sequence[LevelRow]
 _TABLE_ORDER = (0, 1, 2, 5, 6, 3, 4, 7)
 _SHORT_HEADERS = {"out tok/s": "tok/s", "TTFT p50": "TTFT", "TPOT p50": "TPOT", "ITL p99": "ITL99",
                   "tok/chunk": "tok/ch"}
+GRID_SERIES = 3     # this many series and more with no crossover (a tuning grid's) get their best-per-level envelope
 WIDE_SCREEN = 150   # the app's "-wide" breakpoint, where the table has 84 columns of its own
 
 
@@ -103,7 +105,8 @@ class SweepPane(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._drawn: tuple[object, ...] | None = None
         self._narrow = False
-        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str] = ({}, None, "", "throughput")
+        self._shown: tuple[Mapping[str, Levels], CrossoverMark | None, str, str, tuple[str, str]] = \
+            ({}, None, "", "throughput", ("", ""))
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="sweep-body"):
@@ -145,16 +148,17 @@ class SweepPane(Vertical):
         self.show(*self._shown)  # the table's headers and names follow the terminal's width
 
     def show(self, series: Mapping[str, Levels], crossover: CrossoverMark | None, status: str,
-             metric: str = "throughput") -> None:
+             metric: str = "throughput", grid_verdict: tuple[str, str] = ("", "")) -> None:
         """Draw every series (name -> level records) and the crossover, if any: a line on the chart and, under
         the pane, which series leads on each side in words. `metric` is what the chart's y axis shows: output
         tok/s ("throughput") or requests/s meeting the sweep's SLO ("goodput"); its x axis is the concurrency, or
-        the request rate when the levels are open-loop ones."""
-        self._shown = (series, crossover, status, metric)
+        the request rate when the levels are open-loop ones. `grid_verdict`: a tuning grid's bands (in full, and
+        brief for a narrow pane), written under the chart."""
+        self._shown = (series, crossover, status, metric, grid_verdict)
         # Below the app's wide breakpoint the table gets half the pane (about 38 columns at 80): short headers.
         self._narrow = self.app.size.width < WIDE_SCREEN
         key = (tuple((name, tuple(series_points(levels, metric)), tuple(series_points(levels)))
-                     for name, levels in series.items()), crossover, status, self._narrow, metric,
+                     for name, levels in series.items()), crossover, status, self._narrow, metric, grid_verdict,
                self.query_one(PlotextPlot).size, self.query_one(DataTable).size.width, self.app.theme)   # text backgrounds follow the theme
         if key == self._drawn:
             return
@@ -166,7 +170,7 @@ class SweepPane(Vertical):
         if series and self.query_one(PlotextPlot).size.height < _LABELLED_HEIGHT:   # the chart leaves them out
             x_name = "request rate" if is_rate_series(series.values()) else "concurrency"
             self.border_subtitle = f"{CHART_METRICS[metric]} vs {x_name}"
-        self._draw_chart(series, crossover, metric)
+        self._draw_chart(series, crossover, metric, grid_verdict[self._narrow])
         table = self.query_one(DataTable)
         table.clear(columns=True)
         headers = [LEVEL_COLUMNS[i] for i in _TABLE_ORDER]
@@ -178,7 +182,7 @@ class SweepPane(Vertical):
         rows: list[list[str | Text]] = []
         for index, (name, levels) in enumerate(series.items()):
             # The series' chart symbol in its colour before its name: the table is the chart's legend too.
-            label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[index % len(_TABLE_COLOURS)]), " ")
+            label = Text.assemble((series_symbol(index)[0], _TABLE_COLOURS[colour_index(index)]), " ")
             for level in levels:
                 cells: list[str | Text] = list(level.cells(names[name]))
                 cells[0] = label + cells[0]
@@ -186,7 +190,9 @@ class SweepPane(Vertical):
         # Each column as wide as its widest text, and only the columns that fit whole (the rest are left out, never
         # cut: a cut figure reads as another one). The table's width less its vertical scrollbar's.
         widths = [max([cell_len(str(h)), *(cell_len(str(row[i])) for row in rows)]) for i, h in enumerate(headers)]
-        widths[0], kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding)
+        # The names give way only while they stay apart (a grid's settings differ at their end); 2: the symbol.
+        floor = 2 + distinct_width(list(names.values()), 10)
+        widths[0], kept = fit_columns(widths, table.size.width - 1, 2 * table.cell_padding, floor)
         for header, width in zip(headers[:kept], widths):
             table.add_column(header, width=width)
         for row in rows:
@@ -196,7 +202,7 @@ class SweepPane(Vertical):
             table.add_row(label, *row[1:kept])
 
     def _draw_chart(self, series: Mapping[str, Levels], crossover: CrossoverMark | None,
-                    metric: str = "throughput") -> None:
+                    metric: str = "throughput", grid_verdict: str = "") -> None:
         """The chart (specmon.ui.plot) and, in the line under it, the verdict."""
         chart = self.query_one(PlotextPlot)
         plt = chart.plt
@@ -210,13 +216,16 @@ class SweepPane(Vertical):
             plt.xlabel("request rate (req/s)" if rate else "concurrency")
             plt.ylabel(CHART_METRICS[metric])
         marked = draw_sweeps(plt, curves, crossover, height=chart.size.height - (1 if short else 2),
-                             width=chart.size.width, legend=not short, background=self._canvas())
+                             width=chart.size.width, legend=not short, background=self._canvas(),
+                             envelope=len(curves) >= GRID_SERIES and crossover is None)
         verdict = ""
         if crossover is not None and crossover.concurrency > 0:
             verdict = crossover_words(crossover.concurrency, crossover.ahead_below, crossover.ahead_above,
                                       crossover.mode)
             if not marked:
                 plt.title(f"crossover {load_words(crossover.concurrency, crossover.mode)}")
+        elif series and grid_verdict and metric == "throughput":
+            verdict = grid_verdict
         elif series and metric == "goodput" and not any(points for _, points in curves):
             verdict = "no goodput in these sweeps: sweep with --slo (or [sweep] slo)"
         elif not series:   # an empty frame says what would fill it

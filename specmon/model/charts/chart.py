@@ -17,6 +17,21 @@ def series_symbol(index: int) -> tuple[str, str]:
     return SERIES_SYMBOLS[index % len(SERIES_SYMBOLS)]
 
 
+def colour_index(index: int, colours: int = len(SERIES_SYMBOLS)) -> int:
+    """The `index`-th series' colour among `colours`: past the symbols' cycle (a grid's 7th to 12th series) each
+    repeated symbol takes the next colour, so no two of 12 series look alike."""
+    return (index + index // len(SERIES_SYMBOLS)) % colours
+
+
+def best_envelope(curves: Sequence[Sequence[tuple[float, float]]]) -> list[tuple[float, float]]:
+    """The best value at each load any curve measured (a tuning grid's best setting per level), sorted by load."""
+    best: dict[float, float] = {}
+    for points in curves:
+        for x, y in points:
+            best[x] = max(y, best.get(x, y))
+    return sorted(best.items())
+
+
 def round_ticks(top: float, most: int) -> list[float]:
     """Ticks 0, s, 2s, ... up to the first at or above `top`, with s a round step (1, 2 or 5 × 10^k) and at most
     `most` ticks (at least two)."""

@@ -105,6 +105,16 @@ def is_rate_series(series: Iterable[Sequence[LevelRow]]) -> bool:
     return any(row.rate is not None for rows in series for row in rows)
 
 
+def distinct_width(names: Sequence[str], floor: int = 12) -> int:
+    """The narrowest width, `floor` or more, at which `names` cut with an ellipsis (the end giving way) all stay
+    distinct: a tuning grid's `steps=1 topk=1` and `steps=1 topk=4` cut to `steps=1 topk…` would read as one."""
+    widest = max((len(n) for n in names), default=0)
+    for width in range(floor, widest):
+        if len({n if len(n) <= width else n[:width - 1] for n in names}) == len(set(names)):
+            return width
+    return max(floor, widest)
+
+
 def fit_columns(widths: Sequence[int], room: int, gap: int = 2, min_first: int = 12) -> tuple[int, int]:
     """How a table's columns (most telling first, each `widths[i]` cells of text plus `gap` of padding) fit in `room`
     cells: (the first column's width, how many columns show). Columns after those that fit whole are left out rather

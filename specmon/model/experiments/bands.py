@@ -69,6 +69,13 @@ class GridVerdict:
             return "no verdict: no level has a finished measurement"
         return "; ".join(band_text(b, self.labels) for b in self.bands)
 
+    @property
+    def brief(self) -> str:
+        """The sentence without "over baseline" after each gain (an 80-column pane's two lines)."""
+        if not self.bands:
+            return self.sentence
+        return "; ".join(band_text(b, self.labels, brief=True) for b in self.bands)
+
 
 def label(profile: str, baseline: str) -> str:
     """`eagle3 steps=3 topk=4` -> `steps=3 topk=4`; the baseline -> `baseline`."""
@@ -141,13 +148,13 @@ def band_range(band: Band) -> str:
     return f"C {lo}" if lo == hi else f"C {lo}-{hi}"
 
 
-def band_text(band: Band, labels: dict[str, str]) -> str:
-    """`C 1-4: steps=5 topk=4 (+18 % over baseline ±3, tie: steps=3 topk=4)`."""
+def band_text(band: Band, labels: dict[str, str], brief: bool = False) -> str:
+    """`C 1-4: steps=5 topk=4 (+18 % over baseline ±3, tie: steps=3 topk=4)`; `brief`: `(+18 % ±3, ...)`."""
     leader = labels.get(band.leader, band.leader)
     notes = []
     if leader != BASELINE_LABEL and band.gain_pct is not None:
         pm = f" ±{band.plus_minus_pct:.2g}" if band.plus_minus_pct is not None else ""
-        notes.append(f"{band.gain_pct:+.0f} % over baseline{pm}")
+        notes.append(f"{band.gain_pct:+.0f} %{'' if brief else ' over baseline'}{pm}")
     if band.ties:
         notes.append("tie: " + ", ".join(labels.get(t, t) for t in band.ties))
     return f"{band_range(band)}: {leader}" + (f" ({'; '.join(notes)})" if notes else "")
