@@ -206,7 +206,9 @@ def draw_chart(summary: ExperimentSummary, path: Path, grid: GridVerdict | None 
         curves[p.profile] = sorted(zip(map(float, xs), ys))
         err = [lv.spread or 0.0 for lv in p.levels]
         # The TUI's look: a line per profile with its own symbol at each measured level.
-        name = grid.labels.get(p.profile, p.profile) if grid else p.profile
+        name = p.profile if not grid or p.profile == grid.baseline else grid.labels.get(p.profile, p.profile)
+        if grid and p.profile == grid.baseline:
+            name = f"baseline: {name}"
         ax.errorbar(xs, ys, yerr=err, marker=series_symbol(index)[1], markersize=5 if grid else 7, capsize=4,
                     label=name, gid=series_id(p.profile), linewidth=1 if grid else 1.5, alpha=0.75 if grid else 1)
     if grid is not None:
