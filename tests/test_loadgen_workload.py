@@ -131,3 +131,25 @@ def test_workload_from_sweep_defaults_and_overrides() -> None:
     w = workload_from(counted, WorkloadOverrides(duration_s=5.0, warmup_requests=0, timeout_s=9.0))
     assert (w.requests_per_level, w.duration_s, w.warmup_requests, w.timeout_s) == (None, 5.0, 0, 9.0)
     assert workload_from(counted).requests_per_level == 40
+
+
+def test_ignore_eos_false_in_an_experiment_sends_no_ignore_eos_or_min_tokens() -> None:
+    """transformers serve answers 422 to a request with ignore_eos/min_tokens: an experiment against it (the H200
+    tuning grid, bench/gpu_grid.py) needs `ignore_eos = false`, as `specmon sweep --no-ignore-eos`."""
+    from specmon.model.config import parse_config
+    from specmon.orchestration.sweep import workload_from
+
+    text = ('[profiles.tf]\ncommand = "python3 -m transformers.cli.transformers serve m --port 8000"\nport = 8000\n'
+            '[profiles.tf2]\ncommand = "python3 -m transformers.cli.transformers serve m --port 8000"\nport = 8000\n'
+            '[experiments.x]\nprofiles = ["tf", "tf2"]\nlevels = [1]\nignore_eos = false\n')
+
+    def body(toml: str) -> dict[str, object]:
+        spec = parse_config(toml, "p.toml").experiments["x"]
+        return dict(json.loads(RequestFactory(workload_from(spec.sweep), "m").body(1, 0)))
+
+    assert "ignore_eos" not in body(text) and "min_tokens" not in body(text)
+    assert body(text.replace("ignore_eos = false\n", ""))["ignore_eos"] is True   # the default is unchanged
+    assert body("[sweep]\nignore_eos = false\n" + text.replace("ignore_eos = false\n", "")).get("ignore_eos") is None
+    with pytest.raises(UserError) as err:
+        parse_config(text.replace("ignore_eos = false", 'ignore_eos = "no"'), "p.toml")
+    assert str(err.value).startswith("p.toml:10: experiments.x.ignore_eos: must be true or false")

@@ -12,12 +12,24 @@ import argparse
 import json
 import shutil
 import sys
+from pathlib import Path
 from typing import Any
 
 import plotext as plt
 
 from specmon.commands._table import category_table, table_text
+from specmon.errors import UserError
 from specmon.model.charts.levelrow import rows_of, series_points
+from specmon.model.experiments.bands import (
+    GridVerdict,
+    choose_baseline,
+    grid_rows,
+    grid_series,
+    grid_verdict,
+    sweeps_as_grid,
+)
+from specmon.model.experiments.experiment import STATE_FILE, experiment_runs, load_state
+from specmon.model.experiments.verdict import summarize
 from specmon.model.logs.clean import escape_controls, one_line
 from specmon.model.sweeps.compare import (
     METRIC_UNITS,
@@ -31,7 +43,7 @@ from specmon.model.sweeps.compare import (
     metric_value,
     sweep_mode,
 )
-from specmon.model.sweeps.interop import lacks_note, read_any_results
+from specmon.model.sweeps.interop import lacks_note, read_any_results, serve_grid
 from specmon.model.sweeps.results import SweepResult
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
@@ -49,14 +61,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="compare output tok/s (default) or goodput: requests/s meeting the sweeps' --slo targets")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="result files of `specmon sweep`, `vllm bench serve --save-result` (a file, or a directory "
-                   "of them as one sweep), SGLang bench_serving (JSONL) or guidellm (benchmarks JSON)")
+                   "of them as one sweep), SGLang bench_serving (JSONL) or guidellm (benchmarks JSON); or one tuning "
+                   "grid: an experiment directory with a grid, or a `vllm bench sweep serve` folder of several "
+                   "server settings (each setting a series, and the best setting per load band)")
+    p.add_argument("--baseline", metavar="NAME", help="a grid's setting to beat (its name or its settings, e.g. "
+                   "max_num_seqs=64); default: the experiment's baseline, or the folder's first setting")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of table and chart")
     p.add_argument("--no-chart", action="store_true", help="table only")
     p.set_defaults(func=run)
 
 
+def load_grid(paths: list[str], baseline: str | None) -> tuple[list[SweepResult], GridVerdict] | None:
+    """One tuning grid's series (the baseline first) and its verdict, when `paths` is one: an experiment directory
+    with a grid, or a `vllm bench sweep serve` folder of several server settings. None otherwise."""
+    path = Path(paths[0])
+    if len(paths) == 1 and ((path / STATE_FILE).is_file() or path.name == STATE_FILE):
+        state = load_state(path)
+        runs = experiment_runs(state)
+        if state.spec.baseline is None:
+            if baseline is not None:
+                raise UserError(f"{path}: --baseline is for a tuning grid; this experiment has none")
+            return None
+        chosen = choose_baseline([r.profile for r in runs], baseline, state.spec.baseline)
+        repeats: int | None = state.spec.repeats
+    else:
+        combinations = serve_grid(path) if len(paths) == 1 else []
+        if not combinations:
+            if baseline is not None:
+                raise UserError("--baseline is for a tuning grid (an experiment directory with a grid, or a "
+                                "`vllm bench sweep serve` folder of several server settings)")
+            return None
+        runs, chosen = sweeps_as_grid(combinations, baseline)
+        repeats = None
+    verdict = grid_verdict(summarize(runs, repeats).profiles, chosen)
+    return grid_series(runs, chosen), verdict
+
+
 def run(args: argparse.Namespace) -> int:
-    sweeps = [read_any_results(f) for f in args.files]
+    grid = load_grid(args.files, args.baseline)
+    sweeps = grid[0] if grid else [read_any_results(f) for f in args.files]
     for s in sweeps:
         for warning in s.warnings:
             print(f"specmon: warning: {one_line(warning, 20_000)}", file=sys.stderr)
@@ -67,9 +110,12 @@ def run(args: argparse.Namespace) -> int:
     rows = align(*(s.levels for s in sweeps))
     crossings = _crossings(sweeps, metric)
     warnings = compare_results(sweeps, metric).warnings
+    if grid is not None:
+        crossings = []   # a grid's answer is its bands, not each setting's crossover with the baseline
     if args.json:
-        print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), "warnings": list(warnings)}, indent=2,
-                         allow_nan=False))
+        extra = {} if grid is None else {"grid": grid_json(grid[1])}
+        print(json.dumps({**comparison_json(sweeps, rows, crossings, metric), **extra, "warnings": list(warnings)},
+                         indent=2, allow_nan=False))
         return 0
     print(render_table(sweeps, rows, metric))
     # Only files that hold prompt categories get rows (another tool's file has none to show).
@@ -84,10 +130,21 @@ def run(args: argparse.Namespace) -> int:
         print(_crossing_text(sweeps[0].label, label, c, mode))
     for warning in warnings:
         print(f"warning: comparison confounded: {warning}")
+    if grid is not None:
+        bands, _ = grid_rows(grid[1])
+        print(table_text(["load", "best", "over baseline", "ties"], bands))
+        print(f"verdict (best output tok/s per load band, baseline {grid[1].baseline}): {grid[1].sentence}")
     if not args.no_chart:
         print(render_chart(sweeps, width=min(100, shutil.get_terminal_size((100, 24)).columns),
                            color=sys.stdout.isatty(), metric=metric))
     return 0
+
+
+def grid_json(verdict: GridVerdict) -> dict[str, Any]:
+    """A grid's verdict in compare's JSON: the baseline, the sentence and the bands."""
+    return {"baseline": verdict.baseline, "verdict": verdict.sentence,
+            "bands": [{"levels": list(b.levels), "best": b.leader, "ties": list(b.ties), "gain_pct": b.gain_pct,
+                       "plus_minus_pct": b.plus_minus_pct} for b in verdict.bands]}
 
 
 def _labels(sweeps: list[SweepResult]) -> list[str]:

@@ -142,8 +142,9 @@ def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = Worklo
         extra["timeout_s"] = o.timeout_s
     if o.deadline_s is not None:
         extra["deadline_s"] = o.deadline_s
-    if o.fixed_length is not None:
-        extra["fixed_length"] = o.fixed_length
+    fixed_length = o.fixed_length if o.fixed_length is not None else defaults.ignore_eos
+    if not fixed_length:
+        extra["fixed_length"] = False
     if o.burstiness is not None:
         extra["burstiness"] = o.burstiness
     if o.max_concurrency is not None:

@@ -87,6 +87,8 @@ class SweepDefaults:
     seed: int = 0
     output_from_dataset: bool = True       # no output_len written: the dataset's lengths where it has them
     processes: int | None = None            # load generator processes sending each level together; None: auto
+    ignore_eos: bool = True                 # send ignore_eos + min_tokens (false: servers that refuse them, such
+                                            # as transformers serve; outputs then end at the model's EOS)
 
 
 @dataclass(frozen=True)

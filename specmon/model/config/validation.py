@@ -110,7 +110,8 @@ _PROFILE_KEYS = (
     "metrics_interval_s", "alert_waiting_s", "alert_kv_pct",
 )
 _SWEEP_KEYS = ("levels", "requests_per_level", "duration_s", "warmup_requests", "input_len", "output_len", "api",
-               "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed", "processes")
+               "rates", "slo", "dataset", "dataset_path", "input_range", "output_range", "seed", "processes",
+               "ignore_eos")
 _SSH_KEYS = ("config", "known_hosts", "connect_timeout_s", "keepalive_s")
 _EXPERIMENT_KEYS = ("profiles", "base", "baseline", "vary", "repeats", "max_load_s", "stall_s", "on_failure", "retries", "on_busy",
                     "busy_wait_s") + _SWEEP_KEYS
@@ -184,6 +185,13 @@ class _Validator:
             self.problem(path + (key,), "must not be empty")
         else:
             self.wrong_type(path + (key,), "a string", value)
+        return default
+
+    def boolean(self, table: Mapping[str, Any], path: KeyPath, key: str, default: bool) -> bool:
+        value = table.get(key, default)
+        if isinstance(value, bool):
+            return value
+        self.wrong_type(path + (key,), "true or false", value)
         return default
 
     def choice(self, table: Mapping[str, Any], path: KeyPath, key: str, default: str, options: tuple[str, ...]) -> str:
@@ -482,6 +490,7 @@ class _Validator:
             output_len=self.integer(table, path, "output_len", defaults.output_len, 1) or defaults.output_len,
             api=self.choice(table, path, "api", defaults.api, SWEEP_APIS),
             processes=self.integer(table, path, "processes", defaults.processes, 1, MAX_PROCESSES),
+            ignore_eos=self.boolean(table, path, "ignore_eos", defaults.ignore_eos),
             **self.dataset(table, path, defaults),
         )
 

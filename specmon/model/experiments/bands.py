@@ -16,6 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from specmon.errors import UserError
 from specmon.model.experiments.experiment import ExperimentState
 from specmon.model.experiments.verdict import (
     ExperimentSummary,
@@ -25,6 +26,7 @@ from specmon.model.experiments.verdict import (
     combined_spread,
     summarize,
 )
+from specmon.model.sweeps.results import SweepResult
 
 BASELINE_LABEL = "baseline"
 
@@ -168,11 +170,12 @@ def with_grid_verdict(summary: ExperimentSummary, baseline: str | None) -> Exper
     return replace(summary, verdict=grid_verdict(summary.profiles, baseline).sentence, challenger=None, crossover=None)
 
 
-def experiment_summary(runs: Sequence[ProfileRuns], state: ExperimentState | None) -> ExperimentSummary:
-    """The summary every front end shows of an experiment's runs: the A/B verdict, or a tuning grid's bands where its
-    state names a baseline (runs read from files alone have no state: A/B)."""
+def experiment_summary(runs: Sequence[ProfileRuns], state: ExperimentState | None,
+                       baseline: str | None = None) -> ExperimentSummary:
+    """The summary every front end shows of an experiment's runs: the A/B verdict, or a tuning grid's bands where a
+    baseline is given or its state names one (runs read from files alone have no state: A/B unless given one)."""
     return with_grid_verdict(summarize(runs, state.spec.repeats if state else None),
-                             state.spec.baseline if state else None)
+                             baseline if baseline is not None else state.spec.baseline if state else None)
 
 
 def grid_rows(verdict: GridVerdict) -> tuple[list[list[str]], list[list[str]]]:
@@ -188,3 +191,51 @@ def grid_rows(verdict: GridVerdict) -> tuple[list[list[str]], list[list[str]]]:
     levels = [[str(w.concurrency), verdict.labels.get(w.best, w.best), gain(w.gain_pct, w.plus_minus_pct),
                names(w.ties)] for w in verdict.levels]
     return bands, levels
+
+
+def choose_baseline(names: Sequence[str], wanted: str | None, default: str) -> str:
+    """The grid's baseline among its profiles `names`: `wanted` (a whole name, or its settings as the verdict shows
+    them), else `default`. UserError naming the settings for an unknown name."""
+    if wanted is None:
+        return default
+    chosen = next((n for n in names if wanted in (n, label(n, ""))), None)
+    if chosen is None:
+        raise UserError(f"--baseline {wanted!r}: not a setting of this grid; one of: "
+                        + ", ".join(repr(label(n, "")) for n in names))
+    return chosen
+
+
+def sweeps_as_grid(sweeps: Sequence[SweepResult], baseline: str | None) -> tuple[list[ProfileRuns], str]:
+    """A grid read from another tool's files (a `vllm bench sweep serve` folder: one sweep per server setting, its
+    repeats among its levels) as profile runs, and its baseline (`choose_baseline`; by default the first)."""
+    names = [s.label for s in sweeps]
+    return [ProfileRuns(s.label, [(1, s)]) for s in sweeps], choose_baseline(names, baseline, names[0])
+
+
+def profile_series(runs: ProfileRuns) -> SweepResult | None:
+    """One profile's passes as one sweep (its repeats as repeated levels, as compare shows them: each load's mean);
+    None where nothing was measured."""
+    if not runs.results:
+        return None
+    first = runs.results[0][1]
+    levels = sorted((lv for _, r in runs.results for lv in r.levels), key=lambda lv: lv.load)
+    return replace(first, meta=replace(first.meta, profile=runs.profile), levels=tuple(levels))
+
+
+def grid_series(runs: Sequence[ProfileRuns], baseline: str) -> list[SweepResult]:
+    """A grid's profiles as sweeps to compare, the baseline first (the reference of the ratios), each named by its
+    settings as the verdict names it (the baseline by its own name)."""
+    ordered = sorted(runs, key=lambda r: r.profile != baseline)
+    return [replace(s, meta=replace(s.meta, profile=label(r.profile, "")))
+            for r in ordered if (s := profile_series(r)) is not None]
+
+
+def best_envelope(verdict: GridVerdict, profiles: Sequence[ProfileSummary]) -> list[tuple[int, float, str]]:
+    """(C, the best setting's mean tok/s, the best setting) at every measured level: the grid's best envelope."""
+    by_name = {p.profile: p for p in profiles}
+    out = []
+    for w in verdict.levels:
+        lv = by_name[w.best].level(w.concurrency) if w.best in by_name else None
+        if lv is not None:
+            out.append((w.concurrency, lv.mean, w.best))
+    return out

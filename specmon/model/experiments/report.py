@@ -36,8 +36,11 @@ def level_to_dict(lv: LevelSummary) -> dict[str, Any]:
             "categories": {name: c.to_dict() for name, c in lv.categories.items()}}
 
 
-def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = None) -> dict[str, Any]:
-    """The JSON object of an experiment: verdict, crossover, per-profile levels, warnings (and state facts)."""
+def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = None,
+                    baseline: str | None = None) -> dict[str, Any]:
+    """The JSON object of an experiment: verdict, crossover, per-profile levels, warnings (and state facts); a
+    tuning grid's bands where it has a baseline (`baseline`, else the state's)."""
+    baseline = baseline if baseline is not None else state.spec.baseline if state is not None else None
     x = summary.crossover
     out: dict[str, Any] = {
         "verdict": summary.verdict,
@@ -60,9 +63,9 @@ def summary_to_dict(summary: ExperimentSummary, state: ExperimentState | None = 
             entry.update(status=ps.status, attempts=ps.attempts, failure=ps.failure,
                          files=[f.to_dict() for f in ps.files])
         out["profiles"].append(entry)
-    if state is not None and state.spec.baseline is not None:
-        grid = grid_verdict(summary.profiles, state.spec.baseline)
-        out["grid"] = {"baseline": state.spec.baseline, "bands": [
+    if baseline is not None:
+        grid = grid_verdict(summary.profiles, baseline)
+        out["grid"] = {"baseline": baseline, "bands": [
             {"levels": list(b.levels), "best": b.leader, "ties": list(b.ties), "gain_pct": _r(b.gain_pct),
              "plus_minus_pct": _r(b.plus_minus_pct)} for b in grid.bands]}
     if state is not None:
@@ -166,8 +169,11 @@ def _grid_lines(summary: ExperimentSummary, baseline: str) -> list[str]:
 
 
 def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
-                        state: ExperimentState | None = None, title: str | None = None) -> str:
-    """The report: setup of each profile, throughput table (mean ± spread), acceptance, warnings, verdict."""
+                        state: ExperimentState | None = None, title: str | None = None,
+                        baseline: str | None = None) -> str:
+    """The report: setup of each profile, throughput table (mean ± spread), acceptance, warnings, verdict; a tuning
+    grid's band and level tables where it has a baseline (`baseline`, else the state's)."""
+    baseline = baseline if baseline is not None else state.spec.baseline if state is not None else None
     name = title or (f"Experiment {state.spec.name}" if state else "Sweep comparison")
     lines = [f"# {_md(name)}", "", f"**Verdict:** {_md(summary.verdict)}", ""]
     if state is not None:
@@ -181,8 +187,8 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
         lines.append("")
     if image:
         lines += [f"![output throughput vs concurrency]({image})", ""]
-    if state is not None and state.spec.baseline is not None:
-        lines += _grid_lines(summary, state.spec.baseline)
+    if baseline is not None:
+        lines += _grid_lines(summary, baseline)
     lines += ["## Setup", ""]
     for p in summary.profiles:
         lines += _setup_lines(p)

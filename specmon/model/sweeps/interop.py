@@ -210,7 +210,7 @@ def _read_vllm_dir(d: Path) -> SweepResult:
         _check_run_count(len(runs) + text.count(_RUN_MARKS[0]), str(d))
         # One server configuration per sweep: a combination folder's SERVE- part tells them apart (runs of another
         # are left out as another workload, not pooled as repeats).
-        serve = f.parent.name.split("-BENCH-")[0] if f.parent.name.startswith("SERVE-") else None
+        serve = _serve_part(f.parent.name)
         runs += [(where, {**o, _SERVE_KEY: serve} if serve else o)
                  for where, o in _summary_runs(_json_value(text, str(f)), str(f))]
     summed = {f.parent for f in summaries}
@@ -230,6 +230,44 @@ def _read_vllm_dir(d: Path) -> SweepResult:
         raise UserError(f"{d}: no result files in it; expected a directory of `vllm bench serve --save-result` "
                         "files or a `vllm bench sweep serve` output folder")
     return _flat_result("vllm", runs, str(d), label=d.name, torn=torn)
+
+
+def _serve_part(folder: str) -> str | None:
+    """A combination folder's server part: `SERVE-a=1-b=2-BENCH-c=4` (older vLLM) or `SERVE--a=1-BENCH--c=4`
+    (the parts joined by `-` after `SERVE-`/`BENCH-`), no BENCH part where only server settings vary; None where the
+    folder is no combination of server settings."""
+    if not folder.startswith("SERVE-"):
+        return None
+    return folder.split("-BENCH-")[0]
+
+
+def serve_label(serve: str) -> str:
+    """`SERVE--max_num_seqs=64-max_num_batched_tokens=8192` -> `serve max_num_seqs=64 max_num_batched_tokens=8192`,
+    named as a grid's variants are (`BASE SETTINGS`: the verdict shows the settings); a named combination (vLLM's
+    `_benchmark_name`) keeps its name."""
+    text = serve[len("SERVE-"):].lstrip("-")
+    return "serve " + " ".join(re.split(r"-(?=[A-Za-z_][\w.-]*=)", text)) if text else serve
+
+
+def serve_grid(path: str | os.PathLike[str]) -> list[SweepResult]:
+    """A `vllm bench sweep serve` output folder of several server settings as a grid: one sweep per combination,
+    labelled with its settings (`serve_label`), in the order vLLM ran them (the date of each one's first run;
+    the folder name where no run has a date). [] for anything else (a file, one combination, no combinations)."""
+    d = Path(path)
+    if not d.is_dir():
+        return []
+    summaries = sorted(d.rglob("summary.json"))
+    _check_run_count(len(summaries), str(d))
+    groups: dict[str, list[tuple[str, Mapping[str, Any]]]] = {}
+    for f in summaries:
+        serve = _serve_part(f.parent.name)
+        if serve is not None:
+            groups.setdefault(serve, []).extend(_summary_runs(_json_value(_read_text(f), str(f)), str(f)))
+    if len(groups) < 2:
+        return []
+    first_run = {serve: min(str(o.get("date") or "~") for _, o in runs) for serve, runs in groups.items()}
+    order = sorted(groups, key=lambda s: (first_run[s], s))
+    return [_flat_result("vllm", groups[s], str(d), label=serve_label(s)) for s in order]
 
 
 def _json_value(text: str, path: str) -> Any:
