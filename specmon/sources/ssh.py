@@ -179,6 +179,9 @@ def read_known_hosts(path: str) -> asyncssh.SSHKnownHosts:
     return asyncssh.import_known_hosts(text)
 
 
+END_UNENDED_TRIES = 4   # kills of process groups left by a dropped link, tried on each new connection
+
+
 def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
     """Delay before reconnect attempt `attempt` (1, 2, ...): base * 2^(n-1), capped, plus up to base of jitter
     so that many specmon instances never reconnect in lockstep."""
@@ -448,9 +451,18 @@ class SSHTransport(Transport):
         self.unended.difference_update(groups)
 
     async def _end_unended(self) -> None:
-        """After a reconnect: end the process groups that could not be ended while the link was down."""
-        with contextlib.suppress(TransportError, OSError, asyncssh.Error, asyncio.TimeoutError):
-            await self._kill_groups(await self._connection(5.0), sorted(self.unended))
+        """After a reconnect: end the process groups that could not be ended while the link was down. A kill that
+        fails on the new connection (a session refused or late on a busy host) is tried again while the link holds;
+        should it drop once more, the next reconnect starts this again."""
+        for attempt in range(1, END_UNENDED_TRIES + 1):
+            try:
+                await self._kill_groups(await self._connection(5.0), sorted(self.unended))
+                return
+            except (TransportError, OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+                log.debug("%s: ending process groups %s failed (%s)", self.host, sorted(self.unended), exc)
+            if self.link.state != "connected" or attempt == END_UNENDED_TRIES:
+                return
+            await asyncio.sleep(backoff_s(attempt, 0.5, self.backoff_cap_s))
 
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
                   limit: int = MAX_OUTPUT_BYTES) -> CommandResult:
