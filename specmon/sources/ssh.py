@@ -32,7 +32,7 @@ import random
 import secrets
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,7 +64,9 @@ MAX_HOPS = 8
 LINK_WAIT_S = 60.0
 # Says "MARKER PID" on stdout and "MARKER" on stderr, then becomes the command. The marker is random per command:
 # what the remote shell's start-up files print before it (a banner, a number) is never taken for the pid.
-_PREAMBLE = 'printf "%s %s\\n" "$2" $$; printf "%s\\n" "$2" >&2; exec /bin/sh -c "$1"'
+# The command waits for the client's go-ahead (a newline on stdin, sent once its pid has arrived): a command whose pid
+# line the link lost never starts, and its waiting preamble still carries the marker, for `pkill -f` to find.
+_PREAMBLE = 'printf "%s %s\\n" "$2" $$; printf "%s\\n" "$2" >&2; read -r _ || exit 111; exec /bin/sh -c "$1"'
 START_NOISE_MAX = 1 << 20   # what a remote shell may print at start-up before the command starts
 
 
@@ -214,6 +216,7 @@ class SSHTransport(Transport):
         self._forwards: dict[tuple[str, int], _PortForward] = {}
         self._closed = False
         self.unended: set[int] = set()         # process groups on the host still to end once the link is back
+        self.unstarted: set[str] = set()       # markers of commands cut before their pid arrived, ditto
         self._ending: asyncio.Task[None] | None = None
 
     # ---- link --------------------------------------------------------------------------------------------
@@ -255,7 +258,7 @@ class SSHTransport(Transport):
             self._conn, self._hops = conn, hops
             self._ever_connected = True
             self._set_link(LinkState("connected"))
-            if self.unended and (self._ending is None or self._ending.done()):
+            if (self.unended or self.unstarted) and (self._ending is None or self._ending.done()):
                 self._ending = asyncio.create_task(self._end_unended(), name=f"ssh {self.host} end groups")
             await conn.wait_closed()
             self._conn = None
@@ -407,10 +410,22 @@ class SSHTransport(Transport):
             except (OSError, asyncssh.Error) as exc:
                 raise TransportError(f"{self.host}: link lost: {exc}") from None
         try:
-            return proc, await self._read_pid(proc, marker.encode()), marker.encode() + b"\n"
+            pid = await self._read_pid(proc, marker.encode())
+        except TransportError:
+            proc.close()
+            self.unstarted.add(marker)   # its preamble may wait on the host: found by its marker once the link is back
+            raise
         except BaseException:
             proc.close()
             raise
+        try:
+            proc.stdin.write(b"\n")   # the go-ahead
+        except (OSError, asyncssh.Error) as exc:
+            proc.close()
+            self.unstarted.add(marker)
+            self.unended.add(pid)
+            raise TransportError(f"{self.host}: link lost: {exc}") from None
+        return proc, pid, marker.encode() + b"\n"
 
     async def _read_pid(self, proc: asyncssh.SSHClientProcess[bytes], marker: bytes) -> int:
         """The command's pid (its process group) from the preamble's framed line; lines before it (the remote
@@ -442,13 +457,17 @@ class SSHTransport(Transport):
             conn = await self._connection(wait_s)
             await self._kill_groups(conn, [pgid])
 
-    async def _kill_groups(self, conn: asyncssh.SSHClientConnection, groups: list[int]) -> None:
-        """SIGKILL these process groups on the host; those the host was told about leave `unended`."""
-        targets = " ".join(f"-{int(pgid)}" for pgid in groups)
+    async def _kill_groups(self, conn: asyncssh.SSHClientConnection, groups: list[int],
+                           markers: Sequence[str] = ()) -> None:
+        """SIGKILL these process groups (and the preambles of commands started with these markers, still waiting
+        for their go-ahead) on the host; those the host was told about leave `unended` (`unstarted`)."""
+        script = "".join(f"kill -s KILL -- -{int(pgid)} 2>/dev/null; " for pgid in groups)
+        # `[s]pecmon-…` matches the waiting preamble's argv, never this kill command's own.
+        script += "".join(f"pkill -KILL -f -- {shlex.quote('[s]' + m[1:])}; " for m in markers)
         async with self._sessions:
-            await timelimit.wait_for(conn.run(f"for g in {targets}; do kill -s KILL -- $g 2>/dev/null; done; true",
-                                              check=True), 10)
+            await timelimit.wait_for(conn.run(script + "true", check=True), 10)
         self.unended.difference_update(groups)
+        self.unstarted.difference_update(markers)
 
     async def _end_unended(self) -> None:
         """After a reconnect: end the process groups that could not be ended while the link was down. A kill that
@@ -456,7 +475,7 @@ class SSHTransport(Transport):
         should it drop once more, the next reconnect starts this again."""
         for attempt in range(1, END_UNENDED_TRIES + 1):
             try:
-                await self._kill_groups(await self._connection(5.0), sorted(self.unended))
+                await self._kill_groups(await self._connection(5.0), sorted(self.unended), sorted(self.unstarted))
                 return
             except (TransportError, OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
                 log.debug("%s: ending process groups %s failed (%s)", self.host, sorted(self.unended), exc)
