@@ -16,7 +16,7 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
-from specmon.model.sweeps.interop import parse_any_results, read_any_results
+from specmon.model.sweeps.formats import parse_any_results
 from specmon.model.sweeps.results import (
     ClientHealth,
     LevelResult,
@@ -25,6 +25,7 @@ from specmon.model.sweeps.results import (
     SweepResult,
     read_results,
 )
+from specmon.sources.resultfiles import read_any_results
 
 FIXTURES = Path(__file__).parent / "fixtures" / "interop"
 GUIDELLM = FIXTURES / "guidellm-sim-concurrent.json"

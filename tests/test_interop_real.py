@@ -18,9 +18,10 @@ import pytest
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
-from specmon.model.sweeps.interop import lacks_note, parse_any_results, read_any_results
-from specmon.model.sweeps.interop_guidellm import guidellm_report, read_records
+from specmon.model.sweeps.formats import lacks_note, parse_any_results
+from specmon.model.sweeps.formats.guidellm_report import guidellm_report
 from specmon.model.sweeps.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult, read_results
+from specmon.sources.resultfiles import read_any_results, read_records
 
 REAL = Path(__file__).parent / "fixtures" / "interop" / "real"
 FIXTURES = REAL.parent
@@ -713,7 +714,7 @@ def test_a_peer_file_of_more_runs_than_any_sweep_is_refused_before_it_is_parsed(
     now more than MAX_RUNS (10,000) runs in a file or directory are refused in one line before any is parsed (1.2 s,
     371 MB for that file). Here 10,000 real runs and a last line that is not even JSON: the refusal names the count,
     not that line (it was "...:10001: not JSON"); a directory likewise (its cap lowered to 2 here); at the cap, read."""
-    import specmon.model.sweeps.interop as interop
+    import specmon.model.sweeps.formats.base as interop
 
     line = json.dumps(json.loads(VLLM025_ONE.read_text()))
     f = tmp_path / "many.jsonl"

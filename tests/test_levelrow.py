@@ -21,9 +21,9 @@ from specmon.model.charts.levelrow import (
     series_points,
 )
 from specmon.model.experiments.verdict import summarize_passes
-from specmon.model.sweeps.interop import read_any_results
 from specmon.model.sweeps.results import SweepMeta
 from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.sources.resultfiles import read_any_results
 from specmon.ui.app import SpecmonApp
 
 GUIDELLM = Path(__file__).parent / "fixtures" / "interop" / "guidellm-sim-concurrent.json"

@@ -43,8 +43,9 @@ from specmon.model.sweeps.compare import (
     metric_value,
     sweep_mode,
 )
-from specmon.model.sweeps.interop import lacks_note, read_any_results, serve_grid
+from specmon.model.sweeps.formats import lacks_note
 from specmon.model.sweeps.results import SweepResult
+from specmon.sources.resultfiles import read_any_results, serve_grid
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark
 

@@ -16,17 +16,16 @@ one line; nothing existing is overwritten.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 
 from specmon.errors import UserError
-from specmon.model.sweeps.interop import cannot_hold, read_any_results, sglang_lines, vllm_runs
-from specmon.model.sweeps.interop_guidellm import NOT_MEASURED, guidellm_report, read_records
+from specmon.model.sweeps.formats import BY_NAME
 from specmon.model.sweeps.results import SweepResult
+from specmon.sources.resultfiles import read_any_results, read_records
 
-FORMATS = ("vllm", "sglang", "guidellm")
+FORMATS = tuple(BY_NAME)
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -46,25 +45,20 @@ def run(args: argparse.Namespace) -> int:
         raise UserError(f"{args.result}: no finished level to export")
     src = Path(args.result)
     stem = src.name[: -len(src.suffix)] if src.suffix else src.name
-    if args.format == "vllm":
-        out_dir: Path = args.out or src.with_name(f"{stem}-vllm")
-        files = [(out_dir / name, json.dumps(obj, indent=4, allow_nan=False) + "\n") for name, obj in vllm_runs(result)]
-        if out_dir.is_symlink() and not out_dir.exists():
-            raise UserError(f"{out_dir}: a symbolic link to nothing (it points to {os.readlink(out_dir)}); not followed "
+    fmt = BY_NAME[args.format]
+    records = read_records(str(_records_file(result, src))) if fmt.needs_records else []
+    out: Path = args.out or src.with_name(stem + fmt.out_suffix)
+    files = [(out / name if name else out, text) for name, text in fmt.write(result, records)]
+    if fmt.out_folder:
+        if out.is_symlink() and not out.exists():
+            raise UserError(f"{out}: a symbolic link to nothing (it points to {os.readlink(out)}); not followed "
                             "(choose another --out)")
-        if out_dir.exists() and not out_dir.is_dir():
-            raise UserError(f"{out_dir}: exists and is not a directory")
-    elif args.format == "guidellm":
-        report = guidellm_report(result, read_records(str(_records_file(result, src))))
-        files = [(args.out or src.with_name(f"{stem}.guidellm.json"), json.dumps(report, allow_nan=False) + "\n")]
-    else:
-        out_file: Path = args.out or src.with_name(f"{stem}.sglang.jsonl")
-        # SGLang writes Python's json (an uncapped request rate is `Infinity`); so do we, for its readers.
-        files = [(out_file, "".join(json.dumps(obj) + "\n" for obj in sglang_lines(result)))]
+        if out.exists() and not out.is_dir():
+            raise UserError(f"{out}: exists and is not a directory")
     taken = [str(path) for path, _ in files if path.exists()]
     if taken:
         raise UserError(f"{taken[0]}: exists; not overwritten (choose another --out)")
-    lost = cannot_hold(result, args.format) + (list(NOT_MEASURED) if args.format == "guidellm" else [])
+    lost = fmt.cannot_hold(result)
     if lost:
         print(f"specmon: note: the {args.format} format has no field for: {', '.join(lost)} (not written)",
               file=sys.stderr)
@@ -79,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _records_file(result: SweepResult, src: Path) -> Path:
-    """The sweep's per-request records: where its meta line says, else the file of that name beside the result."""
+    """The sweep's per-request records (a format written from them needs them): where its meta line says, else the
+    file of that name beside the result."""
     if result.meta.tool is not None or not result.meta.records:
         raise UserError(f"{src}: no per-request records (a guidellm report is built from a specmon sweep's "
                         "records file, which this result does not name)")

@@ -36,8 +36,8 @@ from specmon.model.experiments.report import summary_to_csv, summary_to_dict, su
 from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns
 from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.compare import load_words
-from specmon.model.sweeps.interop import read_any_results, serve_grid
 from specmon.model.sweeps.results import SweepResult
+from specmon.sources.resultfiles import read_any_results, serve_grid
 
 FORMATS = ("md", "json", "csv")
 IMAGE_FORMATS = ("png", "svg")

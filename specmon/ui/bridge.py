@@ -27,7 +27,7 @@ from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
-from specmon.model.sweeps.interop import TOOL_NAMES, read_any_results
+from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.orchestration.comparison import sweep_profiles
@@ -44,6 +44,7 @@ from specmon.orchestration.runview import RunView
 from specmon.orchestration.serving import ServingWatcher
 from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
+from specmon.sources.resultfiles import read_any_results
 from specmon.sources.transport import Transport, TransportError
 from specmon.ui import format as fmt
 from specmon.ui.forms import ExperimentRequest, SweepRequest

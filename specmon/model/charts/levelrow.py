@@ -1,5 +1,5 @@
 """A sweep level as the chart and the level table show it: one frozen row built from a finished level (a result
-file's, or another tool's file read by specmon.model.sweeps.interop), the level still running (the generator's ~4 Hz
+file's, or another tool's file read by specmon.model.sweeps.formats), the level still running (the generator's ~4 Hz
 summary) or an experiment's level over its repeats. The TUI's Sweep pane, `demo --headless` and `compare`'s chart
 read rows, never level records. Pure."""
 

@@ -354,7 +354,7 @@ class SweepMeta:
     specmon_version: str = ""
     created_at: str = ""
     records: str | None = None
-    tool: str | None = None   # the other load generator whose file this was read from (specmon.model.sweeps.interop)
+    tool: str | None = None   # the other load generator whose file this was read from (specmon.model.sweeps.formats)
     dataset: Mapping[str, Any] | None = None   # datasets.Dataset.describe(): name, path, sha256, prompts, categories
 
     @property

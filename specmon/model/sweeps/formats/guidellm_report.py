@@ -29,9 +29,7 @@ from typing import Any
 from specmon.errors import UserError
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.sweeps.sweepstats import RequestRecord
-from specmon.model.text.textfile import NotTextError, loads, read_capped
-
-MAX_RECORDS_BYTES = 1 << 32   # a long sweep's records file: a line per request
+from specmon.model.text.textfile import loads
 
 PERCENTILES = {"p001": 0.001, "p01": 0.01, "p05": 0.05, "p10": 0.1, "p25": 0.25, "p50": 0.5, "p75": 0.75,
                "p90": 0.9, "p95": 0.95, "p99": 0.99, "p999": 0.999}
@@ -46,15 +44,8 @@ NOT_MEASURED = ("guidellm's scheduler timings (queue, resolve and finalize delay
 _STATUSES = ("successful", "errored", "incomplete", "total")
 
 
-def read_records(path: str) -> list[RequestRecord]:
-    """A sweep's per-request records file (one JSON object a line); a bad line is one error naming it."""
-    try:
-        text = read_capped(path, MAX_RECORDS_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{path}: no such file (the sweep's per-request records; a guidellm report is built from "
-                        "them)") from None
-    except (NotTextError, OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{path}: cannot read ({exc})") from None
+def parse_records(text: str, path: str) -> list[RequestRecord]:
+    """A sweep's per-request records file's text (one JSON object a line); a bad line is one error naming it."""
     out = []
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
