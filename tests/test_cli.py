@@ -90,32 +90,32 @@ def test_missing_config_file_is_one_line_exit_2(tmp_path: Path) -> None:
     assert done.stderr == f"specmon: error: {tmp_path / 'nope.toml'}: no such file (named by --config)\n"
 
 
-def _readme_sections() -> dict[str, str]:
-    """README's CLI reference, split into one text per `### \\`specmon NAME ...\\`` heading."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+def _reference_sections() -> dict[str, str]:
+    """docs/cli.md, the CLI reference, split into one text per `## \\`specmon NAME ...\\`` heading."""
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text(encoding="utf-8")
     sections: dict[str, str] = {}
-    for chunk in readme.split("\n### `specmon ")[1:]:
+    for chunk in reference.split("\n## `specmon ")[1:]:
         name = chunk.split(maxsplit=1)[0].rstrip("`")
-        sections[name] = chunk.split("\n## ", 1)[0]
+        sections[name] = chunk.split("\n# ", 1)[0]
     return sections
 
 
-def test_readme_documents_every_subcommand_and_option() -> None:
-    """The CLI reference cannot drift from the parser: each subcommand and each of its options is in README.md."""
+def test_the_cli_reference_documents_every_subcommand_and_option() -> None:
+    """The CLI reference cannot drift from the parser: each subcommand and each of its options is in docs/cli.md."""
     import argparse
 
     from specmon.cli import build_parser
 
-    sections = _readme_sections()
+    sections = _reference_sections()
     parser = build_parser()
     (subparsers,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
     assert "profiles" in subparsers.choices
     for name, sub in subparsers.choices.items():
-        assert name in sections, f"README.md has no `### specmon {name}` section"
+        assert name in sections, f"docs/cli.md has no `## specmon {name}` section"
         for action in sub._actions:
             for option in action.option_strings:
                 if option.startswith("--") and option != "--help":
-                    assert option in sections[name], f"README.md: `specmon {name}` does not mention {option}"
+                    assert option in sections[name], f"docs/cli.md: `specmon {name}` does not mention {option}"
 
 
 def test_a_command_loads_only_its_own_module_so_it_starts_fast(tmp_path: Path) -> None:
