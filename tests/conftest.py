@@ -15,6 +15,7 @@ from types import FrameType
 
 import ports
 import pytest
+from process_support import what_starts
 from slurm_support import TWO_NODES, SlurmCluster, memory_cgroup_available, slurm_available, slurm_cluster
 from sshd_support import Sshd, shared_sshd, sshd_available
 
@@ -96,6 +97,21 @@ def isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
         monkeypatch.setenv(name, str(path))
     monkeypatch.delenv("SPECMON_CONFIG", raising=False)
     yield home
+
+
+@pytest.fixture(autouse=True)
+def quick_tests_start_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    """`-m "not slow"` is the quick subset: it must pass in seconds in any venv, the `specmon` script on PATH or not.
+    A test not marked `slow` that starts a process, listens on a socket or runs the app fails, naming what it
+    started (issue 33 #7: 66 such tests ran in the quick subset, 33 of them the console script)."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    with what_starts() as started:
+        yield
+    if started:
+        pytest.fail(f"not marked slow, but it started {', '.join(dict.fromkeys(started))}: mark it @pytest.mark.slow",
+                    pytrace=False)
 
 
 @pytest.fixture(scope="session")

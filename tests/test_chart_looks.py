@@ -31,6 +31,7 @@ def two_sweeps(tmp_path: Path) -> tuple[Path, Path]:
             write_sweep(tmp_path / "spec.jsonl", "eagle3", {1: 128.0, 2: 206.0, 4: 280.0, 8: 379.0}))
 
 
+@pytest.mark.slow
 def test_compare_chart_marks_each_level_and_the_crossover_where_the_curves_meet(tmp_path: Path) -> None:
     """compare's chart drew each sweep as a run of one glyph, the crossover as a full-height line, ticks 93, ..."""
     done = subprocess.run([sys.executable, "-m", "specmon", "compare", *map(str, two_sweeps(tmp_path))],
@@ -45,6 +46,7 @@ def test_compare_chart_marks_each_level_and_the_crossover_where_the_curves_meet(
     assert chart.count("✕") == 1 and "C≈3.31" in lines[cross + 1], chart   # the cross, its load just under it
 
 
+@pytest.mark.slow
 def test_report_image_marks_each_level_and_the_crossover_where_the_curves_meet(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib")
     base, spec = two_sweeps(tmp_path)

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon
 
 from specmon.loadgen.lines import append_line
 from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta
@@ -30,12 +30,6 @@ def write_sweep(path: Path, profile: str, tputs: dict[int, float], bound_at: int
     return path
 
 
-def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
-
-
 @pytest.fixture
 def files(tmp_path: Path) -> tuple[Path, Path]:
     base = write_sweep(tmp_path / "base.jsonl", "baseline", {1: 93.0, 2: 172.0, 4: 298.0, 8: 471.0})
@@ -44,7 +38,7 @@ def files(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_table_ratio_crossover_and_chart(files: tuple[Path, Path], tmp_path: Path) -> None:
-    done = specmon("compare", *map(str, files), cwd=tmp_path)
+    done = run_specmon("compare", *map(str, files), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     lines = out.splitlines()
@@ -59,7 +53,7 @@ def test_table_ratio_crossover_and_chart(files: tuple[Path, Path], tmp_path: Pat
 
 
 def test_json(files: tuple[Path, Path], tmp_path: Path) -> None:
-    done = specmon("compare", "--json", *map(str, files), cwd=tmp_path)
+    done = run_specmon("compare", "--json", *map(str, files), cwd=tmp_path)
     data = json.loads(done.stdout)
     assert [f["label"] for f in data["files"]] == ["baseline", "eagle3"]
     assert data["crossover"][0]["concurrency"] == pytest.approx(2 + 2 * 34 / 52)
@@ -72,7 +66,7 @@ def test_json(files: tuple[Path, Path], tmp_path: Path) -> None:
 def test_no_crossover_and_same_profile_twice(tmp_path: Path) -> None:
     a = write_sweep(tmp_path / "a.jsonl", "base", {1: 10.0, 2: 20.0})
     b = write_sweep(tmp_path / "b.jsonl", "base", {1: 11.0, 2: 22.0})
-    done = specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
     assert done.returncode == 0
     assert "crossover base#2 vs base: none in the measured range" in done.stdout
 
@@ -80,14 +74,14 @@ def test_no_crossover_and_same_profile_twice(tmp_path: Path) -> None:
 def test_bad_file_names_file_and_line(files: tuple[Path, Path], tmp_path: Path) -> None:
     bad = tmp_path / "bad.jsonl"
     bad.write_text(files[0].read_text().splitlines()[0] + "\n{\"type\": \"level\", \"concurrency\": 0}\n")
-    done = specmon("compare", str(files[0]), str(bad), cwd=tmp_path)
+    done = run_specmon("compare", str(files[0]), str(bad), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == f"specmon: error: {bad}:2: level: concurrency must be >= 1, got 0"
 
 
 def test_one_file_shows_its_table_and_chart(files: tuple[Path, Path], tmp_path: Path) -> None:
     """The usage says FILE [FILE ...]; one file was refused ("give at least two result files")."""
-    done = specmon("compare", str(files[0]), cwd=tmp_path)
+    done = run_specmon("compare", str(files[0]), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].split() == ["C", "baseline", "tok/s"] and lines[1].split() == ["1", "93.0"]
@@ -99,13 +93,13 @@ def test_kv_tokens_more_than_10_percent_apart_is_a_confounded_comparison(tmp_pat
     base = write_sweep(tmp_path / "base.jsonl", "baseline", tputs, server={"kv_cache_tokens": 1_200_000})
     far = write_sweep(tmp_path / "far.jsonl", "eagle3", tputs, server={"kv_cache_tokens": 1_000_000})
     near = write_sweep(tmp_path / "near.jsonl", "eagle3", tputs, server={"kv_cache_tokens": 1_150_000})
-    done = specmon("compare", "--no-chart", str(base), str(far), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(base), str(far), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "warning: comparison confounded: KV tokens 1.2M ≠ 1M" in done.stdout.splitlines()
-    data = json.loads(specmon("compare", "--json", str(base), str(far), cwd=tmp_path).stdout)
+    data = json.loads(run_specmon("compare", "--json", str(base), str(far), cwd=tmp_path).stdout)
     assert data["warnings"] == ["KV tokens 1.2M ≠ 1M"]
     # 4% apart is the same server within noise: no warning.
-    done = specmon("compare", "--no-chart", str(base), str(near), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(base), str(near), cwd=tmp_path)
     assert done.returncode == 0 and "warning" not in done.stdout
 
 
@@ -115,7 +109,7 @@ def test_workload_and_mem_fraction_differences_are_warned(tmp_path: Path) -> Non
                        workload={"input_len": 128, "output_len": 256, "levels": [1, 4]})
     other = write_sweep(tmp_path / "other.jsonl", "eagle3", tputs, server={"mem_fraction": 0.8},
                         workload={"input_len": 128, "output_len": 64, "levels": [1, 4, 16]})
-    out = specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path).stdout.splitlines()
+    out = run_specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path).stdout.splitlines()
     warnings = [line for line in out if line.startswith("warning:")]
     assert warnings == ["warning: comparison confounded: mem_fraction_static 0.85 ≠ 0.8",
                         "warning: comparison confounded: workload output_len: baseline 256 ≠ eagle3 64"]
@@ -127,7 +121,7 @@ def test_torn_last_line_is_reported_and_the_rest_used(files: tuple[Path, Path], 
     whole = files[1].read_text()
     last = whole.splitlines()[-1]
     torn.write_text(whole + last[: len(last) // 2])
-    done = specmon("compare", "--no-chart", str(files[0]), str(torn), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(files[0]), str(torn), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == (f"specmon: warning: {torn}:6: last line is cut short (an interrupted write); "
                                    "left out, the lines before it are used")
@@ -141,7 +135,7 @@ def test_report_of_a_sweep_file_with_a_torn_last_line_says_so_and_uses_the_rest(
     whole = files[1].read_text()
     last = whole.splitlines()[-1]
     torn.write_text(whole + last[: len(last) // 2])
-    done = specmon("report", "--format", "json", str(files[0]), str(torn), cwd=tmp_path)
+    done = run_specmon("report", "--format", "json", str(files[0]), str(torn), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == (f"specmon: warning: {torn}:6: last line is cut short (an interrupted write); "
                                    "left out, the lines before it are used")
@@ -151,7 +145,7 @@ def test_report_of_a_sweep_file_with_a_torn_last_line_says_so_and_uses_the_rest(
 
 def test_chart_ticks_are_the_measured_levels(files: tuple[Path, Path], tmp_path: Path) -> None:
     """Issue 10 #5: the log axis was labelled 1.0 1.7 2.8 4.8 8.0, none of them a level that was run."""
-    done = specmon("compare", *map(str, files), cwd=tmp_path)
+    done = run_specmon("compare", *map(str, files), cwd=tmp_path)
     chart = done.stdout.split("output tok/s vs concurrency")[1]
     axis = next(line for line in chart.splitlines() if line.split() == ["1", "2", "4", "8"])
     assert axis, chart

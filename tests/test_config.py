@@ -318,37 +318,23 @@ def test_served_model_names_of_a_server_command(argv: list[str], names: tuple[st
     assert served_model_names(argv) == names
 
 
-def test_every_toml_example_in_the_readme_is_a_valid_profiles_file() -> None:
-    """The README's examples are what a new user copies: each reads without a problem or a warning. An example that
-    only adds an `[experiments.NAME]` table is read with stub profiles of the names it uses (issue 35 #22: the README
-    had no experiment example and no complete remote SGLang profile)."""
+def test_every_toml_example_in_the_docs_is_a_valid_profiles_file() -> None:
+    """The examples in README.md and docs/ are what a new user copies: each reads without a problem or a warning. An
+    example that only adds an `[experiments.NAME]` table is read with stub profiles of the names it uses (issue 35 #22:
+    the README had no experiment example and no complete remote SGLang profile). Links and anchors: tests/test_docs.py."""
     import re
 
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    blocks = re.findall(r"```toml\n(.*?)```", readme, re.S)
-    assert any("[experiments." in b for b in blocks) and any('host = "' in b and "sglang" in b for b in blocks)
-    for block in blocks:
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+    blocks = [(page, block) for page in pages for block in re.findall(r"```toml\n(.*?)```", page.read_text(encoding="utf-8"), re.S)]
+    assert any("[experiments." in b for _, b in blocks) and any('host = "' in b and "sglang" in b for _, b in blocks)
+    for page, block in blocks:
         text = block
         if "[profiles." not in block:
             names = re.findall(r'"([\w.-]+)"', re.search(r"^profiles = \[(.*)\]", block, re.M).group(1))  # type: ignore[union-attr]
             text = "".join(f'[profiles.{n}]\nport = {30100 + i}\ncommand = ["true"]\nserver = "other"\n\n'
                            for i, n in enumerate(names)) + block
-        config = parse_config(text, str(REPO / "README.md"))
-        assert not config.warnings, (block, config.warnings)
-
-
-def test_the_readmes_links_inside_it_lead_somewhere() -> None:
-    """Its table of contents (issue 35 #22) and cross references name headings (GitHub's anchors) or `<a id>`s."""
-    import re
-
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    text = re.sub(r"```.*?```", "", readme, flags=re.S)
-    anchors = set(re.findall(r'<a id="([^"]+)"></a>', text))
-    for heading in re.findall(r"^#{1,4} (.+)$", text, re.M):
-        anchors.add(re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-"))
-    linked = set(re.findall(r"\]\(#([^)]+)\)", text))
-    assert "results" in linked and "experimentsname-unattended-ab-experiments" in linked
-    assert linked <= anchors, sorted(linked - anchors)
+        config = parse_config(text, str(page))
+        assert not config.warnings, (page, block, config.warnings)
 
 
 def test_the_repositorys_remote_example_is_valid_and_says_what_this_build_does() -> None:

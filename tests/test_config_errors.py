@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from process_support import specmon_script
 
 from specmon.errors import UserError
 from specmon.model.config import load_config
@@ -195,12 +195,6 @@ def test_unknown_profile_lists_known_ones(tmp_path: Path) -> None:
     assert str(caught.value) == f"{path}: unknown profile 'c' (known: a, b)"
 
 
-def _specmon() -> list[str]:
-    exe = shutil.which("specmon")
-    assert exe, "the `specmon` console script is not installed (pip install -e .)"
-    return [exe]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(("text", "expected"), [
     (GOOD + "prot = 30001\n", "{path}:3: profiles.a.prot: unknown key (did you mean 'port'?)"),
@@ -213,7 +207,7 @@ def _specmon() -> list[str]:
 ])
 def test_cli_prints_one_line_and_exits_2(tmp_path: Path, text: str, expected: str) -> None:
     path = _write(tmp_path, text)
-    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+    done = subprocess.run([specmon_script(), "--config", str(path), "profiles"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2
     assert done.stdout == ""
@@ -246,7 +240,7 @@ def test_hostile_config_file_is_one_line_not_memory_or_recursion_error(
         tmp_path: Path, make: Callable[[Path], Path], expected: str) -> None:
     """`--config /dev/zero` read until MemoryError, and 500 nested arrays hit a RecursionError traceback."""
     path = make(tmp_path)
-    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+    done = subprocess.run([specmon_script(), "--config", str(path), "profiles"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("specmon: error: " + expected.format(path=path)), done.stderr
@@ -266,7 +260,7 @@ def test_config_text_is_escaped_when_echoed_and_nul_bytes_are_refused(tmp_path: 
     """A newline in a quoted key split the error over two lines and ESC in a key reached the terminal; a NUL in
     command/notify_cmd/workdir passed validation and later crashed `launch` (ValueError: embedded null byte)."""
     path = _write(tmp_path, text)
-    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+    done = subprocess.run([specmon_script(), "--config", str(path), "profiles"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "\x1b" not in done.stderr and "\x07" not in done.stderr
@@ -276,7 +270,7 @@ def test_config_text_is_escaped_when_echoed_and_nul_bytes_are_refused(tmp_path: 
 @pytest.mark.slow
 def test_profiles_table_escapes_control_characters_in_commands(tmp_path: Path) -> None:
     path = _write(tmp_path, '[profiles.a]\ncommand = ["echo", "\\u001b]0;PWNED\\u0007", "two\\nlines"]\n')
-    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+    done = subprocess.run([specmon_script(), "--config", str(path), "profiles"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0, done.stderr
     row = done.stdout.splitlines()[2]
@@ -291,7 +285,7 @@ def test_a_server_command_without_port_is_a_warning_not_an_error(tmp_path: Path)
     config = load_config(path, env={})
     assert config.warnings == (f"{path}:4: profiles.a.command: has no --port: the vllm server picks its own default "
                                "port, while specmon probes port = 8000",)
-    done = subprocess.run([*_specmon(), "--config", str(path), "profiles"], capture_output=True, text=True,
+    done = subprocess.run([specmon_script(), "--config", str(path), "profiles"], capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 0 and "a" in done.stdout
     assert done.stderr == f"specmon: warning: {config.warnings[0]}\n"

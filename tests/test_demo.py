@@ -4,13 +4,13 @@ and stop what it started. Run as the installed command, as a user would."""
 from __future__ import annotations
 
 import re
-import shutil
 import socket
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from process_support import specmon_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -38,7 +38,7 @@ def test_headless_demo_prints_the_comparison_and_stops_its_servers(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     ports = {"base": free_port_factory(), "eagle": free_port_factory()}
     config = fast_profiles(tmp_path / "profiles.toml", ports)
-    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+    done = subprocess.run([specmon_script(), "--config", str(config), "demo", "--headless",
                            "--levels", "1,32", "--requests", "32", "--results-dir", str(tmp_path / "res")],
                           capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
     out = done.stdout
@@ -68,7 +68,7 @@ def test_headless_demo_refuses_a_level_it_could_not_fill_before_launching(
     """16 requests cannot measure C=64 (it would really run at C=16): one line, exit 2, nothing launched."""
     ports = {"base": free_port_factory(), "eagle": free_port_factory()}
     config = fast_profiles(tmp_path / "profiles.toml", ports)
-    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+    done = subprocess.run([specmon_script(), "--config", str(config), "demo", "--headless",
                            "--levels", "1,4,16,64", "--requests", "16"],
                           capture_output=True, text=True, timeout=60, cwd=tmp_path, check=False)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -79,7 +79,7 @@ def test_headless_demo_refuses_a_level_it_could_not_fill_before_launching(
 def test_headless_demo_reports_a_failed_load_and_exits_1(tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     ports = {"base": free_port_factory(), "eagle": free_port_factory()}
     config = fast_profiles(tmp_path / "profiles.toml", ports, crash="eagle")
-    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless"],
+    done = subprocess.run([specmon_script(), "--config", str(config), "demo", "--headless"],
                           capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "eagle: FAILED: exception" in done.stdout
@@ -92,7 +92,7 @@ def test_headless_demo_whose_every_request_failed_exits_1_saying_why(
     a 'crossover' as if it had measured something; `specmon sweep` alone exited 1."""
     ports = {"base": free_port_factory(), "eagle": free_port_factory()}
     config = fast_profiles(tmp_path / "profiles.toml", ports, refuse_all="eagle")
-    done = subprocess.run([shutil.which("specmon") or "specmon", "--config", str(config), "demo", "--headless",
+    done = subprocess.run([specmon_script(), "--config", str(config), "demo", "--headless",
                            "--levels", "1,4", "--requests", "4", "--results-dir", str(tmp_path / "res")],
                           capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
     assert done.returncode == 1, done.stdout + done.stderr
@@ -112,7 +112,7 @@ def test_headless_demo_started_beside_a_specmon_folder_runs(
     working directory."""
     (tmp_path / "specmon").mkdir()
     ports = [free_port_factory(), free_port_factory()]
-    done = subprocess.run([shutil.which("specmon") or "specmon", "demo", "--headless", "--ports", f"{ports[0]},{ports[1]}",
+    done = subprocess.run([specmon_script(), "demo", "--headless", "--ports", f"{ports[0]},{ports[1]}",
                            "--levels", "1", "--requests", "4", "--results-dir", str(tmp_path / "res")],
                           capture_output=True, text=True, timeout=140, cwd=tmp_path, check=False)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from specmon.model.config import builtin_config
 
 SCRIPT = Path(__file__).resolve().parent.parent / "docs" / "make_demo_svg.py"
@@ -30,6 +32,7 @@ def test_screenshot_settings_pass_the_sweep_form() -> None:
     assert request.levels[-1] == 64 and set(request.profiles) == {"demo-baseline", "demo-eagle3"}
 
 
+@pytest.mark.slow
 def test_screenshot_script_fails_loudly_on_settings_the_form_refuses(tmp_path: Path) -> None:
     out = tmp_path / "demo.svg"
     done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--levels", "1,4,16,64", "--requests", "16"],

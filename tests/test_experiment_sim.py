@@ -12,7 +12,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,6 +23,7 @@ from typing import Any
 
 import pytest
 from ports import free_port
+from process_support import run_specmon, specmon_script
 
 from specmon.model.config import Profile, builtin_config, load_config
 from specmon.model.server.acceptance import LevelAcceptance
@@ -34,7 +34,6 @@ from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-SPECMON = shutil.which("specmon") or "specmon"
 
 
 def sim_config(profile: Profile) -> SimConfig:
@@ -72,10 +71,6 @@ def port_is_free(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) != 0
 
 
-def run_specmon(cwd: Path, *args: str, timeout: float = 280) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([SPECMON, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False)
-
-
 def demo_experiment(levels: tuple[int, ...], repeats: int, duration_s: float, **extra: object) -> str:
     demo = builtin_config().experiment("demo")
     lines = [f"profiles = {json.dumps(list(demo.profiles))}", f"levels = {json.dumps(list(levels))}",
@@ -106,7 +101,7 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     levels = builtin_config().experiment("demo").sweep.levels
     config = write_config(tmp / "profiles.toml", ports, demo_experiment(levels, repeats=2, duration_s=1.5))
     env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "cfg"))
-    done = subprocess.run([SPECMON, "--config", str(config), "experiment", "demo", "--json",
+    done = subprocess.run([specmon_script(), "--config", str(config), "experiment", "demo", "--json",
                            "--results-dir", str(tmp / "results")],
                           capture_output=True, text=True, timeout=280, cwd=tmp, env=env, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -195,7 +190,7 @@ def test_report_writes_markdown_and_a_chart_with_both_series(demo_run: tuple[Pat
     if not directory.is_absolute():
         directory = tmp / directory
     names = [p["profile"] for p in result["profiles"]]
-    done = run_specmon(tmp, "report", str(directory))
+    done = run_specmon("report", str(directory), cwd=tmp, timeout=280)
     assert done.returncode == 0, done.stderr
     text = (directory / "report.md").read_text()
     assert result["verdict"] in text and "![output throughput vs concurrency](report.png)" in text
@@ -208,7 +203,7 @@ def test_report_writes_markdown_and_a_chart_with_both_series(demo_run: tuple[Pat
         colours = {pixel for _, pixel in image.convert("RGB").getcolors(1 << 20)}
     # matplotlib's first two series colours (C0 blue, C1 orange) are both drawn.
     assert (31, 119, 180) in colours and (255, 127, 14) in colours
-    done = run_specmon(tmp, "report", str(directory), "--image", "svg", "--out", str(tmp / "r" / "report.md"))
+    done = run_specmon("report", str(directory), "--image", "svg", "--out", str(tmp / "r" / "report.md"), cwd=tmp, timeout=280)
     assert done.returncode == 0, done.stderr
     svg = ET.parse(tmp / "r" / "report.svg").getroot()
     ns = "{http://www.w3.org/2000/svg}"
@@ -218,7 +213,7 @@ def test_report_writes_markdown_and_a_chart_with_both_series(demo_run: tuple[Pat
         # The series' line through its level means: one vertex per level.
         paths = [p.get("d", "") for g in groups for p in g.iter(f"{ns}path")]
         assert max(d.count("L") for d in paths) + 1 >= len(result["levels"]), name
-    done = run_specmon(tmp, "report", str(directory), "--format", "csv")
+    done = run_specmon("report", str(directory), "--format", "csv", cwd=tmp, timeout=280)
     rows = done.stdout.splitlines()
     assert rows[0].startswith("profile,concurrency,repeats") and len(rows) == 1 + 2 * len(result["levels"])
 
@@ -251,7 +246,7 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
     config = write_config(tmp_path / "profiles.toml", free_port_factory,
                           demo_experiment(levels, repeats=2, duration_s=1.5))
     results = tmp_path / "results"
-    proc = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "demo", "--results-dir", str(results)],
+    proc = subprocess.Popen([specmon_script(), "--config", str(config), "experiment", "demo", "--results-dir", str(results)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 200
     directory: Path | None = None
@@ -263,8 +258,8 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
             if found:
                 if directory is None:
                     # While it runs, a second specmon cannot run the same experiment.
-                    twice = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume",
-                                        "--results-dir", str(results), timeout=60)
+                    twice = run_specmon("--config", str(config), "experiment", "demo", "--resume",
+                                        "--results-dir", str(results), timeout=60, cwd=tmp_path)
                     assert twice.returncode == 2, twice.stderr
                     assert f"being run by another specmon (pid {proc.pid})" in twice.stderr
                 directory = found[0].parent
@@ -285,8 +280,8 @@ def test_kill_9_mid_experiment_then_resume_finishes_without_repeating_a_level(
     assert sorted(before[base]) == sorted((p, c) for p in (1, 2) for c in levels)
     assert 1 <= len(before[eagle]) < 2 * len(levels)
 
-    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--resume", "--json",
-                       "--results-dir", str(results))
+    done = run_specmon("--config", str(config), "experiment", "demo", "--resume", "--json",
+                       "--results-dir", str(results), cwd=tmp_path, timeout=280)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     assert result["status"] == "finished" and Path(result["directory"]).name == directory.name
@@ -317,8 +312,8 @@ def test_a_crashing_launch_is_retried_then_reported_per_on_failure(
     config = write_config(tmp_path / "profiles.toml", free_port_factory,
                           demo_experiment((1,), repeats=1, duration_s=1.0, on_failure=on_failure, retries=1),
                           crash=crash)
-    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
-                       "--results-dir", str(tmp_path / "results"))
+    done = run_specmon("--config", str(config), "experiment", "demo", "--json",
+                       "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=280)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout)
     steps = [(s["profile"], s["step"], s["detail"]) for s in result["steps"]]
@@ -361,8 +356,8 @@ def test_a_server_lost_mid_sweep_is_relaunched_and_no_counted_level_is_measured_
     ports = {base: free_port_factory(), eagle: free_port_factory()}
     # The EAGLE-3 server exits by itself 4 s after it is ready, every time: mid-sweep.
     config = eagle_exits_config(tmp_path / "profiles.toml", ports, 4, (1, 2, 4, 8), 1.5)
-    done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
-                       "--results-dir", str(tmp_path / "results"))
+    done = run_specmon("--config", str(config), "experiment", "demo", "--json",
+                       "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=280)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout)
     steps = [(s["profile"], s["step"], s["detail"]) for s in result["steps"]]
@@ -431,13 +426,13 @@ def test_the_host_is_cleared_of_specmon_runs_but_a_foreign_listener_is_reported_
     config = write_config(tmp_path / "profiles.toml", remember,
                           demo_experiment((1,), repeats=1, duration_s=1.0, on_busy="abort"))
     # The EAGLE-3 profile is already running (started by specmon), and something else holds the baseline's port.
-    launched = run_specmon(tmp_path, "--config", str(config), "launch", eagle, "--wait", timeout=120)
+    launched = run_specmon("--config", str(config), "launch", eagle, "--wait", timeout=120, cwd=tmp_path)
     assert launched.returncode == 0, launched.stderr
     with socket.socket() as foreign:
         foreign.bind(("127.0.0.1", ports[0]))
         foreign.listen()
-        done = run_specmon(tmp_path, "--config", str(config), "experiment", "demo", "--json",
-                           "--results-dir", str(tmp_path / "results"))
+        done = run_specmon("--config", str(config), "experiment", "demo", "--json",
+                           "--results-dir", str(tmp_path / "results"), cwd=tmp_path, timeout=280)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["status"] == "aborted"
@@ -474,7 +469,7 @@ def test_a_disk_filling_up_ends_the_experiment_in_one_line_with_its_server_stopp
         return ports[-1]
 
     config = write_config(tmp_path / "profiles.toml", port, demo_experiment((1, 2, 4), repeats=2, duration_s=2.0))
-    experiment = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "demo", "--results-dir",
+    experiment = subprocess.Popen([specmon_script(), "--config", str(config), "experiment", "demo", "--results-dir",
                                    str(small_disk)], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True)
     try:

@@ -57,6 +57,7 @@ def marked_process() -> Iterator[tuple[int, int]]:
         proc.wait()
 
 
+@pytest.mark.slow
 async def test_snapshot_reads_gpus_and_maps_pids_to_runs(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
                                                        marked_process: tuple[int, int]) -> None:
     marked, stranger = marked_process
@@ -69,6 +70,7 @@ async def test_snapshot_reads_gpus_and_maps_pids_to_runs(fake_smi: Path, monkeyp
         f"run run-a (pid {marked})", f"held by pid {stranger} (not a specmon run)"}
 
 
+@pytest.mark.slow
 async def test_na_fields_are_unknown_not_zero(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SMI_NA", "1")
     board = await snapshot(LocalTransport())
@@ -77,6 +79,7 @@ async def test_na_fields_are_unknown_not_zero(fake_smi: Path, monkeypatch: pytes
     assert gpu.memory_total_mib == 143771
 
 
+@pytest.mark.slow
 async def test_missing_nvidia_smi_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     board = await snapshot(LocalTransport())
@@ -99,6 +102,7 @@ async def test_a_host_without_gpus_gets_no_compute_apps_queries(monkeypatch: pyt
         await probe.close()
 
 
+@pytest.mark.slow
 async def test_holders_arrive_once_the_stream_has_shown_gpus(fake_smi: Path, monkeypatch: pytest.MonkeyPatch,
                                                             marked_process: tuple[int, int]) -> None:
     marked, _ = marked_process
@@ -112,6 +116,7 @@ async def test_holders_arrive_once_the_stream_has_shown_gpus(fake_smi: Path, mon
         await probe.close()
 
 
+@pytest.mark.slow
 async def test_bad_field_error_reaches_the_board(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_SMI_BAD_FIELD", "1")
     board = await snapshot(LocalTransport())
@@ -175,6 +180,7 @@ async def test_hung_stream_is_ended_and_rearmed(fake_smi: Path, monkeypatch: pyt
 
 
 
+@pytest.mark.slow
 async def test_stop_sees_a_process_on_two_gpus_holding_the_sum(fake_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # What `specmon stop` waits on before it calls the GPUs free (HostOps.compute_apps, the same parser).
     monkeypatch.setenv("FAKE_SMI_APPS", "0:4242:19592;1:4242:19592;1:77:10")

@@ -56,6 +56,7 @@ def specmon(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "specmon", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("new_names", [True, False], ids=["SERVE--k=v", "SERVE-k=v"])
 def test_a_vllm_sweep_serve_folder_of_two_settings_compares_as_a_grid_with_the_bands_verdict(
         tmp_path: Path, new_names: bool) -> None:
@@ -86,6 +87,7 @@ def test_a_vllm_sweep_serve_folder_of_two_settings_compares_as_a_grid_with_the_b
                                       "one of: 'max_num_seqs=256', 'max_num_seqs=16'"), unknown.stderr
 
 
+@pytest.mark.slow
 def test_report_of_a_serve_settings_folder_draws_every_setting_the_best_envelope_and_the_bands(tmp_path: Path) -> None:
     """report took such a folder as one sweep of its first setting: no grid, no bands, one curve."""
     pytest.importorskip("matplotlib")
@@ -107,6 +109,7 @@ def test_report_of_a_serve_settings_folder_draws_every_setting_the_best_envelope
     assert {"band-label-0", "band-label-1"} <= set(groups)   # each band's range and leader, over its shading
 
 
+@pytest.mark.slow
 def test_compare_on_a_grid_experiment_directory_shows_every_variant_and_the_bands(tmp_path: Path) -> None:
     """compare took an experiment directory for a folder of vLLM result files and refused it."""
     spec = builtin_config().experiment("demo-grid")

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from ports import free_port
-from test_experiment_sim import SPECMON, level_lines, port_is_free, run_specmon, write_config
+from process_support import run_specmon, specmon_script
+from test_experiment_sim import level_lines, port_is_free, write_config
 from test_sim_tuning import truth
 
 from specmon.model.config import load_config
@@ -45,7 +46,7 @@ def test_a_grid_runs_unattended_to_the_bands_the_sim_model_implies(tmp_path: Pat
     config_path = write_config(tmp_path / "profiles.toml", ports, GRID)
     expected = truth(load_config(config_path, env={}), "grid")
     env = dict(os.environ, HOME=str(home), XDG_STATE_HOME=str(home / "state"), XDG_CONFIG_HOME=str(home / "cfg"))
-    done = subprocess.run([SPECMON, "--config", str(config_path), "experiment", "grid", "--json",
+    done = subprocess.run([specmon_script(), "--config", str(config_path), "experiment", "grid", "--json",
                            "--results-dir", str(tmp_path / "results")],
                           capture_output=True, text=True, timeout=280, cwd=tmp_path, env=env, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -73,7 +74,7 @@ def test_a_grid_runs_unattended_to_the_bands_the_sim_model_implies(tmp_path: Pat
     assert measured == [(b.levels, b.leader) for b in expected.bands], (result["verdict"], expected.sentence)
     assert result["verdict"].startswith("C 1-2: steps=5 (+") and result["verdict"].endswith("; C >= 16: baseline")
     # The report: the verdict table (Markdown) and each variant's setup.
-    report = run_specmon(tmp_path, "report", str(directory))
+    report = run_specmon("report", str(directory), cwd=tmp_path, timeout=280)
     assert report.returncode == 0, report.stderr
     text = (directory / "report.md").read_text()
     assert "## Best setting per load band" in text and "| C >= 16 | baseline | – | – |" in text
@@ -89,7 +90,7 @@ def test_kill_9_mid_grid_then_resume_repeats_no_finished_level_of_any_variant(
                           GRID.replace("levels = [1, 2, 16]", "levels = [1, 16]"))
     base, first, last = "demo-baseline", "demo-eagle3 steps=1", "demo-eagle3 steps=5"
     results = tmp_path / "results"
-    proc = subprocess.Popen([SPECMON, "--config", str(config), "experiment", "grid", "--results-dir", str(results)],
+    proc = subprocess.Popen([specmon_script(), "--config", str(config), "experiment", "grid", "--results-dir", str(results)],
                             cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
     directory: Path | None = None
@@ -114,8 +115,8 @@ def test_kill_9_mid_grid_then_resume_repeats_no_finished_level_of_any_variant(
     every = sorted((p, c) for p in (1, 2) for c in (1, 16))
     assert sorted(before[base]) == every and sorted(before[first]) == every and 1 <= len(before[last]) < 4
 
-    done = run_specmon(tmp_path, "--config", str(config), "experiment", "grid", "--resume", "--json",
-                       "--results-dir", str(results))
+    done = run_specmon("--config", str(config), "experiment", "grid", "--resume", "--json",
+                       "--results-dir", str(results), cwd=tmp_path, timeout=280)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     result = json.loads(done.stdout)
     after = level_lines(directory)
@@ -137,8 +138,8 @@ def test_a_refused_grid_starts_nothing(tmp_path: Path, free_port_factory: Callab
                                        problem: str) -> None:
     config = write_config(tmp_path / "profiles.toml", free_port_factory,
                           GRID.replace('vary = { "--speculative-num-steps" = [1, 5] }', f"vary = {vary}"))
-    done = run_specmon(tmp_path, "--config", str(config), "experiment", "grid", "--results-dir",
-                       str(tmp_path / "results"), timeout=60)
+    done = run_specmon("--config", str(config), "experiment", "grid", "--results-dir",
+                       str(tmp_path / "results"), timeout=60, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and f"profiles.toml:{config.read_text().splitlines().index(f'vary = {vary}') + 1}: " \
         in done.stderr and problem in done.stderr, done.stderr

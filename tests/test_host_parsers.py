@@ -7,6 +7,8 @@ import os
 import socket
 from pathlib import Path
 
+import pytest
+
 from specmon.model.hosts.gpu import memory_by_pid, parse_apps
 from specmon.model.hosts.procfs import (
     describe_process,
@@ -51,6 +53,7 @@ def test_listeners_ipv4_and_ipv6_but_not_connections() -> None:
     assert listening_ports("") == set()
 
 
+@pytest.mark.slow
 def test_listening_ports_sees_a_live_listener() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))

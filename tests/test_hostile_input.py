@@ -6,13 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon, specmon_script
 from simproc import free_port
 from sshd_support import Sshd, sshd_available
 
@@ -45,12 +45,6 @@ levels = [1]
 """
 
 
-def specmon(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env, check=False)
-
-
 def assert_no_secret(text: str, where: str) -> None:
     leaked = [s for s in SECRETS if s in text]
     assert not leaked, f"{where} holds {leaked}"
@@ -63,6 +57,7 @@ def leaky(tmp_path: Path) -> Path:
     return config
 
 
+@pytest.mark.slow
 def test_item1_no_secret_flag_or_url_password_in_experiment_json_or_report_md(leaky: Path, tmp_path: Path) -> None:
     config = load_config(leaky)
     directory = tmp_path / "results" / "experiments" / "leak-1"
@@ -77,7 +72,7 @@ def test_item1_no_secret_flag_or_url_password_in_experiment_json_or_report_md(le
     assert setup["command"][:4] == ["python", "-m", "specmon", "sim"] and setup["env"]["NCCL_DEBUG"] == "INFO"
     assert setup["env"]["DB_URL"] == "postgres://u:<redacted>@db/x"
 
-    done = specmon("report", str(directory), cwd=tmp_path)
+    done = run_specmon("report", str(directory), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = directory / "report.md"
     assert "--api-key <redacted>" in report.read_text()
@@ -85,29 +80,31 @@ def test_item1_no_secret_flag_or_url_password_in_experiment_json_or_report_md(le
     assert os.stat(report).st_mode & 0o777 == 0o600
 
 
+@pytest.mark.slow
 def test_item1_an_old_experiment_json_holding_secrets_gives_a_report_without_them(leaky: Path, tmp_path: Path) -> None:
     config = load_config(leaky)
     directory = tmp_path / "leak-1"
     profile = config.profile("leaky")
     raw = {"host": "local", "server": "sglang", "port": 1, "command": list(profile.command), "env": dict(profile.env)}
     save_state(ExperimentState(directory, config.experiment("leak"), utc_now_iso(), str(leaky), setups={"leaky": raw}))
-    done = specmon("report", str(directory), "--format", "json", cwd=tmp_path)
+    done = run_specmon("report", str(directory), "--format", "json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "<redacted>" in done.stdout
     assert_no_secret(done.stdout, "report --format json")
 
 
+@pytest.mark.slow
 def test_item1_profiles_json_and_env_all_hide_a_url_password_under_a_harmless_name(leaky: Path, tmp_path: Path) -> None:
     env = dict(os.environ, HOME=str(tmp_path), XDG_STATE_HOME=str(tmp_path / "state"),
                XDG_CONFIG_HOME=str(tmp_path / "cfg"), OTHER_URL="https://me:dbsecret5@example.invalid/")
-    done = specmon("--config", str(leaky), "profiles", "--json", cwd=tmp_path, env=env)
+    done = run_specmon("--config", str(leaky), "profiles", "--json", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert_no_secret(done.stdout, "profiles --json")
     assert json.loads(done.stdout)["profiles"][0]["env"]["DB_URL"] == "postgres://u:<redacted>@db/x"
-    done = specmon("--config", str(leaky), "profiles", cwd=tmp_path, env=env)
+    done = run_specmon("--config", str(leaky), "profiles", cwd=tmp_path, env=env)
     assert_no_secret(done.stdout, "profiles")
     for args in (("env", "leaky", "--all"), ("env", "leaky", "--all", "--json")):
-        done = specmon("--config", str(leaky), *args, cwd=tmp_path, env=env)
+        done = run_specmon("--config", str(leaky), *args, cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stderr
         assert "DB_URL" in done.stdout
         assert_no_secret(done.stdout + done.stderr, " ".join(args))
@@ -143,6 +140,7 @@ def _remote_processes(needle: str) -> list[int]:
     return pids
 
 
+@pytest.mark.slow
 async def test_item2_a_bashrc_that_prints_on_stdout_and_stderr_leaves_commands_and_their_output_alone(
         talking_sshd: Sshd) -> None:
     (talking_sshd.home / ".bashrc").write_text('echo "Welcome to gpu1, load 0.3"\necho "module: ok" >&2\n'
@@ -162,6 +160,7 @@ async def test_item2_a_bashrc_that_prints_on_stdout_and_stderr_leaves_commands_a
         await transport.close()
 
 
+@pytest.mark.slow
 async def test_item2_a_bashrc_printing_a_victims_process_group_never_gets_it_killed(talking_sshd: Sshd) -> None:
     victim = subprocess.Popen(["sleep", "300"], start_new_session=True)   # its own process group, pgid = pid
     (talking_sshd.home / ".bashrc").write_text(f"echo {victim.pid}\n")
@@ -199,6 +198,7 @@ def _isolated(tmp_path: Path) -> dict[str, str]:
                 XDG_CONFIG_HOME=str(tmp_path / "cfg"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("text", [DEEP, '{"type": "meta", "x": ' + DEEP + "\n", "{\"a\":" * 100_000],
                          ids=["array", "specmon-meta", "object"])
 @pytest.mark.parametrize("command", [("compare",), ("report", "--format", "csv"), ("export", "--format", "vllm")],
@@ -208,7 +208,7 @@ def test_item3_deeply_nested_result_file_is_one_line_naming_it(tmp_path: Path, t
     deep = tmp_path / "deep.json"
     deep.write_text(text)
     files = (str(deep), str(deep)) if command == ("compare",) else (str(deep),)
-    done = specmon(*command, *files, cwd=tmp_path, env=_isolated(tmp_path))
+    done = run_specmon(*command, *files, cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, str(deep))
 
 
@@ -222,25 +222,27 @@ def test_item3_deeply_nested_dataset_is_one_line_naming_it(tmp_path: Path, name:
         load_dataset(name, str(path))
 
 
+@pytest.mark.slow
 def test_item3_item4_deep_or_endless_experiment_json_is_one_line_naming_it(tmp_path: Path) -> None:
     directory = tmp_path / "exp"
     directory.mkdir()
     (directory / "experiment.json").write_text(DEEP)
-    _one_clean_line(specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
+    _one_clean_line(run_specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
     (directory / "experiment.json").unlink()
     (directory / "experiment.json").symlink_to("/dev/zero")
-    _one_clean_line(specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
+    _one_clean_line(run_specmon("report", str(directory), cwd=tmp_path, env=_isolated(tmp_path)), "experiment.json")
 
 
+@pytest.mark.slow
 def test_item3_a_deep_local_run_record_is_listed_unreadable_not_a_traceback(tmp_path: Path) -> None:
     env = _isolated(tmp_path)
     runs = tmp_path / "state" / "specmon" / "runs"
     runs.mkdir(parents=True)
     (runs / "20260101-000000-abcdef.json").write_text(DEEP)
-    done = specmon("status", "--all", cwd=tmp_path, env=env)
+    done = run_specmon("status", "--all", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "20260101-000000-abcdef" in done.stdout and "unreadable" in done.stdout and "nested deeper" in done.stdout
-    done = specmon("forget", "20260101-000000-abcdef", cwd=tmp_path, env=env)
+    done = run_specmon("forget", "20260101-000000-abcdef", cwd=tmp_path, env=env)
     assert "Traceback" not in done.stderr and "RecursionError" not in done.stderr
 
 
@@ -260,18 +262,20 @@ OSC52 = "\x1b]52;c;aGFja2Vk\x07"      # "copy 'hacked' to the clipboard", then a
 FAKE_SMI = Path(__file__).parent / "fixtures" / "gpu" / "fake-nvidia-smi"
 
 
+@pytest.mark.slow
 def test_item5_a_gpu_name_with_terminal_escapes_is_shown_escaped(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "nvidia-smi").symlink_to(FAKE_SMI)
     env = _isolated(tmp_path)
     env.update(PATH=f"{bin_dir}:{env['PATH']}", FAKE_SMI_NAME=f"H200{OSC52}\x1b[31mred")
-    done = specmon("gpus", cwd=tmp_path, env=env)
+    done = run_specmon("gpus", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "H200\\x1b]52;c;aGFja2Vk\\x07\\x1b[31mred" in done.stdout
 
 
+@pytest.mark.slow
 def test_item5_env_names_and_values_a_sitecustomize_injects_are_shown_escaped(tmp_path: Path) -> None:
     hooks = tmp_path / "hooks"
     hooks.mkdir()
@@ -282,7 +286,7 @@ def test_item5_env_names_and_values_a_sitecustomize_injects_are_shown_escaped(tm
     config = tmp_path / "profiles.toml"
     config.write_text('[profiles.p]\nport = 1\ncommand = ["python", "-m", "specmon", "sim", "--port", "1"]\n'
                       f'env = {{ PYTHONPATH = "{hooks}", NCCL_LAUNCH = "\\u001b[2J" }}\n')
-    done = specmon("--config", str(config), "env", "p", "--all", cwd=tmp_path, env=_isolated(tmp_path))
+    done = run_specmon("--config", str(config), "env", "p", "--all", cwd=tmp_path, env=_isolated(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "NCCL_EVIL" in done.stdout and "\\x1b]52;c;aGFja2Vk\\x07" in done.stdout
     assert "\x1b" not in done.stdout and "\x07" not in done.stdout
@@ -312,33 +316,36 @@ def _no_run_launched(tmp_path: Path) -> None:
     assert not (runs.is_dir() and list(runs.glob("*.json"))), "a server was launched"
 
 
+@pytest.mark.slow
 def test_item7_a_bad_experiment_dataset_is_refused_before_any_server_is_launched(tmp_path: Path) -> None:
     bad = tmp_path / "prompts.jsonl"
     bad.write_text('{"prompt": "fine"}\nroot:$6$salt$hash:19000:0:99999:7:::\n')
     config = _experiment_config(tmp_path, f'dataset = "jsonl"\ndataset_path = "{bad}"\n')
-    done = specmon("--config", str(config), "experiment", "ab", "--results-dir", str(tmp_path / "results"),
+    done = run_specmon("--config", str(config), "experiment", "ab", "--results-dir", str(tmp_path / "results"),
                    cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, f"{bad}:2: not valid JSON")
     _no_run_launched(tmp_path)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["/proc/nope", "file", "long"])
 def test_item6_an_unusable_results_dir_is_one_line_before_any_launch(tmp_path: Path, where: str) -> None:
     results = {"/proc/nope": Path("/proc/nope"), "file": tmp_path / "a-file", "long": tmp_path / ("x" * 300)}[where]
     (tmp_path / "a-file").write_text("")
     config = _experiment_config(tmp_path)
-    done = specmon("--config", str(config), "experiment", "ab", "--results-dir", str(results), cwd=tmp_path,
+    done = run_specmon("--config", str(config), "experiment", "ab", "--results-dir", str(results), cwd=tmp_path,
                    env=_isolated(tmp_path))
     _one_clean_line(done, "cannot create the experiment's directory")
     _no_run_launched(tmp_path)
 
 
+@pytest.mark.slow
 def test_item10_resume_of_a_corrupt_experiment_json_names_the_corruption(tmp_path: Path) -> None:
     config = _experiment_config(tmp_path)
     state = tmp_path / "results" / "experiments" / "ab-20260101T000000Z" / "experiment.json"
     state.parent.mkdir(parents=True)
     state.write_text('{"type": "experiment", "schema": 1, "name": "ab", "spec": ')
-    done = specmon("--config", str(config), "experiment", "ab", "--resume", "--results-dir",
+    done = run_specmon("--config", str(config), "experiment", "ab", "--resume", "--results-dir",
                    str(tmp_path / "results"), cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, f"{state}: not a readable experiment state")
     _no_run_launched(tmp_path)
@@ -348,6 +355,7 @@ def test_item10_resume_of_a_corrupt_experiment_json_names_the_corruption(tmp_pat
 # Items 9 and 10: a ProxyJump loop and a 100,000-character host
 
 
+@pytest.mark.slow
 async def test_item9_a_proxyjump_loop_is_refused_at_once_not_followed_for_ever(talking_sshd: Sshd) -> None:
     with open(talking_sshd.config, "a") as fh:
         fh.write(f"\nHost loop\n  HostName 127.0.0.1\n  Port {talking_sshd.port}\n  User root\n"
@@ -362,8 +370,9 @@ async def test_item9_a_proxyjump_loop_is_refused_at_once_not_followed_for_ever(t
         await transport.close()
 
 
+@pytest.mark.slow
 def test_item10_a_100000_character_host_is_one_short_line_saying_so(tmp_path: Path) -> None:
-    done = specmon("gpus", "a" * 100_000, cwd=tmp_path, env=_isolated(tmp_path))
+    done = run_specmon("gpus", "a" * 100_000, cwd=tmp_path, env=_isolated(tmp_path))
     _one_clean_line(done, "100,000 characters long")
     assert "idna" not in done.stderr
 
@@ -372,6 +381,7 @@ def test_item10_a_100000_character_host_is_one_short_line_saying_so(tmp_path: Pa
 # Item 8: a server.log that is a FIFO, `logscan /dev/zero`
 
 
+@pytest.mark.slow
 async def test_item8_a_fifo_server_log_is_refused_over_ssh_and_leaves_no_reader_on_the_host(
         sshd: Sshd, tmp_path: Path) -> None:
     fifo = tmp_path / "run" / "server.log"
@@ -389,12 +399,14 @@ async def test_item8_a_fifo_server_log_is_refused_over_ssh_and_leaves_no_reader_
         await transport.close()
 
 
+@pytest.mark.slow
 def test_item8_logscan_of_an_endless_device_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run([shutil.which("specmon") or "specmon", "logscan", "/dev/zero"], capture_output=True,
+    done = subprocess.run([specmon_script(), "logscan", "/dev/zero"], capture_output=True,
                           text=True, timeout=30, cwd=tmp_path, check=False)
     _one_clean_line(done, "/dev/zero: a device, not a log file")
 
 
+@pytest.mark.slow
 async def test_item10_a_revoked_host_key_is_reported_as_revoked_not_changed(talking_sshd: Sshd) -> None:
     line = talking_sshd.known_hosts.read_text()
     talking_sshd.known_hosts.write_text(line + "@revoked " + line)
@@ -408,6 +420,7 @@ async def test_item10_a_revoked_host_key_is_reported_as_revoked_not_changed(talk
         await transport.close()
 
 
+@pytest.mark.slow
 def test_item10_a_sweep_killed_during_its_probe_does_not_block_a_rerun_with_the_same_out(tmp_path: Path) -> None:
     import signal
     import socket
@@ -416,7 +429,7 @@ def test_item10_a_sweep_killed_during_its_probe_does_not_block_a_rerun_with_the_
     silent.bind(("127.0.0.1", 0))
     silent.listen()
     port = silent.getsockname()[1]
-    exe = shutil.which("specmon") or "specmon"
+    exe = specmon_script()
     env = _isolated(tmp_path)
     try:
         sweep = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl"], cwd=tmp_path,
@@ -430,7 +443,7 @@ def test_item10_a_sweep_killed_during_its_probe_does_not_block_a_rerun_with_the_
         assert (tmp_path / "r.jsonl").stat().st_size == 0    # what a kill during the probe leaves
     finally:
         silent.close()
-    done = specmon("sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl", cwd=tmp_path, env=env)
+    done = run_specmon("sweep", "--url", f"http://127.0.0.1:{port}", "--out", "r.jsonl", cwd=tmp_path, env=env)
     assert done.returncode == 2 and "cannot reach the server" in done.stderr, done.stderr
     assert "already exists" not in done.stderr and not (tmp_path / "r.jsonl").exists()
 
@@ -447,6 +460,7 @@ def test_item10_a_10_mb_nvidia_smi_line_is_quoted_short_in_its_error(line: str) 
 # Items 3, 4, 5 and 11 on a host: a remote meta.json that is deep, huge, escaping or out of range
 
 
+@pytest.mark.slow
 def test_items_3_4_5_11_hostile_remote_meta_json_in_status_host_and_adopt(talking_sshd: Sshd, tmp_path: Path) -> None:
     runs = talking_sshd.home / ".specmon" / "runs"     # the legacy root: always searched
     metas = {
@@ -462,22 +476,23 @@ def test_items_3_4_5_11_hostile_remote_meta_json_in_status_host_and_adopt(talkin
     config.write_text('[profiles.far]\nhost = "gpu1"\nport = 30000\ncommand = ["true", "--port", "30000"]\n\n'
                       + talking_sshd.ssh_table())
     env = _isolated(tmp_path)
-    done = specmon("--config", str(config), "status", "--host", "gpu1", cwd=tmp_path, env=env)
+    done = run_specmon("--config", str(config), "status", "--host", "gpu1", cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "\x1b" not in done.stdout and "\x07" not in done.stdout
     assert "evil\\x1b]52" in done.stdout and "bbbbbb" not in done.stdout and "cccccc" not in done.stdout
-    done = specmon("--config", str(config), "status", "--host", "gpu1", "--adopt", "20260101-000000-aaaaaa",
+    done = run_specmon("--config", str(config), "status", "--host", "gpu1", "--adopt", "20260101-000000-aaaaaa",
                    cwd=tmp_path, env=env)
     _one_clean_line(done, "meta.json: port: 70000 is not a TCP port (1-65535); not adopted")
 
 
+@pytest.mark.slow
 def test_item6_export_of_a_result_with_a_5000_character_profile_writes_files_with_short_names(tmp_path: Path) -> None:
     """'File name too long' before the vLLM export wrote sweep folders (BENCH-<overrides>/run=N.json): the profile
     is no longer part of a file name."""
     from test_compare_cli import write_sweep
 
     write_sweep(tmp_path / "r.jsonl", "p" * 5000, {1: 10.0, 2: 20.0})
-    done = specmon("export", "--format", "vllm", "r.jsonl", cwd=tmp_path, env=_isolated(tmp_path))
+    done = run_specmon("export", "--format", "vllm", "r.jsonl", cwd=tmp_path, env=_isolated(tmp_path))
     assert done.returncode == 0, done.stderr[-500:]
     written = [p for p in (tmp_path / "r-vllm").rglob("*") if p.is_file()]
     assert written and all(len(part) <= 200 for p in written for part in p.relative_to(tmp_path).parts)

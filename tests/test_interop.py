@@ -9,10 +9,10 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
@@ -34,15 +34,9 @@ VLLM_APPENDED = FIXTURES / "vllm-llama-eagle3.jsonl"
 SGLANG = FIXTURES / "sglang-llama-eagle3.jsonl"
 
 
-def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
-
-
 def compared(*paths: Path, cwd: Path) -> dict[str, dict[float, float]]:
     """`specmon compare --json`: each file's output throughput per concurrency (or rate), by label."""
-    done = specmon("compare", "--json", *map(str, paths), cwd=cwd)
+    done = run_specmon("compare", "--json", *map(str, paths), cwd=cwd)
     assert done.returncode == 0, done.stderr
     data = json.loads(done.stdout)
     labels = [f["label"] for f in data["files"]]
@@ -106,7 +100,7 @@ def test_vllm_files_give_the_output_throughput_vllm_printed(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_sglang_jsonl_gives_its_output_throughput_and_compares_with_vllm(tmp_path: Path) -> None:
     own = {o["max_concurrency"]: o["output_throughput"] for o in flat_objects(SGLANG)}
-    done = specmon("compare", "--no-chart", str(VLLM_DIR), str(SGLANG), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(VLLM_DIR), str(SGLANG), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     ours = compared(VLLM_DIR, SGLANG, cwd=tmp_path)["sglang-llama-eagle3"]
     assert ours == pytest.approx(own, abs=1e-9)
@@ -122,7 +116,7 @@ def test_sglang_jsonl_gives_its_output_throughput_and_compares_with_vllm(tmp_pat
 @pytest.mark.slow
 def test_peer_files_mix_with_specmons_own_results_without_workload_noise(tmp_path: Path) -> None:
     own = write_specmon(tmp_path / "eagle3.jsonl")
-    done = specmon("compare", "--no-chart", str(VLLM_DIR), str(own), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(VLLM_DIR), str(own), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "crossover eagle3 vs vllm-llama-base" in done.stdout
     # A vLLM file names its workload in vLLM's terms: no "workload input_len: x ≠ None" lines from that.
@@ -223,7 +217,7 @@ def assert_reads_back_the_same(src: Path, exported: Path, tool: str) -> SweepRes
 @pytest.mark.slow
 def test_export_vllm_writes_one_file_per_level_that_reads_back_the_same(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "eagle3.jsonl")
-    done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "eagle3-vllm"
     # `vllm bench sweep serve`'s layout: a folder per load with run=0.json and the summary.json its plot reads.
@@ -251,7 +245,7 @@ def test_export_sglang_writes_jsonl_that_reads_back_the_same(tmp_path: Path) -> 
     src = write_specmon(tmp_path / "eagle3.jsonl")
     target = tmp_path / "out" / "bench.jsonl"
     target.parent.mkdir()
-    done = specmon("export", str(src), "--format", "sglang", "--out", str(target), cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "sglang", "--out", str(target), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     lines = flat_objects(target)
     assert [o["max_concurrency"] for o in lines] == [1, 4, 16]
@@ -265,7 +259,7 @@ def test_export_sglang_writes_jsonl_that_reads_back_the_same(tmp_path: Path) -> 
 @pytest.mark.slow
 def test_export_of_a_peer_file_converts_it(tmp_path: Path) -> None:
     # guidellm's real report, written for vLLM users: the throughput guidellm printed survives.
-    done = specmon("export", str(GUIDELLM), "--format", "vllm", "--out", str(tmp_path / "g"), cwd=tmp_path)
+    done = run_specmon("export", str(GUIDELLM), "--format", "vllm", "--out", str(tmp_path / "g"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     got = {o["max_concurrency"]: round(o["output_throughput"], 1)
            for f in (tmp_path / "g").rglob("summary.json") for o in json.loads(f.read_text())}
@@ -277,7 +271,7 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "eagle3.jsonl")
     target = tmp_path / "taken.jsonl"
     target.write_text("keep me\n")
-    done = specmon("export", str(src), "--format", "sglang", "--out", str(target), cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "sglang", "--out", str(target), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.strip() == f"specmon: error: {target}: exists; not overwritten (choose another --out)"
     assert target.read_text() == "keep me\n"
@@ -287,7 +281,7 @@ def test_export_never_overwrites(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -> None:
     src = write_specmon(tmp_path / "open.jsonl", "open", rates=(2.0, 4.5))
-    done = specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "vllm", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     out = tmp_path / "open-vllm"
     assert sorted(p.name for p in out.iterdir()) == [
@@ -299,7 +293,7 @@ def test_open_loop_results_export_and_read_back_at_their_rates(tmp_path: Path) -
     assert [lv.goodput for lv in again.levels] == [1.5, 3.375]
     assert again.meta.workload["max_concurrency"] == 32
     sg = tmp_path / "open.sglang.jsonl"
-    assert specmon("export", str(src), "--format", "sglang", cwd=tmp_path).returncode == 0
+    assert run_specmon("export", str(src), "--format", "sglang", cwd=tmp_path).returncode == 0
     assert [o["request_rate"] for o in flat_objects(sg)] == [2.0, 4.5]
     assert [lv.rate for lv in assert_reads_back_the_same(src, sg, "sglang").levels] == [2.0, 4.5]
 
@@ -356,7 +350,7 @@ BAD = [
 def test_malformed_peer_files_give_one_line_errors(tmp_path: Path, name: str, content, message: str) -> None:  # type: ignore[no-untyped-def]
     bad = tmp_path / name
     bad.write_text(content())
-    done = specmon("compare", str(VLLM_DIR), str(bad), cwd=tmp_path)
+    done = run_specmon("compare", str(VLLM_DIR), str(bad), cwd=tmp_path)
     assert done.returncode == 2
     lines = done.stderr.splitlines()
     assert len(lines) == 1, done.stderr

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon
 
 from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
@@ -30,12 +31,6 @@ GUIDELLM03_JSON = REAL / "guidellm03-benchmarks_stripped.json"
 GUIDELLM03_YAML = REAL / "guidellm03-benchmarks_stripped.yaml"
 GUIDELLM08 = FIXTURES / "guidellm-sim-concurrent.json"
 VLLM_ONE = next((FIXTURES / "vllm-llama-base").glob("*concurrency4*.json"))
-
-
-def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=60, cwd=cwd)
 
 
 def lines_of(path: Path) -> list[dict[str, object]]:
@@ -161,11 +156,12 @@ def test_vllm_025_bench_serve_result_gives_the_files_own_numbers(path: Path) -> 
     assert result.notes == ()   # nothing derived, nothing left out
 
 
+@pytest.mark.slow
 def test_vllm_025_speculative_result_keeps_acceptance_length_and_rate(tmp_path: Path) -> None:
     (lv,) = read_any_results(VLLM025_SPEC).levels
     assert lv.accept_length == 3.161111111111111
     assert lv.accept_rate == pytest.approx(0.7203703703703704, rel=1e-12)   # the file's 72.037... per cent
-    done = specmon("compare", "--no-chart", str(VLLM025_ONE), str(VLLM025_SPEC), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(VLLM025_ONE), str(VLLM025_SPEC), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     table = done.stdout.split("speculative acceptance")[1].splitlines()
     assert table[2].split() == ["2", "3.16"]
@@ -194,7 +190,7 @@ def test_vllm_file_without_failed_derives_it_from_num_prompts_and_shows_it_in_th
     (lv,) = read_any_results(older).levels
     assert (lv.requests_ok, lv.requests_failed) == (0, 8)
     assert "failed requests derived as num_prompts - completed (the file has no failed)" in read_any_results(older).notes
-    done = specmon("export", str(older), "--format", "vllm", "--out", str(tmp_path / "out"), cwd=tmp_path)
+    done = run_specmon("export", str(older), "--format", "vllm", "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (run,) = [json.loads(f.read_text()) for f in (tmp_path / "out").rglob("run=0.json")]
     assert (run["num_prompts"], run["completed"], run["failed"]) == (8, 0, 8)
@@ -214,7 +210,7 @@ def test_failed_requests_a_file_does_not_count_are_unknown_not_zero(tmp_path: Pa
         assert [lv.requests_failed for lv in result.levels] == [None]
         assert "failed requests" in (lacks_note(result) or "")
         out = tmp_path / f"{path.stem}-vllm"
-        done = specmon("export", str(path), "--format", "vllm", "--out", str(out), cwd=tmp_path)
+        done = run_specmon("export", str(path), "--format", "vllm", "--out", str(out), cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         (run,) = [json.loads(f.read_text()) for f in out.rglob("run=0.json")]
         assert "failed" not in run and "num_prompts" not in run and run["completed"] == result.levels[0].requests_ok
@@ -243,6 +239,7 @@ def test_vllm_025_sweep_serve_folder_keeps_one_server_setting_and_its_repeats() 
 VLLM025_STAMPED = REAL / "vllm025-repeats-timestamp"
 
 
+@pytest.mark.slow
 def test_vllm_repeats_with_a_timestamp_label_each_are_kept_as_repeats_and_the_label_is_named(tmp_path: Path) -> None:
     """Two real repeats of one load, each saved with its own `--metadata timestamp=...` (SOURCES: derived from the
     er0080 sweep's runs by that one key): the second was left out as "another workload"; now both are repeats, and
@@ -257,7 +254,7 @@ def test_vllm_repeats_with_a_timestamp_label_each_are_kept_as_repeats_and_the_la
     assert not any("another workload" in n for n in result.notes)
     assert any("C=2 ran 2 times" in n for n in result.notes)
     assert any("labels differ from run to run" in n and n.endswith(": timestamp") for n in result.notes)
-    done = specmon("compare", "--json", str(VLLM025_STAMPED), cwd=tmp_path)
+    done = run_specmon("compare", "--json", str(VLLM025_STAMPED), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(done.stdout)["levels"]
     assert row["output_throughput"][0] == pytest.approx(sum(o["output_throughput"] for o in objs) / 2)
@@ -460,7 +457,7 @@ def test_peer_jsonl_cut_mid_object_in_its_last_line_is_read_up_to_it_and_said(tm
     assert result.levels[0] in whole.levels
     note = f"{torn}:2: last line is cut short (an interrupted write); left out, the lines before it are used"
     assert result.notes[0] == note
-    done = specmon("compare", "--no-chart", str(torn), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(torn), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"specmon: warning: {note}" in done.stderr.splitlines()
     middle = tmp_path / "middle.jsonl"
@@ -469,6 +466,7 @@ def test_peer_jsonl_cut_mid_object_in_its_last_line_is_read_up_to_it_and_said(tm
         read_any_results(middle)
 
 
+@pytest.mark.slow
 # ---- repeats, acceptance --------------------------------------------------------------------------------------
 def test_repeats_at_one_load_are_kept_with_their_spread(tmp_path: Path) -> None:
     """Three appended runs at C=4: compare showed the last one only; now their mean, and the spread is said."""
@@ -479,13 +477,14 @@ def test_repeats_at_one_load_are_kept_with_their_spread(tmp_path: Path) -> None:
     result = read_any_results(f)
     assert [lv.output_throughput for lv in result.levels] == [500.0, 520.0, 540.0]
     assert any("C=4 ran 3 times: output tok/s 500.0, 520.0, 540.0 (mean 520.0 ± 20.0)" in n for n in result.notes)
-    done = specmon("compare", "--json", str(f), str(VLLM_ONE), cwd=tmp_path)
+    done = run_specmon("compare", "--json", str(f), str(VLLM_ONE), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (row,) = json.loads(done.stdout)["levels"]
     assert row["output_throughput"][0] == pytest.approx(520.0)
     assert "ran 3 times" in done.stderr
 
 
+@pytest.mark.slow
 def test_vllm_and_sglang_accept_length_is_read_and_shown(tmp_path: Path) -> None:
     eagle = FIXTURES / "vllm-llama-eagle3.jsonl"
     objs = lines_of(eagle)
@@ -498,7 +497,7 @@ def test_vllm_and_sglang_accept_length_is_read_and_shown(tmp_path: Path) -> None
     s_by_c = {o["max_concurrency"]: o for o in lines_of(sglang)}
     assert [lv.accept_length for lv in read_any_results(sglang).levels] == [
         s_by_c[c]["accept_length"] for c in sorted(s_by_c)]  # type: ignore[type-var]
-    done = specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(eagle), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(eagle), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     table = done.stdout.split("speculative acceptance")[1].splitlines()
     assert "vllm-llama-eagle3 accept length" in table[1]
@@ -526,15 +525,15 @@ def test_compare_and_report_warn_in_one_line_when_the_files_served_different_mod
     base, other = FIXTURES / "vllm-llama-base", GUIDELLM08
     line = ("different models: vllm-llama-base meta-llama/Llama-3.1-8B-Instruct ≠ guidellm-sim-concurrent "
             "sim-model")
-    done = specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(base), str(other), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [w for w in done.stdout.splitlines() if "model" in w] == [f"warning: comparison confounded: {line}"]
-    as_json = specmon("compare", "--json", str(base), str(other), cwd=tmp_path)
+    as_json = run_specmon("compare", "--json", str(base), str(other), cwd=tmp_path)
     assert line in json.loads(as_json.stdout)["warnings"]
-    report = specmon("report", "--format", "json", str(base), str(other), cwd=tmp_path)
+    report = run_specmon("report", "--format", "json", str(base), str(other), cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     assert line in json.loads(report.stdout)["warnings"]
-    same = specmon("compare", "--no-chart", str(base), str(FIXTURES / "vllm-llama-eagle3.jsonl"), cwd=tmp_path)
+    same = run_specmon("compare", "--no-chart", str(base), str(FIXTURES / "vllm-llama-eagle3.jsonl"), cwd=tmp_path)
     assert "different models" not in same.stdout + same.stderr
 
 
@@ -563,13 +562,14 @@ async def test_overlay_of_a_file_of_another_model_warns_in_one_line(tmp_path: Pa
             await app.engine.close(False)  # type: ignore[union-attr]
 
 
+@pytest.mark.slow
 def test_compare_prints_no_category_rows_for_peer_files(tmp_path: Path) -> None:
     peer = read_any_results(VLLM_ONE)
     mine = tmp_path / "mine.jsonl"
     lv = peer.levels[0]
     append_line(mine, SweepMeta(url="http://x", model="m", workload={"levels": [4]}, profile="mine").to_dict())
     append_line(mine, replace(lv, categories={"code": CategoryStats(4, 400, 100)}).to_dict())
-    done = specmon("compare", "--no-chart", str(mine), str(VLLM_ONE), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(mine), str(VLLM_ONE), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     block = done.stdout.split("acceptance by prompt category")[1].split("crossover")[0]
     assert VLLM_ONE.stem not in block and " - " not in block
@@ -602,7 +602,7 @@ def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_p
     assert str(err.value).startswith(f"{f}:2: {message}")
     for args in (["compare", str(VLLM_ONE), str(f)], ["compare", "--json", str(VLLM_ONE), str(f)],
                  ["export", str(f), "--format", "vllm", "--out", str(tmp_path / "x")]):
-        done = specmon(*args, cwd=tmp_path)
+        done = run_specmon(*args, cwd=tmp_path)
         assert done.returncode == 2
         assert done.stderr.splitlines() == [f"specmon: error: {err.value}"]
         assert "nan" not in done.stdout.lower() and "inf" not in done.stdout.replace("info", "")
@@ -613,7 +613,7 @@ def test_absurd_numbers_are_refused_in_one_line_naming_file_line_and_field(tmp_p
 def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossover(tmp_path: Path) -> None:
     """`report` on a valid vLLM file said "not JSON"; two single sweeps read `C≈9.2 (±6)`, a ± with no meaning."""
     out = tmp_path / "r.md"
-    done = specmon("report", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
+    done = run_specmon("report", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
                    "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "not JSON" not in done.stderr
@@ -622,7 +622,7 @@ def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossov
     assert verdict == ("**Verdict:** vllm-llama-eagle3 is faster up to C≈9.2 (somewhere between C=4 and C=16: single "
                        "runs, no spread to bound it closer); vllm-llama-base beyond")
     assert "±" not in verdict
-    compare = specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
+    compare = run_specmon("compare", "--no-chart", str(FIXTURES / "vllm-llama-base"), str(FIXTURES / "vllm-llama-eagle3.jsonl"),
                       cwd=tmp_path)
     assert "C≈9.2 (" in compare.stdout   # one crossover figure in compare and report
     # The "Acceptance and server view" table ends with its last real column, not an empty one.
@@ -636,9 +636,10 @@ def test_report_reads_peer_files_and_says_single_sweeps_cannot_bound_the_crossov
         assert f"| vllm-llama-eagle3 | {c} | – | – | – | {v:.2f} |" in text
 
 
+@pytest.mark.slow
 def test_report_refuses_open_loop_files_in_one_line(tmp_path: Path) -> None:
     path = REAL / "sglang04-h200-llama_405b_online_output.jsonl"
-    done = specmon("report", "--format", "json", str(path), cwd=tmp_path)
+    done = run_specmon("report", "--format", "json", str(path), cwd=tmp_path)
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1].startswith(f"specmon: error: {path}: an open-loop sweep")
 
@@ -651,13 +652,13 @@ def test_report_out_refuses_an_existing_file_and_a_symlink_unless_force(tmp_path
     link = tmp_path / "link.md"
     link.symlink_to(victim)
     for args in (["--out", str(victim)], ["--format", "json", "--out", str(victim)]):
-        done = specmon("report", *files, *args, cwd=tmp_path)
+        done = run_specmon("report", *files, *args, cwd=tmp_path)
         assert done.returncode == 2 and "exists; not overwritten (--force replaces it" in done.stderr
     for args in (["--out", str(link), "--force"], ["--format", "csv", "--out", str(link), "--force"]):
-        done = specmon("report", *files, *args, cwd=tmp_path)
+        done = run_specmon("report", *files, *args, cwd=tmp_path)
         assert done.returncode == 2 and f"{link}: a symlink; not written through" in done.stderr
     assert victim.read_text() == "keep me"
-    done = specmon("report", *files, "--format", "json", "--out", str(victim), "--force", cwd=tmp_path)
+    done = run_specmon("report", *files, "--format", "json", "--out", str(victim), "--force", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert json.loads(victim.read_text())["crossover"]["plus_minus"] is None
 
@@ -677,18 +678,18 @@ def test_hostile_names_in_peer_files_reach_no_terminal_no_markdown_and_no_spread
     b = tmp_path / '=HYPERLINK("x")\n# Injected\x1b[2J name.json'
     b.write_text(json.dumps(dict(o, model_id=HOSTILE_MODEL, deployment="x\x1b[31mred")))
     assert "\x1b" not in (read_any_results(b).meta.model or "")   # what the TUI's toasts are given too
-    done = specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
+    done = run_specmon("compare", "--no-chart", str(a), str(b), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "different models" in done.stdout
     assert not any(c in done.stdout + done.stderr for c in "\x1b\x07\x9b")
     md = tmp_path / "report.md"
-    done = specmon("report", str(a), str(b), "--out", str(md), cwd=tmp_path)
+    done = run_specmon("report", str(a), str(b), "--out", str(md), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     text = md.read_text()
     assert "<script>" not in text and "&lt;script&gt;" in text
     assert not any(line.startswith("# Injected") for line in text.splitlines())
     assert not any(c in text for c in "\x1b\x07")
-    done = specmon("report", "--format", "csv", str(a), str(b), cwd=tmp_path)
+    done = run_specmon("report", "--format", "csv", str(a), str(b), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     cells = [row[0] for row in csv.reader(io.StringIO(done.stdout))][1:]
     assert cells and all(not c.startswith(("=", "+", "-", "@")) for c in cells)
@@ -701,7 +702,7 @@ def test_export_to_a_dangling_symlink_is_one_line_and_writes_nothing(tmp_path: P
     """`export --format vllm --out LINK` where LINK points to nothing ended in a FileExistsError traceback."""
     link = tmp_path / "out"
     link.symlink_to(tmp_path / "gone" / "nowhere")
-    done = specmon("export", str(VLLM025_ONE), "--format", "vllm", "--out", str(link), cwd=tmp_path)
+    done = run_specmon("export", str(VLLM025_ONE), "--format", "vllm", "--out", str(link), cwd=tmp_path)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip() == (f"specmon: error: {link}: a symbolic link to nothing (it points to "
                                    f"{tmp_path / 'gone' / 'nowhere'}); not followed (choose another --out)")
@@ -785,7 +786,7 @@ def test_vllm_sweep_serve_folder_is_read_nested_with_its_repeats(tmp_path: Path)
 @pytest.mark.slow
 def test_exports_write_the_accept_length_and_read_it_back(tmp_path: Path) -> None:
     eagle = FIXTURES / "vllm-llama-eagle3.jsonl"
-    done = specmon("export", str(eagle), "--format", "vllm", "--out", str(tmp_path / "v"), cwd=tmp_path)
+    done = run_specmon("export", str(eagle), "--format", "vllm", "--out", str(tmp_path / "v"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     plotted = [r for p in (tmp_path / "v").rglob("summary.json") for r in json.loads(p.read_text())]
     want = {o["max_concurrency"]: o["spec_decode_acceptance_length"] for o in lines_of(eagle)}
@@ -793,11 +794,12 @@ def test_exports_write_the_accept_length_and_read_it_back(tmp_path: Path) -> Non
     assert [lv.accept_length for lv in read_any_results(tmp_path / "v").levels] == [want[c] for c in sorted(want)]
     sglang = FIXTURES / "sglang-llama-eagle3.jsonl"
     out = tmp_path / "s.jsonl"
-    done = specmon("export", str(sglang), "--format", "sglang", "--out", str(out), cwd=tmp_path)
+    done = run_specmon("export", str(sglang), "--format", "sglang", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert [o["accept_length"] for o in lines_of(out)] == [o["accept_length"] for o in lines_of(sglang)]
 
 
+@pytest.mark.slow
 def test_sglang_export_gives_the_prompt_sets_real_input_length_and_says_what_it_cannot_hold(tmp_path: Path) -> None:
     """The built-in prompts were exported as `random_input_len 128` (the sampling setting), their mean being 27.5."""
     src = tmp_path / "builtin.jsonl"
@@ -807,7 +809,7 @@ def test_sglang_export_gives_the_prompt_sets_real_input_length_and_says_what_it_
     append_line(src, replace(lv, requests_ok=4, input_tokens=110, output_tokens=256, tokens_per_chunk=2.5,
                              categories={"code": CategoryStats(4, 256, 100)}).to_dict())
     out = tmp_path / "b.jsonl"
-    done = specmon("export", str(src), "--format", "sglang", "--out", str(out), cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "sglang", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (line,) = lines_of(out)
     assert line["dataset_name"] == "custom"
@@ -829,11 +831,11 @@ def test_sglang_export_of_a_real_sweep_reads_back_through_compare_as_the_same_sw
     last = json.loads(lines[-1])
     last["input_tokens"] += 5 * last["requests_ok"]
     x.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
-    done = specmon("export", str(x), "--format", "sglang", cwd=tmp_path)
+    done = run_specmon("export", str(x), "--format", "sglang", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     back = tmp_path / f"{x.stem}.sglang.jsonl"
     assert len({line["random_input_len"] for line in lines_of(back)}) == 2   # a mean length per level, as before
-    done = specmon("compare", "--json", str(x), str(back), cwd=tmp_path)
+    done = run_specmon("compare", "--json", str(x), str(back), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "another workload" not in done.stderr
     levels = json.loads(done.stdout)["levels"]
@@ -842,6 +844,7 @@ def test_sglang_export_of_a_real_sweep_reads_back_through_compare_as_the_same_sw
         assert row["ratio"] == [pytest.approx(1.0, rel=1e-9)]
 
 
+@pytest.mark.slow
 # ---- the TUI overlay ------------------------------------------------------------------------------------------
 async def test_overlay_of_a_guidellm_report_claims_no_client_health(tmp_path: Path) -> None:
     """guidellm records no client health; the overlay's table said `ok` in the client column for every level."""
@@ -969,7 +972,7 @@ def test_guidellm_export_of_a_real_sweep_reads_back_with_the_sweeps_numbers(src:
 def test_guidellm_export_cli_writes_one_report_and_says_what_it_cannot_hold(tmp_path: Path) -> None:
     src = SWEEP_FILES[1]
     out = tmp_path / "open.guidellm.json"
-    done = specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
+    done = run_specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(out)]
     assert done.stderr.splitlines() == [
@@ -988,20 +991,20 @@ def test_guidellm_export_cli_writes_one_report_and_says_what_it_cannot_hold(tmp_
     delays = sorted(q["info"]["timings"]["request_start"] - q["info"]["timings"]["targeted_start"]
                     for q in first["requests"]["successful"])
     assert delays == pytest.approx(sorted((r["late_ms"] + r.get("queued_ms", 0.0)) / 1000 for r in records), abs=1e-6)
-    again = specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
+    again = run_specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path)
     assert again.returncode == 2 and again.stderr.strip() == \
         f"specmon: error: {out}: exists; not overwritten (choose another --out)"
 
 
 @pytest.mark.slow
 def test_guidellm_export_needs_per_request_records_and_says_so_in_one_line(tmp_path: Path) -> None:
-    peer = specmon("export", str(VLLM_ONE), "--format", "guidellm", "--out", str(tmp_path / "x.json"), cwd=tmp_path)
+    peer = run_specmon("export", str(VLLM_ONE), "--format", "guidellm", "--out", str(tmp_path / "x.json"), cwd=tmp_path)
     assert peer.returncode == 2
     assert peer.stderr.strip() == (f"specmon: error: {VLLM_ONE}: no per-request records (a guidellm report is built "
                                    "from a specmon sweep's records file, which this result does not name)")
     alone = tmp_path / "closed.jsonl"
     shutil.copy(SWEEP_FILES[0], alone)
-    lost = specmon("export", str(alone), "--format", "guidellm", cwd=tmp_path)
+    lost = run_specmon("export", str(alone), "--format", "guidellm", cwd=tmp_path)
     assert lost.returncode == 2
     assert lost.stderr.strip() == ("specmon: error: closed.requests.jsonl: no such file (the sweep's per-request "
                                    "records; a guidellm report is built from them)")
@@ -1070,7 +1073,7 @@ def test_guidellm_export_is_loaded_by_guidellms_own_loader_with_guidellms_own_fi
     the requests it loaded (so the file is what guidellm would have written for those requests), and its
     throughput, mean TTFT and request count are the sweep's."""
     out = tmp_path / "g.json"
-    assert specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path).returncode == 0
+    assert run_specmon("export", str(src), "--format", "guidellm", "--out", str(out), cwd=tmp_path).returncode == 0
     done = subprocess.run([str(GUIDELLM_PYTHON), "-c", _GUIDELLM_RECOMPUTE, str(out)], capture_output=True,
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]

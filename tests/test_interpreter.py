@@ -12,6 +12,7 @@ import pytest
 from specmon.model.hosts.interpreter import python_module
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", [(3, 10), (3, 11)])
 def test_a_specmon_folder_in_the_working_directory_is_not_imported(tmp_path: Path, version: tuple[int, int]) -> None:
     decoy = tmp_path / "specmon"

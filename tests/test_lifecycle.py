@@ -28,6 +28,7 @@ from lifecycle_support import (
     stop_everything,
     tail_pids,
 )
+from process_support import alive
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
@@ -390,7 +391,7 @@ async def test_group_signal_reaches_every_process_of_the_group() -> None:
         await HostOps(LocalTransport()).signal("TERM", leader.pid, [])
         leader.wait(5)
         await asyncio.sleep(0.3)
-        assert all(not _alive(p) for p in group)
+        assert all(not alive(p) for p in group)
     finally:
         if leader.poll() is None:
             os.killpg(leader.pid, 9)
@@ -402,14 +403,6 @@ def _pgid(pid: int) -> int | None:
         return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[2])
     except (OSError, ValueError, IndexError):
         return None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
 
 
 async def test_server_other_is_ready_on_health_200_plus_a_completion(free_port_factory, engine) -> None:

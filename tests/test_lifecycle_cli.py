@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from lifecycle_support import Cli, kill_marked, port_listening
 from lifecycle_support import profile_toml as _profile
+from process_support import wait_until
 
 from specmon.model.hosts.interpreter import python_module
 
@@ -36,13 +37,6 @@ def cli(tmp_path: Path) -> Iterator[Cli]:
         kill_marked(str(r["run_id"]) for r in runner.status())
 
 
-def _wait_until(pred, timeout: float = 20.0, step: float = 0.02) -> None:   # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
-
-
 def test_kill_9_during_load_then_status_and_wait_resume_without_losing_or_repeating_lines(
         cli: Cli, free_port: int, tmp_path: Path) -> None:
     cli.config.write_text(_profile("sim", free_port, shards=24, load=12, scale=0.5))
@@ -57,7 +51,8 @@ def test_kill_9_during_load_then_status_and_wait_resume_without_losing_or_repeat
         return json.loads(files[0].read_text())["log_offset"] if files else -1
 
     # Kill while loading, at a moment when what was printed has been committed (the usual idle moment).
-    _wait_until(lambda: out_a.read_bytes().count(b"\n") >= 4 and committed() == out_a.stat().st_size)
+    wait_until(lambda: out_a.read_bytes().count(b"\n") >= 4 and committed() == out_a.stat().st_size,
+               timeout=20, step=0.02)
     first.send_signal(signal.SIGKILL)
     first.wait(5)
     first.stderr.close()   # type: ignore[union-attr]
@@ -126,7 +121,7 @@ def test_logs_and_preflight_errors(cli: Cli, free_port: int) -> None:
     cli.config.write_text(_profile("sim", free_port))
     launched = cli("launch", "sim")   # nobody watches this load: `status` itself must find it ready
     assert launched.returncode == 0 and launched.stdout.strip()
-    _wait_until(lambda: cli.status()[0]["state"] == "ready", timeout=40, step=0.3)
+    wait_until(lambda: cli.status()[0]["state"] == "ready", timeout=40, step=0.3)
     [ready] = cli.status()
     assert ready["run_id"] == launched.stdout.strip() and ready["load_seconds"] is not None and ready["ready_at"]
     logs = cli("logs", "sim", "-n", "2")
@@ -182,7 +177,7 @@ def test_a_server_that_lost_its_port_to_a_racing_launch_names_the_holder_and_fre
     with socket.socket() as racer:
         racer.bind(("127.0.0.1", free_port))
         racer.listen()
-        _wait_until(lambda: run()["state"] == "failed", timeout=60, step=0.5)
+        wait_until(lambda: run()["state"] == "failed", timeout=60, step=0.5)
     assert re.fullmatch(holder, run()["failure"]["message"]), run()   # type: ignore[index]
 
 
@@ -212,7 +207,7 @@ def test_logs_never_print_a_logs_escape_sequences(cli: Cli, free_port: int) -> N
     cli.config.write_text(f'[profiles.raw]\nserver = "other"\nport = {free_port}\ncommand = {json.dumps(argv)}\n')
     assert cli("launch", "raw").returncode == 0
     shown: list[subprocess.CompletedProcess[str]] = []
-    _wait_until(lambda: "after" in (shown.append(cli("logs", "raw")) or shown[-1].stdout), timeout=30, step=0.2)
+    wait_until(lambda: "after" in (shown.append(cli("logs", "raw")) or shown[-1].stdout), timeout=30, step=0.2)
     assert shown[-1].returncode == 0, shown[-1].stderr
     assert shown[-1].stdout == "loading\ntitle linkx c1 redR\nafter\n", repr(shown[-1].stdout)
 

@@ -38,6 +38,7 @@ async def send(url: str, payload: bytes, api: str = "chat", timeout_s: float = 5
         await client.aclose()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("api", ["chat", "completions"])
 async def test_counts_usage_tokens_not_chunks(server: tuple[ServerState, str], api: str) -> None:
     state, url = server
@@ -49,6 +50,7 @@ async def test_counts_usage_tokens_not_chunks(server: tuple[ServerState, str], a
     assert s.times == sorted(s.times) and s.start_ns < s.times[0]
 
 
+@pytest.mark.slow
 async def test_request_body_asks_for_usage_and_fixed_length(server: tuple[ServerState, str]) -> None:
     state, url = server
     state.keep_bodies = True
@@ -59,6 +61,7 @@ async def test_request_body_asks_for_usage_and_fixed_length(server: tuple[Server
     assert sent["messages"][0]["content"].startswith("[1-3] ")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("fault", "kind"),
     [("http_400", "http_4xx"), ("http_500", "http_5xx"), ("malformed", "malformed_sse"),
@@ -72,6 +75,7 @@ async def test_each_fault_is_one_error_kind(server: tuple[ServerState, str], fau
     assert s.detail
 
 
+@pytest.mark.slow
 async def test_finished_stream_without_done_is_complete(server: tuple[ServerState, str]) -> None:
     # transformers serve ends with its usage/finish chunk and never sends [DONE].
     state, url = server
@@ -80,6 +84,7 @@ async def test_finished_stream_without_done_is_complete(server: tuple[ServerStat
     assert s.error is None and s.output_tokens == 9
 
 
+@pytest.mark.slow
 async def test_stalled_stream_is_a_timeout(server: tuple[ServerState, str]) -> None:
     state, url = server
     state.faults = ["stall"]
@@ -87,6 +92,7 @@ async def test_stalled_stream_is_a_timeout(server: tuple[ServerState, str]) -> N
     assert s.error == "timeout", s.detail
 
 
+@pytest.mark.slow
 async def test_missing_usage_leaves_tokens_unknown(server: tuple[ServerState, str]) -> None:
     state, url = server
     state.faults = ["no_usage"]
@@ -122,6 +128,7 @@ def _event(content: str) -> bytes:
     return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": content}}]}).encode()
 
 
+@pytest.mark.slow
 async def test_huge_events_split_reads_and_crlf() -> None:
     """A 300 KB event (over aiohttp's 128 KB line limit), events cut at odd byte boundaries, CRLF framing,
     a keep-alive comment and a usage chunk with spaces after colons all parse."""
@@ -143,6 +150,7 @@ async def test_huge_events_split_reads_and_crlf() -> None:
     assert len(s.times) == 3 and s.output_tokens == 5 and s.prompt_tokens == 4
 
 
+@pytest.mark.slow
 async def test_error_object_inside_the_stream() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -155,6 +163,7 @@ async def test_error_object_inside_the_stream() -> None:
     assert s.error == "http_5xx" and "out of memory" in (s.detail or "")
 
 
+@pytest.mark.slow
 async def test_not_an_event_stream_is_malformed() -> None:
     async def handler(request: web.Request) -> web.Response:
         return web.json_response({"choices": [{"message": {"content": "hi"}}]})
@@ -163,6 +172,7 @@ async def test_not_an_event_stream_is_malformed() -> None:
     assert s.error == "malformed_sse" and "content-type" in (s.detail or "")
 
 
+@pytest.mark.slow
 async def test_last_event_without_blank_line_still_counts() -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -176,6 +186,7 @@ async def test_last_event_without_blank_line_still_counts() -> None:
     assert s.error is None and s.output_tokens == 2 and len(s.times) == 2
 
 
+@pytest.mark.slow
 async def test_a_stream_cut_inside_an_event_is_truncated_not_malformed() -> None:
     """A body that ends with the connection (no chunking, no length) reset after half an event: the server cut the
     stream, it did not send bad data (the half event was taken for a last event without its blank line)."""
@@ -184,6 +195,7 @@ async def test_a_stream_cut_inside_an_event_is_truncated_not_malformed() -> None
     assert "inside an event" in (s.detail or ""), s.detail
 
 
+@pytest.mark.slow
 async def test_an_event_past_the_cap_is_refused_when_its_end_comes_in_the_read_that_crosses_it() -> None:
     """The 4 MiB event cap held only while an event's end had not come: a read that crossed the cap and held the
     event's end let the whole event through (parsed as JSON, however long)."""
@@ -248,6 +260,7 @@ def test_endless_small_chunks_end_at_the_request_deadline(loop: str) -> None:
     assert (s.end_ns - s.start_ns) / 1e9 < 30   # guard: ended by the deadline, long before the silence timeout
 
 
+@pytest.mark.slow
 async def test_sweep_cancel_still_propagates_through_a_request() -> None:
     """The watchdog's own cancellation becomes a timeout, but stopping the sweep still stops a request."""
     server = HostileServer("endless_chunks")
@@ -264,6 +277,7 @@ async def test_sweep_cancel_still_propagates_through_a_request() -> None:
         await server.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("usage", "shown"), [
     ('{"prompt_tokens": 4, "completion_tokens": ' + "1" + "0" * 400 + "}", "usage.completion_tokens is a huge number"),
     ('{"prompt_tokens": 4, "completion_tokens": -5}', "usage.completion_tokens is -5"),

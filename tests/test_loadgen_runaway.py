@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from process_support import specmon_script
 
 from specmon.model.sweeps.results import read_results
 
@@ -38,8 +38,7 @@ _PEAK = ("import resource, subprocess, sys; rc = subprocess.call(sys.argv[1:]); 
 
 def specmon(*args: str, cwd: Path, timeout: float = 60) -> tuple[subprocess.CompletedProcess[str], float, float]:
     """The installed command under the memory cap: its outcome, how long it took, and its peak memory in MiB."""
-    exe = shutil.which("specmon")
-    assert exe
+    exe = specmon_script()
     t = time.monotonic()
     done = subprocess.run([sys.executable, "-c", _PEAK, exe, *args], capture_output=True, text=True, timeout=timeout,
                           cwd=cwd, preexec_fn=_capped)
@@ -133,8 +132,7 @@ def test_generator_stops_at_once_while_it_builds_a_long_level(free_port: int, ho
 @pytest.mark.parametrize("hostile", [("usage", "ok")], indirect=True)
 def test_first_arrival_beyond_the_deadline_is_said(hostile: str, tmp_path: Path) -> None:
     """--request-rate 0.01 --requests 1: the one request is due 100 s in; the sweep said nothing while it waited."""
-    exe = shutil.which("specmon")
-    assert exe
+    exe = specmon_script()
     proc = subprocess.Popen([exe, "sweep", "--url", hostile, "--request-rate", "0.01", "--requests", "1", "--warmup", "0",
                              "--timeout", "1", "--deadline", "2", "--out", "r.jsonl"], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=_capped)

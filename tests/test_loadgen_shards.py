@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from process_support import alive
 from sse_server import ServerState, serve
 
 from specmon.errors import UserError
@@ -153,13 +154,6 @@ async def sweeping_in_parts(url: str, tmp_path: Path) -> tuple[asyncio.Task[obje
     parts = parts_of(coordinator)
     assert len(parts) == PARTS
     return task, coordinator, parts
-
-
-def alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def test_stopping_a_sharded_sweep_stops_every_process(server: tuple[ServerState, str], tmp_path: Path) -> None:

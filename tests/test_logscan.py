@@ -181,6 +181,7 @@ def test_follow_json_and_ctrl_c(tmp_path: Path) -> None:
         follower.close()
 
 
+@pytest.mark.slow
 def test_standard_input(capsys: pytest.CaptureFixture[str]) -> None:
     proc = subprocess.run([sys.executable, "-m", "specmon", "logscan", "--json", "-"], input=FULL.read_bytes(),
                           capture_output=True, timeout=60)

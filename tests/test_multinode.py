@@ -158,6 +158,7 @@ async def test_status_of_an_unwatched_multinode_run_marks_the_worker_ready(free_
     assert report.clean
 
 
+@pytest.mark.slow
 async def test_a_busy_master_port_refuses_the_launch_before_anything_starts(free_port_factory, engine) -> None:
     port = free_port_factory()
     busy = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)

@@ -16,16 +16,10 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import kill_marked, marked_pids, port_listening
+from process_support import run_specmon
 from sshd_support import Sshd
 
 pytestmark = pytest.mark.slow
-
-
-def _specmon(config: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe, "the `specmon` console script is not installed (pip install -e .)"
-    return subprocess.run([exe, "--config", str(config), *args], capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
 
 
 def _profiles(tmp_path: Path, sshd: Sshd, port: int, master_port: int, *extra: str) -> Path:
@@ -47,7 +41,7 @@ def _args_dump(log: str) -> dict[str, object]:
 def _cleanup(config: Path, sshd: Sshd, status: list[dict[str, object]]) -> None:
     """Stop what is left and remove the nodes' run dirs from the sshd's (session-wide) HOME, so later SSH tests
     that list a host's runs find only their own."""
-    _specmon(config, "stop", "--force", "mn")
+    run_specmon("--config", str(config), "stop", "--force", "mn")
     node_ids = [str(node["run_id"]) for run in status for node in run.get("nodes", [])]  # type: ignore[union-attr]
     kill_marked(node_ids)
     for node_id in node_ids:
@@ -62,9 +56,9 @@ def test_two_nodes_over_ssh_launch_with_their_ranks_show_both_logs_and_stop_both
     config = _profiles(tmp_path, sshd, port, master_port)
     status: list[dict[str, object]] = []
     try:
-        launched = _specmon(config, "launch", "--wait", "-q", "mn")
+        launched = run_specmon("--config", str(config), "launch", "--wait", "-q", "mn")
         assert launched.returncode == 0, launched.stderr
-        status = json.loads(_specmon(config, "status", "--json").stdout)
+        status = json.loads(run_specmon("--config", str(config), "status", "--json").stdout)
         [run] = status
         assert run["state"] == "ready" and run["host"] == "gpu1"
         nodes = run["nodes"]
@@ -73,29 +67,29 @@ def test_two_nodes_over_ssh_launch_with_their_ranks_show_both_logs_and_stop_both
         # Each node got its own rank (its log, read over SSH, has the args dump).
         own_addresses = subprocess.run(["hostname", "-I"], capture_output=True, text=True).stdout.split()
         for rank in (0, 1):
-            dump = _args_dump(_specmon(config, "logs", "-n", "500", "--node", str(rank), "mn").stdout)
+            dump = _args_dump(run_specmon("--config", str(config), "logs", "-n", "500", "--node", str(rank), "mn").stdout)
             assert (dump["nnodes"], dump["node_rank"]) == (2, rank)
             addr, _, dist_port = str(dump["dist_init_addr"]).rpartition(":")
             assert dist_port == str(master_port) and addr in own_addresses   # rank 0's address, found over SSH
 
-        logs = _specmon(config, "logs", "-n", "200", "mn")
+        logs = run_specmon("--config", str(config), "logs", "-n", "200", "mn")
         assert logs.returncode == 0, logs.stderr
         assert "[node 0] " in logs.stdout and "'node_rank': 1" in logs.stdout
         assert any(line.startswith("[node 1] ") and "'node_rank': 1" in line for line in logs.stdout.splitlines())
         assert any(line.startswith("[node 0] ") and "fired up" in line for line in logs.stdout.splitlines())
-        only1 = _specmon(config, "logs", "--node", "1", "mn").stdout
+        only1 = run_specmon("--config", str(config), "logs", "--node", "1", "mn").stdout
         assert "'node_rank': 1" in only1 and "fired up" not in only1 and "[node" not in only1
 
-        table = _specmon(config, "status").stdout
+        table = run_specmon("--config", str(config), "status").stdout
         assert "node 0 gpu1" in table and "node 1 gpu2" in table
 
-        stopped = _specmon(config, "stop", "mn")
+        stopped = run_specmon("--config", str(config), "stop", "mn")
         assert stopped.returncode == 0, stopped.stderr
         assert "node 0 run" in stopped.stdout and "node 1 run" in stopped.stdout
         for node in nodes:
             assert marked_pids(str(node["run_id"])) == []
         assert not port_listening(port)
-        [final] = json.loads(_specmon(config, "status", "--json").stdout)
+        [final] = json.loads(run_specmon("--config", str(config), "status", "--json").stdout)
         assert final["state"] == "stopped" and [n["state"] for n in final["nodes"]] == ["stopped", "stopped"]
     finally:
         _cleanup(config, sshd, status)
@@ -109,18 +103,18 @@ def test_one_node_failing_over_ssh_fails_the_run_naming_that_node(sshd: Sshd, tm
                        "--crash-at-shard", "1", "--fault-rank", "1")
     status: list[dict[str, object]] = []
     try:
-        waited = _specmon(config, "launch", "--wait", "-q", "mn")
+        waited = run_specmon("--config", str(config), "launch", "--wait", "-q", "mn")
         assert waited.returncode == 1, (waited.stdout, waited.stderr)
         assert "node 1 (gpu2)" in waited.stderr and "Traceback" not in waited.stderr.split("last log lines")[0]
-        status = json.loads(_specmon(config, "status", "--json").stdout)
+        status = json.loads(run_specmon("--config", str(config), "status", "--json").stdout)
         [run] = status
         assert run["state"] == "failed" and run["failure"]["message"].startswith("node 1 (gpu2): ")
         assert run["nodes"][1]["state"] == "failed"
-        stopped = _specmon(config, "stop", "mn")
+        stopped = run_specmon("--config", str(config), "stop", "mn")
         assert stopped.returncode == 0, stopped.stderr
         for node in run["nodes"]:
             assert marked_pids(str(node["run_id"])) == []
-        [final] = json.loads(_specmon(config, "status", "--json").stdout)
+        [final] = json.loads(run_specmon("--config", str(config), "status", "--json").stdout)
         assert final["state"] == "failed" and final["failure"]["message"] == run["failure"]["message"]
     finally:
         _cleanup(config, sshd, status)

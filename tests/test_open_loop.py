@@ -7,12 +7,11 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
@@ -210,10 +209,9 @@ def test_rates_from_profiles_or_options_and_levels_win_back_closed_loop() -> Non
 
 
 def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon") or sys.executable
     env = {**os.environ, "SPECMON_CONFIG": str(cwd / "none.toml")}
     (cwd / "none.toml").write_text('[profiles.a]\ncommand = "true"\n')
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=90, cwd=cwd, env=env)
+    return run_specmon(*args, cwd=cwd, env=env, timeout=90)
 
 
 @pytest.mark.slow

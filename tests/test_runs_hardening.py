@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
+from process_support import alive, wait_until
 
 from specmon.model.runs.failure import Failure
 from specmon.orchestration.controller import run_notify
@@ -28,21 +29,6 @@ from specmon.orchestration.runstore import RunRecord
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-
-
-def _wait_until(pred: Callable[[], object], timeout: float = 30.0, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
-
-
-def _alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _state_dir() -> Path:
@@ -164,7 +150,7 @@ def test_status_json_has_the_exit_code_of_a_run_that_failed_from_its_log(cli, fr
     [run] = cli.status()
     assert run["state"] == "failed"
     run_dir = _state_dir() / "runs" / str(run["run_id"])
-    _wait_until(lambda: (run_dir / "exit_code").exists())
+    wait_until(lambda: (run_dir / "exit_code").exists())
     [run] = cli.status()
     assert run["exit_code"] == int((run_dir / "exit_code").read_text()) == 1
 
@@ -180,7 +166,7 @@ def test_status_says_a_run_failed_by_its_log_is_still_running_and_what_stop_does
     [run] = cli.status()
     pid, run_id = int(str(run["pid"])), str(run["run_id"])
     assert run["state"] == "failed" and run["still_running"] is True and run["exit_code"] is None
-    assert _alive(pid)
+    assert alive(pid)
     table = cli("status").stdout.splitlines()
     assert table[1].split()[2:5] == ["failed,", "still", "running"], table
     assert table[2] == (f"run {run_id} (sim) failed by its log, but its process is still running (pid {pid}, port "
@@ -188,7 +174,7 @@ def test_status_says_a_run_failed_by_its_log_is_still_running_and_what_stop_does
                         "after 30 s")
     stopped = cli("stop", run_id)
     assert stopped.returncode == 0, stopped.stderr
-    assert not _alive(pid)
+    assert not alive(pid)
     [run] = cli.status()
     assert run["state"] == "failed" and run["still_running"] is False
     assert "still running" not in cli("status").stdout
@@ -197,7 +183,7 @@ def test_status_says_a_run_failed_by_its_log_is_still_running_and_what_stop_does
 def test_a_stopped_load_keeps_its_shard_count(cli, free_port) -> None:
     cli.config.write_text(profile_toml("sim", free_port, shards=8, load=40, scale=0.5))
     assert cli("launch", "sim").returncode == 0
-    _wait_until(lambda: (cli.status()[0]["shards"] or {}).get("done", 0) >= 2, timeout=60, step=0.3)
+    wait_until(lambda: (cli.status()[0]["shards"] or {}).get("done", 0) >= 2, timeout=60, step=0.3)
     assert cli("stop", "sim").returncode == 0
     [run] = cli.status()
     assert run["state"] == "stopped" and run["shards"]["total"] == 8 and run["shards"]["done"] >= 2
@@ -261,7 +247,7 @@ def test_wait_status_and_logscan_agree_on_the_shard_of_a_stalled_load(cli, free_
     assert launched.returncode == 0
     log = _state_dir() / "runs" / launched.stdout.strip() / "server.log"
     # Wait from the moment the stalling update is out (the interpreter's start is no part of the stall).
-    _wait_until(lambda: "| 2/8 [" in log.read_text(errors="replace"), timeout=60)
+    wait_until(lambda: "| 2/8 [" in log.read_text(errors="replace"), timeout=60)
     waited = cli("wait", "sim", "-q", "--stall-timeout", "2", timeout=120)
     assert waited.returncode == 3, waited.stderr
     assert "shard 2/8" in waited.stderr.splitlines()[-1], waited.stderr
@@ -301,7 +287,7 @@ def test_a_launch_killed_before_recording_the_pid_is_reconciled_from_the_run_dir
     assert run["pid"] == real_pid and run["state"] in ("loading", "ready")
     waited = cli("wait", "sim", "-q", "--timeout", "60")
     assert waited.returncode == 0, waited.stderr
-    assert cli("stop", "sim").returncode == 0 and not _alive(real_pid)
+    assert cli("stop", "sim").returncode == 0 and not alive(real_pid)
 
 
 def test_a_launch_that_never_started_its_wrapper_is_failed_and_does_not_block_the_next(cli, free_port) -> None:
@@ -367,7 +353,7 @@ def test_wait_and_status_on_a_disk_that_filled_during_the_load_say_so_once(cli, 
     launched = cli("launch", "sim")
     assert launched.returncode == 0
     log = small_state_disk / "specmon" / "runs" / launched.stdout.strip() / "server.log"
-    _wait_until(lambda: "ready to roll" in log.read_text(), timeout=60)
+    wait_until(lambda: "ready to roll" in log.read_text(), timeout=60)
     _fill(small_state_disk)
     status = cli("status")   # confirms readiness, and cannot save it
     assert status.returncode == 0 and "ready" in status.stdout.splitlines()[1]
@@ -423,11 +409,11 @@ async def test_a_notify_cmd_past_its_timeout_is_ended_with_its_children(tmp_path
         await task
     sleeper = int(pid_file.read_text())
     for _ in range(100):
-        if not _alive(sleeper):
+        if not alive(sleeper):
             break
         await asyncio.sleep(0.05)
     try:
-        assert not _alive(sleeper), "notify_cmd's `sleep 100` outlived its timeout"
+        assert not alive(sleeper), "notify_cmd's `sleep 100` outlived its timeout"
     finally:
         with contextlib.suppress(OSError):
             os.kill(sleeper, signal.SIGKILL)
@@ -444,7 +430,7 @@ def test_stop_never_signals_a_process_the_record_wrongly_points_at(cli, free_por
         starttime = int(Path(f"/proc/{stranger.pid}/stat").read_text().rpartition(")")[2].split()[19])
         _edit_record(run_id, pid=stranger.pid, starttime=starttime)
         stopped = cli("stop", run_id, "--grace", "2")
-        assert _alive(stranger.pid), "stop killed a process that is not the run's"
+        assert alive(stranger.pid), "stop killed a process that is not the run's"
         # The run's own processes carry its marker: the sweep still ends them.
         assert stopped.returncode == 0 and not port_listening(free_port)
     finally:

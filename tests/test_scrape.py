@@ -52,6 +52,7 @@ async def server() -> AsyncIterator[tuple[Server, int]]:
     await runner.cleanup()
 
 
+@pytest.mark.slow
 async def test_reads_over_one_kept_alive_connection(server: tuple[Server, int]) -> None:
     state, port = server
     scraper = MetricsScraper(LocalTransport(), port)
@@ -64,6 +65,7 @@ async def test_reads_over_one_kept_alive_connection(server: tuple[Server, int]) 
         await scraper.aclose()
 
 
+@pytest.mark.slow
 async def test_chunked_body_and_a_server_that_closes(server: tuple[Server, int]) -> None:
     state, port = server
     chunked = MetricsScraper(LocalTransport(), port, path="/chunked")
@@ -80,6 +82,7 @@ async def test_chunked_body_and_a_server_that_closes(server: tuple[Server, int])
         await closing.aclose()
 
 
+@pytest.mark.slow
 async def test_not_found_and_refused(server: tuple[Server, int], free_port: int) -> None:
     _, port = server
     missing = MetricsScraper(LocalTransport(), port, path="/nope")
@@ -94,6 +97,7 @@ async def test_not_found_and_refused(server: tuple[Server, int], free_port: int)
         await refused.aclose()
 
 
+@pytest.mark.slow
 async def test_a_kept_alive_connection_the_server_timed_out_is_replaced() -> None:
     """uvicorn drops an idle keep-alive connection after 5 s: with metrics_interval_s above that, the next read
     finds it closed and goes again on a new one."""
@@ -116,6 +120,7 @@ async def test_a_kept_alive_connection_the_server_timed_out_is_replaced() -> Non
         await runner.cleanup()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("get", ["metrics_huge", "metrics_endless", "metrics_unframed"])
 async def test_an_answer_too_large_is_refused_with_its_reason_in_bounded_memory(get: str) -> None:
     """60 MB announced (under the old 64 MiB cap: read whole, ~390 MB and seconds of parsing on the UI's loop), a

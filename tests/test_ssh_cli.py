@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from process_support import run_specmon, specmon_script
 from sshd_support import Sshd
 
 from specmon.model.config import SshSettings, load_config
 
 pytestmark = pytest.mark.slow
-
-
-def _specmon(*args: str, stdin: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe, "the `specmon` console script is not installed (pip install -e .)"
-    return subprocess.run([exe, *args], input=stdin, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 
 def test_ssh_table_defaults_and_relative_paths(tmp_path: Path) -> None:
@@ -48,26 +42,26 @@ def test_trust_shows_the_key_asks_and_appends_only_on_yes(sshd: Sshd, tmp_path: 
     fingerprint = subprocess.run(["ssh-keygen", "-lf", str(sshd.dir / "host_key.pub")], capture_output=True,
                                  text=True, check=True).stdout.split()[1]
 
-    refused = _specmon("--config", str(config), "trust", "gpu2", stdin="n\n")
+    refused = run_specmon("--config", str(config), "trust", "gpu2", input="n\n")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert fingerprint in refused.stdout and "bastion" in refused.stdout   # the jump host's key is asked first
     assert refused.stderr.count("\n") == 1 and "not trusted; nothing was added" in refused.stderr
     assert not known.exists() or known.read_text() == ""
 
     # A run against the unknown host says what to do, in one line.
-    status = _specmon("--config", str(config), "launch", "a")
+    status = run_specmon("--config", str(config), "launch", "a")
     assert status.returncode == 2 and "Traceback" not in status.stderr and status.stderr.count("\n") == 1
     assert "unknown host key" in status.stderr and "specmon trust gpu2" in status.stderr
     assert fingerprint in status.stderr
 
-    done = _specmon("--config", str(config), "trust", "gpu2", stdin="y\ny\n")
+    done = run_specmon("--config", str(config), "trust", "gpu2", input="y\ny\n")
     assert done.returncode == 0, done.stderr
     assert "login works" in done.stdout
     lines = known.read_text().splitlines()
     assert lines == [f"[127.0.0.1]:{sshd.port} {sshd.host_key_line}"]   # bastion and gpu2 share one entry
     assert (known.stat().st_mode & 0o777) == 0o600
 
-    again = _specmon("--config", str(config), "trust", "gpu2", stdin="")
+    again = run_specmon("--config", str(config), "trust", "gpu2", input="")
     assert again.returncode == 0 and "already trusted" in again.stdout
 
 
@@ -77,7 +71,7 @@ def test_trust_refuses_to_replace_a_changed_key(sshd: Sshd, tmp_path: Path) -> N
     impostor = " ".join((tmp_path / "other.pub").read_text().split()[:2])
     known.write_text(f"[127.0.0.1]:{sshd.port} {impostor}\n")
     config = _profiles(tmp_path, sshd, known)
-    done = _specmon("--config", str(config), "trust", "gpu1", stdin="y\n")
+    done = run_specmon("--config", str(config), "trust", "gpu1", input="y\n")
     assert done.returncode == 2 and "HOST KEY CHANGED" in done.stderr and done.stderr.count("\n") == 1
     assert known.read_text() == f"[127.0.0.1]:{sshd.port} {impostor}\n"
 
@@ -97,8 +91,7 @@ def test_status_host_lists_runs_unknown_here_and_adopts_one(sshd: Sshd, tmp_path
         + sshd.ssh_table(keepalive_s=5.0))
 
     def specmon(state: str, *args: str) -> subprocess.CompletedProcess[str]:
-        exe = shutil.which("specmon")
-        assert exe
+        exe = specmon_script()
         env = dict(os.environ, XDG_STATE_HOME=str(tmp_path / state))
         return subprocess.run([exe, "--config", str(config), *args], capture_output=True, text=True, timeout=120,
                               env=env, stdin=subprocess.DEVNULL)
@@ -149,22 +142,22 @@ def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_ur
         f'[profiles.far]\nhost = "gpu1"\nport = {free_port}\ncommand = {json.dumps(sim)}\n\n'
         f'[profiles.near]\nhost = "gpu1"\nport = {free_port}\nurl = "http://localhost:{free_port}"\n'
         f'command = {json.dumps(sim)}\n\n' + sshd.ssh_table(keepalive_s=5.0))
-    launched = _specmon("--config", str(config), "launch", "far", "--wait")
+    launched = run_specmon("--config", str(config), "launch", "far", "--wait")
     assert launched.returncode == 0, launched.stderr
-    run_id = json.loads(_specmon("--config", str(config), "status", "--json").stdout)[0]["run_id"]
+    run_id = json.loads(run_specmon("--config", str(config), "status", "--json").stdout)[0]["run_id"]
     run_ids = [run_id]
     try:
-        shown = _specmon("--config", str(config), "status").stdout
+        shown = run_specmon("--config", str(config), "status").stdout
         assert f"gpu1 127.0.0.1:{free_port} (over SSH)" in shown, shown
         for name, via_forward in (("far", True), ("near", False)):
             if name == "near":   # a sweep measures a profile's own ready run (issue 35 #7): near's, not far's
-                assert _specmon("--config", str(config), "stop", run_id).returncode == 0
-                assert _specmon("--config", str(config), "launch", "near", "--wait").returncode == 0
-                run_id = next(r["run_id"] for r in json.loads(_specmon("--config", str(config), "status", "--json")
+                assert run_specmon("--config", str(config), "stop", run_id).returncode == 0
+                assert run_specmon("--config", str(config), "launch", "near", "--wait").returncode == 0
+                run_id = next(r["run_id"] for r in json.loads(run_specmon("--config", str(config), "status", "--json")
                               .stdout) if r["profile"] == "near" and r["state"] == "ready")
                 run_ids.append(run_id)
             out = tmp_path / f"{name}.jsonl"
-            done = _specmon("--config", str(config), "sweep", name, "--levels", "1", "--requests", "2",
+            done = run_specmon("--config", str(config), "sweep", name, "--levels", "1", "--requests", "2",
                             "--output-len", "8", "--out", str(out), "--json")
             assert done.returncode == 0, done.stderr
             meta = json.loads(done.stdout)["meta"]
@@ -173,6 +166,6 @@ def test_cli_sweep_of_a_remote_profile_goes_through_the_forward_or_the_direct_ur
                 assert meta["url"].startswith("http://127.0.0.1:") and not meta["url"].endswith(f":{free_port}")
             else:
                 assert meta["url"] == f"http://localhost:{free_port}"
-        assert _specmon("--config", str(config), "stop", run_id).returncode == 0
+        assert run_specmon("--config", str(config), "stop", run_id).returncode == 0
     finally:
         kill_marked(run_ids)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import cmdline, marked_pids, port_listening, stop_everything
+from process_support import alive
 from sshd_support import Relay, Sshd
 from test_lifecycle import Recorder
 
@@ -88,13 +89,6 @@ class Reader:
         await asyncio.gather(self._task, return_exceptions=True)
 
 
-def _alive(pid: int | None) -> bool:
-    try:
-        return pid is not None and Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 def file_lines(log: Path, end: int | None = None) -> list[str]:
     data = log.read_bytes()
     data = data[: data.rfind(b"\n") + 1] if end is None else data[:end]
@@ -131,7 +125,7 @@ async def test_remote_launch_ready_sweep_reattach_and_stop(sshd: Sshd, remote, f
     first = reader.text
     assert first == file_lines(log, reader.end)
     await manager.close()                     # specmon goes away; the server must not
-    assert _alive(view.pid) and marked_pids(view.run_id) and port_listening(port)
+    assert alive(view.pid) and marked_pids(view.run_id) and port_listening(port)
 
     # A new specmon process (new connection) reattaches: same run, ready, and the log resumes where it stopped.
     again, rec2 = remote(profile)
@@ -229,7 +223,7 @@ async def test_a_dropped_link_mid_load_costs_nothing(sshd: Sshd, remote, free_po
         seen = [v for _, v in rec.views if v.run_id == view.run_id]
         assert not any(_bad(v) for v in seen), "the link outage turned into a verdict"
         assert any(line.kind == "note" and "lost" in line.text for line in reader.lines)
-        assert _alive(view.pid) and sim_pid in marked_pids(view.run_id), "the server stopped"
+        assert alive(view.pid) and sim_pid in marked_pids(view.run_id), "the server stopped"
         assert b"specmon.sim" in cmdline(sim_pid), "the shell did not become the sim"
         report = await manager.stop(view.run_id)      # and the link that came back can stop it
         assert report.stopped and marked_pids(view.run_id) == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import profile_toml
+from process_support import alive, run_specmon, specmon_script
 
 from specmon.model.sweeps.results import read_results
 
@@ -33,14 +33,8 @@ def server(free_port: int) -> Iterator[str]:
     proc.wait()
 
 
-def specmon(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    exe = shutil.which("specmon")
-    assert exe
-    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=90, cwd=cwd)
-
-
 def test_sweep_url_writes_default_results_file_and_prints_table(server: str, tmp_path: Path) -> None:
-    done = specmon("sweep", "--url", server, "--levels", "1,3", "--requests", "3", "--output-len", "9",
+    done = run_specmon("sweep", "--url", server, "--levels", "1,3", "--requests", "3", "--output-len", "9",
                    "--dataset", "random", "--input-len", "8", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     (out,) = (tmp_path / "results").glob("127.0.0.1_*-*Z.jsonl")
@@ -67,7 +61,7 @@ def test_sweep_of_a_profile_measures_its_ready_run_and_nothing_else(
             '[sweep]\nlevels = [2]\nrequests_per_level = 4\noutput_len = 6\ninput_len = 8\nwarmup_requests = 0\n')
 
     write_profile("org/fix", int(port))
-    refused = specmon("sweep", "fix", "--out", "r.jsonl", cwd=tmp_path)
+    refused = run_specmon("sweep", "fix", "--out", "r.jsonl", cwd=tmp_path)
     assert (refused.returncode, refused.stdout) == (2, ""), refused.stderr
     assert refused.stderr == ("specmon: error: profile fix has no ready run (none launched from "
                               "profiles.toml): `specmon launch fix --wait` starts one; `--url URL` "
@@ -77,8 +71,8 @@ def test_sweep_of_a_profile_measures_its_ready_run_and_nothing_else(
     server_port = free_port_factory()
     write_profile("org/fix", server_port)
     try:
-        assert specmon("launch", "fix", "--wait", cwd=tmp_path).returncode == 0
-        done = specmon("sweep", "fix", "--json", "--out", "r.jsonl", cwd=tmp_path)
+        assert run_specmon("launch", "fix", "--wait", cwd=tmp_path).returncode == 0
+        done = run_specmon("sweep", "fix", "--json", "--out", "r.jsonl", cwd=tmp_path)
         assert done.returncode == 0, done.stderr
         data = json.loads(done.stdout)
         assert data["meta"]["profile"] == "fix" and data["meta"]["model"] == "org/fix"
@@ -87,18 +81,18 @@ def test_sweep_of_a_profile_measures_its_ready_run_and_nothing_else(
         assert read_results(tmp_path / "r.jsonl").meta.profile == "fix"
         # The profile now names another model than its ready run serves: not the profile's server, refused.
         write_profile("org/new", server_port)
-        other = specmon("sweep", "fix", "--out", "o.jsonl", cwd=tmp_path)
+        other = run_specmon("sweep", "fix", "--out", "o.jsonl", cwd=tmp_path)
         assert other.returncode == 2 and not (tmp_path / "o.jsonl").exists()
         assert other.stderr == (f"specmon: error: http://127.0.0.1:{server_port} serves 'org/fix', not profile fix's "
                                 "model 'org/new': another server answers on its port? `--url` measures any server on "
                                 "purpose\n")
-        stopped = specmon("stop", "fix", cwd=tmp_path)
+        stopped = run_specmon("stop", "fix", cwd=tmp_path)
         assert stopped.returncode == 0, stopped.stderr
-        after = specmon("sweep", "fix", cwd=tmp_path)
+        after = run_specmon("sweep", "fix", cwd=tmp_path)
         assert after.returncode == 2 and "profile fix has no ready run (its latest, " in after.stderr
         assert ", is stopped): `specmon launch fix --wait` starts one" in after.stderr
     finally:
-        specmon("stop", "fix", "--force", cwd=tmp_path)
+        run_specmon("stop", "fix", "--force", cwd=tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -121,13 +115,13 @@ def test_sweep_of_a_profile_measures_its_ready_run_and_nothing_else(
     ],
 )
 def test_bad_arguments_are_one_line(server: str, tmp_path: Path, args: list[str], message: str) -> None:
-    done = specmon("sweep", "--url", server, *args, cwd=tmp_path)
+    done = run_specmon("sweep", "--url", server, *args, cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr
 
 
 def test_malformed_dataset_is_one_line_naming_file_and_line_before_anything_is_sent(server: str, tmp_path: Path) -> None:
     (tmp_path / "q.jsonl").write_text('{"question_id": 1, "category": "qa", "turns": ["Hi?"]}\n{"question_id": 2}\n')
-    done = specmon("sweep", "--url", server, "--dataset", "specbench", "--dataset-path", "q.jsonl", "--out", "r.jsonl",
+    done = run_specmon("sweep", "--url", server, "--dataset", "specbench", "--dataset-path", "q.jsonl", "--out", "r.jsonl",
                    cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr == "specmon: error: q.jsonl:2: 'turns' must be a non-empty list of strings (SpecBench question.jsonl), got null\n"
@@ -136,7 +130,7 @@ def test_malformed_dataset_is_one_line_naming_file_and_line_before_anything_is_s
 
 def test_url_with_a_password_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     """`--url http://user:pass@host` wrote the password into the meta line (and the file name) and then failed."""
-    done = specmon("sweep", "--url", "http://user:s3cret@127.0.0.1:9", "--out", "r.jsonl", cwd=tmp_path)
+    done = run_specmon("sweep", "--url", "http://user:s3cret@127.0.0.1:9", "--out", "r.jsonl", cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "user name or password in the URL is not supported" in done.stderr and "s3cret" not in done.stderr
     assert list(tmp_path.iterdir()) == []
@@ -150,7 +144,7 @@ def test_impossible_usage_keeps_the_level_and_a_sweep_of_failures_exits_1(tmp_pa
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "2", "--requests", "4",
+        done = run_specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "2", "--requests", "4",
                        "--warmup", "0", "--out", "r.jsonl", cwd=tmp_path)
     finally:
         proc.kill()
@@ -173,7 +167,7 @@ def test_unwritable_out_is_one_line_before_any_request(tmp_path: Path, free_port
     URL, so an error about the server would mean the check came too late), and nothing is left behind."""
     (tmp_path / "afile").write_text("keep me\n")
     (tmp_path / "adir").mkdir()
-    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", out, cwd=tmp_path)
+    done = run_specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", out, cwd=tmp_path)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert (tmp_path / "afile").read_text() == "keep me\n"
@@ -181,16 +175,16 @@ def test_unwritable_out_is_one_line_before_any_request(tmp_path: Path, free_port
 
 
 def test_unreachable_server_leaves_no_empty_results_file(tmp_path: Path, free_port: int) -> None:
-    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", "r.jsonl", cwd=tmp_path)
+    done = run_specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", "--out", "r.jsonl", cwd=tmp_path)
     assert done.returncode == 2 and "cannot reach the server" in done.stderr
     assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_url_and_unknown_profile(free_port: int, tmp_path: Path) -> None:
-    done = specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", cwd=tmp_path)
+    done = run_specmon("sweep", "--url", f"http://127.0.0.1:{free_port}", cwd=tmp_path)
     assert done.returncode == 2 and f"127.0.0.1:{free_port}: cannot reach the server" in done.stderr
     assert "Traceback" not in done.stderr
-    done = specmon("sweep", "nosuch", cwd=tmp_path)
+    done = run_specmon("sweep", "nosuch", cwd=tmp_path)
     assert done.returncode == 2 and "unknown profile 'nosuch'" in done.stderr
 
 
@@ -199,8 +193,7 @@ def test_ctrl_c_keeps_finished_levels(free_port: int, tmp_path: Path) -> None:
                            stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
-        exe = shutil.which("specmon")
-        assert exe
+        exe = specmon_script()
         proc = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "1,2,4",
                                  "--requests", "4", "--output-len", "6", "--warmup", "0", "--out", "r.jsonl"],
                                 cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -235,14 +228,6 @@ def _children_running_loadgen(ppid: int) -> list[int]:
     return out
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 def test_generator_stops_when_specmon_is_killed(free_port: int, tmp_path: Path) -> None:
     """The generator runs in its own session (a terminal's Ctrl-C reaches only specmon), so it must notice on its
     own that specmon died (its stdin closes) and stop instead of loading the server forever."""
@@ -250,8 +235,7 @@ def test_generator_stops_when_specmon_is_killed(free_port: int, tmp_path: Path) 
                            stdout=subprocess.PIPE, text=True)
     try:
         assert srv.stdout is not None and srv.stdout.readline().strip() == "ready"
-        exe = shutil.which("specmon")
-        assert exe
+        exe = specmon_script()
         proc = subprocess.Popen([exe, "sweep", "--url", f"http://127.0.0.1:{free_port}", "--levels", "4",
                                  "--duration", "60", "--output-len", "20", "--out", "r.jsonl"],
                                 cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -262,7 +246,7 @@ def test_generator_stops_when_specmon_is_killed(free_port: int, tmp_path: Path) 
         proc.kill()
         proc.wait()
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in children):
+        while any(alive(pid) for pid in children):
             assert time.monotonic() < deadline, "the load generator outlived specmon"
             time.sleep(0.05)
     finally:
@@ -274,8 +258,7 @@ def test_records_file_cut_short_by_a_write_limit_still_ends_at_a_whole_line(serv
     """The per-request records went through a buffered file: a flush the disk (here a real file size limit, as
     `ulimit -f` sets) took only in part left a torn last line. Now each flush appends whole lines or nothing."""
     limit = 9000   # the results file (about 2 KB here) fits; 80 records (about 14 KB) do not
-    exe = shutil.which("specmon")
-    assert exe
+    exe = specmon_script()
     done = subprocess.run(
         [exe, "sweep", "--url", server, "--levels", "1,4", "--requests", "40", "--output-len", "9", "--dataset", "random", "--input-len", "8",
          "--warmup", "0", "--out", "r.jsonl"], capture_output=True, text=True, timeout=90, cwd=tmp_path,

@@ -109,6 +109,7 @@ def test_server_summary_keeps_kind_kv_tokens_and_speculation() -> None:
     assert summarize_server({}, None, None, None) == {"kind": "unknown"}
 
 
+@pytest.mark.slow
 def test_failed_append_leaves_the_file_ending_at_its_last_whole_line(tmp_path: Path) -> None:
     """A write that runs out of space (here the kernel's file-size limit, EFBIG, in a child process: the same
     short write as a full disk) left a torn last line; the append is now all or nothing."""

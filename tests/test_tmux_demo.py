@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from process_support import specmon_script
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -55,14 +56,8 @@ def wait_screen(tmux: Callable[..., str], pattern: str, timeout: float) -> str:
     raise AssertionError(f"{pattern!r} never appeared; last screen:\n{screen}")
 
 
-def installed_specmon() -> str:
-    specmon = shutil.which("specmon")
-    assert specmon, "the specmon command is not installed (pip install -e .)"
-    return specmon
-
-
 def test_specmon_demo_in_tmux(tmux: Callable[..., str], tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
-    specmon = installed_specmon()
+    specmon = specmon_script()
     ports = {"demo-baseline": free_port_factory(), "demo-eagle3": free_port_factory()}
     # The demo's two profiles, shortened (8 shards over 4 s) and on free ports so parallel runs cannot collide.
     profiles = []
@@ -110,7 +105,7 @@ def test_demo_from_a_venv_that_is_not_on_path_reaches_ready(tmux: Callable[..., 
     """Issue 10 #1: `~/venv/bin/specmon demo` without the venv on PATH left both cards IDLE: the built-in profiles
     ran `specmon sim` from PATH. They run the running interpreter's specmon now (on free ports via --ports, so a
     demo someone else runs on 30001/30002 cannot collide)."""
-    specmon = installed_specmon()
+    specmon = specmon_script()
     ports = (free_port_factory(), free_port_factory())
     bare_path = "/usr/bin:/bin"
     assert not any(Path(d, "specmon").exists() for d in bare_path.split(":")), "a specmon on the bare PATH"
@@ -132,7 +127,7 @@ def test_demo_with_its_port_held_by_another_program_says_why_on_the_card(tmux: C
     """Issue 10 #1: with 30001 taken, the demo showed `IDLE · not running` and nothing else. The card says FAILED
     now, names the holder (this test's pid) and free ports, with the `--ports` to use them; the other server runs.
     (The demo runs on free ports given with --ports, the first of them held here, so nothing else can collide.)"""
-    specmon = installed_specmon()
+    specmon = specmon_script()
     ports = (free_port_factory(), free_port_factory())
     holder = socket.socket()
     holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -31,6 +31,7 @@ from pathlib import Path
 import httpx
 import pytest
 from lifecycle_support import tail_pids
+from process_support import alive
 from sshd_support import Relay, shared_sshd, sshd_available
 
 from specmon.sources.local import LocalTransport
@@ -103,14 +104,6 @@ async def host(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[
         yield h
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 async def test_run_returns_code_stdout_stderr_and_takes_input(host: Host) -> None:
     t = host.transport
     r = await t.run("printf 'a b'; printf oops >&2; exit 3")
@@ -126,10 +119,10 @@ async def test_run_timeout_ends_the_command(host: Host) -> None:
         await t.run(f"sleep 30 & echo $! > {pidfile}; wait", timeout=0.5)
     pid = int(pidfile.read_text())
     for _ in range(50):
-        if not _alive(pid):
+        if not alive(pid):
             break
         await asyncio.sleep(0.05)
-    assert not _alive(pid), "the timed-out command's child kept running"
+    assert not alive(pid), "the timed-out command's child kept running"
 
 
 async def test_write_file_and_unwritable_path(host: Host) -> None:
@@ -169,7 +162,7 @@ async def test_stream_yields_output_and_close_ends_the_command(host: Host) -> No
             await asyncio.sleep(0.02)
     pid = int(pidfile.read_text())
     await asyncio.sleep(0.1)
-    assert not _alive(pid)
+    assert not alive(pid)
 
 
 async def _collect(tailer: LogTailer, until: int, timeout: float = 10.0) -> list[TailBatch]:

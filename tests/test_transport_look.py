@@ -24,6 +24,7 @@ def _files(tmp_path: Path) -> dict[str, str]:
             "dir": str(tmp_path)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("start,length", [(0, 64), (5, 9), (18, 64), (30, 64), (200, 64), (0, 0)])
 async def test_local_look_says_what_the_shell_command_says(tmp_path: Path, start: int, length: int) -> None:
     local = LocalTransport()

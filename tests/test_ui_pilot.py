@@ -20,6 +20,7 @@ from pathlib import Path
 import httpx
 import pytest
 from lifecycle_support import stall_timeout_for_this_box
+from process_support import alive
 from textual.pilot import Pilot
 from textual.widgets import Input, RichLog, Static
 
@@ -227,14 +228,6 @@ async def test_failure_shows_its_reason(tmp_path: Path, free_port: int) -> None:
             await wait_until(pilot, lambda: any("Traceback" in line for line in log_lines(app)), 10, "traceback")
         finally:
             await quit_with(pilot, "Q")
-
-
-def alive(pid: int | None) -> bool:
-    """The process runs (a zombie child of the launch wrapper counts as ended)."""
-    try:
-        return pid is not None and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 async def test_a_failed_server_whose_process_hangs_says_so_on_its_card_and_stop_ends_it(tmp_path: Path,

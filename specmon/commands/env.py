@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--all", action="store_true",
                         help="every variable, not only NCCL_, CUDA_, TORCH_, PYTORCH_, SGLANG_, VLLM_, NVSHMEM_, "
                         "OMP_ and *_VISIBLE_DEVICES (secrets stay redacted)")
-    parser.add_argument("--json", action="store_true", help="one JSON object (see the README)")
+    parser.add_argument("--json", action="store_true", help="one JSON object (see docs/cli.md)")
     parser.set_defaults(func=run)
 
 
