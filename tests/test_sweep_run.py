@@ -14,12 +14,14 @@ from pathlib import Path
 
 import pytest
 from sse_server import ServerState, serve
+from test_ui_rows import view
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import LevelResult, read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
 from specmon.orchestration import sweep as sweeping
+from specmon.orchestration.comparison import ComparisonUpdate, SweepFinished, SweepStarted, SweepUpdated, sweep_profiles
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
 
 pytestmark = pytest.mark.slow
@@ -210,6 +212,25 @@ async def test_a_broken_message_from_the_generator_ends_the_sweep_in_one_line(
     text = str(caught.value)
     assert text.startswith(f"load generator wrote {says}") and text.endswith(f"0 finished levels kept in {tmp_path / 'r.jsonl'}")
     assert "\n" not in text and loadgen_children() == []
+
+
+async def test_several_profiles_report_as_one_stream_of_typed_updates(server: tuple[ServerState, str],
+                                                                       tmp_path: Path) -> None:
+    """The TUI and `demo --headless` follow a comparison through one stream: each profile's start, its progress,
+    levels and notices, and its result, in that order, one profile after the other (three callbacks before)."""
+    _, url = server
+    stream: list[ComparisonUpdate] = []
+    views = [view(profile=name, url=url) for name in ("a", "b")]
+    comparison = await sweep_profiles(views, spec(url, tmp_path / "unused.jsonl").workload, results_dir=tmp_path,
+                                      on_update=stream.append)
+    for name, result in zip(("a", "b"), comparison.results, strict=True):
+        mine = [u for u in stream if u.profile == name]
+        assert mine[0] == SweepStarted(name) and mine[-1] == SweepFinished(name, result)
+        levels = [u.update for u in mine[1:-1] if isinstance(u, SweepUpdated) and isinstance(u.update, LevelResult)]
+        assert levels == list(result.levels) and [lv.concurrency for lv in levels] == [1, 3]
+        assert any(isinstance(u, SweepUpdated) and isinstance(u.update, SweepProgress) for u in mine)
+    assert [type(u) for u in stream].count(SweepStarted) == 2 and stream.index(SweepStarted("b")) > stream.index(
+        SweepFinished("a", comparison.results[0]))
 
 
 async def test_api_key_is_sent_but_never_written(server: tuple[ServerState, str], tmp_path: Path,
