@@ -137,18 +137,17 @@ class ShardedSweep:
                 if self._finished.done():
                     return
         except ValueError:   # a line past LINE_MAX
-            self._end(f"load generator part {k + 1} of {self._n} wrote a line longer than {LINE_MAX >> 20} MiB")
+            self._end(f"{self._part(k)} wrote a line longer than {LINE_MAX >> 20} MiB")
             return
         if k not in self._done:
             code = await proc.wait()
-            self._end(f"load generator part {k + 1} of {self._n} exited (code {code}) before its sweep was done")
+            self._end(f"{self._part(k)} exited (code {code}) before its sweep was done")
 
     def _line(self, k: int, line: bytes) -> None:
-        part = f"load generator part {k + 1} of {self._n}"
         try:
             msg = decode(line)
         except ProtocolError as exc:
-            self._end(f"{part} wrote {exc}")
+            self._end(f"{self._part(k)} wrote {exc}")
             return
         if isinstance(msg, RequestRecord):
             self._record(msg)
@@ -172,9 +171,12 @@ class ShardedSweep:
         elif isinstance(msg, Fatal):
             self._end(msg.message)
         elif isinstance(msg, Stopped):
-            self._end(f"{part} stopped on its own")
+            self._end(f"{self._part(k)} stopped on its own")
         else:
-            self._end(f"{part} wrote a {type(msg).__name__} message, which only a coordinator sends")
+            self._end(f"{self._part(k)} wrote a {type(msg).__name__} message, which only a coordinator sends")
+
+    def _part(self, k: int) -> str:
+        return f"load generator part {k + 1} of {self._n}"
 
     def _on_ready(self, k: int, phase: int) -> None:
         self._ready.add(k)
