@@ -28,8 +28,10 @@ def rss_mb() -> float:
 
 
 async def sweep(url: str, requests: int, concurrency: int, output_len: int, records: Path) -> None:
+    from specmon.loadgen.protocol import Message
     from specmon.loadgen.runner import SweepRunner
     from specmon.loadgen.workload import Workload
+    from specmon.model.sweeps.results import LevelResult
 
     # Several levels, as a real sweep would have, adding up to `requests`.
     per = requests // 4
@@ -37,11 +39,10 @@ async def sweep(url: str, requests: int, concurrency: int, output_len: int, reco
                   output_len=output_len, timeout_s=60)
     t0 = time.monotonic()
 
-    def emit(msg: dict) -> None:
-        if msg["type"] == "level":
-            lv = msg["level"]
-            print(f"  level done: {lv['requests_ok']} ok, {lv['requests_failed']} failed, "
-                  f"{lv['request_throughput']:.0f} req/s, RSS now {rss_mb():.0f} MB, t={time.monotonic() - t0:.0f} s", flush=True)
+    def emit(msg: Message) -> None:
+        if isinstance(msg, LevelResult):
+            print(f"  level done: {msg.requests_ok} ok, {msg.requests_failed} failed, "
+                  f"{msg.request_throughput:.0f} req/s, RSS now {rss_mb():.0f} MB, t={time.monotonic() - t0:.0f} s", flush=True)
 
     await SweepRunner(url, "fixture-model", wl, emit, records_path=str(records)).run()
 

@@ -71,9 +71,11 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
     """specmon's generator at concurrency c, or (open_loop) at request rate c; with `burst` ("arrival" or "read",
     against tests/burst_server.py), also how far its gaps are from the server's true ones."""
     from specmon.loadgen import client
+    from specmon.loadgen.protocol import ChildSpec, Message
     from specmon.loadgen.runner import SweepRunner
     from specmon.loadgen.shards import ShardedSweep
     from specmon.loadgen.workload import Workload
+    from specmon.model.sweeps.results import LevelResult
 
     if burst == "read":   # chunk times taken when each stream's code sees its chunk: the generator before stamps
         client._arrivals_of = lambda resp: None
@@ -89,13 +91,12 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
     with tempfile.TemporaryDirectory() as d:
         records = str(Path(d) / "records.jsonl")
 
-        def emit(m: dict[str, Any]) -> None:
-            if m["type"] == "level":
-                levels.append(m["level"])
+        def emit(m: Message) -> None:
+            if isinstance(m, LevelResult):
+                levels.append(m.to_dict())
 
         if processes > 1:   # this process coordinates, as `python -m specmon.loadgen` does; its parts are processes
-            spec = {"url": url, "model": "fixture-model", "workload": wl.to_dict(), "records_path": records}
-            await ShardedSweep(spec, wl, emit).run()
+            await ShardedSweep(ChildSpec(url, "fixture-model", wl, records), emit).run()
         else:
             await SweepRunner(url, "fixture-model", wl, emit, records_path=records).run()
         if burst:

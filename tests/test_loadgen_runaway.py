@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from process_support import specmon_script
 
+from specmon.loadgen.protocol import ChildSpec, Stopped, decode, encode
+from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import read_results
 
 pytestmark = pytest.mark.slow
@@ -82,11 +84,11 @@ def test_absurd_sizes_are_refused_in_one_line(hostile: str, tmp_path: Path, args
     assert not (tmp_path / "r.jsonl").exists() and took < 20
 
 
-def _child(spec: dict[str, object]) -> subprocess.Popen[bytes]:
+def _child(spec: ChildSpec) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen([sys.executable, "-m", "specmon.loadgen"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, preexec_fn=_capped)
     assert proc.stdin is not None
-    proc.stdin.write((json.dumps(spec) + "\n").encode())
+    proc.stdin.write(encode(spec))
     proc.stdin.flush()
     return proc
 
@@ -108,9 +110,8 @@ def _wait_for_stop_handler(proc: subprocess.Popen[bytes]) -> None:
 def test_generator_stops_at_once_while_it_builds_a_long_level(free_port: int, how: str) -> None:
     """A level of 9 million arrivals (within bounds) was drawn in one synchronous go (seconds, ~600 MB) during which
     SIGTERM and the parent's exit went unnoticed. Now the schedule is drawn lazily and a stop is obeyed at once."""
-    workload = {"levels": [1], "rates": [10000.0], "requests_per_level": 9_000_000, "warmup_requests": 0}
-    proc = _child({"url": f"http://127.0.0.1:{free_port}", "model": "m", "workload": workload, "records_path": None,
-                   "api_key_env": None})
+    workload = Workload(levels=(1,), rates=(10000.0,), requests_per_level=9_000_000, warmup_requests=0)
+    proc = _child(ChildSpec(f"http://127.0.0.1:{free_port}", "m", workload))
     try:
         _wait_for_stop_handler(proc)
         time.sleep(0.5)   # into the level's build
@@ -126,7 +127,7 @@ def test_generator_stops_at_once_while_it_builds_a_long_level(free_port: int, ho
     finally:
         proc.kill()
         proc.wait()
-    assert rc == 0 and out.splitlines()[-1] == '{"type":"stopped"}' and took < 2.5, (rc, took, out[-300:])
+    assert rc == 0 and decode(out.splitlines()[-1]) == Stopped() and took < 2.5, (rc, took, out[-300:])
 
 
 @pytest.mark.parametrize("hostile", [("usage", "ok")], indirect=True)

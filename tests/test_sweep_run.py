@@ -14,11 +14,14 @@ from pathlib import Path
 
 import pytest
 from sse_server import ServerState, serve
+from test_ui_rows import view
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import LevelResult, read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
+from specmon.orchestration import sweep as sweeping
+from specmon.orchestration.comparison import ComparisonUpdate, SweepFinished, SweepStarted, SweepUpdated, sweep_profiles
 from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
 
 pytestmark = pytest.mark.slow
@@ -187,6 +190,49 @@ async def test_generator_crash_keeps_finished_levels(server: tuple[ServerState, 
     assert [lv.concurrency for lv in read_results(out).levels] == [1]
 
 
+# A stand-in for the generator (a real one never writes a broken message): it takes the spec, writes LINE, and waits
+# for its stdin to close. Its command line names specmon.loadgen, so loadgen_children() sees it.
+BROKEN_CHILD = "import sys  # specmon.loadgen\nsys.stdin.readline()\nprint(sys.argv[1], flush=True)\nsys.stdin.read()"
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"type":"level"}', "a 'level' message without its field 'level'"),
+    ('{"type":"level","level":{"concurrency":1}}', "a 'level' message with a bad field (level: requests_ok"),
+    ('{"type":"progress","concurrency":1}', "a 'progress' message without its field 'level_index'"),
+    ("[1]", "a line that is not a JSON object"),
+])
+async def test_a_broken_message_from_the_generator_ends_the_sweep_in_one_line(
+        server: tuple[ServerState, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, line: str, says: str) -> None:
+    """A message the generator wrote wrong (a level without its fields, a progress line cut short) ended the sweep
+    with a KeyError, ValueError or AttributeError traceback; now it is one line naming the message and what is kept."""
+    _, url = server
+    monkeypatch.setattr(sweeping, "python_module", lambda module: (sys.executable, "-c", BROKEN_CHILD, line))
+    with pytest.raises(UserError) as caught:
+        await run_sweep(spec(url, tmp_path / "r.jsonl"))
+    text = str(caught.value)
+    assert text.startswith(f"load generator wrote {says}") and text.endswith(f"0 finished levels kept in {tmp_path / 'r.jsonl'}")
+    assert "\n" not in text and loadgen_children() == []
+
+
+async def test_several_profiles_report_as_one_stream_of_typed_updates(server: tuple[ServerState, str],
+                                                                       tmp_path: Path) -> None:
+    """The TUI and `demo --headless` follow a comparison through one stream: each profile's start, its progress,
+    levels and notices, and its result, in that order, one profile after the other (three callbacks before)."""
+    _, url = server
+    stream: list[ComparisonUpdate] = []
+    views = [view(profile=name, url=url) for name in ("a", "b")]
+    comparison = await sweep_profiles(views, spec(url, tmp_path / "unused.jsonl").workload, results_dir=tmp_path,
+                                      on_update=stream.append)
+    for name, result in zip(("a", "b"), comparison.results, strict=True):
+        mine = [u for u in stream if u.profile == name]
+        assert mine[0] == SweepStarted(name) and mine[-1] == SweepFinished(name, result)
+        levels = [u.update for u in mine[1:-1] if isinstance(u, SweepUpdated) and isinstance(u.update, LevelResult)]
+        assert levels == list(result.levels) and [lv.concurrency for lv in levels] == [1, 3]
+        assert any(isinstance(u, SweepUpdated) and isinstance(u.update, SweepProgress) for u in mine)
+    assert [type(u) for u in stream].count(SweepStarted) == 2 and stream.index(SweepStarted("b")) > stream.index(
+        SweepFinished("a", comparison.results[0]))
+
+
 async def test_api_key_is_sent_but_never_written(server: tuple[ServerState, str], tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     state, url = server
@@ -318,7 +364,7 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
 
     proc = subprocess.Popen([sys.executable, str(TESTS / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.01"],
                             stdout=subprocess.PIPE, text=True)
-    levels: list[dict] = []
+    levels: list[LevelResult] = []
 
     async def main() -> None:
         hog, other = socket.socketpair()
@@ -326,7 +372,7 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
         asyncio.get_running_loop().add_reader(hog.fileno(), time.sleep, 0.003)
         wl = Workload(levels=(1,), rates=(40.0,), requests_per_level=120, warmup_requests=0, output_len=2, input_len=8)
         runner = SweepRunner(f"http://127.0.0.1:{free_port}", "fixture-model", wl,
-                             lambda m: levels.append(m["level"]) if m["type"] == "level" else None,
+                             lambda m: levels.append(m) if isinstance(m, LevelResult) else None,
                              records_path=str(tmp_path / "records.jsonl"))
         try:
             await runner.run()
@@ -342,6 +388,6 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
         proc.kill()
         proc.wait()
     (level,) = levels
-    assert level["requests_ok"] == 120
+    assert level.requests_ok == 120
     late = sorted(json.loads(line)["late_ms"] for line in (tmp_path / "records.jsonl").read_text().splitlines())
     assert late[len(late) // 10] < 1.5, late[:: len(late) // 10]

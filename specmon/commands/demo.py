@@ -75,9 +75,8 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
     from specmon.commands._table import table_text
     from specmon.commands.sweep import SweepPrinter
     from specmon.model.charts.levelrow import LEVEL_COLUMNS, LevelRow
-    from specmon.model.sweeps.results import SweepResult
     from specmon.model.text.numbers import fmt_shards
-    from specmon.orchestration.comparison import sweep_profiles
+    from specmon.orchestration.comparison import ComparisonUpdate, SweepStarted, SweepUpdated, sweep_profiles
     from specmon.orchestration.ready import wait_all_ready
     from specmon.orchestration.runs import RunManager
     from specmon.orchestration.runview import RunView
@@ -113,18 +112,19 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
         workload = workload_from(config.sweep, WorkloadOverrides(levels=levels, requests_per_level=requests))
         printer = SweepPrinter(out)   # each level as `specmon sweep` prints it: no silent minute per profile
 
-        def sweeping(name: str) -> None:
-            printer.prefix = f"{name}: "
-            print(f"{name}: sweeping C={','.join(map(str, levels))}, {requests} requests per level", file=out,
-                  flush=True)
+        def sweeping(u: ComparisonUpdate) -> None:
+            if isinstance(u, SweepStarted):
+                printer.prefix = f"{u.profile}: "
+                print(f"{u.profile}: sweeping C={','.join(map(str, levels))}, {requests} requests per level", file=out,
+                      flush=True)
+            elif isinstance(u, SweepUpdated):
+                printer.show(u.update)
+            else:
+                printer.end()
+                print(f"{u.profile}: results in {u.result.path}", file=out, flush=True)
 
-        def swept(name: str, result: SweepResult) -> None:
-            printer.end()
-            print(f"{name}: results in {result.path}", file=out, flush=True)
-
-        comparison = await sweep_profiles(
-            [v.view for v in verdicts], workload, results_dir=results_dir, on_start=sweeping,
-            on_update=lambda _name, update: printer.show(update), on_result=swept)
+        comparison = await sweep_profiles([v.view for v in verdicts], workload, results_dir=results_dir,
+                                          on_update=sweeping)
 
         print("", file=out)
         rows = [LevelRow.of_level(level).cells(r.label) for r in comparison.results for level in r.levels]

@@ -1,15 +1,10 @@
 """Process entry of the load generator: `python -m specmon.loadgen`, started by specmon.orchestration.sweep.
 
-Protocol (one JSON object per line, UTF-8):
-- stdin, first line: {"url", "model", "workload": Workload.to_dict(), "records_path": str | null,
-  "api_key_env": str | null}. The API key itself travels only in the environment variable named there.
-  After that line stdin stays open; end-of-file (the parent went away) or SIGTERM/SIGINT stops the sweep:
-  the level in progress is abandoned, finished levels have already been reported.
-- stdout: {"type": "progress", ...SweepProgress}, {"type": "level", "level": LevelResult.to_dict()},
-  {"type": "warning", "message"}, and last {"type": "done"}, {"type": "stopped"} or {"type": "fatal", "message"}.
-- A workload with `processes` > 1 is sent by that many parts, this process coordinating them (loadgen.shards);
-  a part (`--part k/N`) also writes {"type": "ready", "level"} and its request records on stdout, and takes
-  {"start", "level"} lines on stdin.
+It reads a ChildSpec on stdin and writes its messages on stdout (specmon.loadgen.protocol says which, and is the
+only reader and writer of those lines). After the spec stdin stays open; end-of-file (the parent went away) or
+SIGTERM/SIGINT stops the sweep: the level in progress is abandoned, finished levels have already been reported.
+A workload with `processes` > 1 is sent by that many parts, this process coordinating them (loadgen.shards); a
+part (`--part k/N`) also writes Ready and its request records on stdout, and takes Start lines on stdin.
 The event loop is uvloop where available; nothing else runs in this process, so no UI work can shift a timestamp.
 """
 
@@ -17,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import sys
@@ -26,17 +20,17 @@ from collections.abc import Callable
 from typing import Any
 
 from specmon.errors import UserError
+from specmon.loadgen.protocol import ChildSpec, Done, Fatal, Message, ProtocolError, Ready, Start, Stopped, decode, encode
 from specmon.loadgen.runner import Part, SweepRunner
 from specmon.loadgen.shards import ShardedSweep, part_of
-from specmon.loadgen.workload import Workload
 
 EXIT_GRACE_S = 3.0   # after a stop, how long the sweep has to end in order before the process just exits
 EXIT_STOPPED = 3
 
 
-def _emit(msg: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(msg, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+def _emit(msg: Message) -> None:
+    sys.stdout.buffer.write(encode(msg))
+    sys.stdout.buffer.flush()
 
 
 class _Stopper:
@@ -80,36 +74,46 @@ class _Stopper:
         self.stop()
 
 
-async def _main(spec: dict[str, Any], part: tuple[int, int] | None) -> int:
+async def _main(spec: ChildSpec, part: tuple[int, int] | None) -> int:
     loop = asyncio.get_running_loop()
-    starts: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+    starts: asyncio.Queue[Message | ProtocolError] = asyncio.Queue()
     main = loop.create_task(_sweep(spec, part, starts))
-    _Stopper(loop, main, None if part is None else lambda line: starts.put_nowait(json.loads(line)))
+    _Stopper(loop, main, None if part is None else lambda line: starts.put_nowait(_decoded(line)))
     try:
         await main
     except asyncio.CancelledError:
-        _emit({"type": "stopped"})
+        _emit(Stopped())
         return 0
-    _emit({"type": "done"})
+    _emit(Done())
     return 0
 
 
-async def _sweep(spec: dict[str, Any], part: tuple[int, int] | None, starts: asyncio.Queue[dict[str, Any]]) -> None:
+def _decoded(line: bytes) -> Message | ProtocolError:
+    try:
+        return decode(line)
+    except ProtocolError as exc:
+        return exc
+
+
+async def _sweep(spec: ChildSpec, part: tuple[int, int] | None, starts: asyncio.Queue[Message | ProtocolError]) -> None:
     await asyncio.sleep(0)   # the stop handlers are in place before any work is built
-    workload = Workload.from_dict(spec["workload"])
+    workload = spec.workload
     if workload.processes > 1 and part is None:
-        await ShardedSweep(spec, workload, _emit).run()
+        await ShardedSweep(spec, _emit).run()
         return
     dataset = workload.load_dataset()
-    key_env = spec.get("api_key_env")
+    key_env = spec.api_key_env
 
     async def start_together(level: int) -> int:
-        _emit({"type": "ready", "level": level})
-        while (msg := await starts.get()).get("level") != level:
-            pass
-        return int(msg["start"])
+        _emit(Ready(level))
+        while True:
+            msg = await starts.get()
+            if isinstance(msg, ProtocolError):
+                raise UserError(f"the load generator's coordinator wrote {msg}")
+            if isinstance(msg, Start) and msg.level == level:
+                return msg.at_ns
 
-    runner = SweepRunner(spec["url"], spec["model"], workload, _emit, spec.get("records_path"),
+    runner = SweepRunner(spec.url, spec.model, workload, _emit, spec.records_path,
                          api_key=os.environ.get(key_env) if key_env else None, dataset=dataset,
                          part=None if part is None else Part(part[0], part[1], start_together),
                          records_fd=None if part is None else sys.stdout.fileno())
@@ -120,11 +124,10 @@ def main() -> int:
     part = None
     if sys.argv[1:2] == ["--part"] and len(sys.argv) == 3:
         part = part_of(sys.argv[2])
-    line = sys.stdin.readline()
-    try:
-        spec = json.loads(line)
-    except json.JSONDecodeError as exc:
-        _emit({"type": "fatal", "message": f"bad spec line on stdin: {exc}"})
+    line = sys.stdin.buffer.readline()
+    spec = _decoded(line)
+    if not isinstance(spec, ChildSpec):
+        _emit(Fatal(f"bad spec line on stdin: {spec if isinstance(spec, ProtocolError) else type(spec).__name__}"))
         return 2
     try:
         import uvloop
@@ -135,7 +138,7 @@ def main() -> int:
     try:
         return runner(_main(spec, part))
     except UserError as exc:
-        _emit({"type": "fatal", "message": str(exc)})
+        _emit(Fatal(str(exc)))
         return 2
 
 

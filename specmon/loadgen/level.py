@@ -72,7 +72,7 @@ class Level:
     """A level in progress: requests finish into it (`finish`), it reports progress and its result."""
 
     def __init__(self, setup: LevelSetup, slo: Any, secrets: list[str], write: Callable[[RequestRecord], None],
-                 emit_progress: Callable[[dict[str, Any]], None], take_lag_max: Callable[[], float]) -> None:
+                 emit_progress: Callable[[SweepProgress], None], take_lag_max: Callable[[], float]) -> None:
         self.setup = setup
         self.acc = LevelAccumulator(setup.concurrency, rate=setup.rate, slo=slo)
         self.handled = LogHistogram()   # per request, the longest a chunk waited for its stream's code after arriving
@@ -132,7 +132,7 @@ class Level:
             rate=setup.rate, sent=sent, backlog=backlog,
             backlog_late_ms=None if backlog_late_ms is None else round(backlog_late_ms, 3),
         )
-        self._emit_progress(p.to_dict())
+        self._emit_progress(p)
 
     async def ticker(self) -> None:
         """Progress about 4 times a second; a cyclic collection every GC_EVERY_REQUESTS requests (the collector is

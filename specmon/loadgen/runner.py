@@ -19,23 +19,21 @@ import time
 from array import array
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.lines import append_whole
+from specmon.loadgen.protocol import Emit, Warn, encode
 from specmon.loadgen.wakeup import Wakeup
-from specmon.loadgen.workload import RequestFactory, Workload, compact_json
-from specmon.model.sweeps.sweepstats import RequestRecord, percentile
+from specmon.loadgen.workload import RequestFactory, Workload
+from specmon.model.sweeps.results import LevelResult
+from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, percentile
 from specmon.model.workload.arrivals import Schedule, connections_needed
 from specmon.model.workload.datasets import Dataset
 
 LAG_TICK_S = 0.01
 PRECONNECT_OPEN_LOOP = 64   # open loop: the fewest keep-alive connections opened before a level
 PRECONNECT_MOST = 4096      # and the most (file descriptors)
-
-Emit = Callable[[dict[str, Any]], None]
-
 
 class LoopLagMonitor:
     """Sleeps LAG_TICK_S in a loop and records how late it wakes: the event loop's own queueing delay."""
@@ -93,17 +91,17 @@ class RecordsWriter:
         self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644) if path else fd
         self._path = path or f"file descriptor {fd}"
         self._owned = bool(path)   # a descriptor given stays open (a shard's stdout carries its last messages)
-        self._pending: list[str] = []
+        self._pending: list[bytes] = []
         self._on_error = on_error
 
     def write(self, r: RequestRecord) -> None:
         if self._fd is not None:
-            self._pending.append(compact_json(r.to_dict()) + "\n")
+            self._pending.append(encode(r))
 
     def flush(self) -> None:
         if self._fd is None or not self._pending:
             return
-        data, self._pending = "".join(self._pending).encode("utf-8"), []
+        data, self._pending = b"".join(self._pending), []
         try:
             append_whole(self._fd, data)
         except OSError as exc:
@@ -148,7 +146,7 @@ class SweepRunner:
         self.emit = emit
         self.part = part
         self.factory = RequestFactory(workload, model, dataset)
-        self.records = RecordsWriter(records_path, lambda message: emit({"type": "warning", "message": message}),
+        self.records = RecordsWriter(records_path, lambda message: emit(Warn(message)),
                                      fd=records_fd)
         # Open loop without a cap has no bound on requests in flight: no pool limit (0) either.
         top = (workload.max_concurrency or 0) if workload.open_loop else max(max(workload.levels),
@@ -174,8 +172,8 @@ class SweepRunner:
                     level = await self._phase(idx, c, self.w.requests_for(c), self.w.duration_s, warmup=False)
                 else:
                     level = await self._phase(idx, c, self.w.arrivals_for(rate), None, warmup=False, rate=rate)
-                self.emit({"type": "level", "level": level})
-                if level["requests_ok"] == 0 and self.part is None:
+                self.emit(level)
+                if level.requests_ok == 0 and self.part is None:
                     self.emit(no_success_warning(level, c, rate, self._first_error))
                     break
         finally:
@@ -184,7 +182,7 @@ class SweepRunner:
             await self.client.aclose()
 
     async def _phase(self, idx: int, c: int, n: int | None, duration_s: float | None, warmup: bool,
-                     rate: float | None = None) -> dict[str, Any]:
+                     rate: float | None = None) -> LevelResult:
         """One level (or the warm-up): closed loop at concurrency c, or open loop at `rate` with n arrivals."""
         # An open loop's connections are opened before its clock starts, as many as Little's law says will be in
         # flight (from how long requests took so far, the warm-up's too): a connection opened during the level costs
@@ -232,7 +230,7 @@ class SweepRunner:
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
         return acc.result(duration, cpu_s, self.lag.p99(), level.started_at, cpu_wait_s=waited,
-                          handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest).to_dict()
+                          handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest)
 
     async def _start_together(self, level: Level) -> None:
         """A shard's level starts when the coordinator says, at the time it gives (every shard's). Levels are
@@ -247,9 +245,9 @@ class SweepRunner:
             wakeup.close()
         level.start(t0_ns)
 
-    def _progress(self, message: dict[str, Any]) -> None:
+    def _progress(self, progress: SweepProgress) -> None:
         self.records.flush()
-        self.emit(message)
+        self.emit(progress)
 
     async def _schedule(self, idx: int, n: int, rate: float) -> Callable[[], Iterable[float]]:
         """A level's arrival times, drawn lazily each time the callable returned is called (a level's seed is the
@@ -268,18 +266,16 @@ class SweepRunner:
         first = next(iter(schedule.times(total)), None)
         deadline = self.client.deadline_s
         if first is not None and first > deadline:
-            self.emit({"type": "warning", "message": f"{schedule.rate:g} req/s: the first request is due {first:.0f} s "
-                       f"after the level starts, later than the {deadline:g} s request deadline; nothing is sent "
-                       "until then"})
+            self.emit(Warn(f"{schedule.rate:g} req/s: the first request is due {first:.0f} s after the level "
+                           f"starts, later than the {deadline:g} s request deadline; nothing is sent until then"))
 
 
-def no_success_warning(level: dict[str, Any], c: int, rate: float | None, first_error: str | None) -> dict[str, Any]:
+def no_success_warning(level: LevelResult, c: int, rate: float | None, first_error: str | None) -> Warn:
     """The warning that stops a sweep after a level where no request succeeded: a dead server, a bad key or model,
     or a server drowning at this load (higher levels would only repeat it)."""
-    kinds = ", ".join(f"{k} {n}" for k, n in level["errors"].items())
+    kinds = ", ".join(f"{k} {n}" for k, n in level.errors.items())
     where = f"C={c}" if rate is None else f"{rate:g} req/s"
-    return {"type": "warning", "message": f"no request succeeded at {where} ({kinds}; first: {first_error}); "
-            "stopping the sweep"}
+    return Warn(f"no request succeeded at {where} ({kinds}; first: {first_error}); stopping the sweep")
 
 
 def cpu_wait_s() -> float | None:

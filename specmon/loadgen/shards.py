@@ -11,11 +11,11 @@ generator, one records file and one result per level.
   C workers and sends their requests (request i is worker i mod C's), or sends arrivals k, k+N, k+2N, ... of an
   open-loop level's schedule (drawn whole in every part from the same seed, so the union is exactly the unsharded
   one) with its share of the concurrency cap.
-- Levels start together: each part says {"type": "ready", "level": m} when its connections are open and its
-  schedule drawn (m counts levels from 1, the warm-up included), and once every part is ready the coordinator
-  sends each {"start": t0_ns, "level": m} on its stdin: one time on the machine's monotonic clock, shared by all
-  processes, so every record's times count from the same instant.
-- Each part writes its request records on its stdout (JSON lines without a "type") before its level message; the
+- Levels start together: each part says `Ready(m)` when its connections are open and its schedule drawn (m counts
+  levels from 1, the warm-up included), and once every part is ready the coordinator sends each `Start(m, t0_ns)`
+  on its stdin: one time on the machine's monotonic clock, shared by all processes, so every record's times count
+  from the same instant (the messages: specmon.loadgen.protocol).
+- Each part writes its request records on its stdout (`RequestRecord` lines) before its level message; the
   coordinator folds them into one accumulator and one records file, and when every part has sent its level
   message it emits the level: CPU time and CPU wait summed over the parts, loop lag, handling delay and burst the
   worst part's, and "client bound" judged per process.
@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import dataclasses
 import math
 import os
 import sys
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
 
 from specmon.errors import UserError
-from specmon.loadgen.runner import Emit, RecordsWriter, no_success_warning
-from specmon.loadgen.workload import Workload
+from specmon.loadgen.protocol import ChildSpec, Done, Emit, Fatal, ProtocolError, Ready, Start, Stopped, Warn, decode, encode
+from specmon.loadgen.runner import RecordsWriter, no_success_warning
 from specmon.model.config.types import MAX_PROCESSES
+from specmon.model.sweeps.results import ClientHealth, LevelResult
 from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
 
 AUTO_MOST = 4                 # --processes not given: one per AUTO_CPUS CPUs this process may use, at most this
@@ -56,20 +56,19 @@ LINE_MAX = 64 << 20           # one line from a part (a record of a long stream'
 
 
 class ShardedSweep:
-    """Runs `workload.processes` parts of the sweep in `spec` and emits what one generator would."""
+    """Runs `spec.workload.processes` parts of the sweep in `spec` and emits what one generator would."""
 
-    def __init__(self, spec: dict[str, Any], workload: Workload, emit: Emit) -> None:
-        self._spec = {**spec, "records_path": None}
-        self._w = workload
-        self._n = workload.processes
+    def __init__(self, spec: ChildSpec, emit: Emit) -> None:
+        self._spec = dataclasses.replace(spec, records_path=None)
+        self._w = spec.workload
+        self._n = spec.workload.processes
         self._emit = emit
-        self._records = RecordsWriter(spec.get("records_path"),
-                                      lambda message: emit({"type": "warning", "message": message}))
+        self._records = RecordsWriter(spec.records_path, lambda message: emit(Warn(message)))
         self._phases = self._phase_list()
         self._phase = 0                     # the level (1-based, warm-up included) the parts are in
         self._ready: set[int] = set()
-        self._levels: dict[int, dict[str, Any]] = {}
-        self._progress: dict[int, dict[str, Any]] = {}
+        self._levels: dict[int, LevelResult] = {}
+        self._progress: dict[int, SweepProgress] = {}
         self._acc: LevelAccumulator | None = None
         self._first_error: str | None = None
         self._warned: set[str] = set()
@@ -100,7 +99,7 @@ class ShardedSweep:
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, limit=LINE_MAX)
                 self._procs.append(proc)
                 assert proc.stdin is not None
-                proc.stdin.write(json.dumps(self._spec).encode() + b"\n")
+                proc.stdin.write(encode(self._spec))
                 readers.append(asyncio.get_running_loop().create_task(self._read(k, proc)))
             await self._finished
         finally:
@@ -138,42 +137,46 @@ class ShardedSweep:
                 if self._finished.done():
                     return
         except ValueError:   # a line past LINE_MAX
-            self._end(f"load generator part {k + 1} of {self._n} wrote a line longer than {LINE_MAX >> 20} MiB")
+            self._end(f"{self._part(k)} wrote a line longer than {LINE_MAX >> 20} MiB")
             return
         if k not in self._done:
             code = await proc.wait()
-            self._end(f"load generator part {k + 1} of {self._n} exited (code {code}) before its sweep was done")
+            self._end(f"{self._part(k)} exited (code {code}) before its sweep was done")
 
     def _line(self, k: int, line: bytes) -> None:
         try:
-            msg = json.loads(line)
-        except ValueError:
-            self._end(f"load generator part {k + 1} of {self._n} wrote a line that is not JSON: {line[:80]!r}")
+            msg = decode(line)
+        except ProtocolError as exc:
+            self._end(f"{self._part(k)} wrote {exc}")
             return
-        kind = msg.get("type")
-        if kind is None:
-            self._record(RequestRecord.from_dict(msg))
-        elif kind == "ready":
-            self._on_ready(k, int(msg["level"]))
-        elif kind == "progress":
+        if isinstance(msg, RequestRecord):
+            self._record(msg)
+        elif isinstance(msg, Ready):
+            self._on_ready(k, msg.level)
+        elif isinstance(msg, SweepProgress):
             self._progress[k] = msg
             self._emit_progress()
-        elif kind == "level":
-            self._levels[k] = msg["level"]
+        elif isinstance(msg, LevelResult):
+            self._levels[k] = msg
             if len(self._levels) == self._n:
                 self._level_done()
-        elif kind == "warning":
-            if msg["message"] not in self._warned:   # every part sees the same level-wide conditions
-                self._warned.add(msg["message"])
+        elif isinstance(msg, Warn):
+            if msg.message not in self._warned:   # every part sees the same level-wide conditions
+                self._warned.add(msg.message)
                 self._emit(msg)
-        elif kind == "done":
+        elif isinstance(msg, Done):
             self._done.add(k)
             if len(self._done) == self._n:
                 self._end()
-        elif kind == "fatal":
-            self._end(str(msg.get("message")))
-        elif kind == "stopped":
-            self._end(f"load generator part {k + 1} of {self._n} stopped on its own")
+        elif isinstance(msg, Fatal):
+            self._end(msg.message)
+        elif isinstance(msg, Stopped):
+            self._end(f"{self._part(k)} stopped on its own")
+        else:
+            self._end(f"{self._part(k)} wrote a {type(msg).__name__} message, which only a coordinator sends")
+
+    def _part(self, k: int) -> str:
+        return f"load generator part {k + 1} of {self._n}"
 
     def _on_ready(self, k: int, phase: int) -> None:
         self._ready.add(k)
@@ -186,7 +189,7 @@ class ShardedSweep:
         self._levels.clear()
         self._progress.clear()
         self._first_error = None
-        line = json.dumps({"start": time.perf_counter_ns() + START_AHEAD_NS, "level": phase}).encode() + b"\n"
+        line = encode(Start(phase, time.perf_counter_ns() + START_AHEAD_NS))
         for proc in self._procs:
             assert proc.stdin is not None
             proc.stdin.write(line)
@@ -204,7 +207,7 @@ class ShardedSweep:
             return
         self._progress_at = now
         self._records.flush()
-        parts = [SweepProgress.from_dict(p) for p in self._progress.values()]
+        parts = list(self._progress.values())
         first = parts[0]
         _, _, count = self._phases[self._phase - 1]
         fractions = [p.cpu_fraction for p in parts if p.cpu_fraction is not None]
@@ -226,7 +229,7 @@ class ShardedSweep:
             sent=total([p.sent for p in parts]), backlog=total([p.backlog for p in parts]),
             backlog_late_ms=max(lates) if lates else None,
         )
-        self._emit(merged.to_dict())
+        self._emit(merged)
 
     def _level_done(self) -> None:
         self._records.flush()
@@ -234,22 +237,25 @@ class ShardedSweep:
         acc, levels = self._acc, list(self._levels.values())
         self._levels.clear()
         assert acc is not None   # made when the level started
-        clients = [lv["client"] for lv in levels]
+        clients = [lv.client for lv in levels]
 
-        def worst(key: str) -> Any:
-            values = [cl[key] for cl in clients if cl.get(key) is not None]
+        def worst(value: Callable[[ClientHealth], float | None]) -> float | None:
+            values = [v for v in map(value, clients) if v is not None]
             return max(values) if values else None
 
-        waits = [cl.get("cpu_wait_s") for cl in clients]
+        waits = [cl.cpu_wait_s for cl in clients]
+        starts = [lv.started_at for lv in levels if lv.started_at is not None]
+        burst = worst(lambda cl: cl.burst_max)
         first, last = acc.first_start_s, acc.last_end_s
         level = acc.result(
-            (last - first) if first is not None and last is not None else 0.0, sum(cl["cpu_s"] for cl in clients),
-            worst("loop_lag_ms_p99"), min(lv["started_at"] for lv in levels),
+            (last - first) if first is not None and last is not None else 0.0, sum(cl.cpu_s for cl in clients),
+            worst(lambda cl: cl.loop_lag_ms_p99), min(starts, default=None),
             cpu_wait_s=None if None in waits else sum(w for w in waits if w is not None),
-            handling_ms_p99=worst("handling_ms_p99"), burst_max=worst("burst_max"), processes=self._n,
-        ).to_dict()
-        self._emit({"type": "level", "level": level})
-        if level["requests_ok"] == 0:
+            handling_ms_p99=worst(lambda cl: cl.handling_ms_p99), burst_max=None if burst is None else int(burst),
+            processes=self._n,
+        )
+        self._emit(level)
+        if level.requests_ok == 0:
             self._emit(no_success_warning(level, c, rate, self._first_error))
             self._end()
 

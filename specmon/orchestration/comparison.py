@@ -4,15 +4,16 @@
     comparison = await sweep_profiles(views, workload, results_dir=Path("results"), on_update=callback)
 
 Each run is swept in the order given (never two at once: they would share the GPU or the client's CPU), against
-the URL its run owns, into `results_dir/<profile>-<UTC time>.jsonl`. Callbacks run in the caller's event loop:
-`on_start(profile)` before a sweep, `on_update(profile, update)` with every SweepUpdate (see orchestration.sweep),
-`on_result(profile, result)` after it. Cancelling the awaiting task stops the sweep in progress; finished levels
-stay on disk.
+the URL its run owns, into `results_dir/<profile>-<UTC time>.jsonl`. `on_update` gets one stream of typed
+updates, in the caller's event loop: per profile SweepStarted, then SweepUpdated with every SweepUpdate (see
+orchestration.sweep; an exception raised for one of these is logged and ignored), then SweepFinished with its
+result. Cancelling the awaiting task stops the sweep in progress; finished levels stay on disk.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from specmon.loadgen.workload import Workload
@@ -22,14 +23,38 @@ from specmon.orchestration.runview import RunView
 from specmon.orchestration.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
 
 
+@dataclass(frozen=True)
+class SweepStarted:
+    """The sweep of `profile` begins."""
+
+    profile: str
+
+
+@dataclass(frozen=True)
+class SweepUpdated:
+    """Progress, a finished level or a notice from the sweep of `profile`."""
+
+    profile: str
+    update: SweepUpdate
+
+
+@dataclass(frozen=True)
+class SweepFinished:
+    """The sweep of `profile` is over; its levels are in `result` (and on disk)."""
+
+    profile: str
+    result: SweepResult
+
+
+ComparisonUpdate = SweepStarted | SweepUpdated | SweepFinished
+
+
 async def sweep_profiles(
     runs: Sequence[RunView],
     workload: Workload,
     *,
     results_dir: Path = Path("results"),
-    on_start: Callable[[str], None] | None = None,
-    on_update: Callable[[str, SweepUpdate], None] | None = None,
-    on_result: Callable[[str, SweepResult], None] | None = None,
+    on_update: Callable[[ComparisonUpdate], None] | None = None,
 ) -> Comparison:
     """Sweep each run's server with one workload; returns the results compared (the first run is the reference)."""
     results: list[SweepResult] = []
@@ -37,15 +62,15 @@ async def sweep_profiles(
         profile = view.profile
         spec = SweepSpec(url=view.url, workload=workload, out_path=default_out_path(profile, results_dir),
                          profile=profile)
-        if on_start is not None:
-            on_start(profile)
+        if on_update is not None:
+            on_update(SweepStarted(profile))
 
         def updated(update: SweepUpdate, profile: str = profile) -> None:
             if on_update is not None:
-                on_update(profile, update)
+                on_update(SweepUpdated(profile, update))
 
         result = await run_sweep(spec, on_update=updated)
         results.append(result)
-        if on_result is not None:
-            on_result(profile, result)
+        if on_update is not None:
+            on_update(SweepFinished(profile, result))
     return compare_results(results)

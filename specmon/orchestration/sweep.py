@@ -42,6 +42,7 @@ from specmon import __version__
 from specmon.errors import UserError
 from specmon.loadgen.client import DEADLINE_FACTOR
 from specmon.loadgen.lines import append_line
+from specmon.loadgen.protocol import ChildSpec, Done, Fatal, NotJson, ProtocolError, Stopped, Warn, decode, encode
 from specmon.loadgen.shards import auto_processes
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
@@ -312,8 +313,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
                      dataset=dataset.describe())
     levels: list[LevelResult] = []
     _append(spec.out_path, meta.to_dict(), secrets, levels)
-    child_spec = {"url": spec.url, "model": model, "workload": spec.workload.to_dict(),
-                  "records_path": str(spec.records), "api_key_env": spec.api_key_env}
+    child_spec = ChildSpec(spec.url, model, spec.workload, str(spec.records), spec.api_key_env)
     proc = await asyncio.create_subprocess_exec(
         *python_module("specmon.loadgen"),
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -322,41 +322,48 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     stderr_tail: deque[str] = deque(maxlen=20)
     drain = asyncio.ensure_future(_drain(proc.stderr, stderr_tail))
-    ending: str | None = None
+    ended = False
+
+    def kept() -> str:
+        return f"{counted(len(levels), 'finished level')} kept in {spec.out_path}"
     behind_said: set[int] = set()   # levels already said to be behind their schedule while they ran
     try:
-        proc.stdin.write((json.dumps(child_spec) + "\n").encode())
+        proc.stdin.write(encode(child_spec))
         await proc.stdin.drain()
         async for raw in proc.stdout:
             try:
-                msg = json.loads(raw)
-            except ValueError:
+                msg = decode(raw)
+            except NotJson:
                 stderr_tail.append(raw.decode("utf-8", "replace").rstrip())  # stray output from a library
                 continue
-            kind = msg.get("type")
-            if kind == "progress":
-                progress = SweepProgress.from_dict(msg)
+            except ProtocolError as exc:
+                raise UserError(f"load generator wrote {exc}; {kept()}") from None
+            if isinstance(msg, SweepProgress):
+                progress = msg
                 notify(progress)
                 if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == "level":
                     behind_said.add(progress.level_index)   # once a level; the level's result says it again
                     notify(SweepNotice(behind_notice(progress), "BEHIND", f"{progress.rate or 0:g} req/s"))
-            elif kind == "level":
-                level = LevelResult.from_dict(msg["level"])
+            elif isinstance(msg, LevelResult):
+                level = msg
                 _append(spec.out_path, level.to_dict(), secrets, levels)
                 levels.append(level)
                 notify(level)
                 for notice in level_cautions(level):
                     notify(notice)
-            elif kind == "warning":
-                notify(SweepNotice(str(msg.get("message"))))
-            elif kind in ("done", "stopped", "fatal"):
-                ending = kind
-                if kind == "fatal":
-                    raise UserError(str(msg.get("message")))
+            elif isinstance(msg, Warn):
+                notify(SweepNotice(msg.message))
+            elif isinstance(msg, Fatal):
+                raise UserError(msg.message)
+            elif isinstance(msg, (Done, Stopped)):
+                ended = True
+            else:
+                raise UserError(f"load generator wrote a {type(msg).__name__} message, which only its parts "
+                                f"exchange; {kept()}")
         rc = await proc.wait()
-        if ending is None:
+        if not ended:
             last = stderr_tail[-1] if stderr_tail else "no output"
-            raise UserError(f"load generator exited with code {rc} ({last}); {counted(len(levels), 'finished level')} kept in {spec.out_path}")
+            raise UserError(f"load generator exited with code {rc} ({last}); {kept()}")
     finally:
         await _stop(proc)
         drain.cancel()

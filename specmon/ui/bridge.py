@@ -28,9 +28,9 @@ from specmon.model.hosts.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
-from specmon.model.sweeps.results import LevelResult, SweepResult
+from specmon.model.sweeps.results import LevelResult
 from specmon.model.sweeps.sweepstats import SweepProgress
-from specmon.orchestration.comparison import sweep_profiles
+from specmon.orchestration.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
 from specmon.orchestration.experiment import (
     ExperimentLevel,
     ExperimentProgress,
@@ -42,7 +42,7 @@ from specmon.orchestration.inspection import diff_targets, env_report, gpu_trans
 from specmon.orchestration.runs import RunManager
 from specmon.orchestration.runview import RunView
 from specmon.orchestration.serving import ServingWatcher
-from specmon.orchestration.sweep import SweepNotice, SweepUpdate, WorkloadOverrides, workload_from
+from specmon.orchestration.sweep import SweepNotice, WorkloadOverrides, workload_from
 from specmon.sources.gpu import GpuProbe
 from specmon.sources.resultfiles import read_any_results
 from specmon.sources.transport import Transport, TransportError
@@ -333,22 +333,22 @@ class EngineBridge:
         sweeping: str | None = None
         earlier: list[LevelResult] = []
 
-        def on_start(profile: str) -> None:
-            nonlocal sweeping, earlier
-            sweeping, earlier = profile, self._levels.get(profile, [])
-            self._levels[profile] = []
-            self._post(SweepStatusChanged(f"{profile}: starting", running=True))
-
-        def on_result(profile: str, result: SweepResult) -> None:
-            nonlocal sweeping
-            sweeping = None
-            self._models[profile] = result.meta.model
-
         status = ""   # the last progress line: kept while the next level starts
         said: set[str] = set()   # the level flags (SKEW, BOUND, ...) this sweep's toasts have named
 
-        def on_update(profile: str, update: SweepUpdate) -> None:
-            nonlocal status
+        def on_update(u: ComparisonUpdate) -> None:
+            nonlocal sweeping, earlier, status
+            profile = u.profile
+            if isinstance(u, SweepStarted):
+                sweeping, earlier = profile, self._levels.get(profile, [])
+                self._levels[profile] = []
+                self._post(SweepStatusChanged(f"{profile}: starting", running=True))
+                return
+            if isinstance(u, SweepFinished):
+                sweeping = None
+                self._models[profile] = u.result.meta.model
+                return
+            update = u.update
             if isinstance(update, SweepProgress):
                 status = sweep_status(update, profile)
                 self._post(SweepStatusChanged(status, running=True,
@@ -366,8 +366,7 @@ class EngineBridge:
                     self._post(EngineNotice(toast, severity="warning", timeout=6))
 
         try:
-            comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_start=on_start,
-                                              on_update=on_update, on_result=on_result)
+            comparison = await sweep_profiles(ready, workload, results_dir=self.results_dir, on_update=on_update)
             if comparison.failures:
                 # The rule `specmon sweep` and `demo --headless` exit 1 by: a sweep of failures measured nothing.
                 reason = "; ".join(comparison.failures)

@@ -467,7 +467,7 @@ class SweepProgress:
     backlog_late_ms: float | None = None   # open loop: how late the oldest of them is (None: no backlog)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": "progress", **{k: getattr(self, k) for k in self.__dataclass_fields__}}
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SweepProgress:

@@ -1,0 +1,86 @@
+"""The load generator's wire protocol (specmon.loadgen.protocol): every message goes out and comes back as it was,
+and a line that is no message is refused in one line saying what is wrong with it."""
+
+from __future__ import annotations
+
+import pytest
+
+from specmon.loadgen.protocol import (
+    ChildSpec,
+    Done,
+    Fatal,
+    Message,
+    NotJson,
+    ProtocolError,
+    Ready,
+    Start,
+    Stopped,
+    Warn,
+    decode,
+    encode,
+)
+from specmon.loadgen.workload import Workload
+from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
+
+RECORD = RequestRecord(concurrency=4, index=7, start_s=0.25, end_s=1.5, ok=True, ttft_ms=12.5, e2e_ms=1250.0,
+                       chunks=3, output_tokens=9, prompt_tokens=16, itl_us=(20000, 21000), rate=8.0, late_ms=0.4)
+PROGRESS = SweepProgress(5, 1, 3, "level", 1.5, 10, 1, 40, None, 5, 123.4, 50.0, 2.5, 0.2, 0.3, rate=8.0, sent=12,
+                         backlog=2, backlog_late_ms=3.5)
+
+
+def _level() -> Message:
+    acc = LevelAccumulator(4)
+    acc.add(RECORD)
+    return acc.result(1.25, 0.5, 3.0, "2026-12-05T12:00:00Z", cpu_wait_s=0.1, handling_ms_p99=0.2, burst_max=3)
+
+
+@pytest.mark.parametrize("msg", [
+    ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(1, 4), rates=(2.0,), processes=2), "/tmp/r.jsonl", "KEY"),
+    ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(1,))),
+    Ready(2), Start(2, 123_456_789_012), PROGRESS, RECORD, Warn("careful"), Done(), Stopped(), Fatal("broken"),
+], ids=lambda m: type(m).__name__)
+def test_every_message_comes_back_as_it_went(msg: Message) -> None:
+    line = encode(msg)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert decode(line) == msg
+
+
+def test_a_level_comes_back_as_the_results_file_holds_it() -> None:
+    level = _level()
+    back = decode(encode(level))
+    assert encode(back) == encode(level)
+
+
+def test_a_record_line_is_the_records_file_line() -> None:
+    """Records travel from a part to its coordinator as the very line the records file holds: no "type", no copy."""
+    assert b'"type"' not in encode(RECORD)
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    (b"Loading weights...\n", "a line that is not JSON: 'Loading weights...'"),
+    (b"[1, 2]\n", "a line that is not a JSON object: '[1, 2]'"),
+    (b'{"type": "levle"}\n', "a 'levle' message of no known type"),
+    (b'{"type": 3}\n', "a 3 message of no known type"),
+    (b'{"type": "level"}\n', "a 'level' message without its field 'level'"),
+    (b'{"type": "level", "level": {"concurrency": 1}}\n', "a 'level' message with a bad field (level: requests_ok"),
+    (b'{"type": "level", "level": [1]}\n', "a 'level' message with a bad field (level must be an object)"),
+    (b'{"type": "progress", "concurrency": 1}\n', "a 'progress' message without its field 'level_index'"),
+    (b'{"type": "progress", "concurrency": "x"}\n', "a 'progress' message with a bad field (concurrency must be"),
+    (b'{"type": "ready", "level": "2"}\n', "a 'ready' message with a bad field (level must be a whole number"),
+    (b'{"type": "start", "level": 2}\n', "a 'start' message without its field 'at_ns'"),
+    (b'{"type": "warning", "message": null}\n', "a 'warning' message with a bad field (message must be a string"),
+    (b'{"type": "spec", "url": "u", "model": "m", "workload": 5}\n', "a 'spec' message with a bad field"),
+    (b'{"concurrency": 1}\n', "a request record without its field 'i'"),
+    (b'{"concurrency": "four", "i": 1, "start_s": 0, "end_s": 1, "ok": true}\n', "a request record with a bad field"),
+])
+def test_a_broken_line_is_refused_in_one_line_saying_what_is_wrong(line: bytes, says: str) -> None:
+    with pytest.raises(ProtocolError) as caught:
+        decode(line)
+    text = str(caught.value)
+    assert says in text and "\n" not in text, text
+    assert isinstance(caught.value, NotJson) == line.startswith(b"Loading")
+
+
+def test_a_long_broken_line_is_shown_cut() -> None:
+    with pytest.raises(ProtocolError, match=r"not JSON: 'xxxx+'\.\.\.$"):
+        decode(b"x" * 10_000)
