@@ -21,7 +21,7 @@ from specmon.model.experiments.experiment import (
 from specmon.model.experiments.verdict import ProfileRuns, summarize
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
-from specmon.orchestration.experiment import save_state
+from specmon.orchestration.measure.experiment import save_state
 from specmon.sim.engine import Counters, Snapshot
 from specmon.sim.metrics import metrics_text
 from specmon.sim.options import SimConfig

@@ -23,8 +23,8 @@ import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 
 from specmon.model.runs.failure import Failure
-from specmon.orchestration.controller import run_notify
-from specmon.orchestration.runstore import RunRecord
+from specmon.orchestration.runs.store import RunRecord
+from specmon.orchestration.runs.watcher import run_notify
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -123,7 +123,7 @@ def test_load_time_history_is_kept_per_profiles_file(clis, free_port_factory) ->
     history = [json.loads(line) for line in (_state_dir() / "load_history.jsonl").read_text().splitlines()]
     assert [(h["profile"], h["config"]) for h in history] == [("base", os.path.realpath(a.config))]
     assert history[0]["load_seconds"] == pytest.approx(run_a["load_seconds"], abs=0.01)
-    from specmon.orchestration.runstore import RunStore
+    from specmon.orchestration.runs.store import RunStore
     store = RunStore()
     assert store.past_loads("base", os.path.realpath(a.config)) and not store.past_loads("base", os.path.realpath(b.config))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration.runstore import RunRecord, RunStore
+from specmon.orchestration.runs.store import RunRecord, RunStore
 
 # Written by specmon at ddbe1ae (before RunStatus and Failure): RunRecord.to_json() of a run failed by its log.
 OLDER_RECORD = {

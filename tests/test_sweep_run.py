@@ -19,7 +19,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import LevelResult, read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ import dataclasses
 
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstate import RunState
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.ui.rows import entry_from_line, row_from_view
 
 T0 = 1_790_000_000.0

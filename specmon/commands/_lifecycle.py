@@ -11,8 +11,8 @@ from collections.abc import Awaitable, Callable
 from specmon.model.config import Config, load_config
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.text.secrets import redact_text
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView, StopReport
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView, StopReport
 
 EXIT_READY, EXIT_FAILED, EXIT_STALLED = 0, 1, 3
 

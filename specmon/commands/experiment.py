@@ -20,8 +20,8 @@ from specmon.model.config import Config, load_config
 from specmon.model.experiments.bands import experiment_summary
 from specmon.model.experiments.experiment import ExperimentState, experiment_runs
 from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
-from specmon.orchestration.experiment import ExperimentStep, ExperimentUpdate, run_experiment
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.measure.experiment import ExperimentStep, ExperimentUpdate, run_experiment
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,4 +1,4 @@
-"""Process entry of the load generator: `python -m specmon.loadgen`, started by specmon.orchestration.sweep.
+"""Process entry of the load generator: `python -m specmon.loadgen`, started by specmon.orchestration.measure.sweep.
 
 Protocol (one JSON object per line, UTF-8):
 - stdin, first line: {"url", "model", "workload": Workload.to_dict(), "records_path": str | null,

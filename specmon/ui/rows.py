@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from specmon.orchestration.runview import LogLine, RunView, node_prefix
+from specmon.orchestration.runs.view import LogLine, RunView, node_prefix
 
 
 @dataclass(frozen=True)

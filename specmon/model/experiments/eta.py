@@ -4,7 +4,7 @@
     eta.words()                                      # "2/7 done · ETA 6 min 40 s"
 
 The runner supplies, for each profile, what its load is compared with before this experiment (its own past loads,
-else its grid base's, else its `expected_load_s`; see orchestration.experiment). A variant of a grid also counts
+else its grid base's, else its `expected_load_s`; see orchestration.measure.experiment). A variant of a grid also counts
 the loads of the variants measured so far in this experiment (they load the same model with other settings); the
 baseline and an A/B's profiles count only their own.
 

@@ -1,5 +1,5 @@
 """An experiment's state file: what was planned, every step taken, and which result files hold which pass (read
-here; written by specmon.orchestration.experiment: save_state, append_acceptance).
+here; written by specmon.orchestration.measure.experiment: save_state, append_acceptance).
 
 Layout of one experiment (a directory under the results directory, `experiments/NAME-UTCSTAMP/`)::
 

@@ -60,10 +60,7 @@ from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import LevelResult, utc_now_iso
 from specmon.model.sweeps.sweepstats import SweepProgress
-from specmon.orchestration.ready import queued, wait_ready
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import (
+from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
     SweepUpdate,
@@ -71,6 +68,9 @@ from specmon.orchestration.sweep import (
     run_sweep,
     workload_from,
 )
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.ready import queued, wait_ready
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.health import ServerProbe
 from specmon.sources.transport import TransportError
 

@@ -34,24 +34,26 @@ this manager's config file (`manager.config_key`), and queries list only those u
 always works. Port conflicts are checked host-wide whatever file launched the run.
     await manager.close()                                   cancels every task; never stops a server
 
-RunView.state: a RunStatus (model.runs.runstatus: launching ... lost, and its sets STARTING, ACTIVE, TERMINAL ...), plus the `stalled`
-warning flag (with stall_reason); failure = Failure(kind, message, last_lines); run_state = the parser's
-RunState. A verdict needs: ready = the log's ready signal (server "other": /health 200) and one completion
-answered; failed = a fatal log signature, or the process ended before ready (an unasked exit 0 included);
-exited = it ended on its own after ready; lost = gone without an exit code, PID reused, or host rebooted.
+RunView.state: a RunStatus (its values, sets and the verdicts that lead to each are described once, in
+model.runs.runstatus), plus the `stalled` warning flag (with stall_reason); failure = Failure(kind, message,
+last_lines); run_state = the parser's RunState.
 
 Every host operation goes through a Transport (shell commands), so SSH hosts need only a transport_factory.
 Times in views are epoch seconds (wall clock), shared by every specmon process; durations use monotonic time.
 
-RunManager is the one door; the work is done in rooms of their own, each with the parts it needs:
-    runindex.RunIndex       the runs known here (the run store), by profiles file; finding one; unwatched views
-    hosts.Hosts             one HostOps (one transport) per host
-    checking.RunChecker     bringing unwatched runs' records up to date with their hosts (reconcile, refresh)
-    watchers.Watchers       the watched runs: live views, subscribers, log lines, notify_cmd
-    launching.Launcher      preflight, launch locks and the start of a single-node run
-    stopper.Stopper         the stop of a single-node run and its recorded verdict
-    adoption.Adopter        runs found on a host that the index does not know
-    multinode               multi-node runs, through the narrow NodeRuns protocol this class satisfies
+RunManager is the one door; the work is done in rooms of their own (modules of this package), each with the
+parts it needs:
+    index.RunIndex            the runs known here (the run store), by profiles file; finding one; unwatched views
+    hostpool.HostPool         one HostOps (one transport, so one SSH connection) per host name
+    reconciler.Reconciler     bringing unwatched runs' records up to date with their hosts (reconcile, refresh)
+    watching.WatchedRuns      the watched runs (one watcher.RunWatcher each): live views, subscribers, log lines,
+                              notify_cmd
+    launcher.Launcher         preflight, launch locks and the start of a single-node run
+    stopper.Stopper           the stop verb of a single-node run and its recorded verdict (terminate.terminate
+                              ends the processes)
+    adoption.Adopter          runs found on a host that the index does not know
+    multinode, slurmjobs      multi-node runs and Slurm jobs, through the narrow NodeRuns protocol this class
+                              satisfies
 """
 
 from __future__ import annotations
@@ -65,18 +67,18 @@ from specmon.errors import UserError
 from specmon.model.config import Config, Profile
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration import multinode, slurmjobs
-from specmon.orchestration.adoption import Adopter, HostRun
-from specmon.orchestration.checking import PROCESS_POLL_S, RunChecker
-from specmon.orchestration.controller import Watcher, WatchTimings
-from specmon.orchestration.hosts import Hosts, TransportFactory, default_transport
-from specmon.orchestration.launching import Launcher
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, Unreadable
-from specmon.orchestration.runview import LogLine, RunView, StopReport
-from specmon.orchestration.stopper import Stopper
-from specmon.orchestration.stopping import StopTimings
-from specmon.orchestration.watchers import Watchers
+from specmon.orchestration.runs import multinode, slurmjobs
+from specmon.orchestration.runs.adoption import Adopter, HostRun
+from specmon.orchestration.runs.hostpool import HostPool, TransportFactory, default_transport
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.launcher import Launcher
+from specmon.orchestration.runs.reconciler import PROCESS_POLL_S, Reconciler
+from specmon.orchestration.runs.stopper import Stopper
+from specmon.orchestration.runs.store import NodeSeat, RunRecord, RunStore, Unreadable
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import LogLine, RunView, StopReport
+from specmon.orchestration.runs.watcher import Watcher, WatchTimings
+from specmon.orchestration.runs.watching import WatchedRuns
 from specmon.sources.host import HostOps
 
 
@@ -94,13 +96,13 @@ class RunManager:
     ) -> None:
         self.config = config
         self._index = RunIndex(config, state_dir)
-        self._hosts = Hosts(transport_factory or functools.partial(default_transport, ssh=config.ssh))
+        self._hosts = HostPool(transport_factory or functools.partial(default_transport, ssh=config.ssh))
         watched: dict[str, Watcher] = {}
-        self._checker = RunChecker(self._index, self._hosts, watched)
-        self._watchers = Watchers(self._index, self._hosts, self._checker, watched, watch_timings)
-        self._stopper = Stopper(self._index, self._hosts, self._checker, watched, stop_timings)
-        self._launcher = Launcher(self._index, self._hosts, self._checker, lambda: self._stopper.timings)
-        self._adopter = Adopter(self._index, self._hosts, self._checker)
+        self._reconciler = Reconciler(self._index, self._hosts, watched)
+        self._watchers = WatchedRuns(self._index, self._hosts, self._reconciler, watched, watch_timings)
+        self._stopper = Stopper(self._index, self._hosts, self._reconciler, watched, stop_timings)
+        self._launcher = Launcher(self._index, self._hosts, self._reconciler, lambda: self._stopper.timings)
+        self._adopter = Adopter(self._index, self._hosts, self._reconciler)
         self.watch_timings = watch_timings
         self.config_key = self._index.config_key
 
@@ -117,7 +119,7 @@ class RunManager:
     @property
     def unanswered(self) -> dict[str, str]:
         """host -> why it did not answer `refresh()` (its runs keep their last recorded state)."""
-        return self._checker.unanswered
+        return self._reconciler.unanswered
 
     @property
     def stop_timings(self) -> StopTimings:
@@ -184,10 +186,10 @@ class RunManager:
         return await self._watchers.attach(run_id, stall_timeout_s=stall_timeout_s)
 
     async def process_ended(self, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
-        await self._checker.process_ended(record, poll_s)
+        await self._reconciler.process_ended(record, poll_s)
 
     async def refresh(self, all_configs: bool = False) -> list[RunView]:
-        return await self._checker.refresh(all_configs)
+        return await self._reconciler.refresh(all_configs)
 
     async def log_state(self, run_id: str) -> RunState:
         """What a run's log says (its last part, parsed): for a run that ended before this process watched it, read
@@ -195,7 +197,7 @@ class RunManager:
         record = self.store.load(run_id)
         if record is None:
             raise UserError(f"no run {run_id}")
-        return (await self._checker.replay(record))[0]
+        return (await self._reconciler.replay(record))[0]
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:

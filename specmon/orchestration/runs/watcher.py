@@ -1,14 +1,7 @@
-"""RunController: watches one run (log, process, health, readiness, stall) and turns it into RunViews.
+"""RunWatcher: watches one run (log, process, health, readiness, stall) and turns it into RunViews.
 
-One controller per watched run; it owns its tasks and cancels them in `close()`, which never stops the
-server. Verdicts:
-  ready    the server's ready signal from the log (for server = "other": /health 200) AND one real completion
-           (max_tokens 1) answered
-  stalled  a warning flag: no log bytes for the stall time while loading; cleared by the next byte
-  failed   a fatal log signature, or the process ended (exit code recorded, an unasked 0 included) before ready
-  exited   the process ended on its own after it had been ready
-  stopped  the process ended after a stop request
-  lost     the wrapper is gone without an exit code (killed), its pid was reused, or the host rebooted
+One watcher per watched run; it owns its tasks and cancels them in `close()`, which never stops the server.
+Its verdicts (ready, stalled, failed, exited, stopped, lost) follow the rules in `model.runs.runstatus`.
 """
 
 from __future__ import annotations
@@ -32,8 +25,8 @@ from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runs.runstatus import ACTIVE, STARTING, RunStatus
 from specmon.model.runs.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.orchestration.runs.store import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
+from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
@@ -143,7 +136,7 @@ def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | No
 
 
 class Watcher(Protocol):
-    """What the RunManager needs of a watched run: a RunController, or a multi-node run's NodesWatcher."""
+    """What the RunManager needs of a watched run: a RunWatcher, or a multi-node run's NodesWatcher."""
 
     stall_timeout_s: float
     finished: asyncio.Event
@@ -159,7 +152,7 @@ class Watcher(Protocol):
     async def close(self) -> None: ...
 
 
-class RunController:
+class RunWatcher:
     """Watches one run. Create, `await start()`, read `view()`, subscribe to lines; `await close()` at the end."""
 
     def __init__(
@@ -202,7 +195,7 @@ class RunController:
         self._tail_task: asyncio.Task[None] | None = None
         self._naming_holder: asyncio.Task[None] | None = None   # a port_in_use verdict, waiting for the port's holder
         self._history: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines before the resume offset
-        self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this controller
+        self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this watcher
         self._readers: set[asyncio.Queue[LogLine | None]] = set()
         self._last_view: RunView | None = None
         self._unwatch_link: Callable[[], None] | None = None
@@ -279,7 +272,7 @@ class RunController:
     def add_reader(self, backlog: bool = True, history: bool = False) -> asyncio.Queue[LogLine | None]:
         """A queue of LogLines from now on; None marks the end of the run.
 
-        `backlog`: first the lines this controller already read; `history`: before them, the (last
+        `backlog`: first the lines this watcher already read; `history`: before them, the (last
         BACKLOG_LINES) lines before the saved resume offset, which an earlier reader already showed.
         """
         queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
@@ -300,7 +293,7 @@ class RunController:
     def commit_offset(self, end: int, node: int | None = None) -> None:
         """Remember that a reader has shown every line up to byte `end` (a later process resumes there).
 
-        `node` is for a multi-node run's controller (which node's log); a single run has one log."""
+        `node` is for a multi-node run's watcher (which node's log); a single run has one log."""
         if end > self.record.log_offset:
             try:
                 inode = self.tailer.inode
@@ -390,7 +383,7 @@ class RunController:
         self._publish()
 
     async def close(self) -> None:
-        """Cancel every task of this controller and wait for them. The server keeps running."""
+        """Cancel every task of this watcher and wait for them. The server keeps running."""
         if self._unwatch_link is not None:
             self._unwatch_link()
         tasks = [t for t in self._tasks if not t.done()]

@@ -33,9 +33,9 @@ from specmon.model.hosts.env import (
 from specmon.model.hosts.gpu import GpuBoard, SmiInventory
 from specmon.model.text.secrets import redact_env
 from specmon.model.text.textfile import loads
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import RunRecord
-from specmon.orchestration.slurmjobs import job_transport
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.slurmjobs import job_transport
+from specmon.orchestration.runs.store import RunRecord
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
 from specmon.sources.host import RUN_ID

@@ -5,7 +5,7 @@
 
 Each run is swept in the order given (never two at once: they would share the GPU or the client's CPU), against
 the URL its run owns, into `results_dir/<profile>-<UTC time>.jsonl`. Callbacks run in the caller's event loop:
-`on_start(profile)` before a sweep, `on_update(profile, update)` with every SweepUpdate (see orchestration.sweep),
+`on_start(profile)` before a sweep, `on_update(profile, update)` with every SweepUpdate (see orchestration.measure.sweep),
 `on_result(profile, result)` after it. Cancelling the awaiting task stops the sweep in progress; finished levels
 stay on disk.
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.compare import Comparison, compare_results
 from specmon.model.sweeps.results import SweepResult
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.runs.view import RunView
 
 
 async def sweep_profiles(
