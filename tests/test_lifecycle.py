@@ -31,8 +31,8 @@ from lifecycle_support import (
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
+from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.manager import RunManager
-from specmon.orchestration.runs.store import RunRecord
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
 from specmon.sources.host import HostOps

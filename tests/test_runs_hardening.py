@@ -23,7 +23,7 @@ import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 
 from specmon.model.runs.failure import Failure
-from specmon.orchestration.runs.store import RunRecord
+from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.watcher import run_notify
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.

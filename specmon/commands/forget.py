@@ -12,8 +12,8 @@ import time
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
+from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.manager import RunManager
-from specmon.orchestration.runs.store import RunRecord
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,6 +14,7 @@ from datetime import datetime
 
 from specmon.errors import UserError
 from specmon.model.logs.clean import escape_controls
+from specmon.model.runs.record import RunRecord, host_url
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo
 from specmon.model.text.textfile import loads
@@ -21,7 +22,6 @@ from specmon.orchestration.runs import multinode, slurmjobs
 from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import Reconciler
-from specmon.orchestration.runs.store import RunRecord, host_url
 from specmon.orchestration.runs.view import RunView
 from specmon.sources.host import RUN_ID, HostOps
 from specmon.sources.slurm import SlurmHost

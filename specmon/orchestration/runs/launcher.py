@@ -15,13 +15,14 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import Profile
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import NodeSeat, RunRecord, host_url, iso_utc
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import MASTER_ADDR_VAR
 from specmon.orchestration.runs import slurmjobs
 from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import PID_WAIT_S, Reconciler
-from specmon.orchestration.runs.store import NodeSeat, RunRecord, StateWriteError, host_url, iso_utc, new_run_id
+from specmon.orchestration.runs.store import StateWriteError, new_run_id
 from specmon.orchestration.runs.terminate import StopTimings, terminate
 from specmon.sources.host import HostOps, check_env, wrapper_script
 from specmon.sources.transport import TransportError

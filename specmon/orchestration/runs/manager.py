@@ -65,6 +65,7 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile
+from specmon.model.runs.record import NodeSeat, RunRecord
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration.runs import multinode, slurmjobs
@@ -74,7 +75,7 @@ from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.launcher import Launcher
 from specmon.orchestration.runs.reconciler import PROCESS_POLL_S, Reconciler
 from specmon.orchestration.runs.stopper import Stopper
-from specmon.orchestration.runs.store import NodeSeat, RunRecord, RunStore, Unreadable
+from specmon.orchestration.runs.store import RunStore, Unreadable
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import LogLine, RunView, StopReport
 from specmon.orchestration.runs.watcher import Watcher, WatchTimings

@@ -39,8 +39,9 @@ from specmon.model.runs.multinode import (
     overall,
     worker_ready,
 )
+from specmon.model.runs.record import NodeSeat, RunRecord, host_url
 from specmon.model.runs.runstatus import STARTING, RunStatus
-from specmon.orchestration.runs.store import NodeSeat, RunRecord, RunStore, host_url, new_run_id
+from specmon.orchestration.runs.store import RunStore, new_run_id
 from specmon.orchestration.runs.view import LogLine, RunView, StopReport
 from specmon.orchestration.runs.watcher import RunWatcher
 from specmon.sources.host import HostOps

@@ -15,14 +15,15 @@ import time
 from collections.abc import Mapping
 
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.verdicts import end_verdict, failure_of
 from specmon.orchestration.runs import multinode, slurmjobs
 from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
-from specmon.orchestration.runs.store import RunRecord, progress_of
 from specmon.orchestration.runs.view import RunView
-from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, end_verdict, failure_of, name_port_holder
+from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
 from specmon.sources.health import probe_of
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range

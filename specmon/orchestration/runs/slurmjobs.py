@@ -23,23 +23,15 @@ from collections.abc import Sequence
 from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.runs.multinode import NodePlacement, node_command
+from specmon.model.runs.record import Edit, NodeSeat, RunRecord, host_url, progress_of
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo, SlurmRequest, nodes_script
+from specmon.model.runs.verdicts import job_verdict
 from specmon.orchestration.runs.multinode import NodeRuns, node_run_id
-from specmon.orchestration.runs.store import (
-    Edit,
-    NodeSeat,
-    RunRecord,
-    RunStore,
-    StateWriteError,
-    host_url,
-    new_run_id,
-    progress_of,
-)
+from specmon.orchestration.runs.store import RunStore, StateWriteError, new_run_id
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView, StopReport
-from specmon.orchestration.runs.watcher import job_verdict
 from specmon.sources import timelimit
 from specmon.sources.host import HostOps
 from specmon.sources.slurm import JobTransport, JobUnknown, SlurmHost

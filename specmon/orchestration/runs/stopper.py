@@ -9,12 +9,12 @@ import dataclasses
 from collections.abc import Mapping
 
 from specmon.errors import UserError
+from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstatus import UP, RunStatus
 from specmon.orchestration.runs import slurmjobs
 from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import Reconciler
-from specmon.orchestration.runs.store import RunRecord, progress_of
 from specmon.orchestration.runs.terminate import StopTimings, terminate
 from specmon.orchestration.runs.view import StopReport
 from specmon.orchestration.runs.watcher import RunWatcher, Watcher

@@ -13,7 +13,7 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from specmon.orchestration.runs.store import RunRecord
+from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.view import StopReport
 from specmon.sources.host import HostOps
 

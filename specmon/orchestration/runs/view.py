@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from specmon.model.logs.clean import printable, strip_ansi
 from specmon.model.runs import runstatus
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import host_url, iso_utc, launched_by
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration.runs.store import host_url, iso_utc, launched_by
 from specmon.sources.transport import LinkState
 
 

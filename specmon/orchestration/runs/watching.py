@@ -13,11 +13,11 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from specmon.errors import UserError
+from specmon.model.runs.record import RunRecord, host_url
 from specmon.orchestration.runs import multinode
 from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import Reconciler
-from specmon.orchestration.runs.store import RunRecord, host_url
 from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.orchestration.runs.watcher import RunWatcher, Watcher, WatchTimings, client_url, run_notify
 from specmon.sources.transport import TransportError
