@@ -7,9 +7,10 @@ import dataclasses
 
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import RunRecord, host_url
+from specmon.model.runs.runstate import LogWatch
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo
-from specmon.model.runs.verdicts import end_verdict, job_verdict
+from specmon.model.runs.verdicts import end_verdict, failure_of, job_verdict
 
 LOADING = RunRecord(run_id="20261205-120000-abcdef", profile="eagle3", host="local", run_dir="/tmp/run", port=30000,
                     url=host_url(30000), server="sglang", health_path="/health", stall_timeout_s=300.0, notify_cmd=None,
@@ -41,3 +42,17 @@ def test_a_slurm_time_limit_is_its_own_verdict_ahead_of_the_exit_code() -> None:
     job = JobInfo("4242", "TIMEOUT")
     state, failure = job_verdict(dataclasses.replace(LOADING, slurm_job="4242"), None, job, None, stop_requested=False)
     assert state == RunStatus.FAILED and failure == Failure("timeout", "Slurm job 4242 reached its time limit")
+
+
+def test_the_parsers_finding_becomes_the_runs_one_failure_type_only_once_settled() -> None:
+    watch = LogWatch(started_at=0.0)
+    watch.feed(b"[2026-12-05 12:00:00] Scheduler hit an exception: Traceback (most recent call last):\n", 1.0)
+    assert watch.state.failure is not None and watch.state.failure.line_no == 1
+    assert failure_of(watch.state) is None   # a header: its exception line is still to come
+    watch.feed(b'  File "x.py", line 1, in <module>\nRuntimeError: Cannot find any model weights\n', 2.0)
+    failure = failure_of(watch.state)
+    assert failure is not None and failure.kind == "model_not_found" and failure.last_lines[-1].endswith("weights")
+    # The run's failure is the one type (kind, message, last lines): the parser's line, fatal and provisional
+    # flags stay with its LoggedError.
+    assert [f.name for f in dataclasses.fields(Failure)] == ["kind", "message", "last_lines"]
+    assert Failure.from_json(failure.to_json()) == failure

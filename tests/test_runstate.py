@@ -120,20 +120,20 @@ def test_eta_after_weights_uses_history_and_is_zero_when_ready() -> None:
     assert eta_seconds(state, 50.0) is None
     assert eta_seconds(state, 50.0, [80.0]) == pytest.approx(30.0)
     assert eta_seconds(reduce(state, ev.Ready(None), 60.0), 60.0, [80.0]) == 0.0
-    failed = reduce(state, ev.Failure("oom", "CUDA out of memory"), 60.0)
+    failed = reduce(state, ev.LoggedError("oom", "CUDA out of memory"), 60.0)
     assert eta_seconds(failed, 60.0, [80.0]) is None
 
 
 def test_failure_rules() -> None:
-    header = ev.Failure("exception", "Scheduler hit an exception: Traceback", True, True, 3)
-    exc = ev.Failure("model_not_found", "RuntimeError: Cannot find any model weights", True, False, 9)
-    later = ev.Failure("exception", "RuntimeError: Engine core initialization failed.", True, False, 20)
+    header = ev.LoggedError("exception", "Scheduler hit an exception: Traceback", True, True, 3)
+    exc = ev.LoggedError("model_not_found", "RuntimeError: Cannot find any model weights", True, False, 9)
+    later = ev.LoggedError("exception", "RuntimeError: Engine core initialization failed.", True, False, 20)
     state = run([header])
-    assert (state.phase, state.failure.line, state.failure.provisional) == ("failed", 3, True)
+    assert (state.phase, state.failure.line_no, state.failure.provisional) == ("failed", 3, True)
     state = run([header, exc, later])
-    assert (state.failure.kind, state.failure.line, state.failure.provisional) == ("model_not_found", 9, False)
+    assert (state.failure.kind, state.failure.line_no, state.failure.provisional) == ("model_not_found", 9, False)
     # A plain traceback's exception line keeps the fatal mark of the header that opened it.
-    plain = ev.Failure("exception", "ValueError: x", False, False, 5)
+    plain = ev.LoggedError("exception", "ValueError: x", False, False, 5)
     assert run([header, plain]).failure.fatal is True
     # Once ready, only fatal failures count.
     ready = run([ev.Ready(None)])

@@ -149,7 +149,7 @@ def describe(path: str, state: RunState) -> str:
             parts.append(f"accept rate {state.spec_accept_rate:.0%}")
         lines.append(f"  speculation {', '.join(parts)}")
     f = state.failure
-    lines.append(f"  failure     {f'{f.kind} at line {f.line}: {f.message}' if f else '-'}")
+    lines.append(f"  failure     {f'{f.kind} at line {f.line_no}: {f.message}' if f else '-'}")
     return "\n".join(lines)
 
 
@@ -167,8 +167,7 @@ class _Followed:
     @property
     def done(self) -> bool:
         state = self.watch.state
-        return self.ended or state.ready or (state.failure is not None and state.failure.fatal
-                                             and not state.failure.provisional)
+        return self.ended or state.ready or (state.failure is not None and state.failure.settled)
 
 
 def changes(before: RunState, after: RunState, now: float) -> list[str]:
@@ -198,7 +197,7 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
         notes.append(note)
     if after.failure is not None and after.failure != before.failure:
         f = after.failure
-        notes.append(f"failure {f.kind} at line {f.line}: {f.message}")
+        notes.append(f"failure {f.kind} at line {f.line_no}: {f.message}")
     return notes
 
 

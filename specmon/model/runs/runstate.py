@@ -9,7 +9,7 @@ Phases, in launch order: launching -> loading_weights -> allocating_kv -> captur
 `Load weight end` after TP0 allocated its KV cache), and a draft model loads after the target's KV
 cache; going backwards would make the display flicker without telling the user anything.
 
-Failures (`model.runs.failure.Failure`, from `events.Failure`): the first fatal failure wins, except that a provisional one (a
+Failures (`events.LoggedError`, the parser's finding at one line): the first fatal one wins, except that a provisional one (a
 `Scheduler hit an exception: Traceback` header) is replaced by the exception line that follows it. A
 non-fatal failure (a plain traceback) sets phase "failed" only until the launch shows progress again,
 and is ignored once the server is ready (servers log tracebacks of single requests and keep serving).
@@ -34,7 +34,6 @@ from typing import Any
 
 from specmon.model.logs import events as ev
 from specmon.model.logs.logparse import LogParser
-from specmon.model.runs.failure import Failure
 
 PHASES = ("launching", "loading_weights", "allocating_kv", "capturing_graphs", "warming_up", "ready", "failed")
 _PROGRESS_ORDER = {p: i for i, p in enumerate(PHASES[:-1])}
@@ -58,7 +57,7 @@ class RunState:
     speculative_algorithm: str | None = None
     speculative_num_steps: int | None = None
     ready: bool = False
-    failure: Failure | None = None
+    failure: ev.LoggedError | None = None   # the error the log shows (see Failures above); a run's failure: verdicts.failure_of
     started_at: float | None = None
     last_activity: float | None = None
     ready_at: float | None = None
@@ -126,9 +125,9 @@ def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None
     return _evolve(state, ready=True, ready_at=now, ready_evidence=evidence, load_seconds=load, **changes)
 
 
-def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
+def _merge_failure(state: RunState, f: ev.LoggedError) -> RunState:
     cur = state.failure
-    new = Failure(f.kind, f.message, line=f.line_no, fatal=f.fatal, provisional=f.provisional)
+    new = replace(f, context=())   # the context lives on in last_lines
     if cur is None:
         if state.ready and not f.fatal:
             return state
@@ -182,7 +181,7 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
             return state
         env[event.name] = event.value
         return _evolve(state, nccl_env=tuple(env.items()))
-    if type(event) is ev.Failure:
+    if type(event) is ev.LoggedError:
         return _merge_failure(state, event)
     if type(event) is ev.ServerDetected:
         return state if state.server == event.server else _evolve(state, server=event.server)
@@ -341,7 +340,7 @@ def summary(state: RunState) -> dict[str, Any]:
                    if state.shards_total is not None else None),
         "kv_cache_tokens": state.kv_cache_tokens,
         "ready": state.ready,
-        "failure": ({"kind": failure.kind, "line": failure.line, "message": failure.message}
+        "failure": ({"kind": failure.kind, "line": failure.line_no, "message": failure.message}
                     if failure is not None else None),
         "spec_accept_len": state.spec_accept_len,
         "load_seconds": state.load_seconds,

@@ -15,7 +15,7 @@ from specmon.model.runs.slurm import JobInfo, over_memory, slurm_failure, unseen
 def failure_of(run_state: RunState | None) -> Failure | None:
     """The parser's fatal failure as a run's failure, with the lines before it (None when the log shows none)."""
     failure = run_state.failure if run_state is not None else None
-    if run_state is None or failure is None or not failure.fatal or failure.provisional:
+    if run_state is None or failure is None or not failure.settled:
         return None
     return Failure(failure.kind, failure.message, run_state.last_lines)
 
