@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from specmon.model.logs import events as ev
-from specmon.model.runs.runstate import PHASES, SHARD_RATE_ALPHA, LogWatch, RunState, eta_seconds, reduce
+from specmon.model.runs.runstate import (
+    PHASES,
+    SHARD_RATE_ALPHA,
+    LogPhase,
+    LogWatch,
+    RunState,
+    eta_seconds,
+    reduce,
+    summary,
+)
 
 
 def run(events: list[object], state: RunState | None = None, now: float = 0.0) -> RunState:
@@ -39,6 +49,17 @@ def test_phases_in_launch_order() -> None:
     assert set(seen) == set(PHASES) - {"failed"}
     assert (state.ready, state.ready_evidence, state.load_seconds, state.kv_cache_tokens) == (True, "ready_line", 29.0,
                                                                                                46611)
+
+
+
+def test_log_phases_are_typed_values_that_keep_their_words_for_json_and_read_well_on_screen() -> None:
+    state = reduce(reduce(RunState(), ev.LoadStarted(21.6, line_no=1), 1.0), ev.ShardProgress(1, 2, line_no=2), 2.0)
+    assert state.phase is LogPhase.LOADING_WEIGHTS and state.progress_phase is LogPhase.LOADING_WEIGHTS
+    assert (summary(state)["phase"], json.dumps(summary(state)["phase"]), f"{state.phase}") == (
+        "loading_weights", '"loading_weights"', "loading_weights")
+    assert state.phase.label == "loading weights"
+    assert [p.value for p in PHASES] == ["launching", "loading_weights", "allocating_kv", "capturing_graphs",
+                                         "warming_up", "ready", "failed"]
 
 
 def test_phase_never_goes_back_for_interleaved_ranks() -> None:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import Config, load_config
+from specmon.model.runs.runstate import LogPhase
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.text.secrets import redact_text
 from specmon.orchestration.runs.manager import RunManager
@@ -57,7 +58,7 @@ def progress_text(view: RunView) -> str:
         parts.append(view.job)
     if view.state in STARTING:
         if view.phase:   # "ready" is the log's word until a test completion confirms it
-            parts.append("log says ready, checking" if view.phase == "ready" else view.phase)
+            parts.append("log says ready, checking" if view.phase == LogPhase.READY else view.phase)
         if view.shards:
             parts.append(f"shard {view.shards[0]}/{view.shards[1]}")
         if view.eta_s is not None:
