@@ -52,14 +52,15 @@ parts it needs:
     stopper.Stopper           the stop verb of a single-node run and its recorded verdict (terminate.terminate
                               ends the processes)
     adoption.Adopter          runs found on a host that the index does not know
-    multinode, slurmjobs      multi-node runs and Slurm jobs, through the narrow NodeRuns protocol this class
-                              satisfies
+    multinode, slurmjobs      multi-node runs and Slurm jobs, through the narrow NodeRuns protocol, which
+                              NodeRooms satisfies from the rooms directly (RunManager keeps only the verbs its
+                              front ends use)
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
@@ -104,6 +105,7 @@ class RunManager:
         self._stopper = Stopper(self._index, self._hosts, self._reconciler, watched, stop_timings)
         self._launcher = Launcher(self._index, self._hosts, self._reconciler, lambda: self._stopper.timings)
         self._adopter = Adopter(self._index, self._hosts, self._reconciler)
+        self._nodes = NodeRooms(self._index, self._hosts, self._launcher, self._watchers, self.stop)
         self.watch_timings = watch_timings
         self.config_key = self._index.config_key
 
@@ -208,27 +210,14 @@ class RunManager:
         return await self._adopter.adopt(host, run_id)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
-    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
-        await self._launcher.preflight(profile, ops, host)
-
-    def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AbstractAsyncContextManager[None]:
-        return self._launcher.launch_locks(profile, hosts)
-
-    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
-                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord:
-        return await self._launcher.start_run(profile, host, run_id, argv, submit=submit, node=node)
-
-    async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
-        await self._launcher.unmake(ops, record, made)
-
     async def launch(self, profile_name: str, *, watch: bool = True) -> RunView:
         """Start a run of the profile (every node of a multi-node one), detached from specmon; see
         `Launcher.launch`. With `watch`, it is watched from here on."""
         profile = self.config.profile(profile_name)
         if profile.hosts:
-            return await multinode.launch(self, profile, watch=watch)
+            return await multinode.launch(self._nodes, profile, watch=watch)
         if profile.slurm is not None and (profile.slurm.nodes or 1) > 1:
-            return await slurmjobs.launch_nodes(self, profile, watch=watch)
+            return await slurmjobs.launch_nodes(self._nodes, profile, watch=watch)
         record = await self._launcher.launch(profile)
         if watch:
             return await self.attach(record.run_id)
@@ -238,7 +227,7 @@ class RunManager:
         """Stop a run (by id, or the latest run of a profile); waits for its port and GPUs to be free."""
         record = self.find(target)
         if record.nodes:
-            return await multinode.stop(self, record, force)
+            return await multinode.stop(self._nodes, record, force)
         return await self._stopper.stop(record, force)
 
     async def restart(self, profile_name: str,
@@ -261,3 +250,49 @@ class RunManager:
         """Cancel every task this manager started and close its connections. Servers keep running."""
         await self._watchers.close()
         await self._hosts.close()
+
+
+class NodeRooms:
+    """The rooms as multi-node runs and Slurm jobs use them (multinode.NodeRuns): the store, each host's operations
+    and launch lock, the launcher's single-node verbs, and watching and stopping each node run."""
+
+    def __init__(self, index: RunIndex, hosts: HostPool, launcher: Launcher, watching: WatchedRuns,
+                 stop: Callable[[str, bool], Awaitable[StopReport]]) -> None:
+        self._index = index
+        self._hosts = hosts
+        self._launcher = launcher
+        self._watching = watching
+        self._stop = stop
+
+    @property
+    def store(self) -> RunStore:
+        return self._index.store
+
+    @property
+    def config_key(self) -> str:
+        return self._index.config_key
+
+    def ops(self, host: str) -> HostOps:
+        return self._hosts.ops(host)
+
+    def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AbstractAsyncContextManager[None]:
+        return self._launcher.launch_locks(profile, hosts)
+
+    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
+        await self._launcher.preflight(profile, ops, host)
+
+    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
+                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord:
+        return await self._launcher.start_run(profile, host, run_id, argv, submit=submit, node=node)
+
+    async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
+        await self._launcher.unmake(ops, record, made)
+
+    async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
+        return await self._watching.attach(run_id, stall_timeout_s=stall_timeout_s)
+
+    def view(self, run_id: str) -> RunView:
+        return self._watching.view(run_id)
+
+    async def stop(self, target: str, force: bool = False) -> StopReport:
+        return await self._stop(target, force)

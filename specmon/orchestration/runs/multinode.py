@@ -49,8 +49,8 @@ from specmon.sources.transport import TransportError
 
 
 class NodeRuns(Protocol):
-    """What multi-node runs need of the run manager (`orchestration.runs.manager.RunManager` is one): the run store,
-    each host's operations and launch lock, and the single-node verbs each node goes through."""
+    """What multi-node runs (and Slurm jobs) need of the run rooms (`orchestration.runs.manager.NodeRooms` is it):
+    the run store, each host's operations and launch lock, and the single-node verbs each node goes through."""
 
     @property
     def store(self) -> RunStore: ...
