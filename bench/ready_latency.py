@@ -44,7 +44,7 @@ def _watch_file(path: Path, needle: bytes, seen: dict[str, float], stop: threadi
 
 async def one_run(args: argparse.Namespace) -> float:
     from specmon.model.config import Config, Profile
-    from specmon.orchestration.runs import RunManager
+    from specmon.orchestration.runs.manager import RunManager
 
     port = _free_port()
     command = (sys.executable, "-m", "specmon.sim", "--port", str(port), "--time-scale", str(args.time_scale),

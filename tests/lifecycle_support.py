@@ -18,8 +18,8 @@ from pathlib import Path
 from ports import free_port
 
 from specmon.model.config import Config, Profile
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView
 
 SIM_READY = "The server is fired up and ready to roll!"
 

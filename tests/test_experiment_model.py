@@ -4,15 +4,19 @@ its uncertainty, confound warnings) and the resume plan read from result files."
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 
 import pytest
 
+from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
 from specmon.model.config import builtin_config
 from specmon.model.experiments.experiment import (
     ExperimentState,
+    ExperimentStatus,
     PassFile,
+    ProfileStatus,
     done_levels,
     load_state,
     next_file_name,
@@ -21,7 +25,7 @@ from specmon.model.experiments.experiment import (
 from specmon.model.experiments.verdict import ProfileRuns, summarize
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
-from specmon.orchestration.experiment import save_state
+from specmon.orchestration.measure.experiment import save_state
 from specmon.sim.engine import Counters, Snapshot
 from specmon.sim.metrics import metrics_text
 from specmon.sim.options import SimConfig
@@ -190,3 +194,20 @@ def test_resume_plan_comes_from_the_level_lines_on_disk(tmp_path: Path) -> None:
     assert (3, levels) in plan   # the torn file holds nothing finished
     assert next_file_name(state, "demo-baseline", 2) == "demo-baseline.pass2.r2.jsonl"
     assert remaining(state, "demo-eagle3") == [(p, levels) for p in range(1, spec.repeats + 1)]
+
+
+def test_experiment_and_profile_statuses_are_typed_words_and_an_unknown_one_is_refused_naming_the_file(
+        tmp_path: Path) -> None:
+    spec = builtin_config().experiment("demo")
+    state = ExperimentState(tmp_path, spec, "2026-11-30T12:00:00Z").with_profile("demo-baseline",
+                                                                                 status=ProfileStatus.SKIPPED)
+    save_state(dataclasses.replace(state, status=ExperimentStatus.ABORTED))
+    saved = json.loads((tmp_path / "experiment.json").read_text())
+    assert (saved["status"], saved["profiles"]["demo-baseline"]["status"]) == ("aborted", "skipped")   # the same words
+    loaded = load_state(tmp_path)
+    assert loaded.finished and loaded.profile("demo-baseline").status is ProfileStatus.SKIPPED
+    saved["status"] = "paused"   # a hand edit: once read as a running (resumable) experiment
+    (tmp_path / "experiment.json").write_text(json.dumps(saved))
+    with pytest.raises(UserError, match=r"experiment\.json: not a readable experiment state \(unknown experiment "
+                                        r"status 'paused'\)"):
+        load_state(tmp_path)

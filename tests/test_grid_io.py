@@ -17,7 +17,7 @@ from test_experiment_model import sweep, write_sweep
 
 from specmon.model.config import builtin_config
 from specmon.model.experiments.experiment import ExperimentState, PassFile
-from specmon.orchestration.experiment import save_state
+from specmon.orchestration.measure.experiment import save_state
 
 VLLM_RUNS = Path(__file__).parent / "fixtures" / "interop" / "vllm-llama-base"
 # Output tok/s of the second setting over the first's, by max_concurrency: ahead at C 1-4, far behind at C 16.

@@ -22,7 +22,7 @@ from specmon.model.config import load_config
 from specmon.model.experiments.experiment import ExperimentState, profile_setup, utc_now_iso
 from specmon.model.hosts.gpu import SmiError, parse_query
 from specmon.model.workload.datasets import load_dataset
-from specmon.orchestration.experiment import save_state
+from specmon.orchestration.measure.experiment import save_state
 from specmon.sources.ssh import SSHTransport
 from specmon.sources.tailer import last_lines, read_range
 from specmon.sources.transport import TransportError

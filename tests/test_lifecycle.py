@@ -32,10 +32,10 @@ from process_support import alive
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import RunRecord
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.stopping import StopTimings
+from specmon.model.runs.record import RunRecord
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.host import HostOps
 from specmon.sources.local import LocalTransport
 from specmon.ui.rows import row_from_view

@@ -34,7 +34,7 @@ from burst_server import gap_errors
 
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import LevelResult
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow
 

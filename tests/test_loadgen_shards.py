@@ -3,7 +3,7 @@ requests (each index once), C requests in flight at a level labelled C, an open 
 file, one result per level; and its processes stop together, whoever stops first.
 
 Against a real streaming server on loopback (tests/sse_server.py, in the test's own event loop), through
-orchestration.sweep.run_sweep, the path `specmon sweep` and the TUI take.
+orchestration.measure.sweep.run_sweep, the path `specmon sweep` and the TUI take.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from specmon.model.config import SweepDefaults, load_config
 from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times
-from specmon.orchestration.sweep import SweepSpec, SweepUpdate, WorkloadOverrides, run_sweep, workload_from
+from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, WorkloadOverrides, run_sweep, workload_from
 
 pytestmark = pytest.mark.slow
 

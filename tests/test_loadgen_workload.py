@@ -117,7 +117,7 @@ def test_workload_rejects_nonsense() -> None:
 
 def test_workload_from_sweep_defaults_and_overrides() -> None:
     from specmon.model.config import SweepDefaults
-    from specmon.orchestration.sweep import WorkloadOverrides, workload_from
+    from specmon.orchestration.measure.sweep import WorkloadOverrides, workload_from
 
     timed = SweepDefaults(levels=(1, 2), duration_s=30.0, warmup_requests=3, input_len=64, output_len=32, api="completions")
     w = workload_from(timed)
@@ -137,7 +137,7 @@ def test_ignore_eos_false_in_an_experiment_sends_no_ignore_eos_or_min_tokens() -
     """transformers serve answers 422 to a request with ignore_eos/min_tokens: an experiment against it (the H200
     tuning grid, bench/gpu_grid.py) needs `ignore_eos = false`, as `specmon sweep --no-ignore-eos`."""
     from specmon.model.config import parse_config
-    from specmon.orchestration.sweep import workload_from
+    from specmon.orchestration.measure.sweep import workload_from
 
     text = ('[profiles.tf]\ncommand = "python3 -m transformers.cli.transformers serve m --port 8000"\nport = 8000\n'
             '[profiles.tf2]\ncommand = "python3 -m transformers.cli.transformers serve m --port 8000"\nport = 8000\n'

@@ -416,7 +416,7 @@ def test_failure_kind_and_line(text: str, kind: str, line: int) -> None:
     state = state_of(text)
     assert state.phase == "failed"
     assert state.failure is not None
-    assert (state.failure.kind, state.failure.line) == (kind, line)
+    assert (state.failure.kind, state.failure.line_no) == (kind, line)
     assert state.failure.kind in ev.FAILURE_KINDS
 
 
@@ -451,7 +451,7 @@ def test_every_fatal_wording_is_reached_through_the_prefilter(message: str, kind
     text = flood + f"(EngineCore_DP0 pid=7) ERROR 11-19 12:16:36 [core.py:842] {message}\n"
     state = state_of(text)
     assert state.failure is not None, message
-    assert (state.failure.kind, state.failure.line, state.phase) == (kind, 3001, "failed")
+    assert (state.failure.kind, state.failure.line_no, state.phase) == (kind, 3001, "failed")
 
 
 def test_nccl_warnings_are_not_failures() -> None:
@@ -491,7 +491,7 @@ def test_fatal_failure_survives_later_progress_lines_from_other_ranks() -> None:
             "[23:17:08 TP1] Capture cuda graph end. Time elapsed: 2.19 s\n")
     state = state_of(text)
     assert state.phase == "failed"
-    assert (state.failure.kind, state.failure.line) == ("exception", 1)
+    assert (state.failure.kind, state.failure.line_no) == ("exception", 1)
 
 
 # --- unknown wording ----------------------------------------------------------------------------------

@@ -21,9 +21,9 @@ from lifecycle_support import Views, config_of, marked_pids, port_listening, sto
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.stopping import StopTimings
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.local import LocalTransport
 
 HOSTS = ("node-a", "node-b")

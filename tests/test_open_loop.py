@@ -20,7 +20,7 @@ from specmon.model.sweeps.results import LevelResult, SweepMeta
 from specmon.model.sweeps.sweepstats import LATE_BOUND_MS, LevelAccumulator, RequestRecord, level_from_records
 from specmon.model.workload.arrivals import arrival_times, connections_needed, ks_critical, ks_exponential
 from specmon.model.workload.goodput import meets_slo, parse_slo
-from specmon.orchestration.sweep import WorkloadOverrides, level_warnings, workload_from
+from specmon.orchestration.measure.sweep import WorkloadOverrides, level_warnings, workload_from
 
 
 def gaps_of(times: list[float]) -> list[float]:

@@ -28,7 +28,7 @@ from specmon.model.charts.levelrow import LevelRow
 from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times, ks_critical, ks_exponential
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, level_warnings, run_sweep
+from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, level_warnings, run_sweep
 
 pytestmark = pytest.mark.slow
 

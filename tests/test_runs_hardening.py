@@ -24,8 +24,8 @@ from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 from process_support import alive, wait_until
 
 from specmon.model.runs.failure import Failure
-from specmon.orchestration.controller import run_notify
-from specmon.orchestration.runstore import RunRecord
+from specmon.model.runs.record import RunRecord
+from specmon.orchestration.runs.watcher import run_notify
 
 # Each test runs many `specmon` processes (an interpreter start each: seconds on a loaded box) and real servers.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -109,7 +109,7 @@ def test_load_time_history_is_kept_per_profiles_file(clis, free_port_factory) ->
     history = [json.loads(line) for line in (_state_dir() / "load_history.jsonl").read_text().splitlines()]
     assert [(h["profile"], h["config"]) for h in history] == [("base", os.path.realpath(a.config))]
     assert history[0]["load_seconds"] == pytest.approx(run_a["load_seconds"], abs=0.01)
-    from specmon.orchestration.runstore import RunStore
+    from specmon.orchestration.runs.store import RunStore
     store = RunStore()
     assert store.past_loads("base", os.path.realpath(a.config)) and not store.past_loads("base", os.path.realpath(b.config))
 

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 from specmon.model.logs import events as ev
-from specmon.model.runs.runstate import PHASES, SHARD_RATE_ALPHA, LogWatch, RunState, eta_seconds, reduce
+from specmon.model.runs.runstate import (
+    PHASES,
+    SHARD_RATE_ALPHA,
+    LogPhase,
+    LogWatch,
+    RunState,
+    eta_seconds,
+    reduce,
+    summary,
+)
 
 
 def run(events: list[object], state: RunState | None = None, now: float = 0.0) -> RunState:
@@ -39,6 +49,17 @@ def test_phases_in_launch_order() -> None:
     assert set(seen) == set(PHASES) - {"failed"}
     assert (state.ready, state.ready_evidence, state.load_seconds, state.kv_cache_tokens) == (True, "ready_line", 29.0,
                                                                                                46611)
+
+
+
+def test_log_phases_are_typed_values_that_keep_their_words_for_json_and_read_well_on_screen() -> None:
+    state = reduce(reduce(RunState(), ev.LoadStarted(21.6, line_no=1), 1.0), ev.ShardProgress(1, 2, line_no=2), 2.0)
+    assert state.phase is LogPhase.LOADING_WEIGHTS and state.progress_phase is LogPhase.LOADING_WEIGHTS
+    assert (summary(state)["phase"], json.dumps(summary(state)["phase"]), f"{state.phase}") == (
+        "loading_weights", '"loading_weights"', "loading_weights")
+    assert state.phase.label == "loading weights"
+    assert [p.value for p in PHASES] == ["launching", "loading_weights", "allocating_kv", "capturing_graphs",
+                                         "warming_up", "ready", "failed"]
 
 
 def test_phase_never_goes_back_for_interleaved_ranks() -> None:
@@ -120,20 +141,20 @@ def test_eta_after_weights_uses_history_and_is_zero_when_ready() -> None:
     assert eta_seconds(state, 50.0) is None
     assert eta_seconds(state, 50.0, [80.0]) == pytest.approx(30.0)
     assert eta_seconds(reduce(state, ev.Ready(None), 60.0), 60.0, [80.0]) == 0.0
-    failed = reduce(state, ev.Failure("oom", "CUDA out of memory"), 60.0)
+    failed = reduce(state, ev.LoggedError("oom", "CUDA out of memory"), 60.0)
     assert eta_seconds(failed, 60.0, [80.0]) is None
 
 
 def test_failure_rules() -> None:
-    header = ev.Failure("exception", "Scheduler hit an exception: Traceback", True, True, 3)
-    exc = ev.Failure("model_not_found", "RuntimeError: Cannot find any model weights", True, False, 9)
-    later = ev.Failure("exception", "RuntimeError: Engine core initialization failed.", True, False, 20)
+    header = ev.LoggedError("exception", "Scheduler hit an exception: Traceback", True, True, 3)
+    exc = ev.LoggedError("model_not_found", "RuntimeError: Cannot find any model weights", True, False, 9)
+    later = ev.LoggedError("exception", "RuntimeError: Engine core initialization failed.", True, False, 20)
     state = run([header])
-    assert (state.phase, state.failure.line, state.failure.provisional) == ("failed", 3, True)
+    assert (state.phase, state.failure.line_no, state.failure.provisional) == ("failed", 3, True)
     state = run([header, exc, later])
-    assert (state.failure.kind, state.failure.line, state.failure.provisional) == ("model_not_found", 9, False)
+    assert (state.failure.kind, state.failure.line_no, state.failure.provisional) == ("model_not_found", 9, False)
     # A plain traceback's exception line keeps the fatal mark of the header that opened it.
-    plain = ev.Failure("exception", "ValueError: x", False, False, 5)
+    plain = ev.LoggedError("exception", "ValueError: x", False, False, 5)
     assert run([header, plain]).failure.fatal is True
     # Once ready, only fatal failures count.
     ready = run([ev.Ready(None)])

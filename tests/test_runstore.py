@@ -8,8 +8,9 @@ import json
 from pathlib import Path
 
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import RunRecord
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration.runstore import RunRecord, RunStore
+from specmon.orchestration.runs.store import RunStore
 
 # Written by specmon at ddbe1ae (before RunStatus and Failure): RunRecord.to_json() of a run failed by its log.
 OLDER_RECORD = {

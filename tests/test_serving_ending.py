@@ -13,7 +13,7 @@ from test_slurm import managers, slurm_profile  # noqa: F401  (the fixture: mana
 
 from specmon.model.runs.slurm import SlurmRequest, parse_scontrol_job
 from specmon.model.server.serving import ServingUpdate
-from specmon.orchestration.serving import ServingWatcher
+from specmon.orchestration.inspect.serving import ServingWatcher
 
 
 def test_a_job_slurm_is_completing_is_ending() -> None:

@@ -19,7 +19,7 @@ from test_ui_pilot import card_text, make_app, quit_with, wait_until
 from specmon.model.config import parse_config
 from specmon.model.server.acceptance import MetricsSample
 from specmon.model.server.serving import ServingFigures, read_sample
-from specmon.orchestration import serving as serving_watcher
+from specmon.orchestration.inspect import serving as serving_watcher
 from specmon.ui.forms import SweepRequest
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -30,7 +30,7 @@ from simproc import start_sim
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.server.acceptance import LevelWindow, MetricsSample, parse_metrics
 from specmon.model.workload.datasets import load_dataset
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -31,11 +31,11 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, Profile
 from specmon.model.runs.slurm import SlurmRequest
-from specmon.orchestration.ready import wait_ready
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.serving import scraper_of
-from specmon.orchestration.stopping import StopTimings
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.inspect.serving import scraper_of
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.ready import wait_ready
+from specmon.orchestration.runs.terminate import StopTimings
 
 # Every test here submits a job to the cluster of slurm_support.py and waits on it (seconds each); a few wait minutes.
 pytestmark = pytest.mark.slow
@@ -450,7 +450,7 @@ async def test_the_gpus_of_a_running_job_are_read_on_its_node_through_the_alloca
     from lifecycle_support import marked_pids
     from test_gpu_probe import FAKE
 
-    from specmon.orchestration.inspection import env_report, gpu_board
+    from specmon.orchestration.inspect.environment import env_report, gpu_board
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

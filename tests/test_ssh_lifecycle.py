@@ -18,10 +18,10 @@ from test_lifecycle import Recorder
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.config import Config, Profile, SshSettings
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import LogLine, RunView
-from specmon.orchestration.stopping import StopTimings
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import LogLine, RunView
 
 pytestmark = pytest.mark.slow
 

@@ -20,9 +20,15 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.results import LevelResult, read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
-from specmon.orchestration import sweep as sweeping
-from specmon.orchestration.comparison import ComparisonUpdate, SweepFinished, SweepStarted, SweepUpdated, sweep_profiles
-from specmon.orchestration.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.orchestration.measure import sweep as sweeping
+from specmon.orchestration.measure.comparison import (
+    ComparisonUpdate,
+    SweepFinished,
+    SweepStarted,
+    SweepUpdated,
+    sweep_profiles,
+)
+from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from simproc import start_sim
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.compare import crossover
 from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, read_results
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 from specmon.sim.model import StepModel, baseline_model, eagle3_model
 
 pytestmark = pytest.mark.slow

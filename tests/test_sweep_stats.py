@@ -94,7 +94,7 @@ def test_chunks_that_waited_for_the_generator_flag_the_level_with_the_figure() -
     from specmon.commands.sweep import render_levels
     from specmon.model.charts.levelrow import LevelRow
     from specmon.model.sweeps.results import LevelResult, client_flag
-    from specmon.orchestration.sweep import level_warnings
+    from specmon.orchestration.measure.sweep import level_warnings
 
     acc = LevelAccumulator(256)
     acc.add(rec(0, itl=(20_000,) * 9))

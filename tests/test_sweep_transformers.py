@@ -24,7 +24,7 @@ import pytest
 from ports import free_port
 
 from specmon.loadgen.workload import RequestFactory, Workload
-from specmon.orchestration.sweep import SweepSpec, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 
 MISSING = [m for m in ("torch", "transformers", "fastapi", "uvicorn") if importlib.util.find_spec(m) is None]
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(

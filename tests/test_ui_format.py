@@ -133,7 +133,7 @@ def test_a_sweeps_skew_caution_is_toasted_once_and_short_and_failures_every_time
     from test_skew_everywhere import level
 
     from specmon.model.charts.levelrow import LevelRow
-    from specmon.orchestration.sweep import level_cautions
+    from specmon.orchestration.measure.sweep import level_cautions
 
     skewed = [level(c, 100.0 * c, skew_ms=4.3) for c in (4, 8, 16, 32)]
     skewed[2] = dataclasses.replace(skewed[2], requests_failed=2, errors={"http_5xx": 2})

@@ -445,7 +445,7 @@ async def test_quit_after_a_restart_starts_stopping_at_once_and_says_so(tmp_path
     assert left_ready is not None and left_ready < 2.0, cards[-3:]
     assert any("STOPPING" in a + b for _, a, b in cards), cards[-3:]
     assert elapsed < 10, elapsed   # the sims stop in about a second; the stall was >= 15 s
-    from specmon.orchestration.runs import RunManager
+    from specmon.orchestration.runs.manager import RunManager
 
     later = RunManager(config)
     try:
@@ -459,7 +459,7 @@ async def test_quit_while_a_launch_is_in_flight_waits_for_it_then_stops_its_serv
     """`q` (demo: stop the servers) pressed while a launch is under way: quitting used to stop only the runs whose
     launch had returned, and the app's exit then cancelled the launch half-way, leaving a server running with a
     record that said "launching". Now quit waits for the launch, and its server is stopped like the others."""
-    from specmon.orchestration.runs import RunManager
+    from specmon.orchestration.runs.manager import RunManager
 
     config = sim_config({"demo-a": free_port})
     bridge = EngineBridge(config, results_dir=tmp_path / "results")
@@ -484,7 +484,7 @@ async def test_quit_while_a_launch_is_in_flight_waits_for_it_then_stops_its_serv
 async def test_demo_adopts_servers_left_by_a_killed_demo_and_q_stops_them(tmp_path: Path, free_port: int) -> None:
     """A demo killed by a signal leaves its servers running (as every launch does); the next demo shows them
     rather than failing on busy ports, and its `q` ("demo: q stops the servers") stops them too."""
-    from specmon.orchestration.runs import RunManager
+    from specmon.orchestration.runs.manager import RunManager
 
     config = sim_config({"demo-a": free_port})
     earlier = RunManager(config)
@@ -510,7 +510,7 @@ async def test_quit_and_stop_after_reattaching_says_what_it_left_running(tmp_pat
     """Issue 35 #12: `Q` (stop the servers started here, then quit) in a session that found a server running and
     reattached it quit in under a second and left it running, silently. It still leaves it (not started here), and
     says so on the terminal, with the command that stops it."""
-    from specmon.orchestration.runs import RunManager
+    from specmon.orchestration.runs.manager import RunManager
 
     config = sim_config({"sim-r": free_port})
     earlier = RunManager(config)

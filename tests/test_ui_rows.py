@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 from specmon.model.runs.failure import Failure
-from specmon.model.runs.runstate import RunState
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.model.runs.runstate import LogPhase, RunState
+from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.ui.rows import entry_from_line, row_from_view
 
 T0 = 1_790_000_000.0
@@ -15,7 +15,7 @@ T0 = 1_790_000_000.0
 def view(**changes: object) -> RunView:
     base = RunView(run_id="r1", profile="eagle", host="local", state="loading", stalled=False, pid=42, port=30002,
                    url="http://127.0.0.1:30002", started_at=T0, ready_at=None, load_seconds=None, shards=(5, 8),
-                   kv_cache_tokens=None, exit_code=None, failure=None, eta_s=17.0, phase="loading_weights",
+                   kv_cache_tokens=None, exit_code=None, failure=None, eta_s=17.0, phase=LogPhase.LOADING_WEIGHTS,
                    stall_reason=None, log_path="/x/server.log", run_dir="/x",
                    run_state=RunState(mem_fraction_static=0.8, speculative_algorithm="EAGLE3",
                                       speculative_num_steps=3, last_activity=T0 + 20))
@@ -72,11 +72,11 @@ def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
     log calls ready before a test completion confirmed it."""
     from specmon.commands._lifecycle import progress_text
 
-    exited = view(state="failed", failure=Failure("exited", "exited with code 1"), phase="failed")
+    exited = view(state="failed", failure=Failure("exited", "exited with code 1"), phase=LogPhase.FAILED)
     assert row_from_view(exited, now=T0 + 30).failure == "exited with code 1"
     assert progress_text(exited) == "eagle: failed, exited with code 1"
-    assert "eagle: loading, log says ready, checking" in progress_text(view(phase="ready"))
-    assert "loading, ready," not in progress_text(view(phase="ready"))
+    assert "eagle: loading, log says ready, checking" in progress_text(view(phase=LogPhase.READY))
+    assert "loading, ready," not in progress_text(view(phase=LogPhase.READY))
 
 
 def test_a_cards_serving_lines_fit_its_width_sparklines_only_where_they_fit() -> None:

@@ -9,10 +9,11 @@ import time
 from collections.abc import Awaitable, Callable
 
 from specmon.model.config import Config, load_config
+from specmon.model.runs.runstate import LogPhase
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.text.secrets import redact_text
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView, StopReport
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView, StopReport
 
 EXIT_READY, EXIT_FAILED, EXIT_STALLED = 0, 1, 3
 
@@ -57,7 +58,7 @@ def progress_text(view: RunView) -> str:
         parts.append(view.job)
     if view.state in STARTING:
         if view.phase:   # "ready" is the log's word until a test completion confirms it
-            parts.append("log says ready, checking" if view.phase == "ready" else view.phase)
+            parts.append("log says ready, checking" if view.phase == LogPhase.READY else view.phase)
         if view.shards:
             parts.append(f"shard {view.shards[0]}/{view.shards[1]}")
         if view.eta_s is not None:

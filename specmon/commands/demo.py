@@ -76,11 +76,11 @@ async def headless(config: Config, levels: tuple[int, ...], requests: int, resul
     from specmon.commands.sweep import SweepPrinter
     from specmon.model.charts.levelrow import LEVEL_COLUMNS, LevelRow
     from specmon.model.text.numbers import fmt_shards
-    from specmon.orchestration.comparison import ComparisonUpdate, SweepStarted, SweepUpdated, sweep_profiles
-    from specmon.orchestration.ready import wait_all_ready
-    from specmon.orchestration.runs import RunManager
-    from specmon.orchestration.runview import RunView
-    from specmon.orchestration.sweep import WorkloadOverrides, workload_from
+    from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepStarted, SweepUpdated, sweep_profiles
+    from specmon.orchestration.measure.sweep import WorkloadOverrides, workload_from
+    from specmon.orchestration.runs.manager import RunManager
+    from specmon.orchestration.runs.ready import wait_all_ready
+    from specmon.orchestration.runs.view import RunView
 
     manager = RunManager(config)
     started: list[str] = []

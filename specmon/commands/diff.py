@@ -8,8 +8,8 @@ import json
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.model.hosts.env import diff_lines
-from specmon.orchestration.inspection import diff_targets
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.inspect.environment import diff_targets
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

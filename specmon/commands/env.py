@@ -9,8 +9,8 @@ import json
 from specmon.commands._lifecycle import run_with_manager
 from specmon.model.hosts.env import report_lines
 from specmon.model.logs.clean import escape_controls
-from specmon.orchestration.inspection import env_report
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.inspect.environment import env_report
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,10 +18,10 @@ from typing import TextIO
 
 from specmon.model.config import Config, load_config
 from specmon.model.experiments.bands import experiment_summary
-from specmon.model.experiments.experiment import ExperimentState, experiment_runs
+from specmon.model.experiments.experiment import ExperimentState, ExperimentStatus, ProfileStatus, experiment_runs
 from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
-from specmon.orchestration.experiment import ExperimentStep, ExperimentUpdate, run_experiment
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.measure.experiment import ExperimentStep, ExperimentUpdate, run_experiment
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -51,8 +51,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(summary_to_markdown(summary, state=state))
         print(f"results: {state.directory}  (`specmon report {state.directory}` draws the chart)")
-    unmeasured = [p for p in state.spec.profiles if state.profile(p).status != "done"]
-    return 0 if state.status == "finished" and not unmeasured else 1
+    unmeasured = [p for p in state.spec.profiles if state.profile(p).status != ProfileStatus.DONE]
+    return 0 if state.status == ExperimentStatus.FINISHED and not unmeasured else 1
 
 
 async def _run(config: Config, name: str, results_dir: Path, resume: bool, out: TextIO) -> ExperimentState:

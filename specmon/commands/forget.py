@@ -12,8 +12,8 @@ import time
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import RunRecord
+from specmon.model.runs.record import RunRecord
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

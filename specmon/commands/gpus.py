@@ -10,8 +10,8 @@ from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.hosts.gpu import GpuTrack
 from specmon.model.logs.clean import escape_controls, one_line
-from specmon.orchestration.inspection import gpu_board
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.inspect.environment import gpu_board
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -7,7 +7,7 @@ import sys
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.commands.wait import add_wait_options, wait_for
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,9 +12,9 @@ from specmon.commands._args import nonneg_int
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.logs.clean import PrintableStream, printable
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import RunRecord
-from specmon.orchestration.runview import node_prefix
+from specmon.model.runs.record import RunRecord
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import node_prefix
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines
 from specmon.sources.transport import TransportError
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import IO
 
 from specmon.errors import UserError
-from specmon.model.runs.runstate import LogWatch, RunState, StepCallback, eta_seconds, summary
+from specmon.model.runs.runstate import LogPhase, LogWatch, RunState, StepCallback, eta_seconds, summary
 from specmon.sources.follow import FollowNote, LocalFollower, read_chunk
 
 FOLLOW_POLL_S = 0.2
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
             except OSError as exc:  # opened fine, but reading failed (EIO, a vanished mount, ...)
                 raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
             _print_summary(path, state, args.json, sys.stdout)
-            failed = failed or state.phase == "failed"
+            failed = failed or state.phase == LogPhase.FAILED
         return 1 if failed else 0   # a script checking a launch log must not read a failed one as fine
     finally:
         for handle in handles:
@@ -120,11 +120,11 @@ def describe(path: str, state: RunState) -> str:
         steps = f" x{state.speculative_num_steps}" if state.speculative_num_steps else ""
         details.append(f"spec {state.speculative_algorithm}{steps}")
     lines.append(f"  server      {server}" + (f" ({', '.join(details)})" if details else ""))
-    phase = state.phase.replace("_", " ")
-    if state.phase == "failed" and state.progress_phase == "ready":
+    phase = state.phase.label
+    if state.phase == LogPhase.FAILED and state.progress_phase == LogPhase.READY:
         phase += " (after ready)"
-    elif state.phase == "failed" and state.progress_phase != "launching":
-        phase += f" (while {state.progress_phase.replace('_', ' ')})"
+    elif state.phase == LogPhase.FAILED and state.progress_phase != LogPhase.LAUNCHING:
+        phase += f" (while {state.progress_phase.label})"
     lines.append(f"  phase       {phase}")
     shards = f"{state.shards_done}/{state.shards_total}" if state.shards_total is not None else "-"
     lines.append(f"  shards      {shards}")
@@ -149,7 +149,7 @@ def describe(path: str, state: RunState) -> str:
             parts.append(f"accept rate {state.spec_accept_rate:.0%}")
         lines.append(f"  speculation {', '.join(parts)}")
     f = state.failure
-    lines.append(f"  failure     {f'{f.kind} at line {f.line}: {f.message}' if f else '-'}")
+    lines.append(f"  failure     {f'{f.kind} at line {f.line_no}: {f.message}' if f else '-'}")
     return "\n".join(lines)
 
 
@@ -167,8 +167,7 @@ class _Followed:
     @property
     def done(self) -> bool:
         state = self.watch.state
-        return self.ended or state.ready or (state.failure is not None and state.failure.fatal
-                                             and not state.failure.provisional)
+        return self.ended or state.ready or (state.failure is not None and state.failure.settled)
 
 
 def changes(before: RunState, after: RunState, now: float) -> list[str]:
@@ -177,7 +176,7 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
     if after.server != before.server and after.server:
         notes.append(f"server {after.server}")
     if after.phase != before.phase:
-        notes.append(f"phase {after.phase.replace('_', ' ')}")
+        notes.append(f"phase {after.phase.label}")
     if after.shards_total is not None and (after.shards_done, after.shards_total) != (before.shards_done,
                                                                                       before.shards_total):
         note = f"shards {after.shards_done}/{after.shards_total}"
@@ -198,7 +197,7 @@ def changes(before: RunState, after: RunState, now: float) -> list[str]:
         notes.append(note)
     if after.failure is not None and after.failure != before.failure:
         f = after.failure
-        notes.append(f"failure {f.kind} at line {f.line}: {f.message}")
+        notes.append(f"failure {f.kind} at line {f.line_no}: {f.message}")
     return notes
 
 

@@ -21,8 +21,8 @@ from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, figure_texts, update_of
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.serving import read_once, scraper_of, server_ending
+from specmon.orchestration.inspect.serving import read_once, scraper_of, server_ending
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,7 +15,7 @@ from specmon.commands._table import table_text
 from specmon.model.config import Config
 from specmon.model.logs.clean import escape_controls
 from specmon.model.text.secrets import redact_argv, redact_env, redact_text, redact_value
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runs.manager import RunManager
 
 # Env values whose names look like credentials are never printed.
 _DISCOVERY = "--config, $SPECMON_CONFIG, ./profiles.toml, $XDG_CONFIG_HOME/specmon/profiles.toml"

@@ -29,10 +29,10 @@ from specmon.errors import UserError
 from specmon.model.logs.clean import one_line
 from specmon.model.runs.runstatus import STARTING
 from specmon.model.text.secrets import redact_text, redact_value
-from specmon.orchestration.adoption import HostRun
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import Unreadable
-from specmon.orchestration.runview import RunView, unreadable_json
+from specmon.orchestration.runs.adoption import HostRun
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.store import Unreadable
+from specmon.orchestration.runs.view import RunView, unreadable_json
 
 WINDOW_S = 24 * 3600     # ended runs older than this are listed only with --all
 NOTE_CHARS = 72          # a failure reason longer than this is cut in the table (--json has it whole)

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 
 from specmon.commands._lifecycle import print_report, run_with_manager
-from specmon.orchestration.runs import RunManager
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

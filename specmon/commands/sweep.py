@@ -26,8 +26,7 @@ from specmon.model.sweeps.sweepstats import SweepProgress, falling_behind
 from specmon.model.text.numbers import counted
 from specmon.model.workload.datasets import DATASETS
 from specmon.model.workload.goodput import parse_slo
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.sweep import (
+from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
     SweepUpdate,
@@ -37,6 +36,7 @@ from specmon.orchestration.sweep import (
     run_sweep,
     workload_from,
 )
+from specmon.orchestration.runs.manager import RunManager
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -23,9 +23,9 @@ from specmon.commands._lifecycle import (
     progress_text,
     run_with_manager,
 )
-from specmon.orchestration.ready import HEARTBEAT_S, Verdict, wait_ready
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView, node_prefix
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.ready import HEARTBEAT_S, Verdict, wait_ready
+from specmon.orchestration.runs.view import RunView, node_prefix
 from specmon.sources import timelimit
 
 

@@ -1,4 +1,4 @@
-"""Process entry of the load generator: `python -m specmon.loadgen`, started by specmon.orchestration.sweep.
+"""Process entry of the load generator: `python -m specmon.loadgen`, started by specmon.orchestration.measure.sweep.
 
 It reads a ChildSpec on stdin and writes its messages on stdout (specmon.loadgen.protocol says which, and is the
 only reader and writer of those lines). After the spec stdin stays open; end-of-file (the parent went away) or

@@ -36,7 +36,7 @@ from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
 from specmon.model.server.serving import ServingUpdate, sweep_live_line
 from specmon.model.sweeps.sweepstats import SweepProgress
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs.view import RunView
 from specmon.ui import keys, messages
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import left_running_note, transitions

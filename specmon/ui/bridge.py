@@ -30,19 +30,19 @@ from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
 from specmon.model.sweeps.sweepstats import SweepProgress
-from specmon.orchestration.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
-from specmon.orchestration.experiment import (
+from specmon.orchestration.inspect.environment import diff_targets, env_report, gpu_transport
+from specmon.orchestration.inspect.serving import ServingWatcher
+from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
+from specmon.orchestration.measure.experiment import (
     ExperimentLevel,
     ExperimentProgress,
     ExperimentStep,
     ExperimentUpdate,
     run_experiment,
 )
-from specmon.orchestration.inspection import diff_targets, env_report, gpu_transport
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.serving import ServingWatcher
-from specmon.orchestration.sweep import SweepNotice, WorkloadOverrides, workload_from
+from specmon.orchestration.measure.sweep import SweepNotice, WorkloadOverrides, workload_from
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.gpu import GpuProbe
 from specmon.sources.resultfiles import read_any_results
 from specmon.sources.transport import Transport, TransportError

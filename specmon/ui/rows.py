@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from specmon.orchestration.runview import LogLine, RunView, node_prefix
+from specmon.orchestration.runs.view import LogLine, RunView, node_prefix
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ def row_from_view(view: RunView, now: float) -> ServerRow:
         failure = view.failure.text
     elif view.stalled and view.stall_reason:
         failure = view.stall_reason
-    phase = (view.phase or "").replace("_", " ") or None
+    phase = view.phase.label if view.phase else None
     return ServerRow(
         profile=view.profile,
         host=view.host,
@@ -120,7 +120,7 @@ def row_from_view(view: RunView, now: float) -> ServerRow:
         link_ok=view.link is None or view.link.up,
         nodes=tuple(
             NodeRow(rank=node.node_rank or 0, host=node.host, state=node.state, stalled=node.stalled,
-                    phase=(node.phase or "").replace("_", " ") or None,
+                    phase=node.phase.label if node.phase else None,
                     shards_done=node.shards[0] if node.shards else None,
                     shards_total=node.shards[1] if node.shards else None,
                     link=None if node.link is None or node.link.up else node.link.label(now))

@@ -4,7 +4,7 @@
     eta.words()                                      # "2/7 done · ETA 6 min 40 s"
 
 The runner supplies, for each profile, what its load is compared with before this experiment (its own past loads,
-else its grid base's, else its `expected_load_s`; see orchestration.experiment). A variant of a grid also counts
+else its grid base's, else its `expected_load_s`; see orchestration.measure.experiment). A variant of a grid also counts
 the loads of the variants measured so far in this experiment (they load the same model with other settings); the
 baseline and an A/B's profiles count only their own.
 
@@ -23,10 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from specmon.model.experiments.experiment import ExperimentState, Step
+from specmon.model.experiments.experiment import FINISHED, MEASURING, ExperimentState, ProfileStatus, Step
 from specmon.model.runs.slurm import duration
 
-FINISHED = ("done", "failed", "skipped")
 _LEVEL_C = re.compile(r"^C=(\d+):")   # a level step's detail starts with its concurrency
 
 
@@ -98,14 +97,14 @@ def experiment_eta(state: ExperimentState, now: float, history: Mapping[str, Seq
         recent = last.get(profile)
         since = None if recent is None or (t := _at(recent)) is None else max(0.0, now - t)
         total = 0.0
-        if status != "sweeping":
+        if status != ProfileStatus.SWEEPING:
             load = load_estimate(profile)
-            launching = status == "launching" and recent is not None and recent.step == "launch"
+            launching = status == ProfileStatus.LAUNCHING and recent is not None and recent.step == "launch"
             if load is None:   # counted apart: the sweeps' time is still worth showing
                 unknown_loads += 1
             else:
                 total += max(0.0, load - (since or 0.0)) if launching else load
-        in_level = status == "sweeping" and recent is not None and recent.step in ("level", "sweep", "adopt")
+        in_level = status == ProfileStatus.SWEEPING and recent is not None and recent.step in ("level", "sweep", "adopt")
         for c in spec.sweep.levels:
             runs = max(0, spec.repeats - done_levels.get((profile, c), 0))
             if not runs:
@@ -130,6 +129,6 @@ def experiment_eta(state: ExperimentState, now: float, history: Mapping[str, Seq
         host = str(state.setups.get(profile, {}).get("host", ""))
         by_host[host] = by_host.get(host, 0.0) + rest
     done = sum(1 for p in spec.profiles if state.profile(p).status in FINISHED)
-    current = next((p for p in spec.profiles if state.profile(p).status in ("launching", "sweeping")), None)
+    current = next((p for p in spec.profiles if state.profile(p).status in MEASURING), None)
     remaining = None if unknown else max(by_host.values(), default=0.0)
     return ExperimentEta(done, len(spec.profiles), remaining, current, 0 if unknown else unknown_loads)

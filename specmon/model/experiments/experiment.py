@@ -1,5 +1,5 @@
 """An experiment's state file: what was planned, every step taken, and which result files hold which pass (read
-here; written by specmon.orchestration.experiment: save_state, append_acceptance).
+here; written by specmon.orchestration.measure.experiment: save_state, append_acceptance).
 
 Layout of one experiment (a directory under the results directory, `experiments/NAME-UTCSTAMP/`)::
 
@@ -16,6 +16,7 @@ shows up as spread rather than as a difference between levels.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -33,7 +34,36 @@ SCHEMA_VERSION = 1
 STATE_FILE = "experiment.json"
 MAX_STATE_BYTES = 64 << 20      # a state of a thousand profiles and steps is well under 1 MiB
 ACCEPTANCE_FILE = "acceptance.jsonl"
-PROFILE_STATES = ("pending", "launching", "sweeping", "done", "failed", "skipped")
+
+
+class ProfileStatus(str, enum.Enum):
+    """Where one profile of an experiment stands. A `str` enum: the state file keeps the words it always did."""
+
+    PENDING = "pending"       # not started
+    LAUNCHING = "launching"   # its host cleared, its server launching or loading
+    SWEEPING = "sweeping"     # its server ready, its passes being measured
+    DONE = "done"             # every pass measured
+    FAILED = "failed"         # its server could not be made ready (retries spent, or on_failure = "abort")
+    SKIPPED = "skipped"       # given up on after a failure (on_failure = "skip")
+
+    def __str__(self) -> str:
+        return self.value
+
+
+MEASURING = frozenset({ProfileStatus.LAUNCHING, ProfileStatus.SWEEPING})     # the profile the experiment is on
+FINISHED = frozenset({ProfileStatus.DONE, ProfileStatus.FAILED, ProfileStatus.SKIPPED})   # nothing left to do
+NOT_MEASURED = frozenset({ProfileStatus.FAILED, ProfileStatus.SKIPPED})      # finished without its figures
+
+
+class ExperimentStatus(str, enum.Enum):
+    """Where an experiment stands: running (or killed while running: resumable), finished, aborted."""
+
+    RUNNING = "running"
+    FINISHED = "finished"
+    ABORTED = "aborted"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True)
@@ -72,7 +102,7 @@ class PassFile:
 class ProfileState:
     """Where one profile of the experiment stands."""
 
-    status: str = "pending"       # one of PROFILE_STATES
+    status: ProfileStatus = ProfileStatus.PENDING
     attempts: int = 0             # launches tried
     run_id: str | None = None     # the run serving the sweeps (adopted on resume while still ready)
     failure: str | None = None
@@ -86,11 +116,19 @@ class ProfileState:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> ProfileState:
         files = tuple(PassFile(int(f["pass"]), str(f["path"])) for f in d.get("files") or ())
-        status = str(d.get("status", "pending"))
-        if status not in PROFILE_STATES:
-            raise ValueError(f"unknown profile status {status!r}")
+        try:
+            status = ProfileStatus(str(d.get("status", "pending")))
+        except ValueError:
+            raise ValueError(f"unknown profile status {str(d.get('status'))!r}") from None
         discarded = tuple((str(f), int(c)) for f, c in d.get("discarded") or ())
         return cls(status, int(d.get("attempts") or 0), d.get("run_id"), d.get("failure"), files, discarded)
+
+
+def _experiment_status(value: object) -> ExperimentStatus:
+    try:
+        return ExperimentStatus(str(value))
+    except ValueError:
+        raise ValueError(f"unknown experiment status {str(value)!r}") from None
 
 
 def spec_to_dict(spec: ExperimentSpec) -> dict[str, Any]:
@@ -131,7 +169,7 @@ class ExperimentState:
     spec: ExperimentSpec
     created_at: str
     config_source: str = ""
-    status: str = "running"       # running | finished | aborted
+    status: ExperimentStatus = ExperimentStatus.RUNNING
     profiles: Mapping[str, ProfileState] = field(default_factory=dict)
     steps: tuple[Step, ...] = ()
     setups: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)   # profile -> host, server, command, env
@@ -142,7 +180,7 @@ class ExperimentState:
 
     @property
     def finished(self) -> bool:
-        return self.status in ("finished", "aborted")
+        return self.status != ExperimentStatus.RUNNING
 
     def profile(self, name: str) -> ProfileState:
         return self.profiles.get(name, ProfileState())
@@ -170,7 +208,7 @@ class ExperimentState:
             raise ValueError(f"not a specmon experiment state (schema {SCHEMA_VERSION})")
         return cls(
             directory=directory, spec=spec_from_dict(d["spec"]), created_at=str(d.get("created_at", "")),
-            config_source=str(d.get("config", "")), status=str(d.get("status", "running")),
+            config_source=str(d.get("config", "")), status=_experiment_status(d.get("status", "running")),
             profiles={str(k): ProfileState.from_dict(v) for k, v in (d.get("profiles") or {}).items()},
             steps=tuple(Step.from_dict(s) for s in d.get("steps") or ()),
             # Redacted again: a state written before the redaction rule covered every flag and URL.

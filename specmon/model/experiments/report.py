@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from specmon.model.experiments.bands import grid_rows, grid_verdict
-from specmon.model.experiments.experiment import ExperimentState
+from specmon.model.experiments.experiment import NOT_MEASURED, ExperimentState
 from specmon.model.experiments.verdict import ExperimentSummary, LevelSummary, ProfileSummary, crossover_bound
 from specmon.model.logs.clean import escape_controls
 from specmon.model.server.acceptance import LevelAcceptance
@@ -181,7 +181,7 @@ def summary_to_markdown(summary: ExperimentSummary, image: str | None = None,
                   f"started {state.created_at}, {state.status}.", ""]
         for profile in state.spec.profiles:
             ps = state.profile(profile)
-            if ps.status in ("failed", "skipped"):
+            if ps.status in NOT_MEASURED:
                 lines += [f"- **{_md(profile)} was not measured** ({ps.status} after {ps.attempts} launch "
                           f"attempt{'s' if ps.attempts != 1 else ''}): {_md(ps.failure)}"]
         lines.append("")

@@ -178,8 +178,11 @@ class NcclEnv:
 
 
 @dataclass(frozen=True, slots=True)
-class Failure:
-    """A failure: kind is one of FAILURE_KINDS; `line_no` is the line carrying the error message itself.
+class LoggedError:
+    """An error the server logged, as the parser finds it at one line: kind is one of FAILURE_KINDS; `line_no` is
+    the line carrying the error message itself. It is no run's failure yet: the run-state reducer weighs it
+    (model.runs.runstate) and a fatal, settled one becomes the run's `model.runs.failure.Failure`
+    (model.runs.verdicts.failure_of).
 
     `fatal`: the error ends the server for sure (a classified error, a fatal marker such as `Scheduler hit
     an exception`, or a traceback that such a marker opened); a plain traceback is not fatal: servers log
@@ -194,6 +197,11 @@ class Failure:
     provisional: bool = False
     line_no: int = 0
     context: tuple[str, ...] = ()
+
+    @property
+    def settled(self) -> bool:
+        """Fatal, and no later line will replace it: the run failed for this reason."""
+        return self.fatal and not self.provisional
 
 
 Event = (
@@ -211,13 +219,13 @@ Event = (
     | Ready
     | DecodeStats
     | NcclEnv
-    | Failure
+    | LoggedError
 )
 
 # What a log view highlights on a line that carried an event, strongest first (one highlight per line).
 HIGHLIGHTS: tuple[tuple[str, tuple[type, ...]], ...] = (
     ("ready", (Ready, HttpUp)),
-    ("error", (Failure,)),
+    ("error", (LoggedError,)),
     ("shard", (ShardProgress,)),
     ("kv", (KVCache,)),
 )

@@ -30,7 +30,7 @@ from collections import deque
 
 from specmon.model.logs import signals
 from specmon.model.logs.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
-from specmon.model.logs.events import Event, Failure, HttpUp, Line, Ready, ServerDetected, ShardProgress
+from specmon.model.logs.events import Event, HttpUp, Line, LoggedError, Ready, ServerDetected, ShardProgress
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports
@@ -396,7 +396,7 @@ class LogParser:
         return tuple(lines)
 
     def _fail(self, kind: str, message: str, fatal: bool, provisional: bool, line_no: int, piece: str) -> None:
-        self._out.append(Failure(kind, message, fatal, provisional, line_no, self._context(piece)))
+        self._out.append(LoggedError(kind, message, fatal, provisional, line_no, self._context(piece)))
 
     def _failure(self, msg: str, line_no: int, piece: str) -> bool:
         """Failure bookkeeping for one message; True when the message was a failure line."""

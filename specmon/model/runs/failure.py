@@ -1,11 +1,12 @@
-"""Why a run failed, in one shape: what the log parser found, what a run's record keeps and what front ends show.
+"""Why a run failed, the one failure type: what a run's record keeps and what front ends show.
 
-    Failure(kind, message, last_lines=(), line=0, fatal=True, provisional=False)
+    Failure(kind, message, last_lines=())
 
 `kind` is a log signature (events.FAILURE_KINDS: oom, nccl, port_in_use, model_not_found, exception), the run's
-end (`exited`, `lost`: the run status it led to) or Slurm's verdict (model.runs.slurm). `line`, `fatal` and
-`provisional` are the parser's (see runstate): a run's failure is always fatal and settled. JSON is made and read
-only at the file edge: `to_json` / `from_json` are the `failure` object of a run record file.
+end (`exited`, `lost`: the run status it led to) or Slurm's verdict (model.runs.slurm). What the log parser finds
+at one line is an `events.LoggedError` (with its line, fatal and provisional flags); a fatal, settled one becomes
+a run's Failure (model.runs.verdicts.failure_of). JSON is made and read only at the file edge: `to_json` /
+`from_json` are the `failure` object of a run record file.
 """
 
 from __future__ import annotations
@@ -20,9 +21,6 @@ class Failure:
     kind: str
     message: str
     last_lines: tuple[str, ...] = ()
-    line: int = 0              # the 1-based log line carrying the message (0: not a log line's verdict)
-    fatal: bool = True         # the error ends the server for sure (a plain traceback does not)
-    provisional: bool = False  # a header whose exception line is still to come and will replace it
 
     @property
     def text(self) -> str:

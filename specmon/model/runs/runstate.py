@@ -9,7 +9,7 @@ Phases, in launch order: launching -> loading_weights -> allocating_kv -> captur
 `Load weight end` after TP0 allocated its KV cache), and a draft model loads after the target's KV
 cache; going backwards would make the display flicker without telling the user anything.
 
-Failures (`model.runs.failure.Failure`, from `events.Failure`): the first fatal failure wins, except that a provisional one (a
+Failures (`events.LoggedError`, the parser's finding at one line): the first fatal one wins, except that a provisional one (a
 `Scheduler hit an exception: Traceback` header) is replaced by the exception line that follows it. A
 non-fatal failure (a plain traceback) sets phase "failed" only until the launch shows progress again,
 and is ignored once the server is ready (servers log tracebacks of single requests and keep serving).
@@ -27,6 +27,7 @@ only when the log holds the launch itself (an args dump), never for an excerpt o
 
 from __future__ import annotations
 
+import enum
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -34,9 +35,30 @@ from typing import Any
 
 from specmon.model.logs import events as ev
 from specmon.model.logs.logparse import LogParser
-from specmon.model.runs.failure import Failure
 
-PHASES = ("launching", "loading_weights", "allocating_kv", "capturing_graphs", "warming_up", "ready", "failed")
+
+class LogPhase(str, enum.Enum):
+    """Where the launch log says the server is (see the module docstring). A `str` enum: a member equals its word
+    and JSON writes it as one. `ready` is the log's word only: the run is READY once a completion is answered too."""
+
+    LAUNCHING = "launching"
+    LOADING_WEIGHTS = "loading_weights"
+    ALLOCATING_KV = "allocating_kv"
+    CAPTURING_GRAPHS = "capturing_graphs"
+    WARMING_UP = "warming_up"
+    READY = "ready"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def label(self) -> str:
+        """As people read it: `loading weights`."""
+        return self.value.replace("_", " ")
+
+
+PHASES = tuple(LogPhase)
 _PROGRESS_ORDER = {p: i for i, p in enumerate(PHASES[:-1])}
 SHARD_RATE_ALPHA = 0.3  # weight of the newest sample in the smoothed shard rate
 LAST_LINES = 20
@@ -47,7 +69,7 @@ class RunState:
     """Everything the log told so far about one server launch. Times are the caller's monotonic clock."""
 
     server: str | None = None
-    phase: str = "launching"
+    phase: LogPhase = LogPhase.LAUNCHING
     shards_done: int | None = None
     shards_total: int | None = None
     shard_rate: float | None = None  # smoothed shards/s
@@ -58,7 +80,7 @@ class RunState:
     speculative_algorithm: str | None = None
     speculative_num_steps: int | None = None
     ready: bool = False
-    failure: Failure | None = None
+    failure: ev.LoggedError | None = None   # the error the log shows (see Failures above); a run's failure: verdicts.failure_of
     started_at: float | None = None
     last_activity: float | None = None
     ready_at: float | None = None
@@ -72,7 +94,7 @@ class RunState:
     nccl_env: tuple[tuple[str, str], ...] = ()
     last_lines: tuple[str, ...] = ()  # last ~20 cleaned lines; frozen at a fatal failure (its context)
     # extras
-    progress_phase: str = "launching"  # furthest launch phase reached, whatever the failure state
+    progress_phase: LogPhase = LogPhase.LAUNCHING  # furthest launch phase reached, whatever the failure state
     port: int | None = None
     kv_cache_dtype: str | None = None
     kv_cache_gb: float | None = None
@@ -98,7 +120,7 @@ def _evolve(state: RunState, **changes: Any) -> RunState:
     return new
 
 
-def _advance(state: RunState, phase: str) -> dict[str, Any]:
+def _advance(state: RunState, phase: LogPhase) -> dict[str, Any]:
     """Changes that move the progress phase forward to `phase` (never back) and drop a non-fatal failure."""
     changes: dict[str, Any] = {}
     progress = state.progress_phase
@@ -117,7 +139,7 @@ def _advance(state: RunState, phase: str) -> dict[str, Any]:
 def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None) -> RunState:
     if state.ready:
         return state
-    changes = _advance(state, "ready")
+    changes = _advance(state, LogPhase.READY)
     load = None
     if state.started_at is not None:
         load = max(0.0, now - state.started_at)
@@ -126,9 +148,9 @@ def _ready(state: RunState, now: float, evidence: str, log_elapsed: float | None
     return _evolve(state, ready=True, ready_at=now, ready_evidence=evidence, load_seconds=load, **changes)
 
 
-def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
+def _merge_failure(state: RunState, f: ev.LoggedError) -> RunState:
     cur = state.failure
-    new = Failure(f.kind, f.message, line=f.line_no, fatal=f.fatal, provisional=f.provisional)
+    new = replace(f, context=())   # the context lives on in last_lines
     if cur is None:
         if state.ready and not f.fatal:
             return state
@@ -141,7 +163,7 @@ def _merge_failure(state: RunState, f: ev.Failure) -> RunState:
         take = not cur.fatal and f.fatal
     if not take:
         return state
-    return _evolve(state, failure=new, phase="failed", last_lines=f.context[-LAST_LINES:] or state.last_lines)
+    return _evolve(state, failure=new, phase=LogPhase.FAILED, last_lines=f.context[-LAST_LINES:] or state.last_lines)
 
 
 def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
@@ -150,7 +172,7 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
     if type(event) is ev.ShardProgress:
         done, total = event.done, event.total
         cur_done, cur_total = state.shards_done, state.shards_total
-        changes = _advance(state, "loading_weights")
+        changes = _advance(state, LogPhase.LOADING_WEIGHTS)
         rate = event.rate_per_s
         if rate is None and cur_done is not None and state.shards_seen_at is not None and now > state.shards_seen_at \
                 and cur_total == total and done > cur_done:
@@ -182,7 +204,7 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
             return state
         env[event.name] = event.value
         return _evolve(state, nccl_env=tuple(env.items()))
-    if type(event) is ev.Failure:
+    if type(event) is ev.LoggedError:
         return _merge_failure(state, event)
     if type(event) is ev.ServerDetected:
         return state if state.server == event.server else _evolve(state, server=event.server)
@@ -196,29 +218,29 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
                 changes[name] = arg
         return _evolve(state, **changes)
     if type(event) is ev.LoadStarted:
-        return _evolve(state, **_advance(state, "loading_weights"))
+        return _evolve(state, **_advance(state, LogPhase.LOADING_WEIGHTS))
     if type(event) is ev.WeightsLoaded:
-        changes = _advance(state, "loading_weights")
+        changes = _advance(state, LogPhase.LOADING_WEIGHTS)
         if event.mem_gb is not None and state.weights_gb is None:
             changes["weights_gb"] = event.mem_gb
         return _evolve(state, **changes)
     if type(event) is ev.KVCache:
-        changes = _advance(state, "allocating_kv")
+        changes = _advance(state, LogPhase.ALLOCATING_KV)
         for name, found in (("kv_cache_tokens", event.tokens), ("kv_cache_dtype", event.dtype),
                             ("kv_cache_gb", event.mem_gb), ("kv_cache_blocks", event.blocks)):
             if found is not None and getattr(state, name) is None:  # the first value is the pool's size
                 changes[name] = found
         return _evolve(state, **changes)
     if type(event) is ev.GraphCapture:
-        changes = _advance(state, "capturing_graphs")
+        changes = _advance(state, LogPhase.CAPTURING_GRAPHS)
         if event.stage == "progress" and event.total:
             changes["graphs_done"], changes["graphs_total"] = event.done, event.total
         return _evolve(state, **changes)
     if type(event) is ev.WarmUp:
-        return _evolve(state, **_advance(state, "warming_up"))
+        return _evolve(state, **_advance(state, LogPhase.WARMING_UP))
     if type(event) is ev.HttpUp:
         if state.server == "sglang":
-            return _evolve(state, **_advance(state, "warming_up"))
+            return _evolve(state, **_advance(state, LogPhase.WARMING_UP))
         return _ready(state, now, "startup_complete", event.log_elapsed)
     if type(event) is ev.Ready:
         return _ready(state, now, "ready_line", event.log_elapsed)
@@ -228,7 +250,7 @@ def reduce(state: RunState, event: ev.Event, now: float) -> RunState:
         if state.server == "sglang":
             if event.path.startswith("/v1/") and 200 <= event.status < 300:
                 return _ready(state, now, "serving", None)
-            return _evolve(state, **_advance(state, "warming_up"))
+            return _evolve(state, **_advance(state, LogPhase.WARMING_UP))
         return _ready(state, now, "serving", None)
     return state
 
@@ -249,7 +271,7 @@ def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] 
     `f * shards + (1 - f) * history` with `f = done / total`, since tqdm's rate firms up as shards finish
     while history knows about the phases after loading. After weight loading only history can answer.
     """
-    if state.ready or state.phase == "failed":
+    if state.ready or state.phase == LogPhase.FAILED:
         return 0.0 if state.ready else None
     history: float | None = None
     typical = typical_load_s(past_load_seconds)
@@ -257,7 +279,7 @@ def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] 
         history = max(0.0, typical - (now - state.started_at))
     shards: float | None = None
     fraction = 0.0
-    if (state.progress_phase in ("launching", "loading_weights") and state.shards_total and state.shard_rate
+    if (state.progress_phase in (LogPhase.LAUNCHING, LogPhase.LOADING_WEIGHTS) and state.shards_total and state.shard_rate
             and state.shards_done is not None):
         shards = max(0, state.shards_total - state.shards_done) / state.shard_rate
         fraction = state.shards_done / state.shards_total
@@ -341,7 +363,7 @@ def summary(state: RunState) -> dict[str, Any]:
                    if state.shards_total is not None else None),
         "kv_cache_tokens": state.kv_cache_tokens,
         "ready": state.ready,
-        "failure": ({"kind": failure.kind, "line": failure.line, "message": failure.message}
+        "failure": ({"kind": failure.kind, "line": failure.line_no, "message": failure.message}
                     if failure is not None else None),
         "spec_accept_len": state.spec_accept_len,
         "load_seconds": state.load_seconds,

@@ -1,9 +1,22 @@
-"""A run's lifecycle status, defined once: the values, and the sets of them callers ask about.
+"""A run's lifecycle status, defined once: the values, the verdicts that lead to them, and the sets callers ask about.
 
     launching -> loading -> ready -> stopping -> stopped
-    launching | loading -> failed          a fatal log signature, or the process ended before ready
-    ready -> exited                        the process ended on its own after it had been ready
-    any active -> lost                     gone without an exit code, PID reused, or the host rebooted
+    launching | loading -> failed
+    ready -> exited
+    any active -> lost
+
+This is the one description of the run verdicts (the watcher, the reconciler, Slurm jobs and multi-node runs
+all reach them by these rules):
+    ready    the server's ready signal in its log (for server = "other": /health answered 200) AND one real
+             completion (max_tokens 1) answered
+    failed   a fatal log signature, or the process ended before ready (its exit code recorded, an unasked 0
+             included), or Slurm ended the job before ready
+    exited   the process ended on its own after it had been ready
+    stopped  the process ended after a stop request
+    lost     the wrapper is gone without an exit code (killed), its pid was reused, or the host rebooted
+A multi-node run is ready with its rank 0 and failed when any node failed, was lost or exited
+(`model.runs.multinode.overall`). `stalled` is no status but a warning flag on a loading run: no log bytes for
+the stall time; the next byte clears it.
 
 `RunStatus` is a `str` enum: a member equals its string and JSON writes it as one, so record files, `status
 --json` and `SPECMON_STATE` keep the words older specmon wrote and read.

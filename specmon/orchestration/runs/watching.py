@@ -1,8 +1,8 @@
-"""The watchers: one RunController per watched run (a NodesWatcher for a multi-node run), shared by every reader
+"""WatchedRuns, the runs this process watches: one RunWatcher per run (a NodesWatcher for a multi-node run), shared by every reader
 in this process, and what front ends read through them: live views (`view`, `runs`, `subscribe`, `watch`), log
 lines (`log_lines`, whose shown offsets a later process resumes after) and the URL clients use.
 
-A run's record is checked against its host (`RunChecker.reconcile`) before its watcher starts. The profile's
+A run's record is checked against its host (`Reconciler.reconcile`) before its watcher starts. The profile's
 notify_cmd runs from here, on the watchers' verdicts."""
 
 from __future__ import annotations
@@ -13,28 +13,28 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from specmon.errors import UserError
-from specmon.orchestration import multinode
-from specmon.orchestration.checking import RunChecker
-from specmon.orchestration.controller import RunController, Watcher, WatchTimings, client_url, run_notify
-from specmon.orchestration.hosts import Hosts
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import RunRecord, host_url
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.model.runs.record import RunRecord, host_url
+from specmon.orchestration.runs import multinode
+from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.reconciler import Reconciler
+from specmon.orchestration.runs.view import LogLine, RunView
+from specmon.orchestration.runs.watcher import RunWatcher, Watcher, WatchTimings, client_url, run_notify
 from specmon.sources.transport import TransportError
 
 log = logging.getLogger(__name__)
 COMMIT_EVERY_S = 1.0   # a log reader's shown offset is saved at least this often
 
 
-class Watchers:
+class WatchedRuns:
     """The runs this process watches, by run id, and their readers."""
 
-    def __init__(self, index: RunIndex, hosts: Hosts, checker: RunChecker, controllers: dict[str, Watcher],
+    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler, watched: dict[str, Watcher],
                  timings: WatchTimings) -> None:
         self.index = index
         self.hosts = hosts
-        self.checker = checker
-        self.controllers = controllers   # by run id: RunControllers, and multi-node runs' watchers
+        self.reconciler = reconciler
+        self.watched = watched   # by run id: RunWatchers, and multi-node runs' watchers
         self.timings = timings
         self._attaching: dict[str, asyncio.Future[Watcher]] = {}
         self._subscribers: list[Callable[[RunView], None]] = []
@@ -49,15 +49,15 @@ class Watchers:
                 continue   # a node: its view is part of its multi-node run's
             if not (all_configs or self.index.mine(record)):
                 continue
-            controller = self.controllers.get(record.run_id)
-            views.append(controller.view() if controller else self.index.static_view(record))
+            watcher = self.watched.get(record.run_id)
+            views.append(watcher.view() if watcher else self.index.static_view(record))
         return views
 
     def view(self, run_id: str) -> RunView:
         """The current view of one run (live if watched)."""
-        controller = self.controllers.get(run_id)
-        if controller is not None:
-            return controller.view()
+        watcher = self.watched.get(run_id)
+        if watcher is not None:
+            return watcher.view()
         record = self.index.store.load(run_id)
         if record is None:
             raise UserError(f"unknown run {run_id!r}")
@@ -72,8 +72,8 @@ class Watchers:
         """
         profile = self.index.config.profile(profile_name)
         live = [r for r in self.index.store.all() if r.profile == profile_name and not r.terminal]
-        if live and live[-1].run_id in self.controllers:
-            return self.controllers[live[-1].run_id].view().url
+        if live and live[-1].run_id in self.watched:
+            return self.watched[live[-1].run_id].view().url
         host, recorded, port, addr = ((live[-1].host, live[-1].url, live[-1].port, live[-1].server_addr) if live else
                                       (profile.host, profile.url or host_url(profile.port), profile.port, None))
         try:
@@ -96,11 +96,11 @@ class Watchers:
 
         unsubscribe = self.subscribe(on_view)
         try:
-            controller = await self._attach(run_id)
-            yield controller.view()
+            watcher = await self._attach(run_id)
+            yield watcher.view()
             while True:
                 get = asyncio.ensure_future(queue.get())
-                done_wait = asyncio.ensure_future(controller.finished.wait())
+                done_wait = asyncio.ensure_future(watcher.finished.wait())
                 try:
                     await asyncio.wait({get, done_wait}, return_when=asyncio.FIRST_COMPLETED)
                 finally:
@@ -112,7 +112,7 @@ class Watchers:
                 else:
                     while not queue.empty():
                         yield queue.get_nowait()
-                    yield controller.view()
+                    yield watcher.view()
                     return
         finally:
             unsubscribe()
@@ -127,14 +127,14 @@ class Watchers:
         showed: what a display wants, never a resuming consumer. `backlog`: lines this process read before
         the call.
         """
-        controller = await self._attach(run_id)
-        queue = controller.add_reader(backlog, history=not commit if history is None else history)
+        watcher = await self._attach(run_id)
+        queue = watcher.add_reader(backlog, history=not commit if history is None else history)
         shown: dict[int | None, int] = {}   # per log (a multi-node run's lines carry their node)
         saved_at = time.monotonic()
 
         def save() -> None:
             for node, end in shown.items():
-                controller.commit_offset(end, node)
+                watcher.commit_offset(end, node)
 
         try:
             while True:
@@ -148,7 +148,7 @@ class Watchers:
                 if line.kind == "line":
                     shown[line.node] = line.end
         finally:
-            controller.remove_reader(queue)
+            watcher.remove_reader(queue)
             if commit:
                 save()
 
@@ -157,46 +157,46 @@ class Watchers:
         return (await self._attach(run_id, stall_timeout_s)).view()
 
     async def _attach(self, run_id: str, stall_timeout_s: float | None = None) -> Watcher:
-        controller = self.controllers.get(run_id)
-        if controller is None:
-            # Concurrent callers (a view and a log pane) share one controller being set up.
+        watcher = self.watched.get(run_id)
+        if watcher is None:
+            # Concurrent callers (a view and a log pane) share one watcher being set up.
             pending = self._attaching.get(run_id)
             if pending is None:
-                pending = asyncio.ensure_future(self._new_controller(run_id))
+                pending = asyncio.ensure_future(self._new_watcher(run_id))
                 self._attaching[run_id] = pending
                 pending.add_done_callback(lambda _: self._attaching.pop(run_id, None))
-            controller = await asyncio.shield(pending)
+            watcher = await asyncio.shield(pending)
         if stall_timeout_s is not None:
-            controller.stall_timeout_s = stall_timeout_s
-        return controller
+            watcher.stall_timeout_s = stall_timeout_s
+        return watcher
 
-    async def _new_controller(self, run_id: str) -> Watcher:
+    async def _new_watcher(self, run_id: str) -> Watcher:
         record = self.index.store.load(run_id)
         if record is None:
             raise UserError(f"unknown run {run_id!r}")
         if record.group is not None:   # a node is watched with its multi-node run
             await self._attach(record.group)
-            return self.controllers[run_id]
+            return self.watched[run_id]
         nodes = self.index.node_records(record)
         if nodes:
             return await self._watch_nodes(record, nodes)
-        return await self._start_controller(record, self._on_view)
+        return await self._start_watcher(record, self._on_view)
 
-    async def _start_controller(self, record: RunRecord, on_view: Callable[[RunView], None]) -> RunController:
+    async def _start_watcher(self, record: RunRecord, on_view: Callable[[RunView], None]) -> RunWatcher:
         if not record.terminal:
-            record = await self.checker.reconcile(record)
-        controller = RunController(record, self.hosts.ops(record.host), self.index.store, on_view=on_view,
+            record = await self.reconciler.reconcile(record)
+        watcher = RunWatcher(record, self.hosts.ops(record.host), self.index.store, on_view=on_view,
                                    notify=self._notify, timings=self.timings,
                                    on_state_error=self.index.state_error)
-        self.controllers[record.run_id] = controller
-        await controller.start()
-        return controller
+        self.watched[record.run_id] = watcher
+        await watcher.start()
+        return watcher
 
     async def _watch_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> Watcher:
         watcher = multinode.NodesWatcher(record, self.index.store, publish=self._on_view, notify=self._notify)
-        self.controllers[record.run_id] = watcher
-        controllers = await asyncio.gather(*(self._start_controller(node, watcher.on_node_view) for node in nodes))
-        watcher.start(controllers)
+        self.watched[record.run_id] = watcher
+        node_watchers = await asyncio.gather(*(self._start_watcher(node, watcher.on_node_view) for node in nodes))
+        watcher.start(node_watchers)
         return watcher
 
     def _own(self, task: asyncio.Task[None]) -> None:
@@ -221,9 +221,9 @@ class Watchers:
 
     async def close(self) -> None:
         """Cancel every watcher and notify_cmd task. Servers keep running."""
-        for controller in list(self.controllers.values()):
-            await controller.close()
-        self.controllers.clear()
+        for watcher in list(self.watched.values()):
+            await watcher.close()
+        self.watched.clear()
         tasks = list(self._side_tasks)
         if tasks:   # let a just-started notify_cmd finish (briefly) before cancelling it
             await asyncio.wait(tasks, timeout=5.0)

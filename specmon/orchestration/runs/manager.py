@@ -34,49 +34,53 @@ this manager's config file (`manager.config_key`), and queries list only those u
 always works. Port conflicts are checked host-wide whatever file launched the run.
     await manager.close()                                   cancels every task; never stops a server
 
-RunView.state: a RunStatus (model.runs.runstatus: launching ... lost, and its sets STARTING, ACTIVE, TERMINAL ...), plus the `stalled`
-warning flag (with stall_reason); failure = Failure(kind, message, last_lines); run_state = the parser's
-RunState. A verdict needs: ready = the log's ready signal (server "other": /health 200) and one completion
-answered; failed = a fatal log signature, or the process ended before ready (an unasked exit 0 included);
-exited = it ended on its own after ready; lost = gone without an exit code, PID reused, or host rebooted.
+RunView.state: a RunStatus (its values, sets and the verdicts that lead to each are described once, in
+model.runs.runstatus), plus the `stalled` warning flag (with stall_reason); failure = Failure(kind, message,
+last_lines); run_state = the parser's RunState.
 
 Every host operation goes through a Transport (shell commands), so SSH hosts need only a transport_factory.
 Times in views are epoch seconds (wall clock), shared by every specmon process; durations use monotonic time.
 
-RunManager is the one door; the work is done in rooms of their own, each with the parts it needs:
-    runindex.RunIndex       the runs known here (the run store), by profiles file; finding one; unwatched views
-    hosts.Hosts             one HostOps (one transport) per host
-    checking.RunChecker     bringing unwatched runs' records up to date with their hosts (reconcile, refresh)
-    watchers.Watchers       the watched runs: live views, subscribers, log lines, notify_cmd
-    launching.Launcher      preflight, launch locks and the start of a single-node run
-    stopper.Stopper         the stop of a single-node run and its recorded verdict
-    adoption.Adopter        runs found on a host that the index does not know
-    multinode               multi-node runs, through the narrow NodeRuns protocol this class satisfies
+RunManager is the one door; the work is done in rooms of their own (modules of this package), each with the
+parts it needs:
+    index.RunIndex            the runs known here (the run store), by profiles file; finding one; unwatched views
+    hostpool.HostPool         one HostOps (one transport, so one SSH connection) per host name
+    reconciler.Reconciler     bringing unwatched runs' records up to date with their hosts (reconcile, refresh)
+    watching.WatchedRuns      the watched runs (one watcher.RunWatcher each): live views, subscribers, log lines,
+                              notify_cmd
+    launcher.Launcher         preflight, launch locks and the start of a single-node run
+    stopper.Stopper           the stop verb of a single-node run and its recorded verdict (terminate.terminate
+                              ends the processes)
+    adoption.Adopter          runs found on a host that the index does not know
+    multinode, slurmjobs      multi-node runs and Slurm jobs, through the narrow NodeRuns protocol, which
+                              NodeRooms satisfies from the rooms directly (RunManager keeps only the verbs its
+                              front ends use)
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import Config, Profile
+from specmon.model.runs.record import NodeSeat, RunRecord
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration import multinode, slurmjobs
-from specmon.orchestration.adoption import Adopter, HostRun
-from specmon.orchestration.checking import PROCESS_POLL_S, RunChecker
-from specmon.orchestration.controller import Watcher, WatchTimings
-from specmon.orchestration.hosts import Hosts, TransportFactory, default_transport
-from specmon.orchestration.launching import Launcher
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, Unreadable
-from specmon.orchestration.runview import LogLine, RunView, StopReport
-from specmon.orchestration.stopper import Stopper
-from specmon.orchestration.stopping import StopTimings
-from specmon.orchestration.watchers import Watchers
+from specmon.orchestration.runs import multinode, slurmjobs
+from specmon.orchestration.runs.adoption import Adopter, HostRun
+from specmon.orchestration.runs.hostpool import HostPool, TransportFactory, default_transport
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.launcher import Launcher
+from specmon.orchestration.runs.reconciler import PROCESS_POLL_S, Reconciler
+from specmon.orchestration.runs.stopper import Stopper
+from specmon.orchestration.runs.store import RunStore, Unreadable
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import LogLine, RunView, StopReport
+from specmon.orchestration.runs.watcher import Watcher, WatchTimings
+from specmon.orchestration.runs.watching import WatchedRuns
 from specmon.sources.host import HostOps
 
 
@@ -94,13 +98,14 @@ class RunManager:
     ) -> None:
         self.config = config
         self._index = RunIndex(config, state_dir)
-        self._hosts = Hosts(transport_factory or functools.partial(default_transport, ssh=config.ssh))
+        self._hosts = HostPool(transport_factory or functools.partial(default_transport, ssh=config.ssh))
         watched: dict[str, Watcher] = {}
-        self._checker = RunChecker(self._index, self._hosts, watched)
-        self._watchers = Watchers(self._index, self._hosts, self._checker, watched, watch_timings)
-        self._stopper = Stopper(self._index, self._hosts, self._checker, watched, stop_timings)
-        self._launcher = Launcher(self._index, self._hosts, self._checker, lambda: self._stopper.timings)
-        self._adopter = Adopter(self._index, self._hosts, self._checker)
+        self._reconciler = Reconciler(self._index, self._hosts, watched)
+        self._watchers = WatchedRuns(self._index, self._hosts, self._reconciler, watched, watch_timings)
+        self._stopper = Stopper(self._index, self._hosts, self._reconciler, watched, stop_timings)
+        self._launcher = Launcher(self._index, self._hosts, self._reconciler, lambda: self._stopper.timings)
+        self._adopter = Adopter(self._index, self._hosts, self._reconciler)
+        self._nodes = NodeRooms(self._index, self._hosts, self._launcher, self._watchers, self.stop)
         self.watch_timings = watch_timings
         self.config_key = self._index.config_key
 
@@ -117,7 +122,7 @@ class RunManager:
     @property
     def unanswered(self) -> dict[str, str]:
         """host -> why it did not answer `refresh()` (its runs keep their last recorded state)."""
-        return self._checker.unanswered
+        return self._reconciler.unanswered
 
     @property
     def stop_timings(self) -> StopTimings:
@@ -184,10 +189,10 @@ class RunManager:
         return await self._watchers.attach(run_id, stall_timeout_s=stall_timeout_s)
 
     async def process_ended(self, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
-        await self._checker.process_ended(record, poll_s)
+        await self._reconciler.process_ended(record, poll_s)
 
     async def refresh(self, all_configs: bool = False) -> list[RunView]:
-        return await self._checker.refresh(all_configs)
+        return await self._reconciler.refresh(all_configs)
 
     async def log_state(self, run_id: str) -> RunState:
         """What a run's log says (its last part, parsed): for a run that ended before this process watched it, read
@@ -195,7 +200,7 @@ class RunManager:
         record = self.store.load(run_id)
         if record is None:
             raise UserError(f"no run {run_id}")
-        return (await self._checker.replay(record))[0]
+        return (await self._reconciler.replay(record))[0]
 
     # ---- runs found on a host ----------------------------------------------------------------------------
     async def host_runs(self, host: str) -> list[HostRun]:
@@ -205,27 +210,14 @@ class RunManager:
         return await self._adopter.adopt(host, run_id)
 
     # ---- launch / stop / restart -------------------------------------------------------------------------
-    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
-        await self._launcher.preflight(profile, ops, host)
-
-    def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AbstractAsyncContextManager[None]:
-        return self._launcher.launch_locks(profile, hosts)
-
-    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
-                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord:
-        return await self._launcher.start_run(profile, host, run_id, argv, submit=submit, node=node)
-
-    async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
-        await self._launcher.unmake(ops, record, made)
-
     async def launch(self, profile_name: str, *, watch: bool = True) -> RunView:
         """Start a run of the profile (every node of a multi-node one), detached from specmon; see
         `Launcher.launch`. With `watch`, it is watched from here on."""
         profile = self.config.profile(profile_name)
         if profile.hosts:
-            return await multinode.launch(self, profile, watch=watch)
+            return await multinode.launch(self._nodes, profile, watch=watch)
         if profile.slurm is not None and (profile.slurm.nodes or 1) > 1:
-            return await slurmjobs.launch_nodes(self, profile, watch=watch)
+            return await slurmjobs.launch_nodes(self._nodes, profile, watch=watch)
         record = await self._launcher.launch(profile)
         if watch:
             return await self.attach(record.run_id)
@@ -235,7 +227,7 @@ class RunManager:
         """Stop a run (by id, or the latest run of a profile); waits for its port and GPUs to be free."""
         record = self.find(target)
         if record.nodes:
-            return await multinode.stop(self, record, force)
+            return await multinode.stop(self._nodes, record, force)
         return await self._stopper.stop(record, force)
 
     async def restart(self, profile_name: str,
@@ -258,3 +250,49 @@ class RunManager:
         """Cancel every task this manager started and close its connections. Servers keep running."""
         await self._watchers.close()
         await self._hosts.close()
+
+
+class NodeRooms:
+    """The rooms as multi-node runs and Slurm jobs use them (multinode.NodeRuns): the store, each host's operations
+    and launch lock, the launcher's single-node verbs, and watching and stopping each node run."""
+
+    def __init__(self, index: RunIndex, hosts: HostPool, launcher: Launcher, watching: WatchedRuns,
+                 stop: Callable[[str, bool], Awaitable[StopReport]]) -> None:
+        self._index = index
+        self._hosts = hosts
+        self._launcher = launcher
+        self._watching = watching
+        self._stop = stop
+
+    @property
+    def store(self) -> RunStore:
+        return self._index.store
+
+    @property
+    def config_key(self) -> str:
+        return self._index.config_key
+
+    def ops(self, host: str) -> HostOps:
+        return self._hosts.ops(host)
+
+    def launch_locks(self, profile: Profile, hosts: Sequence[str]) -> AbstractAsyncContextManager[None]:
+        return self._launcher.launch_locks(profile, hosts)
+
+    async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
+        await self._launcher.preflight(profile, ops, host)
+
+    async def start_run(self, profile: Profile, host: str, run_id: str, argv: tuple[str, ...], *,
+                        submit: bool = True, node: NodeSeat | None = None) -> RunRecord:
+        return await self._launcher.start_run(profile, host, run_id, argv, submit=submit, node=node)
+
+    async def unmake(self, ops: HostOps, record: RunRecord, made: bool) -> None:
+        await self._launcher.unmake(ops, record, made)
+
+    async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
+        return await self._watching.attach(run_id, stall_timeout_s=stall_timeout_s)
+
+    def view(self, run_id: str) -> RunView:
+        return self._watching.view(run_id)
+
+    async def stop(self, target: str, force: bool = False) -> StopReport:
+        return await self._stop(target, force)

@@ -1,4 +1,5 @@
-"""Stopping a run: SIGTERM to the group, grace period, SIGKILL, sweep by session id and marker, then gates.
+"""Terminating a run's processes (`terminate`, the work under `Stopper.stop`): SIGTERM to the group, grace period,
+SIGKILL, sweep by session id and marker, then gates.
 
 Processes are found by the run's session id (the wrapper's pid, when its start time still matches) and by the
 `SPECMON_RUN_ID=<run_id>` marker in /proc/*/environ: never by name. The gates wait until the port has no
@@ -12,8 +13,8 @@ import shlex
 import time
 from dataclasses import dataclass
 
-from specmon.orchestration.runstore import RunRecord
-from specmon.orchestration.runview import StopReport
+from specmon.model.runs.record import RunRecord
+from specmon.orchestration.runs.view import StopReport
 from specmon.sources.host import HostOps
 
 
@@ -39,7 +40,7 @@ async def _session_id(ops: HostOps, record: RunRecord) -> int | None:
     return record.pid if await ops.owns(record.pid, record.run_id) else None
 
 
-async def stop_run(ops: HostOps, record: RunRecord, *, force: bool, timings: StopTimings) -> StopReport:
+async def terminate(ops: HostOps, record: RunRecord, *, force: bool, timings: StopTimings) -> StopReport:
     """Stop every process of `record`'s run and wait for its port and GPUs to be released."""
     t0 = time.monotonic()
     await ops.sh(f"umask 077; : > {shlex.quote(record.run_dir + '/stop_requested')} 2>/dev/null; true")

@@ -31,11 +31,11 @@ from specmon.model.hosts.env import (
     key_launch_args,
 )
 from specmon.model.hosts.gpu import GpuBoard, SmiInventory
+from specmon.model.runs.record import RunRecord
 from specmon.model.text.secrets import redact_env
 from specmon.model.text.textfile import loads
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runstore import RunRecord
-from specmon.orchestration.slurmjobs import job_transport
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.slurmjobs import job_transport
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
 from specmon.sources.host import RUN_ID

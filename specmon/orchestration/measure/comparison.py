@@ -6,7 +6,7 @@
 Each run is swept in the order given (never two at once: they would share the GPU or the client's CPU), against
 the URL its run owns, into `results_dir/<profile>-<UTC time>.jsonl`. `on_update` gets one stream of typed
 updates, in the caller's event loop: per profile SweepStarted, then SweepUpdated with every SweepUpdate (see
-orchestration.sweep; an exception raised for one of these is logged and ignored), then SweepFinished with its
+orchestration.measure.sweep; an exception raised for one of these is logged and ignored), then SweepFinished with its
 result. Cancelling the awaiting task stops the sweep in progress; finished levels stay on disk.
 """
 
@@ -19,8 +19,8 @@ from pathlib import Path
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.compare import Comparison, compare_results
 from specmon.model.sweeps.results import SweepResult
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.runs.view import RunView
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,12 @@ from pathlib import Path
 
 from specmon.errors import UserError
 from specmon.model.config import BUILTIN_SOURCE, Config
+from specmon.model.runs.record import Edit, RunRecord
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration import multinode
-from specmon.orchestration.controller import node_url
-from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, Unreadable
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs import multinode
+from specmon.orchestration.runs.store import RunStore, StateWriteError, Unreadable
+from specmon.orchestration.runs.view import RunView
+from specmon.orchestration.runs.watcher import node_url
 from specmon.sources.host import RUN_ID
 
 

@@ -15,14 +15,15 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import Profile
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import NodeSeat, RunRecord, host_url, iso_utc
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import MASTER_ADDR_VAR
-from specmon.orchestration import slurmjobs
-from specmon.orchestration.checking import PID_WAIT_S, RunChecker
-from specmon.orchestration.hosts import Hosts
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import NodeSeat, RunRecord, StateWriteError, host_url, iso_utc, new_run_id
-from specmon.orchestration.stopping import StopTimings, stop_run
+from specmon.orchestration.runs import slurmjobs
+from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.reconciler import PID_WAIT_S, Reconciler
+from specmon.orchestration.runs.store import StateWriteError, new_run_id
+from specmon.orchestration.runs.terminate import StopTimings, terminate
 from specmon.sources.host import HostOps, check_env, wrapper_script
 from specmon.sources.transport import TransportError
 
@@ -40,11 +41,11 @@ def check_profile(profile: Profile) -> None:
 class Launcher:
     """Preflights and starts runs, one host's launch lock at a time."""
 
-    def __init__(self, index: RunIndex, hosts: Hosts, checker: RunChecker,
+    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler,
                  stop_timings: Callable[[], StopTimings]) -> None:
         self.index = index
         self.hosts = hosts
-        self.checker = checker
+        self.reconciler = reconciler
         self.stop_timings = stop_timings   # how a server that started but cannot be recorded is stopped again
 
     async def preflight(self, profile: Profile, ops: HostOps, host: str) -> None:
@@ -53,7 +54,7 @@ class Launcher:
         where = f"profile {profile.name}"
         for record in self.index.store.all():
             if record.host == host and record.port == profile.port and not record.terminal and not record.nodes:
-                record = await self.checker.reconcile(record)
+                record = await self.reconciler.reconcile(record)
                 if not record.terminal:
                     raise UserError(f"{where}: run {record.group or record.run_id} (profile {record.profile}) is "
                                     f"still {record.state} on {ops.host} port {record.port}; stop it first or use "
@@ -189,7 +190,7 @@ class Launcher:
                 info = await ops.proc(pid)
                 gone = dataclasses.replace(record, pid=pid, starttime=info.starttime if info else None)
                 with contextlib.suppress(TransportError, TimeoutError):
-                    await stop_run(ops, gone, force=True, timings=self.stop_timings())
+                    await terminate(ops, gone, force=True, timings=self.stop_timings())
             await self.unmake(ops, record, True)
             raise
         return self.index.store.load(run_id) or record

@@ -14,15 +14,15 @@ from datetime import datetime
 
 from specmon.errors import UserError
 from specmon.model.logs.clean import escape_controls
+from specmon.model.runs.record import RunRecord, host_url
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo
 from specmon.model.text.textfile import loads
-from specmon.orchestration import multinode, slurmjobs
-from specmon.orchestration.checking import RunChecker
-from specmon.orchestration.hosts import Hosts
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import RunRecord, host_url
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs import multinode, slurmjobs
+from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.reconciler import Reconciler
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.host import RUN_ID, HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.transport import SMALL_FILE_BYTES, TransportError
@@ -58,10 +58,10 @@ def _epoch(iso: object) -> float | None:
 class Adopter:
     """Finds and adopts runs on a host that the index does not know."""
 
-    def __init__(self, index: RunIndex, hosts: Hosts, checker: RunChecker) -> None:
+    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler) -> None:
         self.index = index
         self.hosts = hosts
-        self.checker = checker
+        self.reconciler = reconciler
 
     async def host_runs(self, host: str) -> list[HostRun]:
         """Runs whose directory is on `host` (in either runs root) but which this specmon does not know."""
@@ -134,7 +134,7 @@ class Adopter:
                 job = await SlurmHost(ops.transport).find(run_id)
                 record = await self._with_job(ops, dataclasses.replace(record, pid=None, starttime=None, boot_id=""), job)
             self.index.store.save(record)
-            record = await self.checker.reconcile(record) if not record.terminal else record
+            record = await self.reconciler.reconcile(record) if not record.terminal else record
         except TransportError as exc:
             raise UserError(str(exc)) from None
         return self.index.static_view(record)
@@ -190,7 +190,7 @@ class Adopter:
             for node in nodes:
                 self.index.store.save(node)
                 if not node.terminal:
-                    await self.checker.reconcile(node)
+                    await self.reconciler.reconcile(node)
         except TransportError as exc:
             raise UserError(str(exc)) from None
         record = self.index.store.load(run_id)
@@ -204,5 +204,5 @@ class Adopter:
         else its verdict from the files it left."""
         if job is not None:
             return dataclasses.replace(record, slurm_job=job.job_id, state=RunStatus.LAUNCHING)
-        rs, _ = await self.checker.replay(record)
+        rs, _ = await self.reconciler.replay(record)
         return (await slurmjobs.reconcile(ops, record, None, rs))(record)

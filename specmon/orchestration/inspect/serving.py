@@ -21,9 +21,9 @@ from collections.abc import Callable
 from specmon.model.config import Profile
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
-from specmon.orchestration.controller import run_notify
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView
+from specmon.orchestration.runs.watcher import run_notify
 from specmon.sources import timelimit
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specmon.model.runs.runstatus import STARTING, RunStatus
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.view import RunView
 
 HEARTBEAT_S = 10.0
 Outcome = Literal["ready", "failed", "stalled", "timeout"]

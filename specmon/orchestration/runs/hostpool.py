@@ -1,4 +1,4 @@
-"""The hosts runs live on: one HostOps (and so one Transport: a shared SSH connection) per host name, made on
+"""HostPool, the connections to the hosts runs live on: one HostOps (and so one Transport: a shared SSH connection) per host name, made on
 first use and closed with the manager."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def default_transport(host: str, ssh: SshSettings) -> Transport:
     return SSHTransport(host, ssh)
 
 
-class Hosts:
+class HostPool:
     """Each host's operations, by host name ("local" or an SSH host)."""
 
     def __init__(self, factory: TransportFactory) -> None:

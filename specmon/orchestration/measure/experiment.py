@@ -45,9 +45,13 @@ from specmon.model.config import Config, ExperimentSpec, Profile
 from specmon.model.experiments.eta import ExperimentEta, experiment_eta
 from specmon.model.experiments.experiment import (
     ACCEPTANCE_FILE,
+    FINISHED,
+    NOT_MEASURED,
     STATE_FILE,
     ExperimentState,
+    ExperimentStatus,
     PassFile,
+    ProfileStatus,
     Step,
     find_unfinished,
     next_file_name,
@@ -60,10 +64,7 @@ from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import LevelResult, utc_now_iso
 from specmon.model.sweeps.sweepstats import SweepProgress
-from specmon.orchestration.ready import queued, wait_ready
-from specmon.orchestration.runs import RunManager
-from specmon.orchestration.runview import RunView
-from specmon.orchestration.sweep import (
+from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
     SweepUpdate,
@@ -71,6 +72,9 @@ from specmon.orchestration.sweep import (
     run_sweep,
     workload_from,
 )
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.ready import queued, wait_ready
+from specmon.orchestration.runs.view import RunView
 from specmon.sources.health import ServerProbe
 from specmon.sources.transport import TransportError
 
@@ -240,7 +244,7 @@ class ExperimentRunner:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            self.state = dataclasses.replace(self.state, status="aborted")
+            self.state = dataclasses.replace(self.state, status=ExperimentStatus.ABORTED)
             self._step(None, "abort", str(exc))
             return self.state
         except Exception as exc:
@@ -254,8 +258,8 @@ class ExperimentRunner:
             if stopped and isinstance(exc, UserError):
                 raise UserError(f"{exc}; stopped run(s) {', '.join(stopped)}") from None
             raise
-        self.state = dataclasses.replace(self.state, status="finished")
-        failed = [n for n in self.spec.profiles if self.state.profile(n).status in ("failed", "skipped")]
+        self.state = dataclasses.replace(self.state, status=ExperimentStatus.FINISHED)
+        failed = [n for n in self.spec.profiles if self.state.profile(n).status in NOT_MEASURED]
         self._step(None, "done", "finished" + (f"; not measured: {', '.join(failed)}" if failed else ""))
         return self.state
 
@@ -274,14 +278,14 @@ class ExperimentRunner:
             await self._profile(name)
 
     async def _profile(self, name: str) -> None:
-        if self.state.profile(name).status in ("done", "failed", "skipped"):
+        if self.state.profile(name).status in FINISHED:
             return
         profile = self.config.profile(name)
         while plan := remaining(self.state, name):
             view = await self._serve(profile)
             if view is None:
                 return
-            self._set(name, status="sweeping", run_id=view.run_id)
+            self._set(name, status=ProfileStatus.SWEEPING, run_id=view.run_id)
             warm = True
             try:
                 for pass_no, levels in plan:
@@ -296,7 +300,7 @@ class ExperimentRunner:
                     return
                 continue
             await self._stop(profile, view.run_id)
-        self._set(name, status="done")
+        self._set(name, status=ProfileStatus.DONE)
 
     def _may_retry(self, name: str) -> bool:
         attempts = self.state.profile(name).attempts
@@ -308,9 +312,9 @@ class ExperimentRunner:
     def _give_up(self, name: str, reason: str) -> None:
         """After a failure: skip the profile (reported) or abort the experiment, per on_failure."""
         if self.spec.on_failure == "abort":
-            self._set(name, status="failed", failure=reason)
+            self._set(name, status=ProfileStatus.FAILED, failure=reason)
             raise ExperimentAborted(f"{name}: {reason} (on_failure = \"abort\")")
-        status = "failed" if self.spec.on_failure == "retry" else "skipped"
+        status = ProfileStatus.FAILED if self.spec.on_failure == "retry" else ProfileStatus.SKIPPED
         self._set(name, status=status, failure=reason)
         self._step(name, "skip", f"{name} not measured: {reason}")
 
@@ -327,7 +331,7 @@ class ExperimentRunner:
         while True:
             await self._clear_host(profile)
             attempts += 1
-            self._set(name, status="launching", attempts=attempts, failure=None)
+            self._set(name, status=ProfileStatus.LAUNCHING, attempts=attempts, failure=None)
             self._step(name, "launch", f"attempt {attempts}")
             t0 = time.monotonic()
             reason: str

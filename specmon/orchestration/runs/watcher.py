@@ -1,14 +1,7 @@
-"""RunController: watches one run (log, process, health, readiness, stall) and turns it into RunViews.
+"""RunWatcher: watches one run (log, process, health, readiness, stall) and turns it into RunViews.
 
-One controller per watched run; it owns its tasks and cancels them in `close()`, which never stops the
-server. Verdicts:
-  ready    the server's ready signal from the log (for server = "other": /health 200) AND one real completion
-           (max_tokens 1) answered
-  stalled  a warning flag: no log bytes for the stall time while loading; cleared by the next byte
-  failed   a fatal log signature, or the process ended (exit code recorded, an unasked 0 included) before ready
-  exited   the process ended on its own after it had been ready
-  stopped  the process ended after a stop request
-  lost     the wrapper is gone without an exit code (killed), its pid was reused, or the host rebooted
+One watcher per watched run; it owns its tasks and cancels them in `close()`, which never stops the server.
+Its verdicts (ready, stalled, failed, exited, stopped, lost) follow the rules in `model.runs.runstatus`.
 """
 
 from __future__ import annotations
@@ -27,13 +20,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specmon.model.logs.events import highlights
-from specmon.model.logs.logparse import KILLED
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import Edit, RunRecord, host_url, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState, eta_seconds, typical_load_s
 from specmon.model.runs.runstatus import ACTIVE, STARTING, RunStatus
-from specmon.model.runs.slurm import JobInfo, over_memory, slurm_failure, unseen_run_dir
-from specmon.orchestration.runstore import Edit, RunRecord, RunStore, StateWriteError, host_url, progress_of
-from specmon.orchestration.runview import LogLine, RunView
+from specmon.model.runs.slurm import JobInfo
+from specmon.model.runs.verdicts import end_verdict, failure_of, job_verdict
+from specmon.orchestration.runs.store import RunStore, StateWriteError
+from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.host import HostOps
@@ -78,14 +72,6 @@ async def client_url(transport: Transport, recorded: str, port: int, addr: str |
     return await transport.local_url(port, addr or "127.0.0.1") if recorded == host_url(port) else recorded
 
 
-def failure_of(run_state: RunState | None) -> Failure | None:
-    """The parser's fatal failure as a run's failure, with the lines before it (None when the log shows none)."""
-    failure = run_state.failure if run_state is not None else None
-    if run_state is None or failure is None or not failure.fatal or failure.provisional:
-        return None
-    return Failure(failure.kind, failure.message, run_state.last_lines)
-
-
 async def name_port_holder(ops: HostOps, port: int, failure: Failure) -> Failure:
     """A port_in_use failure as a refused launch says it: who holds the port and free ports nearby (the log says only
     "[Errno 98] ... address already in use": two launches raced for the port). Other failures, or when the host does
@@ -99,51 +85,8 @@ async def name_port_holder(ops: HostOps, port: int, failure: Failure) -> Failure
     return dataclasses.replace(failure, message=busy.text)
 
 
-def end_verdict(record: RunRecord, run_state: RunState | None, exit_code: int | None, lost: bool,
-                stop_requested: bool) -> tuple[RunStatus, Failure | None]:
-    """The terminal (state, failure) of a run whose process has ended."""
-    last = run_state.last_lines if run_state is not None else ()
-    if record.state == RunStatus.FAILED and record.failure:
-        return RunStatus.FAILED, record.failure   # a stop after a failure keeps the reason
-    if stop_requested or record.stop_requested:
-        return RunStatus.STOPPED, None
-    failure = failure_of(run_state) or record.failure
-    if failure is None:
-        if lost:
-            failure = Failure(RunStatus.LOST, "the server's wrapper is gone without recording an exit code "
-                                          "(killed by a signal or the OOM killer?)", last)
-        elif exit_code == 0:
-            failure = Failure(RunStatus.EXITED, "exited unexpectedly with code 0", last)
-        else:
-            failure = Failure(RunStatus.EXITED, f"exited with code {exit_code}", last)
-    if lost:
-        return RunStatus.LOST, failure
-    return (RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED), failure
-
-
-def job_verdict(record: RunRecord, run_state: RunState | None, job: JobInfo | None, exit_code: int | None,
-                stop_requested: bool, wrapper_started: bool = True) -> tuple[RunStatus, Failure | None]:
-    """The terminal (state, failure) of a Slurm run whose job has ended (`job` None: Slurm no longer knows it).
-
-    An end that was Slurm's doing (time limit, node failure, preemption, a cancel specmon did not ask for) is its
-    own verdict, ahead of whatever the server's log said as it was being killed (a `Killed` seen in the log before
-    the job ended, e.g. by the kernel in the job's memory cgroup, gives way to Slurm's OUT_OF_MEMORY or TIMEOUT
-    once Slurm has its end). A job that ended otherwise without
-    starting the run's wrapper (`wrapper_started` False: no pid file) ran where the run directory is not."""
-    state, failure = end_verdict(record, run_state, exit_code, job is None and exit_code is None, stop_requested)
-    cause = slurm_failure(job) if job is not None else None
-    if cause is None and job is not None and exit_code is None:   # the wrapper did not see its server end
-        last = run_state.last_lines if run_state is not None else ()
-        cause = over_memory(job, last) or (None if wrapper_started else unseen_run_dir(job, record.host, record.run_dir))
-    logged = record.state == RunStatus.FAILED and record.failure is not None and record.failure.message != KILLED
-    if cause is not None and state != RunStatus.STOPPED and not logged:
-        state = RunStatus.EXITED if record.ready_at is not None else RunStatus.FAILED
-        failure = Failure(cause[0], cause[1], run_state.last_lines if run_state is not None else ())
-    return state, failure
-
-
 class Watcher(Protocol):
-    """What the RunManager needs of a watched run: a RunController, or a multi-node run's NodesWatcher."""
+    """What the RunManager needs of a watched run: a RunWatcher, or a multi-node run's NodesWatcher."""
 
     stall_timeout_s: float
     finished: asyncio.Event
@@ -159,7 +102,7 @@ class Watcher(Protocol):
     async def close(self) -> None: ...
 
 
-class RunController:
+class RunWatcher:
     """Watches one run. Create, `await start()`, read `view()`, subscribe to lines; `await close()` at the end."""
 
     def __init__(
@@ -202,7 +145,7 @@ class RunController:
         self._tail_task: asyncio.Task[None] | None = None
         self._naming_holder: asyncio.Task[None] | None = None   # a port_in_use verdict, waiting for the port's holder
         self._history: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines before the resume offset
-        self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this controller
+        self._backlog: deque[LogLine] = deque(maxlen=BACKLOG_LINES)   # lines read by this watcher
         self._readers: set[asyncio.Queue[LogLine | None]] = set()
         self._last_view: RunView | None = None
         self._unwatch_link: Callable[[], None] | None = None
@@ -279,7 +222,7 @@ class RunController:
     def add_reader(self, backlog: bool = True, history: bool = False) -> asyncio.Queue[LogLine | None]:
         """A queue of LogLines from now on; None marks the end of the run.
 
-        `backlog`: first the lines this controller already read; `history`: before them, the (last
+        `backlog`: first the lines this watcher already read; `history`: before them, the (last
         BACKLOG_LINES) lines before the saved resume offset, which an earlier reader already showed.
         """
         queue: asyncio.Queue[LogLine | None] = asyncio.Queue()
@@ -300,7 +243,7 @@ class RunController:
     def commit_offset(self, end: int, node: int | None = None) -> None:
         """Remember that a reader has shown every line up to byte `end` (a later process resumes there).
 
-        `node` is for a multi-node run's controller (which node's log); a single run has one log."""
+        `node` is for a multi-node run's watcher (which node's log); a single run has one log."""
         if end > self.record.log_offset:
             try:
                 inode = self.tailer.inode
@@ -390,7 +333,7 @@ class RunController:
         self._publish()
 
     async def close(self) -> None:
-        """Cancel every task of this controller and wait for them. The server keeps running."""
+        """Cancel every task of this watcher and wait for them. The server keeps running."""
         if self._unwatch_link is not None:
             self._unwatch_link()
         tasks = [t for t in self._tasks if not t.done()]

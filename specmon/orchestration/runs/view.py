@@ -7,9 +7,9 @@ from dataclasses import dataclass
 from specmon.model.logs.clean import printable, strip_ansi
 from specmon.model.runs import runstatus
 from specmon.model.runs.failure import Failure
-from specmon.model.runs.runstate import RunState
+from specmon.model.runs.record import host_url, iso_utc, launched_by
+from specmon.model.runs.runstate import LogPhase, RunState
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration.runstore import host_url, iso_utc, launched_by
 from specmon.sources.transport import LinkState
 
 
@@ -33,7 +33,7 @@ class RunView:
     exit_code: int | None
     failure: Failure | None
     eta_s: float | None
-    phase: str | None                     # the log's phase: launching, loading_weights, ..., ready, failed
+    phase: LogPhase | None                # the log's phase (None: no log read in this process)
     stall_reason: str | None
     log_path: str
     run_dir: str

@@ -1,4 +1,4 @@
-"""Checking runs nobody watches: is the process still the one launched (boot id, PID start time), did it end
+"""Reconciler: bringing the records of runs nobody watches up to date with their hosts: is the process still the one launched (boot id, PID start time), did it end
 and how (exit code, log verdict), did an unwatched load become ready (one test completion)?
 
 `reconcile` brings one record up to date with its host; `refresh` does it for every run of a profiles file
@@ -15,14 +15,15 @@ import time
 from collections.abc import Mapping
 
 from specmon.model.runs.failure import Failure
+from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
-from specmon.orchestration import multinode, slurmjobs
-from specmon.orchestration.controller import REPLAY_LIMIT, Watcher, end_verdict, failure_of, name_port_holder
-from specmon.orchestration.hosts import Hosts
-from specmon.orchestration.runindex import RunIndex
-from specmon.orchestration.runstore import RunRecord, progress_of
-from specmon.orchestration.runview import RunView
+from specmon.model.runs.verdicts import end_verdict, failure_of
+from specmon.orchestration.runs import multinode, slurmjobs
+from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.index import RunIndex
+from specmon.orchestration.runs.view import RunView
+from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
 from specmon.sources.health import probe_of
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range
@@ -32,10 +33,10 @@ PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a rec
 PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
 
 
-class RunChecker:
+class Reconciler:
     """Brings the records of unwatched runs up to date with their hosts."""
 
-    def __init__(self, index: RunIndex, hosts: Hosts, watched: Mapping[str, Watcher]) -> None:
+    def __init__(self, index: RunIndex, hosts: HostPool, watched: Mapping[str, Watcher]) -> None:
         self.index = index
         self.hosts = hosts
         self.watched = watched                 # the runs being watched, by run id (their watchers know better)

@@ -2,7 +2,7 @@
 until the job has left the queue and its port is free on the job's node) and checking one nobody watches (for
 `status`, a preflight, or a specmon that reattaches).
 
-A multi-node job (`nodes = N`) is a multi-node run (orchestration.multinode: one record per node rank, one overall
+A multi-node job (`nodes = N`) is a multi-node run (orchestration.runs.multinode: one record per node rank, one overall
 state, ready with rank 0, failed when any rank fails) whose node runs all sit in the submitting host's runs root
 and share one job: `model.runs.slurm.nodes_script` starts each rank on its node, the rank from Slurm's SLURM_NODEID.
 
@@ -23,23 +23,15 @@ from collections.abc import Sequence
 from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.runs.multinode import NodePlacement, node_command
+from specmon.model.runs.record import Edit, NodeSeat, RunRecord, host_url, progress_of
 from specmon.model.runs.runstate import RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo, SlurmRequest, nodes_script
-from specmon.orchestration.controller import job_verdict
-from specmon.orchestration.multinode import NodeRuns, node_run_id
-from specmon.orchestration.runstore import (
-    Edit,
-    NodeSeat,
-    RunRecord,
-    RunStore,
-    StateWriteError,
-    host_url,
-    new_run_id,
-    progress_of,
-)
-from specmon.orchestration.runview import RunView, StopReport
-from specmon.orchestration.stopping import StopTimings
+from specmon.model.runs.verdicts import job_verdict
+from specmon.orchestration.runs.multinode import NodeRuns, node_run_id
+from specmon.orchestration.runs.store import RunStore, StateWriteError, new_run_id
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.view import RunView, StopReport
 from specmon.sources import timelimit
 from specmon.sources.host import HostOps
 from specmon.sources.slurm import JobTransport, JobUnknown, SlurmHost

@@ -39,17 +39,18 @@ from specmon.model.runs.multinode import (
     overall,
     worker_ready,
 )
+from specmon.model.runs.record import NodeSeat, RunRecord, host_url
 from specmon.model.runs.runstatus import STARTING, RunStatus
-from specmon.orchestration.controller import RunController
-from specmon.orchestration.runstore import NodeSeat, RunRecord, RunStore, host_url, new_run_id
-from specmon.orchestration.runview import LogLine, RunView, StopReport
+from specmon.orchestration.runs.store import RunStore, new_run_id
+from specmon.orchestration.runs.view import LogLine, RunView, StopReport
+from specmon.orchestration.runs.watcher import RunWatcher
 from specmon.sources.host import HostOps
 from specmon.sources.transport import TransportError
 
 
 class NodeRuns(Protocol):
-    """What multi-node runs need of the run manager (`orchestration.runs.RunManager` is one): the run store,
-    each host's operations and launch lock, and the single-node verbs each node goes through."""
+    """What multi-node runs (and Slurm jobs) need of the run rooms (`orchestration.runs.manager.NodeRooms` is it):
+    the run store, each host's operations and launch lock, and the single-node verbs each node goes through."""
 
     @property
     def store(self) -> RunStore: ...
@@ -135,23 +136,23 @@ def mark_workers_ready(store: RunStore, rank0: RunView, workers: Sequence[RunRec
 
 
 class NodesWatcher:
-    """Watches a multi-node run through its nodes' RunControllers (the manager's Watcher for it)."""
+    """Watches a multi-node run through its nodes' RunWatchers (the manager's Watcher for it)."""
 
     def __init__(self, record: RunRecord, store: RunStore, *, publish: Callable[[RunView], None],
                  notify: Callable[[RunRecord, str, str], None]) -> None:
         self.record = record
         self.store = store
-        self.nodes: list[RunController] = []
+        self.nodes: list[RunWatcher] = []
         self.finished = asyncio.Event()
         self._publish = publish
         self._notify = notify
         self._last: RunView | None = None
-        self._pumps: dict[asyncio.Queue[LogLine | None], list[tuple[RunController, asyncio.Queue[LogLine | None],
+        self._pumps: dict[asyncio.Queue[LogLine | None], list[tuple[RunWatcher, asyncio.Queue[LogLine | None],
                                                                     asyncio.Task[None]]]] = {}
         self._finisher: asyncio.Task[None] | None = None
 
-    def start(self, nodes: Sequence[RunController]) -> None:
-        """Take the node controllers (rank order, already started) and publish the first view."""
+    def start(self, nodes: Sequence[RunWatcher]) -> None:
+        """Take the node watchers (rank order, already started) and publish the first view."""
         self.nodes = list(nodes)
         self._finisher = asyncio.create_task(self._wait_finished(), name=f"nodes {self.record.run_id}")
         self.on_node_view(None)
@@ -201,7 +202,7 @@ class NodesWatcher:
         merged: asyncio.Queue[LogLine | None] = asyncio.Queue()
         left = [len(self.nodes)]
 
-        async def pump(node: RunController, queue: asyncio.Queue[LogLine | None]) -> None:
+        async def pump(node: RunWatcher, queue: asyncio.Queue[LogLine | None]) -> None:
             while (line := await queue.get()) is not None:
                 merged.put_nowait(dataclasses.replace(line, node=node.record.node_rank))
             left[0] -= 1
@@ -225,7 +226,7 @@ class NodesWatcher:
             self.nodes[node].commit_offset(end)
 
     async def close(self) -> None:
-        """Cancel this watcher's tasks (the node controllers belong to the manager). Servers keep running."""
+        """Cancel this watcher's tasks (the node watchers belong to the manager). Servers keep running."""
         tasks = [task for pumps in self._pumps.values() for _, _, task in pumps]
         if self._finisher is not None:
             tasks.append(self._finisher)

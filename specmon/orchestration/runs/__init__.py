@@ -1,0 +1,13 @@
+"""The run lifecycle: launching, watching, stopping, reconciling and adopting runs, on one host, on several
+(multi-node) or as Slurm jobs, and the state kept about them.
+
+    manager     RunManager, the one door front ends use
+    index       RunIndex: the runs known here, by profiles file   store    RunStore, RunRecord: the state files
+    view        RunView, LogLine, StopReport: what front ends see  hostpool HostPool: one HostOps per host
+    launcher    preflight, launch locks, the start of a run       stopper  the stop verb and its recorded verdict
+    terminate   ending a run's processes (signals, sweep, gates)  ready    waiting until a launch is ready
+    watcher     RunWatcher: watches one run                       watching WatchedRuns: every watched run
+    reconciler  Reconciler: unwatched runs' records vs their host  adoption runs found on a host, taken in
+    multinode   runs made of one run per node                     slurmjobs runs that are Slurm jobs
+
+The verdicts a run reaches are described once, in `model.runs.runstatus`."""
