@@ -13,6 +13,7 @@ from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
+from specmon.model.runs.fleet import fleet_summary, needs_attention
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.server.serving import ServingUpdate, card_figure_lines
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
@@ -36,6 +37,10 @@ class ShardBar(ProgressBar):
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
+# From this many profiles on, the pane is a fleet: a summary line heads it and runs that need a look (failed, lost,
+# exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
+# and keep the order of the profiles file.
+FLEET_MIN = 9
 
 
 class RunCard(Vertical):
@@ -198,13 +203,41 @@ class ServersPane(VerticalScroll):
         self._cards = [RunCard(name, whole_key, stop_key) for name in profiles]
         self._compared: tuple[tuple[str, float | None, int | None, int], ...] = ()
         self._warnings: list[str] = []
+        self._summary = Static(id="fleet-summary")
+        self._summary_text = ""
+        self.order = [card.profile for card in self._cards]   # the cards top to bottom, as the keys walk them
 
     def compose(self) -> ComposeResult:
+        yield self._summary
         yield Static(id="confound", classes="warning-banner")
         yield from self._cards
 
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
+        self._summary.display = len(self._cards) >= FLEET_MIN
+
+    def reveal(self, profile: str) -> None:
+        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it)."""
+        for card in self._cards:
+            if card.profile == profile:
+                self.scroll_to_widget(card, animate=False, immediate=True)
+                return
+
+    def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
+        """The summary line, and the cards that need a look moved first (stable: the file's order otherwise)."""
+        rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
+        text = fleet_summary(((row.state, row.stalled) for row in rows), self.scrollable_content_region.width or None)
+        if text != self._summary_text:
+            self._summary_text = text
+            self._summary.update(escape(text))
+        first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
+        order = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
+        if order != self.order:
+            self.order = order
+            cards = {card.profile: card for card in self._cards}
+            self.move_child(cards[order[0]], after=self.query_one("#confound"))
+            for before, profile in zip(order, order[1:]):
+                self.move_child(cards[profile], after=cards[before])
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
              setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
@@ -212,6 +245,8 @@ class ServersPane(VerticalScroll):
         run's set-up where it was read: environment, launch arguments and versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
+        if len(self._cards) >= FLEET_MIN:
+            self._show_fleet(by_profile)
         for card in self._cards:
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
                       serving.get(card.profile))
