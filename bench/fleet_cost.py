@@ -11,7 +11,8 @@ prints one row per N:
 - first frame: spawn -> the Servers pane's title on the terminal (s)
 - ready: spawn -> every run READY by `specmon status --json` (s)
 - idle CPU: the app's own CPU (schedstat, all threads) over --idle-s, % of one core
-- key p50/p99: `down` written to the pty -> the first byte the app writes after it (ms), --keys presses 0.5 s apart;
+- key p50/p99: `j` (next card) written to the pty -> the first byte the app writes after it (ms), --keys presses
+  0.5 s apart;
   a 1 Hz refresh that happens to fall in the window counts as the answer, so these are upper bounds only when the
   app is slower than that
 - RSS of the app (MB), sockets it holds open (HTTP keep-alive to the servers, SSH connections on remote hosts)
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -34,9 +36,26 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds, free_port  # noqa: E402
+from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds  # noqa: E402
 
 STUB = Path(__file__).resolve().parent / "fleet_stub.py"
+
+
+def server_ports(n: int) -> list[int]:
+    """`n` free ports below the kernel's ephemeral range: a port picked inside it (bind to 0) can be taken by one
+    of the app's own outgoing connections before its server binds it (2 of 64 launches were refused so)."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports: list[int] = []
+    for port in range(low - 1, 1024, -1):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise SystemExit(f"fewer than {n} free ports below {low}")
 
 
 def rss_mb(pid: int) -> float:
@@ -69,9 +88,9 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
 
 def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
-    ports = [free_port() for _ in range(n)]
+    ports = server_ports(n)
     profiles = [f'[profiles.r{i:03d}]\nport = {port}\nmetrics_interval_s = 1\n'
-                f'command = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, "{port}"]\n'
+                f'command = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, "--port", "{port}"]\n'
                 for i, port in enumerate(ports)]
     config = work / "profiles.toml"
     config.write_text("\n".join(profiles))
@@ -96,7 +115,9 @@ def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, flo
             if ready == n:
                 break
             if time.monotonic() > deadline:
-                raise SystemExit(f"N={n}: only {ready} runs READY")
+                states = sorted({str(r.get("state")) for r in runs})
+                raise SystemExit(f"N={n}: only {ready} of {len(runs)} runs READY (states: {', '.join(states)}); "
+                                 f"profiles and state in {work}")
             term.pump(1.0)
         row["ready_s"] = time.monotonic() - term.started
         term.pump(10)   # toasts gone, every serving view has read /metrics
@@ -108,7 +129,7 @@ def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, flo
             term.pump(0.5)
             before = term.total
             t0 = time.monotonic()
-            os.write(term.fd, b"\x1b[B")
+            os.write(term.fd, b"j")
             while term.total == before and time.monotonic() - t0 < 5:
                 term.pump(0.005)
             latencies.append(1000 * (time.monotonic() - t0))

@@ -1,6 +1,6 @@
 """A light stand-in for one ready SGLang server, for bench/fleet_cost.py (stdlib only, about 10 MB and no CPU idle).
 
-    python3 bench/fleet_stub.py PORT
+    python3 bench/fleet_stub.py --port PORT
 
 Prints SGLang's ready lines, then answers /health, /v1/models, /get_model_info, /server_info, /metrics (SGLang's
 gauge and counter names, values that move with the clock) and one-token /v1/completions. A fleet of 128 real
@@ -82,6 +82,6 @@ async def main(port: int) -> None:
 
 if __name__ == "__main__":
     try:
-        asyncio.run(main(int(sys.argv[1])))
+        asyncio.run(main(int(sys.argv[sys.argv.index("--port") + 1])))
     except KeyboardInterrupt:
         pass
