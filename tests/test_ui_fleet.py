@@ -6,9 +6,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from textual._compositor import Compositor
+from textual.geometry import Size
 from textual.pilot import Pilot
-from ui_states import FLEET_PROFILES, fed_fleet_app, screen_text
+from textual.widget import Widget
+from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, screen_text
 
+from specmon.model.server.serving import ServingFigures, ServingUpdate
+from specmon.ui.messages import ServingChanged
 from specmon.ui.servers import RunCard, ServersPane
 
 pytestmark = pytest.mark.slow
@@ -48,3 +53,37 @@ async def test_walking_64_cards_with_j_and_k_keeps_the_selected_card_on_screen(t
                 f"{app.selected} at rows {card.region.y}-{card.region.bottom}, the pane shows {visible.y}-{visible.bottom}"
             assert f"{app.selected} " in screen_text(app)
         assert app.selected in FLEET_PROFILES
+
+
+async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_up_when_scrolled_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every ready card's figures change with each /metrics read (1 Hz). Drawing the ~55 cards out of
+    view made Textual lay the whole screen out again for each read (its map of every widget is rebuilt once any
+    off-screen widget changed): at 128 runs a tenth of a core idle and key presses 100 ms+ slower. Cards out of
+    view now keep their figures until they are scrolled to; then they show the latest."""
+    full_layouts = 0
+    arrange = Compositor._arrange_root
+
+    def counted(self: Compositor, root: Widget, size: Size, visible_only: bool = True) -> object:
+        nonlocal full_layouts
+        full_layouts += not visible_only
+        return arrange(self, root, size, visible_only=visible_only)
+
+    app = fed_fleet_app(tmp_path)
+    ready = [row for row in FLEET_ROWS if row.state == "ready"]
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        for second in range(1, 5):   # four reads of every ready run, each with new figures
+            if second == 2:   # the first read gave the cards in view their lines: a new layout, once
+                monkeypatch.setattr(Compositor, "_arrange_root", counted)
+            for row in ready:
+                figures = ServingFigures(running=second, waiting=0, kv_pct=10.0 * second, tok_s=100.0 * second)
+                app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert full_layouts == 0, f"{full_layouts} layouts of every widget for the last 3 reads"
+        assert "400 tok/s" in screen_text(app)   # the cards in view are current
+        for _ in range(2):   # the cards scrolled to grow by their figures' lines: the end moves once
+            app.query_one(ServersPane).scroll_end(animate=False, immediate=True)
+            await _settle(pilot)
+        text = screen_text(app)
+        assert "llama-63 READY" in text and "400 tok/s" in text and "100 tok/s" not in text, text
