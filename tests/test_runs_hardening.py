@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -484,6 +485,43 @@ def test_a_launch_lock_left_by_a_killed_launch_does_not_block_launches(cli, free
     launched = cli("launch", "sim")
     assert launched.returncode == 0, launched.stderr
     assert not lock.exists()
+
+
+def test_status_waits_for_silent_ssh_hosts_at_once_not_one_after_the_other(cli, free_port_factory) -> None:
+    """Issue 37: `status --all` checked runs one after the other, so each host whose link hangs (a listener that
+    never sends SSH's banner: a blackholed or frozen node) added its whole connect timeout: four such hosts cost
+    four timeouts before the healthy runs were listed. Now hosts are checked at once: about one timeout in all."""
+    timeout = 3.0
+    port = free_port_factory()
+    cli.config.write_text(profile_toml("sim", port) + f"[ssh]\nconnect_timeout_s = {timeout}\n")
+    mine = os.path.realpath(cli.config)
+    local = _ended_record("20261130-000000-10ca10", port, time.time() - 60)
+    _record_path(local.run_id).parent.mkdir(parents=True, exist_ok=True)
+    _record_path(local.run_id).write_text(json.dumps({**local.to_json(), "config": mine}))
+    started = time.monotonic()
+    assert cli("status", "--all").returncode == 0
+    healthy_s = time.monotonic() - started   # what this box takes for status without a silent host
+    with contextlib.ExitStack() as stack:
+        silent = []
+        for _ in range(4):   # the kernel completes the TCP handshake from the backlog; nothing ever answers
+            listener = stack.enter_context(socket.socket())
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(8)
+            silent.append(f"127.0.0.1:{listener.getsockname()[1]}")
+        for i, host in enumerate(silent):
+            for j in range(2):
+                record = dataclasses.replace(local, run_id=f"20261130-00000{i}-hang{i}{j}", host=host, state="ready",
+                                             exit_code=None, failure=None, pid=4242, started_at=time.time() - 30)
+                _record_path(record.run_id).write_text(json.dumps({**record.to_json(), "config": mine}))
+        started = time.monotonic()
+        out = cli("status", "--all", timeout=120)
+        elapsed = time.monotonic() - started
+    assert out.returncode == 0, out.stderr
+    assert sorted(line.split()[2].rstrip(":") for line in out.stderr.splitlines()) == sorted(silent), out.stderr
+    assert local.run_id in out.stdout and out.stdout.count("unchecked") == 8, out.stdout
+    # One after the other: at least 4 timeouts; at once: one (2.5 leaves room for a busy box).
+    assert elapsed < healthy_s + 2.5 * timeout, f"status --all took {elapsed:.1f} s ({healthy_s:.1f} s without " \
+        f"the silent hosts, connect timeout {timeout:g} s)"
 
 
 def test_status_lists_what_it_can_when_ssh_hosts_do_not_answer(cli, free_port_factory) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
-from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_goodput_app, fed_grid_app, fed_overlay_app
+from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_fleet_app, fed_goodput_app, fed_grid_app, fed_overlay_app
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
 
@@ -129,3 +129,9 @@ def test_too_small_notice(snap_compare, tmp_path: Path) -> None:
 def test_high_contrast_theme_80x24(snap_compare, tmp_path: Path) -> None:
     (tmp_path / "ui.json").write_text('{"theme": "specmon-high-contrast"}')
     assert snap_compare(fed_app(tmp_path), terminal_size=(80, 24), run_before=_settle)
+
+
+@CHART_SIZES
+def test_fleet_of_64_runs(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
+    """64 runs on 16 hosts: the summary line heads the Servers pane, the failed and stalled runs come first."""
+    assert snap_compare(fed_fleet_app(tmp_path), terminal_size=size, run_before=_settle)

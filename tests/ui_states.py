@@ -228,3 +228,47 @@ def fed_grid_app(tmp: Path) -> SpecmonApp:
 
     app.call_later(feed)
     return app
+
+
+# A fleet: 64 profiles on 16 hosts (4 each), most ready, a few loading, one failed and two stalled in the middle of
+# the list (where, in the profiles file's order, they would be far below an 80x24 screen's fold).
+FLEET_HOSTS = tuple(f"gpu{h:02d}" for h in range(1, 17))
+FLEET_PROFILES = tuple(f"llama-{i:02d}" for i in range(64))
+FLEET_TROUBLE = {"llama-37": "failed", "llama-41": "stalled", "llama-50": "stalled"}
+FLEET_LOADING = ("llama-05", "llama-22", "llama-60")
+
+
+def fleet_config() -> Config:
+    profiles = {name: Profile(name=name, command=("specmon", "sim"), host=FLEET_HOSTS[i % 16], port=30000 + i // 16)
+                for i, name in enumerate(FLEET_PROFILES)}
+    return Config(source="fleet profiles", profiles=profiles, sweep=SweepDefaults(levels=(1, 4, 16)))
+
+
+def fleet_row(i: int, name: str) -> ServerRow:
+    where = {"host": FLEET_HOSTS[i % 16], "port": 30000 + i // 16, "run_id": f"r-{i:04d}", "pid": 5000 + i,
+             "kv_cache_tokens": 1_203_456, "mem_fraction_static": 0.85, "last_activity_ago_s": 2.0}
+    trouble = FLEET_TROUBLE.get(name)
+    if trouble == "failed":
+        return ServerRow(profile=name, state="failed", shards_done=3, shards_total=8, elapsed_s=20.0,
+                         failure="CUDA out of memory. Tried to allocate 2.00 GiB", **where)  # type: ignore[arg-type]
+    if trouble == "stalled" or name in FLEET_LOADING:
+        return ServerRow(profile=name, state="loading", phase="loading weights", stalled=trouble == "stalled",
+                         shards_done=4, shards_total=8, eta_s=30.0, elapsed_s=25.0, **where)  # type: ignore[arg-type]
+    return ServerRow(profile=name, state="ready", phase="ready", shards_done=8, shards_total=8, elapsed_s=41.0,
+                     **where)  # type: ignore[arg-type]
+
+
+FLEET_ROWS = [fleet_row(i, name) for i, name in enumerate(FLEET_PROFILES)]
+
+
+def fed_fleet_app(tmp: Path) -> SpecmonApp:
+    """64 runs on 16 hosts (FLEET_ROWS), no engine; the GPU pane shows one host's board."""
+    app = SpecmonApp(fleet_config(), state_path=tmp / "ui.json")
+
+    def feed() -> None:
+        app.update_rows(FLEET_ROWS)
+        app.post_message(GpusUpdated("gpu01", gpu_board(), {"r-0000": "llama-00"}))
+        app.flush()
+
+    app.call_later(feed)
+    return app

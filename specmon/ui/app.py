@@ -436,8 +436,9 @@ class SpecmonApp(App[int]):
     def action_select(self, step: int) -> None:
         if not self.profiles:
             return
-        index = self.profiles.index(self.selected) if self.selected in self.profiles else 0
-        self.select_profile(self.profiles[(index + step) % len(self.profiles)])
+        order = self.query_one(ServersPane).order   # as the cards stand (a fleet's failed runs come first)
+        index = order.index(self.selected) if self.selected in order else 0
+        self.select_profile(order[(index + step) % len(order)])
 
     def select_profile(self, profile: str) -> None:
         """Make `profile` the selected one: its card highlighted, its log shown."""
@@ -445,6 +446,8 @@ class SpecmonApp(App[int]):
             return
         self.previous, self.selected = self.selected, profile
         self._paint_state()
+        with contextlib.suppress(NoMatches):
+            self.query_one(ServersPane).reveal(profile)
         self._show_log_of_selected()
         self._watch_gpus_of_selected()
         if self.query_one(GpuEnvPane).view != "gpus":

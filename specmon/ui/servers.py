@@ -13,6 +13,7 @@ from textual.message import Message
 from textual.widgets import ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
+from specmon.model.runs.fleet import fleet_summary, needs_attention
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.server.serving import ServingUpdate, card_figure_lines
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
@@ -36,6 +37,10 @@ class ShardBar(ProgressBar):
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
+# From this many profiles on, the pane is a fleet: a summary line heads it and runs that need a look (failed, lost,
+# exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
+# and keep the order of the profiles file.
+FLEET_MIN = 9
 
 
 class RunCard(Vertical):
@@ -55,6 +60,7 @@ class RunCard(Vertical):
         self._stop_key = stop_key     # named on a failed run whose process still runs
         self._shown: tuple[str, str] | None = None
         self._drawn: tuple[object, ...] | None = None   # what `show` was last given
+        self._serving_drawn: ServingUpdate | None = None
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
         self._head = Static(classes="card-head")
@@ -83,6 +89,7 @@ class RunCard(Vertical):
         if drawn == self._drawn:
             return
         self._drawn = drawn
+        self._serving_drawn = serving
         if self.has_class("-selected") != selected:
             self.set_class(selected, "-selected")
         style = fmt.state_style(row.state, row.stalled)
@@ -149,6 +156,10 @@ class RunCard(Vertical):
                     widget.update(new, layout=_shape(old) != _shape(new))
             self._shown = shown
 
+    def drawn_serving(self, update: ServingUpdate | None) -> ServingUpdate | None:
+        """The serving view this card last drew (`update` when it has drawn none yet)."""
+        return update if self._drawn is None else self._serving_drawn
+
     def _node_line(self, node: NodeRow) -> str:
         """A multi-node run's node in one line: `node 1 gpu2 LOADING WEIGHTS 3/8`."""
         style = self._style_var(fmt.state_style(node.state, node.stalled))
@@ -198,13 +209,63 @@ class ServersPane(VerticalScroll):
         self._cards = [RunCard(name, whole_key, stop_key) for name in profiles]
         self._compared: tuple[tuple[str, float | None, int | None, int], ...] = ()
         self._warnings: list[str] = []
+        self._summary = Static(id="fleet-summary")
+        self._summary_text = ""
+        self.order = [card.profile for card in self._cards]   # the cards top to bottom, as the keys walk them
+        self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None, Mapping[str, ServingUpdate]] | None = None
 
     def compose(self) -> ComposeResult:
+        yield self._summary
         yield Static(id="confound", classes="warning-banner")
         yield from self._cards
 
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
+        self._summary.display = len(self._cards) >= FLEET_MIN
+
+    def _in_view(self) -> set[RunCard]:
+        """The cards within the pane's scrolled window, from their laid-out heights (asking Textual for a widget's
+        region would itself lay the screen out again)."""
+        top = self.scroll_y
+        bottom = top + self.outer_size.height
+        y = sum(w.outer_size.height for w in (self._summary, self.query_one("#confound")) if w.display)
+        cards = {card.profile: card for card in self._cards}
+        seen = set()
+        for profile in self.order:
+            card = cards[profile]
+            height = card.outer_size.height
+            if y + height >= top and y <= bottom:
+                seen.add(card)
+            y += height
+        return seen
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        if self._last is not None:   # cards scrolled into view catch up on their serving figures
+            self.call_after_refresh(self.show, *self._last)
+
+    def reveal(self, profile: str) -> None:
+        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it)."""
+        for card in self._cards:
+            if card.profile == profile:
+                self.scroll_to_widget(card, animate=False, immediate=True)
+                return
+
+    def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
+        """The summary line, and the cards that need a look moved first (stable: the file's order otherwise)."""
+        rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
+        text = fleet_summary(((row.state, row.stalled) for row in rows), self.scrollable_content_region.width or None)
+        if text != self._summary_text:
+            self._summary_text = text
+            self._summary.update(escape(text))
+        first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
+        order = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
+        if order != self.order:
+            self.order = order
+            cards = {card.profile: card for card in self._cards}
+            self.move_child(cards[order[0]], after=self.query_one("#confound"))
+            for before, profile in zip(order, order[1:]):
+                self.move_child(cards[profile], after=cards[before])
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
              setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
@@ -212,9 +273,17 @@ class ServersPane(VerticalScroll):
         run's set-up where it was read: environment, launch arguments and versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
+        if len(self._cards) >= FLEET_MIN:
+            self._show_fleet(by_profile)
+        self._last = (rows, selected, setups, serving)
+        in_view = self._in_view()
         for card in self._cards:
+            # A card out of view keeps the serving figures it drew (its state still changes at once): each /metrics
+            # read changed every ready card's figures, and one off-screen widget changed makes Textual lay the
+            # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
+            update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
-                      serving.get(card.profile))
+                      update if card in in_view else card.drawn_serving(update))
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.

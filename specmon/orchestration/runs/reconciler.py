@@ -31,6 +31,7 @@ from specmon.sources.transport import TransportError
 
 PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a record without one is given up at 3x)
 PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
+LANES_PER_HOST = 4        # `refresh` checks this many of a host's runs at a time (SSH bounds its own sessions)
 
 
 class Reconciler:
@@ -112,29 +113,38 @@ class Reconciler:
 
     async def refresh(self, all_configs: bool = False) -> list[RunView]:
         """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
-        (for `specmon status`); returns their views."""
-        views = []
-        for record in self.index.store.all():
-            if not (all_configs or self.index.mine(record)):
-                continue
-            if record.group is not None:
-                continue   # a node: checked with its multi-node run
-            nodes = self.index.node_records(record)
-            hosts = {node.host for node in nodes} | {record.host}
-            if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
-                views.append(self.index.static_view(record))
-                continue
-            try:
-                if nodes and record.run_id not in self.watched:
-                    views.append(await self._refresh_nodes(record, nodes))
-                else:
-                    views.append(await self._refresh_one(record))
-            except (TransportError, TimeoutError) as exc:
-                # One host that does not answer must not hide the others' runs: say it once, show this run
-                # as last recorded.
-                self.unanswered[self._host_of(exc, hosts)] = str(exc)
-                views.append(self.index.static_view(record))
-        return views
+        (for `specmon status`); returns their views, in the store's order.
+
+        Hosts are checked at once, each by LANES_PER_HOST runs at a time: one after the other, 128 runs took
+        each one's round trips in turn (6 s on one host, and a host that does not answer held up every host after
+        it). A host that does not answer costs its timeout once: its later runs are shown as last recorded."""
+        records = [r for r in self.index.store.all() if (all_configs or self.index.mine(r)) and r.group is None]
+        by_hosts: dict[frozenset[str], list[int]] = {}
+        nodes_of = [self.index.node_records(record) for record in records]   # a multi-node run: its nodes
+        for i, record in enumerate(records):
+            by_hosts.setdefault(frozenset({node.host for node in nodes_of[i]} | {record.host}), []).append(i)
+        views: list[RunView | None] = [None] * len(records)
+
+        async def lane(indices: list[int], hosts: frozenset[str]) -> None:
+            for i in indices:
+                views[i] = await self._refresh_checked(records[i], nodes_of[i], set(hosts))
+
+        await asyncio.gather(*(lane(indices[k::LANES_PER_HOST], hosts) for hosts, indices in by_hosts.items()
+                               for k in range(min(LANES_PER_HOST, len(indices)))))
+        return [view for view in views if view is not None]
+
+    async def _refresh_checked(self, record: RunRecord, nodes: list[RunRecord], hosts: set[str]) -> RunView:
+        if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
+            return self.index.static_view(record)
+        try:
+            if nodes and record.run_id not in self.watched:
+                return await self._refresh_nodes(record, nodes)
+            return await self._refresh_one(record)
+        except (TransportError, TimeoutError) as exc:
+            # One host that does not answer must not hide the others' runs: say it once, show this run
+            # as last recorded.
+            self.unanswered[self._host_of(exc, hosts)] = str(exc)
+            return self.index.static_view(record)
 
     @staticmethod
     def _host_of(exc: Exception, hosts: set[str]) -> str:
