@@ -193,3 +193,19 @@ def test_gpu_sparklines_scale_to_100_percent_and_fill_their_width() -> None:
         board.add_tick({g.uuid: dataclasses.replace(g, utilization_pct=float(util)) for g in rows}, float(t))
     assert sparklines(board, 40)[rows[0].uuid] == "              ▁▁▃▅█▅"
     assert sparklines(board, 6)[rows[0].uuid] == "▃▅█▅"
+
+
+async def test_walking_the_profiles_for_a_long_session_leaves_no_pile_of_finished_gpu_watches(
+        app_with_gpus: SpecmonApp) -> None:
+    """Every selection change asks for a GPU watch; the finished ones are let go (a session kept open for days
+    walks the list thousands of times and must not grow with it)."""
+    app = app_with_gpus
+    engine = app.engine
+    assert isinstance(engine, EngineBridge)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await until(lambda: "local · 8 GPUs" in pane_text(app), pilot.pause)
+        for _ in range(30):
+            await pilot.press("j")
+            await pilot.press("k")
+        await until(lambda: all(task.get_name() != "tui-gpu-watch" for task in engine._tasks), pilot.pause)
+        assert len(engine._tasks) <= 5, [task.get_name() for task in engine._tasks]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any
 
 from textual.message import Message
 from textual.message_pump import MessagePump
@@ -66,6 +68,8 @@ from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line,
 TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
 TICK_IDLE_S = 5.0     # ... and while every run is settled
 STEPS_SHOWN = 200     # the experiment step list keeps this many (newest last)
+
+log = logging.getLogger(__name__)
 
 
 def sweep_status(progress: SweepProgress, profile: str) -> str:
@@ -121,10 +125,10 @@ class EngineBridge:
                 self._follow_log(view)
             self._serving.track(view)
         self._push(self._shown())
-        self._tasks.append(asyncio.create_task(self._tick(), name="tui-tick"))
+        self._spawn(self._tick(), "tui-tick")
         for view in list(self._views.values()):
             if not view.active and view.run_state is None:   # ended before we watched: its card reads its log
-                self._tasks.append(asyncio.create_task(self._read_log_state(view), name=f"log-state-{view.run_id}"))
+                self._spawn(self._read_log_state(view), f"log-state-{view.run_id}")
         for profile in self.autolaunch:
             current = self._views.get(profile)
             if current is None or not current.active:
@@ -209,12 +213,25 @@ class EngineBridge:
             self._post(LogAdded(profile, batch))
 
     # ------------------------------------------------------------ GPUs / env
+    def _spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        """Run `work` as a task the bridge ends on close; a finished one is dropped at once (a selection change
+        starts one: a long session must not pile them up)."""
+        task = asyncio.create_task(work, name=name)
+        self._tasks.append(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        if task in self._tasks:
+            self._tasks.remove(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
+
     def watch_gpus(self, profile: str) -> None:
         """Keep one GPU probe where `profile`'s GPUs are (inspection.gpu_transport: its host, or its Slurm job's
         node through the allocation), posting GpusUpdated to the app as it changes. Asked again when the profile's
         run changes state (a job that starts running moves the probe to its node)."""
         self._gpus_of = profile
-        self._tasks.append(asyncio.create_task(self._watch_gpus(profile), name="tui-gpu-watch"))
+        self._spawn(self._watch_gpus(profile), "tui-gpu-watch")
 
     async def _watch_gpus(self, profile: str) -> None:
         async with self._gpu_lock:   # one choice at a time; one made stale by a later selection is dropped
@@ -229,7 +246,7 @@ class EngineBridge:
             if old is not None and transport is not None and old.transport.host == transport.host:
                 return
             if old is not None:
-                self._tasks.append(asyncio.create_task(old.close(), name="tui-gpu-close"))
+                self._spawn(old.close(), "tui-gpu-close")
             self._gpu_probe = None
             if transport is None:
                 board = GpuBoard()
