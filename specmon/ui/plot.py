@@ -30,8 +30,8 @@ Points = Sequence[tuple[float, float]]
 def draw_sweeps(plt: Any, series: Sequence[tuple[str, Points]], crossing: CrossoverMark | None, *, height: int,
                 width: int, legend: bool = True, background: object = None, envelope: bool = False) -> bool:
     """Draw `series` (name, (load, value) points sorted by load; the i-th keeps the i-th symbol and colour even when
-    it has no points) on plotext's `plt`, and the crossing if any: `height` is the rows the plot area has (for
-    the number of value ticks), `width` the chart's columns. Without `legend` the
+    it has no points) on plotext's `plt`, and the crossing if any: `height` is the rows the plot area has, its frame's two
+    lines included (for the number of value ticks), `width` the chart's columns. Without `legend` the
     symbols go unnamed (a table beside the chart names them). `background` is the colour behind the crossing's
     label (default: plotext's canvas colour). With `envelope` the best value at each level is drawn under the
     series as a heavy line of its own colour, named "best" in the legend. Returns whether the crossing could be marked where the curves meet
@@ -57,8 +57,10 @@ def draw_sweeps(plt: Any, series: Sequence[tuple[str, Points]], crossing: Crosso
     low, high = math.log10(shown[0]), math.log10(shown[-1])
     pad = (high - low) * 2 / max(10, width - 8) or 0.5   # two columns either side: the end symbols clear the axes
     plt.xlim(low - pad, high + pad)
-    # About one tick every other row (6 at most).
-    ticks = round_ticks(max(y for _, _, points in drawn for _, y in points), min(6, max(2, height // 2 + 2)))
+    # About one tick every other row (6 at most), and never more ticks than rows: two labels on one row are drawn
+    # one over the other, which one on top as plotext's hashing of the run falls.
+    rows = max(2, height - 2)   # `height` counts the frame's two lines too
+    ticks = round_ticks(max(y for _, _, points in drawn for _, y in points), min(6, rows, max(2, height // 2 + 2)))
     # The levels' labels that fit whole, the first and the last always (the plot's columns: the width less the value
     # labels and the frame).
     cells = max(1, width - len(tick_text(ticks[-1])) - 3)
@@ -82,7 +84,7 @@ def draw_sweeps(plt: Any, series: Sequence[tuple[str, Points]], crossing: Crosso
     # The load written one row under the cross, from the column after the drop: there the curves have left (they
     # meet at the cross), so the words cover none of the level symbols beside it.
     column = (high - low + 2 * pad) / max(1, width - len(tick_text(ticks[-1])) - 3)
-    row = ticks[-1] / max(1, height - 3)   # `height` counts the frame's two lines too
+    row = ticks[-1] / max(1, rows - 1)
     plt.text(load_words(crossing.concurrency, crossing.mode), at + column, y - row,
              color="red", style="bold", background=background, alignment="left")
     return True
