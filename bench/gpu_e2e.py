@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
+sys.path.insert(0, str(HERE / "tests" / "support"))
 sys.path.insert(0, str(HERE))
 
 
@@ -109,7 +109,7 @@ def main() -> int:
     out.mkdir(parents=True, exist_ok=True)
     (out / "commands.txt").unlink(missing_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    from test_sweep_transformers import build_tiny_model  # the same model the CPU test serves
+    from tiny_model import build_tiny_model  # the same model the CPU test serves
 
     from specmon.model.hosts.gpu import APPS_FIELDS, QUERY_FIELDS
 

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
+sys.path.insert(0, str(HERE / "tests" / "support"))
 sys.path.insert(0, str(HERE))
 
 from gpu_e2e import Steps  # noqa: E402  (bench/ is this script's own directory)
@@ -38,7 +38,7 @@ REPO = "local/tiny-llama"
 
 def cached_model(hf_home: Path) -> None:
     """The tiny model in the Hugging Face cache layout (blobs, a snapshot linking to them, refs/main)."""
-    from test_sweep_transformers import build_tiny_model
+    from tiny_model import build_tiny_model
 
     repo = hf_home / "hub" / ("models--" + REPO.replace("/", "--"))
     if (repo / "refs" / "main").is_file():

@@ -54,7 +54,7 @@ def main() -> None:
     ap.add_argument("--output-len", type=int, default=16)
     args = ap.parse_args()
     port = free_port()
-    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sse_server.py"), "--port", str(port)],
+    server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "support" / "sse_server.py"), "--port", str(port)],
                               stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None and server.stdout.readline().strip() == "ready"
     try:

@@ -1,6 +1,6 @@
 """CPU cost and accuracy of the load generator, with the figures issue 22 asks for printed in one run.
 
-A minimal streaming server (tests/sse_server.py, aiohttp + uvloop) runs as one process per server CPU (CPU 0 on a
+A minimal streaming server (tests/support/sse_server.py, aiohttp + uvloop) runs as one process per server CPU (CPU 0 on a
 2-core box; on a bigger host (CPUs-1)//2 of them, at most 8, sharing one port: one Python process cannot write 51k
 paced chunks/s on time, and a late server shows up as client ITL); each client run is a separate process pinned to
 the next CPU, so `process_time()` is the client's own cost. The paced cases print how late the server's own writes
@@ -12,7 +12,7 @@ were against its schedule. Cases:
       Target: specmon <= 40 us per chunk.
   (c) ITL tail vs concurrency: one token every 20 ms, C = 16, 256, 1024; the same server, so the ITL p99 must not
       grow with C. Targets: ITL p99 C=256/C=16 <= 1.05, C=1024/C=16 <= 1.10.
-  (d) stamps in bursts: tests/burst_server.py writes every stream's next chunk in one burst every 20 ms, in a new
+  (d) stamps in bursts: tests/support/burst_server.py writes every stream's next chunk in one burst every 20 ms, in a new
       random order each time, and keeps each write's time; C=256. Printed: how far each measured gap is from the
       true one (p50/p99), with chunk times stamped on arrival (specmon) and, for comparison, stamped when each
       stream's code saw its chunk (the generator before arrival stamps). Target: within 0.5 ms. Also C=1024 stamped
@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SERVER = ROOT / "tests" / "sse_server.py"
-BURST_SERVER = ROOT / "tests" / "burst_server.py"
+SERVER = ROOT / "tests" / "support" / "sse_server.py"
+BURST_SERVER = ROOT / "tests" / "support" / "burst_server.py"
 REFERENCE = ROOT / "bench" / "openloop_reference.py"
 
 CLIENT_CPU_ENV = "SPECMON_BENCH_CLIENT_CPUS"
@@ -69,7 +69,7 @@ def free_port() -> int:
 async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bool = False,
                       burst: str | None = None, processes: int = 1) -> Figures:
     """specmon's generator at concurrency c, or (open_loop) at request rate c; with `burst` ("arrival" or "read",
-    against tests/burst_server.py), also how far its gaps are from the server's true ones."""
+    against tests/support/burst_server.py), also how far its gaps are from the server's true ones."""
     from specmon.loadgen import client
     from specmon.loadgen.protocol import ChildSpec, Message
     from specmon.loadgen.runner import SweepRunner

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(HERE / "tests"))
+sys.path.insert(0, str(HERE / "tests" / "support"))
 
 from sshd_support import Relay, Sshd, bench_sshd  # noqa: E402
 

@@ -71,7 +71,7 @@ def pytest_unconfigure() -> None:
 
 @pytest.fixture
 def free_port_factory() -> Callable[[], int]:
-    """A function returning a free 127.0.0.1 TCP port (tests/ports.py: outside the ephemeral range, never twice)."""
+    """A function returning a free 127.0.0.1 TCP port (tests/support/ports.py: outside the ephemeral range, never twice)."""
     return ports.free_port
 
 
@@ -116,7 +116,7 @@ def quick_tests_start_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def sshd() -> Sshd:
-    """A real OpenSSH sshd on 127.0.0.1 with its own keys, config and known_hosts (see tests/sshd_support.py)."""
+    """A real OpenSSH sshd on 127.0.0.1 with its own keys, config and known_hosts (see tests/support/sshd_support.py)."""
     reason = sshd_available()
     if reason is not None:
         pytest.skip(reason)

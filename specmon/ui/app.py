@@ -1,17 +1,17 @@
 """The specmon TUI: Servers, Log, GPU/env and Sweep panes over the lifecycle engine and the sweep runner.
 
 Data flows one way. An engine bridge (`specmon.ui.bridge`) watches runs and sweeps in asyncio tasks and posts the
-app Messages (`specmon.ui.messages`: rows, log lines, series, sweep status, notices); the app's handlers store them
-(`update_rows`, `add_log`, `set_series`, `set_sweep_status`) and repaint through two throttles (state ≤ 4 Hz,
-chart ≤ 1 Hz), so a chatty log or a live sweep never drives the frame rate. Key actions call the bridge in workers;
-the UI never waits on I/O.
+app Messages (`specmon.ui.messages`: rows, log lines, series, sweep status, notices). What the screen shows is plain
+data, `self.state` (`specmon.ui.state.ScreenState`): the app's handlers pass each Message and key to that module's
+update functions, say the toasts those return, and repaint through two throttles (state ≤ 4 Hz, chart ≤ 1 Hz), so a
+chatty log or a live sweep never drives the frame rate. Key actions call the bridge in workers; the UI never waits on
+I/O.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -29,17 +29,16 @@ from textual.theme import Theme
 from textual.widget import Widget
 from textual.widgets import Static
 
-from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config
 from specmon.model.config.keymap import KEYS
 from specmon.model.hosts.env import Difference, EnvReport
-from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
-from specmon.model.server.serving import ServingUpdate, sweep_live_line
+from specmon.model.server.serving import sweep_live_line
 from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.orchestration.runs.view import RunView
 from specmon.ui import keys, messages
+from specmon.ui import state as screen
 from specmon.ui.footer import KeysFooter
-from specmon.ui.format import left_running_note, transitions
+from specmon.ui.format import left_running_note
 from specmon.ui.forms import (
     ConfirmScreen,
     ExperimentRequest,
@@ -53,7 +52,7 @@ from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
-from specmon.ui.servers import COMPARED_STATES, RunCard, ServersPane
+from specmon.ui.servers import RunCard, ServersPane
 from specmon.ui.sweep import WIDE_SCREEN, Levels, SweepPane
 from specmon.ui.themes import DEFAULT_THEME, load_themes, load_ui_state, save_ui_state, ui_state_path
 from specmon.ui.throttle import Throttle
@@ -133,30 +132,12 @@ class SpecmonApp(App[int]):
         self.config = config
         self.engine = engine
         self.demo = demo
-        self.profiles = list(config.profiles)
-        self.selected: str | None = preselect if preselect in config.profiles else (self.profiles[0] if self.profiles else None)
-        self.previous: str | None = None    # the profile selected before (what the diff view compares against)
+        self.state = screen.initial_state(list(config.profiles), preselect, log_lines)
         self.keymap = keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))
-        self.rows: dict[str, ServerRow] = {name: ServerRow(profile=name) for name in self.profiles}
-        self.logs: dict[str, deque[LogEntry]] = {name: deque(maxlen=log_lines) for name in self.profiles}
-        self._pending_log: list[LogEntry] = []
-        self.series: dict[str, list[LevelRow]] = {}
-        self.grid_verdict = ("", "")   # a tuning grid's bands so far (in full, brief), under the chart
-        self.crossover: CrossoverMark | None = None
-        self.goodput_crossover: CrossoverMark | None = None
-        self.chart_metric = "throughput"   # the Sweep chart's y axis: "throughput" or "goodput" (the g key)
-        self.sweep_status = ""
-        self.sweeping = False
-        self.experiment_steps: list[str] = []
-        # Each compared run's set-up (env views, launch args, versions) for the confound banner: profile -> (run id,
-        # report). Read only while two or more runs are compared; the start-up probe takes seconds, so in a worker.
-        self.setups: dict[str, tuple[str, EnvReport]] = {}
         self._env_below_of: tuple[str | None, str | None, str | None] | None = None   # what the pane's env is of
         self._gpus_of: tuple[str | None, str | None, str | None] | None = None   # what the GPU probe was asked for
-        self.sweep_live: tuple[str, SweepProgress] | None = None
-        self.serving: dict[str, ServingUpdate] = {}   # profile -> its ready run's serving view (from /metrics)
-        self._setups_reading: set[str] = set()     # run ids whose report is being read
-        self.log_lines = log_lines
+        # Compared runs' set-ups are read in workers (the start-up probe takes seconds): the run ids being read.
+        self._setups_reading: set[str] = set()
         self._state_path = state_path or ui_state_path()
         self._custom_themes: list[str] = []
         for theme in load_themes(theme_dirs).values():
@@ -176,9 +157,9 @@ class SpecmonApp(App[int]):
         yield Static(self._topbar_text(), id="topbar")
         with Vertical(id="main"):
             with Horizontal(id="top"):
-                yield ServersPane(self.profiles, keys.key_of(self.keymap, "maximize"), keys.key_of(self.keymap, "stop"),
+                yield ServersPane(self.state.profiles, keys.key_of(self.keymap, "maximize"), keys.key_of(self.keymap, "stop"),
                                   id="servers", classes="pane")
-                yield LogPane(self.log_lines, id="log", classes="pane")
+                yield LogPane(self.state.log_lines, id="log", classes="pane")
                 yield GpuEnvPane(id="gpuenv", classes="pane")
             yield SweepPane(id="sweep", classes="pane")
         yield Static("", id="too-small")
@@ -220,42 +201,30 @@ class SpecmonApp(App[int]):
     # ------------------------------------------------------- data from engine
     def update_rows(self, rows: Iterable[ServerRow]) -> None:
         """New state for some profiles; rings and toasts on ready/failed/stalled, repaints (throttled)."""
-        before = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
-        for row in rows:
-            old = self.rows.get(row.profile)
-            if row.state == RunStatus.FAILED and row.failure and (old is None or old.failure != row.failure):
-                # The card cuts a long reason (format.card_reason); the profile's Log pane keeps it whole.
-                self.add_log(row.profile, [LogEntry(f"✗ FAILED: {row.failure}", "error")])
-            self.rows[row.profile] = row
-        after = {p: (r.state, r.stalled) for p, r in self.rows.items() if r.run_id}
-        for profile, what in transitions(before, after):
-            row = self.rows[profile]
-            severity: SeverityLevel = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
-            message = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
-            self.bell()
-            self.notify(message, severity=severity, timeout=8)
+        self._say(screen.rows_changed(self.state, rows))
         self._read_setups()
         self._watch_gpus_of_selected()
         with contextlib.suppress(NoMatches):
             self._read_environment_below()
         self._state_throttle.request()
 
+    def _say(self, toasts: Iterable[screen.Toast]) -> None:
+        for toast in toasts:
+            if toast.bell:
+                self.bell()
+            self.notify(toast.text, severity=toast.severity, timeout=toast.timeout)
+
     def _read_setups(self) -> None:
         """When two or more runs are compared, read each one's set-up once (the confound banner's env diff)."""
-        compared = [r for r in self.rows.values() if r.state in COMPARED_STATES and r.run_id]
-        if self.engine is None or len(compared) < 2:
+        if self.engine is None:
             return
         engine = self.engine
-        for row in compared:
-            profile, run_id = row.profile, row.run_id
-            known = self.setups.get(profile)
-            if run_id is None or (known is not None and known[0] == run_id) or run_id in self._setups_reading:
-                continue
+        for profile, run_id in screen.setups_to_read(self.state, self._setups_reading):
             self._setups_reading.add(run_id)
 
             async def read(profile: str = profile, run_id: str = run_id) -> None:
                 try:
-                    self.setups[profile] = (run_id, await engine.environment(profile))
+                    self.state.setups[profile] = (run_id, await engine.environment(profile))
                     self._state_throttle.request()
                 except Exception as exc:   # the banner goes without this run's set-up; say why once
                     self.notify(f"{profile}: set-up not read for the comparison: {exc}", severity="warning",
@@ -267,32 +236,19 @@ class SpecmonApp(App[int]):
 
     def add_log(self, profile: str, entries: Sequence[LogEntry]) -> None:
         """New log lines of a profile's run (kept up to `log_lines`; shown when that profile is selected)."""
-        self.logs.setdefault(profile, deque(maxlen=self.log_lines)).extend(entries)
-        if profile == self.selected:
-            self._pending_log.extend(entries)
-            if len(self._pending_log) > self.log_lines:  # a flood between repaints: keep only what could be shown
-                del self._pending_log[: -self.log_lines]
+        if screen.log_added(self.state, profile, entries):
             self._state_throttle.request()
-
-    def clear_log(self, profile: str) -> None:
-        """Forget a profile's log (a new run started)."""
-        self.logs[profile] = deque(maxlen=self.log_lines)
-        if profile == self.selected:
-            self._pending_log.clear()
-            self._show_log_of_selected()
 
     def set_series(self, name: str, levels: Levels, crossover: CrossoverMark | None = None,
                    goodput_crossover: CrossoverMark | None = None) -> None:
         """Replace one chart series (a profile's live sweep or a result file) and the crossovers (of output
         throughput, and of goodput)."""
-        self.series[name] = list(levels)
-        self.crossover = crossover
-        self.goodput_crossover = goodput_crossover
+        screen.series_changed(self.state, name, levels, crossover, goodput_crossover)
         self._chart_throttle.request()
 
     @on(GpusUpdated)
     def _gpus_updated(self, message: GpusUpdated) -> None:
-        row = self._selected_row()
+        row = screen.selected_row(self.state)
         with contextlib.suppress(NoMatches):
             self.query_one(GpuEnvPane).show_gpus(message, row.run_id if row is not None else None)
             self._read_environment_below()
@@ -301,8 +257,7 @@ class SpecmonApp(App[int]):
         """Under a board with no GPUs the pane shows the selected profile's environment: read it when the
         selection, its run or the run's state changes (the process view exists only while the server runs)."""
         pane = self.query_one(GpuEnvPane)
-        row = self._selected_row()
-        key = (self.selected, row.run_id if row else None, row.state if row else None)
+        key = screen.watch_key(self.state)
         if self.engine is not None and pane.wants_env and key != self._env_below_of:
             self._env_below_of = key
             self._read_environment("env", below=True)
@@ -310,24 +265,21 @@ class SpecmonApp(App[int]):
     def _watch_gpus_of_selected(self) -> None:
         """Ask for the selected profile's GPUs when the selection, its run or the run's state changes (a Slurm
         job's GPUs are its node's, known once the job runs)."""
-        row = self._selected_row()
-        key = (self.selected, row.run_id if row else None, row.state if row else None)
-        if self.engine is not None and self.selected in self.config.profiles and key != self._gpus_of:
+        key, selected = screen.watch_key(self.state), self.state.selected
+        if self.engine is not None and selected in self.config.profiles and key != self._gpus_of:
             self._gpus_of = key
-            self.engine.watch_gpus(self.selected)
+            self.engine.watch_gpus(selected)
 
     def set_sweep_status(self, status: str, running: bool, live: tuple[str, SweepProgress] | None = None) -> None:
         """The one-line status of the sweep (shown in the pane title), whether one is running and, during a level,
         the swept profile and the client's view of the level (shown beside that server's serving view)."""
-        self.sweep_status = status
-        self.sweeping = running
-        self.sweep_live = live
+        screen.sweep_status_changed(self.state, status, running, live)
         self._chart_throttle.request()
         self._state_throttle.request()
 
     def set_experiment_steps(self, steps: Sequence[str]) -> None:
         """The experiment's step list (newest last), shown beside the chart while there is one."""
-        self.experiment_steps = list(steps)
+        self.state.experiment_steps = list(steps)
         self._chart_throttle.request()
 
     @on(messages.RowsChanged)
@@ -336,11 +288,7 @@ class SpecmonApp(App[int]):
 
     @on(messages.ServingChanged)
     def _serving_changed(self, message: messages.ServingChanged) -> None:
-        update = message.update
-        self.serving[update.profile] = update
-        for alert in update.raised:
-            self.bell()
-            self.notify(f"{update.profile}: {alert}", severity="warning", timeout=10)
+        self._say(screen.serving_changed(self.state, message.update))
         self._state_throttle.request()
 
     @on(messages.LogAdded)
@@ -349,7 +297,8 @@ class SpecmonApp(App[int]):
 
     @on(messages.LogCleared)
     def _log_cleared(self, message: messages.LogCleared) -> None:
-        self.clear_log(message.profile)
+        if screen.log_cleared(self.state, message.profile):
+            self._show_log_of_selected()
 
     @on(messages.SeriesChanged)
     def _series_changed(self, message: messages.SeriesChanged) -> None:
@@ -358,9 +307,7 @@ class SpecmonApp(App[int]):
 
     @on(messages.ChartCleared)
     def _chart_cleared(self) -> None:
-        self.series.clear()
-        self.crossover = self.goodput_crossover = None
-        self.grid_verdict = ("", "")
+        screen.chart_cleared(self.state)
         self._chart_throttle.request()
 
     @on(messages.SweepStatusChanged)
@@ -369,7 +316,7 @@ class SpecmonApp(App[int]):
 
     @on(messages.GridVerdictChanged)
     def _grid_verdict_changed(self, message: messages.GridVerdictChanged) -> None:
-        self.grid_verdict = (message.verdict, message.brief)
+        self.state.grid_verdict = (message.verdict, message.brief)
         self._chart_throttle.request()
 
     @on(messages.ExperimentStepsChanged)
@@ -396,31 +343,29 @@ class SpecmonApp(App[int]):
 
     def _paint_state(self) -> None:
         # A throttled repaint can fire while the app shuts down, after the panes are gone: nothing to paint then.
+        state = self.state
         with contextlib.suppress(NoMatches):
-            rows = [self.rows[p] for p in self.profiles if p in self.rows]
-            setups = {row.profile: self.setups[row.profile][1] for row in rows
-                      if row.profile in self.setups and self.setups[row.profile][0] == row.run_id}
-            self.query_one(ServersPane).show(rows, self.selected, setups, self.serving)
-            live = self.sweep_live   # the level in progress beside the swept server's own view of it
+            self.query_one(ServersPane).show(screen.shown_rows(state), state.selected, screen.shown_setups(state),
+                                             state.serving)
+            live = state.sweep_live   # the level in progress beside the swept server's own view of it
             self.query_one(SweepPane).show_live("" if live is None else sweep_live_line(live[1],
-                                                                                        self.serving.get(live[0])))
-            if self._pending_log:
-                batch, self._pending_log = self._pending_log, []
-                self.query_one(LogPane).append(batch)
+                                                                                        state.serving.get(live[0])))
+            if state.pending_log:
+                self.query_one(LogPane).append(screen.take_pending_log(state))
 
     def _paint_chart(self) -> None:
+        state = self.state
         with contextlib.suppress(NoMatches):
             pane = self.query_one(SweepPane)
-            goodput = self.chart_metric == "goodput"
-            pane.show(self.series, self.goodput_crossover if goodput else self.crossover, self.sweep_status,
-                      self.chart_metric, self.grid_verdict)
-            pane.show_steps(self.experiment_steps)
+            pane.show(state.series, screen.shown_crossover(state), state.sweep_status, state.chart_metric.value,
+                      state.grid_verdict)
+            pane.show_steps(state.experiment_steps)
 
     def _show_log_of_selected(self) -> None:
-        self._pending_log.clear()
-        label = self.selected or ""
+        self.state.pending_log.clear()
+        label = self.state.selected or ""
         with contextlib.suppress(NoMatches):  # a resize can arrive while the app shuts down
-            self.query_one(LogPane).show(label, list(self.logs.get(label, ())))
+            self.query_one(LogPane).show(label, list(self.state.logs.get(label, ())))
 
     # ----------------------------------------------------------------- actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -430,21 +375,16 @@ class SpecmonApp(App[int]):
             return None  # shown dimmed in the footer below, and not run
         return True
 
-    def _selected_row(self) -> ServerRow | None:
-        return self.rows.get(self.selected) if self.selected else None
-
     def action_select(self, step: int) -> None:
-        if not self.profiles:
-            return
-        order = self.query_one(ServersPane).order   # as the cards stand (a fleet's failed runs come first)
-        index = order.index(self.selected) if self.selected in order else 0
-        self.select_profile(order[(index + step) % len(order)])
+        # As the cards stand (a fleet's failed runs come first).
+        profile = screen.stepped(self.state, self.query_one(ServersPane).order, step)
+        if profile is not None:
+            self.select_profile(profile)
 
     def select_profile(self, profile: str) -> None:
         """Make `profile` the selected one: its card highlighted, its log shown."""
-        if profile == self.selected:
+        if not screen.select(self.state, profile):
             return
-        self.previous, self.selected = self.selected, profile
         self._paint_state()
         with contextlib.suppress(NoMatches):
             self.query_one(ServersPane).reveal(profile)
@@ -475,12 +415,11 @@ class SpecmonApp(App[int]):
     def _read_environment(self, view: str | None = None, below: bool = False) -> None:
         """Read the selected profile's env (or diff) view for the pane; `below`: for under a board with no GPUs."""
         pane = self.query_one(GpuEnvPane)
-        if not self._need_engine() or self.selected is None:
+        if not self._need_engine() or self.state.selected is None:
             return
-        engine, selected, view = self.engine, self.selected, view or pane.view
+        engine, selected, view = self.engine, self.state.selected, view or pane.view
         assert engine is not None
-        others = [p for p in self.profiles if p != selected]
-        other = self.previous if self.previous in others else (others[0] if others else None)
+        other = screen.diff_partner(self.state)
 
         async def read() -> None:
             try:
@@ -492,7 +431,7 @@ class SpecmonApp(App[int]):
                     text = render_diff(*await engine.difference(selected, other))
             except Exception as exc:   # an unreachable host, a broken python: shown in the pane
                 text = f"[$error]{escape(str(exc))}[/]"
-            if self.selected != selected:
+            if self.state.selected != selected:
                 return
             if below:
                 pane.show_env_below(text)
@@ -512,20 +451,20 @@ class SpecmonApp(App[int]):
         return True
 
     def action_launch(self) -> None:
-        row = self._selected_row()
+        row = screen.selected_row(self.state)
         if row is None or not self._need_engine():
             return
-        if row.state in ACTIVE:
-            self.notify(f"{row.profile} is already {row.state}", severity="warning")
+        if (refusal := screen.launch_refusal(row)) is not None:
+            self.notify(refusal, severity="warning")
             return
         self._engine_call("launch", row.profile)
 
     def action_stop(self) -> None:
-        row = self._selected_row()
+        row = screen.selected_row(self.state)
         if row is None or not self._need_engine():
             return
-        if row.run_id is None or (row.state in (RunStatus.STOPPED, *BROKEN, "idle") and not row.still_running):
-            self.notify(f"{row.profile} has no running server", severity="warning")
+        if (refusal := screen.stop_refusal(row)) is not None:
+            self.notify(refusal, severity="warning")
             return
         self.push_screen(
             ConfirmScreen(f"Stop {row.profile} (run {row.run_id})?"),
@@ -533,7 +472,7 @@ class SpecmonApp(App[int]):
         )
 
     def action_restart(self) -> None:
-        row = self._selected_row()
+        row = screen.selected_row(self.state)
         if row is None or not self._need_engine():
             return
         self.push_screen(
@@ -556,15 +495,11 @@ class SpecmonApp(App[int]):
     def action_sweep(self) -> None:
         if not self._need_engine():
             return
-        if self.sweeping:
-            self.notify("a sweep is already running (c cancels it)", severity="warning")
+        choice = screen.sweep_choice(self.state, self.demo)
+        if isinstance(choice, str):
+            self.notify(choice, severity="warning")
             return
-        ready = [p for p in self.profiles if self.rows[p].state == RunStatus.READY]
-        if not ready:
-            self.notify("no ready server to sweep", severity="warning")
-            return
-        checked = ready if self.demo or self.selected not in ready else [self.selected]
-        self.push_screen(SweepFormScreen(ready, checked, self.config.sweep), self._start_sweep)
+        self.push_screen(SweepFormScreen(choice.ready, choice.checked, self.config.sweep), self._start_sweep)
 
     def _start_sweep(self, request: SweepRequest | None) -> None:
         if request is None or self.engine is None:
@@ -579,11 +514,11 @@ class SpecmonApp(App[int]):
                 self.post_message(messages.SweepStatusChanged(f"failed: {exc}", running=False))
                 self.notify(f"sweep failed: {exc}", severity="error", timeout=10)
 
-        self.sweeping = True
+        self.state.sweeping = True
         self.run_worker(sweep(), group="sweep", exclusive=True, exit_on_error=False, description="sweep")
 
     def action_cancel_sweep(self) -> None:
-        if not self.sweeping:
+        if not self.state.sweeping:
             self.notify("no sweep is running", severity="warning")
             return
         running = [w for w in self.workers if w.group in ("sweep", "experiment") and not w.is_finished]
@@ -599,7 +534,7 @@ class SpecmonApp(App[int]):
         if not self.config.experiments:
             self.notify(f"no [experiments.NAME] table in {self.config.source}", severity="warning")
             return
-        if self.sweeping:
+        if self.state.sweeping:
             self.notify("a sweep or experiment is already running (c cancels it)", severity="warning")
             return
 
@@ -619,7 +554,7 @@ class SpecmonApp(App[int]):
 
     def start_experiment(self, name: str, resume: bool = False) -> None:
         """Run (or resume) experiment `name` in a worker; its steps and the overlay build up in the Sweep pane."""
-        if self.engine is None or self.sweeping:
+        if self.engine is None or self.state.sweeping:
             self.notify("a sweep or experiment is already running (c cancels it)", severity="warning")
             return
         engine = self.engine
@@ -634,7 +569,7 @@ class SpecmonApp(App[int]):
                 self.post_message(messages.SweepStatusChanged(f"experiment {name} failed: {reason}", running=False))
                 self.notify(f"experiment {name}: {reason}", severity="error", timeout=10)
 
-        self.sweeping = True
+        self.state.sweeping = True
         self.run_worker(run(), group="experiment", exclusive=True, exit_on_error=False, description=f"experiment {name}")
 
     def action_overlay(self) -> None:
@@ -690,14 +625,7 @@ class SpecmonApp(App[int]):
 
     def action_toggle_goodput(self) -> None:
         """Chart goodput (requests/s meeting the sweep's SLO targets) instead of output tok/s, or back."""
-        self.chart_metric = "goodput" if self.chart_metric == "throughput" else "throughput"
-        if self.chart_metric == "goodput" and not any(lv.goodput is not None for levels in self.series.values()
-                                                      for lv in levels):
-            self.notify("chart: goodput, but no sweep shown has any (sweep with --slo, or set [sweep] slo)",
-                        severity="warning", timeout=5)
-        else:
-            self.notify(f"chart: {'goodput (req/s meeting the SLO)' if self.chart_metric == 'goodput' else 'output tok/s'}",
-                        timeout=2)
+        self._say([screen.chart_metric_toggled(self.state)])
         self._chart_throttle.request()
 
     def action_next_theme(self) -> None:

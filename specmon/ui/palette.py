@@ -3,13 +3,14 @@ themes."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from functools import partial
 from typing import Protocol, cast
 
 from textual.command import DiscoveryHit, Hit, Hits, Provider
 
 from specmon.model.config import Config
+from specmon.ui.state import ScreenState
 
 
 class PaletteHost(Protocol):
@@ -22,7 +23,7 @@ class PaletteHost(Protocol):
     def config(self) -> Config: ...
 
     @property
-    def profiles(self) -> Sequence[str]: ...
+    def state(self) -> ScreenState: ...
 
     @property
     def theme_names(self) -> list[str]: ...
@@ -52,7 +53,7 @@ class SpecmonCommands(Provider):
     def _commands(self) -> list[tuple[str, Callable[[], object], str]]:
         app = cast(PaletteHost, self.app)
         commands: list[tuple[str, Callable[[], object], str]] = []
-        for profile in app.profiles:
+        for profile in app.state.profiles:
             for verb, action in (("launch", app.action_launch), ("stop", app.action_stop),
                                  ("restart", app.action_restart)):
                 commands.append((f"{verb} {profile}", partial(self._on_profile, profile, action),

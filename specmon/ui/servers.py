@@ -19,6 +19,7 @@ from specmon.model.server.serving import ServingUpdate, card_figure_lines
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
+from specmon.ui.state import COMPARED_STATES
 
 
 def _shape(text: str) -> list[int]:
@@ -35,7 +36,6 @@ class ShardBar(ProgressBar):
         self.update()
 
 
-COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
 # From this many profiles on, the pane is a fleet: a summary line heads it and runs that need a look (failed, lost,
 # exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,

@@ -1,0 +1,259 @@
+"""What the TUI shows, as plain data, and the rules that change it: no Textual here (a layer contract says so).
+
+`ScreenState` holds every pane's data: the runs' rows, their logs, the chart's series, the sweep's status, the
+serving views, the selection. Each update function takes the state and what arrived (from the engine, or a key),
+changes the state and returns what the screen must say beyond repainting (toasts, a bell). The app
+(`specmon.ui.app`) only routes Messages and keys to these functions and hands the state to its widgets, so every
+rule here is tested without a screen (tests/unit/test_screen_state.py).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from specmon.model.charts.levelrow import LevelRow
+from specmon.model.hosts.env import EnvReport
+from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
+from specmon.model.server.serving import ServingUpdate
+from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.ui.format import transitions
+from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
+
+COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
+
+Severity = Literal["information", "warning", "error"]
+
+
+@dataclass(frozen=True)
+class Toast:
+    """A message for the corner of the screen; `bell`: ring the terminal too."""
+
+    text: str
+    severity: Severity = "information"
+    timeout: float | None = None
+    bell: bool = False
+
+
+class ChartMetric(enum.Enum):
+    """The Sweep chart's y axis (the g key)."""
+
+    THROUGHPUT = "throughput"
+    GOODPUT = "goodput"
+
+
+@dataclass
+class ScreenState:
+    """Every pane's data. `logs` keeps `log_lines` lines per profile; `pending_log` holds the selected profile's
+    lines that arrived since the Log pane was last painted."""
+
+    profiles: list[str]
+    selected: str | None
+    log_lines: int
+    previous: str | None = None   # the profile selected before (what the diff view compares against)
+    rows: dict[str, ServerRow] = field(default_factory=dict)
+    logs: dict[str, deque[LogEntry]] = field(default_factory=dict)
+    pending_log: list[LogEntry] = field(default_factory=list)
+    series: dict[str, list[LevelRow]] = field(default_factory=dict)
+    crossover: CrossoverMark | None = None
+    goodput_crossover: CrossoverMark | None = None
+    chart_metric: ChartMetric = ChartMetric.THROUGHPUT
+    grid_verdict: tuple[str, str] = ("", "")   # a tuning grid's bands so far (in full, brief), under the chart
+    sweep_status: str = ""
+    sweeping: bool = False
+    sweep_live: tuple[str, SweepProgress] | None = None   # during a level: the swept profile and the client's view
+    experiment_steps: list[str] = field(default_factory=list)
+    serving: dict[str, ServingUpdate] = field(default_factory=dict)   # profile -> its ready run's /metrics view
+    # Each compared run's set-up for the confound banner: profile -> (run id, report).
+    setups: dict[str, tuple[str, EnvReport]] = field(default_factory=dict)
+
+
+def initial_state(profiles: Sequence[str], preselect: str | None, log_lines: int) -> ScreenState:
+    """The screen before anything arrived: every profile idle, `preselect` (else the first profile) selected."""
+    names = list(profiles)
+    selected = preselect if preselect in names else (names[0] if names else None)
+    return ScreenState(profiles=names, selected=selected, log_lines=log_lines,
+                       rows={name: ServerRow(profile=name) for name in names},
+                       logs={name: deque(maxlen=log_lines) for name in names})
+
+
+# ------------------------------------------------------------------- from the engine
+def rows_changed(state: ScreenState, rows: Iterable[ServerRow]) -> list[Toast]:
+    """New rows for some profiles. A new failure's whole reason goes to the profile's log (the card cuts it);
+    a run that just became ready, failed or stalled rings and says so."""
+    before = {p: (r.state, r.stalled) for p, r in state.rows.items() if r.run_id}
+    for row in rows:
+        old = state.rows.get(row.profile)
+        if row.state == RunStatus.FAILED and row.failure and (old is None or old.failure != row.failure):
+            log_added(state, row.profile, [LogEntry(f"✗ FAILED: {row.failure}", "error")])
+        state.rows[row.profile] = row
+    after = {p: (r.state, r.stalled) for p, r in state.rows.items() if r.run_id}
+    toasts = []
+    for profile, what in transitions(before, after):
+        row = state.rows[profile]
+        severity: Severity = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
+        text = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
+        toasts.append(Toast(text, severity, timeout=8, bell=True))
+    return toasts
+
+
+def log_added(state: ScreenState, profile: str, entries: Sequence[LogEntry]) -> bool:
+    """New log lines of a profile's run; true when they are the selected profile's (the Log pane repaints)."""
+    state.logs.setdefault(profile, deque(maxlen=state.log_lines)).extend(entries)
+    if profile != state.selected:
+        return False
+    state.pending_log.extend(entries)
+    if len(state.pending_log) > state.log_lines:   # a flood between repaints: keep only what could be shown
+        del state.pending_log[: -state.log_lines]
+    return True
+
+
+def log_cleared(state: ScreenState, profile: str) -> bool:
+    """A new run of `profile` started: its old log goes; true when the Log pane must be redrawn."""
+    state.logs[profile] = deque(maxlen=state.log_lines)
+    if profile != state.selected:
+        return False
+    state.pending_log.clear()
+    return True
+
+
+def take_pending_log(state: ScreenState) -> list[LogEntry]:
+    """The selected profile's lines not yet painted (and none pending after)."""
+    batch, state.pending_log = state.pending_log, []
+    return batch
+
+
+def series_changed(state: ScreenState, name: str, levels: Sequence[LevelRow], crossover: CrossoverMark | None,
+                   goodput_crossover: CrossoverMark | None) -> None:
+    """One chart series replaced (a profile's live sweep or a result file), with the crossovers of throughput
+    and of goodput."""
+    state.series[name] = list(levels)
+    state.crossover = crossover
+    state.goodput_crossover = goodput_crossover
+
+
+def chart_cleared(state: ScreenState) -> None:
+    state.series.clear()
+    state.crossover = state.goodput_crossover = None
+    state.grid_verdict = ("", "")
+
+
+def sweep_status_changed(state: ScreenState, status: str, running: bool,
+                         live: tuple[str, SweepProgress] | None = None) -> None:
+    state.sweep_status = status
+    state.sweeping = running
+    state.sweep_live = live
+
+
+def serving_changed(state: ScreenState, update: ServingUpdate) -> list[Toast]:
+    """A ready run's new /metrics view; each alert it raised rings once."""
+    state.serving[update.profile] = update
+    return [Toast(f"{update.profile}: {alert}", "warning", timeout=10, bell=True) for alert in update.raised]
+
+
+def setups_to_read(state: ScreenState, reading: set[str]) -> list[tuple[str, str]]:
+    """(profile, run id) of each compared run whose set-up is neither known nor being read: read while two or
+    more runs are compared (loading or ready), for the confound banner."""
+    compared = [r for r in state.rows.values() if r.state in COMPARED_STATES and r.run_id]
+    if len(compared) < 2:
+        return []
+    wanted = []
+    for row in compared:
+        known = state.setups.get(row.profile)
+        if row.run_id is not None and (known is None or known[0] != row.run_id) and row.run_id not in reading:
+            wanted.append((row.profile, row.run_id))
+    return wanted
+
+
+# ------------------------------------------------------------------- what the panes show
+def shown_rows(state: ScreenState) -> list[ServerRow]:
+    return [state.rows[p] for p in state.profiles if p in state.rows]
+
+
+def shown_setups(state: ScreenState) -> dict[str, EnvReport]:
+    """The set-ups of the runs as they stand now (one read for an earlier run of the profile is not shown)."""
+    return {p: report for p, (run_id, report) in state.setups.items()
+            if p in state.rows and state.rows[p].run_id == run_id}
+
+
+def shown_crossover(state: ScreenState) -> CrossoverMark | None:
+    return state.goodput_crossover if state.chart_metric is ChartMetric.GOODPUT else state.crossover
+
+
+def selected_row(state: ScreenState) -> ServerRow | None:
+    return state.rows.get(state.selected) if state.selected else None
+
+
+def watch_key(state: ScreenState) -> tuple[str | None, str | None, str | None]:
+    """What the GPU and environment views are of: the selection, its run and the run's state (a Slurm job's
+    GPUs are its node's, known once it runs; a process view exists only while the server runs)."""
+    row = selected_row(state)
+    return (state.selected, row.run_id if row else None, row.state if row else None)
+
+
+def diff_partner(state: ScreenState) -> str | None:
+    """The profile the diff view compares the selected one with: the one selected before, else the first other."""
+    others = [p for p in state.profiles if p != state.selected]
+    return state.previous if state.previous in others else (others[0] if others else None)
+
+
+# ------------------------------------------------------------------- keys
+def select(state: ScreenState, profile: str) -> bool:
+    """Select `profile` (the one before becomes `previous`); false when it already was selected."""
+    if profile == state.selected:
+        return False
+    state.previous, state.selected = state.selected, profile
+    state.pending_log.clear()
+    return True
+
+
+def stepped(state: ScreenState, order: Sequence[str], step: int) -> str | None:
+    """The profile `step` cards away from the selected one in `order` (the cards as they stand), wrapping."""
+    if not order:
+        return None
+    index = order.index(state.selected) if state.selected in order else 0
+    return order[(index + step) % len(order)]
+
+
+def launch_refusal(row: ServerRow) -> str | None:
+    """Why `row`'s profile cannot be launched now, or None."""
+    return f"{row.profile} is already {row.state}" if row.state in ACTIVE else None
+
+
+def stop_refusal(row: ServerRow) -> str | None:
+    """Why there is nothing to stop for `row`'s profile, or None."""
+    if row.run_id is None or (row.state in (RunStatus.STOPPED, *BROKEN, "idle") and not row.still_running):
+        return f"{row.profile} has no running server"
+    return None
+
+
+@dataclass(frozen=True)
+class SweepChoice:
+    """The sweep form's offer: the ready profiles, and those ticked at first."""
+
+    ready: list[str]
+    checked: list[str]
+
+
+def sweep_choice(state: ScreenState, demo: bool) -> SweepChoice | str:
+    """What the sweep form offers, or why no sweep can start: the ready profiles, all ticked in the demo or when
+    the selected one is not ready, else only the selected one."""
+    if state.sweeping:
+        return "a sweep is already running (c cancels it)"
+    ready = [p for p in state.profiles if state.rows[p].state == RunStatus.READY]
+    if not ready:
+        return "no ready server to sweep"
+    return SweepChoice(ready, ready if demo or state.selected not in ready else [state.selected])
+
+
+def chart_metric_toggled(state: ScreenState) -> Toast:
+    """Chart goodput (requests/s meeting the sweep's SLO targets) instead of output tok/s, or back."""
+    goodput = state.chart_metric is ChartMetric.THROUGHPUT
+    state.chart_metric = ChartMetric.GOODPUT if goodput else ChartMetric.THROUGHPUT
+    if goodput and not any(lv.goodput is not None for levels in state.series.values() for lv in levels):
+        return Toast("chart: goodput, but no sweep shown has any (sweep with --slo, or set [sweep] slo)", "warning",
+                     timeout=5)
+    return Toast(f"chart: {'goodput (req/s meeting the SLO)' if goodput else 'output tok/s'}", timeout=2)

@@ -1,0 +1,288 @@
+"""SSHTransport against a real OpenSSH sshd on 127.0.0.1 (tests/support/sshd_support.py), beyond the transport contract
+(tests/integration/test_transport_contract.py runs that over SSH too): ProxyJump chains, host-key and login refusals
+without retry storms, keepalive and reconnect, HTTP over the link."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import secrets
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from simproc import start_sim
+from sshd_support import Relay, Sshd
+
+from specmon.sources.health import probe_of
+from specmon.sources.ssh import AuthRefused, HostKeyChanged, HostKeyUnknown, SSHTransport
+from specmon.sources.transport import LinkState, TransportError
+
+pytestmark = pytest.mark.slow
+
+
+def _accepted(sshd: Sshd) -> int:
+    return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
+
+
+@pytest.mark.parametrize(("alias", "logins"), [("gpu1", 1), ("gpu2", 2), ("gpu3", 3)])
+async def test_aliases_and_proxyjump_chains_reach_the_host(sshd: Sshd, alias: str, logins: int) -> None:
+    """HostName/Port/User/IdentityFile from the config file; ProxyJump with one and two jump hosts (each hop is
+    a login of its own on the sshd); the remote HOME comes from the session, not from here."""
+    before = _accepted(sshd)
+    transport = SSHTransport(alias, sshd.settings())
+    try:
+        result = await transport.run('printf %s "$HOME"')
+        assert result.ok and result.out == str(sshd.home)
+        second = await transport.run("echo again")     # one shared connection: no new login
+        assert second.out == "again\n"
+        await asyncio.sleep(0.2)
+        assert _accepted(sshd) - before == logins
+        assert transport.link.state == "connected"
+    finally:
+        await transport.close()
+
+
+async def _relay_alias(sshd: Sshd, name: str, *, trust: bool = True) -> Relay:
+    relay = await Relay(sshd.port).start()
+    sshd.add_alias(name, relay.port, trust_port=trust)
+    return relay
+
+
+async def test_unknown_host_key_fails_once_with_fingerprint_and_trust_command(sshd: Sshd) -> None:
+    relay = await _relay_alias(sshd, "newhost", trust=False)
+    transport = SSHTransport("newhost", sshd.settings())
+    try:
+        with pytest.raises(HostKeyUnknown) as info:
+            await transport.run("true")
+        message = str(info.value)
+        fingerprint = re.search(r"SHA256:\S+?(?=[,)])", message)
+        assert fingerprint and "specmon trust newhost" in message and "\n" not in message
+        assert info.value.key is not None and info.value.key.fingerprint == fingerprint.group(0)
+        assert transport.link.state == "host key unknown" and transport.link.label() == "host key refused"
+        seen = relay.accepted          # the connect, plus one connection that read the key for the message
+        for _ in range(5):
+            with pytest.raises(HostKeyUnknown):
+                await transport.run("true")
+        await asyncio.sleep(2.5)
+        assert relay.accepted == seen <= 2, "retried after a refused host key"
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_changed_host_key_is_one_hard_error_without_retries(sshd: Sshd, tmp_path: Path) -> None:
+    relay = await _relay_alias(sshd, "changed", trust=False)
+    impostor = tmp_path / "impostor.pub"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "impostor")], check=True)
+    with open(sshd.known_hosts, "a") as fh:
+        fh.write(f"[127.0.0.1]:{relay.port} {' '.join(impostor.read_text().split()[:2])}\n")
+    transport = SSHTransport("changed", sshd.settings())
+    try:
+        with pytest.raises(HostKeyChanged) as info:
+            await transport.run("true")
+        message = str(info.value)
+        assert "HOST KEY CHANGED" in message and "SHA256:" in message and "\n" not in message
+        assert transport.link.label() == "host key refused"
+        seen = relay.accepted
+        results = await asyncio.gather(*(transport.run("true") for _ in range(5)), return_exceptions=True)
+        assert all(isinstance(r, HostKeyChanged) for r in results)
+        await asyncio.sleep(2.5)
+        assert relay.accepted == seen <= 2
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_refused_key_is_one_clear_error_without_retries(sshd: Sshd, tmp_path: Path) -> None:
+    stranger = tmp_path / "stranger"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(stranger)], check=True)
+    relay = await Relay(sshd.port).start()
+    sshd.add_alias("nokey", relay.port, user_key=stranger)
+    transport = SSHTransport("nokey", sshd.settings())
+    try:
+        with pytest.raises(AuthRefused, match=r"^nokey: authentication refused for user root") as info:
+            await transport.run("true")
+        assert "\n" not in str(info.value) and transport.link.label() == "auth failed"
+        for _ in range(3):
+            with pytest.raises(AuthRefused):
+                await transport.run("true")
+        await asyncio.sleep(2.5)
+        assert relay.accepted == 1
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_unreachable_host_fails_fast_before_a_first_connect(sshd: Sshd) -> None:
+    relay = await Relay(sshd.port).start()
+    port = relay.port
+    await relay.close()          # nothing listens there now
+    sshd.add_alias("down", port)
+    transport = SSHTransport("down", sshd.settings())
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(TransportError, match="down: cannot connect") as info:
+            await transport.run("true")
+        assert not info.value.permanent and time.monotonic() - t0 < 30
+    finally:
+        await transport.close()
+
+
+@pytest.mark.parametrize("how", ["reset", "blackhole"])
+async def test_a_dead_link_is_noticed_within_the_keepalive_window_and_comes_back(sshd: Sshd, how: str) -> None:
+    relay = await _relay_alias(sshd, f"flaky-{how}")
+    transport = SSHTransport(f"flaky-{how}", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0),
+                             backoff_cap_s=2.0)
+    states: list[tuple[float, LinkState]] = []
+    transport.watch_link(lambda link: states.append((time.monotonic(), link)))
+    try:
+        assert (await transport.run("echo up")).out == "up\n"
+        t0 = time.monotonic()
+        relay.reset() if how == "reset" else relay.blackhole()
+        # The link's changes as its watcher saw them: after a reset the reconnect can finish within a few ms
+        # (the relay keeps accepting), so sampling `transport.link` could miss the drop altogether.
+        while not (down := [at for at, s in states if at >= t0 and not s.up]) and time.monotonic() - t0 < 20:
+            await asyncio.sleep(0.05)
+        assert down, f"the link never left 'connected' after the relay's {how}: {[s.state for _, s in states]}"
+        noticed = down[0] - t0
+        # keepalive 1 s x 3 unanswered: about 3-4 s; generous guard for a loaded machine
+        assert noticed < 12, f"dead link noticed after {noticed:.1f} s"
+        if how == "blackhole":
+            await asyncio.sleep(2)
+            relay.restore()
+        result = await transport.run("echo back", timeout=60)
+        assert result.out == "back\n" and transport.link.up
+        assert any(s.state == "reconnecting" for _, s in states)
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_a_command_cut_by_the_link_raises_instead_of_returning_a_result(sshd: Sshd) -> None:
+    relay = await _relay_alias(sshd, "cut")
+    transport = SSHTransport("cut", sshd.settings())
+    try:
+        await transport.run("true")
+        task = asyncio.create_task(transport.run("sleep 5; echo late", timeout=30))
+        await asyncio.sleep(0.5)
+        relay.reset()
+        with pytest.raises(TransportError):
+            await task
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+async def test_http_probes_go_through_the_host_and_say_refused_only_when_nothing_listens(
+        sshd: Sshd, free_port: int) -> None:
+    transport = SSHTransport("gpu2", sshd.settings())
+    try:
+        probe = await probe_of(transport, free_port)
+        try:
+            result = await probe.health()
+            assert result.status is None and result.error == "connection refused"
+        finally:
+            await probe.aclose()
+        with start_sim("--model", "test/Model-7B") as sim:
+            port = int(sim.url.rsplit(":", 1)[1])
+            probe = await probe_of(transport, port)
+            try:
+                assert probe.base_url == f"http://127.0.0.1:{port}"
+                assert (await probe.health()).ok
+                assert (await probe.completion()).ok
+                assert await probe.model_id() == "test/Model-7B"
+                assert isinstance(await probe.server_info(), dict)
+            finally:
+                await probe.aclose()
+            # The forward: a local port on 127.0.0.1 that reaches the host's port, the same for every call.
+            url = await transport.local_url(port)
+            assert url == await transport.local_url(port) and url.startswith("http://127.0.0.1:")
+            async with httpx.AsyncClient(base_url=url, trust_env=False) as client:
+                assert (await client.get("/health")).status_code == 200
+    finally:
+        await transport.close()
+
+
+async def test_link_down_reads_as_link_down_not_as_refused(sshd: Sshd, free_port: int) -> None:
+    relay = await _relay_alias(sshd, "probe-down")
+    transport = SSHTransport("probe-down", sshd.settings(), link_wait_s=0.5)
+    try:
+        await transport.run("true")
+        relay.blackhole()
+        while transport.link.up:
+            await asyncio.sleep(0.05)
+        probe = await probe_of(transport, free_port, timeout_s=2.0)
+        try:
+            result = await probe.health()
+            assert result.status is None and result.error == "link down"
+        finally:
+            await probe.aclose()
+    finally:
+        await transport.close()
+        await relay.close()
+
+
+
+async def test_many_concurrent_commands_share_one_connection_within_maxsessions(sshd: Sshd) -> None:
+    """OpenSSH refuses an 11th session on one connection (MaxSessions 10): 25 commands at once still all run,
+    over one login, with streams holding sessions at the same time."""
+    before = _accepted(sshd)
+    transport = SSHTransport("gpu1", sshd.settings())
+    try:
+        async with transport.stream("echo streaming; exec sleep 30") as held:
+            assert (await held.read_chunk()).startswith(b"streaming")
+            results = await asyncio.gather(*(transport.run(f"sleep 0.2; echo {i}", timeout=60) for i in range(25)))
+        assert [r.out for r in results] == [f"{i}\n" for i in range(25)]
+        assert _accepted(sshd) - before == 1
+    finally:
+        await transport.close()
+
+
+async def test_commands_cut_by_a_dropped_link_are_ended_on_the_host_once_it_is_back(sshd: Sshd) -> None:
+    """A command whose link drops cannot be ended then (the kill has no way to the host); it is ended as soon as
+    the link is back, never left running there for good."""
+    relay = await _relay_alias(sshd, "dropped")
+    transport = SSHTransport("dropped", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0), backoff_cap_s=2.0)
+    tag = f"{secrets.randbelow(10**6):06d}"   # the commands' own marks, as `pgrep -f` finds them on the host
+    marks = [f"3001.{tag}", f"3002.{tag}"]
+
+    def running() -> list[str]:
+        return [m for m in marks if subprocess.run(["pgrep", "-f", f"[s]leep {m}"], capture_output=True).returncode == 0]
+
+    try:
+        await transport.run("true")
+        ran = asyncio.create_task(transport.run(f"sleep {marks[0]}", timeout=300))
+        stream = transport.stream(f"sleep {marks[1]}")
+        await stream.start()
+        deadline = time.monotonic() + 30
+        while running() != marks:
+            assert time.monotonic() < deadline, "the commands never started"
+            await asyncio.sleep(0.1)
+        relay.blackhole()
+        with pytest.raises(TransportError):
+            await ran
+        assert await stream.read_chunk() == b"" and stream.exit_code is None
+        await stream.aclose()
+        assert running() == marks   # the link is still down: nothing could reach the host yet
+        relay.restore()
+        deadline = time.monotonic() + 60
+        while running():
+            assert time.monotonic() < deadline, f"still running on the host after the link came back: {running()}"
+            await asyncio.sleep(0.2)
+        while transport.unended or transport.unstarted:   # the kill's answer follows the kill by a moment
+            assert time.monotonic() < deadline, f"kept as still to end: {transport.unended} {transport.unstarted}"
+            await asyncio.sleep(0.2)
+    finally:
+        await transport.close()
+        await relay.close()
+        for mark in marks:   # a failed run's leftovers, by their pids
+            found = subprocess.run(["pgrep", "-f", f"[s]leep {mark}"], capture_output=True, text=True).stdout
+            for pid in found.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)

@@ -1,0 +1,89 @@
+"""The Servers pane with a fleet of 64 runs on 16 hosts (ui_states.FLEET_ROWS, fed without an engine): the summary
+line, failed and stalled runs at the top, and the keys walking the cards with the selection kept in view."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from textual._compositor import Compositor
+from textual.geometry import Size
+from textual.pilot import Pilot
+from textual.widget import Widget
+from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, screen_text
+
+from specmon.model.server.serving import ServingFigures, ServingUpdate
+from specmon.ui.messages import ServingChanged
+from specmon.ui.servers import RunCard, ServersPane
+
+pytestmark = pytest.mark.slow
+
+
+async def _settle(pilot: Pilot) -> None:
+    for _ in range(2):
+        await pilot.pause()
+        pilot.app.flush()  # type: ignore[attr-defined]
+        await pilot.pause()
+
+
+async def test_an_80x24_fleet_pane_opens_with_its_summary_and_the_runs_that_failed_or_stalled(tmp_path: Path) -> None:
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        text = screen_text(app)
+        # On the first screen, without scrolling: the counts, then the failed run and the first stalled one (in
+        # the profiles file's order they are the 38th and 42nd of 64 cards).
+        assert "58 ready·3 loading·1 failed·2 stalled" in text
+        assert "llama-37 FAILED" in text and "llama-41 STALLED" in text, text
+        assert app.query_one(ServersPane).order[:3] == ["llama-37", "llama-41", "llama-50"]
+
+
+async def test_walking_64_cards_with_j_and_k_keeps_the_selected_card_on_screen(tmp_path: Path) -> None:
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        for presses, key in ((20, "j"), (45, "j"), (30, "k")):
+            for _ in range(presses):
+                await pilot.press(key)
+            await _settle(pilot)
+            card = next(c for c in app.query(RunCard) if c.profile == app.state.selected)
+            visible = pane.scrollable_content_region
+            assert visible.y <= card.region.y and card.region.bottom <= visible.bottom, \
+                f"{app.state.selected} at rows {card.region.y}-{card.region.bottom}, the pane shows {visible.y}-{visible.bottom}"
+            assert f"{app.state.selected} " in screen_text(app)
+        assert app.state.selected in FLEET_PROFILES
+
+
+async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_up_when_scrolled_to(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every ready card's figures change with each /metrics read (1 Hz). Drawing the ~55 cards out of
+    view made Textual lay the whole screen out again for each read (its map of every widget is rebuilt once any
+    off-screen widget changed): at 128 runs a tenth of a core idle and key presses 100 ms+ slower. Cards out of
+    view now keep their figures until they are scrolled to; then they show the latest."""
+    full_layouts = 0
+    arrange = Compositor._arrange_root
+
+    def counted(self: Compositor, root: Widget, size: Size, visible_only: bool = True) -> object:
+        nonlocal full_layouts
+        full_layouts += not visible_only
+        return arrange(self, root, size, visible_only=visible_only)
+
+    app = fed_fleet_app(tmp_path)
+    ready = [row for row in FLEET_ROWS if row.state == "ready"]
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        for second in range(1, 5):   # four reads of every ready run, each with new figures
+            if second == 2:   # the first read gave the cards in view their lines: a new layout, once
+                monkeypatch.setattr(Compositor, "_arrange_root", counted)
+            for row in ready:
+                figures = ServingFigures(running=second, waiting=0, kv_pct=10.0 * second, tok_s=100.0 * second)
+                app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert full_layouts == 0, f"{full_layouts} layouts of every widget for the last 3 reads"
+        assert "400 tok/s" in screen_text(app)   # the cards in view are current
+        for _ in range(2):   # the cards scrolled to grow by their figures' lines: the end moves once
+            app.query_one(ServersPane).scroll_end(animate=False, immediate=True)
+            await _settle(pilot)
+        text = screen_text(app)
+        assert "llama-63 READY" in text and "400 tok/s" in text and "100 tok/s" not in text, text

@@ -1,0 +1,88 @@
+"""Engine updates reach the app as Messages (specmon/ui/messages.py): a burst of updates that only age the cards is
+combined into one, while every state change still rings and toasts; log lines, notices and the sweep's final
+status arrive in order."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+from ui_states import ROWS, fed_app
+
+from specmon.model.charts.levelrow import LevelRow
+from specmon.ui.messages import EngineNotice, LogAdded, LogCleared, RowsChanged, SeriesChanged, SweepStatusChanged
+from specmon.ui.rows import LogEntry, ServerRow
+
+pytestmark = pytest.mark.slow
+
+
+def aged(row: ServerRow, seconds: float) -> ServerRow:
+    return dataclasses.replace(row, elapsed_s=(row.elapsed_s or 0) + seconds,
+                               last_activity_ago_s=(row.last_activity_ago_s or 0) + seconds)
+
+
+def test_only_ageing_rows_of_the_same_profiles_are_superseded() -> None:
+    older = RowsChanged(ROWS)
+    assert older.can_replace(RowsChanged([aged(r, 1.0) for r in ROWS]))
+    ready = dataclasses.replace(ROWS[1], state="ready")
+    assert not older.can_replace(RowsChanged([ROWS[0], ready]))                  # a state change
+    assert not older.can_replace(RowsChanged([ROWS[0], dataclasses.replace(ROWS[1], stalled=True)]))
+    assert not older.can_replace(RowsChanged([ROWS[0], dataclasses.replace(ROWS[1], shards_done=6)]))
+    assert not older.can_replace(RowsChanged(ROWS[:1]))                           # other profiles
+    assert not older.can_replace(SweepStatusChanged("x", running=True))
+    assert SeriesChanged("a", [], None).can_replace(SeriesChanged("a", [LevelRow(1)], None))
+    assert not SeriesChanged("a", [], None).can_replace(SeriesChanged("b", [], None))
+    assert not LogAdded("a", []).can_replace(LogAdded("a", []))
+    assert not EngineNotice("x").can_replace(EngineNotice("x"))
+
+
+async def test_a_burst_of_ageing_rows_is_one_repaint_but_every_transition_still_toasts(tmp_path: Path) -> None:
+    app = fed_app(tmp_path)
+    rang: list[int] = []
+    handled: list[tuple[str, ...]] = []
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        while app.state.rows["demo-eagle3"].run_id is None:   # the fixed states are fed once the app runs
+            await pilot.pause(0.05)
+        app.bell = lambda: rang.append(1)  # type: ignore[method-assign]
+        update_rows = app.update_rows
+
+        def counting(rows: object) -> None:
+            handled.append(tuple(r.state for r in rows))  # type: ignore[attr-defined]
+            update_rows(rows)  # type: ignore[arg-type]
+
+        app.update_rows = counting  # type: ignore[method-assign]
+        # Posted in one go, as a busy engine would: 20 ageing updates, then READY, then FAILED, each followed by
+        # more ageing. Nothing awaits in between, so all of them are queued together.
+        eagle = ROWS[1]
+        burst = [RowsChanged([ROWS[0], aged(eagle, i)]) for i in range(20)]
+        ready = dataclasses.replace(eagle, state="ready", shards_done=8)
+        burst += [RowsChanged([ROWS[0], aged(ready, i)]) for i in range(5)]
+        failed = dataclasses.replace(ready, state="failed", failure="oom: CUDA out of memory")
+        burst += [RowsChanged([ROWS[0], aged(failed, i)]) for i in range(5)]
+        for message in burst:
+            app.post_message(message)
+        await pilot.pause()
+        texts = [str(n.message) for n in app._notifications]
+        assert "demo-eagle3: READY" in texts
+        assert "demo-eagle3: FAILED: oom: CUDA out of memory" in texts
+        assert len(rang) == 2
+        assert handled == [("ready", "loading"), ("ready", "ready"), ("ready", "failed")], handled
+        assert app.state.rows["demo-eagle3"].elapsed_s == aged(failed, 4).elapsed_s   # the newest figures are shown
+
+
+async def test_log_lines_after_a_clear_and_notices_and_final_status_arrive_in_order(tmp_path: Path) -> None:
+    app = fed_app(tmp_path)
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        while not app.state.logs["demo-baseline"]:
+            await pilot.pause(0.05)
+        app.post_message(LogCleared("demo-baseline"))
+        for i in range(30):
+            app.post_message(LogAdded("demo-baseline", [LogEntry(f"line {i}")]))
+        app.post_message(SweepStatusChanged("demo-baseline C=4 (1/2) level", running=True))
+        app.post_message(EngineNotice("demo-baseline: client-bound at C=4", severity="warning"))
+        app.post_message(SweepStatusChanged("done: a.jsonl", running=False))
+        await pilot.pause()
+        assert [e.text for e in app.state.logs["demo-baseline"]] == [f"line {i}" for i in range(30)]
+        assert app.state.sweep_status == "done: a.jsonl" and not app.state.sweeping
+        assert any("client-bound at C=4" in str(n.message) for n in app._notifications)

@@ -1,0 +1,115 @@
+"""The TUI's rules on its plain state (specmon.ui.state), driven without Textual: what a user sees change, what rings,
+what a key refuses, which runs a sweep offers."""
+
+from __future__ import annotations
+
+from specmon.model.charts.levelrow import LevelRow
+from specmon.model.hosts.env import EnvReport
+from specmon.model.runs.runstatus import RunStatus
+from specmon.model.server.serving import ServingUpdate
+from specmon.ui import state as screen
+from specmon.ui.rows import LogEntry, ServerRow
+
+
+def two_runs(selected: str = "base") -> screen.ScreenState:
+    return screen.initial_state(["base", "eagle"], selected, log_lines=5)
+
+
+def test_a_run_that_becomes_ready_rings_once_and_a_run_found_ready_at_start_does_not() -> None:
+    state = two_runs()
+    assert screen.rows_changed(state, [ServerRow("base", run_id="r1", state=RunStatus.READY)]) == []   # reattached
+    assert screen.rows_changed(state, [ServerRow("eagle", run_id="r2", state=RunStatus.LOADING)]) == []
+    toasts = screen.rows_changed(state, [ServerRow("eagle", run_id="r2", state=RunStatus.READY)])
+    assert toasts == [screen.Toast("eagle: READY", "information", timeout=8, bell=True)]
+    assert screen.rows_changed(state, [ServerRow("eagle", run_id="r2", state=RunStatus.READY)]) == []
+
+
+def test_a_failure_rings_with_its_reason_and_its_whole_reason_goes_to_the_log_once() -> None:
+    state = two_runs(selected="eagle")
+    screen.rows_changed(state, [ServerRow("base", run_id="r1", state=RunStatus.LOADING)])
+    reason = "CUDA out of memory. Tried to allocate 2.00 GiB " + "x" * 200
+    failed = ServerRow("base", run_id="r1", state=RunStatus.FAILED, failure=reason)
+    toasts = screen.rows_changed(state, [failed])
+    assert [t.severity for t in toasts] == ["error"] and toasts[0].bell and reason in toasts[0].text
+    assert [e.text for e in state.logs["base"]] == [f"✗ FAILED: {reason}"]
+    screen.rows_changed(state, [failed])   # the same failure again: nothing new in the log
+    assert len(state.logs["base"]) == 1
+    assert state.pending_log == []   # base is not the selected profile: its Log pane is not shown
+
+
+def test_log_lines_are_kept_per_profile_and_a_flood_keeps_only_what_the_pane_could_show() -> None:
+    state = two_runs()
+    assert screen.log_added(state, "eagle", [LogEntry("e1")]) is False
+    assert screen.log_added(state, "base", [LogEntry(f"b{i}") for i in range(12)]) is True
+    assert [e.text for e in state.logs["base"]] == ["b7", "b8", "b9", "b10", "b11"]
+    assert [e.text for e in screen.take_pending_log(state)] == ["b7", "b8", "b9", "b10", "b11"]
+    assert state.pending_log == []
+    assert screen.log_cleared(state, "base") is True and list(state.logs["base"]) == []
+
+
+def test_j_and_k_wrap_around_the_cards_as_they_stand_and_the_diff_compares_with_the_one_before() -> None:
+    state = screen.initial_state(["a", "b", "c"], "c", log_lines=5)
+    assert screen.stepped(state, ["c", "a", "b"], 1) == "a"      # a failed run moved first: order is the cards'
+    assert screen.stepped(state, ["a", "b", "c"], 1) == "a"      # wraps at the end
+    assert screen.stepped(state, ["a", "b", "c"], -1) == "b"
+    assert screen.stepped(state, [], 1) is None
+    assert screen.diff_partner(state) == "a"                     # nothing selected before: the first other
+    screen.log_added(state, "c", [LogEntry("x")])
+    assert screen.select(state, "b") is True and state.previous == "c" and state.pending_log == []
+    assert screen.select(state, "b") is False
+    assert screen.diff_partner(state) == "c"
+
+
+def test_the_sweep_form_offers_ready_servers_and_ticks_the_selected_one_unless_in_the_demo() -> None:
+    state = two_runs()
+    assert screen.sweep_choice(state, demo=False) == "no ready server to sweep"
+    for name in ("base", "eagle"):
+        screen.rows_changed(state, [ServerRow(name, run_id=name, state=RunStatus.READY)])
+    assert screen.sweep_choice(state, demo=False) == screen.SweepChoice(["base", "eagle"], ["base"])
+    assert screen.sweep_choice(state, demo=True) == screen.SweepChoice(["base", "eagle"], ["base", "eagle"])
+    screen.sweep_status_changed(state, "level C=4", running=True)
+    assert screen.sweep_choice(state, demo=False) == "a sweep is already running (c cancels it)"
+
+
+def test_launch_and_stop_are_refused_with_the_reason_a_user_needs() -> None:
+    assert screen.launch_refusal(ServerRow("a", run_id="r", state=RunStatus.LOADING)) == "a is already loading"
+    assert screen.launch_refusal(ServerRow("a", run_id="r", state=RunStatus.FAILED)) is None
+    assert screen.stop_refusal(ServerRow("a")) == "a has no running server"
+    assert screen.stop_refusal(ServerRow("a", run_id="r", state=RunStatus.FAILED)) == "a has no running server"
+    assert screen.stop_refusal(ServerRow("a", run_id="r", state=RunStatus.FAILED, still_running=True)) is None
+    assert screen.stop_refusal(ServerRow("a", run_id="r", state=RunStatus.READY)) is None
+
+
+def test_the_goodput_chart_warns_when_no_sweep_shown_has_goodput_and_shows_its_own_crossover() -> None:
+    state = two_runs()
+    screen.series_changed(state, "base", [LevelRow(1, 90.0)], crossover=None, goodput_crossover=None)
+    toast = screen.chart_metric_toggled(state)
+    assert state.chart_metric is screen.ChartMetric.GOODPUT and toast.severity == "warning"
+    assert screen.chart_metric_toggled(state).text == "chart: output tok/s"
+    screen.series_changed(state, "base", [LevelRow(1, 90.0, goodput=3.0)], crossover=None, goodput_crossover=None)
+    assert screen.chart_metric_toggled(state) == screen.Toast("chart: goodput (req/s meeting the SLO)", timeout=2)
+    screen.chart_cleared(state)
+    assert state.series == {} and state.grid_verdict == ("", "")
+
+
+def test_set_ups_are_read_only_while_two_runs_are_compared_and_an_old_runs_set_up_is_not_shown() -> None:
+    state = two_runs()
+    screen.rows_changed(state, [ServerRow("base", run_id="r1", state=RunStatus.READY)])
+    assert screen.setups_to_read(state, set()) == []     # one run: nothing to compare
+    screen.rows_changed(state, [ServerRow("eagle", run_id="r2", state=RunStatus.LOADING)])
+    assert screen.setups_to_read(state, set()) == [("base", "r1"), ("eagle", "r2")]
+    assert screen.setups_to_read(state, {"r1"}) == [("eagle", "r2")]   # base's is being read
+    report = EnvReport("run r1 (profile base)", "local")
+    state.setups["base"] = ("r0", report)   # read for the run before
+    assert screen.shown_setups(state) == {}
+    state.setups["base"] = ("r1", report)
+    assert screen.shown_setups(state) == {"base": report}
+
+
+def test_a_serving_alert_rings_once_per_read_that_raised_it() -> None:
+    state = two_runs()
+    raised = ServingUpdate("base", "r1", alerts=("KV cache 97% full",), raised=("KV cache 97% full",))
+    assert screen.serving_changed(state, raised) == [screen.Toast("base: KV cache 97% full", "warning", timeout=10,
+                                                                  bell=True)]
+    assert screen.serving_changed(state, ServingUpdate("base", "r1", alerts=("KV cache 97% full",))) == []
+    assert state.serving["base"].alerts == ("KV cache 97% full",)
