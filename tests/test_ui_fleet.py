@@ -87,3 +87,31 @@ async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_
             await _settle(pilot)
         text = screen_text(app)
         assert "llama-63 READY" in text and "400 tok/s" in text and "100 tok/s" not in text, text
+
+
+async def test_filtering_64_runs_by_a_host_shows_only_its_cards_and_the_keys_walk_only_those(tmp_path: Path) -> None:
+    """Issue 37: `F` filters the cards as you type. The summary keeps the whole fleet's counts (a filter never hides
+    a failure), j/k walk only the cards shown, and esc shows every card again."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("F", *"gpu06", "enter")
+        await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        on_gpu06 = [row.profile for row in FLEET_ROWS if row.host == "gpu06"]   # llama-05 (loading), -21, -37 (failed), -53
+        shown = [card.profile for card in app.query(RunCard) if card.display]
+        assert sorted(shown) == sorted(on_gpu06) and pane.order[0] == "llama-37", (shown, pane.order)
+        text = screen_text(app)
+        assert "58 ready·3 loading·1 failed·2 stalled" in text and "4 of 64 shown · filter: gpu06" in text, text
+        assert app.selected in on_gpu06   # the selected llama-00 is filtered out: the first card shown takes over
+        walked = []
+        for _ in range(5):
+            await pilot.press("j")
+            walked.append(app.selected)
+        assert set(walked) == set(on_gpu06), walked
+        await pilot.press("k")
+        assert app.selected in on_gpu06
+        await pilot.press("escape")
+        await _settle(pilot)
+        assert all(card.display for card in app.query(RunCard)) and pane.order[:3] == ["llama-37", "llama-41", "llama-50"]
+        assert "shown" not in screen_text(app)

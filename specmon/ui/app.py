@@ -436,9 +436,13 @@ class SpecmonApp(App[int]):
     def action_select(self, step: int) -> None:
         if not self.profiles:
             return
-        order = self.query_one(ServersPane).order   # as the cards stand (a fleet's failed runs come first)
-        index = order.index(self.selected) if self.selected in order else 0
-        self.select_profile(order[(index + step) % len(order)])
+        order = self.query_one(ServersPane).order   # the cards shown, as they stand (a fleet's failed runs first)
+        if not order:
+            return
+        if self.selected not in order:   # filtered out: the keys start from the first (or last) card shown
+            self.select_profile(order[0 if step > 0 else -1])
+            return
+        self.select_profile(order[(order.index(self.selected) + step) % len(order)])
 
     def select_profile(self, profile: str) -> None:
         """Make `profile` the selected one: its card highlighted, its log shown."""
@@ -647,6 +651,16 @@ class SpecmonApp(App[int]):
     def action_filter(self) -> None:
         self.query_one(LogPane).open_filter()
 
+    def action_filter_runs(self) -> None:
+        self.query_one(ServersPane).open_filter()
+
+    @on(ServersPane.FilterChanged)
+    def _runs_filtered(self) -> None:
+        """A selected card the filter hides gives way to the first one shown (its log and GPUs with it)."""
+        order = self.query_one(ServersPane).order
+        if order and self.selected not in order:
+            self.select_profile(order[0])
+
     @on(LogPane.FilterChanged)
     @on(LogPane.WidthChanged)
     def _log_needs_redraw(self) -> None:
@@ -670,7 +684,7 @@ class SpecmonApp(App[int]):
         self._paint_state()   # a maximised Servers pane shows failure reasons whole
 
     def action_restore(self) -> None:
-        if self.query_one(LogPane).close_filter():
+        if self.query_one(LogPane).close_filter() or self.query_one(ServersPane).clear_filter():
             return
         if self.screen.maximized is not None:
             self._minimize()
