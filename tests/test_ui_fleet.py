@@ -115,3 +115,27 @@ async def test_filtering_64_runs_by_a_host_shows_only_its_cards_and_the_keys_wal
         await _settle(pilot)
         assert all(card.display for card in app.query(RunCard)) and pane.order[:3] == ["llama-37", "llama-41", "llama-50"]
         assert "shown" not in screen_text(app)
+
+
+async def test_at_80x24_ready_cards_shrink_to_one_line_while_the_selected_and_failed_keep_theirs(tmp_path: Path) -> None:
+    """Issue 37: at 64 runs on 80x24 each card took 3 rows and more, so the pane showed two or three of them. Where
+    the fleet does not fit, a READY card that is not selected is its head line with its tok/s; the selected card and
+    those that need a look (failed, stalled, loading) keep every line."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        for row in FLEET_ROWS:
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=812.0)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+        await pilot.press(*"jjjjjjjjjjjj", *"kkkk")   # llama-00 -> llama-12 -> llama-08, at the top of the pane
+        await _settle(pilot)
+        cards = {card.profile: card for card in app.query(RunCard)}
+        assert app.selected == "llama-08" and cards["llama-08"].outer_size.height >= 3
+        assert cards["llama-37"].outer_size.height >= 5 and cards["llama-41"].outer_size.height >= 3   # all lines
+        text = screen_text(app)
+        ready_shown = [p for p in FLEET_PROFILES if f"{p} READY" in text]
+        assert len(ready_shown) >= 6, text
+        assert cards["llama-09"].outer_size.height == 1 and "llama-09 READY gpu10:30000 812 tok/s" in text, text
+        await pilot.press("j")   # selected, llama-09 shows all its lines again
+        await _settle(pilot)
+        assert cards["llama-09"].outer_size.height >= 3 and cards["llama-08"].outer_size.height == 1

@@ -15,7 +15,7 @@ from textual.widgets import Input, ProgressBar, Static
 from specmon.model.hosts.env import EnvReport
 from specmon.model.runs.fleet import filter_line, fleet_matches, fleet_summary, needs_attention
 from specmon.model.runs.runstatus import STARTING, RunStatus
-from specmon.model.server.serving import ServingUpdate, card_figure_lines
+from specmon.model.server.serving import ServingUpdate, card_figure_lines, figure_texts
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
@@ -41,6 +41,9 @@ SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the s
 # exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
 # and keep the order of the profiles file.
 FLEET_MIN = 9
+# A fleet's card in full takes this many rows or more (head and two detail lines). Where the cards shown would not
+# fit the pane at that, READY cards other than the selected one shrink to their head line (see RunCard.show).
+CARD_ROWS = 3
 
 
 class RunCard(Vertical):
@@ -75,9 +78,10 @@ class RunCard(Vertical):
         yield self._bar
         yield self._body
 
-    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None) -> None:
+    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False) -> None:
         """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
-        (every repaint costs terminal bytes)."""
+        (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
+        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line."""
         # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
         # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
         room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
@@ -85,7 +89,8 @@ class RunCard(Vertical):
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
-        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT)
+        compact = compact and not selected and row.state == RunStatus.READY and not (row.failure or row.still_running)
+        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT, compact)
         if drawn == self._drawn:
             return
         self._drawn = drawn
@@ -100,6 +105,11 @@ class RunCard(Vertical):
             head += f" [dim]{escape(where)}[/]"
         if row.link is not None and row.state != "idle":
             head += f" [dim]{escape(row.link)}[/]" if row.link_ok else f" [$warning b]⚡ {escape(row.link)}[/]"
+        if self._body.display == compact:   # assigned only on change: each is a relayout
+            self._body.display = not compact
+        figures = serving.figures if serving is not None and serving.run_id == row.run_id else None
+        if compact and figures is not None:
+            head += f" {dict(figure_texts(figures))['tok/s']} tok/s"
 
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
@@ -145,8 +155,9 @@ class RunCard(Vertical):
             lines.append(f"[$warning b]process still running (pid {row.pid}) · {escape(self._stop_key)} stops it[/]")
         if row.run_id is None and row.state == RunStatus.FAILED:
             lines.append("[dim]l tries again[/]")
-        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
-        shown = (head, "\n".join(lines))
+        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often. A
+        # compact card's hidden body is left empty: a hidden widget that changes makes Textual lay out every widget.
+        shown = (head, "" if compact else "\n".join(lines))
         if shown != self._shown:
             # A relayout repaints the whole screen: ask for one only when a text's shape (lines and their lengths)
             # changed, not when `log 2s ago` became `log 7s ago`.
@@ -270,14 +281,14 @@ class ServersPane(VerticalScroll):
         """The cards within the pane's scrolled window, from their laid-out heights (asking Textual for a widget's
         region would itself lay the screen out again)."""
         top = self.scroll_y
-        bottom = top + self.outer_size.height
+        bottom = top + self.scrollable_content_region.height   # a compact card is one line: the bounds are exact
         y = sum(w.outer_size.height for w in (self._summary, self.query_one("#confound")) if w.display)
         cards = {card.profile: card for card in self._cards}
         seen = set()
         for profile in self.order:
             card = cards[profile]
             height = card.outer_size.height
-            if y + height >= top and y <= bottom:
+            if y + height > top and y < bottom:
                 seen.add(card)
             y += height
         return seen
@@ -337,6 +348,7 @@ class ServersPane(VerticalScroll):
         self._show_filter(by_profile)
         self._last = (rows, selected, setups, serving)
         in_view = self._in_view()
+        compact = len(self._cards) >= FLEET_MIN and len(self.order) * CARD_ROWS > self.scrollable_content_region.height
         for card in self._cards:
             if not card.display:
                 continue   # filtered out: drawn when the filter shows it again
@@ -345,7 +357,7 @@ class ServersPane(VerticalScroll):
             # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
             update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
-                      update if card in in_view else card.drawn_serving(update))
+                      update if card in in_view else card.drawn_serving(update), compact)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.
