@@ -376,7 +376,7 @@ class SpecmonApp(App[int]):
         return True
 
     def action_select(self, step: int) -> None:
-        # As the cards stand (a fleet's failed runs come first).
+        # The cards shown, as they stand (a fleet's failed runs first; a filter hides some).
         profile = screen.stepped(self.state, self.query_one(ServersPane).order, step)
         if profile is not None:
             self.select_profile(profile)
@@ -582,6 +582,16 @@ class SpecmonApp(App[int]):
     def action_filter(self) -> None:
         self.query_one(LogPane).open_filter()
 
+    def action_filter_runs(self) -> None:
+        self.query_one(ServersPane).open_filter()
+
+    @on(ServersPane.FilterChanged)
+    def _runs_filtered(self) -> None:
+        """A selected card the filter hides gives way to the first one shown (its log and GPUs with it)."""
+        order = self.query_one(ServersPane).order
+        if order and self.state.selected not in order:
+            self.select_profile(order[0])
+
     @on(LogPane.FilterChanged)
     @on(LogPane.WidthChanged)
     def _log_needs_redraw(self) -> None:
@@ -605,7 +615,7 @@ class SpecmonApp(App[int]):
         self._paint_state()   # a maximised Servers pane shows failure reasons whole
 
     def action_restore(self) -> None:
-        if self.query_one(LogPane).close_filter():
+        if self.query_one(LogPane).close_filter() or self.query_one(ServersPane).clear_filter():
             return
         if self.screen.maximized is not None:
             self._minimize()

@@ -10,12 +10,12 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
 from textual.message import Message
-from textual.widgets import ProgressBar, Static
+from textual.widgets import Input, ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
-from specmon.model.runs.fleet import fleet_summary, needs_attention
+from specmon.model.runs.fleet import filter_line, fleet_matches, fleet_summary, needs_attention
 from specmon.model.runs.runstatus import STARTING, RunStatus
-from specmon.model.server.serving import ServingUpdate, card_figure_lines
+from specmon.model.server.serving import ServingUpdate, card_figure_lines, figure_texts
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
@@ -41,6 +41,9 @@ SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the s
 # exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
 # and keep the order of the profiles file.
 FLEET_MIN = 9
+# A fleet's card in full takes this many rows or more (head and two detail lines). Where the cards shown would not
+# fit the pane at that, READY cards other than the selected one shrink to their head line (see RunCard.show).
+CARD_ROWS = 3
 
 
 class RunCard(Vertical):
@@ -75,9 +78,10 @@ class RunCard(Vertical):
         yield self._bar
         yield self._body
 
-    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None) -> None:
+    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False) -> None:
         """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
-        (every repaint costs terminal bytes)."""
+        (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
+        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line."""
         # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
         # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
         room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
@@ -85,7 +89,8 @@ class RunCard(Vertical):
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
-        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT)
+        compact = compact and not selected and row.state == RunStatus.READY and not (row.failure or row.still_running)
+        drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT, compact)
         if drawn == self._drawn:
             return
         self._drawn = drawn
@@ -100,6 +105,11 @@ class RunCard(Vertical):
             head += f" [dim]{escape(where)}[/]"
         if row.link is not None and row.state != "idle":
             head += f" [dim]{escape(row.link)}[/]" if row.link_ok else f" [$warning b]⚡ {escape(row.link)}[/]"
+        if self._body.display == compact:   # assigned only on change: each is a relayout
+            self._body.display = not compact
+        figures = serving.figures if serving is not None and serving.run_id == row.run_id else None
+        if compact and figures is not None:
+            head += f" {dict(figure_texts(figures))['tok/s']} tok/s"
 
         bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
@@ -145,8 +155,9 @@ class RunCard(Vertical):
             lines.append(f"[$warning b]process still running (pid {row.pid}) · {escape(self._stop_key)} stops it[/]")
         if row.run_id is None and row.state == RunStatus.FAILED:
             lines.append("[dim]l tries again[/]")
-        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often.
-        shown = (head, "\n".join(lines))
+        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often. A
+        # compact card's hidden body is left empty: a hidden widget that changes makes Textual lay out every widget.
+        shown = (head, "" if compact else "\n".join(lines))
         if shown != self._shown:
             # A relayout repaints the whole screen: ask for one only when a text's shape (lines and their lengths)
             # changed, not when `log 2s ago` became `log 7s ago`.
@@ -198,10 +209,14 @@ def serving_lines(update: ServingUpdate, room: int, tall: bool = True) -> list[s
 
 
 class ServersPane(VerticalScroll):
-    """Profiles and their runs, with a warning when the runs being compared are configured differently."""
+    """Profiles and their runs, with a warning when the runs being compared are configured differently, and a
+    filter (state, host or profile name) that shows only the cards it matches."""
 
     BORDER_TITLE = "Servers"
     ALLOW_MAXIMIZE = True  # `m` fills the screen with this pane
+
+    class FilterChanged(Message):
+        """The cards shown changed with the filter (`order` holds them)."""
 
     def __init__(self, profiles: Sequence[str], whole_key: str = "m", stop_key: str = "S", **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
@@ -211,10 +226,14 @@ class ServersPane(VerticalScroll):
         self._warnings: list[str] = []
         self._summary = Static(id="fleet-summary")
         self._summary_text = ""
-        self.order = [card.profile for card in self._cards]   # the cards top to bottom, as the keys walk them
+        self._sorted = [card.profile for card in self._cards]   # every card top to bottom (a fleet's trouble first)
+        self.order = list(self._sorted)   # the cards shown (those the filter matches), as the keys walk them
+        self.pattern = ""
+        self._input = Input(placeholder="state, host or name", id="fleet-filter")
         self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None, Mapping[str, ServingUpdate]] | None = None
 
     def compose(self) -> ComposeResult:
+        yield self._input
         yield self._summary
         yield Static(id="confound", classes="warning-banner")
         yield from self._cards
@@ -222,19 +241,54 @@ class ServersPane(VerticalScroll):
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
         self._summary.display = len(self._cards) >= FLEET_MIN
+        self._input.display = False
+
+    def open_filter(self) -> None:
+        """Show the filter input with the current pattern and focus it: the cards follow what is typed."""
+        self._input.value = self.pattern
+        self._input.display = True
+        self._input.focus()
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        event.stop()
+        self._set_pattern(event.value)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        event.stop()   # enter keeps the filter and gives the keys back to the cards
+        self._input.display = False
+        self.focus()
+
+    def clear_filter(self) -> bool:
+        """Close the input and show every card again; True when there was an input or a filter to clear."""
+        if not self._input.display and not self.pattern:
+            return False
+        if self._input.display:
+            self._input.display = False
+            self.focus()
+        self._set_pattern("")
+        return True
+
+    def _set_pattern(self, pattern: str) -> None:
+        if pattern.strip() == self.pattern:
+            return
+        self.pattern = pattern.strip()
+        if self._last is not None:
+            self.show(*self._last)
+        self.scroll_home(animate=False, immediate=True)
+        self.post_message(self.FilterChanged())
 
     def _in_view(self) -> set[RunCard]:
         """The cards within the pane's scrolled window, from their laid-out heights (asking Textual for a widget's
         region would itself lay the screen out again)."""
         top = self.scroll_y
-        bottom = top + self.outer_size.height
+        bottom = top + self.scrollable_content_region.height   # a compact card is one line: the bounds are exact
         y = sum(w.outer_size.height for w in (self._summary, self.query_one("#confound")) if w.display)
         cards = {card.profile: card for card in self._cards}
         seen = set()
         for profile in self.order:
             card = cards[profile]
             height = card.outer_size.height
-            if y + height >= top and y <= bottom:
+            if y + height > top and y < bottom:
                 seen.add(card)
             y += height
         return seen
@@ -254,18 +308,34 @@ class ServersPane(VerticalScroll):
     def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
         """The summary line, and the cards that need a look moved first (stable: the file's order otherwise)."""
         rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
-        text = fleet_summary(((row.state, row.stalled) for row in rows), self.scrollable_content_region.width or None)
-        if text != self._summary_text:
-            self._summary_text = text
-            self._summary.update(escape(text))
         first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
         order = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
-        if order != self.order:
-            self.order = order
+        if order != self._sorted:
+            self._sorted = order
             cards = {card.profile: card for card in self._cards}
             self.move_child(cards[order[0]], after=self.query_one("#confound"))
             for before, profile in zip(order, order[1:]):
                 self.move_child(cards[profile], after=cards[before])
+
+    def _show_filter(self, by_profile: Mapping[str, ServerRow]) -> None:
+        """The cards the filter matches shown (the rest hidden), and the summary line: the whole fleet's counts (a
+        filter never hides that a run failed), then how many cards the filter shows."""
+        rows = {card.profile: by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards}
+        self.order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
+                      *(node.host for node in rows[p].nodes)), rows[p].state, rows[p].stalled)]
+        shown = set(self.order)
+        for card in self._cards:
+            if card.display != (card.profile in shown):   # assigned only on change: each is a relayout
+                card.display = card.profile in shown
+        lines = [fleet_summary(((row.state, row.stalled) for row in rows.values()),
+                               self.scrollable_content_region.width or None)] if len(self._cards) >= FLEET_MIN else []
+        if self.pattern:
+            lines.append(filter_line(len(self.order), len(self._cards), self.pattern))
+        text = "\n".join(lines)
+        if text != self._summary_text:
+            self._summary_text = text
+            self._summary.update(escape(text))
+            self._summary.display = bool(text)
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
              setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
@@ -275,15 +345,19 @@ class ServersPane(VerticalScroll):
         serving = serving or {}
         if len(self._cards) >= FLEET_MIN:
             self._show_fleet(by_profile)
+        self._show_filter(by_profile)
         self._last = (rows, selected, setups, serving)
         in_view = self._in_view()
+        compact = len(self._cards) >= FLEET_MIN and len(self.order) * CARD_ROWS > self.scrollable_content_region.height
         for card in self._cards:
+            if not card.display:
+                continue   # filtered out: drawn when the filter shows it again
             # A card out of view keeps the serving figures it drew (its state still changes at once): each /metrics
             # read changed every ready card's figures, and one off-screen widget changed makes Textual lay the
             # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
             update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
-                      update if card in in_view else card.drawn_serving(update))
+                      update if card in in_view else card.drawn_serving(update), compact)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.

@@ -211,11 +211,13 @@ def select(state: ScreenState, profile: str) -> bool:
 
 
 def stepped(state: ScreenState, order: Sequence[str], step: int) -> str | None:
-    """The profile `step` cards away from the selected one in `order` (the cards as they stand), wrapping."""
+    """The profile `step` cards away from the selected one in `order` (the cards shown, as they stand), wrapping;
+    when a filter hides the selected one, the first card shown (or the last, going back)."""
     if not order:
         return None
-    index = order.index(state.selected) if state.selected in order else 0
-    return order[(index + step) % len(order)]
+    if state.selected not in order:
+        return order[0 if step > 0 else -1]
+    return order[(order.index(state.selected) + step) % len(order)]
 
 
 def launch_refusal(row: ServerRow) -> str | None:

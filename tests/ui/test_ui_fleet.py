@@ -87,3 +87,55 @@ async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_
             await _settle(pilot)
         text = screen_text(app)
         assert "llama-63 READY" in text and "400 tok/s" in text and "100 tok/s" not in text, text
+
+
+async def test_filtering_64_runs_by_a_host_shows_only_its_cards_and_the_keys_walk_only_those(tmp_path: Path) -> None:
+    """Issue 37: `F` filters the cards as you type. The summary keeps the whole fleet's counts (a filter never hides
+    a failure), j/k walk only the cards shown, and esc shows every card again."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("F", *"gpu06", "enter")
+        await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        on_gpu06 = [row.profile for row in FLEET_ROWS if row.host == "gpu06"]   # llama-05 (loading), -21, -37 (failed), -53
+        shown = [card.profile for card in app.query(RunCard) if card.display]
+        assert sorted(shown) == sorted(on_gpu06) and pane.order[0] == "llama-37", (shown, pane.order)
+        text = screen_text(app)
+        assert "58 ready·3 loading·1 failed·2 stalled" in text and "4 of 64 shown · filter: gpu06" in text, text
+        assert app.state.selected in on_gpu06   # the selected llama-00 is filtered out: the first card shown takes over
+        walked = []
+        for _ in range(5):
+            await pilot.press("j")
+            walked.append(app.state.selected)
+        assert set(walked) == set(on_gpu06), walked
+        await pilot.press("k")
+        assert app.state.selected in on_gpu06
+        await pilot.press("escape")
+        await _settle(pilot)
+        assert all(card.display for card in app.query(RunCard)) and pane.order[:3] == ["llama-37", "llama-41", "llama-50"]
+        assert "shown" not in screen_text(app)
+
+
+async def test_at_80x24_ready_cards_shrink_to_one_line_while_the_selected_and_failed_keep_theirs(tmp_path: Path) -> None:
+    """Issue 37: at 64 runs on 80x24 each card took 3 rows and more, so the pane showed two or three of them. Where
+    the fleet does not fit, a READY card that is not selected is its head line with its tok/s; the selected card and
+    those that need a look (failed, stalled, loading) keep every line."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        for row in FLEET_ROWS:
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=812.0)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+        await pilot.press(*"jjjjjjjjjjjj", *"kkkk")   # llama-00 -> llama-12 -> llama-08, at the top of the pane
+        await _settle(pilot)
+        cards = {card.profile: card for card in app.query(RunCard)}
+        assert app.state.selected == "llama-08" and cards["llama-08"].outer_size.height >= 3
+        assert cards["llama-37"].outer_size.height >= 5 and cards["llama-41"].outer_size.height >= 3   # all lines
+        text = screen_text(app)
+        ready_shown = [p for p in FLEET_PROFILES if f"{p} READY" in text]
+        assert len(ready_shown) >= 6, text
+        assert cards["llama-09"].outer_size.height == 1 and "llama-09 READY gpu10:30000 812 tok/s" in text, text
+        await pilot.press("j")   # selected, llama-09 shows all its lines again
+        await _settle(pilot)
+        assert cards["llama-09"].outer_size.height >= 3 and cards["llama-08"].outer_size.height == 1

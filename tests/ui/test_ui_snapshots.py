@@ -135,3 +135,13 @@ def test_high_contrast_theme_80x24(snap_compare, tmp_path: Path) -> None:
 def test_fleet_of_64_runs(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
     """64 runs on 16 hosts: the summary line heads the Servers pane, the failed and stalled runs come first."""
     assert snap_compare(fed_fleet_app(tmp_path), terminal_size=size, run_before=_settle)
+
+
+def test_fleet_of_64_runs_filtered_80x24(snap_compare, tmp_path: Path) -> None:
+    """64 runs filtered by a host (`F gpu06 enter`): its four cards, the failed one first; the summary keeps the
+    whole fleet's counts and says how many cards the filter shows."""
+    async def filtered(pilot: Pilot) -> None:
+        await pilot.press("F", *"gpu06", "enter")
+        await _settle(pilot)
+
+    assert snap_compare(fed_fleet_app(tmp_path), terminal_size=(80, 24), run_before=filtered)

@@ -53,6 +53,8 @@ def test_j_and_k_wrap_around_the_cards_as_they_stand_and_the_diff_compares_with_
     assert screen.stepped(state, ["a", "b", "c"], 1) == "a"      # wraps at the end
     assert screen.stepped(state, ["a", "b", "c"], -1) == "b"
     assert screen.stepped(state, [], 1) is None
+    assert screen.stepped(state, ["a", "b"], 1) == "a"           # a filter hides c: from the first card shown
+    assert screen.stepped(state, ["a", "b"], -1) == "b"          # or the last, going back
     assert screen.diff_partner(state) == "a"                     # nothing selected before: the first other
     screen.log_added(state, "c", [LogEntry("x")])
     assert screen.select(state, "b") is True and state.previous == "c" and state.pending_log == []

@@ -4,6 +4,9 @@
         -> "1 ready · 1 failed · 1 stalled"     (with width=20: "1 ready·1 failed·1 stalled")
     needs_attention("loading", True) -> True      (failed, lost, exited or a stalled load)
 
+    fleet_matches("gpu03", "llama-02", ["gpu03"], "ready", False) -> True   (the Servers pane's filter)
+    filter_line(4, 64, "gpu03") -> "4 of 64 shown · filter: gpu03"
+
 A run counts once: a stalled load is "stalled", not "loading". Profiles without a run ("idle") are counted as
 "not running". The order is fixed (healthy first, then what needs a look), so the line does not jump as counts
 change; states with no run are left out.
@@ -47,3 +50,17 @@ def fleet_summary(runs: Iterable[tuple[str, bool]], width: int | None = None) ->
     parts = [f"{n} {WORDS.get(word, word)}" for word, n in fleet_counts(runs).items()]
     text = " · ".join(parts)
     return "·".join(parts) if width is not None and len(text) > width else text
+
+
+def fleet_matches(pattern: str, profile: str, hosts: Iterable[str], state: str, stalled: bool) -> bool:
+    """The Servers pane's filter: `pattern` (case-insensitive, surrounding spaces ignored) is part of the profile's
+    name, one of its hosts, or its summary word (`failed`, `stalled`, `not running`, ...: a stalled load is
+    "stalled", as the summary counts it). An empty pattern matches every run."""
+    needle = pattern.strip().casefold()
+    word = bucket(state, stalled)
+    return any(needle in text.casefold() for text in (profile, *hosts, word, WORDS.get(word, word)))
+
+
+def filter_line(shown: int, total: int, pattern: str) -> str:
+    """The line under the summary while a filter is set: `12 of 64 shown · filter: gpu03`."""
+    return f"{shown} of {total} shown · filter: {pattern.strip()}"
