@@ -13,6 +13,7 @@ import socket
 import subprocess
 import time
 
+import httpx
 import pytest
 from lifecycle_support import Cli, marked_pids, port_listening
 from lifecycle_support import profile_toml as _profile
@@ -169,3 +170,48 @@ def test_hosts_that_do_not_answer_fail_their_own_runs_and_delay_nothing_else(cli
     stop_s = float(out.stdout.split("stopped in ")[1].split("s")[0])
     assert elapsed < healthy_s + stop_s + 2.5 * timeout, f"took {elapsed:.1f} s ({healthy_s:.1f} s to check without " \
         f"the hung hosts, the stop {stop_s:.1f} s, connect timeout {timeout:g} s)"
+
+
+def test_metrics_all_reads_every_ready_run_one_row_each_and_names_what_could_not_be_read(
+        cli: Cli, free_port_factory) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """Three ready sim servers (one speculative, one without /metrics) and a ready run recorded on a host whose link
+    hangs: one row per run in 80 columns, figures where read, the reason where not, never a traceback."""
+    ports = {name: free_port_factory() for name in ("plain", "eagle", "bare")}
+    extra = {"plain": (), "eagle": ("--spec", "eagle3", "--decode-log-interval", "4"), "bare": ("--no-metrics",)}
+    cli.config.write_text("".join(_profile(name, port, *extra[name], load=0.5) for name, port in ports.items())
+                          + "[ssh]\nconnect_timeout_s = 3\n")
+    for name in ports:
+        assert cli("launch", name, "--wait").returncode == 0
+    with httpx.Client(timeout=60) as client:   # a few speculative steps, so the accept length is known
+        for _ in range(3):
+            client.post(f"http://127.0.0.1:{ports['eagle']}/v1/completions",
+                        json={"prompt": "Hi", "max_tokens": 64, "ignore_eos": True}).raise_for_status()
+    with socket.socket() as listener:   # a host that completes the TCP handshake and never says a word
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        hung = dataclasses.replace(_ended_record("20261130-000000-hang00", ports["plain"], time.time() - 30),
+                                   host=f"127.0.0.1:{listener.getsockname()[1]}", state=RunStatus.READY,
+                                   exit_code=None, failure=None, pid=4242)
+        _record_path(hung.run_id).write_text(json.dumps({**hung.to_json(), "config": os.path.realpath(cli.config)}))
+        table = cli("metrics", "--all", "--interval", "0.5")
+        lines = cli("metrics", "--all", "--json", "--interval", "0.5")
+    runs = _runs(cli)
+    assert table.returncode == 1 and "Traceback" not in table.stderr, table.stderr
+    rows = table.stdout.splitlines()
+    assert rows[0].split() == ["PROFILE", "HOST", "RUN", "WAIT", "KV", "TOK/S", "ACCEPT", "NOTE"], table.stdout
+    # The figures fit in 80 columns with room for the note (a terminal cuts the note to fit; a pipe gets it whole).
+    assert len(rows) == 5 and rows[0].index("NOTE") <= 60, table.stdout
+    by_profile = {row.split()[0] + " " + row.split()[1]: row for row in rows[1:]}
+    assert by_profile["plain local"].split()[2:] == ["0", "0", "0%", "0", "—"], table.stdout
+    assert by_profile["eagle local"].split()[6] != "—", table.stdout   # its accept length
+    assert "no /metrics (HTTP 404)" in by_profile["bare local"], table.stdout
+    assert f"not read: {hung.host}: " in by_profile[f"sim {hung.host}"], table.stdout
+
+    assert lines.returncode == 1, lines.stderr
+    objects = {str(o["profile"]): o for o in map(json.loads, lines.stdout.splitlines())}
+    assert set(objects) == {"plain", "eagle", "bare", "sim"}
+    assert objects["plain"]["run_id"] == runs["plain"]["run_id"] and objects["plain"]["error"] is None
+    assert objects["plain"]["running"] == 0 and objects["plain"]["host"] == "local"
+    assert objects["eagle"]["accept_len"] is not None and objects["eagle"]["accept_len"] > 1
+    assert str(objects["bare"]["error"]).startswith("no /metrics (HTTP 404)") and objects["bare"]["running"] is None
+    assert set(objects["bare"]) == set(objects["plain"])   # the same keys on every line, null where not read
