@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.runs.selection import RunScope
-from specmon.orchestration.runs.bulk import RunOutcome, select
+from specmon.orchestration.runs.bulk import RunOutcome, select, summary
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
 
@@ -78,6 +77,5 @@ async def run_scoped(manager: RunManager, args: argparse.Namespace, scope: RunSc
     outcomes = await act(views)
     for outcome in outcomes:
         print(outcome.text())
-    counts = Counter(o.result for o in outcomes)
-    print(", ".join(f"{n} {result}" for result, n in counts.items()))
+    print(summary(outcomes))
     return 0 if all(o.ok for o in outcomes) else 1

@@ -14,6 +14,7 @@ says why. One run's failure is its outcome and never keeps the others from being
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ class RunOutcome:
     host: str
     result: str
     detail: str
+    new_run_id: str | None = None   # restarted: the run launched in its place
 
     @property
     def ok(self) -> bool:
@@ -116,7 +118,7 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
             try:
                 new = await manager.restart(view.profile)
                 outcome = RunOutcome(view.run_id, view.profile, view.host, RESTARTED,
-                                     f"as run {new.run_id} (pid {new.pid}, port {new.port})")
+                                     f"as run {new.run_id} (pid {new.pid}, port {new.port})", new.run_id)
             except Exception as exc:   # this profile's outcome; the others go on
                 outcome = _failed(view, exc)
         return outcome
@@ -130,3 +132,8 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
         assert outcome is not None
         outcomes.append(dataclasses.replace(outcome, run_id=view.run_id, host=view.host))
     return outcomes
+
+
+def summary(outcomes: Sequence[RunOutcome]) -> str:
+    """`2 stopped, 1 already gone, 1 failed`: how many runs had each outcome, in the order they first came."""
+    return ", ".join(f"{n} {result}" for result, n in Counter(o.result for o in outcomes).items())
