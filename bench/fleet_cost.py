@@ -17,6 +17,7 @@ prints one row per N:
   app is slower than that
 - RSS of the app (MB), sockets it holds open (HTTP keep-alive to the servers, SSH connections on remote hosts)
 - status --all: wall time of `specmon status --all` against the same state (s)
+- metrics --all: wall time of `specmon metrics --all --json` (every run's /metrics read twice, 1 s apart) (s)
 
 The box is shared (two cores): read the CPU figures with the load average printed beside them.
 """
@@ -140,6 +141,12 @@ def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, flo
         row["sockets"] = sockets(term.pid)
         row["cpu_s_total"] = cpu_seconds(term.pid)
         row["status_all_s"], _ = status(env, config)
+        t0 = time.monotonic()
+        read = subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), "metrics", "--all", "--json"],
+                              capture_output=True, text=True, env=env, timeout=300)
+        row["metrics_all_s"] = time.monotonic() - t0
+        if read.returncode != 0 or len(read.stdout.splitlines()) != n:
+            raise SystemExit(f"N={n}: metrics --all (exit {read.returncode}): {read.stderr.strip()[-400:]}")
     finally:
         _, runs = status(env, config)
         os.write(term.fd, b"q")   # the demo app stops the runs it launched
@@ -167,7 +174,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cols, rows = (int(v) for v in args.size.split("x"))
     head = ("runs", "first_frame_s", "ready_s", "idle_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb", "sockets",
-            "status_all_s", "waited_pct", "load")
+            "status_all_s", "metrics_all_s", "waited_pct", "load")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
         row = one(n, cols, rows, args.idle_s, args.keys)

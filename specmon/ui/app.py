@@ -32,8 +32,11 @@ from textual.widgets import Static
 from specmon.model.config import Config
 from specmon.model.config.keymap import KEYS
 from specmon.model.hosts.env import Difference, EnvReport
+from specmon.model.runs.selection import RunScope
 from specmon.model.server.serving import sweep_live_line
 from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.orchestration.runs.bulk import RunOutcome
+from specmon.orchestration.runs.bulk import summary as bulk_summary
 from specmon.orchestration.runs.view import RunView
 from specmon.ui import keys, messages
 from specmon.ui import state as screen
@@ -43,6 +46,8 @@ from specmon.ui.forms import (
     ConfirmScreen,
     ExperimentRequest,
     ExperimentScreen,
+    FleetChoice,
+    FleetScreen,
     OverlayScreen,
     SweepFormScreen,
     SweepRequest,
@@ -79,6 +84,12 @@ class Engine(Protocol):
     async def stop(self, profile: str) -> None: ...
 
     async def restart(self, profile: str) -> None: ...
+
+    async def fleet_runs(self, scope: RunScope) -> list[RunView]:
+        """The live runs in `scope`, checked now."""
+
+    async def fleet_act(self, verb: str, views: Sequence[RunView]) -> list[RunOutcome]:
+        """Stop or restart (`verb`) every run of `views`; each run's outcome."""
 
     async def sweep(self, request: SweepRequest) -> None:
         """Run the sweep, posting series and status as levels finish; cancelled, it posts its last status."""
@@ -479,6 +490,41 @@ class SpecmonApp(App[int]):
             ConfirmScreen(f"Restart {row.profile}? The current load is lost."),
             lambda yes: self._engine_call("restart", row.profile) if yes else None,
         )
+
+    def action_fleet(self) -> None:
+        """Stop or restart every live run of the selected card's profile or host: the runs of both are looked up,
+        listed in a dialog that chooses between them, and acted on once confirmed."""
+        row = screen.selected_row(self.state)
+        if row is None or not self._need_engine():
+            return
+        engine = self.engine
+        assert engine is not None
+        scopes = [RunScope(profile=row.profile), RunScope(host=row.host)]
+
+        async def offer() -> None:
+            found = [await engine.fleet_runs(scope) for scope in scopes]
+            if not any(found):
+                self.notify(f"no live run of {scopes[0].describe()} or {scopes[1].describe()}", severity="warning")
+                return
+
+            def chosen(choice: FleetChoice | None) -> None:
+                if choice is not None:
+                    self.run_worker(act(scopes[choice.scope], choice.verb, found[choice.scope]), group="fleet",
+                                    exit_on_error=False, description=f"{choice.verb} {scopes[choice.scope].describe()}")
+
+            lines = [[f"{v.profile}  {v.run_id}  {v.host}  {'failed, still running' if v.still_running else v.state}"
+                      for v in views] for views in found]
+            self.push_screen(FleetScreen([(scope.describe(), runs) for scope, runs in zip(scopes, lines)],
+                                         chosen=0 if found[0] else 1), chosen)
+
+        async def act(scope: RunScope, verb: str, views: list[RunView]) -> None:
+            self.notify(f"{verb} {scope.describe()}: {len(views)} run{'s' if len(views) > 1 else ''}…")
+            outcomes = await engine.fleet_act(verb, views)
+            failed = [o.text() for o in outcomes if not o.ok]
+            self.notify(f"{verb} {scope.describe()}: {bulk_summary(outcomes)}" + "".join(f"\n{t}" for t in failed),
+                        severity="warning" if failed else "information", timeout=10 if failed else 5)
+
+        self.run_worker(offer(), group="fleet-form", exclusive=True, exit_on_error=False, description="fleet form")
 
     def _engine_call(self, verb: str, profile: str) -> None:
         assert self.engine is not None

@@ -28,6 +28,7 @@ from specmon.model.experiments.verdict import ExperimentSummary, summarize_passe
 from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
+from specmon.model.runs.selection import RunScope
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
@@ -43,6 +44,8 @@ from specmon.orchestration.measure.experiment import (
     run_experiment,
 )
 from specmon.orchestration.measure.sweep import SweepNotice, WorkloadOverrides, workload_from
+from specmon.orchestration.runs import bulk
+from specmon.orchestration.runs.bulk import RunOutcome
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
 from specmon.sources.gpu import GpuProbe
@@ -316,6 +319,18 @@ class EngineBridge:
 
     async def restart(self, profile: str) -> None:
         await self._starting(profile, lambda: self.manager.restart(profile))
+
+    async def fleet_runs(self, scope: RunScope) -> list[RunView]:
+        """The live runs in `scope`, checked now (what the fleet dialog lists)."""
+        return await bulk.select(self.manager, scope)
+
+    async def fleet_act(self, verb: str, views: Sequence[RunView]) -> list[RunOutcome]:
+        """Stop or restart (`verb`) every run of `views`, hosts at once; runs launched in their place count as this
+        session's (quitting with Q stops them)."""
+        outcomes = await (bulk.restart_all(self.manager, views) if verb == "restart" else
+                          bulk.stop_all(self.manager, views))
+        self.started_here.extend(o.new_run_id for o in outcomes if o.new_run_id is not None)
+        return outcomes
 
     # ----------------------------------------------------------------- sweeps
     def _publish_series(self, name: str, live: SweepProgress | None = None) -> None:

@@ -55,6 +55,73 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 @dataclass(frozen=True)
+class FleetChoice:
+    """What the fleet dialog was answered with: the scope chosen (its index) and the verb ("stop" or "restart")."""
+
+    scope: int
+    verb: str
+
+
+class FleetScreen(ModalScreen[FleetChoice | None]):
+    """Stop or restart every live run of a scope (the selected card's profile, or its host): each scope's runs are
+    listed, p / h choose the scope, s stops them, r restarts them, n / esc cancel. A scope without runs does
+    nothing."""
+
+    BINDINGS = [
+        Binding("p", "scope(0)", "Profile"),
+        Binding("h", "scope(1)", "Host"),
+        Binding("s", "act('stop')", "Stop"),
+        Binding("r", "act('restart')", "Restart"),
+        Binding("n,escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, scopes: Sequence[tuple[str, Sequence[str]]], chosen: int = 0) -> None:
+        super().__init__()
+        self.scopes = scopes   # (what the scope is, "profile sim"; one line per run in it)
+        self.chosen = chosen
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog", id="fleet"):
+            yield Label(id="fleet-title")
+            yield Static(id="fleet-runs")
+            yield Label("p: this profile's runs · h: this host's runs")
+            with Horizontal(classes="buttons"):
+                yield Button("Stop (s)", id="stop", variant="error")
+                yield Button("Restart (r)", id="restart", variant="warning")
+                yield Button("Cancel (n)", id="cancel")
+
+    def on_mount(self) -> None:
+        self._paint()
+        self.query_one("#cancel", Button).focus()
+
+    def _paint(self) -> None:
+        name, runs = self.scopes[self.chosen]
+        count = f"{len(runs)} live run{'' if len(runs) == 1 else 's'}"
+        self.query_one("#fleet-title", Label).update(Content(f"Stop or restart every run of {name}: {count}"))
+        self.query_one("#fleet-runs", Static).update(Content("\n".join(runs) or "(nothing to stop)"))
+        for verb in ("stop", "restart"):
+            self.query_one(f"#{verb}", Button).disabled = not runs
+
+    def action_scope(self, index: int) -> None:
+        if index < len(self.scopes):
+            self.chosen = index
+            self._paint()
+
+    def action_act(self, verb: str) -> None:
+        if self.scopes[self.chosen][1]:
+            self.dismiss(FleetChoice(self.chosen, verb))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "cancel":
+            self.dismiss(None)
+        else:
+            self.action_act(str(event.button.id))
+
+
+@dataclass(frozen=True)
 class SweepRequest:
     """What the user asked for in the sweep form."""
 

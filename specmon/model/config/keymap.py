@@ -61,6 +61,8 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("restore", "escape", "restore", "Restore", "Restore a maximised pane", shown=False),
     KeySpec("quit", "q", "quit", "Quit", "Quit; servers keep running (the demo stops its own)", essential=True),
     KeySpec("quit_stop", "Q", "quit_and_stop", "Quit+stop", "Stop the servers started here, then quit", shown=False),
+    KeySpec("fleet", "X", "fleet", "Fleet", "Stop or restart every live run of the selected card's profile or host "
+            "(lists them, asks first)", shown=False),
 )
 
 BINDING_IDS: frozenset[str] = frozenset(spec.id for spec in KEYS)

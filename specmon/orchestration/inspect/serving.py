@@ -7,6 +7,10 @@ read that changes something reaches `on_update` as a ServingUpdate. An alert tha
 profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anything but 200 before it ever answered
 (SGLang without `--enable-metrics`) says so once and is not asked again.
 
+`read_fleet` reads every READY run once (two reads, `interval` apart: rates need two), hosts at once and each host's
+runs `hostpool.LANES_PER_HOST` at a time, for `specmon metrics --all`; a run that could not be read has its one-line
+reason instead of figures.
+
 A read that fails while the server is ending or gone (stopped, killed, its job's time limit) raises no alert: the
 run's process is asked first (`server_ending`). A read whose answer could not be taken in (a fault of ours) is shown
 as the view's state and reading goes on: the reader never ends but by `track` or `close`.
@@ -17,10 +21,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from specmon.model.config import Profile
+from specmon.model.logs.clean import one_line
 from specmon.model.runs.runstatus import RunStatus
-from specmon.model.server.serving import ServingHistory, ServingUpdate, Thresholds, read_sample, update_of
+from specmon.model.server.serving import (
+    ServingFigures,
+    ServingHistory,
+    ServingUpdate,
+    Thresholds,
+    read_sample,
+    update_of,
+)
+from specmon.orchestration.runs.hostpool import per_host
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import run_notify
@@ -78,6 +92,56 @@ async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDIN
     return True
 
 
+def history_for(profile: Profile | None) -> ServingHistory:
+    """An empty history with the profile's alert thresholds (the defaults for a run of another profiles file)."""
+    return ServingHistory(Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds())
+
+
+@dataclass(frozen=True)
+class FleetReading:
+    """One READY run's serving view read now, or `error`: why it could not be read (its figures then absent)."""
+
+    view: RunView
+    update: ServingUpdate
+    error: str | None = None
+
+
+async def read_fleet(manager: RunManager, interval: float) -> list[FleetReading]:
+    """Every READY run known here (of every profiles file), checked now, its /metrics read twice `interval` apart;
+    in the order `refresh` lists them. A run whose host did not answer the check is not read (its reason)."""
+    views = [v for v in await manager.refresh(all_configs=True) if v.state == RunStatus.READY]
+    histories = {v.run_id: history_for(manager.config.profiles.get(v.profile)) for v in views}
+    scrapers = {v.run_id: scraper_of(manager, v, interval) for v in views}
+    errors = {v.run_id: f"not read: {manager.unanswered[v.host]}" for v in views if v.host in manager.unanswered}
+    first: dict[str, float] = {}
+
+    async def read(view: RunView) -> None:
+        run_id = view.run_id
+        if run_id in errors:
+            return
+        if run_id in first:   # the second read: `interval` after this run's first
+            await asyncio.sleep(max(0.0, first[run_id] + interval - time.monotonic()))
+        at = time.monotonic()
+        first.setdefault(run_id, at)
+        try:
+            note = await read_once(scrapers[run_id], histories[run_id], at)
+        except Exception as exc:   # this run's reason; the others are read on
+            note = f"{type(exc).__name__}: {exc}"
+        failing = histories[run_id].failing
+        if note is not None or failing is not None:
+            errors[run_id] = one_line(note or f"/metrics did not answer: {failing}", 300)
+
+    try:
+        for _ in range(2):
+            await per_host(views, lambda v: (v.host,), read)
+    finally:
+        await asyncio.gather(*(scraper.aclose() for scraper in scrapers.values()), return_exceptions=True)
+    now = time.monotonic()
+    return [FleetReading(v, ServingUpdate(v.profile, v.run_id, ServingFigures()), errors[v.run_id])
+            if v.run_id in errors else FleetReading(v, update_of(v.profile, v.run_id, histories[v.run_id], now))
+            for v in views]
+
+
 class ServingWatcher:
     """Reads /metrics of the READY runs it is shown. Close with `close()`."""
 
@@ -114,8 +178,7 @@ class ServingWatcher:
     async def _read(self, view: RunView) -> None:
         profile = self._profile(view.profile)
         interval = profile.metrics_interval_s if profile else 1.0
-        thresholds = Thresholds(profile.alert_waiting_s, profile.alert_kv_pct) if profile else Thresholds()
-        history = ServingHistory(thresholds)
+        history = history_for(profile)
         scraper = scraper_of(self.manager, view, interval)
         shown: set[str] = set()
         last: ServingUpdate | None = None

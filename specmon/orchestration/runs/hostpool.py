@@ -3,7 +3,9 @@ first use and closed with the manager."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import TypeVar, cast
 
 from specmon.errors import UserError
 from specmon.model.config import SshSettings, parse_host
@@ -13,6 +15,9 @@ from specmon.sources.local import LocalTransport
 from specmon.sources.transport import Transport
 
 TransportFactory = Callable[[str], Transport]
+T = TypeVar("T")
+R = TypeVar("R")
+LANES_PER_HOST = 4   # a host's runs are worked on this many at a time (SSH bounds its own sessions)
 
 
 def default_transport(host: str, ssh: SshSettings) -> Transport:
@@ -48,3 +53,26 @@ class HostPool:
         """Close every host's transport (its SSH connection and forwards)."""
         for ops in self._ops.values():
             await ops.transport.close()
+
+
+async def per_host(items: Sequence[T], hosts_of: Callable[[T], Collection[str]], work: Callable[[T], Awaitable[R]],
+                   lanes: int = LANES_PER_HOST) -> list[R]:
+    """`work(item)` for every item, the results in the items' order: items on different hosts (`hosts_of`, a
+    multi-node run's several) at once, those on the same hosts `lanes` at a time. A host that is slow or does not
+    answer holds up only its own items. `work` handles its own errors (one raised cancels nothing else, but is
+    raised here once every lane is done)."""
+    groups: dict[frozenset[str], list[int]] = {}
+    for i, item in enumerate(items):
+        groups.setdefault(frozenset(hosts_of(item)), []).append(i)
+    results: list[R | None] = [None] * len(items)
+
+    async def lane(indices: list[int]) -> None:
+        for i in indices:
+            results[i] = await work(items[i])
+
+    done = await asyncio.gather(*(lane(indices[k::lanes]) for indices in groups.values()
+                                  for k in range(min(lanes, len(indices)))), return_exceptions=True)
+    for outcome in done:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return cast(list[R], results)   # every lane finished: each item has its result

@@ -20,7 +20,7 @@ from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.verdicts import end_verdict, failure_of
 from specmon.orchestration.runs import multinode, slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.hostpool import HostPool, per_host
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
@@ -31,7 +31,6 @@ from specmon.sources.transport import TransportError
 
 PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a record without one is given up at 3x)
 PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
-LANES_PER_HOST = 4        # `refresh` checks this many of a host's runs at a time (SSH bounds its own sessions)
 
 
 class Reconciler:
@@ -115,23 +114,17 @@ class Reconciler:
         """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
         (for `specmon status`); returns their views, in the store's order.
 
-        Hosts are checked at once, each by LANES_PER_HOST runs at a time: one after the other, 128 runs took
+        Hosts are checked at once, each by `hostpool.LANES_PER_HOST` runs at a time: one after the other, 128 runs took
         each one's round trips in turn (6 s on one host, and a host that does not answer held up every host after
         it). A host that does not answer costs its timeout once: its later runs are shown as last recorded."""
         records = [r for r in self.index.store.all() if (all_configs or self.index.mine(r)) and r.group is None]
-        by_hosts: dict[frozenset[str], list[int]] = {}
-        nodes_of = [self.index.node_records(record) for record in records]   # a multi-node run: its nodes
-        for i, record in enumerate(records):
-            by_hosts.setdefault(frozenset({node.host for node in nodes_of[i]} | {record.host}), []).append(i)
-        views: list[RunView | None] = [None] * len(records)
+        nodes_of = {record.run_id: self.index.node_records(record) for record in records}   # a multi-node run's
 
-        async def lane(indices: list[int], hosts: frozenset[str]) -> None:
-            for i in indices:
-                views[i] = await self._refresh_checked(records[i], nodes_of[i], set(hosts))
+        def hosts_of(record: RunRecord) -> set[str]:
+            return {node.host for node in nodes_of[record.run_id]} | {record.host}
 
-        await asyncio.gather(*(lane(indices[k::LANES_PER_HOST], hosts) for hosts, indices in by_hosts.items()
-                               for k in range(min(LANES_PER_HOST, len(indices)))))
-        return [view for view in views if view is not None]
+        return await per_host(records, hosts_of, lambda record: self._refresh_checked(
+            record, nodes_of[record.run_id], hosts_of(record)))
 
     async def _refresh_checked(self, record: RunRecord, nodes: list[RunRecord], hosts: set[str]) -> RunView:
         if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
