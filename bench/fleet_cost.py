@@ -252,8 +252,8 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> d
         row["sockets"] = sockets(term.pid)
         row["cpu_s_total"] = cpu_seconds(term.pid)
         row["status_all_s"], _ = status(env, config)
-        if sshds:
-            holes.append(silence(sshds[-1]))
+        if placed[-1] != "local":   # the last run's host goes silent
+            holes.append(silence(sshds[names.index(placed[-1]) - 1]))
             row["status_down_s"], _ = status(env, config)
         else:
             row["status_down_s"] = float("nan")
