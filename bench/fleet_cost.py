@@ -169,6 +169,19 @@ def start_hosts(count: int, root: Path, bin_dir: Path) -> tuple[list[Sshd], Path
     return servers, root / "ssh.toml"
 
 
+def stubs(work: Path) -> list[int]:
+    """The stub servers of this fleet still running (each is told its count file under `work`)."""
+    mark = str(work / "scrapes").encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
 def scrapes(work: Path) -> int:
     """/metrics reads the stubs have answered so far (each stub counts them in its file)."""
     return sum(int(p.read_text() or 0) for p in work.glob("scrapes/*"))
@@ -260,13 +273,11 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> d
     finally:
         os.write(term.fd, b"q")   # the demo app stops the runs it launched
         term.pump(min(60, 5 + n / 4))
-        for r in runs:            # whatever did not stop in time (and the silent host's runs)
-            pid = r.get("pid")
-            if isinstance(pid, int):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
+        for pid in stubs(work):   # whatever did not stop in time (and the silent host's runs)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
         if os.waitpid(term.pid, os.WNOHANG) == (0, 0):
             os.kill(term.pid, signal.SIGTERM)
             os.waitpid(term.pid, 0)
