@@ -1,12 +1,14 @@
 """What specmon costs as the fleet grows: N ready runs, each /metrics read at 1 Hz, the GPU pane on 8 GPUs.
 
-    python3 bench/fleet_cost.py [--runs 8,32,64,128] [--size 160x48] [--idle-s 15] [--keys 20]
+    python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--size 160x48] [--idle-s 15] [--keys 50]
 
 For each N the TUI (in a real pty, as bench/tui_cost.py runs it) launches N runs of `bench/fleet_stub.py` (one
 light stdlib process per run: SGLang's ready lines, /health, /metrics, one-token completions; N real `specmon sim`
-processes would load this box more than the app does), all on host "local", `metrics_interval_s = 1`, with the
-stand-in `tests/fixtures/gpu/fake-nvidia-smi` (8 GPUs) answering the GPU pane at 1 Hz. Once every run is READY it
-prints one row per N:
+processes would load this box more than the app does), dealt in turn over --hosts H hosts: "local" and H-1
+loopback SSH hosts h01.. (each its own real sshd, started as tests/support/sshd_support.py starts the SSH tests' one, with
+the stand-in nvidia-smi first on its PATH), `metrics_interval_s = 1`, with the stand-in
+`tests/fixtures/gpu/fake-nvidia-smi` (8 GPUs) answering the GPU pane at 1 Hz. Once every run is READY it prints
+one row per N:
 
 - first frame: spawn -> the Servers pane's title on the terminal (s)
 - ready: spawn -> every run READY by `specmon status --json` (s)
@@ -16,7 +18,14 @@ prints one row per N:
   a 1 Hz refresh that happens to fall in the window counts as the answer, so these are upper bounds only when the
   app is slower than that
 - RSS of the app (MB), sockets it holds open (HTTP keep-alive to the servers, SSH connections on remote hosts)
-- status --all: wall time of `specmon status --all` against the same state (s)
+- ssh_conns: the app's TCP connections to the sshds (the target: one per SSH host); ssh_chans: SSH channels open
+  on them, counted on the sshd side: forwarded TCP connections from the sshds to the servers (direct-tcpip) plus
+  processes running under the sshds' sessions (session channels: log tails, GPU pane, ...)
+- scrapes: /metrics reads the servers answered over the idle window; cpu_ms_per_scrape: the app's CPU over that
+  window divided by them (everything the app did while idle, charged to the reads that drive it)
+- status --all: wall time of `specmon status --all` against the same state (s); status_down_s: the same once one
+  SSH host is made silent (its sshd replaced by a socket that accepts and never answers; connect_timeout_s = 3):
+  the target is one connect timeout, paid in parallel with the rest, not once per run
 - metrics --all: wall time of `specmon metrics --all --json` (every run's /metrics read twice, 1 s apart) (s)
 
 The box is shared (two cores): read the CPU figures with the load average printed beside them.
@@ -37,9 +46,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from sshd_support import Sshd, sshd_available  # noqa: E402
 from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds  # noqa: E402
 
 STUB = Path(__file__).resolve().parent / "fleet_stub.py"
+CONNECT_TIMEOUT_S = 3
 
 
 def server_ports(n: int) -> list[int]:
@@ -76,6 +88,106 @@ def sockets(pid: int) -> int:
     return count
 
 
+def _socket_inodes(pid: int) -> set[str]:
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            link = os.readlink(fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[8:-1])
+    return inodes
+
+
+def _established() -> list[tuple[int, int, str]]:
+    """(local port, remote port, inode) of every established TCP connection on loopback (IPv4)."""
+    rows = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "01":
+            rows.append((int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16), fields[9]))
+    return rows
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            tree.setdefault(ppid, []).append(int(proc.name))
+    return tree
+
+
+def ssh_counts(app: int, sshds: list[Sshd], remote_ports: set[int]) -> tuple[int, int]:
+    """(the app's connections to the sshds, SSH channels open on them), see the module's docstring."""
+    mine = _socket_inodes(app)
+    sshd_ports = {s.port for s in sshds}
+    tcp = _established()
+    conns = sum(remote in sshd_ports and inode in mine for _, remote, inode in tcp)
+    forwarded = sum(remote in remote_ports and inode not in mine for _, remote, inode in tcp)
+    tree = _children()
+    sessions = 0
+    for server in sshds:   # listener -> one sshd per connection -> (privsep child) -> one process per session
+        if server.proc is None:
+            continue
+        stack = list(tree.get(server.proc.pid, []))
+        while stack:
+            pid = stack.pop()
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm.startswith("sshd"):
+                stack += tree.get(pid, [])
+            else:
+                sessions += 1
+    return conns, forwarded + sessions
+
+
+def silence(server: Sshd) -> socket.socket:
+    """Stop `server` and hold its port with a socket that accepts TCP and never says a word (a hung host)."""
+    server.stop()
+    hole = socket.socket()
+    hole.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    hole.bind(("127.0.0.1", server.port))
+    hole.listen(64)
+    return hole
+
+
+def start_hosts(count: int, root: Path, bin_dir: Path) -> tuple[list[Sshd], Path]:
+    """`count` loopback sshds, one per host alias h01.., and one ssh_config + known_hosts naming them all."""
+    env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "FAKE_SMI_GPUS": "8"}
+    servers = [Sshd.start(root / f"h{i:02d}", set_env=env) for i in range(1, count + 1)]
+    (root / "ssh_config").write_text("\n".join(s.alias(f"h{i:02d}") for i, s in enumerate(servers, 1)))
+    (root / "known_hosts").write_text("".join(f"[127.0.0.1]:{s.port} {s.host_key_line}\n" for s in servers))
+    table = (f'[ssh]\nconfig = "{root / "ssh_config"}"\nknown_hosts = "{root / "known_hosts"}"\n'
+             f"connect_timeout_s = {CONNECT_TIMEOUT_S}\nkeepalive_s = 5\n")
+    (root / "ssh.toml").write_text(table)
+    return servers, root / "ssh.toml"
+
+
+def stubs(work: Path) -> list[int]:
+    """The stub servers of this fleet still running (each is told its count file under `work`)."""
+    mark = str(work / "scrapes").encode()
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and mark in (proc / "cmdline").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids
+
+
+def scrapes(work: Path) -> int:
+    """/metrics reads the stubs have answered so far (each stub counts them in its file)."""
+    return sum(int(p.read_text() or 0) for p in work.glob("scrapes/*"))
+
+
 def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, object]]]:
     t0 = time.monotonic()
     out = subprocess.run([sys.executable, "-m", "specmon", "--config", str(config), "status", "--all", "--json"],
@@ -87,28 +199,37 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
         raise SystemExit(f"status --all did not print JSON: {out.stderr.strip()[-400:]}") from None
 
 
-def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, float]:
+def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
-    ports = server_ports(n)
-    profiles = [f'[profiles.r{i:03d}]\nport = {port}\nmetrics_interval_s = 1\n'
-                f'command = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, "--port", "{port}"]\n'
-                for i, port in enumerate(ports)]
-    config = work / "profiles.toml"
-    config.write_text("\n".join(profiles))
     (work / "bin").mkdir()
     (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
     (work / "bin" / "nvidia-smi").chmod(0o755)
+    (work / "scrapes").mkdir()
+    sshds, ssh_table = start_hosts(hosts - 1, work / "ssh", work / "bin")
+    ports = server_ports(n)
+    names = ["local", *(f"h{i:02d}" for i in range(1, hosts))]
+    placed = [names[i % hosts] for i in range(n)]
+    remote_ports = {port for port, host in zip(ports, placed, strict=True) if host != "local"}
+    profiles = [ssh_table.read_text()] + [
+        f'[profiles.r{i:03d}]\nhost = "{host}"\nport = {port}\nmetrics_interval_s = 1\n'
+        f'command = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, "--port", "{port}", '
+        f'"--count-to", {json.dumps(str(work / "scrapes" / str(port)))}]\n'
+        for i, (port, host) in enumerate(zip(ports, placed, strict=True))]
+    config = work / "profiles.toml"
+    config.write_text("\n".join(profiles))
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", FAKE_SMI_GPUS="8",
                XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"),
                PATH=f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}")
     term = Terminal([sys.executable, "-c", CHILD, str(config), str(work)], cols, rows, env)
-    row: dict[str, float] = {"runs": n}
+    row: dict[str, float] = {"runs": n, "hosts": hosts}
+    runs: list[dict[str, object]] = []
+    holes: list[socket.socket] = []
     try:
         row["first_frame_s"] = term.wait_for(b"Servers", 60)
-        deadline = time.monotonic() + 60 + 2 * n
+        deadline = time.monotonic() + 60 + 3 * n
         while not all(answers(p) for p in ports):
             if time.monotonic() > deadline:
-                raise SystemExit(f"N={n}: not every stub answered within {60 + 2 * n} s")
+                raise SystemExit(f"N={n}: not every stub answered within {60 + 3 * n} s")
             term.pump(0.5)
         while True:
             _, runs = status(env, config)
@@ -123,8 +244,12 @@ def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, flo
         row["ready_s"] = time.monotonic() - term.started
         term.pump(10)   # toasts gone, every serving view has read /metrics
         load0 = os.getloadavg()[0]
+        scraped0 = scrapes(work)
         cpu, _, waited = term.measure(idle_s)
+        row["scrapes"] = scrapes(work) - scraped0
+        row["cpu_ms_per_scrape"] = 10 * cpu * idle_s / max(1, row["scrapes"])
         row["idle_cpu_pct"], row["waited_pct"], row["load"] = cpu, waited, load0
+        row["ssh_conns"], row["ssh_chans"] = ssh_counts(term.pid, sshds, remote_ports)
         latencies = []
         for _ in range(keys):
             term.pump(0.5)
@@ -147,20 +272,26 @@ def one(n: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, flo
         row["metrics_all_s"] = time.monotonic() - t0
         if read.returncode != 0 or len(read.stdout.splitlines()) != n:
             raise SystemExit(f"N={n}: metrics --all (exit {read.returncode}): {read.stderr.strip()[-400:]}")
+        if placed[-1] != "local":   # the last run's host goes silent
+            holes.append(silence(sshds[names.index(placed[-1]) - 1]))
+            row["status_down_s"], _ = status(env, config)
+        else:
+            row["status_down_s"] = float("nan")
     finally:
-        _, runs = status(env, config)
         os.write(term.fd, b"q")   # the demo app stops the runs it launched
         term.pump(min(60, 5 + n / 4))
-        for r in runs:            # whatever did not stop in time
-            pid = r.get("pid")
-            if isinstance(pid, int):
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
+        for pid in stubs(work):   # whatever did not stop in time (and the silent host's runs)
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except OSError:
+                pass
         if os.waitpid(term.pid, os.WNOHANG) == (0, 0):
             os.kill(term.pid, signal.SIGTERM)
             os.waitpid(term.pid, 0)
+        for hole in holes:
+            hole.close()
+        for server in sshds:
+            server.stop()
     return row
 
 
@@ -169,16 +300,21 @@ def main() -> int:
     parser.add_argument("--runs", default="8,32,64,128", help="comma-separated fleet sizes")
     parser.add_argument("--size", default="160x48")
     parser.add_argument("--idle-s", type=float, default=15.0)
-    parser.add_argument("--keys", type=int, default=20)
+    parser.add_argument("--keys", type=int, default=50)
+    parser.add_argument("--hosts", type=int, default=16, help="'local' and HOSTS-1 loopback SSH hosts")
     args = parser.parse_args()
+    if args.hosts > 1 and (reason := sshd_available()):
+        raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cols, rows = (int(v) for v in args.size.split("x"))
-    head = ("runs", "first_frame_s", "ready_s", "idle_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb", "sockets",
-            "status_all_s", "metrics_all_s", "waited_pct", "load")
+    head = ("runs", "hosts", "first_frame_s", "ready_s", "idle_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb",
+            "sockets", "ssh_conns", "ssh_chans", "scrapes", "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s",
+            "waited_pct", "load")
+    counts = ("runs", "hosts", "sockets", "ssh_conns", "ssh_chans", "scrapes")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
-        row = one(n, cols, rows, args.idle_s, args.keys)
-        print(" | ".join(f"{row[k]:.0f}" if k in ("runs", "sockets") else f"{row[k]:.2f}" for k in head), flush=True)
+        row = one(n, args.hosts, cols, rows, args.idle_s, args.keys)
+        print(" | ".join(f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for k in head), flush=True)
     print(f"terminal {cols}x{rows}; {os.cpu_count()} cores; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0

@@ -1,10 +1,11 @@
 """A light stand-in for one ready SGLang server, for bench/fleet_cost.py (stdlib only, about 10 MB and no CPU idle).
 
-    python3 bench/fleet_stub.py --port PORT
+    python3 bench/fleet_stub.py --port PORT [--count-to FILE]
 
 Prints SGLang's ready lines, then answers /health, /v1/models, /get_model_info, /server_info, /metrics (SGLang's
 gauge and counter names, values that move with the clock) and one-token /v1/completions. A fleet of 128 real
-`specmon sim` processes would cost the benchmark's 2-core box more than the app being measured.
+`specmon sim` processes would cost the benchmark's 2-core box more than the app being measured. With --count-to,
+FILE always holds how many /metrics reads it has answered.
 """
 
 from __future__ import annotations
@@ -31,11 +32,19 @@ def metrics() -> bytes:
     return ("\n".join(out) + "\n").encode()
 
 
+COUNT_TO: list[str] = []
+SCRAPES = [0]
+
+
 def body_for(method: str, path: str) -> tuple[str, bytes, str]:
     path = path.split("?", 1)[0]
     if path in ("/health", "/health_generate"):
         return "200 OK", b"", "text/plain"
     if path == "/metrics":
+        SCRAPES[0] += 1
+        if COUNT_TO:
+            with open(COUNT_TO[0], "w") as fh:
+                fh.write(str(SCRAPES[0]))
         return "200 OK", metrics(), "text/plain; version=0.0.4"
     if path == "/v1/models":
         return "200 OK", json.dumps({"object": "list", "data": [{"id": MODEL, "object": "model"}]}).encode(), \
@@ -81,6 +90,8 @@ async def main(port: int) -> None:
 
 
 if __name__ == "__main__":
+    if "--count-to" in sys.argv:
+        COUNT_TO.append(sys.argv[sys.argv.index("--count-to") + 1])
     try:
         asyncio.run(main(int(sys.argv[sys.argv.index("--port") + 1])))
     except KeyboardInterrupt:

@@ -195,11 +195,31 @@ class OutputStream(ABC):
             yield chunk
 
 
+_RUNNING: set[asyncio.Task[None]] = set()
+
+
+def _keep(task: asyncio.Task[None]) -> None:
+    """Hold a task until it is done (the loop keeps only weak references)."""
+    _RUNNING.add(task)
+    task.add_done_callback(_RUNNING.discard)
+
+
+def _file_look(text: bytes) -> FileLook | None:
+    """One look's answer: `INODE SIZE\\nBYTES STATUS` (no file: no stat line)."""
+    body, _, status = text.rpartition(b" ")
+    head, _, data = body.partition(b"\n")
+    fields = head.split()
+    if len(fields) != 2 or not all(field.isdigit() for field in fields):
+        return None
+    return FileLook(int(fields[0]), int(fields[1]), data if status.strip() == b"0" else None)
+
+
 class Transport(ABC):
     """Runs shell commands on one host. See the module docstring."""
 
     host: str = "local"
     link: LinkState = LinkState()
+    _looks: list[tuple[str, int, int, asyncio.Future[FileLook | None]]] | None = None   # the looks asked this moment
 
     @abstractmethod
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
@@ -243,19 +263,49 @@ class Transport(ABC):
 
     async def look(self, path: str, start: int, length: int) -> FileLook | None:
         """`path`'s inode and size and its bytes [start, start+length) in one round trip; None if there is no such
-        file. Default: one shell command (a log tailer asks this for every chunk and every quiet second).
+        file. Default: one shell command (a log tailer asks this for every chunk and every quiet second); the looks
+        asked for at the same moment (the tailers of a host's runs check their quiet logs on a shared clock) go out
+        together as one command.
 
         Raises TransportError if the host cannot be reached, TimeoutError if it does not answer in 15 s.
         """
-        q = shlex.quote(path)
-        result = await self.run(
-            f"stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && tail -c +{start + 1} -- {q} | head -c {length}",
-            timeout=15)
-        head, _, data = result.stdout.partition(b"\n")
-        fields = head.split()
-        if len(fields) != 2 or not all(field.isdigit() for field in fields):
-            return None
-        return FileLook(int(fields[0]), int(fields[1]), data if result.ok else None)
+        loop = asyncio.get_running_loop()
+        if self._looks is None:
+            self._looks = []
+            loop.call_soon(self._send_looks)
+        batch = self._looks
+        answer: asyncio.Future[FileLook | None] = loop.create_future()
+        batch.append((path, start, length, answer))
+        return await answer
+
+    def _send_looks(self) -> None:
+        batch, self._looks = self._looks or [], None
+        _keep(asyncio.get_running_loop().create_task(self._look_all(batch)))
+
+    async def _look_all(self, batch: list[tuple[str, int, int, asyncio.Future[FileLook | None]]]) -> None:
+        """One command for every look of `batch`, each answer told apart by a random token and ended by its
+        status."""
+        token = f"<<{secrets.token_hex(8)}>>"
+        parts = []
+        for path, start, length, _ in batch:
+            q = shlex.quote(path)
+            parts.append(f"printf %s {shlex.quote(token)}; {{ stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && "
+                         f"tail -c +{start + 1} -- {q} | head -c {length}; }}; printf ' %s' $?")
+        try:
+            result = await self.run("; ".join(parts), timeout=15)
+            answers = result.stdout.split(token.encode())[1:]
+            if len(answers) != len(batch):
+                raise TransportError(f"{self.host}: {len(batch)} looks gave {len(answers)} answers")
+        except BaseException as exc:
+            for *_, answer in batch:
+                if not answer.done():
+                    answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for (*_, answer), text in zip(batch, answers, strict=True):
+            if not answer.done():
+                answer.set_result(_file_look(text))
 
     async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
         """A base URL, reachable from where specmon runs, for `addr`:`port` as the host reaches it (by default the

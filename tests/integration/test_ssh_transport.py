@@ -286,3 +286,54 @@ async def test_commands_cut_by_a_dropped_link_are_ended_on_the_host_once_it_is_b
             for pid in found.split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
+
+
+async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_each(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: every run's log tailer checks its log after each second of quiet (a rotation shows only at its
+    name), one SSH command per run per second: at 64 runs on 16 hosts the idle app spent a fifth of its CPU opening
+    sessions for them (py-spy: SSHTransport.run under LogTailer._look). The quiet checks of a host's tailers now
+    fall on a shared tick and go out as one command; every tailer still gets its lines."""
+    from specmon.sources.tailer import LogTailer
+
+    transport = SSHTransport("gpu1", sshd.settings())
+    logs = [tmp_path / f"server-{i}.log" for i in range(6)]
+    for log in logs:
+        log.write_text("ready\n")
+    commands = 0
+    run = transport.run
+
+    async def counted(command: str, **kwargs: object) -> object:
+        nonlocal commands
+        commands += 1
+        return await run(command, **kwargs)   # type: ignore[arg-type]
+
+    transport.run = counted   # type: ignore[method-assign]
+    got: dict[int, bytes] = {i: b"" for i in range(len(logs))}
+
+    async def follow(i: int) -> None:
+        async for batch in LogTailer(transport, str(logs[i]), check_s=0.5).follow():
+            got[i] += batch.data
+
+    tasks = [asyncio.create_task(follow(i)) for i in range(len(logs))]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(got.values()):   # every tailer attached and read its first line
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        commands, started = 0, time.monotonic()
+        await asyncio.sleep(3.0)       # all quiet
+        ticks = (time.monotonic() - started) / 0.5
+        assert commands <= 2 * ticks + 2, \
+            f"{commands} commands over {ticks:.0f} quiet checks of {len(logs)} logs (one command a tick expected)"
+        for log in logs:
+            with open(log, "a") as fh:
+                fh.write("more\n")
+        while not all(data.endswith(b"more\n") for data in got.values()):
+            assert time.monotonic() < deadline + 30, got
+            await asyncio.sleep(0.1)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await transport.close()

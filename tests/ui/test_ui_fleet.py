@@ -12,6 +12,7 @@ from textual.pilot import Pilot
 from textual.widget import Widget
 from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, screen_text
 
+from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
 from specmon.ui.messages import ServingChanged
 from specmon.ui.servers import RunCard, ServersPane
@@ -139,3 +140,42 @@ async def test_at_80x24_ready_cards_shrink_to_one_line_while_the_selected_and_fa
         await pilot.press("j")   # selected, llama-09 shows all its lines again
         await _settle(pilot)
         assert cards["llama-09"].outer_size.height >= 3 and cards["llama-08"].outer_size.height == 1
+
+
+async def test_sparklines_are_worked_out_only_for_the_cards_on_screen(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each /metrics read (1 Hz, every ready run) worked out the card's four sparklines from its last two
+    minutes of reads, for the ~50 cards out of view as well (py-spy: update_of/sparks 7.5 % of the idle app at 64
+    runs). A read's sparklines are now worked out when a card draws them: the cards on screen, and the others when
+    scrolled to."""
+    worked = 0
+    slices = serving.spark_slices
+
+    def counted(*args: object, **kwargs: object) -> dict[str, tuple[float, ...]]:
+        nonlocal worked
+        worked += 1
+        return slices(*args, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving, "spark_slices", counted)
+    text = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
+    app = fed_fleet_app(tmp_path)
+    ready = [row for row in FLEET_ROWS if row.state == "ready"]
+    histories = {row.profile: serving.ServingHistory() for row in ready}
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        reads = 5
+        for second in range(reads):   # what ServingWatcher hands the app for each read of each ready run
+            for row in ready:
+                history = histories[row.profile]
+                history.add(serving.read_sample(text, float(second)))
+                app.post_message(ServingChanged(serving.update_of(row.profile, str(row.run_id), history, second)))
+            await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        on_screen = len(pane._in_view())
+        assert worked <= reads * on_screen, \
+            f"sparklines worked out {worked} times for {reads} reads of {len(ready)} runs, {on_screen} cards on screen"
+        assert "▁" in screen_text(app) or "█" in screen_text(app)   # the cards on screen draw theirs
+        for _ in range(2):
+            pane.scroll_end(animate=False, immediate=True)
+            await _settle(pilot)
+        assert "llama-63 READY" in screen_text(app) and "█" in screen_text(app), screen_text(app)

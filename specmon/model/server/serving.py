@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -191,6 +191,57 @@ class Thresholds:
     kv_pct: float = KV_ALERT_PCT
 
 
+def spark_slices(points: Sequence[tuple[float, ServingFigures]], span_s: float, names: tuple[str, ...],
+                 count: int = SPARK_SLICES) -> dict[str, tuple[float, ...]]:
+    """Each of `names` over the `span_s` before the last of `points` as `count` equal time slices, each its
+    largest value (see ServingHistory.slices)."""
+    if not points:
+        return {name: () for name in names}
+    start, width = points[-1][0] - span_s, span_s / count
+    last = count - 1
+    slot = [min(last, int((at - start) / width)) for at, _ in points]
+    out = {}
+    for name in names:
+        top: list[float | None] = [None] * count
+        for i, (_, f) in zip(slot, points):
+            value = getattr(f, name)
+            if value is not None and i >= 0:
+                held = top[i]
+                if held is None or value > held:
+                    top[i] = value
+        first = next((i for i, v in enumerate(top) if v is not None), count)
+        out[name] = tuple(v or 0.0 for v in top[first:])
+    return out
+
+
+class Sparks(Mapping[str, tuple[float, ...]]):
+    """A read's sparklines (figure -> its slices), worked out from the history as it was at that read only when
+    first asked for: each read of every run makes one, and only the cards in view draw theirs."""
+
+    def __init__(self, points: Sequence[tuple[float, ServingFigures]], span_s: float,
+                 names: tuple[str, ...], count: int = SPARK_SLICES) -> None:
+        self._points, self._span_s, self._names, self._count = points, span_s, names, count
+        self._slices: dict[str, tuple[float, ...]] | None = None
+
+    def _computed(self) -> dict[str, tuple[float, ...]]:
+        if self._slices is None:
+            self._slices = spark_slices(self._points, self._span_s, self._names, self._count)
+            self._points = ()
+        return self._slices
+
+    def __getitem__(self, name: str) -> tuple[float, ...]:
+        return self._computed()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._computed())
+
+    def __len__(self) -> int:
+        return len(self._computed())
+
+    def __repr__(self) -> str:
+        return repr(self._computed())
+
+
 class ServingHistory:
     """One run's reads of /metrics: the latest figures, the last minutes of each (sparklines), and its alerts.
 
@@ -263,24 +314,8 @@ class ServingHistory:
         return self.sparks((name,), count)[name]
 
     def sparks(self, names: tuple[str, ...], count: int = SPARK_SLICES) -> dict[str, tuple[float, ...]]:
-        """`slices` of several figures (each read of every run asks for them: kept cheap)."""
-        if not self.points:
-            return {name: () for name in names}
-        start, width = self.points[-1][0] - self.span_s, self.span_s / count
-        last = count - 1
-        slot = [min(last, int((at - start) / width)) for at, _ in self.points]
-        out = {}
-        for name in names:
-            top: list[float | None] = [None] * count
-            for i, (_, f) in zip(slot, self.points):
-                value = getattr(f, name)
-                if value is not None and i >= 0:
-                    held = top[i]
-                    if held is None or value > held:
-                        top[i] = value
-            first = next((i for i, v in enumerate(top) if v is not None), count)
-            out[name] = tuple(v or 0.0 for v in top[first:])
-        return out
+        """`slices` of several figures."""
+        return spark_slices(self.points, self.span_s, names, count)
 
     def alerts(self, now: float) -> list[str]:
         """What is wrong now, one line each."""
@@ -325,7 +360,7 @@ class ServingUpdate:
     profile: str
     run_id: str
     figures: ServingFigures | None = None
-    history: dict[str, tuple[float, ...]] = field(default_factory=dict)   # figure -> its sparkline's slices
+    history: Mapping[str, tuple[float, ...]] = field(default_factory=dict)   # figure -> its sparkline's slices
     alerts: tuple[str, ...] = ()
     note: str | None = None          # e.g. "no /metrics (HTTP 404)": said once, reading stopped
     raised: tuple[str, ...] = ()     # alerts that appeared with this read (for a toast)
@@ -347,7 +382,7 @@ class ServingUpdate:
 def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
               note: str | None = None) -> ServingUpdate:
     return ServingUpdate(profile, run_id, history.latest,
-                         history.sparks(SPARK_FIGURES),
+                         Sparks(tuple(history.points), history.span_s, SPARK_FIGURES),
                          tuple(history.alerts(now)), note, raised, history.ignored)
 
 
