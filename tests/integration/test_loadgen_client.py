@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
@@ -149,6 +150,50 @@ async def test_huge_events_split_reads_and_crlf() -> None:
     s = await send_to(handler)
     assert s.error is None, s.detail
     assert len(s.times) == 3 and s.output_tokens == 5 and s.prompt_tokens == 4
+
+
+@pytest.mark.slow
+async def test_a_stream_that_outruns_the_read_buffer_is_paused_resumed_and_counted_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client is busy (50 ms on its first event) while the server writes 300 events at once, more than its read
+    buffer (1 KB here): aiohttp pauses the socket and resumes it as the stream drains its buffer. Every event is
+    counted, in order, each with its own arrival stamp (the protocol skips only resumes where nothing is paused)."""
+    from specmon.loadgen import client as client_module
+
+    monkeypatch.setattr(client_module, "READ_BUFSIZE", 1024)
+    pauses = []
+    pause = client_module._StampingProtocol.pause_reading
+
+    def counted_pause(protocol: client_module._StampingProtocol) -> None:
+        pauses.append(protocol)
+        pause(protocol)
+
+    monkeypatch.setattr(client_module._StampingProtocol, "pause_reading", counted_pause)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(b"".join(_event(f"t{k}") + b"\n\n" for k in range(300)) + b"data: [DONE]\n\n")
+        return resp
+
+    runner, url = await _raw_server(handler)
+    client = StreamClient(url, "chat", max_connections=1, timeout_s=10.0)
+    handle = client._event
+
+    def busy_first(ev: bytes, s: Stream, t: int) -> bool:
+        if not s.times:
+            time.sleep(0.05)
+        return handle(ev, s, t)
+
+    client._event = busy_first  # type: ignore[method-assign]
+    try:
+        s = await client.send(body(), Stream())
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert pauses, "the socket was never paused: the test did not outrun the read buffer"
+    assert s.error is None and s.done, s.detail
+    assert len(s.times) == 300 and s.times == sorted(s.times)
 
 
 @pytest.mark.slow
