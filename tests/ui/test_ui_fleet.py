@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from paths import FIXTURES
 from textual._compositor import Compositor
 from textual.geometry import Size
 from textual.pilot import Pilot
@@ -157,7 +158,7 @@ async def test_sparklines_are_worked_out_only_for_the_cards_on_screen(tmp_path: 
         return slices(*args, **kwargs)   # type: ignore[arg-type]
 
     monkeypatch.setattr(serving, "spark_slices", counted)
-    text = (Path(__file__).parent / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
+    text = (FIXTURES / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_text()
     app = fed_fleet_app(tmp_path)
     ready = [row for row in FLEET_ROWS if row.state == "ready"]
     histories = {row.profile: serving.ServingHistory() for row in ready}
