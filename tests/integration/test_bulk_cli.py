@@ -9,7 +9,6 @@ import json
 import os
 import pty
 import signal
-import socket
 import subprocess
 import time
 
@@ -17,6 +16,7 @@ import httpx
 import pytest
 from lifecycle_support import Cli, marked_pids, port_listening
 from lifecycle_support import profile_toml as _profile
+from ports import silent_host
 from test_lifecycle_cli import cli  # noqa: F401  (the fixture: a private config, its runs stopped after)
 from test_runs_hardening import _ended_record, _record_path
 
@@ -148,12 +148,9 @@ def test_hosts_that_do_not_answer_fail_their_own_runs_and_delay_nothing_else(cli
     template = _ended_record("20261130-000000-hang00", port, time.time() - 30)
     with contextlib.ExitStack() as stack:
         hung = []
-        for i in range(3):   # the kernel completes the TCP handshake from the backlog; nothing ever answers
-            listener = stack.enter_context(socket.socket())
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(8)
+        for i in range(3):
             record = dataclasses.replace(template, run_id=f"20261130-00000{i}-hang0{i}",
-                                         host=f"127.0.0.1:{listener.getsockname()[1]}", state=RunStatus.READY,
+                                         host=stack.enter_context(silent_host()), state=RunStatus.READY,
                                          exit_code=None, failure=None, pid=4242)
             _record_path(record.run_id).write_text(json.dumps({**record.to_json(),
                                                                "config": os.path.realpath(cli.config)}))
@@ -186,11 +183,9 @@ def test_metrics_all_reads_every_ready_run_one_row_each_and_names_what_could_not
         for _ in range(3):
             client.post(f"http://127.0.0.1:{ports['eagle']}/v1/completions",
                         json={"prompt": "Hi", "max_tokens": 64, "ignore_eos": True}).raise_for_status()
-    with socket.socket() as listener:   # a host that completes the TCP handshake and never says a word
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
+    with silent_host() as host:
         hung = dataclasses.replace(_ended_record("20261130-000000-hang00", ports["plain"], time.time() - 30),
-                                   host=f"127.0.0.1:{listener.getsockname()[1]}", state=RunStatus.READY,
+                                   host=host, state=RunStatus.READY,
                                    exit_code=None, failure=None, pid=4242)
         _record_path(hung.run_id).write_text(json.dumps({**hung.to_json(), "config": os.path.realpath(cli.config)}))
         table = cli("metrics", "--all", "--interval", "0.5")

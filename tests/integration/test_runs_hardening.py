@@ -12,7 +12,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
+from ports import silent_host
 from process_support import alive, wait_until
 
 from specmon.model.runs.failure import Failure
@@ -502,12 +502,7 @@ def test_status_waits_for_silent_ssh_hosts_at_once_not_one_after_the_other(cli, 
     assert cli("status", "--all").returncode == 0
     healthy_s = time.monotonic() - started   # what this box takes for status without a silent host
     with contextlib.ExitStack() as stack:
-        silent = []
-        for _ in range(4):   # the kernel completes the TCP handshake from the backlog; nothing ever answers
-            listener = stack.enter_context(socket.socket())
-            listener.bind(("127.0.0.1", 0))
-            listener.listen(8)
-            silent.append(f"127.0.0.1:{listener.getsockname()[1]}")
+        silent = [stack.enter_context(silent_host()) for _ in range(4)]
         for i, host in enumerate(silent):
             for j in range(2):
                 record = dataclasses.replace(local, run_id=f"20261130-00000{i}-hang{i}{j}", host=host, state="ready",

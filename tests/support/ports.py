@@ -9,9 +9,11 @@ so two workers never pick the same port; within a worker a port is never given t
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import socket
+from collections.abc import Iterator
 from pathlib import Path
 
 _LOW = 20000           # below the usual ephemeral ranges (Linux 32768-60999) and the well-known service ports
@@ -54,3 +56,13 @@ def free_port() -> int:
             _given.add(port)
             return port
     raise RuntimeError(f"no free port left in {ports.start}-{ports.stop - 1}")
+
+
+@contextlib.contextmanager
+def silent_host() -> Iterator[str]:
+    """`127.0.0.1:PORT` of a host whose link hangs: the kernel completes the TCP handshake from the listener's
+    backlog, and nothing ever answers (no SSH banner), until the block ends."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
