@@ -36,12 +36,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
 import httpx
 
 from specmon.model.config import SshSettings, parse_host
 from specmon.sources import timelimit
 from specmon.sources.sshhttp import TunnelHTTPTransport
+from specmon.sources.sshlib import asyncssh
 from specmon.sources.transport import (
     MAX_OUTPUT_BYTES,
     CommandResult,

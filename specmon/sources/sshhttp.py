@@ -13,11 +13,11 @@ import typing
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
-import asyncssh
 import httpcore
 import httpx
 
 from specmon.sources import timelimit
+from specmon.sources.sshlib import asyncssh
 from specmon.sources.transport import LinkState, TransportError
 
 
