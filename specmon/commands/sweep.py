@@ -22,7 +22,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates, served_model_names
 from specmon.model.sweeps.results import LevelResult, SweepResult
-from specmon.model.sweeps.sweepstats import SweepProgress, falling_behind
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, falling_behind
 from specmon.model.text.numbers import counted
 from specmon.model.workload.datasets import DATASETS
 from specmon.model.workload.goodput import parse_slo
@@ -272,7 +272,7 @@ class SweepPrinter:
 
 
 def _progress_line(p: SweepProgress) -> str:
-    if p.phase == "warmup":
+    if p.phase == ProgressPhase.WARMUP:
         return f"warm-up: {p.requests_done}/{p.requests_target} requests"
     target = f"/{p.requests_target}" if p.requests_target else f" in {p.elapsed_s:.0f}/{p.duration_target_s:.0f} s"
     ttft = "-" if p.ttft_p50_ms is None else f"{p.ttft_p50_ms:.0f} ms"

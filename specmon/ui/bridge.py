@@ -32,7 +32,7 @@ from specmon.model.runs.selection import RunScope
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.inspect.environment import diff_targets, env_report, gpu_transport
 from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
@@ -343,7 +343,7 @@ class EngineBridge:
             marks[metric] = None if found is None else CrossoverMark(found.concurrency,
                                                                      *found.leaders(names[0], names[1]), mode)
         rows = rows_of(self._levels[name])
-        if live is not None and live.phase == "level" and live.requests_done > 0:
+        if live is not None and live.phase == ProgressPhase.MEASURING and live.requests_done > 0:
             rows.append(LevelRow.of_live(live))
         self._post(SeriesChanged(name, rows, marks["throughput"], marks["goodput"]))
 
@@ -384,7 +384,7 @@ class EngineBridge:
             if isinstance(update, SweepProgress):
                 status = sweep_status(update, profile)
                 self._post(SweepStatusChanged(status, running=True,
-                                              live=(profile, update) if update.phase == "level" else None))
+                                              live=(profile, update) if update.phase == ProgressPhase.MEASURING else None))
                 self._publish_series(profile, live=update)
             elif isinstance(update, LevelResult):
                 self._levels[profile].append(update)

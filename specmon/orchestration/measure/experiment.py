@@ -63,7 +63,7 @@ from specmon.model.logs.logparse import LogParser
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import LevelResult, utc_now_iso
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
@@ -470,7 +470,7 @@ class ExperimentRunner:
                        pass_no: int, file: str) -> None:
         while (update := await events.get()) is not None:
             if isinstance(update, SweepProgress):
-                if update.phase == "level":
+                if update.phase == ProgressPhase.MEASURING:
                     await collector.begin(update.concurrency)
                 self._notify(ExperimentProgress(name, pass_no, update, self.eta()))
             elif isinstance(update, LevelResult):

@@ -49,7 +49,7 @@ from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.hosts.interpreter import python_module
 from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
-from specmon.model.sweeps.sweepstats import SweepProgress, client_bound, falling_behind
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, client_bound, falling_behind
 from specmon.model.text import textfile
 from specmon.model.text.numbers import counted
 from specmon.sources import timelimit
@@ -341,7 +341,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
             if isinstance(msg, SweepProgress):
                 progress = msg
                 notify(progress)
-                if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == "level":
+                if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == ProgressPhase.MEASURING:
                     behind_said.add(progress.level_index)   # once a level; the level's result says it again
                     notify(SweepNotice(behind_notice(progress), "BEHIND", f"{progress.rate or 0:g} req/s"))
             elif isinstance(msg, LevelResult):
