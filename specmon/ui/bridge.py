@@ -23,7 +23,6 @@ from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
 from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
-from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
@@ -48,6 +47,7 @@ from specmon.orchestration.runs import bulk
 from specmon.orchestration.runs.bulk import RunOutcome
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
+from specmon.sources.experimentfiles import experiment_runs, find_unfinished
 from specmon.sources.gpu import GpuProbe
 from specmon.sources.resultfiles import read_any_results
 from specmon.sources.transport import Transport, TransportError

@@ -19,7 +19,7 @@ from test_ui_rows import view
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
-from specmon.model.sweeps.results import LevelResult, read_results
+from specmon.model.sweeps.results import LevelResult
 from specmon.model.sweeps.sweepstats import ProgressPhase, RequestRecord, SweepProgress, level_from_records
 from specmon.orchestration.measure import sweep as sweeping
 from specmon.orchestration.measure.comparison import (
@@ -30,6 +30,7 @@ from specmon.orchestration.measure.comparison import (
     sweep_profiles,
 )
 from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -602,9 +602,9 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     """`x` runs the A/B: steps, both curves, and one crossover figure: the one drawn is the one the verdict names,
     both from the result files (the chart kept the in-memory means: C≈5.69 drawn beside C≈5.68 in the verdict)."""
-    from specmon.model.experiments.experiment import experiment_runs, load_state
     from specmon.model.experiments.verdict import summarize
     from specmon.model.sweeps.compare import load_words
+    from specmon.sources.experimentfiles import experiment_runs, load_state
 
     ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
     # A cheap draft (the demo's): EAGLE-3 ahead at C=1, behind at C=16, so the curves cross in between.

@@ -13,8 +13,7 @@ from paths import FIXTURES
 
 import specmon.model.sweeps
 from specmon.model.sweeps.formats import BY_NAME, FORMATS, detect, parse_any_results
-from specmon.model.sweeps.results import read_results
-from specmon.sources.resultfiles import read_any_results, read_records
+from specmon.sources.resultfiles import read_any_results, read_records, read_results
 
 INTEROP = FIXTURES / "interop"
 REAL = INTEROP / "real"

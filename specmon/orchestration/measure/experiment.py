@@ -53,7 +53,6 @@ from specmon.model.experiments.experiment import (
     PassFile,
     ProfileStatus,
     Step,
-    find_unfinished,
     next_file_name,
     profile_setup,
     remaining,
@@ -75,6 +74,7 @@ from specmon.orchestration.measure.sweep import (
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.ready import queued, wait_ready
 from specmon.orchestration.runs.view import RunView
+from specmon.sources.experimentfiles import done_levels, find_unfinished
 from specmon.sources.health import ServerProbe
 from specmon.sources.transport import TransportError
 
@@ -281,7 +281,7 @@ class ExperimentRunner:
         if self.state.profile(name).status in FINISHED:
             return
         profile = self.config.profile(name)
-        while plan := remaining(self.state, name):
+        while plan := remaining(self.state, done_levels(self.state, name)):
             view = await self._serve(profile)
             if view is None:
                 return

@@ -15,7 +15,7 @@ An exception raised by `on_update` is logged and ignored: a broken view never en
 
 Cancel the awaiting task (or press Ctrl-C under asyncio.run) to stop: the generator abandons the level in progress,
 finished levels stay in the file, and CancelledError propagates after the child has exited. `read_results(path)`
-(specmon.model.sweeps.results) reloads a file; `crossover(a, b)` (specmon.model.sweeps.compare) compares two.
+(specmon.sources.resultfiles) reloads a file; `crossover(a, b)` (specmon.model.sweeps.compare) compares two.
 The generator runs in its own process (`python -m specmon.loadgen`) in its own session, so a terminal Ctrl-C
 reaches only this process, which then stops the child in order.
 """
