@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.sweeps.formats import VLLM, detect, is_specmon, parse_any_results
+from specmon.model.sweeps.formats import VLLM, detect, parse_any_results
 from specmon.model.sweeps.formats.base import EXPECTED, Located, check_run_count, json_value, located
 from specmon.model.sweeps.formats.guidellm_report import parse_records
 from specmon.model.sweeps.formats.vllm import SUMMARY, is_run_file, serve_part
@@ -31,10 +31,7 @@ def read_any_results(path: str | os.PathLike[str]) -> SweepResult:
     p = Path(path)
     if p.is_dir():
         return _read_vllm_dir(p)
-    text = read_text(p)
-    if is_specmon(text):
-        return results_from_text(text, str(p))   # it keeps the levels before a torn last line
-    return parse_any_results(text, str(p))
+    return parse_any_results(read_text(p), str(p))
 
 
 def read_results(path: str | os.PathLike[str]) -> SweepResult:

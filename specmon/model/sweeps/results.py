@@ -449,6 +449,21 @@ class SweepResult:
         return self.meta.mode
 
 
+_META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
+
+
+def is_specmon(text: str) -> bool:
+    """Whether `text` is a specmon sweep result (its first line the meta object)."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
+        return False
+    try:
+        obj = loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "meta"
+
+
 def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
     """Parse result-file lines; a bad line raises UserError naming path:line and the fault."""
     meta: SweepMeta | None = None
