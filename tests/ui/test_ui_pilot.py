@@ -313,7 +313,7 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             assert result.stem in str(chart.render())
 
             # A long sweep, cancelled with `c`: the status says so and the load generator is gone.
-            app._start_sweep(SweepRequest(("sim-s",), (64,), 5000, 128, 256))  # what the form returns
+            app._start_sweep(SweepRequest(("sim-s",), (64,), 5000, None, 256))  # what the form returns
             await wait_until(pilot, lambda: "C=64" in app.state.sweep_status, 30, "the long sweep running")
             assert "specmon.loadgen" in children()
             await pilot.press("c")
@@ -387,13 +387,13 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
         try:
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "sim-s"), 60, "READY")
-            app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, 16, 16))
+            app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, None, 16))
             await wait_until(pilot, lambda: not app.state.sweeping and "done" in app.state.sweep_status, 60, "sweep done")
             complete = list(app.state.series["sim-s"])
             assert [lv.concurrency for lv in complete] == [1, 2]
 
             # A second sweep, cancelled part way through its only level (its live point already drawn).
-            app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, 16, 64))
+            app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, None, 64))
             await wait_until(pilot, lambda: any(lv.client == "live" and lv.concurrency == 48
                                                 for lv in app.state.series.get("sim-s", [])), 60, "the live C=48 point")
             await pilot.press("c")
