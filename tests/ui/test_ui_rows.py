@@ -11,6 +11,7 @@ from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstate import LogPhase, RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration.runs.view import LogLine, RunView
+from specmon.ui.format import state_label
 from specmon.ui.rows import entry_from_line, row_from_view
 
 T0 = 1_790_000_000.0
@@ -28,7 +29,9 @@ def view(**changes: object) -> RunView:
 
 def test_loading_run_row() -> None:
     row = row_from_view(view(past_load_s=39.0), now=T0 + 23)
-    assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == ("loading", "loading weights", 5, 8, 17.0)
+    assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == (
+        "loading", LogPhase.LOADING_WEIGHTS, 5, 8, 17.0)
+    assert state_label(row.state, row.stalled, row.phase) == "LOADING WEIGHTS"   # as the card says it
     assert row.elapsed_s == 23 and row.past_load_s == 39.0 and row.last_activity_ago_s == 3
     assert (row.mem_fraction_static, row.spec_algorithm, row.spec_steps) == (0.8, "EAGLE3", 3)
 
