@@ -157,8 +157,9 @@ def sweep_request(profiles: Sequence[str], fields: Mapping[str, str], defaults: 
         raise ValueError("tick at least one ready profile")
     levels = parse_levels(fields["levels"])
     requests = fmt.parse_positive(fields["requests"], "requests per level", allow_empty=True)
-    if requests is not None and requests < levels[-1]:
-        raise ValueError(one_wave_problem(requests, levels[-1]))
+    wave = one_wave_problem(requests, levels)
+    if wave is not None:
+        raise ValueError(wave)
     return SweepRequest(
         profiles=tuple(profiles),
         levels=levels,

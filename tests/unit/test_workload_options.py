@@ -41,3 +41,18 @@ def test_the_sweep_form_asks_no_input_length_of_a_dataset_sent_as_written() -> N
     workload_from(builtin, WorkloadOverrides(levels=request.levels, input_len=request.input_len))   # not refused
     random = SweepDefaults(dataset="random", input_len=300)
     assert sweep_request(["a"], sweep_form_fields(random), random).input_len == 300
+
+
+def test_a_level_shorter_than_one_wave_is_one_rule_said_alike_by_the_config_the_form_and_the_workload() -> None:
+    from specmon.loadgen.workload import Workload
+    from specmon.model.config import one_wave_problem
+
+    said = one_wave_problem(8, (1, 16))
+    assert said is not None and said.startswith("requests per level (8) is below the highest level C=16")
+    assert one_wave_problem(16, (1, 16)) is None and one_wave_problem(None, (1, 16)) is None   # by duration
+    with pytest.raises(ValueError) as form:
+        sweep_request(["a"], {"levels": "1,16", "requests": "8", "output_len": "32"}, SweepDefaults())
+    with pytest.raises(UserError) as workload:
+        Workload(levels=(1, 16), requests_per_level=8)
+    assert str(form.value) == str(workload.value) == said
+    assert Workload(levels=(1, 16), rates=(2.0,), requests_per_level=8).open_loop   # an open loop has no waves
