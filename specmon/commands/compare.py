@@ -28,7 +28,7 @@ from specmon.model.experiments.bands import (
     grid_verdict,
     sweeps_as_grid,
 )
-from specmon.model.experiments.experiment import STATE_FILE, experiment_runs, load_state
+from specmon.model.experiments.experiment import STATE_FILE
 from specmon.model.experiments.verdict import summarize
 from specmon.model.logs.clean import escape_controls, one_line
 from specmon.model.sweeps.compare import (
@@ -45,6 +45,7 @@ from specmon.model.sweeps.compare import (
 )
 from specmon.model.sweeps.formats import lacks_note
 from specmon.model.sweeps.results import SweepResult
+from specmon.sources.experimentfiles import experiment_runs, load_state
 from specmon.sources.resultfiles import read_any_results, serve_grid
 from specmon.ui.plot import draw_sweeps
 from specmon.ui.rows import CrossoverMark

@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise UserError(f"--levels: {exc}") from None
         requests = max(HEADLESS_REQUESTS, levels[-1]) if args.requests is None else args.requests
-        if requests < levels[-1]:
-            raise UserError(f"--requests: {one_wave_problem(requests, levels[-1])}")
+        wave = one_wave_problem(requests, levels)
+        if wave is not None:
+            raise UserError(f"--requests: {wave}")
         return asyncio.run(headless(config, levels, requests, Path(args.results_dir), sys.stdout))
     from specmon.ui.app import run_app
 

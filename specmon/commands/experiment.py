@@ -18,10 +18,11 @@ from typing import TextIO
 
 from specmon.model.config import Config, load_config
 from specmon.model.experiments.bands import experiment_summary
-from specmon.model.experiments.experiment import ExperimentState, ExperimentStatus, ProfileStatus, experiment_runs
+from specmon.model.experiments.experiment import ExperimentState, ExperimentStatus, ProfileStatus
 from specmon.model.experiments.report import summary_to_dict, summary_to_markdown
 from specmon.orchestration.measure.experiment import ExperimentStep, ExperimentUpdate, run_experiment
 from specmon.orchestration.runs.manager import RunManager
+from specmon.sources.experimentfiles import experiment_runs
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -15,6 +15,7 @@ from specmon.commands._table import table_text
 from specmon.model.config import Config
 from specmon.model.logs.clean import escape_controls
 from specmon.model.text.secrets import redact_argv, redact_env, redact_text, redact_value
+from specmon.model.workload.datasets import OUTPUT_LEN_DATASETS, has_set_length
 from specmon.orchestration.runs.manager import RunManager
 
 # Env values whose names look like credentials are never printed.
@@ -101,10 +102,10 @@ def render_table(config: Config, out: TextIO | None = None) -> str:
     levels = ",".join(str(level) for level in config.sweep.levels)
     sweep = config.sweep
     prompts = f"dataset {sweep.dataset}" + (f" ({escape_controls(sweep.dataset_path)})" if sweep.dataset_path else "")
-    if sweep.dataset == "random":
+    if has_set_length(sweep.dataset):
         prompts += f", input {sweep.input_len}"
     output = f"{sweep.output_len} tokens"
-    if sweep.output_from_dataset and sweep.dataset in ("sharegpt", "jsonl"):
+    if sweep.output_from_dataset and sweep.dataset in OUTPUT_LEN_DATASETS:
         output += " where the dataset gives none"
     lines.append(f"sweep: levels {levels}, {prompts}, output {output}, api {sweep.api}")
     for e in config.experiments.values():   # what `specmon experiment NAME` (or `x` in the TUI) runs

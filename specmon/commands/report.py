@@ -31,12 +31,13 @@ from specmon.model.experiments.bands import (
     grid_verdict,
     sweeps_as_grid,
 )
-from specmon.model.experiments.experiment import STATE_FILE, ExperimentState, experiment_runs, load_state
+from specmon.model.experiments.experiment import STATE_FILE, ExperimentState
 from specmon.model.experiments.report import summary_to_csv, summary_to_dict, summary_to_markdown
 from specmon.model.experiments.verdict import ExperimentSummary, ProfileRuns
 from specmon.model.logs.clean import one_line
 from specmon.model.sweeps.compare import load_words
 from specmon.model.sweeps.results import SweepResult
+from specmon.sources.experimentfiles import experiment_runs, load_state
 from specmon.sources.resultfiles import read_any_results, serve_grid
 
 FORMATS = ("md", "json", "csv")

@@ -22,7 +22,7 @@ from specmon.errors import UserError
 from specmon.loadgen.workload import APIS
 from specmon.model.config import parse_levels, parse_rates, served_model_names
 from specmon.model.sweeps.results import LevelResult, SweepResult
-from specmon.model.sweeps.sweepstats import SweepProgress, falling_behind
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, falling_behind
 from specmon.model.text.numbers import counted
 from specmon.model.workload.datasets import DATASETS
 from specmon.model.workload.goodput import parse_slo
@@ -114,15 +114,7 @@ def run(args: argparse.Namespace) -> int:
         input_len=args.input_len, output_len=args.output_len, api=args.api, dataset=args.dataset,
         dataset_path=args.dataset_path, input_range=args.input_range, output_range=args.output_range,
         timeout_s=args.timeout, deadline_s=args.deadline, fixed_length=not args.no_ignore_eos,
-        processes=args.processes))
-    if not workload.open_loop:
-        for flag, value in (("--burstiness", args.burstiness), ("--max-concurrency", args.max_concurrency)):
-            if value is not None:
-                raise UserError(f"sweep: {flag} applies to an open-loop sweep (--request-rate or --rates)")
-    if workload.dataset != "random" and (args.input_len is not None or args.input_range is not None):
-        # Ignoring it would leave the user believing the prompts had the length asked for.
-        raise UserError(f"--input-len/--input-range shape random prompts only; the {workload.dataset} dataset's "
-                        "prompts are sent as written (add --dataset random for synthetic prompts of a set length)")
+        processes=args.processes), named=_flag)
     out_path = args.out or default_out_path(label)
     view = SweepPrinter(sys.stderr)
     levels: list[LevelResult] = []
@@ -167,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"specmon: {result.failure}", file=sys.stderr)
         return 1
     return 0
+
+
+def _flag(field: str) -> str:
+    """A WorkloadOverrides field as this command's options name it (for the builder's refusals)."""
+    return "--request-rate or --rates" if field == "rates" else "--" + field.replace("_", "-")
 
 
 def _checked_url(text: str) -> str:
@@ -272,7 +269,7 @@ class SweepPrinter:
 
 
 def _progress_line(p: SweepProgress) -> str:
-    if p.phase == "warmup":
+    if p.phase == ProgressPhase.WARMUP:
         return f"warm-up: {p.requests_done}/{p.requests_target} requests"
     target = f"/{p.requests_target}" if p.requests_target else f" in {p.elapsed_s:.0f}/{p.duration_target_s:.0f} s"
     ttft = "-" if p.ttft_p50_ms is None else f"{p.ttft_p50_ms:.0f} ms"

@@ -26,7 +26,7 @@ from specmon.loadgen.client import WATCH, Stream, StreamClient
 from specmon.loadgen.wakeup import Wakeup
 from specmon.loadgen.workload import RequestFactory
 from specmon.model.sweeps.results import utc_now_iso
-from specmon.model.sweeps.sweepstats import LevelAccumulator, LogHistogram, RequestRecord, SweepProgress
+from specmon.model.sweeps.sweepstats import LevelAccumulator, LogHistogram, ProgressPhase, RequestRecord, SweepProgress
 from specmon.model.text.secrets import redact
 
 PROGRESS_INTERVAL_S = 0.25
@@ -123,7 +123,7 @@ class Level:
         self._cpu_mark, self._wall_mark = cpu_now, wall
         p = SweepProgress(
             concurrency=setup.concurrency, level_index=setup.index, level_count=setup.level_count,
-            phase="warmup" if setup.warmup else "level", elapsed_s=round(elapsed, 3),
+            phase=ProgressPhase.WARMUP if setup.warmup else ProgressPhase.MEASURING, elapsed_s=round(elapsed, 3),
             requests_done=acc.requests_ok + acc.requests_failed, requests_failed=acc.requests_failed,
             requests_target=setup.count, duration_target_s=setup.duration_s, in_flight=len(self.in_flight),
             output_tok_s=round(live_tokens / elapsed, 2) if elapsed > 0 else 0.0,

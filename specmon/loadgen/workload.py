@@ -100,8 +100,9 @@ class Workload:
             object.__setattr__(self, "slo", check_slo(self.slo))
         except ValueError as exc:
             raise UserError(str(exc)) from None
-        if not self.rates and self.requests_per_level is not None and self.requests_per_level < max(self.levels):
-            raise UserError(one_wave_problem(self.requests_per_level, max(self.levels)))
+        wave = None if self.rates else one_wave_problem(self.requests_per_level, self.levels)
+        if wave is not None:
+            raise UserError(wave)
         if not MIN_BURSTINESS <= self.burstiness <= MAX_BURSTINESS:
             raise UserError(f"burstiness: must be a number in [{MIN_BURSTINESS:g}, {MAX_BURSTINESS:g}] "
                             f"(1 is Poisson), got {self.burstiness:g}")

@@ -23,7 +23,6 @@ from specmon.errors import PortBusy, UserError
 from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
 from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
-from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
 from specmon.model.hosts.env import Difference, EnvReport
 from specmon.model.hosts.gpu import GpuBoard
@@ -32,7 +31,7 @@ from specmon.model.runs.selection import RunScope
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.inspect.environment import diff_targets, env_report, gpu_transport
 from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
@@ -48,6 +47,7 @@ from specmon.orchestration.runs import bulk
 from specmon.orchestration.runs.bulk import RunOutcome
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
+from specmon.sources.experimentfiles import experiment_runs, find_unfinished
 from specmon.sources.gpu import GpuProbe
 from specmon.sources.resultfiles import read_any_results
 from specmon.sources.transport import Transport, TransportError
@@ -343,7 +343,7 @@ class EngineBridge:
             marks[metric] = None if found is None else CrossoverMark(found.concurrency,
                                                                      *found.leaders(names[0], names[1]), mode)
         rows = rows_of(self._levels[name])
-        if live is not None and live.phase == "level" and live.requests_done > 0:
+        if live is not None and live.phase == ProgressPhase.MEASURING and live.requests_done > 0:
             rows.append(LevelRow.of_live(live))
         self._post(SeriesChanged(name, rows, marks["throughput"], marks["goodput"]))
 
@@ -384,7 +384,7 @@ class EngineBridge:
             if isinstance(update, SweepProgress):
                 status = sweep_status(update, profile)
                 self._post(SweepStatusChanged(status, running=True,
-                                              live=(profile, update) if update.phase == "level" else None))
+                                              live=(profile, update) if update.phase == ProgressPhase.MEASURING else None))
                 self._publish_series(profile, live=update)
             elif isinstance(update, LevelResult):
                 self._levels[profile].append(update)

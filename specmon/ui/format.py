@@ -11,6 +11,7 @@ import re
 import textwrap
 from collections.abc import Mapping, Sequence
 
+from specmon.model.runs.runstate import LogPhase
 from specmon.model.runs.runstatus import BROKEN, BUSY, STARTING, RunStatus
 
 # Re-exported: the panes read every format through this module.
@@ -83,15 +84,15 @@ def state_style(state: str, stalled: bool = False) -> str:
     return _STATE_STYLES.get(state, "idle")
 
 
-def state_label(state: str, stalled: bool = False, phase: str | None = None) -> str:
+def state_label(state: str, stalled: bool = False, phase: LogPhase | None = None) -> str:
     """The upper-case words the Servers pane shows: the load phase while loading; a stalled load says so.
 
     READY and FAILED are the engine's verdicts (ready needs a real completion too), never the log's phase alone.
     """
     if stalled and state in STARTING:
         return "STALLED"
-    if state == RunStatus.LOADING and phase and phase not in ("ready", "failed"):
-        return phase.upper()
+    if state == RunStatus.LOADING and phase is not None and phase not in (LogPhase.READY, LogPhase.FAILED):
+        return phase.label.upper()
     return state.upper()
 
 

@@ -17,6 +17,7 @@ from textual.widgets import Button, Checkbox, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
 from specmon.model.config import ExperimentSpec, SweepDefaults, one_wave_problem, parse_levels
+from specmon.model.workload.datasets import has_set_length
 from specmon.ui import format as fmt
 
 
@@ -128,7 +129,7 @@ class SweepRequest:
     profiles: tuple[str, ...]
     levels: tuple[int, ...]
     requests_per_level: int | None
-    input_len: int
+    input_len: int | None             # None: the dataset's prompts are sent as written (no length to set)
     output_len: int
 
 
@@ -143,7 +144,7 @@ def sweep_form_fields(defaults: SweepDefaults) -> dict[str, str]:
     fields = {"levels": ",".join(map(str, defaults.levels)),
               "requests": "" if defaults.requests_per_level is None else str(defaults.requests_per_level),
               "input_len": str(defaults.input_len), "output_len": str(defaults.output_len)}
-    if defaults.dataset != "random":
+    if not has_set_length(defaults.dataset):
         del fields["input_len"]
     return fields
 
@@ -156,14 +157,14 @@ def sweep_request(profiles: Sequence[str], fields: Mapping[str, str], defaults: 
         raise ValueError("tick at least one ready profile")
     levels = parse_levels(fields["levels"])
     requests = fmt.parse_positive(fields["requests"], "requests per level", allow_empty=True)
-    if requests is not None and requests < levels[-1]:
-        raise ValueError(one_wave_problem(requests, levels[-1]))
+    wave = one_wave_problem(requests, levels)
+    if wave is not None:
+        raise ValueError(wave)
     return SweepRequest(
         profiles=tuple(profiles),
         levels=levels,
         requests_per_level=requests,
-        input_len=(fmt.parse_positive(fields["input_len"], "input length") or 1) if "input_len" in fields
-        else defaults.input_len,
+        input_len=(fmt.parse_positive(fields["input_len"], "input length") or 1) if "input_len" in fields else None,
         output_len=fmt.parse_positive(fields["output_len"], "output length") or 1,
     )
 
@@ -194,7 +195,7 @@ class SweepFormScreen(ModalScreen["SweepRequest | None"]):
                     yield Label(label, classes="field-label")
                     yield Input(value, id=widget_id, compact=True,
                                 placeholder=self._requests_hint() if widget_id == "requests" else "")
-            if d.dataset != "random":
+            if not has_set_length(d.dataset):
                 with Horizontal(classes="row"):
                     yield Label("prompts", classes="field-label")
                     yield Label(f"{d.dataset}, sent with their own lengths", id="prompts",

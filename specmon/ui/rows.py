@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from specmon.model.runs.runstate import LogPhase
 from specmon.orchestration.runs.view import LogLine, RunView, node_prefix
 
 
@@ -20,7 +21,7 @@ class NodeRow:
     host: str
     state: str
     stalled: bool = False
-    phase: str | None = None
+    phase: LogPhase | None = None
     shards_done: int | None = None
     shards_total: int | None = None
     link: str | None = None              # only when the node's SSH link is down: "reconnecting in 3s", ...
@@ -35,7 +36,7 @@ class ServerRow:
     run_id: str | None = None
     state: str = "idle"                 # engine run state, or "idle" when the profile has no run
     stalled: bool = False
-    phase: str | None = None
+    phase: LogPhase | None = None       # the launch log's phase (the card names it while the run loads)
     shards_done: int | None = None
     shards_total: int | None = None
     eta_s: float | None = None
@@ -92,14 +93,13 @@ def row_from_view(view: RunView, now: float) -> ServerRow:
         failure = view.failure.text
     elif view.stalled and view.stall_reason:
         failure = view.stall_reason
-    phase = view.phase.label if view.phase else None
     return ServerRow(
         profile=view.profile,
         host=view.host,
         run_id=view.run_id,
         state=view.state,
         stalled=view.stalled,
-        phase=phase,
+        phase=view.phase,
         shards_done=view.shards[0] if view.shards else None,
         shards_total=view.shards[1] if view.shards else None,
         eta_s=view.eta_s,
@@ -120,7 +120,7 @@ def row_from_view(view: RunView, now: float) -> ServerRow:
         link_ok=view.link is None or view.link.up,
         nodes=tuple(
             NodeRow(rank=node.node_rank or 0, host=node.host, state=node.state, stalled=node.stalled,
-                    phase=node.phase.label if node.phase else None,
+                    phase=node.phase,
                     shards_done=node.shards[0] if node.shards else None,
                     shards_total=node.shards[1] if node.shards else None,
                     link=None if node.link is None or node.link.up else node.link.label(now))

@@ -94,8 +94,8 @@ def rows_changed(state: ScreenState, rows: Iterable[ServerRow]) -> list[Toast]:
     toasts = []
     for profile, what in transitions(before, after):
         row = state.rows[profile]
-        severity: Severity = "information" if what == "ready" else ("warning" if what == "stalled" else "error")
-        text = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != "ready" else "")
+        severity: Severity = "information" if what == RunStatus.READY else ("warning" if what == "stalled" else "error")
+        text = f"{profile}: {what.upper()}" + (f": {row.failure}" if row.failure and what != RunStatus.READY else "")
         toasts.append(Toast(text, severity, timeout=8, bell=True))
     return toasts
 

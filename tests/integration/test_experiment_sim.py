@@ -27,11 +27,12 @@ from process_support import run_specmon, specmon_script
 
 from specmon.model.config import Profile, builtin_config, load_config
 from specmon.model.server.acceptance import LevelAcceptance
-from specmon.model.sweeps.results import parse_results, read_results
+from specmon.model.sweeps.results import parse_results
 from specmon.orchestration.measure.experiment import LevelCollector, run_experiment
 from specmon.orchestration.runs.manager import RunManager
 from specmon.sim.model import StepModel
 from specmon.sim.options import SimConfig, add_arguments, config_from_args
+from specmon.sources.resultfiles import read_results
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

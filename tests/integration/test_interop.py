@@ -24,9 +24,8 @@ from specmon.model.sweeps.results import (
     Stats,
     SweepMeta,
     SweepResult,
-    read_results,
 )
-from specmon.sources.resultfiles import read_any_results
+from specmon.sources.resultfiles import read_any_results, read_results
 
 INTEROP = FIXTURES / "interop"
 GUIDELLM = INTEROP / "guidellm-sim-concurrent.json"
@@ -363,7 +362,7 @@ def test_malformed_peer_files_give_one_line_errors(tmp_path: Path, name: str, co
 def test_a_binary_file_and_a_directory_of_other_files_are_refused(tmp_path: Path) -> None:
     blob = tmp_path / "blob.bin"
     blob.write_bytes(b"\x00\x01\x02")
-    with pytest.raises(UserError, match=rf"^{re.escape(str(blob))}: a NUL byte at offset 0: not a text file"):
+    with pytest.raises(UserError, match=rf"^{re.escape(str(blob))}:1: a NUL byte at offset 0: not a text file"):
         read_any_results(blob)
     d = tmp_path / "mixed"
     d.mkdir()

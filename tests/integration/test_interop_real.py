@@ -22,8 +22,8 @@ from specmon.errors import UserError
 from specmon.loadgen.lines import append_line
 from specmon.model.sweeps.formats import lacks_note, parse_any_results
 from specmon.model.sweeps.formats.guidellm_report import guidellm_report
-from specmon.model.sweeps.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult, read_results
-from specmon.sources.resultfiles import read_any_results, read_records
+from specmon.model.sweeps.results import CategoryStats, LevelResult, Stats, SweepMeta, SweepResult
+from specmon.sources.resultfiles import read_any_results, read_records, read_results
 
 INTEROP = FIXTURES / "interop"
 REAL = INTEROP / "real"

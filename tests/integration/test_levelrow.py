@@ -23,7 +23,7 @@ from specmon.model.charts.levelrow import (
 )
 from specmon.model.experiments.verdict import summarize_passes
 from specmon.model.sweeps.results import SweepMeta
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.sources.resultfiles import read_any_results
 from specmon.ui.app import SpecmonApp
 
@@ -45,7 +45,7 @@ def test_a_peer_files_level_shows_no_client_verdict_it_never_recorded() -> None:
 
 
 def test_the_live_level_is_marked_live_with_its_running_estimates() -> None:
-    progress = SweepProgress(concurrency=8, level_index=1, level_count=3, phase="level", elapsed_s=2.0,
+    progress = SweepProgress(concurrency=8, level_index=1, level_count=3, phase=ProgressPhase.MEASURING, elapsed_s=2.0,
                              requests_done=5, requests_failed=0, requests_target=16, duration_target_s=None,
                              in_flight=8, output_tok_s=412.5, ttft_p50_ms=31.0, tokens_per_chunk=2.5,
                              loop_lag_ms=0.4, cpu_fraction=0.2)

@@ -22,7 +22,7 @@ from process_support import specmon_script
 
 from specmon.loadgen.protocol import ChildSpec, Stopped, decode, encode
 from specmon.loadgen.workload import Workload
-from specmon.model.sweeps.results import read_results
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -24,10 +24,10 @@ from specmon.errors import UserError
 from specmon.loadgen.shards import OPEN_LOOP_RATE_PER_PROCESS
 from specmon.loadgen.workload import Workload
 from specmon.model.config import SweepDefaults, load_config
-from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times
 from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, WorkloadOverrides, run_sweep, workload_from
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -21,6 +21,7 @@ from lifecycle_support import Views, config_of, marked_pids, port_listening, sto
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
+from specmon.model.runs.runstate import LogPhase
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
@@ -305,10 +306,10 @@ async def test_servers_card_shows_a_line_per_node(tmp_path: Path) -> None:
     from specmon.ui.servers import RunCard
 
     app = fed_app(tmp_path)
-    row = ServerRow(profile="demo-eagle3", host="gpu1", run_id="r-3", state="failed", phase="failed",
+    row = ServerRow(profile="demo-eagle3", host="gpu1", run_id="r-3", state="failed", phase=LogPhase.FAILED,
                     shards_done=5, shards_total=8, failure="exception: node 1 (gpu2): RuntimeError: boom",
-                    nodes=(NodeRow(0, "gpu1", "loading", phase="loading weights", shards_done=5, shards_total=8),
-                           NodeRow(1, "gpu2", "failed", phase="failed")))
+                    nodes=(NodeRow(0, "gpu1", "loading", phase=LogPhase.LOADING_WEIGHTS, shards_done=5, shards_total=8),
+                           NodeRow(1, "gpu2", "failed", phase=LogPhase.FAILED)))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.pause()
         app.update_rows([ROWS[0], row])

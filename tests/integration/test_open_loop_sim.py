@@ -25,10 +25,10 @@ from sse_server import ServerState, serve
 from specmon.commands.sweep import _progress_line
 from specmon.loadgen.workload import Workload
 from specmon.model.charts.levelrow import LevelRow
-from specmon.model.sweeps.results import read_results
 from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
 from specmon.model.workload.arrivals import arrival_times, ks_critical, ks_exponential
 from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, level_warnings, run_sweep
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -24,6 +24,7 @@ from lifecycle_support import Cli, kill_marked, port_listening, profile_toml
 from ports import silent_host
 from process_support import alive, wait_until
 
+from specmon.model.logs.events import LogSignature
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.watcher import run_notify
@@ -196,7 +197,7 @@ def _ended_record(run_id: str, port: int, started_at: float, message: str = "") 
     return RunRecord(run_id=run_id, profile="sim", host="local", run_dir=f"/nonexistent/{run_id}", port=port,
                      url=f"http://127.0.0.1:{port}", server="sglang", health_path="/health", stall_timeout_s=30,
                      notify_cmd=None, expected_load_s=None, started_at=started_at, state="failed", exit_code=1,
-                     failure=Failure("exception", message or "boom"))
+                     failure=Failure(LogSignature.EXCEPTION, message or "boom"))
 
 
 def test_status_table_cuts_long_reasons_and_heads_the_url_column(cli, free_port) -> None:

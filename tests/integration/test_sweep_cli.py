@@ -17,7 +17,7 @@ from lifecycle_support import profile_toml
 from paths import SUPPORT
 from process_support import alive, run_specmon, specmon_script
 
-from specmon.model.sweeps.results import read_results
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,9 @@ from specmon.model.sweeps.results import (
     LevelResult,
     Stats,
     SweepMeta,
-    read_results,
 )
 from specmon.model.text.secrets import REDACTED, redact
+from specmon.sources.resultfiles import read_results
 
 REQUIRED_LEVEL_KEYS = {
     "concurrency", "requests_ok", "requests_failed", "duration_s", "output_tokens", "output_throughput",

@@ -19,8 +19,8 @@ from test_ui_rows import view
 
 from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
-from specmon.model.sweeps.results import LevelResult, read_results
-from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
+from specmon.model.sweeps.results import LevelResult
+from specmon.model.sweeps.sweepstats import ProgressPhase, RequestRecord, SweepProgress, level_from_records
 from specmon.orchestration.measure import sweep as sweeping
 from specmon.orchestration.measure.comparison import (
     ComparisonUpdate,
@@ -30,6 +30,7 @@ from specmon.orchestration.measure.comparison import (
     sweep_profiles,
 )
 from specmon.orchestration.measure.sweep import SweepNotice, SweepSpec, SweepUpdate, run_sweep
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +131,7 @@ async def test_duration_mode_runs_each_level_for_its_time(server: tuple[ServerSt
         assert 0.6 <= lv.duration_s < 1.5 and lv.requests_failed == 0
         assert lv.requests_ok >= 2 * lv.concurrency
     assert {p.phase for p in progress} == {"warmup", "level"}
-    live = [p for p in progress if p.phase == "level" and p.concurrency == 4 and p.requests_done > 0]
+    live = [p for p in progress if p.phase is ProgressPhase.MEASURING and p.concurrency == 4 and p.requests_done > 0]
     assert live and all(p.requests_target is None and p.duration_target_s == 0.6 and p.level_count == 2 for p in live)
     assert max(p.in_flight for p in live) == 4 and live[-1].output_tok_s > 0
 

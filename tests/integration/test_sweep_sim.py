@@ -16,9 +16,10 @@ from simproc import start_sim
 
 from specmon.loadgen.workload import Workload
 from specmon.model.sweeps.compare import crossover
-from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, read_results
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats
 from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 from specmon.sim.model import StepModel, baseline_model, eagle3_model
+from specmon.sources.resultfiles import read_results
 
 pytestmark = pytest.mark.slow
 

@@ -16,6 +16,7 @@ from specmon.model.experiments.bands import GridVerdict, grid_verdict
 from specmon.model.experiments.verdict import LevelSummary, ProfileSummary
 from specmon.model.hosts.env import EnvReport, Injection, ProcessEnv, Startup
 from specmon.model.hosts.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
+from specmon.model.runs.runstate import LogPhase
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
 from specmon.ui.messages import GridVerdictChanged
@@ -35,10 +36,10 @@ def demo_config(keys: dict[str, str] | None = None) -> Config:
 
 
 ROWS = [
-    ServerRow(profile="demo-baseline", run_id="r-0001", state="ready", phase="ready", shards_done=8, shards_total=8,
+    ServerRow(profile="demo-baseline", run_id="r-0001", state="ready", phase=LogPhase.READY, shards_done=8, shards_total=8,
               elapsed_s=41.0, past_load_s=44.0, kv_cache_tokens=1_203_456, mem_fraction_static=0.85,
               last_activity_ago_s=3.0, pid=4242, port=30001),
-    ServerRow(profile="demo-eagle3", run_id="r-0002", state="loading", phase="loading weights", shards_done=5,
+    ServerRow(profile="demo-eagle3", run_id="r-0002", state="loading", phase=LogPhase.LOADING_WEIGHTS, shards_done=5,
               shards_total=8, eta_s=17.0, elapsed_s=23.0, past_load_s=39.0, kv_cache_tokens=None,
               mem_fraction_static=0.80, spec_algorithm="EAGLE3", spec_steps=3, last_activity_ago_s=1.0, pid=4243,
               port=30002),
@@ -254,9 +255,9 @@ def fleet_row(i: int, name: str) -> ServerRow:
         return ServerRow(profile=name, state="failed", shards_done=3, shards_total=8, elapsed_s=20.0,
                          failure="CUDA out of memory. Tried to allocate 2.00 GiB", **where)  # type: ignore[arg-type]
     if trouble == "stalled" or name in FLEET_LOADING:
-        return ServerRow(profile=name, state="loading", phase="loading weights", stalled=trouble == "stalled",
+        return ServerRow(profile=name, state="loading", phase=LogPhase.LOADING_WEIGHTS, stalled=trouble == "stalled",
                          shards_done=4, shards_total=8, eta_s=30.0, elapsed_s=25.0, **where)  # type: ignore[arg-type]
-    return ServerRow(profile=name, state="ready", phase="ready", shards_done=8, shards_total=8, elapsed_s=41.0,
+    return ServerRow(profile=name, state="ready", phase=LogPhase.READY, shards_done=8, shards_total=8, elapsed_s=41.0,
                      **where)  # type: ignore[arg-type]
 
 

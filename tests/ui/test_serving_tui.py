@@ -52,7 +52,7 @@ async def test_card_follows_metrics_through_a_sweep_and_alerts_past_capacity(tmp
             await pilot.pause(0.6)
             assert "run 0" in card_text(app, "sim-m") and "wait 0" in card_text(app, "sim-m")
 
-            app._start_sweep(SweepRequest(("sim-m",), (24,), 40, 64, 128))
+            app._start_sweep(SweepRequest(("sim-m",), (24,), 40, None, 128))
             await wait_until(pilot, lambda: (figures() is not None and any(f.waiting for f in seen)
                                              and any(f.running for f in seen) and any(f.kv_pct for f in seen)),
                              60, "running, waiting and KV to move")
@@ -95,7 +95,7 @@ async def test_sweep_pane_shows_the_servers_queue_beside_the_clients_concurrency
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "sim-q"), 60, "READY")
             assert live() == ""                                      # no sweep: no line
-            app._start_sweep(SweepRequest(("sim-q",), (2, 24), 24, 32, 64))
+            app._start_sweep(SweepRequest(("sim-q",), (2, 24), 24, None, 64))
             await wait_until(pilot, lambda: bool(live()) and any(c == 24 and waiting >= 10 for c, _, _, waiting, _ in seen),
                              90, "requests waiting on the server at C=24")
             # At C=2 the server holds at most the client's two (one may wait a step for admission).

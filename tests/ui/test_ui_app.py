@@ -14,6 +14,7 @@ from ui_states import FAILED_ROWS, HELD_PORT, ROWS, demo_config, fed_app, screen
 
 from specmon.errors import UserError
 from specmon.model.charts.levelrow import LevelRow
+from specmon.model.runs.runstate import LogPhase
 from specmon.ui.app import SpecmonApp
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
@@ -445,7 +446,7 @@ async def test_sweep_pane_takes_two_thirds_once_it_has_something_to_draw(tmp_pat
         assert "no sweep yet" in str(app.query_one("#sweep-chart").render())   # not an empty frame
         # As the demo's two READY servers: KV sizes 10 % apart (a warning line above the cards), EAGLE-3 with its
         # accept length on the second.
-        ready = [ServerRow(**{**row.__dict__, "state": "ready", "phase": "ready", "shards_done": 16, "shards_total": 16,
+        ready = [ServerRow(**{**row.__dict__, "state": "ready", "phase": LogPhase.READY, "shards_done": 16, "shards_total": 16,
                               "kv_cache_tokens": kv, "mem_fraction_static": 0.88, "spec_accept_len": accept})
                  for row, kv, accept in zip(ROWS, (450_000, 400_000), (None, 2.93))]
         app.update_rows(ready)

@@ -9,6 +9,7 @@ import pytest
 from specmon.errors import UserError
 from specmon.model.config import parse_config, parse_levels
 from specmon.model.config.keymap import character_key, keymap_problems
+from specmon.model.runs.runstate import LogPhase
 from specmon.ui import format as fmt
 from specmon.ui.keys import BINDING_IDS, key_rows, validate_keymap
 
@@ -43,10 +44,10 @@ def test_counts_shards_and_spec() -> None:
 
 
 def test_state_labels() -> None:
-    assert fmt.state_label("loading", phase="loading weights") == "LOADING WEIGHTS"
-    assert fmt.state_label("loading", stalled=True, phase="loading weights") == "STALLED"
+    assert fmt.state_label("loading", phase=LogPhase.LOADING_WEIGHTS) == "LOADING WEIGHTS"
+    assert fmt.state_label("loading", stalled=True, phase=LogPhase.LOADING_WEIGHTS) == "STALLED"
     # The log saying ready or failed is not yet the engine's verdict (ready needs one real completion).
-    assert fmt.state_label("loading", phase="ready") == fmt.state_label("loading", phase="failed") == "LOADING"
+    assert fmt.state_label("loading", phase=LogPhase.READY) == fmt.state_label("loading", phase=LogPhase.FAILED) == "LOADING"
     assert fmt.state_style("loading", stalled=True) == "warn"
     assert fmt.state_label("ready", stalled=True) == "READY"
     assert fmt.state_style("failed") == "bad"

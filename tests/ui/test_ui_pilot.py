@@ -313,7 +313,7 @@ async def test_sweep_by_keypress_draws_points_and_a_result_file_overlays(tmp_pat
             assert result.stem in str(chart.render())
 
             # A long sweep, cancelled with `c`: the status says so and the load generator is gone.
-            app._start_sweep(SweepRequest(("sim-s",), (64,), 5000, 128, 256))  # what the form returns
+            app._start_sweep(SweepRequest(("sim-s",), (64,), 5000, None, 256))  # what the form returns
             await wait_until(pilot, lambda: "C=64" in app.state.sweep_status, 30, "the long sweep running")
             assert "specmon.loadgen" in children()
             await pilot.press("c")
@@ -387,13 +387,13 @@ async def test_cancelled_sweep_draws_no_unfinished_point_and_keeps_the_last_comp
         try:
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "sim-s"), 60, "READY")
-            app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, 16, 16))
+            app._start_sweep(SweepRequest(("sim-s",), (1, 2), 4, None, 16))
             await wait_until(pilot, lambda: not app.state.sweeping and "done" in app.state.sweep_status, 60, "sweep done")
             complete = list(app.state.series["sim-s"])
             assert [lv.concurrency for lv in complete] == [1, 2]
 
             # A second sweep, cancelled part way through its only level (its live point already drawn).
-            app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, 16, 64))
+            app._start_sweep(SweepRequest(("sim-s",), (48,), 4800, None, 64))
             await wait_until(pilot, lambda: any(lv.client == "live" and lv.concurrency == 48
                                                 for lv in app.state.series.get("sim-s", [])), 60, "the live C=48 point")
             await pilot.press("c")
@@ -602,9 +602,9 @@ async def test_experiment_by_key_shows_its_steps_and_builds_the_overlay(
         tmp_path: Path, free_port_factory: Callable[[], int]) -> None:
     """`x` runs the A/B: steps, both curves, and one crossover figure: the one drawn is the one the verdict names,
     both from the result files (the chart kept the in-memory means: C≈5.69 drawn beside C≈5.68 in the verdict)."""
-    from specmon.model.experiments.experiment import experiment_runs, load_state
     from specmon.model.experiments.verdict import summarize
     from specmon.model.sweeps.compare import load_words
+    from specmon.sources.experimentfiles import experiment_runs, load_state
 
     ports = {"exp-base": free_port_factory(), "exp-eagle": free_port_factory()}
     # A cheap draft (the demo's): EAGLE-3 ahead at C=1, behind at C=16, so the curves cross in between.

@@ -6,9 +6,12 @@ import dataclasses
 
 from paths import FIXTURES
 
+from specmon.model.logs.events import LogSignature
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.runstate import LogPhase, RunState
+from specmon.model.runs.runstatus import RunStatus
 from specmon.orchestration.runs.view import LogLine, RunView
+from specmon.ui.format import state_label
 from specmon.ui.rows import entry_from_line, row_from_view
 
 T0 = 1_790_000_000.0
@@ -26,7 +29,9 @@ def view(**changes: object) -> RunView:
 
 def test_loading_run_row() -> None:
     row = row_from_view(view(past_load_s=39.0), now=T0 + 23)
-    assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == ("loading", "loading weights", 5, 8, 17.0)
+    assert (row.state, row.phase, row.shards_done, row.shards_total, row.eta_s) == (
+        "loading", LogPhase.LOADING_WEIGHTS, 5, 8, 17.0)
+    assert state_label(row.state, row.stalled, row.phase) == "LOADING WEIGHTS"   # as the card says it
     assert row.elapsed_s == 23 and row.past_load_s == 39.0 and row.last_activity_ago_s == 3
     assert (row.mem_fraction_static, row.spec_algorithm, row.spec_steps) == (0.8, "EAGLE3", 3)
 
@@ -34,7 +39,7 @@ def test_loading_run_row() -> None:
 def test_ready_run_keeps_its_load_time_and_failed_run_says_why() -> None:
     ready = row_from_view(view(state="ready", ready_at=T0 + 41, load_seconds=41.0, shards=(8, 8)), now=T0 + 500)
     assert ready.elapsed_s == 41.0
-    failed = row_from_view(view(state="failed", failure=Failure("oom", "CUDA out of memory")), now=T0 + 30)
+    failed = row_from_view(view(state="failed", failure=Failure(LogSignature.OOM, "CUDA out of memory")), now=T0 + 30)
     assert failed.failure == "oom: CUDA out of memory"
     stalled = row_from_view(view(stalled=True, stall_reason="no log output for 300 s"), now=T0 + 400)
     assert stalled.stalled and stalled.failure == "no log output for 300 s"
@@ -56,7 +61,7 @@ def test_log_entries() -> None:
 
 
 def test_a_run_that_died_while_loading_shows_how_long_it_got() -> None:
-    died = view(state="failed", failure=Failure("exception", "SafetensorError"))
+    died = view(state="failed", failure=Failure(LogSignature.EXCEPTION, "SafetensorError"))
     assert row_from_view(died, now=T0 + 500).elapsed_s == 20  # its last log line came 20 s in
 
 
@@ -74,7 +79,7 @@ def test_a_reason_that_starts_with_its_kind_is_not_said_twice() -> None:
     log calls ready before a test completion confirmed it."""
     from specmon.commands._lifecycle import progress_text
 
-    exited = view(state="failed", failure=Failure("exited", "exited with code 1"), phase=LogPhase.FAILED)
+    exited = view(state="failed", failure=Failure(RunStatus.EXITED, "exited with code 1"), phase=LogPhase.FAILED)
     assert row_from_view(exited, now=T0 + 30).failure == "exited with code 1"
     assert progress_text(exited) == "eagle: failed, exited with code 1"
     assert "eagle: loading, log says ready, checking" in progress_text(view(phase=LogPhase.READY))

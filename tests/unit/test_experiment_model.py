@@ -17,18 +17,18 @@ from specmon.model.experiments.experiment import (
     ExperimentStatus,
     PassFile,
     ProfileStatus,
-    done_levels,
-    load_state,
+    counted,
     next_file_name,
     remaining,
 )
 from specmon.model.experiments.verdict import ProfileRuns, summarize
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
-from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult
+from specmon.model.sweeps.results import ClientHealth, LevelResult, Stats, SweepMeta, SweepResult, whole_lines
 from specmon.orchestration.measure.experiment import save_state
 from specmon.sim.engine import Counters, Snapshot
 from specmon.sim.metrics import metrics_text
 from specmon.sim.options import SimConfig
+from specmon.sources.experimentfiles import done_levels, load_state
 
 
 def sample(at: float, cfg: SimConfig, snap: Snapshot, counters: Counters) -> MetricsSample:
@@ -188,12 +188,30 @@ def test_resume_plan_comes_from_the_level_lines_on_disk(tmp_path: Path) -> None:
     state = load_state(tmp_path)
     levels = spec.sweep.levels
     assert done_levels(state, "demo-baseline") == {(1, c) for c in levels} | {(2, c) for c in levels[:2]}
-    plan = remaining(state, "demo-baseline")
+    plan = remaining(state, done_levels(state, "demo-baseline"))
     assert plan[0] == (2, levels[2:])
     assert [p for p, _ in plan] == list(range(2, spec.repeats + 1))
     assert (3, levels) in plan   # the torn file holds nothing finished
     assert next_file_name(state, "demo-baseline", 2) == "demo-baseline.pass2.r2.jsonl"
-    assert remaining(state, "demo-eagle3") == [(p, levels) for p in range(1, spec.repeats + 1)]
+    assert remaining(state, done_levels(state, "demo-eagle3")) == [(p, levels) for p in range(1, spec.repeats + 1)]
+
+
+def test_the_resume_plan_is_worked_out_from_the_files_text_without_reading_a_disk() -> None:
+    """The rules (a torn file's whole lines, the levels that count, what is left) take text; sources reads it."""
+    spec = builtin_config().experiment("demo")
+    levels = spec.sweep.levels
+    points = {c: 100.0 for c in levels}
+    result = sweep("demo-baseline", points)
+    lines = [json.dumps(result.meta.to_dict())] + [json.dumps(lv.to_dict()) for lv in result.levels]
+    text = "\n".join(lines[:3]) + "\n" + lines[3][:20]   # killed inside level 3's line
+    state = ExperimentState(Path("/nowhere"), spec, "2026-11-30T12:00:00Z").with_profile(
+        "demo-baseline", files=(PassFile(1, "p1.jsonl"), PassFile(2, "p2.jsonl")),
+        discarded=(("p1.jsonl", levels[1]),))
+    got = counted(state, "demo-baseline", {"p1.jsonl": whole_lines(text, "p1.jsonl"),
+                                            "p2.jsonl": whole_lines('{"type": "meta", "sch', "p2.jsonl")})
+    assert [(p, [lv.concurrency for lv in r.levels]) for p, r in got] == [(1, [levels[0]])]   # level 2 discarded
+    done = {(p, lv.concurrency) for p, r in got for lv in r.levels}
+    assert remaining(state, done)[0] == (1, levels[1:])
 
 
 def test_experiment_and_profile_statuses_are_typed_words_and_an_unknown_one_is_refused_naming_the_file(

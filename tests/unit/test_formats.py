@@ -13,8 +13,7 @@ from paths import FIXTURES
 
 import specmon.model.sweeps
 from specmon.model.sweeps.formats import BY_NAME, FORMATS, detect, parse_any_results
-from specmon.model.sweeps.results import read_results
-from specmon.sources.resultfiles import read_any_results, read_records
+from specmon.sources.resultfiles import read_any_results, read_records, read_results
 
 INTEROP = FIXTURES / "interop"
 REAL = INTEROP / "real"
@@ -98,3 +97,14 @@ def test_the_sweeps_model_walks_no_folder_and_the_formats_open_no_file() -> None
     sweeps = Path(specmon.model.sweeps.__file__).parent
     assert _calls(sweeps, {"rglob", "glob", "iterdir", "walk", "listdir", "scandir", "is_dir"}) == []
     assert _calls(sweeps / "formats", {"open", "read_text", "read_bytes", "read_capped"}) == []
+
+
+def test_a_specmon_sweep_cut_short_reads_the_same_as_text_or_as_a_file(tmp_path: Path) -> None:
+    """A sweep killed mid-append keeps its whole levels, whichever door its text comes in by."""
+    text = SPECMON_SWEEPS[0].read_text()
+    torn = text[: text.rindex("\n", 0, len(text) - 1) + 30]   # the last level's line cut after 29 characters
+    (tmp_path / "torn.jsonl").write_text(torn)
+    from_text = parse_any_results(torn, str(tmp_path / "torn.jsonl"))
+    assert from_text == read_results(tmp_path / "torn.jsonl") == read_any_results(tmp_path / "torn.jsonl")
+    assert len(from_text.levels) == len(read_results(SPECMON_SWEEPS[0]).levels) - 1
+    assert from_text.notes and "last line is cut short" in from_text.notes[0]

@@ -20,11 +20,11 @@ from specmon.loadgen.protocol import (
     encode,
 )
 from specmon.loadgen.workload import Workload
-from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
+from specmon.model.sweeps.sweepstats import LevelAccumulator, ProgressPhase, RequestRecord, SweepProgress
 
 RECORD = RequestRecord(concurrency=4, index=7, start_s=0.25, end_s=1.5, ok=True, ttft_ms=12.5, e2e_ms=1250.0,
                        chunks=3, output_tokens=9, prompt_tokens=16, itl_us=(20000, 21000), rate=8.0, late_ms=0.4)
-PROGRESS = SweepProgress(5, 1, 3, "level", 1.5, 10, 1, 40, None, 5, 123.4, 50.0, 2.5, 0.2, 0.3, rate=8.0, sent=12,
+PROGRESS = SweepProgress(5, 1, 3, ProgressPhase.MEASURING, 1.5, 10, 1, 40, None, 5, 123.4, 50.0, 2.5, 0.2, 0.3, rate=8.0, sent=12,
                          backlog=2, backlog_late_ms=3.5)
 
 
@@ -43,6 +43,14 @@ def test_every_message_comes_back_as_it_went(msg: Message) -> None:
     line = encode(msg)
     assert line.endswith(b"\n") and line.count(b"\n") == 1
     assert decode(line) == msg
+
+
+def test_a_progress_phase_travels_as_its_word_and_comes_back_as_the_typed_phase() -> None:
+    line = encode(PROGRESS)
+    assert b'"phase":"level"' in line   # the word older generators sent
+    assert decode(line).phase is ProgressPhase.MEASURING   # type: ignore[union-attr]
+    warmup = decode(line.replace(b'"phase":"level"', b'"phase":"warmup"'))
+    assert isinstance(warmup, SweepProgress) and warmup.phase is ProgressPhase.WARMUP
 
 
 def test_a_level_comes_back_as_the_results_file_holds_it() -> None:
@@ -66,6 +74,9 @@ def test_a_record_line_is_the_records_file_line() -> None:
     (b'{"type": "level", "level": [1]}\n', "a 'level' message with a bad field (level must be an object)"),
     (b'{"type": "progress", "concurrency": 1}\n', "a 'progress' message without its field 'level_index'"),
     (b'{"type": "progress", "concurrency": "x"}\n', "a 'progress' message with a bad field (concurrency must be"),
+    (b'{"type": "progress", "concurrency": 1, "level_index": 0, "level_count": 1, "phase": "cooldown", '
+     b'"elapsed_s": 1, "requests_done": 0, "requests_failed": 0, "in_flight": 0, "output_tok_s": 0}\n',
+     "a 'progress' message with a bad field ('cooldown' is not a valid ProgressPhase)"),
     (b'{"type": "ready", "level": "2"}\n', "a 'ready' message with a bad field (level must be a whole number"),
     (b'{"type": "start", "level": 2}\n', "a 'start' message without its field 'at_ns'"),
     (b'{"type": "warning", "message": null}\n', "a 'warning' message with a bad field (message must be a string"),

@@ -7,9 +7,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
+from specmon.model.logs.events import LogSignature
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import RunRecord
 from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.slurm import SlurmEnd
 from specmon.orchestration.runs.store import RunStore
 
 # Written by specmon at ddbe1ae (before RunStatus and Failure): RunRecord.to_json() of a run failed by its log.
@@ -41,7 +45,7 @@ def test_a_record_an_older_specmon_wrote_loads_and_a_change_keeps_its_words(tmp_
     record = store.load(str(OLDER_RECORD["run_id"]))
     assert record is not None and store.unreadable() == []
     assert record.state is RunStatus.FAILED and record.terminal
-    assert record.failure == Failure("oom", "CUDA out of memory",
+    assert record.failure == Failure(LogSignature.OOM, "CUDA out of memory",
                                      ("Loading weights", "torch.OutOfMemoryError: CUDA out of memory"))
     assert record.failure.text == "oom: CUDA out of memory"
     store.change(record.run_id, lambda r: dataclasses.replace(r, exit_code=1))
@@ -63,3 +67,26 @@ def test_a_state_no_specmon_knows_is_one_line_naming_the_field(tmp_path: Path) -
     _write(tmp_path, {**OLDER_RECORD, "state": "crashed"})
     [broken] = RunStore(tmp_path).unreadable()
     assert broken.reason == "state: unknown state 'crashed'"
+
+
+@pytest.mark.parametrize(("word", "kind"), [
+    ("oom", LogSignature.OOM), ("port_in_use", LogSignature.PORT_IN_USE), ("exception", LogSignature.EXCEPTION),
+    ("exited", RunStatus.EXITED), ("lost", RunStatus.LOST), ("failed", RunStatus.FAILED),
+    ("timeout", SlurmEnd.TIMEOUT), ("node_fail", SlurmEnd.NODE_FAIL), ("no_shared_fs", SlurmEnd.NO_SHARED_FS),
+])
+def test_an_older_records_failure_word_loads_as_what_told_it_and_is_written_back_as_the_same_word(
+        tmp_path: Path, word: str, kind: object) -> None:
+    """The word an older specmon kept (the log's signature, the run's end, Slurm's verdict) is read as its kind."""
+    older = {**OLDER_RECORD, "failure": {**OLDER_RECORD["failure"], "kind": word}}   # type: ignore[dict-item]
+    path = _write(tmp_path, older)
+    store = RunStore(tmp_path)
+    record = store.load(str(older["run_id"]))
+    assert record is not None and record.failure is not None and record.failure.kind is kind
+    store.change(record.run_id, lambda r: dataclasses.replace(r, exit_code=1))
+    assert json.loads(path.read_text())["failure"] == older["failure"]
+
+
+def test_a_failure_kind_no_specmon_knows_is_one_line_naming_the_field(tmp_path: Path) -> None:
+    _write(tmp_path, {**OLDER_RECORD, "failure": {"kind": "gremlins", "message": "?"}})
+    [broken] = RunStore(tmp_path).unreadable()
+    assert broken.reason == "failure: unknown failure kind 'gremlins'"

@@ -476,8 +476,9 @@ class _Validator:
             defaults.requests_per_level, defaults.duration_s)
         levels = self.levels(table, path, defaults.levels)
         rates = self.rates(table, path, defaults.rates)
-        if not rates and requests is not None and duration is None and requests < levels[-1]:
-            self.problem(path + ("requests_per_level",), one_wave_problem(requests, levels[-1]))
+        wave = one_wave_problem(requests if duration is None else None, levels)
+        if not rates and wave is not None:
+            self.problem(path + ("requests_per_level",), wave)
         return SweepDefaults(
             rates=rates,
             slo=self.slo(table, path, defaults.slo),
@@ -725,11 +726,15 @@ def check_rates(rates: Sequence[object]) -> None:
             raise ValueError(f"rates must be strictly increasing ({before} then {after})")
 
 
-def one_wave_problem(requests: int, top: int) -> str:
-    """Why `requests` per level cannot measure concurrency `top`: a level must run at least one full wave.
+def one_wave_problem(requests: int | None, levels: Sequence[int]) -> str | None:
+    """Why `requests` per level cannot measure the highest of `levels` (None when it can, or when levels end by
+    their duration: `requests` None): a level must run at least one full wave.
 
     With fewer requests than C, no moment of the level has C requests in flight, so its figures would be
     labelled with a concurrency it never reached.
     """
+    top = max(levels)
+    if requests is None or requests >= top:
+        return None
     return (f"requests per level ({requests}) is below the highest level C={top}: a level needs at least one full "
             f"wave of C requests; raise requests to {top} or more, or drop the higher levels")

@@ -1,5 +1,6 @@
-"""An experiment's state file: what was planned, every step taken, and which result files hold which pass (read
-here; written by specmon.orchestration.measure.experiment: save_state, append_acceptance).
+"""An experiment's state file: what was planned, every step taken, and which result files hold which pass (parsed
+here from text; read from disk by specmon.sources.experimentfiles; written by specmon.orchestration.measure.experiment:
+save_state, append_acceptance).
 
 Layout of one experiment (a directory under the results directory, `experiments/NAME-UTCSTAMP/`)::
 
@@ -8,9 +9,9 @@ Layout of one experiment (a directory under the results directory, `experiments/
     PROFILE.pass1.r2.jsonl     interrupted and resumed continues in a new file holding only the levels left
     acceptance.jsonl           one line per finished level: profile, pass, concurrency, LevelAcceptance
 
-A level is finished when its line is in a result file (appended and fsynced the moment it ends), so `done_levels`
-reads the files, not this state: a kill between the level line and the next state write loses nothing and repeats
-nothing. Passes are interleaved: pass 1 runs every level, then pass 2 runs every level, and so on, so slow drift
+A level is finished when its line is in a result file (appended and fsynced the moment it ends), so the levels done
+(sources.experimentfiles.done_levels) come from the files, not this state: a kill between the level line and the
+next state write loses nothing and repeats nothing. Passes are interleaved: pass 1 runs every level, then pass 2 runs every level, and so on, so slow drift
 shows up as spread rather than as a difference between levels.
 """
 
@@ -24,11 +25,10 @@ from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.config import ExperimentSpec, Profile, SweepDefaults
-from specmon.model.experiments.verdict import ProfileRuns
 from specmon.model.server.acceptance import LevelAcceptance
-from specmon.model.sweeps.results import MAX_RESULT_BYTES, SweepResult, parse_results, utc_now_iso
+from specmon.model.sweeps.results import SweepResult, utc_now_iso
 from specmon.model.text.secrets import redact, redact_argv, redact_env
-from specmon.model.text.textfile import NotTextError, loads, read_capped
+from specmon.model.text.textfile import loads
 
 SCHEMA_VERSION = 1
 STATE_FILE = "experiment.json"
@@ -216,46 +216,26 @@ class ExperimentState:
         )
 
 
-def load_state(path: Path) -> ExperimentState:
-    """Read an experiment directory (or its experiment.json); UserError naming the file when unreadable."""
-    file = path / STATE_FILE if path.is_dir() else path
+def state_from_text(text: str, file: str) -> ExperimentState:
+    """An experiment state from the text of its file (its directory is the file's); UserError naming the file when
+    the text is no experiment state."""
+    path = Path(file)
     try:
-        return ExperimentState.from_dict(loads(read_capped(file, MAX_STATE_BYTES)), file.parent)
-    except FileNotFoundError:
-        raise UserError(f"{file}: no such file") from None
-    except NotTextError as exc:
-        raise UserError(f"{file}:{exc.line}: {exc}; expected an experiment state") from None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return ExperimentState.from_dict(loads(text), path.parent)
+    except (ValueError, KeyError, TypeError) as exc:
         raise UserError(f"{file}: not a readable experiment state ({exc})") from None
 
 
-def find_unfinished(results_dir: Path, name: str) -> ExperimentState | None:
-    """The newest experiment NAME under `results_dir/experiments/` that has not finished, if any; when there is
-    none but a state file could not be read, that file's UserError (it may be the one to resume)."""
-    root = results_dir / "experiments"
-    candidates = sorted(root.glob(f"{name}-*/{STATE_FILE}")) if root.is_dir() else []
-    unreadable: UserError | None = None
-    for file in reversed(candidates):
-        try:
-            state = load_state(file)
-        except UserError as exc:
-            unreadable = unreadable or exc
-            continue
-        if state.spec.name == name and not state.finished:
-            return state
-    if unreadable is not None:
-        raise unreadable
-    return None
-
-
-def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepResult]]:
-    """(pass number, result file) of every file the profile has written so far, in order, without the levels
-    that do not count: those where no request was answered, and those discarded because the server died."""
+def counted(state: ExperimentState, profile: str,
+            results: Mapping[str, SweepResult | None]) -> list[tuple[int, SweepResult]]:
+    """(pass number, result file) of every file the profile has written so far, in order, given each file's whole
+    lines by its path (None: nothing in it yet), without the levels that do not count: those where no request was
+    answered, and those discarded because the server died."""
     ps = state.profile(profile)
     discarded = set(ps.discarded)
     out = []
     for f in ps.files:
-        result = _complete_lines(state.directory / f.path)
+        result = results.get(f.path)
         if result is not None:
             kept = tuple(lv for lv in result.levels
                          if lv.requests_ok > 0 and (f.path, lv.concurrency) not in discarded)
@@ -263,26 +243,9 @@ def pass_results(state: ExperimentState, profile: str) -> list[tuple[int, SweepR
     return out
 
 
-def _complete_lines(file: Path) -> SweepResult | None:
-    """A result file's whole lines (a kill can leave it empty, or end it inside a line); None before its meta line."""
-    try:
-        text = read_capped(file, MAX_RESULT_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError, NotTextError) as exc:
-        raise UserError(f"{file}: cannot read ({exc})") from None
-    whole = text[: text.rfind("\n") + 1]
-    return parse_results(whole.splitlines(), str(file)) if whole.strip() else None
-
-
-def done_levels(state: ExperimentState, profile: str) -> set[tuple[int, int]]:
-    """(pass, concurrency) pairs whose level line is on disk and counts (see pass_results)."""
-    return {(pass_no, level.concurrency) for pass_no, result in pass_results(state, profile) for level in result.levels}
-
-
-def remaining(state: ExperimentState, profile: str) -> list[tuple[int, tuple[int, ...]]]:
-    """(pass, levels still to run) for each pass not finished, in the order they run."""
-    done = done_levels(state, profile)
+def remaining(state: ExperimentState, done: set[tuple[int, int]]) -> list[tuple[int, tuple[int, ...]]]:
+    """(pass, levels still to run) for each pass not finished, in the order they run, given the (pass,
+    concurrency) pairs done."""
     plan = []
     for pass_no in range(1, state.spec.repeats + 1):
         left = tuple(c for c in state.spec.sweep.levels if (pass_no, c) not in done)
@@ -298,16 +261,9 @@ def next_file_name(state: ExperimentState, profile: str, pass_no: int) -> str:
     return f"{profile}.pass{pass_no}{suffix}.jsonl"
 
 
-def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptance]:
-    """(profile, pass, concurrency) -> acceptance, from acceptance.jsonl (a torn last line is skipped)."""
-    file = directory / ACCEPTANCE_FILE
+def acceptance_from_text(text: str) -> dict[tuple[str, int, int], LevelAcceptance]:
+    """(profile, pass, concurrency) -> acceptance, from the text of acceptance.jsonl (a torn last line is skipped)."""
     out: dict[tuple[str, int, int], LevelAcceptance] = {}
-    if not file.exists():
-        return out
-    try:
-        text = read_capped(file, MAX_STATE_BYTES).decode("utf-8", errors="replace")
-    except (OSError, NotTextError) as exc:
-        raise UserError(f"{file}: cannot read ({exc})") from None
     for line in text.splitlines():
         try:
             d = loads(line)
@@ -315,16 +271,6 @@ def read_acceptance(directory: Path) -> dict[tuple[str, int, int], LevelAcceptan
         except (ValueError, KeyError, TypeError):
             continue
     return out
-
-
-def experiment_runs(state: ExperimentState) -> list[ProfileRuns]:
-    """Every profile's result files, acceptance and setup, ready for `verdict.summarize`."""
-    acceptance = read_acceptance(state.directory)
-    runs = []
-    for name in state.spec.profiles:
-        mine = {(p, c): a for (prof, p, c), a in acceptance.items() if prof == name}
-        runs.append(ProfileRuns(name, pass_results(state, name), mine, state.setups.get(name, {})))
-    return runs
 
 
 def profile_setup(profile: Profile) -> dict[str, Any]:

@@ -11,11 +11,24 @@ for consumers that show the log) are emitted only when the parser is built with 
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-FAILURE_KINDS = ("oom", "nccl", "port_in_use", "model_not_found", "exception")
+
+class LogSignature(str, enum.Enum):
+    """What kind of error a server's log said it hit (model.logs.signals tells them apart). A `str` enum: a member
+    equals its word, and run records, `logscan --json` and `status --json` keep the words older specmon wrote."""
+
+    OOM = "oom"                          # CUDA/host memory ran out, or the kernel's `Killed`
+    NCCL = "nccl"                        # a collective failed or timed out
+    PORT_IN_USE = "port_in_use"          # the server's port was taken
+    MODEL_NOT_FOUND = "model_not_found"  # no such model, or no weights in it
+    EXCEPTION = "exception"              # any other exception
+
+    def __str__(self) -> str:
+        return self.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +192,7 @@ class NcclEnv:
 
 @dataclass(frozen=True, slots=True)
 class LoggedError:
-    """An error the server logged, as the parser finds it at one line: kind is one of FAILURE_KINDS; `line_no` is
+    """An error the server logged, as the parser finds it at one line: what kind of error, and `line_no`,
     the line carrying the error message itself. It is no run's failure yet: the run-state reducer weighs it
     (model.runs.runstate) and a fatal, settled one becomes the run's `model.runs.failure.Failure`
     (model.runs.verdicts.failure_of).
@@ -191,7 +204,7 @@ class LoggedError:
     `context`: up to 20 cleaned lines ending with this one (for failure reports).
     """
 
-    kind: str
+    kind: LogSignature
     message: str
     fatal: bool = True
     provisional: bool = False

@@ -30,7 +30,16 @@ from collections import deque
 
 from specmon.model.logs import signals
 from specmon.model.logs.clean import SGLANG, VLLM, VLLM_WEAK, Cleaned, clean, elapsed_between, ts_kind, ts_seconds
-from specmon.model.logs.events import Event, HttpUp, Line, LoggedError, Ready, ServerDetected, ShardProgress
+from specmon.model.logs.events import (
+    Event,
+    HttpUp,
+    Line,
+    LoggedError,
+    LogSignature,
+    Ready,
+    ServerDetected,
+    ShardProgress,
+)
 
 MAX_PIECE_CHARS = 1 << 20  # a line longer than this (no newline) is handled in slices of this size
 CONTEXT_LINES = 20  # lines kept for failure reports
@@ -395,7 +404,7 @@ class LogParser:
         lines.append(clean(piece).msg)
         return tuple(lines)
 
-    def _fail(self, kind: str, message: str, fatal: bool, provisional: bool, line_no: int, piece: str) -> None:
+    def _fail(self, kind: LogSignature, message: str, fatal: bool, provisional: bool, line_no: int, piece: str) -> None:
         self._out.append(LoggedError(kind, message, fatal, provisional, line_no, self._context(piece)))
 
     def _failure(self, msg: str, line_no: int, piece: str) -> bool:
@@ -405,8 +414,8 @@ class LogParser:
         marker = signals.FATAL_MARKER_RE.search(msg)
         traceback = "Traceback" in msg and signals.TRACEBACK_RE.search(msg) is not None
         if marker is not None:
-            kind = signals.classify(msg) or "exception"
-            self._fail(kind, msg.strip(), True, kind == "exception", line_no, piece)
+            kind = signals.classify(msg) or LogSignature.EXCEPTION
+            self._fail(kind, msg.strip(), True, kind == LogSignature.EXCEPTION, line_no, piece)
             self._fatal_marker_line = line_no
             if traceback:
                 self._tb_open, self._tb_fatal = True, True
@@ -415,7 +424,7 @@ class LogParser:
             fatal = self._fatal_marker_line is not None
             self._tb_open, self._tb_fatal = True, fatal
             if not fatal:
-                self._fail("exception", msg.strip(), False, True, line_no, piece)
+                self._fail(LogSignature.EXCEPTION, msg.strip(), False, True, line_no, piece)
             return True
         if msg[:1] in " \t^":
             if self._tb_open:
@@ -425,18 +434,18 @@ class LogParser:
                 # A traceback whose header is not in the log (an excerpt, or a lost line).
                 self._tb_open, self._tb_fatal = True, self._fatal_marker_line is not None
                 if not self._tb_fatal:
-                    self._fail("exception", msg.strip(), False, True, line_no, piece)
+                    self._fail(LogSignature.EXCEPTION, msg.strip(), False, True, line_no, piece)
                 return True
         if self._tb_open:
             m = signals.EXCEPTION_LINE_RE.match(msg)
             if m is not None:
-                kind = signals.classify(msg) or "exception"
-                self._fail(kind, msg.strip(), self._tb_fatal or kind != "exception", False, line_no, piece)
+                kind = signals.classify(msg) or LogSignature.EXCEPTION
+                self._fail(kind, msg.strip(), self._tb_fatal or kind != LogSignature.EXCEPTION, False, line_no, piece)
                 self._tb_open = False
                 self._fatal_marker_line = None
                 return True
         if ("Killed" in msg and signals.KILLED_RE.match(msg)):
-            self._fail("oom", KILLED, True, False,
+            self._fail(LogSignature.OOM, KILLED, True, False,
                        line_no, piece)
             return True
         named = signals.classify(msg)

@@ -19,6 +19,7 @@ from specmon.model.logs.events import (
     KVCache,
     LaunchArgs,
     LoadStarted,
+    LogSignature,
     NcclEnv,
     ShardProgress,
     WarmUp,
@@ -362,17 +363,17 @@ def _kv_event(msg: str, line_no: int) -> KVCache | None:
 
 # --- failures -------------------------------------------------------------------------------------------
 # Classified errors, checked in this order (a CUDA OOM inside an NCCL call is an OOM).
-FAILURE_CLASSES: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("oom", re.compile(
+FAILURE_CLASSES: tuple[tuple[LogSignature, re.Pattern[str]], ...] = (
+    (LogSignature.OOM, re.compile(
         r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory|"
         r"Not enough memory\. Please try to increase --mem-fraction-static|"
         r"No available memory for the cache blocks|KV cache is needed, which is larger than the available")),
-    ("nccl", re.compile(
+    (LogSignature.NCCL, re.compile(
         r"NCCL error|Watchdog caught collective operation timeout|\[E\w*[^\]]*ProcessGroupNCCL\.cpp|"
         r"Error executing method 'init_device'")),
-    ("port_in_use", re.compile(
+    (LogSignature.PORT_IN_USE, re.compile(
         r"\[Errno 98\]|[Aa]ddress already in use|Port is already in use|is not available in \d+ seconds")),
-    ("model_not_found", re.compile(
+    (LogSignature.MODEL_NOT_FOUND, re.compile(
         r"RepositoryNotFoundError|Repository Not Found for url|Cannot find any model weights|"
         r"No model weights found|does not appear to have a file named|"
         r"Invalid repository ID or local directory|HFValidationError")),
@@ -406,7 +407,7 @@ FAILURE_HINT_RE = re.compile(
 )
 
 
-def classify(text: str) -> str | None:
+def classify(text: str) -> LogSignature | None:
     """The failure kind a message names, or None when it names none of the known ones."""
     for kind, rx in FAILURE_CLASSES:
         if rx.search(text):

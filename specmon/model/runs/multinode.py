@@ -10,11 +10,8 @@ and rank 0 is the one that serves HTTP. Two rules live here so every front end a
         itself: then the command owns them (and must say --node-rank {node_rank}, see `dist_flag_problem`).
 
     overall(nodes) -> Overall(state, node)
-        failed    any node failed, was lost, or exited on its own: `node` names it (the lowest rank among them)
-        stopping  a stop was asked and some node still runs
-        stopped   every node stopped
-        ready     rank 0 is ready (its ready line plus one real completion against rank 0's URL)
-        launching / loading   rank 0's state while it loads
+        The one status of the nodes together, by the multi-node rule of model.runs.runstatus (where every run
+        verdict is described); `node` names the node a failure came from.
 """
 
 from __future__ import annotations
@@ -105,7 +102,7 @@ class Overall:
 
 
 def overall(nodes: Sequence[NodeState]) -> Overall:
-    """The one state of a multi-node run from its nodes' states (rules in the module docstring)."""
+    """The one state of a multi-node run from its nodes' states (the rule: model.runs.runstatus)."""
     by_rank = sorted(nodes, key=lambda n: n.rank)
     if not by_rank:
         return Overall(RunStatus.LAUNCHING)

@@ -163,7 +163,10 @@ class RunRecord:
             if not _FIELD_CHECKS[str(f.type)](value):
                 raise ValueError(f"{f.name}: unexpected value {json.dumps(value)[:40]}")
             fields[f.name] = tuple(value) if f.name in ("shards", "nodes") and value is not None else value
-        fields["failure"] = Failure.from_json(fields.get("failure"))
+        try:
+            fields["failure"] = Failure.from_json(fields.get("failure"))
+        except ValueError as exc:
+            raise ValueError(f"failure: {exc}") from None
         try:
             fields["state"] = RunStatus.parse(fields["state"])
         except ValueError as exc:

@@ -14,9 +14,12 @@ all reach them by these rules):
     exited   the process ended on its own after it had been ready
     stopped  the process ended after a stop request
     lost     the wrapper is gone without an exit code (killed), its pid was reused, or the host rebooted
-A multi-node run is ready with its rank 0 and failed when any node failed, was lost or exited
-(`model.runs.multinode.overall`). `stalled` is no status but a warning flag on a loading run: no log bytes for
-the stall time; the next byte clears it.
+A multi-node run has one status from its nodes' (`model.runs.multinode.overall`): failed when any node failed, was
+lost or exited on its own (the lowest such rank names the failure); stopping while a stop is under way or once one
+node stopped (the rest are going); stopped when every node stopped; otherwise rank 0's status: ready with rank 0's
+ready line and completion (worker nodes print no ready line: they count as ready once rank 0 is).
+A failed, exited or lost run keeps why (model.runs.failure: its kind says whether its log, its end or Slurm told).
+`stalled` is no status but a warning flag on a loading run: no log bytes for the stall time; the next byte clears it.
 
 `RunStatus` is a `str` enum: a member equals its string and JSON writes it as one, so record files, `status
 --json` and `SPECMON_STATE` keep the words older specmon wrote and read.

@@ -13,6 +13,7 @@ script exports as SPECMON_MASTER_ADDR: the command's `{master_addr}` becomes tha
 
 from __future__ import annotations
 
+import enum
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -40,15 +41,34 @@ _MEM = re.compile(r"\d+[KMGT]?", re.IGNORECASE)
 # Job states (squeue/scontrol names) while the job is queued or holds its allocation.
 ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "RESIZING", "REQUEUED",
                  "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD", "STOPPED")
+
+
+class SlurmEnd(str, enum.Enum):
+    """What Slurm said ended a run's job, when the end was Slurm's doing and not the server's. A `str` enum: a member
+    equals its word, the failure kind run records and `status --json` keep."""
+
+    TIMEOUT = "timeout"
+    NODE_FAIL = "node_fail"
+    PREEMPTED = "preempted"
+    CANCELLED = "cancelled"            # cancelled outside specmon
+    BOOT_FAIL = "boot_fail"
+    DEADLINE = "deadline"
+    OUT_OF_MEMORY = "oom"              # Slurm's memory limit (the job's state, or slurmstepd's kill in its output)
+    NO_SHARED_FS = "no_shared_fs"      # the job's node cannot see the run directory
+
+    def __str__(self) -> str:
+        return self.value
+
+
 # Ended jobs whose end is Slurm's doing, not the server's: each is its own verdict (kind, what it means).
 SLURM_ENDS = {
-    "TIMEOUT": ("timeout", "reached its time limit"),
-    "NODE_FAIL": ("node_fail", "ended because its node failed"),
-    "PREEMPTED": ("preempted", "was preempted"),
-    "CANCELLED": ("cancelled", "was cancelled outside specmon (scancel)"),
-    "BOOT_FAIL": ("boot_fail", "ended: its node failed to boot"),
-    "DEADLINE": ("deadline", "reached its deadline"),
-    "OUT_OF_MEMORY": ("oom", "ran out of memory (Slurm's memory limit)"),
+    "TIMEOUT": (SlurmEnd.TIMEOUT, "reached its time limit"),
+    "NODE_FAIL": (SlurmEnd.NODE_FAIL, "ended because its node failed"),
+    "PREEMPTED": (SlurmEnd.PREEMPTED, "was preempted"),
+    "CANCELLED": (SlurmEnd.CANCELLED, "was cancelled outside specmon (scancel)"),
+    "BOOT_FAIL": (SlurmEnd.BOOT_FAIL, "ended: its node failed to boot"),
+    "DEADLINE": (SlurmEnd.DEADLINE, "reached its deadline"),
+    "OUT_OF_MEMORY": (SlurmEnd.OUT_OF_MEMORY, "ran out of memory (Slurm's memory limit)"),
 }
 
 
@@ -272,7 +292,7 @@ def parse_node_addresses(out: str) -> dict[str, str]:
 MEMORY_KILL = "Exceeded job memory limit"
 
 
-def over_memory(job: JobInfo, last_lines: Sequence[str]) -> tuple[str, str] | None:
+def over_memory(job: JobInfo, last_lines: Sequence[str]) -> tuple[SlurmEnd, str] | None:
     """(failure kind, message) of a job slurmstepd killed over its memory limit, told by its output's last lines."""
     if not any(MEMORY_KILL in line for line in last_lines):
         return None
@@ -280,17 +300,17 @@ def over_memory(job: JobInfo, last_lines: Sequence[str]) -> tuple[str, str] | No
     return kind, f"Slurm job {job.job_id} {what}: slurmstepd killed it ({MEMORY_KILL.lower()}; Slurm says {job.state})"
 
 
-def unseen_run_dir(job: JobInfo, host: str, run_dir: str) -> tuple[str, str]:
+def unseen_run_dir(job: JobInfo, host: str, run_dir: str) -> tuple[SlurmEnd, str]:
     """(failure kind, message) of a job that ended without starting the run's wrapper (no pid file): its node could
     not open the run's log or script, because the run directory is not on a file system it shares with `host`
     (Slurm says FAILED, JobLaunchFailure)."""
     said = job.state + (f", {job.reason}" if job.reason else "")
-    return "no_shared_fs", (f"Slurm job {job.job_id} ended ({said}) before the run started: node {job.nodes or '?'} "
+    return SlurmEnd.NO_SHARED_FS, (f"Slurm job {job.job_id} ended ({said}) before the run started: node {job.nodes or '?'} "
                             f"cannot see the run directory {run_dir} on {host}; it must be on a file system {host} "
                             "and the compute nodes share (set XDG_STATE_HOME to one on it)")
 
 
-def slurm_failure(job: JobInfo) -> tuple[str, str] | None:
+def slurm_failure(job: JobInfo) -> tuple[SlurmEnd, str] | None:
     """(failure kind, message) when an ended job's end was Slurm's doing; None when the server's own exit decides."""
     if job.state not in SLURM_ENDS:
         return None

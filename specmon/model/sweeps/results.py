@@ -36,7 +36,8 @@ holds the sampling (seed, lengths, ranges). A level's `categories` is acceptance
 chunk over that category's requests), empty when the prompts have no categories.
 
 A level line is appended (and fsynced) the moment the level ends, so a crash or Ctrl-C keeps every
-finished level (specmon.loadgen.lines writes the lines; this module only shapes and reads them). Statistics
+finished level (specmon.loadgen.lines writes the lines, specmon.sources.resultfiles reads the files; this module
+only shapes the lines and parses their text). Statistics
 whose sample is empty are written as null. API keys never reach a file: `redact` is applied to everything written.
 """
 
@@ -44,20 +45,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from specmon.errors import UserError
 from specmon.model.text.numbers import fmt_ms
-from specmon.model.text.textfile import NotTextError, loads, read_capped
+from specmon.model.text.textfile import loads
 
 SCHEMA_VERSION = 1
-MAX_RESULT_BYTES = 1 << 30    # a sweep of 10,000 levels is about 30 MiB
 ERROR_KINDS = ("refused", "http_4xx", "http_5xx", "malformed_sse", "truncated", "timeout", "bad_usage")
 STAT_KEYS = ("mean", "p50", "p90", "p99")
 
@@ -451,6 +449,21 @@ class SweepResult:
         return self.meta.mode
 
 
+_META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
+
+
+def is_specmon(text: str) -> bool:
+    """Whether `text` is a specmon sweep result (its first line the meta object)."""
+    first = next((line for line in text.splitlines() if line.strip()), "")
+    if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
+        return False
+    try:
+        obj = loads(first)
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == "meta"
+
+
 def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
     """Parse result-file lines; a bad line raises UserError naming path:line and the fault."""
     meta: SweepMeta | None = None
@@ -487,25 +500,24 @@ def parse_results(lines: Iterable[str], path: str = "<results>") -> SweepResult:
     return SweepResult(path=path, meta=meta, levels=tuple(levels))
 
 
-def read_results(path: str | os.PathLike[str]) -> SweepResult:
-    """Read a result file written by `specmon sweep` (finished levels only, in file order)."""
-    p = Path(path)
-    try:
-        text = read_capped(p, MAX_RESULT_BYTES).decode("utf-8")
-    except FileNotFoundError:
-        raise UserError(f"{p}: no such file") from None
-    except NotTextError as exc:
-        raise UserError(f"{p}:{exc.line}: {exc}; expected a specmon result file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserError(f"{p}: cannot read ({exc})") from None
+def results_from_text(text: str, path: str) -> SweepResult:
+    """A result file written by `specmon sweep` from its text (finished levels only, in file order); the file's
+    path names it in errors and in the note of a torn last line."""
     lines = text.splitlines()
     notes: tuple[str, ...] = ()
     if lines and not text.endswith("\n") and not _is_json(lines[-1]):
         # An append cut short (disk full, a crash mid-write): every whole line before it is still good.
-        notes = (torn_note(str(p), len(lines)),)
+        notes = (torn_note(path, len(lines)),)
         lines.pop()
-    result = parse_results(lines, str(p))
+    result = parse_results(lines, path)
     return SweepResult(path=result.path, meta=result.meta, levels=result.levels, notes=notes)
+
+
+def whole_lines(text: str, path: str) -> SweepResult | None:
+    """A result file still being written, from its text: its whole lines (a kill can leave it empty, or end it
+    inside a line); None before its meta line."""
+    whole = text[: text.rfind("\n") + 1]
+    return parse_results(whole.splitlines(), path) if whole.strip() else None
 
 
 def torn_note(path: str, line: int) -> str:

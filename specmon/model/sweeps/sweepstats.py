@@ -48,6 +48,7 @@ Open loop (a level at an offered request rate R, its requests sent on a schedule
 
 from __future__ import annotations
 
+import enum
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -442,6 +443,16 @@ def level_from_records(
     return acc.result(acc.last_end_s - acc.first_start_s, cpu_s, loop_lag_ms_p99)
 
 
+class ProgressPhase(str, enum.Enum):
+    """Which part of a level a progress update is from. A `str` enum: the child protocol's `phase` keeps its word."""
+
+    WARMUP = "warmup"       # warm-up requests, not measured
+    MEASURING = "level"     # the level's measured requests
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @dataclass(frozen=True)
 class SweepProgress:
     """A live summary of the level in progress, sent by the generator about 4 times a second."""
@@ -449,7 +460,7 @@ class SweepProgress:
     concurrency: int
     level_index: int                  # 0-based position in the sweep's levels
     level_count: int
-    phase: str                        # "warmup" | "level"
+    phase: ProgressPhase
     elapsed_s: float
     requests_done: int                # finished (ok or failed) measured requests
     requests_failed: int
@@ -472,4 +483,4 @@ class SweepProgress:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> SweepProgress:
         fields: dict[str, Any] = {k: d.get(k) for k in cls.__dataclass_fields__}
-        return cls(**fields)
+        return cls(**{**fields, "phase": ProgressPhase(fields["phase"])})

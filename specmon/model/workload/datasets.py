@@ -31,10 +31,17 @@ from specmon.model.text.textfile import MAX_DEPTH, NotTextError, loads, read_cap
 
 DATASETS = ("builtin", "random", "sharegpt", "jsonl", "specbench")
 FILE_DATASETS = ("sharegpt", "jsonl", "specbench")   # those that need a dataset path
+OUTPUT_LEN_DATASETS = ("sharegpt", "jsonl")          # those whose entries can give an output length
 MAX_DATASET_BYTES = 1 << 30   # the ShareGPT dump is ~0.7 GB; past 1 GiB a path is almost certainly wrong
 CHARS_PER_TOKEN = 4           # English text in Llama/Qwen-style tokenizers, for lengths given as text
 BUILTIN_RESOURCE = "data/prompts.jsonl"
 BUILTIN_CATEGORIES = ("chat", "code", "maths", "summarisation", "translation")
+
+def has_set_length(name: str) -> bool:
+    """Whether the dataset's prompts are made to a length asked for (`input_len`, `input_range`): random prompts
+    are; every other set's prompts are sent as written."""
+    return name == "random"
+
 
 # One message list (chat) or one string (completions and single-turn chat).
 Prompt = str | tuple[Mapping[str, Any], ...]

@@ -53,7 +53,6 @@ from specmon.model.experiments.experiment import (
     PassFile,
     ProfileStatus,
     Step,
-    find_unfinished,
     next_file_name,
     profile_setup,
     remaining,
@@ -63,7 +62,7 @@ from specmon.model.logs.logparse import LogParser
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.acceptance import LevelAcceptance, LevelWindow, MetricsSample, parse_metrics
 from specmon.model.sweeps.results import LevelResult, utc_now_iso
-from specmon.model.sweeps.sweepstats import SweepProgress
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
@@ -75,6 +74,7 @@ from specmon.orchestration.measure.sweep import (
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.ready import queued, wait_ready
 from specmon.orchestration.runs.view import RunView
+from specmon.sources.experimentfiles import done_levels, find_unfinished
 from specmon.sources.health import ServerProbe
 from specmon.sources.transport import TransportError
 
@@ -281,7 +281,7 @@ class ExperimentRunner:
         if self.state.profile(name).status in FINISHED:
             return
         profile = self.config.profile(name)
-        while plan := remaining(self.state, name):
+        while plan := remaining(self.state, done_levels(self.state, name)):
             view = await self._serve(profile)
             if view is None:
                 return
@@ -470,7 +470,7 @@ class ExperimentRunner:
                        pass_no: int, file: str) -> None:
         while (update := await events.get()) is not None:
             if isinstance(update, SweepProgress):
-                if update.phase == "level":
+                if update.phase == ProgressPhase.MEASURING:
                     await collector.begin(update.concurrency)
                 self._notify(ExperimentProgress(name, pass_no, update, self.eta()))
             elif isinstance(update, LevelResult):

@@ -15,7 +15,7 @@ An exception raised by `on_update` is logged and ignored: a broken view never en
 
 Cancel the awaiting task (or press Ctrl-C under asyncio.run) to stop: the generator abandons the level in progress,
 finished levels stay in the file, and CancelledError propagates after the child has exited. `read_results(path)`
-(specmon.model.sweeps.results) reloads a file; `crossover(a, b)` (specmon.model.sweeps.compare) compares two.
+(specmon.sources.resultfiles) reloads a file; `crossover(a, b)` (specmon.model.sweeps.compare) compares two.
 The generator runs in its own process (`python -m specmon.loadgen`) in its own session, so a terminal Ctrl-C
 reaches only this process, which then stops the child in order.
 """
@@ -49,9 +49,10 @@ from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.hosts.interpreter import python_module
 from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
-from specmon.model.sweeps.sweepstats import SweepProgress, client_bound, falling_behind
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, client_bound, falling_behind
 from specmon.model.text import textfile
 from specmon.model.text.numbers import counted
+from specmon.model.workload.datasets import has_set_length
 from specmon.sources import timelimit
 
 log = logging.getLogger(__name__)
@@ -130,9 +131,26 @@ class WorkloadOverrides:
     processes: int | None = None
 
 
-def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = WorkloadOverrides()) -> Workload:
-    """The one way a front end turns `[sweep]` plus its own options into a Workload."""
+def workload_from(defaults: SweepDefaults, overrides: WorkloadOverrides = WorkloadOverrides(),
+                  named: Callable[[str], str] = str) -> Workload:
+    """The one way a front end turns `[sweep]` plus its own options into a Workload. An option given where it does
+    not apply is refused (UserError), not ignored, so no one believes it was used: burstiness and a concurrency cap
+    shape an open loop only, and an input length random prompts only. `named(field)` is how the front end calls an
+    override field (the CLI: its flag)."""
     o = overrides
+    workload = _workload(defaults, o)
+    if not workload.open_loop:
+        for option in ("burstiness", "max_concurrency"):
+            if getattr(o, option) is not None:
+                raise UserError(f"sweep: {named(option)} applies to an open-loop sweep ({named('rates')})")
+    if not has_set_length(workload.dataset) and (o.input_len is not None or o.input_range is not None):
+        raise UserError(f"{named('input_len')}/{named('input_range')} shape random prompts only; the "
+                        f"{workload.dataset} dataset's prompts are sent as written (add {named('dataset')} random "
+                        "for synthetic prompts of a set length)")
+    return workload
+
+
+def _workload(defaults: SweepDefaults, o: WorkloadOverrides) -> Workload:
     requests = o.requests_per_level if o.requests_per_level is not None else (
         None if o.duration_s is not None else defaults.requests_per_level)
     duration = o.duration_s if o.duration_s is not None else (
@@ -341,7 +359,7 @@ async def run_sweep(spec: SweepSpec, on_update: Callable[[SweepUpdate], None] | 
             if isinstance(msg, SweepProgress):
                 progress = msg
                 notify(progress)
-                if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == "level":
+                if falling_behind(progress) and progress.level_index not in behind_said and progress.phase == ProgressPhase.MEASURING:
                     behind_said.add(progress.level_index)   # once a level; the level's result says it again
                     notify(SweepNotice(behind_notice(progress), "BEHIND", f"{progress.rate or 0:g} req/s"))
             elif isinstance(msg, LevelResult):

@@ -3,13 +3,10 @@
 A profile with `hosts = ["gpu1", "gpu2"]` starts the same command on each host (node rank i on hosts[i]), with
 the rank filled in by `model.runs.multinode.node_command`. Each node is a plain run (its own run dir, process group,
 marker, log, gates) through its host's Transport, so this works over any transport. The multi-node run itself
-is a RunRecord listing its node runs (`nodes`); its state is `model.runs.multinode.overall` of theirs, kept in its
-record so a later `specmon status` or a preflight sees it:
-
-    ready      rank 0 is ready (its ready line plus one real completion against rank 0's URL); the worker
-               nodes, which print no ready line, are then marked ready too
-    failed     any node failed, was lost or exited on its own: the failure names the node ("node 1 (gpu2): ...")
-    stop       stops every node (each node's own stop: group signal, marker sweep, port and GPU gates)
+is a RunRecord listing its node runs (`nodes`); its state is `model.runs.multinode.overall` of theirs (the rule is
+described with every run verdict in model.runs.runstatus), kept in its record so a later `specmon status` or a
+preflight sees it. Once rank 0 is ready the worker nodes are marked ready too; a failure names its node ("node 1
+(gpu2): ..."); a stop stops every node (each node's own stop: group signal, marker sweep, port and GPU gates).
 
 Rendezvous: master_addr is the profile's `master_addr`, else the address rank 0's host sends from to reach
 rank 1's host (`ip route get`), else rank 0's first `hostname -I` address; master_port is the profile's

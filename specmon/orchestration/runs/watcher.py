@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from specmon.model.logs.events import highlights
+from specmon.model.logs.events import LogSignature, highlights
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import Edit, RunRecord, host_url, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState, eta_seconds, typical_load_s
@@ -76,7 +76,7 @@ async def name_port_holder(ops: HostOps, port: int, failure: Failure) -> Failure
     """A port_in_use failure as a refused launch says it: who holds the port and free ports nearby (the log says only
     "[Errno 98] ... address already in use": two launches raced for the port). Other failures, or when the host does
     not answer, as they are."""
-    if failure.kind != "port_in_use":
+    if failure.kind != LogSignature.PORT_IN_USE:
         return failure
     try:
         busy = await ops.busy_port(port)
@@ -395,7 +395,7 @@ class RunWatcher:
             self._ready_trigger.set()
         failure = failure_of(rs)
         if failure is not None and self.record.state in STARTING:
-            if failure.kind != "port_in_use":
+            if failure.kind != LogSignature.PORT_IN_USE:
                 self._fail(failure, rs)
             elif self._naming_holder is None:   # the verdict waits for one look at who holds the port
                 self._naming_holder = asyncio.create_task(self._fail_naming_holder(failure, rs))

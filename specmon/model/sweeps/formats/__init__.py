@@ -15,7 +15,6 @@ no field for.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,7 +23,7 @@ from specmon.model.sweeps.formats.base import EXPECTED, PeerFormat, check_run_co
 from specmon.model.sweeps.formats.guidellm import Guidellm
 from specmon.model.sweeps.formats.sglang import SglangBench
 from specmon.model.sweeps.formats.vllm import VllmBench
-from specmon.model.sweeps.results import SweepResult, parse_results, torn_note
+from specmon.model.sweeps.results import SweepResult, is_specmon, results_from_text, torn_note
 from specmon.model.text.textfile import loads
 
 VLLM = VllmBench()
@@ -33,20 +32,7 @@ FORMATS: tuple[PeerFormat, ...] = (VLLM, SglangBench(), Guidellm())
 BY_NAME = {f.name: f for f in FORMATS}
 TOOL_NAMES = {f.name: f.tool for f in FORMATS}
 
-_META_TYPE = re.compile(r'"type"\s*:\s*"meta"')
 Objects = list[tuple[int, Mapping[str, Any]]]
-
-
-def is_specmon(text: str) -> bool:
-    """Whether `text` is a specmon sweep result (its first line the meta object)."""
-    first = next((line for line in text.splitlines() if line.strip()), "")
-    if not _META_TYPE.search(first):   # cheap first: a one-line guidellm report is the whole file
-        return False
-    try:
-        obj = loads(first)
-    except ValueError:
-        return False
-    return isinstance(obj, dict) and obj.get("type") == "meta"
 
 
 def parse_any_results(text: str, path: str) -> SweepResult:
@@ -55,7 +41,7 @@ def parse_any_results(text: str, path: str) -> SweepResult:
     Bad or unknown content raises UserError naming the file (and line or field) and what was expected.
     """
     if is_specmon(text):
-        return parse_results(text.splitlines(), path)
+        return results_from_text(text, path)   # it keeps the levels before a torn last line
     check_run_count(max(text.count(mark) for mark in {f.run_mark for f in FORMATS}), path)
     for fmt in FORMATS:
         result = fmt.read_layout(text, path)
