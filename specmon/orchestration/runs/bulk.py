@@ -61,7 +61,7 @@ async def select(manager: RunManager, scope: RunScope) -> list[RunView]:
     if scope.profile is not None:
         manager.config.profile(scope.profile)
     views = await manager.refresh(all_configs=True)
-    return [v for v in views if scope.takes(profile=v.profile, hosts=hosts_of(v), mine=v.belongs_to(manager.config_key),
+    return [v for v in views if scope.takes(profile=v.profile, hosts=hosts_of(v), mine=v.belongs_to(manager.index.config_key),
                                             live=v.active or v.still_running)]
 
 
@@ -109,7 +109,7 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
     once. A run launched from another profiles file cannot be launched from this one: its outcome says so."""
     firsts: dict[str, RunView] = {}
     for view in views:
-        if view.belongs_to(manager.config_key):
+        if view.belongs_to(manager.index.config_key):
             firsts.setdefault(view.profile, view)
 
     async def restart(view: RunView) -> RunOutcome:
@@ -126,7 +126,7 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
     done = dict(zip(firsts, await per_host(list(firsts.values()), hosts_of, restart)))
     outcomes = []
     for view in views:
-        outcome = done.get(view.profile) if view.belongs_to(manager.config_key) else RunOutcome(
+        outcome = done.get(view.profile) if view.belongs_to(manager.index.config_key) else RunOutcome(
             view.run_id, view.profile, view.host, FAILED,
             f"launched from {view.config or 'an unknown profiles file'}: restart it with that file")
         assert outcome is not None
