@@ -5,7 +5,8 @@ How a host is reached:
     ssh            over SSH (asyncssh), one shared connection per host        sshhttp HTTP through SSH channels
     timelimit      time limits on awaits that never lose a cancellation
 What the run engine does on a host, through its Transport:
-    host           HostOps: run directories, the launch wrapper, processes, ports, launch locks (shell commands)
+    hostshell      HostOps, one host's shell as the run engine uses it: run directories, the launch wrapper,
+                   processes, ports, launch locks
     slurm          Slurm's commands (submit, job state, nodes, cancel)
     tailer, follow following a run's log from a byte offset
     env, startup_probe   a server's environment        gpu   the GPU probe (nvidia-smi)

@@ -21,7 +21,7 @@ from specmon.model.hosts.env import NcclLog, ProcessEnv, Startup, parse_environ,
 from specmon.model.hosts.gpu import SmiError, SmiInventory, parse_xml
 from specmon.model.logs.clean import one_line
 from specmon.model.text.secrets import redact_env
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
 _STARTUP_MARK = "<<specmon-startup>>"

@@ -37,7 +37,7 @@ from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.local import LocalTransport
 from specmon.ui.rows import row_from_view
 

@@ -38,7 +38,7 @@ from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.slurmjobs import job_transport
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
 T = TypeVar("T")

@@ -23,7 +23,7 @@ from specmon.orchestration.runs.hostpool import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import Reconciler, replay
 from specmon.orchestration.runs.view import RunView
-from specmon.sources.host import RUN_ID, HostOps
+from specmon.sources.hostshell import RUN_ID, HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.transport import SMALL_FILE_BYTES, TransportError
 

@@ -19,7 +19,7 @@ from specmon.orchestration.runs import multinode
 from specmon.orchestration.runs.store import RunStore, StateWriteError, Unreadable
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import node_url
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 
 
 def config_key(config: Config) -> str:

@@ -24,7 +24,7 @@ from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import PID_WAIT_S, Reconciler
 from specmon.orchestration.runs.store import StateWriteError, new_run_id
 from specmon.orchestration.runs.terminate import StopTimings, terminate
-from specmon.sources.host import HostOps, check_env, wrapper_script
+from specmon.sources.hostshell import HostOps, check_env, wrapper_script
 from specmon.sources.transport import TransportError
 
 LOCK_WAIT_S = 60.0        # a racing launch waits this long for the host's launch lock (a launch holds it ~1-10 s)

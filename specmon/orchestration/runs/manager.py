@@ -86,7 +86,7 @@ from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import LogLine, RunView, StopReport
 from specmon.orchestration.runs.watcher import WatchTimings
 from specmon.orchestration.runs.watching import WatchedRuns
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 
 
 class RunManager:

@@ -25,7 +25,7 @@ from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
 from specmon.sources.health import probe_of
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import TransportError

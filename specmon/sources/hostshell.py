@@ -1,4 +1,5 @@
-"""Host-side operations of the lifecycle engine, as shell commands run through a Transport.
+"""One host's shell as the run engine uses it (HostOps): its operations on that host, as shell commands run through
+the host's Transport.
 
 Everything here reaches the host only with `transport.run()` and `shlex.quote`d arguments, so it works the same
 locally and over SSH. What the host prints is turned into values by the pure parsers of `model/hosts/procfs.py` (/proc)
