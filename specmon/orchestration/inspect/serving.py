@@ -8,7 +8,7 @@ profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anythi
 (SGLang without `--enable-metrics`) says so once and is not asked again.
 
 `read_fleet` reads every READY run once (two reads, `interval` apart: rates need two), hosts at once and each host's
-runs `hostpool.LANES_PER_HOST` at a time, for `specmon metrics --all`; a run that could not be read has its one-line
+runs `connections.LANES_PER_HOST` at a time, for `specmon metrics --all`; a run that could not be read has its one-line
 reason instead of figures.
 
 A read that fails while the server is ending or gone (stopped, killed, its job's time limit) raises no alert: the
@@ -34,7 +34,7 @@ from specmon.model.server.serving import (
     read_sample,
     update_of,
 )
-from specmon.orchestration.runs.hostpool import per_host
+from specmon.orchestration.runs.connections import per_host
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.view import RunView

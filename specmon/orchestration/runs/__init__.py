@@ -5,7 +5,7 @@
                 slurmjobs use them (the NodeRuns protocol)
     index       RunIndex: the runs known here, by profiles file (KnownRuns: what front ends read of it)
     store       RunStore: the state files                         view     RunView, LogLine, StopReport
-    hostpool    HostPool: one HostOps per host                    bulk     stop/restart over a scope of runs
+    connections HostPool: one connection (HostOps) per host       bulk     stop/restart over a scope of runs
     launcher    preflight, launch locks, the start of a run       stopper  the stop verb and its recorded verdict
     terminate   ending a run's processes (signals, sweep, gates)  ready    waiting until a launch is ready
     watcher     RunWatcher: watches one run                       watching WatchedRuns: every watched run (it

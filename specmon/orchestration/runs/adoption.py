@@ -19,7 +19,7 @@ from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo
 from specmon.model.text.textfile import loads
 from specmon.orchestration.runs import multinode, slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import Reconciler, replay
 from specmon.orchestration.runs.view import RunView

@@ -6,7 +6,7 @@ the TUI's fleet stop.
     outcomes = await restart_all(manager, views)              each selected profile stopped and launched again
 
 Which runs is the pure rule of `model.runs.selection`. Hosts are worked on at once, each host's runs
-`hostpool.LANES_PER_HOST` at a time (`hostpool.per_host`), so a host that is slow or gone holds up only its own runs.
+`connections.LANES_PER_HOST` at a time (`connections.per_host`), so a host that is slow or gone holds up only its own runs.
 A run whose host did not answer the check is not tried again (each try would wait for it once more): its outcome
 says why. One run's failure is its outcome and never keeps the others from being stopped.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from specmon.errors import UserError
 from specmon.model.logs.clean import one_line
 from specmon.model.runs.selection import RunScope
-from specmon.orchestration.runs.hostpool import per_host
+from specmon.orchestration.runs.connections import per_host
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView, StopReport
 from specmon.sources.transport import TransportError

@@ -19,7 +19,7 @@ from specmon.model.runs.record import NodeSeat, RunRecord, host_url, iso_utc
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import MASTER_ADDR_VAR
 from specmon.orchestration.runs import slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import PID_WAIT_S, Reconciler
 from specmon.orchestration.runs.store import StateWriteError, new_run_id

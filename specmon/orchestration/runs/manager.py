@@ -48,7 +48,7 @@ RunManager is the one door for front ends; the work is done in rooms of their ow
 with the parts it needs:
     index.RunIndex            the runs known here (the run store), by profiles file; finding one; unwatched views
                               (front ends read it as `KnownRuns`)
-    hostpool.HostPool         one HostOps (one transport, so one SSH connection) per host name
+    connections.HostPool      the connections: one HostOps (one transport, so one SSH connection) per host name
     reconciler.Reconciler     bringing unwatched runs' records up to date with their hosts (reconcile, refresh);
                               `replay` (what a run's log says) and `process_ended` need only the host's HostOps
     watching.WatchedRuns      the watched runs (one watcher.RunWatcher each): live views, subscribers, log lines,
@@ -76,7 +76,7 @@ from specmon.model.config import Config, Profile
 from specmon.model.runs.record import NodeSeat, RunRecord
 from specmon.orchestration.runs import multinode, slurmjobs
 from specmon.orchestration.runs.adoption import Adopter, HostRun
-from specmon.orchestration.runs.hostpool import HostPool, TransportFactory, default_transport
+from specmon.orchestration.runs.connections import HostPool, TransportFactory, default_transport
 from specmon.orchestration.runs.index import KnownRuns, RunIndex
 from specmon.orchestration.runs.launcher import Launcher
 from specmon.orchestration.runs.reconciler import Reconciler

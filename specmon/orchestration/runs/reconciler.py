@@ -20,7 +20,7 @@ from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.verdicts import end_verdict, failure_of
 from specmon.orchestration.runs import multinode, slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool, per_host
+from specmon.orchestration.runs.connections import HostPool, per_host
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
@@ -117,7 +117,7 @@ class Reconciler:
         """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
         (for `specmon status`); returns their views, in the store's order.
 
-        Hosts are checked at once, each by `hostpool.LANES_PER_HOST` runs at a time: one after the other, 128 runs took
+        Hosts are checked at once, each by `connections.LANES_PER_HOST` runs at a time: one after the other, 128 runs took
         each one's round trips in turn (6 s on one host, and a host that does not answer held up every host after
         it). A host that does not answer costs its timeout once: its later runs are shown as last recorded."""
         records = [r for r in self.index.store.all() if (all_configs or self.index.mine(r)) and r.group is None]

@@ -12,7 +12,7 @@ from specmon.errors import UserError
 from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstatus import UP, RunStatus
 from specmon.orchestration.runs import slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import replay
 from specmon.orchestration.runs.terminate import StopTimings, terminate

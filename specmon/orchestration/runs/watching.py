@@ -16,7 +16,7 @@ from types import MappingProxyType
 from specmon.errors import UserError
 from specmon.model.runs.record import RunRecord, host_url
 from specmon.orchestration.runs import multinode
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.orchestration.runs.watcher import RunWatcher, Watcher, WatchTimings, client_url, run_notify
