@@ -25,8 +25,8 @@ from specmon.model.config import Config
 from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
 from specmon.model.experiments.experiment import experiment_runs, find_unfinished
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
-from specmon.model.hosts.env import Difference, EnvReport
-from specmon.model.hosts.gpu import GpuBoard
+from specmon.model.machine.env import Difference, EnvReport
+from specmon.model.machine.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
 from specmon.model.runs.selection import RunScope
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.model.hosts.env import (
+from specmon.model.machine.env import (
     Difference,
     EnvReport,
     NcclLog,
@@ -30,7 +30,7 @@ from specmon.model.hosts.env import (
     diff_reports,
     key_launch_args,
 )
-from specmon.model.hosts.gpu import GpuBoard, SmiInventory
+from specmon.model.machine.gpu import GpuBoard, SmiInventory
 from specmon.model.runs.record import RunRecord
 from specmon.model.text.secrets import redact_env
 from specmon.model.text.textfile import loads
