@@ -111,7 +111,7 @@ def main() -> int:
     work.mkdir(parents=True, exist_ok=True)
     from tiny_model import build_tiny_model  # the same model the CPU test serves
 
-    from specmon.model.hosts.gpu import APPS_FIELDS, QUERY_FIELDS
+    from specmon.model.machine.gpu import APPS_FIELDS, QUERY_FIELDS
 
     model = work / "tiny-llama"
     if not (model / "config.json").exists():

@@ -74,7 +74,7 @@ async def one_run(args: argparse.Namespace) -> float:
             raise SystemExit(f"run {view.run_id} did not become ready: {manager.view(view.run_id)}")
         return ready_at["at"] - seen["at"]
     finally:
-        for record in manager.store.all():
+        for record in manager.index.store.all():
             if not record.terminal:
                 await manager.stop(record.run_id, force=True)
         await manager.close()

@@ -69,7 +69,7 @@ async def run_scoped(manager: RunManager, args: argparse.Namespace, scope: RunSc
         print(f"no live run of {scope.describe()}: nothing to {verb}")
         return 0
     header = ("PROFILE", "RUN", "HOST", "STATE", "PORT", "NOTE")
-    print(table_text(header, [_row(v, v.belongs_to(manager.config_key)) for v in views]))
+    print(table_text(header, [_row(v, v.belongs_to(manager.index.config_key)) for v in views]))
     count = f"{len(views)} run{'s' if len(views) > 1 else ''}"
     if not confirmed(f"{verb.capitalize()} {count} of {scope.describe()}?", args.yes):
         print("nothing done")

@@ -13,6 +13,7 @@ from specmon.model.runs.runstate import LogPhase
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.text.secrets import redact_text
 from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView, StopReport
 
 EXIT_READY, EXIT_FAILED, EXIT_STALLED = 0, 1, 3
@@ -26,16 +27,17 @@ def config_for(args: argparse.Namespace) -> Config:
     return config
 
 
-def manager_for(args: argparse.Namespace) -> RunManager:
-    """A RunManager over the profiles file chosen by --config / discovery."""
-    return RunManager(config_for(args))
+def manager_for(args: argparse.Namespace, stop_timings: StopTimings = StopTimings()) -> RunManager:
+    """A RunManager over the profiles file chosen by --config / discovery, stopping runs with `stop_timings`."""
+    return RunManager(config_for(args), stop_timings=stop_timings)
 
 
-def run_with_manager(args: argparse.Namespace, body: Callable[[RunManager], Awaitable[int]]) -> int:
+def run_with_manager(args: argparse.Namespace, body: Callable[[RunManager], Awaitable[int]], *,
+                     stop_timings: StopTimings = StopTimings()) -> int:
     """Run `body(manager)` in a fresh event loop; the manager's tasks are always cancelled at the end."""
 
     async def go() -> int:
-        manager = manager_for(args)
+        manager = manager_for(args, stop_timings)
         try:
             return await body(manager)
         finally:

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from specmon.commands._lifecycle import run_with_manager
-from specmon.model.hosts.env import diff_lines
+from specmon.model.machine.env import diff_lines
 from specmon.orchestration.inspect.environment import diff_targets
 from specmon.orchestration.runs.manager import RunManager
 

@@ -7,8 +7,8 @@ import argparse
 import json
 
 from specmon.commands._lifecycle import run_with_manager
-from specmon.model.hosts.env import report_lines
 from specmon.model.logs.clean import escape_controls
+from specmon.model.machine.env import report_lines
 from specmon.orchestration.inspect.environment import env_report
 from specmon.orchestration.runs.manager import RunManager
 

@@ -25,9 +25,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _chosen(manager: RunManager, args: argparse.Namespace) -> tuple[list[RunRecord], list[str]]:
-    records = manager.store.all()
+    records = manager.index.store.all()
     by_id = {r.run_id: r for r in records}
-    broken = {u.run_id for u in manager.unreadable()}
+    broken = {u.run_id for u in manager.index.unreadable()}
     chosen: dict[str, RunRecord] = {}
     unreadable: list[str] = []
     for target in args.targets:
@@ -39,13 +39,13 @@ def _chosen(manager: RunManager, args: argparse.Namespace) -> tuple[list[RunReco
         elif target in broken:
             unreadable.append(target)
         else:
-            matches = [r for r in records if r.profile == target and manager.mine(r)]
+            matches = [r for r in records if r.profile == target and manager.index.mine(r)]
             if not matches:
                 raise UserError(f"no run of profile or run id {target!r} from {manager.config.source} is known")
             chosen.update((r.run_id, r) for r in matches if r.terminal)
     if args.older_than is not None:
         cutoff = time.time() - args.older_than * 86400
-        chosen.update((r.run_id, r) for r in records if r.terminal and manager.mine(r) and r.started_at < cutoff)
+        chosen.update((r.run_id, r) for r in records if r.terminal and manager.index.mine(r) and r.started_at < cutoff)
     return list(chosen.values()), unreadable
 
 
@@ -56,9 +56,9 @@ def run(args: argparse.Namespace) -> int:
     async def body(manager: RunManager) -> int:
         records, unreadable = _chosen(manager, args)
         for record in records:
-            manager.store.forget(record.run_id)
+            manager.index.store.forget(record.run_id)
         for run_id in unreadable:
-            manager.store.forget(run_id)
+            manager.index.store.forget(run_id)
         print(f"forgot {len(records) + len(unreadable)} run(s)")
         return 0
 

@@ -8,8 +8,8 @@ import json
 
 from specmon.commands._lifecycle import run_with_manager
 from specmon.errors import UserError
-from specmon.model.hosts.gpu import GpuTrack
 from specmon.model.logs.clean import escape_controls, one_line
+from specmon.model.machine.gpu import GpuTrack
 from specmon.orchestration.inspect.environment import gpu_board
 from specmon.orchestration.runs.manager import RunManager
 

@@ -14,6 +14,7 @@ from specmon.errors import UserError
 from specmon.model.logs.clean import PrintableStream, printable
 from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.view import node_prefix
 from specmon.sources.tailer import LogTailer, TailBatch, last_lines
 from specmon.sources.transport import TransportError
@@ -51,7 +52,7 @@ class _Printer:
 
 def _targets(manager: RunManager, record: RunRecord, node: int | None) -> list[tuple[RunRecord, str]]:
     """The logs to show: a single run's, one node's (--node), or every node's with a `[node R] ` prefix."""
-    nodes = manager.node_records(record)
+    nodes = manager.index.node_records(record)
     if node is None:
         return [(n, node_prefix(n.node_rank)) for n in nodes] or [(record, "")]
     if not nodes:
@@ -72,7 +73,7 @@ async def _follow(manager: RunManager, record: RunRecord, offset: int, printer: 
 
     task = asyncio.create_task(follow())
     try:
-        await manager.process_ended(record)
+        await process_ended(manager.ops(record.host), record)
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -81,7 +82,7 @@ async def _follow(manager: RunManager, record: RunRecord, offset: int, printer: 
 
 def run(args: argparse.Namespace) -> int:
     async def body(manager: RunManager) -> int:
-        targets = _targets(manager, manager.find(args.target), args.node)
+        targets = _targets(manager, manager.index.find(args.target), args.node)
         started = []
         for record, prefix in targets:
             ops = manager.ops(record.host)

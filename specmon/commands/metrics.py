@@ -61,7 +61,7 @@ def _line(update: ServingUpdate, as_json: bool) -> str:
 
 
 async def show(manager: RunManager, args: argparse.Namespace) -> int:
-    run_id = manager.find(args.target).run_id
+    run_id = manager.index.find(args.target).run_id
     view = next((v for v in await manager.refresh() if v.run_id == run_id), None) or manager.view(run_id)
     if view.state != RunStatus.READY:
         raise UserError(f"{view.profile} ({run_id}) is {view.state}, not ready: no serving metrics to read")

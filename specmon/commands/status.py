@@ -32,6 +32,7 @@ from specmon.model.text.secrets import redact_text, redact_value
 from specmon.orchestration.runs.adoption import HostRun
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.store import Unreadable
+from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView, unreadable_json
 
 WINDOW_S = 24 * 3600     # ended runs older than this are listed only with --all
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> int:
         # A run found on a host and adopted belongs to no profiles file: --host lists every file's runs there.
         views = await manager.refresh(all_configs=args.all or bool(args.host))
         if profile is not None:
-            views = [v for v in views if v.profile == profile and v.belongs_to(manager.config_key)]
+            views = [v for v in views if v.profile == profile and v.belongs_to(manager.index.config_key)]
         found: list[HostRun] = []
         if args.host:
             views = [v for v in views if args.host in (v.host, *(node.host for node in v.nodes))]
@@ -157,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
             shown = [v for v in views if v.active or time.time() - v.started_at <= WINDOW_S]
             hidden = len(views) - len(shown)
             views = shown
-        broken = manager.unreadable() if profile is None and not args.host else []
-        for warning in manager.state_warnings:
+        broken = manager.index.unreadable() if profile is None and not args.host else []
+        for warning in manager.index.state_warnings:
             print(f"specmon: warning: {warning}", file=sys.stderr)
         unanswered = manager.unanswered
         for reason in unanswered.values():
@@ -174,13 +175,13 @@ def run(args: argparse.Namespace) -> int:
             return code
         if views or broken:
             header = ("PROFILE", "RUN", "STATE", "PID", "PORT", "SHARDS", "LOAD", "URL", "NOTE")
-            _table([header] + [r for v in views for r in _rows(v, v.belongs_to(manager.config_key), unanswered)]
+            _table([header] + [r for v in views for r in _rows(v, v.belongs_to(manager.index.config_key), unanswered)]
                    + [_unreadable_row(u) for u in broken])
         elif not found:
             print("no runs" + (f" on {args.host}" if args.host else "")
                   + (f" (and {hidden} older: `specmon status --all`)" if hidden else ""))
         for v in (n for view in views for n in (view, *view.nodes) if n.still_running):
-            print(_still_running(v, manager.stop_timings.grace_s))
+            print(_still_running(v, StopTimings().grace_s))
         if hidden and (views or broken):
             print(f"({hidden} run(s) ended over {WINDOW_S // 3600} h ago not shown: `specmon status --all` lists them, "
                   "`specmon forget` removes them)")

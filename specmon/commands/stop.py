@@ -9,12 +9,12 @@ already gone, failed: why). Exit 1 when one failed.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 
 from specmon.commands._bulk import add_scope_arguments, run_scoped, scope_of
 from specmon.commands._lifecycle import print_report, run_with_manager
 from specmon.orchestration.runs.bulk import stop_all
 from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,8 +32,6 @@ def run(args: argparse.Namespace) -> int:
     scope = scope_of(args, args.target)
 
     async def body(manager: RunManager) -> int:
-        if args.grace is not None:
-            manager.stop_timings = dataclasses.replace(manager.stop_timings, grace_s=max(0.0, args.grace))
         if scope is not None:
             return await run_scoped(manager, args, scope, "stop",
                                     lambda views: stop_all(manager, views, force=args.force))
@@ -41,4 +39,5 @@ def run(args: argparse.Namespace) -> int:
         print_report(report)
         return 0 if report.clean else 1
 
-    return run_with_manager(args, body)
+    timings = StopTimings() if args.grace is None else StopTimings(grace_s=max(0.0, args.grace))
+    return run_with_manager(args, body, stop_timings=timings)

@@ -26,6 +26,7 @@ from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, fallin
 from specmon.model.text.numbers import counted
 from specmon.model.workload.datasets import DATASETS
 from specmon.model.workload.goodput import parse_slo
+from specmon.orchestration.measure.comparison import ready_url
 from specmon.orchestration.measure.sweep import (
     SweepNotice,
     SweepSpec,
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
         manager = RunManager(config)
         try:
             served_as = served_model_names(config.profile(args.profile_name).command)
-            return await run_sweep(spec_for(await manager.ready_url(args.profile_name), served_as), on_update)
+            return await run_sweep(spec_for(await ready_url(manager, args.profile_name), served_as), on_update)
         finally:
             await manager.close()
 

@@ -47,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    return run_with_manager(args, lambda manager: wait_for(manager, manager.find(args.target).run_id, args))
+    return run_with_manager(args, lambda manager: wait_for(manager, manager.index.find(args.target).run_id, args))
 
 
 async def wait_for(manager: RunManager, run_id: str, args: argparse.Namespace) -> int:

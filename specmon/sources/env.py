@@ -6,7 +6,7 @@
     await gpu_inventory(transport)                   -> SmiInventory | None  (`nvidia-smi -q -x`)
 
 Each raises EnvProbeError with a one-line reason naming the host when it cannot answer; the pure parsing is in
-specmon.model.hosts.env and specmon.model.hosts.gpu.
+specmon.model.machine.env and specmon.model.machine.gpu.
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ import shlex
 from collections.abc import Iterable
 from pathlib import Path
 
-from specmon.model.hosts.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
-from specmon.model.hosts.gpu import SmiError, SmiInventory, parse_xml
 from specmon.model.logs.clean import one_line
+from specmon.model.machine.env import NcclLog, ProcessEnv, Startup, parse_environ, parse_nccl_log, parse_startup
+from specmon.model.machine.gpu import SmiError, SmiInventory, parse_xml
 from specmon.model.text.secrets import redact_env
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
 _STARTUP_MARK = "<<specmon-startup>>"

@@ -3,7 +3,7 @@ compute processes and the specmon run each belongs to, all through a Transport (
 
     probe = GpuProbe(transport, interval_s=1.0, apps_every_s=5.0, on_update=callback)
     probe.start()           # owns two tasks until `await probe.close()`
-    probe.board             # specmon.model.hosts.gpu.GpuBoard: latest sample, history, holders; `.error` when stale
+    probe.board             # specmon.model.machine.gpu.GpuBoard: latest sample, history, holders; `.error` when stale
     board = await snapshot(transport)   # one query + one apps poll, for `specmon gpus`
 
 Contract:
@@ -24,7 +24,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from specmon.model.hosts.gpu import (
+from specmon.model.machine.gpu import (
     APPS_FIELDS,
     QUERY_FIELDS,
     ComputeApp,

@@ -31,7 +31,7 @@ from textual.widgets import Static
 
 from specmon.model.config import Config
 from specmon.model.config.keymap import KEYS
-from specmon.model.hosts.env import Difference, EnvReport
+from specmon.model.machine.env import Difference, EnvReport
 from specmon.model.runs.selection import RunScope
 from specmon.model.server.serving import sweep_live_line
 from specmon.model.sweeps.sweepstats import SweepProgress

@@ -24,8 +24,8 @@ from specmon.model.charts.levelrow import LevelRow, rows_of
 from specmon.model.config import Config
 from specmon.model.experiments.bands import experiment_summary, grid_verdict, label, with_grid_verdict
 from specmon.model.experiments.verdict import ExperimentSummary, summarize_passes, summarize_profiles
-from specmon.model.hosts.env import Difference, EnvReport
-from specmon.model.hosts.gpu import GpuBoard
+from specmon.model.machine.env import Difference, EnvReport
+from specmon.model.machine.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
 from specmon.model.runs.selection import RunScope
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
@@ -33,6 +33,7 @@ from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
 from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.inspect.environment import diff_targets, env_report, gpu_transport
+from specmon.orchestration.inspect.runlog import log_state
 from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
 from specmon.orchestration.measure.experiment import (
@@ -143,7 +144,7 @@ class EngineBridge:
         """A run that ended before this session shows what its log said (its speculative set-up, memory fraction);
         an unreadable log (a host out of reach) leaves its card as its record has it."""
         try:
-            state = await self.manager.log_state(view.run_id)
+            state = await log_state(self.manager, view.run_id)
         except (TransportError, TimeoutError, OSError, UserError):
             return
         current = self._views.get(view.profile)
@@ -488,7 +489,7 @@ class EngineBridge:
                 publish(with_grid_verdict(so_far, baseline))
 
         self._post(ChartCleared())   # a fresh chart for the experiment's profiles
-        before = {record.run_id for record in self.manager.store.all()}
+        before = {record.run_id for record in self.manager.index.store.all()}
         try:
             state = await run_experiment(self.manager, self.config, name, results_dir=self.results_dir,
                                          resume=request.resume, on_update=on_update)
@@ -498,8 +499,8 @@ class EngineBridge:
         finally:
             # Its launches are this session's: a cancelled experiment leaves its current server up, and the demo's
             # q (or Q) must stop it as it stops the ones launched by key.
-            self.started_here.extend(record.run_id for record in self.manager.store.all()
-                                     if record.run_id not in before and self.manager.mine(record))
+            self.started_here.extend(record.run_id for record in self.manager.index.store.all()
+                                     if record.run_id not in before and self.manager.index.mine(record))
         summary = await asyncio.to_thread(lambda: experiment_summary(experiment_runs(state), state))
         # The chart's last picture comes from the summary the verdict is made of (its result files), so the crossover
         # drawn and the one the status line and the toast name are one figure (C≈5.69 on the chart beside C≈5.68).
@@ -556,7 +557,7 @@ class EngineBridge:
         hung = {view.run_id for view in self._views.values() if view.still_running}
         live = []
         for run_id in dict.fromkeys(self.started_here):
-            record = self.manager.store.load(run_id)
+            record = self.manager.index.store.load(run_id)
             if record is not None and (not record.terminal or run_id in hung):
                 live.append(run_id)
         if not live:

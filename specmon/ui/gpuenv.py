@@ -20,8 +20,8 @@ from textual.strip import Strip
 from textual.visual import Visual
 from textual.widgets import Static
 
-from specmon.model.hosts.env import Difference, EnvReport, diff_lines, report_lines
-from specmon.model.hosts.gpu import GpuBoard, GpuTrack
+from specmon.model.machine.env import Difference, EnvReport, diff_lines, report_lines
+from specmon.model.machine.gpu import GpuBoard, GpuTrack
 from specmon.model.text.numbers import sparkline
 from specmon.ui import format as fmt
 from specmon.ui.throttle import Throttle

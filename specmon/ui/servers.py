@@ -12,7 +12,7 @@ from textual.markup import escape
 from textual.message import Message
 from textual.widgets import Input, ProgressBar, Static
 
-from specmon.model.hosts.env import EnvReport
+from specmon.model.machine.env import EnvReport
 from specmon.model.runs.fleet import filter_line, fleet_matches, fleet_summary, needs_attention
 from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.model.server.serving import ServingUpdate, card_figure_lines, figure_texts

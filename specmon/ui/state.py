@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from specmon.model.charts.levelrow import LevelRow
-from specmon.model.hosts.env import EnvReport
+from specmon.model.machine.env import EnvReport
 from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
 from specmon.model.server.serving import ServingUpdate
 from specmon.model.sweeps.sweepstats import SweepProgress

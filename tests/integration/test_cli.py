@@ -13,7 +13,7 @@ from paths import REPO
 from process_support import run_specmon
 
 import specmon
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 
 pytestmark = pytest.mark.slow
 

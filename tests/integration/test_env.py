@@ -1,4 +1,4 @@
-"""Environment views, launch args and diffs: the pure model (specmon.model.hosts.env) and `specmon env` / `specmon diff`
+"""Environment views, launch args and diffs: the pure model (specmon.model.machine.env) and `specmon env` / `specmon diff`
 as a user runs them, with a real interpreter whose sitecustomize.py or .pth file injects NCCL variables and a real
 launched process whose /proc/PID/environ is read."""
 
@@ -18,7 +18,7 @@ from lifecycle_support import kill_marked
 from paths import FIXTURES, REPO
 from sshd_support import Sshd
 
-from specmon.model.hosts.env import (
+from specmon.model.machine.env import (
     REDACTED,
     EnvReport,
     Injection,

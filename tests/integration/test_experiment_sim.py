@@ -401,9 +401,9 @@ async def test_a_server_lost_in_the_last_level_of_a_pass_counts_as_an_attempt(
         state = await asyncio.wait_for(run_experiment(manager, config, "demo", results_dir=tmp_path / "results"),
                                        timeout=240)
     finally:
-        for view in manager.runs():
-            if view.state not in ("stopped", "exited", "failed"):
-                await manager.stop(view.run_id)
+        for record in manager.index.store.all():
+            if record.group is None and record.state not in ("stopped", "exited", "failed"):
+                await manager.stop(record.run_id)
     steps = [(s.profile, s.step, s.detail) for s in state.steps]
     assert [d for p, s, d in steps if (p, s) == (eagle, "launch")] == ["attempt 1", "attempt 2"], steps
     lost = [d for p, s, d in steps if (p, s) == (eagle, "failed")]

@@ -22,7 +22,7 @@ from paths import FIXTURES
 from sshd_support import Sshd, sshd_available
 
 from specmon.sources.gpu import GpuProbe, snapshot
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.local import LocalTransport
 
 FAKE = FIXTURES / "gpu" / "fake-nvidia-smi"

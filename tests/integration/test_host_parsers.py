@@ -1,5 +1,5 @@
-"""The pure parsers of what a host's /proc prints (model/hosts/procfs.py) on real captured text (tests/fixtures/procfs/,
-see its README), plus the per-process GPU memory that `specmon stop` waits on (model/hosts/gpu.py)."""
+"""The pure parsers of what a host's /proc prints (model/machine/procfs.py) on real captured text (tests/fixtures/procfs/,
+see its README), plus the per-process GPU memory that `specmon stop` waits on (model/machine/gpu.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES
 
-from specmon.model.hosts.gpu import memory_by_pid, parse_apps
-from specmon.model.hosts.procfs import (
+from specmon.model.machine.gpu import memory_by_pid, parse_apps
+from specmon.model.machine.procfs import (
     describe_process,
     free_ports_near,
     listener_inodes,

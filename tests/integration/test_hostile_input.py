@@ -21,7 +21,7 @@ from specmon.commands._table import table_text
 from specmon.errors import UserError
 from specmon.model.config import load_config
 from specmon.model.experiments.experiment import ExperimentState, profile_setup, utc_now_iso
-from specmon.model.hosts.gpu import SmiError, parse_query
+from specmon.model.machine.gpu import SmiError, parse_query
 from specmon.model.workload.datasets import load_dataset
 from specmon.orchestration.measure.experiment import save_state
 from specmon.sources.ssh import SSHTransport

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 
 
 @pytest.mark.slow

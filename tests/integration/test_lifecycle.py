@@ -34,9 +34,10 @@ from specmon.errors import UserError
 from specmon.model.config import Profile
 from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.local import LocalTransport
 from specmon.ui.rows import row_from_view
 
@@ -70,9 +71,10 @@ async def engine() -> AsyncIterator[Callable[..., tuple[RunManager, Recorder]]]:
     """Makes RunManagers over given profiles; stops every run they launched at the end."""
     made: list[RunManager] = []
 
-    def make(*profiles: Profile, grace_s: float = 3.0, state_dir: Path | None = None) -> tuple[RunManager, Recorder]:
+    def make(*profiles: Profile, grace_s: float = 3.0, state_dir: Path | None = None,
+             stop_timings: StopTimings | None = None) -> tuple[RunManager, Recorder]:
         manager = RunManager(config_of(*profiles), state_dir=state_dir,
-                             stop_timings=StopTimings(grace_s=grace_s, port_wait_s=10))
+                             stop_timings=stop_timings or StopTimings(grace_s=grace_s, port_wait_s=10))
         made.append(manager)
         return manager, Recorder(manager)
 
@@ -104,7 +106,7 @@ async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free
     # The server runs in its own session (detached from this test process).
     stat = Path(f"/proc/{view.pid}/stat").read_text().rpartition(")")[2].split()
     assert int(stat[3]) == view.pid != os.getsid(0)
-    assert manager.store.past_loads("sim", manager.config_key) == (pytest.approx(ready.load_seconds, abs=0.01),)
+    assert manager.index.store.past_loads("sim", manager.index.config_key) == (pytest.approx(ready.load_seconds, abs=0.01),)
     for _ in range(100):
         if notes.exists() and notes.read_text():
             break
@@ -116,7 +118,7 @@ async def test_launch_detects_ready_within_a_second_and_stop_frees_the_port(free
     assert not port_listening(port) and marked_pids(view.run_id) == []
     _, final = await rec.until(lambda v: v.state == "stopped", timeout=10)
     assert final.exit_code is not None
-    assert manager.store.load(view.run_id).state == "stopped"
+    assert manager.index.store.load(view.run_id).state == "stopped"
 
 
 async def test_the_card_and_the_eta_compare_a_load_with_the_same_past_loads(free_port_factory, engine) -> None:
@@ -126,7 +128,7 @@ async def test_the_card_and_the_eta_compare_a_load_with_the_same_past_loads(free
     port = free_port_factory()
     manager, rec = engine(sim_profile(port, time_scale=0.5, shards=8))
     for seconds in (30.0, 40.0, 100.0):
-        manager.store.record_load("sim", manager.config_key, seconds, time.time())
+        manager.index.store.record_load("sim", manager.index.config_key, seconds, time.time())
     view = await manager.launch("sim")
     _, loading = await rec.until(lambda v: v.run_id == view.run_id and v.state == "loading", timeout=30)
     assert loading.past_load_s == 40.0
@@ -251,13 +253,13 @@ async def test_reattach_in_a_new_manager_and_pid_reuse_is_lost(free_port_factory
     await rec.until(lambda v: v.state == "ready", timeout=40)
 
     # PID reuse: a record whose pid is alive but started at another time (this test process) is lost.
-    record = second.store.load(view.run_id)
+    record = second.index.store.load(view.run_id)
     me = os.getpid()
     start = int(Path(f"/proc/{me}/stat").read_text().rpartition(")")[2].split()[19])
     fake_dir = Path(view.run_dir).parent / "20000101-000000-abcdef"
     fake_dir.mkdir()
     (fake_dir / "server.log").write_text("old\n")
-    second.store.save(RunRecord(**{**record.__dict__, "run_id": fake_dir.name, "run_dir": str(fake_dir),
+    second.index.store.save(RunRecord(**{**record.__dict__, "run_id": fake_dir.name, "run_dir": str(fake_dir),
                                    "pid": me, "starttime": start + 1, "state": "loading", "ready_at": None}))
     views = {v.run_id: v for v in await second.refresh()}
     assert views[fake_dir.name].state == "lost" and "pid" in views[fake_dir.name].failure.message
@@ -271,7 +273,7 @@ async def test_restart_stops_the_old_run_and_launches_a_new_one(free_port_factor
     await rec.until(lambda v: v.run_id == first.run_id and v.state == "ready", timeout=40)
     second = await manager.restart("sim")
     assert second.run_id != first.run_id
-    assert manager.store.load(first.run_id).state == "stopped"
+    assert manager.index.store.load(first.run_id).state == "stopped"
     await rec.until(lambda v: v.run_id == second.run_id and v.state == "ready", timeout=40)
 
 
@@ -305,7 +307,7 @@ async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors
     finally:
         listener.close()
     runs_root = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
-    assert manager.store.all() == [] and not (runs_root.exists() and [p for p in runs_root.iterdir() if p.is_dir()])
+    assert manager.index.store.all() == [] and not (runs_root.exists() and [p for p in runs_root.iterdir() if p.is_dir()])
 
     missing = Profile(name="nopy", command=("/opt/nowhere/bin/python3", "-m", "specmon.sim"), port=free_port_factory())
     bare = Profile(name="bare", command=("no-such-interpreter-3.99",), port=free_port_factory())
@@ -322,7 +324,7 @@ async def test_busy_port_missing_command_and_unwritable_run_dir_are_clear_errors
     manager, _ = engine(sim_profile(free_port_factory()), state_dir=isolated_home / "local-state")
     with pytest.raises(UserError, match=r"^local: cannot create run directory .*/specmon/runs"):
         await manager.launch("sim")
-    assert manager.store.all() == []
+    assert manager.index.store.all() == []
 
 
 async def test_env_reaches_the_server_with_quotes_and_bad_names_are_refused(free_port_factory, engine) -> None:
@@ -361,8 +363,7 @@ async def test_stop_waits_for_gpu_memory_and_reports_a_holder(free_port_factory,
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
     profile = Profile(name="gpu", command=("/bin/sh", "-c", "sleep 60 & wait"), port=free_port_factory())
-    manager, _ = engine(profile)
-    manager.stop_timings = StopTimings(grace_s=3, port_wait_s=5, gpu_wait_s=1.5)
+    manager, _ = engine(profile, stop_timings=StopTimings(grace_s=3, port_wait_s=5, gpu_wait_s=1.5))
 
     view = await manager.launch("gpu")
     await asyncio.sleep(0.3)
@@ -431,13 +432,13 @@ async def test_process_ended_waits_for_the_server_process_and_returns_at_once_fo
     """What `specmon logs -f` waits on before it stops following: the run's process, not its log."""
     manager, rec = engine(sim_profile(free_port_factory()))
     view = await manager.launch("sim")
-    record = manager.store.load(view.run_id)
+    record = manager.index.store.load(view.run_id)
     assert record is not None and record.pid == view.pid
-    ended = asyncio.create_task(manager.process_ended(record, poll_s=0.1))
+    ended = asyncio.create_task(process_ended(manager.ops(record.host), record, poll_s=0.1))
     await rec.until(lambda v: v.state == "ready", timeout=40)
     assert not ended.done(), "returned while the server still runs"
     await manager.stop("sim")
     await asyncio.wait_for(ended, 10)                      # the process is gone: it returns
-    stopped = manager.store.load(view.run_id)
+    stopped = manager.index.store.load(view.run_id)
     assert stopped is not None and stopped.terminal
-    await asyncio.wait_for(manager.process_ended(stopped), 1)   # an ended run: at once, without polling
+    await asyncio.wait_for(process_ended(manager.ops(stopped.host), stopped), 1)   # an ended run: at once, without polling

@@ -18,7 +18,7 @@ from lifecycle_support import Cli, kill_marked, port_listening
 from lifecycle_support import profile_toml as _profile
 from process_support import wait_until
 
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 
 pytestmark = pytest.mark.slow
 

@@ -108,7 +108,7 @@ async def test_two_nodes_launch_with_their_ranks_become_ready_with_rank0_and_sto
     assert not port_listening(port)
     final = manager.view(launched.run_id)
     assert final.state == "stopped" and [n.state for n in final.nodes] == ["stopped", "stopped"]
-    assert manager.store.load(launched.run_id).state == "stopped"
+    assert manager.index.store.load(launched.run_id).state == "stopped"
 
 
 @pytest.mark.slow
@@ -168,7 +168,7 @@ async def test_a_busy_master_port_refuses_the_launch_before_anything_starts(free
         manager, _ = engine(two_node_profile(port, master_port))
         with pytest.raises(UserError, match=rf"node-a: master_port {master_port} is already in use"):
             await manager.launch("mn")
-        assert manager.store.all() == []
+        assert manager.index.store.all() == []
     finally:
         busy.close()
         await busy.wait_closed()
@@ -191,7 +191,7 @@ async def test_two_racing_multinode_launches_of_one_profile_start_exactly_one(fr
         lost = [r for r in results if isinstance(r, BaseException)]
         assert len(won) == 1 and len(lost) == 1, f"attempt {attempt}: {results}"
         assert isinstance(lost[0], UserError) and "is still" in str(lost[0]), lost[0]
-        groups = {r.group for r in first.store.all() if r.group is not None and not r.terminal}
+        groups = {r.group for r in first.index.store.all() if r.group is not None and not r.terminal}
         assert groups == {won[0].run_id}, f"attempt {attempt}: live node runs of {groups}"
         report = await first.stop(won[0].run_id, force=True)
         assert report.stopped, report

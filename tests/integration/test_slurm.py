@@ -65,7 +65,7 @@ async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_is_swept_and_
     filler = slurm.fill_node()
     manager, views = managers(slurm_profile(free_port))
     view = await manager.launch("sim")
-    record = manager.store.load(view.run_id)
+    record = manager.index.store.load(view.run_id)
     assert record is not None and record.slurm_job is not None
     job = record.slurm_job
     assert slurm.run("squeue", "-h", "-j", job, "-o", "%j").strip() == f"specmon-{view.run_id}"
@@ -94,7 +94,7 @@ async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_is_swept_and_
     assert report.clean and report.stopped
     assert slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "CANCELLED")
     assert not port_listening(free_port)
-    assert manager.store.load(view.run_id).state == "stopped"
+    assert manager.index.store.load(view.run_id).state == "stopped"
 
 
 async def test_a_job_cancelled_outside_specmon_is_reported_cancelled(slurm: SlurmCluster, managers,
@@ -102,7 +102,7 @@ async def test_a_job_cancelled_outside_specmon_is_reported_cancelled(slurm: Slur
     manager, views = managers(slurm_profile(free_port))
     view = await manager.launch("sim")
     await views.until(lambda v: v.state == "ready", timeout=90)
-    slurm.run("scancel", manager.store.load(view.run_id).slurm_job)
+    slurm.run("scancel", manager.index.store.load(view.run_id).slurm_job)
     ended = await views.until(lambda v: v.state in ("exited", "failed", "stopped", "lost"), timeout=30)
     assert ended.state == "exited" and ended.failure is not None
     assert ended.failure.kind == "cancelled" and "cancelled outside specmon" in ended.failure.message
@@ -136,7 +136,7 @@ async def test_a_request_slurm_refuses_is_one_line_and_leaves_nothing_behind(slu
         await manager.launch("sim")
     message = str(caught.value)
     assert message.startswith("local: sbatch refused the job: ") and "invalid partition" in message.lower(), message
-    assert manager.store.all() == [] and slurm.jobs() == []
+    assert manager.index.store.all() == [] and slurm.jobs() == []
     runs_root = Path(os.environ["XDG_STATE_HOME"]) / "specmon" / "runs"
     assert not runs_root.exists() or [p.name for p in runs_root.iterdir() if not p.name.startswith(".")] == []
 
@@ -204,10 +204,10 @@ async def test_a_login_node_reached_over_ssh_submits_follows_and_cancels_the_job
         assert ready.host == "gpu1" and ready.job is not None and ready.job.startswith("RUNNING on localhost")
         assert "ready to roll" in Path(ready.log_path).read_text()
         report = await manager.stop("sim")
-        job = manager.store.load(view.run_id).slurm_job
+        job = manager.index.store.load(view.run_id).slurm_job
         assert report.clean and slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in (
             "", "CANCELLED")
-        assert manager.store.load(view.run_id).state == "stopped" and not port_listening(free_port)
+        assert manager.index.store.load(view.run_id).state == "stopped" and not port_listening(free_port)
     finally:
         await stop_everything([manager])
         sshd.stop()
@@ -229,13 +229,13 @@ async def test_a_job_launched_from_another_jump_box_is_found_by_its_name_and_ado
         assert found.run_id == launched.run_id and found.running   # queued: its job is there, though no pid is
         adopted = await here.adopt("local", launched.run_id)
         assert adopted.state == "launching"
-        assert here.store.load(launched.run_id).slurm_job == other.store.load(launched.run_id).slurm_job
+        assert here.index.store.load(launched.run_id).slurm_job == other.index.store.load(launched.run_id).slurm_job
         await here.attach(launched.run_id)
         slurm.run("scancel", filler)
         ready = await views.until(lambda v: v.state == "ready", timeout=90)
         assert ready.job is not None and ready.job.startswith("RUNNING on localhost")
         assert (await here.stop(launched.run_id)).clean
-        assert here.store.load(launched.run_id).state == "stopped"
+        assert here.index.store.load(launched.run_id).state == "stopped"
     finally:
         await stop_everything([here])
 
@@ -430,7 +430,7 @@ async def test_a_job_whose_node_fails_ends_as_node_fail_not_back_in_the_queue(sl
     ended = await views.until(lambda v: not v.active, timeout=60)
     assert ended.state == "exited" and ended.failure is not None, ended
     assert ended.failure.kind == "node_fail" and "ended because its node failed" in ended.failure.message
-    job = manager.store.load(view.run_id).slurm_job
+    job = manager.index.store.load(view.run_id).slurm_job
     assert slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "NODE_FAIL")
 
 
@@ -501,7 +501,7 @@ async def test_the_tuis_gpu_pane_of_a_slurm_profile_shows_its_jobs_node_not_the_
         monkeypatch.setenv("FAKE_SMI_APPS_OF", f"{view.run_id}:1:4000")
         slurm.run("scancel", filler)
         await views.until(lambda v: v.state == "ready", timeout=90)
-        job = manager.store.load(view.run_id).slurm_job
+        job = manager.index.store.load(view.run_id).slurm_job
         await until(lambda: f"local job {job} on localhost · 2 GPUs" in pane_text(app), pilot.pause, 60)
         # The holders were read inside the allocation too: the run's server holds GPU 1, named by its profile.
         await until(lambda: pane_text(app).splitlines()[4].endswith(" sim"), pilot.pause, 30)
@@ -517,7 +517,7 @@ async def test_a_node_that_cannot_see_the_run_directory_fails_the_run_in_one_lin
     assert ended.state == "failed" and ended.failure is not None, ended
     message = ended.failure.message
     assert ended.failure.kind == "no_shared_fs" and "\n" not in message, ended.failure
-    assert message.startswith(f"Slurm job {manager.store.load(view.run_id).slurm_job} ended (FAILED, "
+    assert message.startswith(f"Slurm job {manager.index.store.load(view.run_id).slurm_job} ended (FAILED, "
                               "JobLaunchFailure) before the run started: node localhost cannot see the run directory "
                               f"{view.run_dir} on local; it must be on a file system local and the compute nodes "
                               "share"), message
@@ -533,7 +533,7 @@ async def test_a_job_killed_over_its_memory_limit_is_reported_oom(slurm_memory: 
     view = await manager.launch("sim")
     ended = await views.until(lambda v: not v.active, timeout=60)
     assert ended.state == "failed" and ended.failure is not None, ended
-    job = manager.store.load(view.run_id).slurm_job
+    job = manager.index.store.load(view.run_id).slurm_job
     assert ended.failure.kind == "oom", ended.failure
     assert ended.failure.message == (f"Slurm job {job} ran out of memory (Slurm's memory limit): slurmstepd killed it "
                                      "(exceeded job memory limit; Slurm says FAILED)"), ended.failure
@@ -551,7 +551,7 @@ async def test_a_job_the_kernel_kills_in_its_memory_cgroup_ends_as_slurms_out_of
     # The log's "Killed" fails the run at once; Slurm's own verdict follows when the job has ended.
     ended = await views.until(lambda v: not v.active and v.failure is not None and v.failure.message.startswith(
         "Slurm job"), timeout=60)
-    job = manager.store.load(view.run_id).slurm_job
+    job = manager.index.store.load(view.run_id).slurm_job
     assert slurm_cgroup_memory.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T").strip() == "OUT_OF_MEMORY"
     assert ended.state == "failed" and ended.failure is not None, ended
     assert (ended.failure.kind, ended.failure.message) == (

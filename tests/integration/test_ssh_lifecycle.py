@@ -140,7 +140,7 @@ async def test_remote_launch_ready_sweep_reattach_and_stop(sshd: Sshd, remote, f
     report = await again.stop(view.run_id)
     assert report.stopped and view.pid in report.pids
     assert marked_pids(view.run_id) == [] and not port_listening(port)
-    assert again.store.load(view.run_id).state == "stopped"
+    assert again.index.store.load(view.run_id).state == "stopped"
 
 
 async def test_profile_env_reaches_the_remote_server_intact(sshd: Sshd, remote, free_port_factory) -> None:

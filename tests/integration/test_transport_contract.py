@@ -456,7 +456,7 @@ async def test_port_holder_names_the_process_listening_on_the_hosts_port(host: H
     import subprocess
     import sys
 
-    from specmon.sources.host import HostOps
+    from specmon.sources.hostshell import HostOps
 
     listener = subprocess.Popen([sys.executable, "-c", "import socket, sys, time; s = socket.socket(); "
                                  "s.bind(('127.0.0.1', 0)); s.listen(); print(s.getsockname()[1], flush=True); "

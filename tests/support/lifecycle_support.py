@@ -122,7 +122,7 @@ async def stop_everything(managers: Iterable[RunManager]) -> None:
     run as a whole, not node by node), close them, then kill whatever still carries those runs' markers."""
     run_ids = []
     for manager in managers:
-        for record in manager.store.all():
+        for record in manager.index.store.all():
             run_ids.append(record.run_id)
             if not record.terminal and record.group is None:
                 with contextlib.suppress(Exception):

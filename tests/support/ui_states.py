@@ -14,8 +14,8 @@ from specmon.model.charts.levelrow import LevelRow
 from specmon.model.config import Config, Profile, SweepDefaults
 from specmon.model.experiments.bands import GridVerdict, grid_verdict
 from specmon.model.experiments.verdict import LevelSummary, ProfileSummary
-from specmon.model.hosts.env import EnvReport, Injection, ProcessEnv, Startup
-from specmon.model.hosts.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
+from specmon.model.machine.env import EnvReport, Injection, ProcessEnv, Startup
+from specmon.model.machine.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.model.runs.runstate import LogPhase
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env

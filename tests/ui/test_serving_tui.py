@@ -122,7 +122,7 @@ async def test_remote_card_reads_metrics_over_the_one_ssh_connection(sshd: Sshd,
     run_ids: list[str] = []
 
     def reads() -> int:   # as the server saw them: its access log (the sshd's host is this machine)
-        runs = app.engine.manager.runs()   # type: ignore[attr-defined]
+        runs = app.engine.manager.index.store.all()   # type: ignore[attr-defined]
         log = Path(runs[0].log_path) if runs else None
         return log.read_text().count("GET /metrics") if log is not None and log.exists() else 0
 
@@ -130,7 +130,7 @@ async def test_remote_card_reads_metrics_over_the_one_ssh_connection(sshd: Sshd,
         try:
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "far"), 60, "READY")
-            run_ids += [v.run_id for v in app.engine.manager.runs()]  # type: ignore[attr-defined]
+            run_ids += [v.run_id for v in app.engine.manager.index.store.all()]  # type: ignore[attr-defined]
             await wait_until(pilot, lambda: reads() >= 2, 20, "the first reads of /metrics")
             at_ready, first = logins(sshd), reads()
             await wait_until(pilot, lambda: reads() >= first + 20, 30, "20 more reads")
@@ -157,7 +157,7 @@ async def test_a_server_without_metrics_says_so_once(tmp_path: Path, free_port: 
             await wait_until(pilot, lambda: "READY" in card_text(app, "bare"), 60, "READY")
             await wait_until(pilot, lambda: "no /metrics (HTTP 404)" in card_text(app, "bare"), 20, "the note")
             await pilot.pause(1.5)   # 7 intervals: no more asking
-            log = Path(app.engine.manager.runs()[0].log_path).read_text()   # type: ignore[attr-defined]
+            log = Path(app.engine.manager.index.store.all()[0].log_path).read_text()   # type: ignore[attr-defined]
             assert log.count("GET /metrics") == 1
             assert "--enable-metrics" in card_text(app, "bare")
         finally:
@@ -180,7 +180,7 @@ async def test_metrics_that_stop_answering_while_the_process_runs_raise_an_alert
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "froze"), 60, "READY")
             await wait_until(pilot, lambda: "run 0" in card_text(app, "froze"), 20, "the serving view")
-            frozen = marked_pids(app.engine.manager.runs()[0].run_id)   # type: ignore[attr-defined]
+            frozen = marked_pids(app.engine.manager.index.store.all()[0].run_id)   # type: ignore[attr-defined]
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
             await wait_until(pilot, lambda: any("/metrics stopped answering" in t for t in toasts), 30, "the toast")
@@ -262,7 +262,7 @@ async def test_a_server_that_is_killed_raises_no_metrics_alert(tmp_path: Path, f
             await pilot.press("l")
             await wait_until(pilot, lambda: "READY" in card_text(app, "gone"), 60, "READY")
             await wait_until(pilot, lambda: "run 0" in card_text(app, "gone"), 20, "the serving view")
-            for pid in marked_pids(app.engine.manager.runs()[0].run_id):   # type: ignore[attr-defined]
+            for pid in marked_pids(app.engine.manager.index.store.all()[0].run_id):   # type: ignore[attr-defined]
                 os.kill(pid, signal.SIGKILL)
             await wait_until(pilot, lambda: "READY" not in card_text(app, "gone"), 30, "the card to leave READY")
             await pilot.pause(1.0)

@@ -34,7 +34,7 @@ async def test_remote_profile_launch_ready_and_sweep_over_the_forward(sshd: Sshd
             await wait_until(pilot, lambda: "READY" in card_text(app, "far"), 60, "READY")
             card = card_text(app, "far")
             assert f"gpu2:{free_port}" in card and "connected" in card
-            run_ids += [v.run_id for v in app.engine.manager.runs()]  # type: ignore[attr-defined]
+            run_ids += [v.run_id for v in app.engine.manager.index.store.all()]  # type: ignore[attr-defined]
             await pilot.press("s")
             await pilot.pause()
             await pilot.press("enter")
@@ -96,7 +96,7 @@ async def test_a_blackholed_host_delays_only_its_own_card(sshd: Sshd, tmp_path: 
             print(f"launch up to {launch_s:.1f} s; key while hung {key_s * 1000:.0f} ms; late READY and far down "
                   f"after {late_s:.1f} s; far: {card_text(app, 'far')!r}")
             assert key_s < connect_timeout_s, f"a key press took {key_s:.1f} s while one link hung"
-            run_ids += [v.run_id for v in app.engine.manager.runs()]  # type: ignore[attr-defined]
+            run_ids += [v.run_id for v in app.engine.manager.index.store.all()]  # type: ignore[attr-defined]
         finally:
             relay.restore()
             await pilot.press("Q")

@@ -19,7 +19,7 @@ from textual.widgets import Static
 from ui_states import fed_app
 
 from specmon.model.config import parse_config
-from specmon.model.hosts.gpu import GpuBoard, parse_query
+from specmon.model.machine.gpu import GpuBoard, parse_query
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
 from specmon.ui.gpuenv import GpuEnvPane, sparklines

@@ -464,7 +464,7 @@ async def test_quit_while_a_launch_is_in_flight_waits_for_it_then_stops_its_serv
     config = sim_config({"demo-a": free_port})
     bridge = EngineBridge(config, results_dir=tmp_path / "results")
     launch = asyncio.create_task(bridge.launch("demo-a"))   # the app's worker for `l`
-    while not bridge.manager.store.all():   # the launch is under way: its record is written, its pid not yet
+    while not bridge.manager.index.store.all():   # the launch is under way: its record is written, its pid not yet
         assert not launch.done(), launch
         await asyncio.sleep(0.002)
     await bridge.close(stop_started=True)

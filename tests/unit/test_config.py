@@ -21,7 +21,7 @@ from specmon.model.config import (
     parse_host,
     served_model_names,
 )
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 
 RUNNING = python_module("specmon")   # `specmon` at the start of a local profile's command
 

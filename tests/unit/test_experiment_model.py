@@ -165,7 +165,7 @@ def test_versions_and_env_differences_are_warnings() -> None:
                     setup={"env": {"NCCL_DEBUG": "INFO"}})
     warnings = summarize([a, b]).warnings
     assert "server versions differ: base 0.5.23, eagle 0.5.24" in warnings
-    assert "eagle vs base: differs: NCCL_DEBUG: WARN vs INFO [env: launch]" in warnings   # the shared rule (model.hosts.env)
+    assert "eagle vs base: differs: NCCL_DEBUG: WARN vs INFO [env: launch]" in warnings   # the shared rule (model.machine.env)
 
 
 def write_sweep(path: Path, result: SweepResult, levels: int) -> None:

@@ -1,11 +1,11 @@
-"""nvidia-smi parsers (specmon.model.hosts.gpu) on real captures from a two-H200 host (tests/fixtures/gpu/README.md)."""
+"""nvidia-smi parsers (specmon.model.machine.gpu) on real captures from a two-H200 host (tests/fixtures/gpu/README.md)."""
 
 from __future__ import annotations
 
 import pytest
 from paths import FIXTURES
 
-from specmon.model.hosts.gpu import (
+from specmon.model.machine.gpu import (
     ComputeApp,
     GpuBoard,
     QueryStream,

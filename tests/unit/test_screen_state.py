@@ -4,7 +4,7 @@ what a key refuses, which runs a sweep offers."""
 from __future__ import annotations
 
 from specmon.model.charts.levelrow import LevelRow
-from specmon.model.hosts.env import EnvReport
+from specmon.model.machine.env import EnvReport
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import ServingUpdate
 from specmon.ui import state as screen

@@ -6,7 +6,8 @@ scanner that gives each problem its line) and `loading` (load_config: discovery 
 part that reads files). What callers use is re-exported here, so `from specmon.model.config import X` keeps
 working.
 
-`keymap` beside them: the TUI's key table and the rules for remapping it in `[keys]`.
+`keymap` beside them: the TUI's key table and the rules for remapping it in `[keys]`; `grid`: a tuning grid in an
+experiment, its variants derived from the base profile in memory.
 """
 
 from specmon.model.config.keys import format_key, locate_keys

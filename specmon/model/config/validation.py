@@ -39,7 +39,7 @@ from specmon.model.config.types import (
     command_port,
     parse_host,
 )
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 from specmon.model.runs import slurm
 from specmon.model.runs.multinode import DEFAULT_MASTER_PORT, dist_flag_problem
 from specmon.model.runs.slurm import SlurmRequest

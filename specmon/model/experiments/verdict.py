@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from specmon.model.hosts.env import EnvReport
+from specmon.model.machine.env import EnvReport
 from specmon.model.server.acceptance import DISAGREE_FRACTION, LevelAcceptance
 from specmon.model.sweeps import compare
 from specmon.model.sweeps.compare import ComparedRun, find_crossover

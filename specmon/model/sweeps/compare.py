@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specmon.errors import UserError
-from specmon.model.hosts.env import EnvReport, confounds, diff_reports
 from specmon.model.logs.clean import one_line
+from specmon.model.machine.env import EnvReport, confounds, diff_reports
 from specmon.model.sweeps.results import LevelResult, SweepResult
 from specmon.model.text.numbers import fmt_count
 
@@ -216,7 +216,7 @@ def confound_warnings(runs: Sequence[ComparedRun]) -> list[str]:
     Workload: different prompt or output lengths (or API, prompts, temperature) measure different things.
     Client-bound levels measured the load generator, not the server.
     Set-up (where each run's `setup` was read): any environment variable of the GPU families, launch argument
-    other than the speculative ones, or version that differs from the first run's (specmon.model.hosts.env.confounds).
+    other than the speculative ones, or version that differs from the first run's (specmon.model.machine.env.confounds).
     """
     warnings: list[str] = []
     different_models = model_warning([(r.label, r.model) for r in runs])

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from specmon.errors import UserError
 from specmon.model.config import Profile
-from specmon.model.hosts.env import (
+from specmon.model.machine.env import (
     Difference,
     EnvReport,
     NcclLog,
@@ -30,7 +30,7 @@ from specmon.model.hosts.env import (
     diff_reports,
     key_launch_args,
 )
-from specmon.model.hosts.gpu import GpuBoard, SmiInventory
+from specmon.model.machine.gpu import GpuBoard, SmiInventory
 from specmon.model.runs.record import RunRecord
 from specmon.model.text.secrets import redact_env
 from specmon.model.text.textfile import loads
@@ -38,7 +38,7 @@ from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.slurmjobs import job_transport
 from specmon.sources.env import EnvProbeError, gpu_inventory, nccl_log, run_processes, startup
 from specmon.sources.gpu import snapshot
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 from specmon.sources.transport import Transport, TransportError
 
 T = TypeVar("T")
@@ -55,9 +55,9 @@ async def _noted(probe: Awaitable[T], notes: list[str]) -> T | None:
 def _target(manager: RunManager, target: str) -> tuple[Profile | None, RunRecord | None]:
     """(profile, run) named by `target`: a run id, or a profile and its latest run that may still be running. A
     multi-node run stands for its rank 0 node (where the server answers)."""
-    record = manager.store.load(target) if RUN_ID.match(target) else None
+    record = manager.index.store.load(target) if RUN_ID.match(target) else None
     if record is not None and record.nodes:
-        record = manager.store.load(record.nodes[0]) or record
+        record = manager.index.store.load(record.nodes[0]) or record
     if record is not None:
         return manager.config.profiles.get(record.profile), record
     profile = manager.config.profiles.get(target)
@@ -65,7 +65,7 @@ def _target(manager: RunManager, target: str) -> tuple[Profile | None, RunRecord
         known = ", ".join(sorted(manager.config.profiles)) or "none"
         raise UserError(f"{target!r} is neither a profile of {manager.config.source} (known: {known}) "
                         "nor a known run id (see `specmon status`)")
-    live = [r for r in manager.store.all() if r.profile == profile.name and not r.terminal and r.group is None]
+    live = [r for r in manager.index.store.all() if r.profile == profile.name and not r.terminal and r.group is None]
     if live and live[-1].nodes:
         return _target(manager, live[-1].run_id)
     return profile, (live[-1] if live else None)
@@ -172,7 +172,7 @@ async def gpu_transport(manager: RunManager, target: str) -> Transport:
     run) on its job's node, through the allocation (UserError while no job of it runs); a run's or any other
     profile's on its host. The one choice behind `specmon gpus` and the TUI's GPU pane."""
     profile = manager.config.profiles.get(target)
-    record = manager.store.load(target) if RUN_ID.match(target) else None
+    record = manager.index.store.load(target) if RUN_ID.match(target) else None
     if profile is not None and profile.slurm is not None:
         record = _target(manager, target)[1]
     elif profile is not None:
@@ -191,4 +191,4 @@ async def gpu_board(manager: RunManager, host: str, timeout_s: float = 20.0) -> 
     """One reading of the GPUs of `host` (see gpu_transport: a host, profile or run) and their holders, with the
     runs this specmon knows (run id -> profile)."""
     board = await snapshot(await gpu_transport(manager, host), timeout_s=timeout_s)
-    return board, {r.run_id: r.profile for r in manager.store.all()}
+    return board, {r.run_id: r.profile for r in manager.index.store.all()}

@@ -8,7 +8,7 @@ profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anythi
 (SGLang without `--enable-metrics`) says so once and is not asked again.
 
 `read_fleet` reads every READY run once (two reads, `interval` apart: rates need two), hosts at once and each host's
-runs `hostpool.LANES_PER_HOST` at a time, for `specmon metrics --all`; a run that could not be read has its one-line
+runs `connections.LANES_PER_HOST` at a time, for `specmon metrics --all`; a run that could not be read has its one-line
 reason instead of figures.
 
 A read that fails while the server is ending or gone (stopped, killed, its job's time limit) raises no alert: the
@@ -34,8 +34,9 @@ from specmon.model.server.serving import (
     read_sample,
     update_of,
 )
-from specmon.orchestration.runs.hostpool import per_host
+from specmon.orchestration.runs.connections import per_host
 from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import run_notify
 from specmon.sources import timelimit
@@ -73,7 +74,7 @@ async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDIN
     ends within `grace_s` (killed, shutting down), or its Slurm job is near its time limit or no longer running.
     False: it still runs (stuck, frozen), or that cannot be known."""
     try:
-        record = manager.find(run_id)
+        record = manager.index.find(run_id)
     except Exception:   # its record is gone: so is the run
         return True
     if record.stop_requested or record.terminal:
@@ -84,7 +85,7 @@ async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDIN
             return job is None or not job.running or job.ending
         if record.pid is None:   # no process of its own to ask (a multi-node run's overall record)
             return False
-        await timelimit.wait_for(manager.process_ended(record), grace_s)
+        await timelimit.wait_for(process_ended(manager.ops(record.host), record), grace_s)
     except asyncio.TimeoutError:
         return False
     except Exception:   # the host cannot be asked (a dropped link): not known to be ending
@@ -223,7 +224,7 @@ class ServingWatcher:
         if profile is None or not profile.notify_cmd:
             return
         try:
-            record = self.manager.find(view.run_id)
+            record = self.manager.index.find(view.run_id)
         except Exception:   # the run's record is gone: nothing to say it with
             return
         task = run_notify(profile.notify_cmd, record, "alert", alert)

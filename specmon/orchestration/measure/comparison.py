@@ -2,6 +2,7 @@
 `demo --headless` and the experiment runner.
 
     comparison = await sweep_profiles(views, workload, results_dir=Path("results"), on_update=callback)
+    url = await ready_url(manager, "profile")     the URL of the profile's ready run (`specmon sweep PROFILE`)
 
 Each run is swept in the order given (never two at once: they would share the GPU or the client's CPU), against
 the URL its run owns, into `results_dir/<profile>-<UTC time>.jsonl`. `on_update` gets one stream of typed
@@ -16,10 +17,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from specmon.errors import UserError
 from specmon.loadgen.workload import Workload
+from specmon.model.runs.runstatus import RunStatus
 from specmon.model.sweeps.compare import Comparison, compare_results
 from specmon.model.sweeps.results import SweepResult
 from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, default_out_path, run_sweep
+from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView
 
 
@@ -47,6 +51,23 @@ class SweepFinished:
 
 
 ComparisonUpdate = SweepStarted | SweepUpdated | SweepFinished
+
+
+async def ready_url(manager: RunManager, profile_name: str) -> str:
+    """The URL of the profile's ready run: what a sweep of the profile measures. UserError when the profile has
+    no run, or its latest is not READY (stopped, failed, still loading): whatever answers on its port then is
+    not the profile's server, and its figures must not be filed under the profile's name."""
+    profile = manager.config.profile(profile_name)
+    hint = f"`specmon launch {profile.name} --wait` starts one; `--url URL` measures any server on purpose"
+    try:
+        run_id = manager.index.find(profile.name).run_id
+    except UserError:
+        raise UserError(f"profile {profile.name} has no ready run (none launched from {manager.config.source}): "
+                        f"{hint}") from None
+    view = next((v for v in await manager.refresh() if v.run_id == run_id), None) or manager.view(run_id)
+    if view.state != RunStatus.READY:
+        raise UserError(f"profile {profile.name} has no ready run (its latest, {run_id}, is {view.state}): {hint}")
+    return await manager.url_of(profile.name)   # as clients reach it (a remote run: through the host's forward)
 
 
 async def sweep_profiles(

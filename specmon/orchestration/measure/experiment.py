@@ -191,7 +191,7 @@ class ExperimentRunner:
     def _load_history(self) -> dict[str, tuple[float, ...]]:
         """What each profile's load is compared with before this experiment (see model.experiments.eta): its past
         loads from this profiles file, else (a grid's variant never launched) its base's, else its expected_load_s."""
-        store, key = self.manager.store, self.manager.config_key
+        store, key = self.manager.index.store, self.manager.index.config_key
         history = {}
         for name in self.spec.profiles:
             past = store.past_loads(name, key)
@@ -388,7 +388,7 @@ class ExperimentRunner:
     async def _clear_host(self, profile: Profile) -> None:
         """Stop the specmon runs in the way; report (and wait for, or abort on) anything else on the port."""
         ours = set(self.spec.profiles)
-        for record in self.manager.store.all():
+        for record in self.manager.index.store.all():
             if record.terminal or record.host != profile.host:
                 continue
             if record.port != profile.port and record.profile not in ours:

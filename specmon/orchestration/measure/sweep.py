@@ -47,7 +47,7 @@ from specmon.loadgen.shards import auto_processes
 from specmon.loadgen.workload import Workload
 from specmon.model.config import ENV_NAME, SweepDefaults
 from specmon.model.config.types import MAX_PROCESSES
-from specmon.model.hosts.interpreter import python_module
+from specmon.model.machine.interpreter import python_module
 from specmon.model.sweeps.results import LevelResult, SweepMeta, SweepResult, summarize_server, utc_now_iso
 from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress, client_bound, falling_behind
 from specmon.model.text import textfile

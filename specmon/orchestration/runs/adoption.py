@@ -19,11 +19,11 @@ from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import JobInfo
 from specmon.model.text.textfile import loads
 from specmon.orchestration.runs import multinode, slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
-from specmon.orchestration.runs.reconciler import Reconciler
+from specmon.orchestration.runs.reconciler import Reconciler, replay
 from specmon.orchestration.runs.view import RunView
-from specmon.sources.host import RUN_ID, HostOps
+from specmon.sources.hostshell import RUN_ID, HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.transport import SMALL_FILE_BYTES, TransportError
 
@@ -204,5 +204,5 @@ class Adopter:
         else its verdict from the files it left."""
         if job is not None:
             return dataclasses.replace(record, slurm_job=job.job_id, state=RunStatus.LAUNCHING)
-        rs, _ = await self.reconciler.replay(record)
+        rs, _ = await replay(ops, record)
         return (await slurmjobs.reconcile(ops, record, None, rs))(record)

@@ -6,7 +6,7 @@ the TUI's fleet stop.
     outcomes = await restart_all(manager, views)              each selected profile stopped and launched again
 
 Which runs is the pure rule of `model.runs.selection`. Hosts are worked on at once, each host's runs
-`hostpool.LANES_PER_HOST` at a time (`hostpool.per_host`), so a host that is slow or gone holds up only its own runs.
+`connections.LANES_PER_HOST` at a time (`connections.per_host`), so a host that is slow or gone holds up only its own runs.
 A run whose host did not answer the check is not tried again (each try would wait for it once more): its outcome
 says why. One run's failure is its outcome and never keeps the others from being stopped.
 """
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from specmon.errors import UserError
 from specmon.model.logs.clean import one_line
 from specmon.model.runs.selection import RunScope
-from specmon.orchestration.runs.hostpool import per_host
+from specmon.orchestration.runs.connections import per_host
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.view import RunView, StopReport
 from specmon.sources.transport import TransportError
@@ -61,7 +61,7 @@ async def select(manager: RunManager, scope: RunScope) -> list[RunView]:
     if scope.profile is not None:
         manager.config.profile(scope.profile)
     views = await manager.refresh(all_configs=True)
-    return [v for v in views if scope.takes(profile=v.profile, hosts=hosts_of(v), mine=v.belongs_to(manager.config_key),
+    return [v for v in views if scope.takes(profile=v.profile, hosts=hosts_of(v), mine=v.belongs_to(manager.index.config_key),
                                             live=v.active or v.still_running)]
 
 
@@ -109,7 +109,7 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
     once. A run launched from another profiles file cannot be launched from this one: its outcome says so."""
     firsts: dict[str, RunView] = {}
     for view in views:
-        if view.belongs_to(manager.config_key):
+        if view.belongs_to(manager.index.config_key):
             firsts.setdefault(view.profile, view)
 
     async def restart(view: RunView) -> RunOutcome:
@@ -126,7 +126,7 @@ async def restart_all(manager: RunManager, views: Sequence[RunView]) -> list[Run
     done = dict(zip(firsts, await per_host(list(firsts.values()), hosts_of, restart)))
     outcomes = []
     for view in views:
-        outcome = done.get(view.profile) if view.belongs_to(manager.config_key) else RunOutcome(
+        outcome = done.get(view.profile) if view.belongs_to(manager.index.config_key) else RunOutcome(
             view.run_id, view.profile, view.host, FAILED,
             f"launched from {view.config or 'an unknown profiles file'}: restart it with that file")
         assert outcome is not None

@@ -7,7 +7,9 @@ collects one warning line per failed write (`state_warnings`)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from specmon.errors import UserError
 from specmon.model.config import BUILTIN_SOURCE, Config
@@ -17,12 +19,34 @@ from specmon.orchestration.runs import multinode
 from specmon.orchestration.runs.store import RunStore, StateWriteError, Unreadable
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import node_url
-from specmon.sources.host import RUN_ID
+from specmon.sources.hostshell import RUN_ID
 
 
 def config_key(config: Config) -> str:
     """What ties a run to the profiles file that launched it: the file's real path (or the built-in name)."""
     return config.source if config.source == BUILTIN_SOURCE else os.path.realpath(config.source)
+
+
+class KnownRuns(Protocol):
+    """What front ends and the floors above read of the index (`RunManager.index`): the state files, which profiles
+    file a run belongs to, finding a run, a multi-node run's nodes, and what could not be read or written."""
+
+    @property
+    def store(self) -> RunStore: ...
+
+    @property
+    def config_key(self) -> str: ...
+
+    @property
+    def state_warnings(self) -> Sequence[str]: ...
+
+    def mine(self, record: RunRecord) -> bool: ...
+
+    def find(self, target: str) -> RunRecord: ...
+
+    def node_records(self, record: RunRecord) -> list[RunRecord]: ...
+
+    def unreadable(self) -> list[Unreadable]: ...
 
 
 class RunIndex:

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 
 from specmon.errors import PortBusy, UserError
 from specmon.model.config import Profile
@@ -19,12 +19,12 @@ from specmon.model.runs.record import NodeSeat, RunRecord, host_url, iso_utc
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.slurm import MASTER_ADDR_VAR
 from specmon.orchestration.runs import slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.reconciler import PID_WAIT_S, Reconciler
 from specmon.orchestration.runs.store import StateWriteError, new_run_id
 from specmon.orchestration.runs.terminate import StopTimings, terminate
-from specmon.sources.host import HostOps, check_env, wrapper_script
+from specmon.sources.hostshell import HostOps, check_env, wrapper_script
 from specmon.sources.transport import TransportError
 
 LOCK_WAIT_S = 60.0        # a racing launch waits this long for the host's launch lock (a launch holds it ~1-10 s)
@@ -41,8 +41,7 @@ def check_profile(profile: Profile) -> None:
 class Launcher:
     """Preflights and starts runs, one host's launch lock at a time."""
 
-    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler,
-                 stop_timings: Callable[[], StopTimings]) -> None:
+    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler, stop_timings: StopTimings) -> None:
         self.index = index
         self.hosts = hosts
         self.reconciler = reconciler
@@ -190,7 +189,7 @@ class Launcher:
                 info = await ops.proc(pid)
                 gone = dataclasses.replace(record, pid=pid, starttime=info.starttime if info else None)
                 with contextlib.suppress(TransportError, TimeoutError):
-                    await terminate(ops, gone, force=True, timings=self.stop_timings())
+                    await terminate(ops, gone, force=True, timings=self.stop_timings)
             await self.unmake(ops, record, True)
             raise
         return self.index.store.load(run_id) or record

@@ -41,7 +41,7 @@ from specmon.model.runs.runstatus import STARTING, RunStatus
 from specmon.orchestration.runs.store import RunStore, new_run_id
 from specmon.orchestration.runs.view import LogLine, RunView, StopReport
 from specmon.orchestration.runs.watcher import RunWatcher
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.transport import TransportError
 
 

@@ -20,17 +20,36 @@ from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.runs.verdicts import end_verdict, failure_of
 from specmon.orchestration.runs import multinode, slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool, per_host
+from specmon.orchestration.runs.connections import HostPool, per_host
 from specmon.orchestration.runs.index import RunIndex
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
 from specmon.sources.health import probe_of
+from specmon.sources.hostshell import HostOps
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import read_range
 from specmon.sources.transport import TransportError
 
 PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a record without one is given up at 3x)
 PROCESS_POLL_S = 0.5      # how often process_ended looks at the run's process
+
+
+async def replay(ops: HostOps, record: RunRecord) -> tuple[RunState, float | None]:
+    """The parser's state for a run's whole log (its last REPLAY_LIMIT bytes, read through its host's `ops`) and
+    the log's mtime (epoch s).
+
+    The parser gets no start time: its load time then comes from the log's own timestamps, which is right for a
+    load nobody watched.
+    """
+    watch = LogWatch(None)
+    code, out, _ = await ops.sh(f"stat -c '%s %Y' -- {shlex.quote(record.log_path)} 2>/dev/null")
+    fields = out.split() if code == 0 else []
+    size, mtime = (int(fields[0]), float(fields[1])) if len(fields) == 2 else (0, None)
+    data = await read_range(ops.transport, record.log_path, max(0, size - REPLAY_LIMIT), size)
+    with contextlib.suppress(Exception):   # a parser bug must not break `status`
+        watch.feed(data, time.time())
+        watch.close(time.time())
+    return watch.state, mtime
 
 
 class Reconciler:
@@ -49,7 +68,7 @@ class Reconciler:
             rs = None
             job = await SlurmHost(ops.transport).job(record.slurm_job)
             if job is None or not job.active:
-                rs, _ = await self.replay(record)
+                rs, _ = await replay(ops, record)
             return self.index.save(record, await slurmjobs.reconcile(ops, record, job, rs))
         if record.pid is None:
             return await self._adopt_pid(record)
@@ -63,7 +82,7 @@ class Reconciler:
             failure: Failure | None = Failure(RunStatus.LOST, reason)
             state = RunStatus.LOST
         else:
-            rs, _ = await self.replay(record)
+            rs, _ = await replay(ops, record)
             state, failure = end_verdict(record, rs, exit_code, lost=exit_code is None, stop_requested=stop)
             if failure is not None and failure is not record.failure:   # the log's verdict, new here
                 failure = await name_port_holder(ops, record.port, failure)
@@ -94,27 +113,11 @@ class Reconciler:
         # The wrapper has ended already: judge the run from what its directory says (start time unknown).
         return await self.reconcile(dataclasses.replace(record, pid=pid, starttime=-1))
 
-    async def replay(self, record: RunRecord) -> tuple[RunState, float | None]:
-        """The parser's state for the whole log (its last REPLAY_LIMIT bytes) and the log's mtime (epoch s).
-
-        The parser gets no start time: its load time then comes from the log's own timestamps, which is
-        right for a load nobody watched.
-        """
-        watch = LogWatch(None)
-        code, out, _ = await self.hosts.ops(record.host).sh(f"stat -c '%s %Y' -- {shlex.quote(record.log_path)} 2>/dev/null")
-        fields = out.split() if code == 0 else []
-        size, mtime = (int(fields[0]), float(fields[1])) if len(fields) == 2 else (0, None)
-        data = await read_range(self.hosts.ops(record.host).transport, record.log_path, max(0, size - REPLAY_LIMIT), size)
-        with contextlib.suppress(Exception):   # a parser bug must not break `status`
-            watch.feed(data, time.time())
-            watch.close(time.time())
-        return watch.state, mtime
-
     async def refresh(self, all_configs: bool = False) -> list[RunView]:
         """Check every run of this profiles file (`all_configs`: every run) that may still be running, once
         (for `specmon status`); returns their views, in the store's order.
 
-        Hosts are checked at once, each by `hostpool.LANES_PER_HOST` runs at a time: one after the other, 128 runs took
+        Hosts are checked at once, each by `connections.LANES_PER_HOST` runs at a time: one after the other, 128 runs took
         each one's round trips in turn (6 s on one host, and a host that does not answer held up every host after
         it). A host that does not answer costs its timeout once: its later runs are shown as last recorded."""
         records = [r for r in self.index.store.all() if (all_configs or self.index.mine(r)) and r.group is None]
@@ -178,7 +181,7 @@ class Reconciler:
             with contextlib.suppress(TransportError, TimeoutError):
                 queued = await SlurmHost(self.hosts.ops(record.host).transport).job(record.slurm_job)
                 job = queued.describe() if queued is not None else None
-        rs, mtime = await self.replay(record)
+        rs, mtime = await replay(self.hosts.ops(record.host), record)
         if record.state != RunStatus.READY and rs.ready and failure_of(rs) is None:
             record = await self._confirm_ready(record, rs.load_seconds)
         base = self.index.static_view(record)
@@ -203,15 +206,15 @@ class Reconciler:
         return self.index.save(record, lambda r: dataclasses.replace(
             r, state=RunStatus.READY, ready_at=ready_at, load_seconds=log_load_seconds))
 
-    async def process_ended(self, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
-        """Return once the run's process has ended, or its pid now belongs to another process (PID reuse); at
-        once for a run already over. One /proc read on the run's host every `poll_s`: `specmon logs -f` stops
-        following then, without watching the run's log."""
-        if record.terminal or record.pid is None:
+
+async def process_ended(ops: HostOps, record: RunRecord, poll_s: float = PROCESS_POLL_S) -> None:
+    """Return once the run's process has ended, or its pid now belongs to another process (PID reuse); at once for
+    a run already over. One /proc read through its host's `ops` every `poll_s`: `specmon logs -f` stops following
+    then, without watching the run's log."""
+    if record.terminal or record.pid is None:
+        return
+    while True:
+        info = await ops.proc(record.pid)
+        if info is None or not info.alive or info.starttime != record.starttime:
             return
-        ops = self.hosts.ops(record.host)
-        while True:
-            info = await ops.proc(record.pid)
-            if info is None or not info.alive or info.starttime != record.starttime:
-                return
-            await asyncio.sleep(poll_s)
+        await asyncio.sleep(poll_s)

@@ -33,7 +33,7 @@ from specmon.orchestration.runs.store import RunStore, StateWriteError, new_run_
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView, StopReport
 from specmon.sources import timelimit
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.slurm import JobTransport, JobUnknown, SlurmHost
 from specmon.sources.transport import TransportError
 

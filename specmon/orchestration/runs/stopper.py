@@ -12,9 +12,9 @@ from specmon.errors import UserError
 from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstatus import UP, RunStatus
 from specmon.orchestration.runs import slurmjobs
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
-from specmon.orchestration.runs.reconciler import Reconciler
+from specmon.orchestration.runs.reconciler import replay
 from specmon.orchestration.runs.terminate import StopTimings, terminate
 from specmon.orchestration.runs.view import StopReport
 from specmon.orchestration.runs.watcher import RunWatcher, Watcher
@@ -25,11 +25,9 @@ from specmon.sources.transport import TransportError
 class Stopper:
     """Stops runs and records how they ended."""
 
-    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler, watched: Mapping[str, Watcher],
-                 timings: StopTimings) -> None:
+    def __init__(self, index: RunIndex, hosts: HostPool, watched: Mapping[str, Watcher], timings: StopTimings) -> None:
         self.index = index
         self.hosts = hosts
-        self.reconciler = reconciler
         self.watched = watched   # the runs being watched, by run id: their watcher records the end
         self.timings = timings
 
@@ -59,7 +57,7 @@ class Stopper:
             # The shard count and KV size where the load stopped stay in the record (status shows them).
             rs = None
             with contextlib.suppress(TransportError, TimeoutError):
-                rs, _ = await self.reconciler.replay(current)
+                rs, _ = await replay(ops, current)
             progress = None if rs is None else progress_of(rs)
             self.index.save(current, lambda r: dataclasses.replace(
                 r, state=RunStatus.STOPPED, exit_code=report.exit_code).with_progress(progress, keep_known=True))

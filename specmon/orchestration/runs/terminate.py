@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from specmon.model.runs.record import RunRecord
 from specmon.orchestration.runs.view import StopReport
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from specmon.orchestration.runs.store import RunStore, StateWriteError
 from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range

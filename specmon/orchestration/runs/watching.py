@@ -1,5 +1,5 @@
 """WatchedRuns, the runs this process watches: one RunWatcher per run (a NodesWatcher for a multi-node run), shared by every reader
-in this process, and what front ends read through them: live views (`view`, `runs`, `subscribe`, `watch`), log
+in this process, and what front ends read through them: live views (`view`, `subscribe`, `watch`), log
 lines (`log_lines`, whose shown offsets a later process resumes after) and the URL clients use.
 
 A run's record is checked against its host (`Reconciler.reconcile`) before its watcher starts. The profile's
@@ -10,14 +10,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from types import MappingProxyType
 
 from specmon.errors import UserError
 from specmon.model.runs.record import RunRecord, host_url
 from specmon.orchestration.runs import multinode
-from specmon.orchestration.runs.hostpool import HostPool
+from specmon.orchestration.runs.connections import HostPool
 from specmon.orchestration.runs.index import RunIndex
-from specmon.orchestration.runs.reconciler import Reconciler
 from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.orchestration.runs.watcher import RunWatcher, Watcher, WatchTimings, client_url, run_notify
 from specmon.sources.transport import TransportError
@@ -29,29 +29,18 @@ COMMIT_EVERY_S = 1.0   # a log reader's shown offset is saved at least this ofte
 class WatchedRuns:
     """The runs this process watches, by run id, and their readers."""
 
-    def __init__(self, index: RunIndex, hosts: HostPool, reconciler: Reconciler, watched: dict[str, Watcher],
+    def __init__(self, index: RunIndex, hosts: HostPool, reconcile: Callable[[RunRecord], Awaitable[RunRecord]],
                  timings: WatchTimings) -> None:
         self.index = index
         self.hosts = hosts
-        self.reconciler = reconciler
-        self.watched = watched   # by run id: RunWatchers, and multi-node runs' watchers
+        self.reconcile = reconcile   # a record brought up to date with its host (Reconciler.reconcile)
+        self._watched: dict[str, Watcher] = {}   # by run id: RunWatchers, and multi-node runs' watchers; only here
+        # changes it, the reconciler and stopper read it (a watched run's watcher knows better than they)
+        self.watched: Mapping[str, Watcher] = MappingProxyType(self._watched)
         self.timings = timings
         self._attaching: dict[str, asyncio.Future[Watcher]] = {}
         self._subscribers: list[Callable[[RunView], None]] = []
         self._side_tasks: set[asyncio.Task[None]] = set()
-
-    def runs(self, all_configs: bool = False) -> list[RunView]:
-        """The runs launched from this profiles file (`all_configs`: every known run), from the state files;
-        watched runs with their live view."""
-        views = []
-        for record in self.index.store.all():
-            if record.group is not None:
-                continue   # a node: its view is part of its multi-node run's
-            if not (all_configs or self.index.mine(record)):
-                continue
-            watcher = self.watched.get(record.run_id)
-            views.append(watcher.view() if watcher else self.index.static_view(record))
-        return views
 
     def view(self, run_id: str) -> RunView:
         """The current view of one run (live if watched)."""
@@ -184,17 +173,17 @@ class WatchedRuns:
 
     async def _start_watcher(self, record: RunRecord, on_view: Callable[[RunView], None]) -> RunWatcher:
         if not record.terminal:
-            record = await self.reconciler.reconcile(record)
+            record = await self.reconcile(record)
         watcher = RunWatcher(record, self.hosts.ops(record.host), self.index.store, on_view=on_view,
                                    notify=self._notify, timings=self.timings,
                                    on_state_error=self.index.state_error)
-        self.watched[record.run_id] = watcher
+        self._watched[record.run_id] = watcher
         await watcher.start()
         return watcher
 
     async def _watch_nodes(self, record: RunRecord, nodes: list[RunRecord]) -> Watcher:
         watcher = multinode.NodesWatcher(record, self.index.store, publish=self._on_view, notify=self._notify)
-        self.watched[record.run_id] = watcher
+        self._watched[record.run_id] = watcher
         node_watchers = await asyncio.gather(*(self._start_watcher(node, watcher.on_node_view) for node in nodes))
         watcher.start(node_watchers)
         return watcher
@@ -223,7 +212,7 @@ class WatchedRuns:
         """Cancel every watcher and notify_cmd task. Servers keep running."""
         for watcher in list(self.watched.values()):
             await watcher.close()
-        self.watched.clear()
+        self._watched.clear()
         tasks = list(self._side_tasks)
         if tasks:   # let a just-started notify_cmd finish (briefly) before cancelling it
             await asyncio.wait(tasks, timeout=5.0)

@@ -4,7 +4,9 @@ format (base.PeerFormat), registered here. Pure: reading files and folders from 
 - vllm: `vllm bench serve --save-result` JSON, `--append-result` lines, a `vllm bench sweep serve` summary.json
   (a folder of them is read by specmon.sources.resultfiles); written as a sweep folder.
 - sglang: SGLang `bench_serving` JSONL; written as such.
-- guidellm: guidellm's benchmarks report (JSON, YAML or CSV); written as its JSON from the per-request records.
+- flat: what vLLM's and SGLang's files share (one flat JSON object per run).
+- guidellm: guidellm's benchmarks report (JSON, YAML or CSV); written as its JSON from the per-request records
+  (guidellm_report builds that JSON).
 
 The format is told from the content, never the file name. A level sits at its concurrency or, open loop, at its
 offered rate with the cap as its concurrency (0 for none), as specmon's own open-loop levels. Definitions line up

@@ -10,7 +10,7 @@ from typing import TypeVar, cast
 from specmon.errors import UserError
 from specmon.model.config import SshSettings, parse_host
 from specmon.model.logs.clean import one_line
-from specmon.sources.host import HostOps
+from specmon.sources.hostshell import HostOps
 from specmon.sources.local import LocalTransport
 from specmon.sources.transport import Transport
 

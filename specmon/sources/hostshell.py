@@ -1,8 +1,9 @@
-"""Host-side operations of the lifecycle engine, as shell commands run through a Transport.
+"""One host's shell as the run engine uses it (HostOps): its operations on that host, as shell commands run through
+the host's Transport.
 
 Everything here reaches the host only with `transport.run()` and `shlex.quote`d arguments, so it works the same
-locally and over SSH. What the host prints is turned into values by the pure parsers of `model/hosts/procfs.py` (/proc)
-and `model/hosts/gpu.py` (nvidia-smi); the GPU probe is `sources/gpu.py`, the environment probe `sources/env.py`.
+locally and over SSH. What the host prints is turned into values by the pure parsers of `model/machine/procfs.py` (/proc)
+and `model/machine/gpu.py` (nvidia-smi); the GPU probe is `sources/gpu.py`, the environment probe `sources/env.py`.
 
 Run directory layout (`$XDG_STATE_HOME/specmon/runs/<run_id>/` on the host, default
 `~/.local/state/specmon/runs/`; runs made before that lived in `~/.specmon/runs/` and are still read):
@@ -25,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from specmon.errors import UserError
 from specmon.model.config import ENV_NAME
-from specmon.model.hosts.gpu import APPS_FIELDS, SmiError, memory_by_pid, parse_apps
-from specmon.model.hosts.procfs import (
+from specmon.model.machine.gpu import APPS_FIELDS, SmiError, memory_by_pid, parse_apps
+from specmon.model.machine.procfs import (
     BusyPort,
     ProcInfo,
     describe_process,

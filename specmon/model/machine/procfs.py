@@ -1,6 +1,6 @@
 """What a host's /proc says about processes and ports: pure parsers of `/proc/PID/stat` and `/proc/net/tcp` text.
 
-The text is read on the host by `sources/host.py` (through a transport, so the same locally and over SSH); these
+The text is read on the host by `sources/hostshell.py` (through a transport, so the same locally and over SSH); these
 functions only turn it into values, and are tested on captured text (tests/fixtures/procfs/).
 """
 

@@ -1,2 +1,0 @@
-"""Facts about a host, parsed from what it prints: GPUs (gpu: nvidia-smi), a server's environment and set-up
-(env), processes and ports (procfs: /proc text), and how specmon starts its own Python children (interpreter)."""
