@@ -222,6 +222,7 @@ class Server:
             self.stats_urls.append(f"http://127.0.0.1:{ready[1]}" if share else self.url)
         self._asked, self._cpu_s = time.perf_counter(), [0.0] * len(cpus)
         self.busiest_cpu_s = 0.0   # late_ms: the busiest process's CPU seconds since the call before
+        self.opened_by_post = self._opened = 0   # and the connections a request (not a warm-up) opened since
 
     def late_ms(self) -> tuple[float | None, float | None, float]:
         """Since the last call: how late the server's paced writes were against their schedule (p50, p99, ms; the
@@ -234,6 +235,8 @@ class Server:
                 figures.append(json.load(resp))
         now = time.perf_counter()
         self.busiest_cpu_s = max((f["cpu_s"] - cpu for f, cpu in zip(figures, self._cpu_s)), default=0.0)
+        opened = sum(f.get("opened_by_post", 0) for f in figures)
+        self.opened_by_post, self._opened = opened - self._opened, opened
         busy = self.busiest_cpu_s / (now - self._asked)
         self._asked, self._cpu_s = now, [f["cpu_s"] for f in figures]
         p50s = [f["late_ms_p50"] for f in figures if f.get("late_ms_p50") is not None]
@@ -306,9 +309,12 @@ def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> 
     print(f"open loop vs bench/openloop_reference.py: 16 tokens a request, 10 ms apart; {seconds:g} s of schedule a run;"
           f" lateness p50/p99 in ms, CPU in us a request")
     print("(coord: the coordinator's CPU in us a request, beside its parts' (not in us/req); server: the busiest server "
-          "process's CPU over the run's sending time, specmon's/the reference's: near 100 % the server is the limit)")
+          "process's CPU over the run's sending time, specmon's/the reference's: near 100 % the server is the limit;\n"
+          " srv late99: how late the server's own paced writes were, ms p99; opened: connections a request opened "
+          "during the run, not opened before its clock started)")
     print(f"{'rate':>6} {'run':>3} | {'specmon sent':>12} {'late p50':>8} {'p99':>8} {'us/req':>7} {'procs':>5} "
-          f"{'coord':>5} | {'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9} {'server':>9}  load")
+          f"{'coord':>5} | {'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9} {'server':>9} "
+          f"{'srv late99':>13} {'opened':>11} load")
     server = Server(0.010, server_cpus)
     try:
         for rate in rates:
@@ -316,17 +322,20 @@ def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> 
                 n = max(1, round(rate * seconds))
                 server.late_ms()   # forget what came before
                 sm = measure("specmon-open-auto", server.url, rate, n, 16)
-                server.late_ms()
+                sm_late99 = server.late_ms()[1]
                 sm_busy = server.busiest_cpu_s / sm["wall_s"]   # its CPU over the level's time (first send to last end)
+                sm_opened = server.opened_by_post
                 ref = measure("reference", server.url, rate, n, 16)
-                server.late_ms()
+                ref_late99 = server.late_ms()[1]
                 ref_busy = server.busiest_cpu_s / (n / ref["achieved_rate"] + 0.16)   # sends' span + a request
+                ref_opened = server.opened_by_post
                 sm_us, ref_us = sm["cpu_s"] * 1e6 / sm["requests"], ref["cpu_s"] * 1e6 / ref["requests"]
                 coord_us = sm["coordinator_cpu_s"] * 1e6 / sm["requests"]
                 print(f"{rate:>6g} {run:>3} | {sm['achieved_rate']:>12.1f} {sm['late_p50_ms']:>8.2f} "
                       f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} {coord_us:>5.0f} | "
                       f"{ref['achieved_rate']:>9.1f} {ref['late_p50_ms']:>8.2f} {ref['late_p99_ms']:>8.2f} {ref_us:>7.0f} | "
-                      f"{sm_us / ref_us:>9.2f} {sm_busy:>4.0%}/{ref_busy:<4.0%}  {os.getloadavg()[0]:.2f}", flush=True)
+                      f"{sm_us / ref_us:>9.2f} {sm_busy:>4.0%}/{ref_busy:<4.0%} {sm_late99 or 0:>6.1f}/{ref_late99 or 0:<6.1f} "
+                      f"{sm_opened:>5}/{ref_opened:<5} {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         server.stop()
 
