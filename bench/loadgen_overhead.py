@@ -95,10 +95,12 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
             if isinstance(m, LevelResult):
                 levels.append(m.to_dict())
 
+        coord0 = time.process_time()
         if processes > 1:   # this process coordinates, as `python -m specmon.loadgen` does; its parts are processes
             await ShardedSweep(ChildSpec(url, "fixture-model", wl, records), emit).run()
         else:
             await SweepRunner(url, "fixture-model", wl, emit, records_path=records).run()
+        coord_s = time.process_time() - coord0 if processes > 1 else 0.0
         if burst:
             errors = burst_errors(url, Path(d) / "records.jsonl")
     lv = levels[0]
@@ -108,7 +110,7 @@ async def run_specmon(url: str, c: float, n: int, output_len: int, open_loop: bo
             "lag_p99_ms": lv["client"]["loop_lag_ms_p99"], "cpu_wait_s": lv["client"]["cpu_wait_s"],
             "late_p50_ms": (lv.get("send_late_ms") or {}).get("p50"), "late_p99_ms": (lv.get("send_late_ms") or {}).get("p99"),
             "achieved_rate": lv.get("achieved_rate"), "handling_ms_p99": lv["client"].get("handling_ms_p99"),
-            "burst_max": lv["client"].get("burst_max")}
+            "burst_max": lv["client"].get("burst_max"), "coordinator_cpu_s": coord_s}
 
 
 def _q(xs: list[float], p: float) -> float:
@@ -219,6 +221,8 @@ class Server:
                 sys.exit(f"{script.name} on CPU {cpu} did not start: {ready}")
             self.stats_urls.append(f"http://127.0.0.1:{ready[1]}" if share else self.url)
         self._asked, self._cpu_s = time.perf_counter(), [0.0] * len(cpus)
+        self.busiest_cpu_s = 0.0   # late_ms: the busiest process's CPU seconds since the call before
+        self.opened_by_post = self._opened = 0   # and the connections a request (not a warm-up) opened since
 
     def late_ms(self) -> tuple[float | None, float | None, float]:
         """Since the last call: how late the server's paced writes were against their schedule (p50, p99, ms; the
@@ -230,7 +234,10 @@ class Server:
             with urllib.request.urlopen(url + "/stats") as resp:
                 figures.append(json.load(resp))
         now = time.perf_counter()
-        busy = max(((f["cpu_s"] - cpu) / (now - self._asked) for f, cpu in zip(figures, self._cpu_s)), default=0.0)
+        self.busiest_cpu_s = max((f["cpu_s"] - cpu for f, cpu in zip(figures, self._cpu_s)), default=0.0)
+        opened = sum(f.get("opened_by_post", 0) for f in figures)
+        self.opened_by_post, self._opened = opened - self._opened, opened
+        busy = self.busiest_cpu_s / (now - self._asked)
         self._asked, self._cpu_s = now, [f["cpu_s"] for f in figures]
         p50s = [f["late_ms_p50"] for f in figures if f.get("late_ms_p50") is not None]
         p99s = [f["late_ms_p99"] for f in figures if f.get("late_ms_p99") is not None]
@@ -301,20 +308,34 @@ def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> 
     process's from the first arrival to the last response)."""
     print(f"open loop vs bench/openloop_reference.py: 16 tokens a request, 10 ms apart; {seconds:g} s of schedule a run;"
           f" lateness p50/p99 in ms, CPU in us a request")
-    print(f"{'rate':>6} {'run':>3} | {'specmon sent':>12} {'late p50':>8} {'p99':>8} {'us/req':>7} {'procs':>5} | "
-          f"{'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9}  load")
+    print("(coord: the coordinator's CPU in us a request, beside its parts' (not in us/req); server: the busiest server "
+          "process's CPU over the run's sending time, specmon's/the reference's: near 100 % the server is the limit;\n"
+          " srv late99: how late the server's own paced writes were, ms p99; opened: connections a request opened "
+          "during the run, not opened before its clock started)")
+    print(f"{'rate':>6} {'run':>3} | {'specmon sent':>12} {'late p50':>8} {'p99':>8} {'us/req':>7} {'procs':>5} "
+          f"{'coord':>5} | {'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9} {'server':>9} "
+          f"{'srv late99':>13} {'opened':>11} load")
     server = Server(0.010, server_cpus)
     try:
         for rate in rates:
             for run in range(1, 4):
                 n = max(1, round(rate * seconds))
+                server.late_ms()   # forget what came before
                 sm = measure("specmon-open-auto", server.url, rate, n, 16)
+                sm_late99 = server.late_ms()[1]
+                sm_busy = server.busiest_cpu_s / sm["wall_s"]   # its CPU over the level's time (first send to last end)
+                sm_opened = server.opened_by_post
                 ref = measure("reference", server.url, rate, n, 16)
+                ref_late99 = server.late_ms()[1]
+                ref_busy = server.busiest_cpu_s / (n / ref["achieved_rate"] + 0.16)   # sends' span + a request
+                ref_opened = server.opened_by_post
                 sm_us, ref_us = sm["cpu_s"] * 1e6 / sm["requests"], ref["cpu_s"] * 1e6 / ref["requests"]
+                coord_us = sm["coordinator_cpu_s"] * 1e6 / sm["requests"]
                 print(f"{rate:>6g} {run:>3} | {sm['achieved_rate']:>12.1f} {sm['late_p50_ms']:>8.2f} "
-                      f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} | {ref['achieved_rate']:>9.1f} "
-                      f"{ref['late_p50_ms']:>8.2f} {ref['late_p99_ms']:>8.2f} {ref_us:>7.0f} | {sm_us / ref_us:>9.2f}  "
-                      f"{os.getloadavg()[0]:.2f}", flush=True)
+                      f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} {coord_us:>5.0f} | "
+                      f"{ref['achieved_rate']:>9.1f} {ref['late_p50_ms']:>8.2f} {ref['late_p99_ms']:>8.2f} {ref_us:>7.0f} | "
+                      f"{sm_us / ref_us:>9.2f} {sm_busy:>4.0%}/{ref_busy:<4.0%} {sm_late99 or 0:>6.1f}/{ref_late99 or 0:<6.1f} "
+                      f"{sm_opened:>5}/{ref_opened:<5} {os.getloadavg()[0]:.2f}", flush=True)
     finally:
         server.stop()
 

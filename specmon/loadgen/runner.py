@@ -98,6 +98,11 @@ class RecordsWriter:
         if self._fd is not None:
             self._pending.append(encode(r))
 
+    def write_line(self, line: bytes) -> None:
+        """A record already encoded (a part's line, newline included)."""
+        if self._fd is not None:
+            self._pending.append(line)
+
     def flush(self) -> None:
         if self._fd is None or not self._pending:
             return

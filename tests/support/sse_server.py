@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import functools
 import heapq
 import json
 import os
@@ -42,6 +42,7 @@ class ServerState:
     first_method: dict[object, str] = field(default_factory=dict)   # peer address -> its connection's first method
 
 
+@functools.lru_cache(maxsize=64)   # a few distinct chunks in all: encoded once (json.dumps was 10 % of the server)
 def _chunk(api: str, text: str, finish: str | None = None) -> bytes:
     if api == "chat":
         choice = {"index": 0, "delta": {"content": text}, "finish_reason": finish}
@@ -63,7 +64,7 @@ class Pacer:
         self._state = state
         self._heap: list[tuple[float, int, list]] = []
         self._seq = 0
-        self._wake = asyncio.Event()
+        self._waiter: asyncio.Future[None] | None = None   # the pacer's sleep, ended early by a new stream
         self._task: asyncio.Task[None] | None = None
 
     async def stream(self, resp: web.StreamResponse, api: str, max_tokens: int, k: int) -> int:
@@ -76,8 +77,26 @@ class Pacer:
         entry = [resp, api, max_tokens, k, 0, 0.0, done]
         self._seq += 1
         heapq.heappush(self._heap, (time.perf_counter(), self._seq, entry))
-        self._wake.set()
+        self._wake()
         return await done
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, delay: float | None) -> None:
+        """Until `delay` seconds have passed (None: no limit) or a stream is added. A future and a timer, not
+        wait_for on an Event (a task and a cancellation per wake: 12 % of the server's CPU, profiled)."""
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        timer = None if delay is None else loop.call_later(delay, self._wake)
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def _run(self) -> None:
         # perf_counter, not loop.time(): uvloop's clock has 1 ms steps and stands still within a loop pass, which
@@ -86,14 +105,11 @@ class Pacer:
         gaps = self._state.write_gaps_s
         while True:
             if not self._heap:
-                self._wake.clear()
-                await self._wake.wait()
+                await self._sleep(None)
                 continue
             delay = self._heap[0][0] - time.perf_counter()
             if delay > 0:
-                self._wake.clear()
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                await self._sleep(delay)
                 continue
             deadline, seq, entry = heapq.heappop(self._heap)
             resp, api, remaining, k, sent, last, done = entry
