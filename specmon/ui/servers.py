@@ -10,6 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.markup import escape
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
 from specmon.model.hosts.env import EnvReport
@@ -19,7 +20,7 @@ from specmon.model.server.serving import ServingUpdate, card_figure_lines, figur
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
-from specmon.ui.state import COMPARED_STATES
+from specmon.ui.state import COMPARED_STATES, Grouping, card_groups
 
 
 def _shape(text: str) -> list[int]:
@@ -229,8 +230,15 @@ class ServersPane(VerticalScroll):
         self._sorted = [card.profile for card in self._cards]   # every card top to bottom (a fleet's trouble first)
         self.order = list(self._sorted)   # the cards shown (those the filter matches), as the keys walk them
         self.pattern = ""
+        self.grouping = Grouping.NONE
+        self._headers: dict[str, Static] = {}   # a group's header line, by group name (made when first needed)
+        self._header_texts: dict[str, str] = {}
+        self._reveal_pending: str | None = None
+        self._header_of: dict[str, Static] = {}   # a card that comes first in its group -> its group's header
+        self._layout: list[Widget] = list(self._cards)   # headers and cards as they stand, top to bottom
         self._input = Input(placeholder="state, host or name", id="fleet-filter")
-        self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None, Mapping[str, ServingUpdate]] | None = None
+        self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
+                          Mapping[str, ServingUpdate], Grouping] | None = None
 
     def compose(self) -> ComposeResult:
         yield self._input
@@ -283,13 +291,13 @@ class ServersPane(VerticalScroll):
         top = self.scroll_y
         bottom = top + self.scrollable_content_region.height   # a compact card is one line: the bounds are exact
         y = sum(w.outer_size.height for w in (self._summary, self.query_one("#confound")) if w.display)
-        cards = {card.profile: card for card in self._cards}
         seen = set()
-        for profile in self.order:
-            card = cards[profile]
-            height = card.outer_size.height
-            if y + height > top and y < bottom:
-                seen.add(card)
+        for widget in self._layout:
+            if not widget.display:
+                continue
+            height = widget.outer_size.height
+            if isinstance(widget, RunCard) and y + height > top and y < bottom:
+                seen.add(widget)
             y += height
         return seen
 
@@ -299,31 +307,79 @@ class ServersPane(VerticalScroll):
             self.call_after_refresh(self.show, *self._last)
 
     def reveal(self, profile: str) -> None:
-        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it)."""
+        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it),
+        with its group's header when it comes first in its group."""
         for card in self._cards:
             if card.profile == profile:
+                if (header := self._header_of.get(profile)) is not None:
+                    self.scroll_to_widget(header, animate=False, immediate=True)
                 self.scroll_to_widget(card, animate=False, immediate=True)
                 return
 
+    def reveal_after_layout(self, profile: str) -> None:
+        """Reveal `profile`'s card once the pane is laid out again (its cards moved, headers were added): where a
+        card is comes from the last layout. The new layout changes the pane's virtual size (its headers come or go),
+        which Textual says with a Resize; a refresh later stands in when it does not."""
+        self._reveal_pending = profile
+        self.call_after_refresh(self.call_after_refresh, self._reveal_now)
+
+    def on_resize(self) -> None:
+        self._reveal_now()
+
+    def _reveal_now(self) -> None:
+        if self._reveal_pending is not None:
+            profile, self._reveal_pending = self._reveal_pending, None
+            self.reveal(profile)
+
     def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
-        """The summary line, and the cards that need a look moved first (stable: the file's order otherwise)."""
+        """The cards that need a look moved first (stable: the file's order otherwise)."""
         rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
         first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
-        order = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
-        if order != self._sorted:
-            self._sorted = order
-            cards = {card.profile: card for card in self._cards}
-            self.move_child(cards[order[0]], after=self.query_one("#confound"))
-            for before, profile in zip(order, order[1:]):
-                self.move_child(cards[profile], after=cards[before])
+        self._sorted = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
+
+    def _show_groups(self, rows: Sequence[ServerRow]) -> None:
+        """The cards shown in their groups (ui.state.card_groups), each under its header line, and `order` (what the
+        keys walk) as they stand. Widgets are moved and touched only when something changed: each is a relayout."""
+        groups = card_groups(rows, self.order, self.grouping, self.scrollable_content_region.width or None)
+        layout: list[Widget] = []
+        cards = {card.profile: card for card in self._cards}
+        self._header_of = {}
+        for group in groups:
+            if group.header:
+                header = self._headers.get(group.name)
+                if header is None:
+                    header = self._headers[group.name] = Static(classes="group-header", markup=False)
+                    self.mount(header)
+                if self._header_texts.get(group.name) != group.header:
+                    self._header_texts[group.name] = group.header
+                    header.update(group.header)
+                if not header.display:
+                    header.display = True
+                self._header_of[group.profiles[0]] = header
+                layout.append(header)
+            layout += [cards[p] for p in group.profiles]
+        self.order = [p for group in groups for p in group.profiles]
+        shown = set(layout)
+        for header in self._headers.values():
+            if header not in shown and header.display:
+                header.display = False
+        # Hidden cards and headers go last, out of the way of the ones shown.
+        layout += [card for card in self._cards if card not in shown]
+        layout += [header for header in self._headers.values() if header not in shown]
+        if layout != self._layout:
+            self._layout = layout
+            self.move_child(layout[0], after=self.query_one("#confound"))
+            for before, widget in zip(layout, layout[1:]):
+                self.move_child(widget, after=before)
 
     def _show_filter(self, by_profile: Mapping[str, ServerRow]) -> None:
         """The cards the filter matches shown (the rest hidden), and the summary line: the whole fleet's counts (a
         filter never hides that a run failed), then how many cards the filter shows."""
         rows = {card.profile: by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards}
-        self.order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
+        order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
                       *(node.host for node in rows[p].nodes)), rows[p].state, rows[p].stalled)]
-        shown = set(self.order)
+        shown = set(order)
+        self.order = order
         for card in self._cards:
             if card.display != (card.profile in shown):   # assigned only on change: each is a relayout
                 card.display = card.profile in shown
@@ -338,17 +394,23 @@ class ServersPane(VerticalScroll):
             self._summary.display = bool(text)
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
-             setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
-        """Draw every card (a ready run's with its serving view) and the confounded-comparison warning (with each
-        run's set-up where it was read: environment, launch arguments and versions that differ are named too)."""
+             setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None,
+             grouping: Grouping = Grouping.NONE) -> None:
+        """Draw every card (a ready run's with its serving view), in the groups of `grouping`, and the
+        confounded-comparison warning (with each run's set-up where it was read: environment, launch arguments and
+        versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
+        self.grouping = grouping
         if len(self._cards) >= FLEET_MIN:
             self._show_fleet(by_profile)
         self._show_filter(by_profile)
-        self._last = (rows, selected, setups, serving)
+        self._show_groups(rows)
+        self._last = (rows, selected, setups, serving, grouping)
         in_view = self._in_view()
-        compact = len(self._cards) >= FLEET_MIN and len(self.order) * CARD_ROWS > self.scrollable_content_region.height
+        headers = sum(1 for header in self._headers.values() if header.display)
+        compact = len(self._cards) >= FLEET_MIN and \
+            len(self.order) * CARD_ROWS + headers > self.scrollable_content_region.height
         for card in self._cards:
             if not card.display:
                 continue   # filtered out: drawn when the filter shows it again
