@@ -648,7 +648,7 @@ class SpecmonApp(App[int]):
 
     def action_cycle_grouping(self) -> None:
         """Group the Servers cards by host, by profile, or not; the selected card stays in view."""
-        self._say([screen.grouping_cycled(self.state)])
+        screen.grouping_cycled(self.state)
         self._paint_state()
         if self.state.selected is not None:   # once the moved cards and new headers are laid out
             self.query_one(ServersPane).reveal_after_layout(self.state.selected)

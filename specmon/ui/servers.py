@@ -8,6 +8,7 @@ from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.markup import escape
 from textual.message import Message
 from textual.widget import Widget
@@ -23,8 +24,15 @@ from specmon.ui.rows import NodeRow, ServerRow
 from specmon.ui.state import COMPARED_STATES, Grouping, card_groups
 
 
-def _shape(text: str) -> list[int]:
-    return [len(line) for line in text.split("\n")]
+def _relayout(old: str, new: str, room: int) -> bool:
+    """Whether a card's text going from `old` to `new` (markup) can change its height: its line count changed, or a
+    line of either is too long for `room` cells (it wraps, or did). A line of another length that fits does not:
+    the figures of a /metrics read and `log 2s ago` -> `log 7s ago` repaint without a layout of every widget."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    if len(old_lines) != len(new_lines):
+        return True
+    return any(Content.from_markup(line).cell_length > room
+               for line in (*old_lines, *new_lines) if len(line) > room)   # markup is never shorter than its text
 
 
 class ShardBar(ProgressBar):
@@ -68,25 +76,30 @@ class RunCard(Vertical):
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
         self._head = Static(classes="card-head")
-        # A total from the start: a ProgressBar without one is indeterminate and repaints 15 times a second
-        # (hidden or not: the idle TUI's largest cost). Hidden until a shard total is known.
-        self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
-        self._bar.display = False
+        # Mounted when the card first has a load to show (see _shard_bar): a ProgressBar is four widgets, and each
+        # of a fleet's cards carrying one made every selection restyle seven widgets, and every layout walk them.
+        self._bar: ShardBar | None = None
         self._body = Static(classes="card-body")
 
     def compose(self) -> ComposeResult:
         yield self._head
-        yield self._bar
         yield self._body
 
-    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False) -> None:
+    def _shard_bar(self) -> ShardBar:
+        """The card's shard progress bar, mounted under its head line the first time it is needed. A total from the
+        start: a ProgressBar without one is indeterminate and repaints 15 times a second (hidden or not: the idle
+        TUI's largest cost)."""
+        if self._bar is None:
+            self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
+            self.mount(self._bar, after=self._head)
+        return self._bar
+
+    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False,
+             room: int = 72) -> None:
         """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
         (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
-        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line."""
-        # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
-        # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
-        room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
-        room = room if room > 0 else 72   # before the first layout
+        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line. `room`:
+        the cells a line has (ServersPane.line_room)."""
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
@@ -112,15 +125,15 @@ class RunCard(Vertical):
         if compact and figures is not None:
             head += f" {dict(figure_texts(figures))['tok/s']} tok/s"
 
-        bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
         # Only while loading: at 100 % it says nothing, and an 80x24 screen lacks its line (the second card's last
         # line fell below the pane).
         show_bar = fraction is not None and row.state in STARTING
-        if bar.display != show_bar:
+        bar = self._shard_bar() if show_bar else self._bar
+        if bar is not None and bar.display != show_bar:
             bar.display = show_bar
-        if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
+        if bar is not None and fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
             self._bar_shown = (row.shards_total, row.shards_done or 0)
             bar.update(total=row.shards_total, progress=row.shards_done or 0)
 
@@ -160,12 +173,12 @@ class RunCard(Vertical):
         # compact card's hidden body is left empty: a hidden widget that changes makes Textual lay out every widget.
         shown = (head, "" if compact else "\n".join(lines))
         if shown != self._shown:
-            # A relayout repaints the whole screen: ask for one only when a text's shape (lines and their lengths)
-            # changed, not when `log 2s ago` became `log 7s ago`.
+            # A relayout lays out every widget and repaints the whole screen: ask for one only when a text's height
+            # can change, not when `log 2s ago` became `log 7s ago` or a read's figures changed.
             before = self._shown or ("\n", "\n")
             for widget, old, new in ((self._head, before[0], head), (self._body, before[1], shown[1])):
                 if old != new:
-                    widget.update(new, layout=_shape(old) != _shape(new))
+                    widget.update(new, layout=_relayout(old, new, room))
             self._shown = shown
 
     def drawn_serving(self, update: ServingUpdate | None) -> ServingUpdate | None:
@@ -284,6 +297,14 @@ class ServersPane(VerticalScroll):
             self.show(*self._last)
         self.scroll_home(animate=False, immediate=True)
         self.post_message(self.FilterChanged())
+
+    def line_room(self) -> int:
+        """The cells a card's line has: the pane's width less its border, a scrollbar's room and the card's bar (the
+        card's own width changes with the scrollbar that a longer text brings, and would make lines flip). From the
+        laid-out outer size: `size` asks Textual where the widget is, and while a layout is pending that lays out
+        every widget of the screen (it was a third of a `j` at 64 runs, asked once per card)."""
+        room = self.outer_size.width - self.styles.gutter.width - 6
+        return room if room > 0 else 72   # before the first layout
 
     def _in_view(self) -> set[RunCard]:
         """The cards within the pane's scrolled window, from their laid-out heights (asking Textual for a widget's
@@ -408,6 +429,7 @@ class ServersPane(VerticalScroll):
         self._show_groups(rows)
         self._last = (rows, selected, setups, serving, grouping)
         in_view = self._in_view()
+        room = self.line_room()
         headers = sum(1 for header in self._headers.values() if header.display)
         compact = len(self._cards) >= FLEET_MIN and \
             len(self.order) * CARD_ROWS + headers > self.scrollable_content_region.height
@@ -419,7 +441,7 @@ class ServersPane(VerticalScroll):
             # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
             update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
-                      update if card in in_view else card.drawn_serving(update), compact)
+                      update if card in in_view else card.drawn_serving(update), compact, room)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.
@@ -436,4 +458,7 @@ class ServersPane(VerticalScroll):
             banner = self.query_one("#confound", Static)
             banner.display = bool(warnings)
             banner.update(text)
-            self.border_title = "Servers · ⚠ WARNING: confounded" if warnings else "Servers"
+        title = "Servers" + {Grouping.NONE: "", Grouping.HOST: " · by host", Grouping.PROFILE: " · by profile"}[
+            grouping] + (" · ⚠ WARNING: confounded" if warnings else "")
+        if title != self.border_title:
+            self.border_title = title

@@ -321,12 +321,11 @@ def card_groups(rows: Sequence[ServerRow], order: Sequence[str], grouping: Group
     return groups
 
 
-def grouping_cycled(state: ScreenState) -> Toast:
-    """The next grouping of the Servers cards: none -> by host -> by profile -> none."""
+def grouping_cycled(state: ScreenState) -> Grouping:
+    """The next grouping of the Servers cards: none -> by host -> by profile -> none (the pane's title says it)."""
     kinds = list(Grouping)
     state.grouping = kinds[(kinds.index(state.grouping) + 1) % len(kinds)]
-    words = {Grouping.NONE: "not grouped", Grouping.HOST: "grouped by host", Grouping.PROFILE: "grouped by profile"}
-    return Toast(f"servers: {words[state.grouping]}", timeout=2)
+    return state.grouping
 
 
 # ------------------------------------------------------------------- hosts (the GPU view pages by host)

@@ -203,7 +203,7 @@ async def test_g_groups_64_cards_by_host_under_headers_that_count_each_host_and_
         headers = [h for h in pane.query(".group-header") if h.display]
         assert [str(h.render()) for h in headers[:4]] == [
             "gpu06 · 2 ready · 1 loading · 1 failed", "gpu10 · 3 ready · 1 stalled", "gpu03 · 3 ready · 1 stalled", "gpu01 · 4 ready"]
-        assert len(headers) == 16
+        assert len(headers) == 16 and "Servers · by host" in screen_text(app)
         # Each host's cards together, its trouble first: gpu06 is llama-05, -21, -37 (failed), -53.
         assert pane.order[:4] == ["llama-37", "llama-05", "llama-21", "llama-53"], pane.order
         assert pane.order[4] == "llama-41" and sorted(pane.order) == sorted(FLEET_PROFILES)
@@ -268,3 +268,57 @@ async def test_the_gpu_view_pages_through_all_16_hosts_of_64_runs_at_80x24(tmp_p
         assert seen == [*(f"gpu{h:02d}" for h in range(2, 17)), "gpu01"]   # from gpu01's llama-00: each host once
         await pilot.press("left_square_bracket")
         assert app.state.rows[app.state.selected].host == "gpu16"
+
+
+async def test_a_read_whose_figures_change_length_repaints_the_cards_without_laying_out_the_screen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every /metrics read (1 Hz, each ready run) gave the cards in view figures of another length (812 ->
+    1203 tok/s), and a card whose text changed length asked for a layout of every widget of the screen (at 64 runs
+    ~40 ms a time, in the way of the next key). A line that still fits the card cannot change its height: it is
+    repainted in place."""
+    reflows = 0
+    reflow = Compositor.reflow
+
+    def counted(self: Compositor, parent: Widget, size: Size) -> object:
+        nonlocal reflows
+        reflows += 1
+        return reflow(self, parent, size)
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        for second, tok_s in enumerate((8.0, 95.0, 1203.0, 7.0, 88000.0)):
+            if second == 1:   # the first read gave the cards their figures: a layout, once
+                monkeypatch.setattr(Compositor, "reflow", counted)
+            for row in FLEET_ROWS:
+                figures = ServingFigures(running=second, waiting=0, kv_pct=10.0 * second, tok_s=tok_s)
+                app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert "llama-01 READY gpu02:30000 88000 tok/s" in screen_text(app), screen_text(app)
+        assert reflows == 0, f"{reflows} layouts of the screen for 4 reads that changed only the figures' lengths"
+
+
+async def test_j_restyles_only_the_two_cards_whose_selection_changed_not_their_progress_bars(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each card carried a hidden progress bar of four widgets, restyled with the card at every selection
+    change (2 cards x 7 widgets a `j`, ~1/10 of the key's time at 64 runs); a card now mounts its bar when it first
+    has a load to show."""
+    from textual.css.stylesheet import Stylesheet
+
+    restyled: list[str] = []
+    apply = Stylesheet.apply
+
+    def counted(self: Stylesheet, node: object, *args: object, **kwargs: object) -> None:
+        restyled.append(type(node).__name__)
+        apply(self, node, *args, **kwargs)  # type: ignore[arg-type]
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        monkeypatch.setattr(Stylesheet, "apply", counted)
+        for _ in range(4):   # llama-00 -> llama-04, all READY
+            await pilot.press("j")
+            await _settle(pilot)
+        assert app.state.selected == "llama-04"
+        assert len(restyled) <= 4 * 2 * 3, f"{len(restyled)} widgets restyled for 4 j: {sorted(set(restyled))}"
+        assert "Bar" not in restyled and "PercentageStatus" not in restyled

@@ -127,8 +127,8 @@ def fleet_rows() -> list[ServerRow]:
 
 def test_g_cycles_the_cards_from_ungrouped_to_by_host_to_by_profile_and_back() -> None:
     state = screen.initial_state(["a"], None, log_lines=5)
-    said = [screen.grouping_cycled(state).text for _ in range(3)]
-    assert said == ["servers: grouped by host", "servers: grouped by profile", "servers: not grouped"]
+    assert [screen.grouping_cycled(state) for _ in range(3)] == [
+        screen.Grouping.HOST, screen.Grouping.PROFILE, screen.Grouping.NONE]
     assert state.grouping is screen.Grouping.NONE
 
 
