@@ -261,6 +261,7 @@ class SpecmonApp(App[int]):
     def _gpus_updated(self, message: GpusUpdated) -> None:
         row = screen.selected_row(self.state)
         with contextlib.suppress(NoMatches):
+            self._show_host_page()
             self.query_one(GpuEnvPane).show_gpus(message, row.run_id if row is not None else None)
             self._read_environment_below()
 
@@ -357,7 +358,7 @@ class SpecmonApp(App[int]):
         state = self.state
         with contextlib.suppress(NoMatches):
             self.query_one(ServersPane).show(screen.shown_rows(state), state.selected, screen.shown_setups(state),
-                                             state.serving)
+                                             state.serving, state.grouping)
             live = state.sweep_live   # the level in progress beside the swept server's own view of it
             self.query_one(SweepPane).show_live("" if live is None else sweep_live_line(live[1],
                                                                                         state.serving.get(live[0])))
@@ -392,6 +393,19 @@ class SpecmonApp(App[int]):
         if profile is not None:
             self.select_profile(profile)
 
+    def action_host(self, step: int) -> None:
+        """The first card of the next (or previous) host: the GPU view, which shows the selected card's host, pages
+        through the fleet's hosts."""
+        profile = screen.host_stepped(self.state, self.query_one(ServersPane).order, step)
+        if profile is not None:
+            self.select_profile(profile)
+
+    def _show_host_page(self) -> None:
+        """The GPU view's head line: which of the fleet's hosts it shows, and the keys that page."""
+        page = screen.host_page(self.state, self.query_one(ServersPane).order)
+        keys_hint = f"{keys.key_of(self.keymap, 'prev_host')} {keys.key_of(self.keymap, 'next_host')} pages"
+        self.query_one(GpuEnvPane).set_page(f"{page} · {keys_hint}" if page else "")
+
     def select_profile(self, profile: str) -> None:
         """Make `profile` the selected one: its card highlighted, its log shown."""
         if not screen.select(self.state, profile):
@@ -401,6 +415,7 @@ class SpecmonApp(App[int]):
             self.query_one(ServersPane).reveal(profile)
         self._show_log_of_selected()
         self._watch_gpus_of_selected()
+        self._show_host_page()
         if self.query_one(GpuEnvPane).view != "gpus":
             self._read_environment()
         else:
@@ -631,12 +646,20 @@ class SpecmonApp(App[int]):
     def action_filter_runs(self) -> None:
         self.query_one(ServersPane).open_filter()
 
+    def action_cycle_grouping(self) -> None:
+        """Group the Servers cards by host, by profile, or not; the selected card stays in view."""
+        screen.grouping_cycled(self.state)
+        self._paint_state()
+        if self.state.selected is not None:   # once the moved cards and new headers are laid out
+            self.query_one(ServersPane).reveal_after_layout(self.state.selected)
+
     @on(ServersPane.FilterChanged)
     def _runs_filtered(self) -> None:
         """A selected card the filter hides gives way to the first one shown (its log and GPUs with it)."""
         order = self.query_one(ServersPane).order
         if order and self.state.selected not in order:
             self.select_profile(order[0])
+        self._show_host_page()   # the hosts the GPU view pages through are those of the cards shown
 
     @on(LogPane.FilterChanged)
     @on(LogPane.WidthChanged)

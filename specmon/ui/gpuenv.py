@@ -71,12 +71,14 @@ def sparklines(board: GpuBoard, width: int) -> dict[str, str]:
 
 
 def gpu_lines(host: str, board: GpuBoard, known: Mapping[str, str], selected_run: str | None, width: int,
-              sparks: Mapping[str, str]) -> list[Line]:
+              sparks: Mapping[str, str], page: str = "") -> list[Line]:
     """The gpus view, two lines a GPU: index, model, utilisation, memory (GiB), power; then its utilisation
     sparkline (from `sparks`, by UUID: the pane refreshes those on a slower cadence than the numbers) and the run
-    (profile) or process holding it. The selected run's GPUs are marked ▶. `width` is the pane's inner width."""
+    (profile) or process holding it. The selected run's GPUs are marked ▶. `width` is the pane's inner width;
+    `page` (`host 3 of 16 · [ ] pages`) goes on the head line, where a fleet has more hosts than this one."""
     tracks = board.gpus()
-    lines: list[Line] = [((host, "bold"), (f" · {len(tracks)} GPU{'s' if len(tracks) != 1 else ''}", ""))]
+    lines: list[Line] = [((host, "bold"), (f" · {len(tracks)} GPU{'s' if len(tracks) != 1 else ''}", ""),
+                          *(((f" · {page}", "$accent"),) if page else ()))]
     if board.error:
         lines.append(((board.error, "$warning"),))
     for track in tracks:
@@ -148,6 +150,7 @@ class GpuEnvPane(Static):
         self._styles: dict[str, RichStyle] = {}      # style name -> the rich style it resolves to on this pane
         self._throttle = Throttle(self, PAINT_S, self._paint_gpus)
         self._env_below = ""    # the selected profile's environment (markup), shown under a board with no GPUs
+        self.page = ""          # where the selected card's host is among the fleet's: "host 3 of 16 · [ ] pages"
 
     @property
     def wants_env(self) -> bool:
@@ -196,6 +199,13 @@ class GpuEnvPane(Static):
             else:
                 self._throttle.request()
 
+    def set_page(self, page: str) -> None:
+        """Where the shown host is among the fleet's hosts (the head line says it); repainted when it changed."""
+        if page != self.page:
+            self.page = page
+            if self.view == "gpus" and self._gpus is not None:
+                self._paint_gpus()
+
     def on_resize(self) -> None:
         if self.view == "gpus" and self._gpus is not None:
             self._paint_gpus(full=True)
@@ -213,7 +223,8 @@ class GpuEnvPane(Static):
         board = self._gpus.board
         if full or now - self._sparks_at >= SPARK_S or self._sparks.keys() != board.tracks.keys():
             self._sparks, self._sparks_at = sparklines(board, width), now
-        lines = gpu_lines(self._gpus.host, board, self._gpus.known_runs, self.selected_run, width, self._sparks)
+        lines = gpu_lines(self._gpus.host, board, self._gpus.known_runs, self.selected_run, width, self._sparks,
+                          self.page)
         if not board.tracks:   # nothing that moves at 1 Hz: plain Static text, the environment under the line
             self.show("\n".join(filter(None, (lines_markup(lines), self._env_below))))
             return

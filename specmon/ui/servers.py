@@ -8,8 +8,10 @@ from rich.cells import cell_len
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
 from textual.markup import escape
 from textual.message import Message
+from textual.widget import Widget
 from textual.widgets import Input, ProgressBar, Static
 
 from specmon.model.machine.env import EnvReport
@@ -19,11 +21,18 @@ from specmon.model.server.serving import ServingUpdate, card_figure_lines, figur
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
-from specmon.ui.state import COMPARED_STATES
+from specmon.ui.state import COMPARED_STATES, Grouping, card_groups
 
 
-def _shape(text: str) -> list[int]:
-    return [len(line) for line in text.split("\n")]
+def _relayout(old: str, new: str, room: int) -> bool:
+    """Whether a card's text going from `old` to `new` (markup) can change its height: its line count changed, or a
+    line of either is too long for `room` cells (it wraps, or did). A line of another length that fits does not:
+    the figures of a /metrics read and `log 2s ago` -> `log 7s ago` repaint without a layout of every widget."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    if len(old_lines) != len(new_lines):
+        return True
+    return any(Content.from_markup(line).cell_length > room
+               for line in (*old_lines, *new_lines) if len(line) > room)   # markup is never shorter than its text
 
 
 class ShardBar(ProgressBar):
@@ -67,25 +76,30 @@ class RunCard(Vertical):
         self._bar_shown: tuple[int | None, int] | None = None
         # Kept rather than queried: rows arrive with every log batch and health answer.
         self._head = Static(classes="card-head")
-        # A total from the start: a ProgressBar without one is indeterminate and repaints 15 times a second
-        # (hidden or not: the idle TUI's largest cost). Hidden until a shard total is known.
-        self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
-        self._bar.display = False
+        # Mounted when the card first has a load to show (see _shard_bar): a ProgressBar is four widgets, and each
+        # of a fleet's cards carrying one made every selection restyle seven widgets, and every layout walk them.
+        self._bar: ShardBar | None = None
         self._body = Static(classes="card-body")
 
     def compose(self) -> ComposeResult:
         yield self._head
-        yield self._bar
         yield self._body
 
-    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False) -> None:
+    def _shard_bar(self) -> ShardBar:
+        """The card's shard progress bar, mounted under its head line the first time it is needed. A total from the
+        start: a ProgressBar without one is indeterminate and repaints 15 times a second (hidden or not: the idle
+        TUI's largest cost)."""
+        if self._bar is None:
+            self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
+            self.mount(self._bar, after=self._head)
+        return self._bar
+
+    def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False,
+             room: int = 72) -> None:
         """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
         (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
-        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line."""
-        # The room for a line: the pane's outer width less its border, a scrollbar's room and the card's bar (the
-        # card's own width changes with the scrollbar that a longer text brings, and would make lines flip).
-        room = (self.parent.size.width if isinstance(self.parent, ServersPane) else 0) - 6
-        room = room if room > 0 else 72   # before the first layout
+        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line. `room`:
+        the cells a line has (ServersPane.line_room)."""
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
@@ -111,15 +125,15 @@ class RunCard(Vertical):
         if compact and figures is not None:
             head += f" {dict(figure_texts(figures))['tok/s']} tok/s"
 
-        bar = self._bar
         fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
         # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
         # Only while loading: at 100 % it says nothing, and an 80x24 screen lacks its line (the second card's last
         # line fell below the pane).
         show_bar = fraction is not None and row.state in STARTING
-        if bar.display != show_bar:
+        bar = self._shard_bar() if show_bar else self._bar
+        if bar is not None and bar.display != show_bar:
             bar.display = show_bar
-        if fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
+        if bar is not None and fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
             self._bar_shown = (row.shards_total, row.shards_done or 0)
             bar.update(total=row.shards_total, progress=row.shards_done or 0)
 
@@ -159,12 +173,12 @@ class RunCard(Vertical):
         # compact card's hidden body is left empty: a hidden widget that changes makes Textual lay out every widget.
         shown = (head, "" if compact else "\n".join(lines))
         if shown != self._shown:
-            # A relayout repaints the whole screen: ask for one only when a text's shape (lines and their lengths)
-            # changed, not when `log 2s ago` became `log 7s ago`.
+            # A relayout lays out every widget and repaints the whole screen: ask for one only when a text's height
+            # can change, not when `log 2s ago` became `log 7s ago` or a read's figures changed.
             before = self._shown or ("\n", "\n")
             for widget, old, new in ((self._head, before[0], head), (self._body, before[1], shown[1])):
                 if old != new:
-                    widget.update(new, layout=_shape(old) != _shape(new))
+                    widget.update(new, layout=_relayout(old, new, room))
             self._shown = shown
 
     def drawn_serving(self, update: ServingUpdate | None) -> ServingUpdate | None:
@@ -229,8 +243,15 @@ class ServersPane(VerticalScroll):
         self._sorted = [card.profile for card in self._cards]   # every card top to bottom (a fleet's trouble first)
         self.order = list(self._sorted)   # the cards shown (those the filter matches), as the keys walk them
         self.pattern = ""
+        self.grouping = Grouping.NONE
+        self._headers: dict[str, Static] = {}   # a group's header line, by group name (made when first needed)
+        self._header_texts: dict[str, str] = {}
+        self._reveal_pending: str | None = None
+        self._header_of: dict[str, Static] = {}   # a card that comes first in its group -> its group's header
+        self._layout: list[Widget] = list(self._cards)   # headers and cards as they stand, top to bottom
         self._input = Input(placeholder="state, host or name", id="fleet-filter")
-        self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None, Mapping[str, ServingUpdate]] | None = None
+        self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
+                          Mapping[str, ServingUpdate], Grouping] | None = None
 
     def compose(self) -> ComposeResult:
         yield self._input
@@ -277,19 +298,27 @@ class ServersPane(VerticalScroll):
         self.scroll_home(animate=False, immediate=True)
         self.post_message(self.FilterChanged())
 
+    def line_room(self) -> int:
+        """The cells a card's line has: the pane's width less its border, a scrollbar's room and the card's bar (the
+        card's own width changes with the scrollbar that a longer text brings, and would make lines flip). From the
+        laid-out outer size: `size` asks Textual where the widget is, and while a layout is pending that lays out
+        every widget of the screen (it was a third of a `j` at 64 runs, asked once per card)."""
+        room = self.outer_size.width - self.styles.gutter.width - 6
+        return room if room > 0 else 72   # before the first layout
+
     def _in_view(self) -> set[RunCard]:
         """The cards within the pane's scrolled window, from their laid-out heights (asking Textual for a widget's
         region would itself lay the screen out again)."""
         top = self.scroll_y
         bottom = top + self.scrollable_content_region.height   # a compact card is one line: the bounds are exact
         y = sum(w.outer_size.height for w in (self._summary, self.query_one("#confound")) if w.display)
-        cards = {card.profile: card for card in self._cards}
         seen = set()
-        for profile in self.order:
-            card = cards[profile]
-            height = card.outer_size.height
-            if y + height > top and y < bottom:
-                seen.add(card)
+        for widget in self._layout:
+            if not widget.display:
+                continue
+            height = widget.outer_size.height
+            if isinstance(widget, RunCard) and y + height > top and y < bottom:
+                seen.add(widget)
             y += height
         return seen
 
@@ -299,31 +328,79 @@ class ServersPane(VerticalScroll):
             self.call_after_refresh(self.show, *self._last)
 
     def reveal(self, profile: str) -> None:
-        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it)."""
+        """Scroll so that `profile`'s card is in view (the keys walk the cards; the selection must not leave it),
+        with its group's header when it comes first in its group."""
         for card in self._cards:
             if card.profile == profile:
+                if (header := self._header_of.get(profile)) is not None:
+                    self.scroll_to_widget(header, animate=False, immediate=True)
                 self.scroll_to_widget(card, animate=False, immediate=True)
                 return
 
+    def reveal_after_layout(self, profile: str) -> None:
+        """Reveal `profile`'s card once the pane is laid out again (its cards moved, headers were added): where a
+        card is comes from the last layout. The new layout changes the pane's virtual size (its headers come or go),
+        which Textual says with a Resize; a refresh later stands in when it does not."""
+        self._reveal_pending = profile
+        self.call_after_refresh(self.call_after_refresh, self._reveal_now)
+
+    def on_resize(self) -> None:
+        self._reveal_now()
+
+    def _reveal_now(self) -> None:
+        if self._reveal_pending is not None:
+            profile, self._reveal_pending = self._reveal_pending, None
+            self.reveal(profile)
+
     def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
-        """The summary line, and the cards that need a look moved first (stable: the file's order otherwise)."""
+        """The cards that need a look moved first (stable: the file's order otherwise)."""
         rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
         first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
-        order = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
-        if order != self._sorted:
-            self._sorted = order
-            cards = {card.profile: card for card in self._cards}
-            self.move_child(cards[order[0]], after=self.query_one("#confound"))
-            for before, profile in zip(order, order[1:]):
-                self.move_child(cards[profile], after=cards[before])
+        self._sorted = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
+
+    def _show_groups(self, rows: Sequence[ServerRow]) -> None:
+        """The cards shown in their groups (ui.state.card_groups), each under its header line, and `order` (what the
+        keys walk) as they stand. Widgets are moved and touched only when something changed: each is a relayout."""
+        groups = card_groups(rows, self.order, self.grouping, self.scrollable_content_region.width or None)
+        layout: list[Widget] = []
+        cards = {card.profile: card for card in self._cards}
+        self._header_of = {}
+        for group in groups:
+            if group.header:
+                header = self._headers.get(group.name)
+                if header is None:
+                    header = self._headers[group.name] = Static(classes="group-header", markup=False)
+                    self.mount(header)
+                if self._header_texts.get(group.name) != group.header:
+                    self._header_texts[group.name] = group.header
+                    header.update(group.header)
+                if not header.display:
+                    header.display = True
+                self._header_of[group.profiles[0]] = header
+                layout.append(header)
+            layout += [cards[p] for p in group.profiles]
+        self.order = [p for group in groups for p in group.profiles]
+        shown = set(layout)
+        for header in self._headers.values():
+            if header not in shown and header.display:
+                header.display = False
+        # Hidden cards and headers go last, out of the way of the ones shown.
+        layout += [card for card in self._cards if card not in shown]
+        layout += [header for header in self._headers.values() if header not in shown]
+        if layout != self._layout:
+            self._layout = layout
+            self.move_child(layout[0], after=self.query_one("#confound"))
+            for before, widget in zip(layout, layout[1:]):
+                self.move_child(widget, after=before)
 
     def _show_filter(self, by_profile: Mapping[str, ServerRow]) -> None:
         """The cards the filter matches shown (the rest hidden), and the summary line: the whole fleet's counts (a
         filter never hides that a run failed), then how many cards the filter shows."""
         rows = {card.profile: by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards}
-        self.order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
+        order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
                       *(node.host for node in rows[p].nodes)), rows[p].state, rows[p].stalled)]
-        shown = set(self.order)
+        shown = set(order)
+        self.order = order
         for card in self._cards:
             if card.display != (card.profile in shown):   # assigned only on change: each is a relayout
                 card.display = card.profile in shown
@@ -338,17 +415,24 @@ class ServersPane(VerticalScroll):
             self._summary.display = bool(text)
 
     def show(self, rows: Sequence[ServerRow], selected: str | None,
-             setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None) -> None:
-        """Draw every card (a ready run's with its serving view) and the confounded-comparison warning (with each
-        run's set-up where it was read: environment, launch arguments and versions that differ are named too)."""
+             setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None,
+             grouping: Grouping = Grouping.NONE) -> None:
+        """Draw every card (a ready run's with its serving view), in the groups of `grouping`, and the
+        confounded-comparison warning (with each run's set-up where it was read: environment, launch arguments and
+        versions that differ are named too)."""
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
+        self.grouping = grouping
         if len(self._cards) >= FLEET_MIN:
             self._show_fleet(by_profile)
         self._show_filter(by_profile)
-        self._last = (rows, selected, setups, serving)
+        self._show_groups(rows)
+        self._last = (rows, selected, setups, serving, grouping)
         in_view = self._in_view()
-        compact = len(self._cards) >= FLEET_MIN and len(self.order) * CARD_ROWS > self.scrollable_content_region.height
+        room = self.line_room()
+        headers = sum(1 for header in self._headers.values() if header.display)
+        compact = len(self._cards) >= FLEET_MIN and \
+            len(self.order) * CARD_ROWS + headers > self.scrollable_content_region.height
         for card in self._cards:
             if not card.display:
                 continue   # filtered out: drawn when the filter shows it again
@@ -357,7 +441,7 @@ class ServersPane(VerticalScroll):
             # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
             update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
-                      update if card in in_view else card.drawn_serving(update), compact)
+                      update if card in in_view else card.drawn_serving(update), compact, room)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.
@@ -374,4 +458,7 @@ class ServersPane(VerticalScroll):
             banner = self.query_one("#confound", Static)
             banner.display = bool(warnings)
             banner.update(text)
-            self.border_title = "Servers · ⚠ WARNING: confounded" if warnings else "Servers"
+        title = "Servers" + {Grouping.NONE: "", Grouping.HOST: " · by host", Grouping.PROFILE: " · by profile"}[
+            grouping] + (" · ⚠ WARNING: confounded" if warnings else "")
+        if title != self.border_title:
+            self.border_title = title

@@ -10,6 +10,7 @@ rule here is tested without a screen (tests/unit/test_screen_state.py).
 from __future__ import annotations
 
 import enum
+import re
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from typing import Literal
 
 from specmon.model.charts.levelrow import LevelRow
 from specmon.model.machine.env import EnvReport
+from specmon.model.runs.fleet import fleet_summary, needs_attention
 from specmon.model.runs.runstatus import ACTIVE, BROKEN, RunStatus
 from specmon.model.server.serving import ServingUpdate
 from specmon.model.sweeps.sweepstats import SweepProgress
@@ -36,6 +38,14 @@ class Toast:
     severity: Severity = "information"
     timeout: float | None = None
     bell: bool = False
+
+
+class Grouping(enum.Enum):
+    """How the Servers pane groups its cards (the G key cycles them): not at all, by host, by profile family."""
+
+    NONE = "none"
+    HOST = "host"
+    PROFILE = "profile"
 
 
 class ChartMetric(enum.Enum):
@@ -61,6 +71,7 @@ class ScreenState:
     crossover: CrossoverMark | None = None
     goodput_crossover: CrossoverMark | None = None
     chart_metric: ChartMetric = ChartMetric.THROUGHPUT
+    grouping: Grouping = Grouping.NONE
     grid_verdict: tuple[str, str] = ("", "")   # a tuning grid's bands so far (in full, brief), under the chart
     sweep_status: str = ""
     sweeping: bool = False
@@ -259,3 +270,95 @@ def chart_metric_toggled(state: ScreenState) -> Toast:
         return Toast("chart: goodput, but no sweep shown has any (sweep with --slo, or set [sweep] slo)", "warning",
                      timeout=5)
     return Toast(f"chart: {'goodput (req/s meeting the SLO)' if goodput else 'output tok/s'}", timeout=2)
+
+
+# ------------------------------------------------------------------- groups of cards
+_NUMBERED = re.compile(r"^(.*?[^-_.\d])[-_.]*\d+$")   # "llama-02" -> "llama"; "eagle3" -> "eagle"
+
+
+def profile_family(profile: str) -> str:
+    """The group of a profile when the cards are grouped by profile: its name less a trailing number (`llama-02`
+    and `llama-17` are both `llama`), as a fleet's profiles are numbered copies of a few set-ups."""
+    match = _NUMBERED.match(profile)
+    return match.group(1) if match else profile
+
+
+@dataclass(frozen=True)
+class CardGroup:
+    """One group of the Servers pane: its name (a host or a profile family), its cards top to bottom, and its
+    header line (`gpu06 · 3 ready · 1 failed`)."""
+
+    name: str
+    profiles: tuple[str, ...]
+    header: str
+
+
+def card_groups(rows: Sequence[ServerRow], order: Sequence[str], grouping: Grouping,
+                width: int | None = None) -> list[CardGroup]:
+    """The cards of `order` (those shown, top to bottom) in their groups. A group keeps its cards in `order`'s
+    order (so runs that need a look stay first within it); groups holding such a run come first, the rest in the
+    order their first card has. A multi-node run is in its first node's host's group. Ungrouped: one group with no
+    header. `width` limits the headers as the summary line is limited."""
+    by_profile = {row.profile: row for row in rows}
+    if grouping is Grouping.NONE:
+        return [CardGroup("", tuple(order), "")]
+    members: dict[str, list[str]] = {}
+    for profile in order:
+        row = by_profile.get(profile) or ServerRow(profile=profile)
+        name = row.host if grouping is Grouping.HOST else profile_family(profile)
+        members.setdefault(name, []).append(profile)
+
+    def trouble(profiles: Sequence[str]) -> bool:
+        return any(needs_attention(r.state, r.stalled) for p in profiles if (r := by_profile.get(p)) is not None)
+
+    names = sorted(members, key=lambda name: not trouble(members[name]))   # stable: otherwise as they came
+    groups = []
+    for name in names:
+        profiles = members[name]
+        counts = fleet_summary(((r.state, r.stalled) for p in profiles if (r := by_profile.get(p)) is not None),
+                               None if width is None else max(1, width - len(name) - 3))
+        groups.append(CardGroup(name, tuple(profiles), f"{name} · {counts}" if counts else name))
+    return groups
+
+
+def grouping_cycled(state: ScreenState) -> Grouping:
+    """The next grouping of the Servers cards: none -> by host -> by profile -> none (the pane's title says it)."""
+    kinds = list(Grouping)
+    state.grouping = kinds[(kinds.index(state.grouping) + 1) % len(kinds)]
+    return state.grouping
+
+
+# ------------------------------------------------------------------- hosts (the GPU view pages by host)
+def _natural(name: str) -> list[tuple[int, int | str]]:
+    """A sort key that puts gpu2 before gpu10."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part]
+
+
+def card_hosts(state: ScreenState, order: Sequence[str]) -> list[str]:
+    """The hosts of the cards shown (`order`), sorted by name (gpu2 before gpu10): the GPU view's pages."""
+    hosts = {state.rows[p].host for p in order if p in state.rows}
+    return sorted(hosts, key=_natural)
+
+
+def host_page(state: ScreenState, order: Sequence[str]) -> str:
+    """Where the selected card's host is among the hosts of the cards shown: `host 3 of 16` (empty with one host,
+    or none selected)."""
+    hosts = card_hosts(state, order)
+    row = selected_row(state)
+    if len(hosts) < 2 or row is None or row.host not in hosts:
+        return ""
+    return f"host {hosts.index(row.host) + 1} of {len(hosts)}"
+
+
+def host_stepped(state: ScreenState, order: Sequence[str], step: int) -> str | None:
+    """The first card (in `order`) of the host `step` hosts away from the selected card's, wrapping: `]` and `[`
+    page the GPU view through the fleet's hosts (the view shows the selected card's host)."""
+    hosts = card_hosts(state, order)
+    if not hosts:
+        return None
+    row = selected_row(state)
+    if row is None or row.host not in hosts:
+        target = hosts[0 if step > 0 else -1]
+    else:
+        target = hosts[(hosts.index(row.host) + step) % len(hosts)]
+    return next(p for p in order if p in state.rows and state.rows[p].host == target)

@@ -6,6 +6,9 @@ Everything here is frozen data (no clocks, no processes), so a screenshot of the
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from paths import FIXTURES
@@ -15,7 +18,7 @@ from specmon.model.config import Config, Profile, SweepDefaults
 from specmon.model.experiments.bands import GridVerdict, grid_verdict
 from specmon.model.experiments.verdict import LevelSummary, ProfileSummary
 from specmon.model.machine.env import EnvReport, Injection, ProcessEnv, Startup
-from specmon.model.machine.gpu import GpuBoard, parse_apps, parse_query, parse_run_markers
+from specmon.model.machine.gpu import APPS_FIELDS, QUERY_FIELDS, GpuBoard, parse_apps, parse_query, parse_run_markers
 from specmon.model.runs.runstate import LogPhase
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated, render_env
@@ -275,3 +278,27 @@ def fed_fleet_app(tmp: Path) -> SpecmonApp:
 
     app.call_later(feed)
     return app
+
+
+def _stand_in_smi(query: str, env: dict[str, str]) -> str:
+    """What the stand-in nvidia-smi (tests/fixtures/gpu/fake-nvidia-smi) answers to one query."""
+    return subprocess.run([sys.executable, str(FIXTURES / "gpu" / "fake-nvidia-smi"), query,
+                           "--format=csv,noheader,nounits"], env={**os.environ, **env}, capture_output=True,
+                          text=True, check=True, timeout=30).stdout
+
+
+def fleet_gpu_board(host: str) -> tuple[GpuBoard, dict[str, str]]:
+    """A FLEET_HOSTS host's 8 GPUs as the stand-in nvidia-smi reports them, two held by each of the host's four
+    runs (FLEET_ROWS), with a few fixed history points; and the run ids known to the app (run id -> profile)."""
+    runs = [row for row in FLEET_ROWS if row.host == host]
+    samples = {s.uuid: s for s in parse_query(_stand_in_smi(f"--query-gpu={','.join(QUERY_FIELDS)}",
+                                                            {"FAKE_SMI_GPUS": "8"}))}
+    board = GpuBoard(history=30)
+    for tick in range(12):
+        board.add_tick(samples, float(tick))
+        for track in board.tracks.values():
+            track.utilization[-1] = float((tick * 17 + (track.latest.index or 0) * 40) % 100)
+    holders = ";".join(f"{gpu}:{row.pid}:60000" for i, row in enumerate(runs) for gpu in (2 * i, 2 * i + 1))
+    apps = parse_apps(_stand_in_smi(f"--query-compute-apps={','.join(APPS_FIELDS)}", {"FAKE_SMI_APPS": holders}))
+    board.set_apps(apps, parse_run_markers("".join(f"{row.pid} SPECMON_RUN_ID={row.run_id}\n" for row in runs)))
+    return board, {row.run_id: row.profile for row in runs if row.run_id}

@@ -11,10 +11,12 @@ from textual._compositor import Compositor
 from textual.geometry import Size
 from textual.pilot import Pilot
 from textual.widget import Widget
-from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, screen_text
+from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, fleet_gpu_board, screen_text
 
 from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
+from specmon.ui.app import SpecmonApp
+from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import ServingChanged
 from specmon.ui.servers import RunCard, ServersPane
 
@@ -180,3 +182,143 @@ async def test_sparklines_are_worked_out_only_for_the_cards_on_screen(tmp_path: 
             pane.scroll_end(animate=False, immediate=True)
             await _settle(pilot)
         assert "llama-63 READY" in screen_text(app) and "█" in screen_text(app), screen_text(app)
+
+
+def _in_pane(app: SpecmonApp, widget: Widget) -> bool:
+    visible = app.query_one(ServersPane).scrollable_content_region
+    return visible.y <= widget.region.y and widget.region.bottom <= visible.bottom
+
+
+async def test_g_groups_64_cards_by_host_under_headers_that_count_each_host_and_j_walks_across_them(
+        tmp_path: Path) -> None:
+    """Issue 37: G groups the cards by host (then by profile, then not at all). Each host's header counts its runs;
+    hosts with a failed or stalled run come first and those runs first within their host; the summary still counts
+    the whole fleet; j walks every card across the groups, the selection always on screen; at 80x24."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("G")
+        await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        headers = [h for h in pane.query(".group-header") if h.display]
+        assert [str(h.render()) for h in headers[:4]] == [
+            "gpu06 · 2 ready · 1 loading · 1 failed", "gpu10 · 3 ready · 1 stalled", "gpu03 · 3 ready · 1 stalled", "gpu01 · 4 ready"]
+        assert len(headers) == 16 and "Servers · by host" in screen_text(app)
+        # Each host's cards together, its trouble first: gpu06 is llama-05, -21, -37 (failed), -53.
+        assert pane.order[:4] == ["llama-37", "llama-05", "llama-21", "llama-53"], pane.order
+        assert pane.order[4] == "llama-41" and sorted(pane.order) == sorted(FLEET_PROFILES)
+        assert app.state.selected == "llama-00"
+        card = next(c for c in app.query(RunCard) if c.profile == "llama-00")
+        assert _in_pane(app, card) and "gpu01 · 4 ready" in screen_text(app), screen_text(app)
+        walked = [app.state.selected]
+        for _ in range(len(FLEET_PROFILES) - 1):
+            await pilot.press("j")
+            walked.append(app.state.selected)
+            if len(walked) % 9 == 0:   # now and then, look: the selected card is on screen
+                await _settle(pilot)
+                card = next(c for c in app.query(RunCard) if c.profile == app.state.selected)
+                assert _in_pane(app, card), f"{app.state.selected} at {card.region}, the pane {pane.scrollable_content_region}"
+        start = pane.order.index("llama-00")
+        assert walked == (pane.order[start:] + pane.order[:start]), walked   # every card once, in the groups' order
+        assert "58 ready·3 loading·1 failed·2 stalled" in pane.query_one("#fleet-summary").render().plain  # type: ignore[attr-defined]
+        await pilot.press("G")   # by profile: one family, llama, with the fleet's counts
+        await _settle(pilot)
+        shown = [str(h.render()) for h in pane.query(".group-header") if h.display]
+        assert shown == ["llama · 58 ready·3 loading·1 failed·2 stalled"] or shown == [
+            "llama · 58 ready · 3 loading · 1 failed · 2 stalled"], shown
+        await pilot.press("G")   # not grouped: no header, the fleet's order again
+        await _settle(pilot)
+        assert not [h for h in pane.query(".group-header") if h.display]
+        assert pane.order[:3] == ["llama-37", "llama-41", "llama-50"]
+
+
+async def test_grouped_and_filtered_the_cards_shown_keep_their_groups(tmp_path: Path) -> None:
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("G", "F", *"stalled", "enter")
+        await _settle(pilot)
+        pane = app.query_one(ServersPane)
+        assert [str(h.render()) for h in pane.query(".group-header") if h.display] == [
+            "gpu10 · 1 stalled", "gpu03 · 1 stalled"]
+        assert pane.order == ["llama-41", "llama-50"] and app.state.selected == "llama-41"
+
+
+async def test_the_gpu_view_pages_through_all_16_hosts_of_64_runs_at_80x24(tmp_path: Path) -> None:
+    """Issue 37: the GPU view showed only the selected card's host; reaching another host's GPUs meant finding one of
+    its cards among 64. `]` and `[` select the first card of the next/previous host (by name) and the view, full
+    screen at 80x24, says which host of how many it shows; every host's 8 GPUs are reached."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        await pilot.press("e")   # below 150 columns: the GPU view full screen
+        seen = []
+        for _ in range(16):
+            await pilot.press("right_square_bracket")
+            host = app.state.rows[app.state.selected].host
+            board, known = fleet_gpu_board(host)   # as the engine's probe of that host would post it
+            app.post_message(GpusUpdated(host, board, known))
+            await _settle(pilot)
+            text = screen_text(app)
+            page = next(line for line in text.splitlines() if "GPUs" in line)
+            seen.append(host)
+            assert f"{host} · 8 GPUs · host {int(host[3:])} of 16 · [ ] pages" in page, text
+            assert all(f"{g} H200 " in text for g in range(8)), text   # all 8 GPUs on the screen
+            assert all(known[r] in text for r in known), text         # and the host's four runs holding them
+        assert seen == [*(f"gpu{h:02d}" for h in range(2, 17)), "gpu01"]   # from gpu01's llama-00: each host once
+        await pilot.press("left_square_bracket")
+        assert app.state.rows[app.state.selected].host == "gpu16"
+
+
+async def test_a_read_whose_figures_change_length_repaints_the_cards_without_laying_out_the_screen(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every /metrics read (1 Hz, each ready run) gave the cards in view figures of another length (812 ->
+    1203 tok/s), and a card whose text changed length asked for a layout of every widget of the screen (at 64 runs
+    ~40 ms a time, in the way of the next key). A line that still fits the card cannot change its height: it is
+    repainted in place."""
+    reflows = 0
+    reflow = Compositor.reflow
+
+    def counted(self: Compositor, parent: Widget, size: Size) -> object:
+        nonlocal reflows
+        reflows += 1
+        return reflow(self, parent, size)
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        for second, tok_s in enumerate((8.0, 95.0, 1203.0, 7.0, 88000.0)):
+            if second == 1:   # the first read gave the cards their figures: a layout, once
+                monkeypatch.setattr(Compositor, "reflow", counted)
+            for row in FLEET_ROWS:
+                figures = ServingFigures(running=second, waiting=0, kv_pct=10.0 * second, tok_s=tok_s)
+                app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert "llama-01 READY gpu02:30000 88000 tok/s" in screen_text(app), screen_text(app)
+        assert reflows == 0, f"{reflows} layouts of the screen for 4 reads that changed only the figures' lengths"
+
+
+async def test_j_restyles_only_the_two_cards_whose_selection_changed_not_their_progress_bars(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each card carried a hidden progress bar of four widgets, restyled with the card at every selection
+    change (2 cards x 7 widgets a `j`, ~1/10 of the key's time at 64 runs); a card now mounts its bar when it first
+    has a load to show."""
+    from textual.css.stylesheet import Stylesheet
+
+    restyled: list[str] = []
+    apply = Stylesheet.apply
+
+    def counted(self: Stylesheet, node: object, *args: object, **kwargs: object) -> None:
+        restyled.append(type(node).__name__)
+        apply(self, node, *args, **kwargs)  # type: ignore[arg-type]
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        monkeypatch.setattr(Stylesheet, "apply", counted)
+        for _ in range(4):   # llama-00 -> llama-04, all READY
+            await pilot.press("j")
+            await _settle(pilot)
+        assert app.state.selected == "llama-04"
+        assert len(restyled) <= 4 * 2 * 3, f"{len(restyled)} widgets restyled for 4 j: {sorted(set(restyled))}"
+        assert "Bar" not in restyled and "PercentageStatus" not in restyled

@@ -13,9 +13,19 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Input
-from ui_states import FAILED_ROWS, PROFILES, fed_app, fed_fleet_app, fed_goodput_app, fed_grid_app, fed_overlay_app
+from ui_states import (
+    FAILED_ROWS,
+    PROFILES,
+    fed_app,
+    fed_fleet_app,
+    fed_goodput_app,
+    fed_grid_app,
+    fed_overlay_app,
+    fleet_gpu_board,
+)
 
 from specmon.ui.forms import OverlayScreen, SweepFormScreen
+from specmon.ui.gpuenv import GpusUpdated
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +155,26 @@ def test_fleet_of_64_runs_filtered_80x24(snap_compare, tmp_path: Path) -> None:
         await _settle(pilot)
 
     assert snap_compare(fed_fleet_app(tmp_path), terminal_size=(80, 24), run_before=filtered)
+
+
+@pytest.mark.parametrize("size", [SIZES["80x24"], SIZES["160x48"]], ids=["80x24", "160x48"])
+def test_fleet_of_64_runs_grouped_by_host(snap_compare, tmp_path: Path, size: tuple[int, int]) -> None:
+    """64 runs grouped by host (`G`): a header per host with its counts, hosts with a failed or stalled run first,
+    the selected llama-00 kept in view."""
+    async def grouped(pilot: Pilot) -> None:
+        await pilot.press("G")
+        await _settle(pilot)
+
+    assert snap_compare(fed_fleet_app(tmp_path), terminal_size=size, run_before=grouped)
+
+
+def test_fleet_gpu_view_paged_to_a_later_host_80x24(snap_compare, tmp_path: Path) -> None:
+    """The GPU view full screen at 80x24, paged with `]` to the 11th of 16 hosts: its 8 GPUs and the four runs
+    holding them, the head line saying which host of how many."""
+    async def paged(pilot: Pilot) -> None:
+        await pilot.press("e", *["right_square_bracket"] * 10)
+        board, known = fleet_gpu_board("gpu11")   # as the engine's probe of that host posts it
+        pilot.app.post_message(GpusUpdated("gpu11", board, known))
+        await _settle(pilot)
+
+    assert snap_compare(fed_fleet_app(tmp_path), terminal_size=(80, 24), run_before=paged)

@@ -115,3 +115,64 @@ def test_a_serving_alert_rings_once_per_read_that_raised_it() -> None:
                                                                   bell=True)]
     assert screen.serving_changed(state, ServingUpdate("base", "r1", alerts=("KV cache 97% full",))) == []
     assert state.serving["base"].alerts == ("KV cache 97% full",)
+
+
+def fleet_rows() -> list[ServerRow]:
+    """Six runs on three hosts; one failed (on h2), one stalled (on h3)."""
+    rows = [ServerRow(f"llama-{i:02d}", host=f"h{i % 3 + 1}", run_id=f"r{i}", state=RunStatus.READY) for i in range(6)]
+    rows[4] = ServerRow("llama-04", host="h2", run_id="r4", state=RunStatus.FAILED, failure="OOM")
+    rows[2] = ServerRow("llama-02", host="h3", run_id="r2", state=RunStatus.LOADING, stalled=True)
+    return rows + [ServerRow("qwen-1", host="h1", run_id="r9", state=RunStatus.READY)]
+
+
+def test_g_cycles_the_cards_from_ungrouped_to_by_host_to_by_profile_and_back() -> None:
+    state = screen.initial_state(["a"], None, log_lines=5)
+    assert [screen.grouping_cycled(state) for _ in range(3)] == [
+        screen.Grouping.HOST, screen.Grouping.PROFILE, screen.Grouping.NONE]
+    assert state.grouping is screen.Grouping.NONE
+
+
+def test_cards_grouped_by_host_keep_the_trouble_first_and_each_header_counts_its_group() -> None:
+    rows = fleet_rows()
+    order = ["llama-04", "llama-02", "llama-00", "llama-01", "llama-03", "llama-05", "qwen-1"]   # as the pane sorts
+    groups = screen.card_groups(rows, order, screen.Grouping.HOST)
+    # Hosts with a failed or stalled run first (h2, h3), the failed run first within its host; then h1.
+    assert [(g.name, g.profiles) for g in groups] == [
+        ("h2", ("llama-04", "llama-01")), ("h3", ("llama-02", "llama-05")), ("h1", ("llama-00", "llama-03", "qwen-1"))]
+    assert [g.header for g in groups] == ["h2 · 1 ready · 1 failed", "h3 · 1 ready · 1 stalled", "h1 · 3 ready"]
+    # Every card shown is in exactly one group: walking the groups in turn is walking every card.
+    assert sorted(p for g in groups for p in g.profiles) == sorted(order)
+
+
+def test_cards_grouped_by_profile_gather_the_numbered_copies_of_a_set_up() -> None:
+    rows = fleet_rows()
+    order = ["llama-04", "llama-02", "llama-00", "qwen-1"]   # a filter showed these four
+    groups = screen.card_groups(rows, order, screen.Grouping.PROFILE)
+    assert [(g.name, g.profiles, g.header) for g in groups] == [
+        ("llama", ("llama-04", "llama-02", "llama-00"), "llama · 1 ready · 1 failed · 1 stalled"),
+        ("qwen", ("qwen-1",), "qwen · 1 ready")]
+    assert [screen.profile_family(p) for p in ("llama-02", "demo-eagle3", "base", "qwen_7b")] == [
+        "llama", "demo-eagle", "base", "qwen_7b"]
+    # Ungrouped: one group without a header, the cards as given.
+    assert screen.card_groups(rows, order, screen.Grouping.NONE) == [screen.CardGroup("", tuple(order), "")]
+
+
+def test_brackets_page_through_the_hosts_of_the_cards_shown_in_name_order_and_wrap() -> None:
+    hosts = [f"gpu{h}" for h in (2, 10, 1)]   # gpu1, gpu2, gpu10 in name order (not gpu1, gpu10, gpu2)
+    rows = [ServerRow(f"r{i}", host=hosts[i % 3], run_id=f"id{i}", state=RunStatus.READY) for i in range(6)]
+    state = screen.initial_state([r.profile for r in rows], "r0", log_lines=5)
+    screen.rows_changed(state, rows)
+    order = ["r5", "r0", "r1", "r2", "r3", "r4"]   # the pane's order (one at the top that needs a look)
+    assert screen.card_hosts(state, order) == ["gpu1", "gpu2", "gpu10"]
+    assert screen.host_page(state, order) == "host 2 of 3"   # r0 is on gpu2
+    visited = []
+    for _ in range(3):
+        profile = screen.host_stepped(state, order, 1)
+        assert profile is not None
+        screen.select(state, profile)
+        visited.append((profile, screen.host_page(state, order)))
+    # Each host's first card in the pane's order; every host reached, back where it began.
+    assert visited == [("r1", "host 3 of 3"), ("r5", "host 1 of 3"), ("r0", "host 2 of 3")]
+    assert screen.host_stepped(state, order, -1) == "r5"
+    # A filter showing one host's cards: a single page, no "host 1 of 1".
+    assert screen.host_page(state, ["r0", "r3"]) == "" and screen.host_stepped(state, ["r0", "r3"], 1) == "r0"

@@ -57,6 +57,13 @@ KEYS: tuple[KeySpec, ...] = (
     KeySpec("filter_runs", "F", "filter_runs", "Find runs",
             "Filter the Servers cards by state, host or profile name as you type (enter keeps it, esc shows all)",
             shown=False),
+    KeySpec("group", "G", "cycle_grouping", "Group",
+            "Group the Servers cards by host, then by profile (name less its number), then not at all; each group's "
+            "header counts its runs, failed and stalled runs first", shown=False),
+    KeySpec("next_host", "right_square_bracket", "host(1)", "Next host",
+            "Select the first card of the next host (by name): the GPU view pages through the fleet's hosts", shown=False),
+    KeySpec("prev_host", "left_square_bracket", "host(-1)", "Prev host",
+            "Select the first card of the previous host (the GPU view's previous page)", shown=False),
     KeySpec("palette", "ctrl+p", "command_palette", "Palette", "Command palette", shown=False),
     KeySpec("restore", "escape", "restore", "Restore", "Restore a maximised pane", shown=False),
     KeySpec("quit", "q", "quit", "Quit", "Quit; servers keep running (the demo stops its own)", essential=True),
