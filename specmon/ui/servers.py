@@ -332,9 +332,9 @@ class ServersPane(VerticalScroll):
         with its group's header when it comes first in its group."""
         for card in self._cards:
             if card.profile == profile:
-                if (header := self._header_of.get(profile)) is not None:
-                    self.scroll_to_widget(header, animate=False, immediate=True)
                 self.scroll_to_widget(card, animate=False, immediate=True)
+                if (header := self._header_of.get(profile)) is not None:   # just above the card: both in view
+                    self.scroll_to_widget(header, animate=False, immediate=True)
                 return
 
     def reveal_after_layout(self, profile: str) -> None:
