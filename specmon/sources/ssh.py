@@ -193,6 +193,8 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
 class SSHTransport(Transport):
     """Runs commands on `alias` over one shared SSH connection. See the module docstring."""
 
+    polls_logs = True   # a `tail -f` held per run would take every session of the connection past eight runs
+
     def __init__(self, alias: str, settings: SshSettings, *, keepalive_count: int = KEEPALIVE_COUNT,
                  max_sessions: int = MAX_SESSIONS, backoff_base_s: float = 1.0, backoff_cap_s: float = 30.0,
                  link_wait_s: float = LINK_WAIT_S) -> None:

@@ -219,6 +219,9 @@ class Transport(ABC):
 
     host: str = "local"
     link: LinkState = LinkState()
+    # Logs are followed by polling `look` on a shared tick (one command a tick for all of a host's logs), not by one
+    # streamed `tail -f` each: a transport whose commands at once are few (SSH's MaxSessions) says so.
+    polls_logs: bool = False
     _looks: list[tuple[str, int, int, asyncio.Future[FileLook | None]]] | None = None   # the looks asked this moment
 
     @abstractmethod

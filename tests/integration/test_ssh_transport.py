@@ -337,3 +337,41 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await transport.close()
+
+
+async def test_the_logs_of_more_runs_than_a_connection_has_sessions_are_all_followed(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: every run's log follower held an SSH session (`tail -f`) for good, and a connection allows only
+    MaxSessions (10; 8 used): the ninth run on a host was never followed (its lines never came; a run whose ready
+    line never arrives never turns READY). Twelve runs' logs on one host are all followed over the one
+    connection, the lines written after the followers started included, and sessions stay free for commands."""
+    from specmon.sources.tailer import LogTailer
+
+    transport = SSHTransport("gpu1", sshd.settings())
+    logs = [tmp_path / f"server-{i}.log" for i in range(12)]
+    for i, log in enumerate(logs):
+        log.write_text(f"run {i} loading\n")
+    got: dict[int, bytes] = {i: b"" for i in range(len(logs))}
+
+    async def follow(i: int) -> None:
+        async for batch in LogTailer(transport, str(logs[i])).follow():
+            got[i] += batch.data
+
+    tasks = [asyncio.create_task(follow(i)) for i in range(len(logs))]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(got.values()):
+            assert time.monotonic() < deadline, f"logs never followed: {[i for i, d in got.items() if not d]}"
+            await asyncio.sleep(0.1)
+        for i, log in enumerate(logs):
+            with open(log, "a") as fh:
+                fh.write(f"run {i} ready\n")
+        while not all(data.endswith(b"ready\n") for data in got.values()):
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.1)
+        assert (await transport.run("echo free", timeout=10)).stdout == b"free\n"   # a command still gets a session
+        assert transport.connects == 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await transport.close()
