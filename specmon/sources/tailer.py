@@ -26,13 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import shlex
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from specmon.sources.follow import REPLACED, TAIL_CHECK_BYTES, restart_reason
-from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError
+from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError, until_tick
 
 MAX_BACKLOG = 4 * 1024 * 1024
 MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anyway (and committed)
@@ -175,7 +174,7 @@ class LogTailer:
                 for batch in batches:
                     yield batch
                 if not more:
-                    await asyncio.sleep(_quiet_until(self.poll_s, 0.5))
+                    await asyncio.sleep(until_tick(self.poll_s, 0.5))
         finally:
             unwatch()
 
@@ -274,14 +273,6 @@ class LogTailer:
         return TailBatch(data, start, self.offset, fresh=data[seen:])
 
 
-def _quiet_until(quiet_s: float, least: float = 0.9) -> float:
-    """Seconds to the next tick of a clock shared by every tailer (a multiple of `quiet_s` on the loop's clock) at
-    least `least` times `quiet_s` away: the quiet logs of a host's runs are all checked at that tick, so their looks go out as
-    one command (Transport.look) instead of one each."""
-    now = asyncio.get_running_loop().time()
-    return math.ceil((now + least * quiet_s) / quiet_s) * quiet_s - now
-
-
 async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[bytes | None, None]:
     """The stream's bytes, and None after each `quiet_s` (0.9 to 1.9 times it, on the shared tick) without any;
     ends with the stream. The stream is read on
@@ -303,7 +294,7 @@ async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[
                     reader.result()   # the read's error, if it failed
                     return
                 getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, reader}, timeout=_quiet_until(quiet_s),
+                done, _ = await asyncio.wait({getter, reader}, timeout=until_tick(quiet_s),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     getter.cancel()   # a cancelled get takes nothing off the queue
@@ -349,6 +340,17 @@ async def _range(transport: Transport, path: str, start: int, end: int) -> Comma
     q = shlex.quote(path)
     return await transport.run(f"{_not_special(path)} && tail -c +{start + 1} -- {q} | head -c {end - start}",
                                timeout=60)
+
+
+async def log_end(transport: Transport, path: str, limit: int) -> tuple[bytes, float | None]:
+    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip; (b"", None) when there is no such
+    regular file."""
+    q = shlex.quote(path)
+    result = await transport.run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", timeout=60)
+    head, _, data = result.stdout.partition(b"\n")
+    if not result.ok or not head.strip().isdigit():
+        return b"", None
+    return data, float(head)
 
 
 async def last_lines(transport: Transport, path: str, n: int) -> tuple[bytes, int]:

@@ -34,7 +34,7 @@ from specmon.sources.host import HostOps
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, Transport, TransportError, url_host
+from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -418,7 +418,8 @@ class RunWatcher:
         pid = self.record.pid
         while True:
             ready = self.record.state == RunStatus.READY
-            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+            # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
+            await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
                 continue
             try:
@@ -470,7 +471,7 @@ class RunWatcher:
                 self._settle()
                 self._check_stall()
             ready = self.record.state == RunStatus.READY
-            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+            await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
 
     async def _rank_died_alone(self) -> bool:
         """This node rank's server has ended while its multi-node job runs on: true once it has been so for
