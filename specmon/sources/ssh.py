@@ -32,12 +32,18 @@ import random
 import secrets
 import shlex
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import asyncssh
 import httpx
+
+with warnings.catch_warnings():
+    # cryptography 48+ warns, once per name, that DSA is deprecated as asyncssh loads its DSA support: eleven lines
+    # of noise on the stderr of every command that reaches an SSH host (`specmon status` included).
+    warnings.filterwarnings("ignore", message="DSA is deprecated")
+    import asyncssh
 
 from specmon.model.config import SshSettings, parse_host
 from specmon.sources import timelimit

@@ -26,6 +26,19 @@ from specmon.sources.transport import LinkState, TransportError
 pytestmark = pytest.mark.slow
 
 
+def _count_commands(transport: SSHTransport) -> list[str]:
+    """The commands `transport` runs from now on, as they are started (clear() it to count from a moment on)."""
+    commands: list[str] = []
+    run = transport.run
+
+    async def counted(command: str, **kwargs: object) -> object:
+        commands.append(command)
+        return await run(command, **kwargs)   # type: ignore[arg-type]
+
+    transport.run = counted   # type: ignore[method-assign]
+    return commands
+
+
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
 
@@ -299,15 +312,7 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
     logs = [tmp_path / f"server-{i}.log" for i in range(6)]
     for log in logs:
         log.write_text("ready\n")
-    commands = 0
-    run = transport.run
-
-    async def counted(command: str, **kwargs: object) -> object:
-        nonlocal commands
-        commands += 1
-        return await run(command, **kwargs)   # type: ignore[arg-type]
-
-    transport.run = counted   # type: ignore[method-assign]
+    commands = _count_commands(transport)
     got: dict[int, bytes] = {i: b"" for i in range(len(logs))}
 
     async def follow(i: int) -> None:
@@ -321,11 +326,12 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
             assert time.monotonic() < deadline, got
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
-        commands, started = 0, time.monotonic()
+        commands.clear()
+        started = time.monotonic()
         await asyncio.sleep(3.0)       # all quiet
         ticks = (time.monotonic() - started) / 0.5
-        assert commands <= 2 * ticks + 2, \
-            f"{commands} commands over {ticks:.0f} quiet checks of {len(logs)} logs (one command a tick expected)"
+        assert len(commands) <= 2 * ticks + 2, \
+            f"{len(commands)} commands over {ticks:.0f} quiet checks of {len(logs)} logs (one command a tick expected)"
         for log in logs:
             with open(log, "a") as fh:
                 fh.write("more\n")
@@ -395,15 +401,7 @@ async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each
             (run_dir / "exit_code").write_text(f"{i}\n")
         if i % 3 == 2:
             (run_dir / "stop_requested").write_text("")
-    commands = 0
-    run = transport.run
-
-    async def counted(command: str, **kwargs: object) -> object:
-        nonlocal commands
-        commands += 1
-        return await run(command, **kwargs)   # type: ignore[arg-type]
-
-    transport.run = counted   # type: ignore[method-assign]
+    commands = _count_commands(transport)
 
     async def check(run_dir: Path) -> tuple[bool, int | None, bool]:
         await asyncio.sleep(until_tick(0.5))   # as the watchers' process loops sleep
@@ -412,10 +410,10 @@ async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each
 
     try:
         await transport.run("true")   # connected
-        commands = 0
+        commands.clear()
         answers = await asyncio.gather(*(check(d) for d in dirs))
         assert answers == [(True, i if i % 3 == 1 else None, i % 3 == 2) for i in range(len(dirs))]
-        assert commands == 1, f"{commands} commands for the process checks of {len(dirs)} runs (one expected)"
+        assert len(commands) == 1, f"{len(commands)} commands for the process checks of {len(dirs)} runs (one expected)"
     finally:
         sleeper.kill()
         sleeper.wait()
