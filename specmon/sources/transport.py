@@ -300,10 +300,10 @@ class Transport(ABC):
         q = shlex.quote
         try:
             # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
-            result = await self.run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} "
-                                              f"-- {q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
-                                              for path in paths), timeout=30)
-            parts = result.stdout.split(token.encode())[1:]
+            out = await self.batch_run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} "
+                                                 f"-- {q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
+                                                 for path in paths), 30)
+            parts = out.split(token.encode())[1:]
             if len(parts) != len(paths):
                 raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
         except BaseException as exc:
@@ -312,6 +312,11 @@ class Transport(ABC):
                 raise
             return
         _answer_all(batch, [None if part.endswith(missing.encode()) else part for part in parts])
+
+    async def batch_run(self, script: str, timeout: float) -> bytes:
+        """The stdout of `script`, a batch of reads that prints what it found (`look`, `read_files`), whatever its
+        status. Default: `run`; a transport where starting a command is dear (SSH) keeps a shell for them."""
+        return (await self.run(script, timeout=timeout)).stdout
 
     async def look(self, path: str, start: int, length: int) -> FileLook | None:
         """`path`'s inode and size and its bytes [start, start+length) in one round trip; None if there is no such
@@ -344,8 +349,7 @@ class Transport(ABC):
             parts.append(f"printf %s {shlex.quote(token)}; {{ stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && "
                          f"tail -c +{start + 1} -- {q} | head -c {length}; }}; printf ' %s' $?")
         try:
-            result = await self.run("; ".join(parts), timeout=15)
-            answers = result.stdout.split(token.encode())[1:]
+            answers = (await self.batch_run("; ".join(parts), 15)).split(token.encode())[1:]
             if len(answers) != len(batch):
                 raise TransportError(f"{self.host}: {len(batch)} looks gave {len(answers)} answers")
         except BaseException as exc:
