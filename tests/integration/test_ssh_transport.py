@@ -419,3 +419,22 @@ async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each
         sleeper.kill()
         sleeper.wait()
         await transport.close()
+
+
+async def test_a_batch_of_reads_that_hangs_ends_its_shell_and_the_next_batch_gets_a_new_one(sshd: Sshd) -> None:
+    """The batched reads share one shell kept running on the host: one that hangs (an NFS stall) must not hold up
+    every later read for ever, nor stay behind on the host. It ends with a TimeoutError, its shell and what that
+    shell ran are ended, and the next read starts a new shell."""
+    transport = SSHTransport("gpu1", sshd.settings())
+    mark = f"{secrets.randbelow(10**6) + 10**6}"
+    try:
+        assert await transport.batch_run("echo first", 10) == b"first\n"
+        with pytest.raises(TimeoutError):
+            await transport.batch_run(f"sleep {mark}", 1.0)
+        assert await transport.batch_run("echo next", 10) == b"next\n"
+        deadline = time.monotonic() + 10
+        while subprocess.run(["pgrep", "-f", f"[s]leep {mark}"], capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "the hung read's command was left running on the host"
+            await asyncio.sleep(0.1)
+    finally:
+        await transport.close()
