@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -57,10 +58,12 @@ CONNECT_TIMEOUT_S = 3
 
 def server_ports(n: int) -> list[int]:
     """`n` free ports below the kernel's ephemeral range: a port picked inside it (bind to 0) can be taken by one
-    of the app's own outgoing connections before its server binds it (2 of 64 launches were refused so)."""
+    of the app's own outgoing connections before its server binds it (2 of 64 launches were refused so). The scan
+    starts at a random point: two benches on one box (two branches compared) took the same ports, and runs of
+    either failed with "port already in use"."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports: list[int] = []
-    for port in range(low - 1, 1024, -1):
+    for port in range(low - 1 - random.randrange(0, max(1, low - 1025 - 4 * n)), 1024, -1):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
