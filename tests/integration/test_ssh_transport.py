@@ -438,3 +438,41 @@ async def test_a_batch_of_reads_that_hangs_ends_its_shell_and_the_next_batch_get
             await asyncio.sleep(0.1)
     finally:
         await transport.close()
+
+
+async def test_status_checks_a_hosts_runs_in_about_one_command_each_not_four(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: `specmon status --all` checked each run with four SSH commands (its process, the host's boot id,
+    its log's size, then its log), each a session opened and closed, four runs of a host at a time: 2.4 s at 64 runs
+    on 16 hosts. The process and boot id of a host's runs checked at once are read together (one shell kept for such
+    reads), the log's end and mtime in one command: about one command a run. Every run is still judged right."""
+    from specmon.model.config import Config
+    from specmon.model.runs.record import RunRecord
+    from specmon.orchestration.runs.manager import RunManager
+
+    sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(8)]
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    manager = RunManager(Config(source="test profiles", profiles={}, ssh=sshd.settings()))
+    for i, proc in enumerate(sleepers):
+        run_dir = tmp_path / f"run-{i}"
+        run_dir.mkdir()
+        (run_dir / "server.log").write_text("loading\nThe server is fired up and ready to roll!\n")
+        starttime = int(Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[19])
+        if i == 7:
+            proc.kill()
+            proc.wait()
+            (run_dir / "exit_code").write_text("0\n")
+        manager.store.save(RunRecord(
+            run_id=f"20261205-00000{i}-ab{i:04d}", profile=f"p{i}", host="gpu1", run_dir=str(run_dir), port=1,
+            url="http://127.0.0.1:1", server="sglang", health_path="/health", stall_timeout_s=30, notify_cmd=None,
+            expected_load_s=None, started_at=time.time() - 60, state="ready", pid=proc.pid, starttime=starttime,
+            boot_id=boot, ready_at=time.time() - 30))
+    try:
+        commands = _count_commands(manager.ops("gpu1").transport)   # type: ignore[arg-type]
+        views = await manager.refresh(all_configs=True)
+        assert [v.state for v in views] == ["ready"] * 7 + ["exited"], [v.state for v in views]
+        assert len(commands) <= len(views) + 2, f"{len(commands)} commands to check {len(views)} runs"
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+        await manager.close()
