@@ -1,6 +1,7 @@
 """What specmon costs as the fleet grows: N ready runs, each /metrics read at 1 Hz, the GPU pane on 8 GPUs.
 
     python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--size 160x48] [--idle-s 15] [--keys 50]
+                                [--py-spy DIR]
 
 For each N the TUI (in a real pty, as bench/tui_cost.py runs it) launches N runs of `bench/fleet_stub.py` (one
 light stdlib process per run: SGLang's ready lines, /health, /metrics, one-token completions; N real `specmon sim`
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -56,10 +58,12 @@ CONNECT_TIMEOUT_S = 3
 
 def server_ports(n: int) -> list[int]:
     """`n` free ports below the kernel's ephemeral range: a port picked inside it (bind to 0) can be taken by one
-    of the app's own outgoing connections before its server binds it (2 of 64 launches were refused so)."""
+    of the app's own outgoing connections before its server binds it (2 of 64 launches were refused so). The scan
+    starts at a random point: two benches on one box (two branches compared) took the same ports, and runs of
+    either failed with "port already in use"."""
     low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     ports: list[int] = []
-    for port in range(low - 1, 1024, -1):
+    for port in range(low - 1 - random.randrange(0, max(1, low - 1025 - 4 * n)), 1024, -1):
         with socket.socket() as s:
             try:
                 s.bind(("127.0.0.1", port))
@@ -199,7 +203,8 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
         raise SystemExit(f"status --all did not print JSON: {out.stderr.strip()[-400:]}") from None
 
 
-def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> dict[str, float]:
+def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int,
+        py_spy: Path | None = None) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
     (work / "bin").mkdir()
     (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
@@ -250,6 +255,8 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> d
         row["cpu_ms_per_scrape"] = 10 * cpu * idle_s / max(1, row["scrapes"])
         row["idle_cpu_pct"], row["waited_pct"], row["load"] = cpu, waited, load0
         row["ssh_conns"], row["ssh_chans"] = ssh_counts(term.pid, sshds, remote_ports)
+        if py_spy is not None:   # after the measured window: the sampler's own cost is not in it
+            profile(term, py_spy / f"fleet-{n}.txt", idle_s)
         latencies = []
         for _ in range(keys):
             term.pump(0.5)
@@ -295,6 +302,15 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int) -> d
     return row
 
 
+def profile(term: Terminal, out: Path, seconds: float) -> None:
+    """py-spy's samples of the idle app over `seconds` (raw: one line per stack, with its count) into `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    spy = subprocess.Popen(["py-spy", "record", "-p", str(term.pid), "-d", str(int(seconds)), "-r", "50", "--nonblocking",
+                            "--format", "raw", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while spy.poll() is None:
+        term.pump(0.5)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", default="8,32,64,128", help="comma-separated fleet sizes")
@@ -302,6 +318,8 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float, default=15.0)
     parser.add_argument("--keys", type=int, default=50)
     parser.add_argument("--hosts", type=int, default=16, help="'local' and HOSTS-1 loopback SSH hosts")
+    parser.add_argument("--py-spy", type=Path, metavar="DIR",
+                        help="after each idle window, py-spy the idle app as long again into DIR/fleet-N.txt")
     args = parser.parse_args()
     if args.hosts > 1 and (reason := sshd_available()):
         raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
@@ -313,7 +331,7 @@ def main() -> int:
     counts = ("runs", "hosts", "sockets", "ssh_conns", "ssh_chans", "scrapes")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
-        row = one(n, args.hosts, cols, rows, args.idle_s, args.keys)
+        row = one(n, args.hosts, cols, rows, args.idle_s, args.keys, args.py_spy)
         print(" | ".join(f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for k in head), flush=True)
     print(f"terminal {cols}x{rows}; {os.cpu_count()} cores; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

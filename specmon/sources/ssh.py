@@ -193,6 +193,8 @@ def backoff_s(attempt: int, base_s: float, cap_s: float) -> float:
 class SSHTransport(Transport):
     """Runs commands on `alias` over one shared SSH connection. See the module docstring."""
 
+    polls_logs = True   # a `tail -f` held per run would take every session of the connection past eight runs
+
     def __init__(self, alias: str, settings: SshSettings, *, keepalive_count: int = KEEPALIVE_COUNT,
                  max_sessions: int = MAX_SESSIONS, backoff_base_s: float = 1.0, backoff_cap_s: float = 30.0,
                  link_wait_s: float = LINK_WAIT_S) -> None:
@@ -218,6 +220,7 @@ class SSHTransport(Transport):
         self.unended: set[int] = set()         # process groups on the host still to end once the link is back
         self.unstarted: set[str] = set()       # markers of commands cut before their pid arrived, ditto
         self._ending: asyncio.Task[None] | None = None
+        self._helper: _HelperShell | None = None   # the shell that runs the batched reads (made on first use)
 
     # ---- link --------------------------------------------------------------------------------------------
     def watch_link(self, callback: Callable[[LinkState], None]) -> Callable[[], None]:
@@ -527,6 +530,12 @@ class SSHTransport(Transport):
     def stream(self, command: str) -> OutputStream:
         return _SshStream(self, command)
 
+    async def batch_run(self, script: str, timeout: float) -> bytes:
+        """Through the host's helper shell (one session held for them: see `_HelperShell`), not a session each."""
+        if self._helper is None:
+            self._helper = _HelperShell(self)
+        return await self._helper.query(script, timeout)
+
     # ---- TCP on the host ---------------------------------------------------------------------------------
     async def open_tcp(self, host: str, port: int,
                        wait_s: float | None = None) -> tuple[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]]:
@@ -562,6 +571,8 @@ class SSHTransport(Transport):
         if self._ending is not None:
             await asyncio.gather(self._ending, return_exceptions=True)
         self._closed = True
+        if self._helper is not None:
+            await self._helper.close()
         for forward in self._forwards.values():
             await forward.close()
         self._forwards.clear()
@@ -579,9 +590,10 @@ class SSHTransport(Transport):
 class _SshStream(OutputStream):
     """`command`'s stdout over one exec session, held for the stream's life."""
 
-    def __init__(self, transport: SSHTransport, command: str) -> None:
+    def __init__(self, transport: SSHTransport, command: str, keep_stdin: bool = False) -> None:
         self._t = transport
         self._command = command
+        self._keep_stdin = keep_stdin   # the command reads what `send` writes (else its stdin ends at once)
         self._proc: asyncssh.SSHClientProcess[bytes] | None = None
         self._pgid = 0
         self._holding = False
@@ -591,10 +603,19 @@ class _SshStream(OutputStream):
         self._holding = True
         try:
             self._proc, self._pgid, _ = await self._t._process(self._command, None)
-            self._proc.stdin.write_eof()
+            if not self._keep_stdin:
+                self._proc.stdin.write_eof()
         except BaseException:
             self._release()
             raise
+
+    def send(self, data: bytes) -> None:
+        """Write to the command's stdin (a stream started with `keep_stdin`)."""
+        assert self._proc is not None, "stream not started"
+        try:
+            self._proc.stdin.write(data)
+        except (OSError, asyncssh.Error) as exc:
+            raise TransportError(f"{self._t.host}: link lost: {exc}") from None
 
     def _release(self) -> None:
         if self._holding:
@@ -623,6 +644,56 @@ class _SshStream(OutputStream):
                 await asyncio.shield(self._t._end_group(self._pgid))
             self._proc = None
         self._release()
+
+
+class _HelperShell:
+    """A shell kept running on the host (one session, held while it lives) that runs the batched reads of `look` and
+    `read_files`, one at a time: each is written to its stdin and answered on its stdout up to a random end marker.
+    Starting a command costs a session's open, its preamble and its close (most of the idle app's SSH cost with one
+    read a second per host); a read through this shell costs one write and one answer. A read that fails or runs
+    past its time ends the shell (the next read starts another)."""
+
+    def __init__(self, transport: SSHTransport) -> None:
+        self._t = transport
+        self._lock = asyncio.Lock()
+        self._stream: _SshStream | None = None
+        self._buffer = b""
+
+    async def query(self, script: str, timeout: float) -> bytes:
+        async with self._lock:
+            end = f"specmon-end-{secrets.token_hex(12)}"
+            try:
+                async with timelimit.timeout(timeout):
+                    if self._stream is None:
+                        stream = _SshStream(self._t, "exec /bin/sh", keep_stdin=True)
+                        await stream.start()
+                        self._stream, self._buffer = stream, b""
+                    # Its input is never the script's: a command that reads stdin would eat the next ones.
+                    self._stream.send(f"{{ {script}\n}} </dev/null 2>/dev/null; printf '\\n%s\\n' {end}\n".encode())
+                    answer = await self._answer(f"\n{end}\n".encode())
+            except BaseException as exc:
+                await self.close()
+                if isinstance(exc, asyncio.TimeoutError):
+                    raise TimeoutError(f"{self._t.host}: a batch of reads ran past {timeout} s") from None
+                raise
+            return answer
+
+    async def _answer(self, end: bytes) -> bytes:
+        assert self._stream is not None
+        while (at := self._buffer.find(end)) < 0:
+            if len(self._buffer) > MAX_OUTPUT_BYTES:
+                raise OutputTooLarge(f"{self._t.host}: a batch of reads printed over {MAX_OUTPUT_BYTES:,} bytes")
+            chunk = await self._stream.read_chunk()
+            if not chunk:
+                raise TransportError(f"{self._t.host}: link lost while reading")
+            self._buffer += chunk
+        answer, self._buffer = self._buffer[:at], self._buffer[at + len(end):]
+        return answer
+
+    async def close(self) -> None:
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.aclose()
 
 
 class _PortForward:

@@ -1,9 +1,19 @@
 """Follow a run's log on its host through a Transport, resumable from a byte offset.
 
-`LogTailer.follow()` streams `tail -c +OFFSET -f` (by descriptor: every byte streamed is the attached file's, at
-a known offset) and yields `TailBatch`es of COMPLETE lines only; `offset` moves past a line only once its `\\n`
+`LogTailer.follow()` yields `TailBatch`es of COMPLETE lines only; `offset` moves past a line only once its `\\n`
 has arrived, so a follower that saves `batch.end` after handling a batch and later resumes from it neither loses
-nor repeats a line. The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
+nor repeats a line.
+
+How the bytes come depends on the transport (`Transport.polls_logs`):
+  - streamed: `tail -c +OFFSET -f` (by descriptor: every byte streamed is the attached file's, at a known offset),
+    one command held per followed log (locally: a process; inotify makes a line arrive at once);
+  - polled (over SSH, where a connection carries at most MaxSessions commands at once, so one held per run left
+    every run past the eighth on a host unfollowed): every `poll_s`, on a clock shared by every tailer, one
+    `Transport.look` per log reads its inode, its size and the bytes from the last ones read on; the looks of a
+    host's tailers go out together as one command, so a host's logs cost one command a tick however many runs it
+    has. A rotated log's old file is looked for by its inode in the log's directory and read to its end first.
+
+The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
 last bytes this tailer read before the offset) at every (re)attach, before every chunk of the stream is handed
 out, and after `check_s` of quiet: a log truncated or rewritten in place restarts at byte 0 at once (the chunk
 that came from the new content is dropped, not handed out); a log replaced by a new file (rotation) is read
@@ -15,16 +25,19 @@ has exited, including a last line without a newline.
 from __future__ import annotations
 
 import asyncio
-import math
+import contextlib
 import shlex
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 
 from specmon.sources.follow import REPLACED, TAIL_CHECK_BYTES, restart_reason
-from specmon.sources.transport import CommandResult, OutputStream, Transport, TransportError
+from specmon.sources.transport import CommandResult, LinkState, OutputStream, Transport, TransportError, until_tick
 
 MAX_BACKLOG = 4 * 1024 * 1024
 MAX_LINE = 64 * 1024          # a partial line longer than this is emitted anyway (and committed)
+POLL_S = 0.5                  # a polled log is read this often (on a clock shared by every tailer)
+POLL_BYTES = 256 * 1024       # what one poll reads of a log at most (more waiting: polled again at once)
+LINK_LOST = "log link lost; resuming"
 
 
 @dataclass(frozen=True)
@@ -54,6 +67,7 @@ class LogTailer:
         max_backlog: int = MAX_BACKLOG,
         retry_s: float = 0.5,
         check_s: float = 1.0,
+        poll_s: float = POLL_S,
     ) -> None:
         self.transport = transport
         self.path = path
@@ -62,6 +76,7 @@ class LogTailer:
         self.max_backlog = max_backlog
         self.retry_s = retry_s
         self.check_s = check_s   # a quiet stream checks the file this often (a rotation shows only at the name)
+        self.poll_s = poll_s     # a polled log is read this often
         self._resync = False     # after a skip: drop bytes up to the first newline
         self._partial = b""      # bytes after `offset` already handed out as `fresh`
         self._seen = b""         # the last bytes before `offset` read by this tailer (a rewrite check on re-attach)
@@ -126,6 +141,83 @@ class LogTailer:
 
     async def follow(self) -> AsyncGenerator[TailBatch, None]:
         """Yield batches forever (until cancelled or closed), re-attaching after a lost link or a restart."""
+        follow = self._poll() if self.transport.polls_logs else self._stream()
+        async with contextlib.aclosing(follow) as batches:
+            async for batch in batches:
+                yield batch
+
+    async def _poll(self) -> AsyncGenerator[TailBatch, None]:
+        """Follow by polling (see the module docstring): one look a tick, or at once while more is waiting."""
+        attached = False   # polled since the start or the last lost link (the backlog rule applies on attaching)
+        dropped = False    # the link went down since the last poll (it may be back already: a reconnect is quick)
+
+        def on_link(link: LinkState) -> None:
+            nonlocal dropped
+            dropped = dropped or not link.up
+
+        unwatch = self.transport.watch_link(on_link)
+        try:
+            while True:
+                try:
+                    batches, more = await self._poll_once(attached and not dropped)
+                except (TransportError, TimeoutError):
+                    batches, more = [], False
+                    dropped = True
+                if dropped:
+                    if attached:
+                        yield TailBatch(b"", self.offset, self.offset, LINK_LOST)
+                    attached = dropped = False
+                    if not batches:
+                        await asyncio.sleep(self.retry_s)
+                        continue
+                attached = True
+                for batch in batches:
+                    yield batch
+                if not more:
+                    await asyncio.sleep(until_tick(self.poll_s, 0.5))
+        finally:
+            unwatch()
+
+    async def _poll_once(self, attached: bool) -> tuple[list[TailBatch], bool]:
+        """One look at the log: the batches it gives, and whether to look again at once (more bytes are waiting, or
+        the log is read again from its start)."""
+        known = self._seen + self._partial   # the bytes before the read position, compared in place
+        at = self.offset + len(self._partial)
+        looked = await self.transport.look(self.path, at - len(known), len(known) + POLL_BYTES)
+        if looked is None:
+            return [], False
+        same = looked.data is None or looked.data[:len(known)] == known
+        why = restart_reason(self.inode, at, looked.inode, looked.size, same)
+        if why is not None:
+            batches = []
+            if why == REPLACED and attached:   # what the old file gained since the last look
+                batch = self._take(await self._old_file_rest(at, known))
+                if batch is not None:
+                    batches.append(batch)
+            self.inode = looked.inode
+            return [*batches, TailBatch(b"", 0, 0, self._restart(why))], True
+        self.inode = looked.inode
+        if not attached and looked.size - self.offset > self.max_backlog:
+            attach = await self._attach()   # the backlog skip, as a stream's attach makes it
+            return [attach] if attach is not None and attach.note else [], True
+        fresh = b"" if looked.data is None else looked.data[len(known):]
+        batch = self._take(fresh) if fresh else None
+        return [batch] if batch is not None else [], len(fresh) >= POLL_BYTES
+
+    async def _old_file_rest(self, at: int, known: bytes) -> bytes:
+        """The bytes from `at` to its end of the file this tailer read before the log was replaced, found by its inode
+        in the log's directory (a rotation renames it there); b"" when it is gone or no longer what was read."""
+        folder, _, _ = self.path.rpartition("/")
+        q = shlex.quote
+        result = await self.transport.run(
+            f"f=$(find {q(folder or '.')} -maxdepth 1 -inum {int(self.inode or 0)} -type f 2>/dev/null | head -n 1) && "
+            f"[ -n \"$f\" ] && tail -c +{at - len(known) + 1} -- \"$f\" | head -c {self.max_backlog}", timeout=30)
+        if not result.ok or not result.stdout.startswith(known):
+            return b""
+        return result.stdout[len(known):]
+
+    async def _stream(self) -> AsyncGenerator[TailBatch, None]:
+        """Follow by one streamed `tail -f` (see the module docstring)."""
         while True:
             try:
                 attached = await self._attach()
@@ -138,7 +230,7 @@ class LogTailer:
                 yield attached
             cmd = f"{_not_special(self.path)} && exec tail -c +{self.offset + 1} -f -- {shlex.quote(self.path)} 2>/dev/null"
             skip = len(self._partial)   # already handed out before the link dropped
-            note: str | None = "log link lost; resuming"
+            note: str | None = LINK_LOST
             try:
                 async with self.transport.stream(cmd) as out:
                     replaced = False    # the name is a new file: this one is read until a quiet check
@@ -181,14 +273,6 @@ class LogTailer:
         return TailBatch(data, start, self.offset, fresh=data[seen:])
 
 
-def _quiet_until(quiet_s: float) -> float:
-    """Seconds to the next tick of a clock shared by every tailer (a multiple of `quiet_s` on the loop's clock) at
-    least 0.9 `quiet_s` away: the quiet logs of a host's runs are all checked at that tick, so their looks go out as
-    one command (Transport.look) instead of one each."""
-    now = asyncio.get_running_loop().time()
-    return math.ceil((now + 0.9 * quiet_s) / quiet_s) * quiet_s - now
-
-
 async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[bytes | None, None]:
     """The stream's bytes, and None after each `quiet_s` (0.9 to 1.9 times it, on the shared tick) without any;
     ends with the stream. The stream is read on
@@ -210,7 +294,7 @@ async def _quiet_or_chunks(out: OutputStream, quiet_s: float) -> AsyncGenerator[
                     reader.result()   # the read's error, if it failed
                     return
                 getter = asyncio.ensure_future(queue.get())
-                done, _ = await asyncio.wait({getter, reader}, timeout=_quiet_until(quiet_s),
+                done, _ = await asyncio.wait({getter, reader}, timeout=until_tick(quiet_s),
                                              return_when=asyncio.FIRST_COMPLETED)
                 if getter not in done:
                     getter.cancel()   # a cancelled get takes nothing off the queue
@@ -256,6 +340,17 @@ async def _range(transport: Transport, path: str, start: int, end: int) -> Comma
     q = shlex.quote(path)
     return await transport.run(f"{_not_special(path)} && tail -c +{start + 1} -- {q} | head -c {end - start}",
                                timeout=60)
+
+
+async def log_end(transport: Transport, path: str, limit: int) -> tuple[bytes, float | None]:
+    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip; (b"", None) when there is no such
+    regular file."""
+    q = shlex.quote(path)
+    result = await transport.run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", timeout=60)
+    head, _, data = result.stdout.partition(b"\n")
+    if not result.ok or not head.strip().isdigit():
+        return b"", None
+    return data, float(head)
 
 
 async def last_lines(transport: Transport, path: str, n: int) -> tuple[bytes, int]:

@@ -29,6 +29,7 @@ trying and show it.
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import shlex
 import time
@@ -204,6 +205,28 @@ def _keep(task: asyncio.Task[None]) -> None:
     task.add_done_callback(_RUNNING.discard)
 
 
+def until_tick(period: float, least: float = 0.9) -> float:
+    """Seconds to the next tick of a clock shared by every poller in this process (a multiple of `period` on the
+    loop's clock) at least `least` times `period` away. Pollers of the same host that sleep so wake together, so
+    what they ask (`look`, `read_files`) goes out as one command instead of one each."""
+    now = asyncio.get_running_loop().time()
+    return math.ceil((now + least * period) / period) * period - now
+
+
+def _answer_all(batch: list[tuple[list[str], asyncio.Future[list[bytes | None]]]], contents: list[bytes | None]) -> None:
+    """Each read of a batch gets its files' contents (`contents`: every file of the batch, in order)."""
+    for wanted, answer in batch:
+        if not answer.done():
+            answer.set_result(contents[:len(wanted)])
+        contents = contents[len(wanted):]
+
+
+def _fail_all(answers: Sequence[asyncio.Future[Any]], exc: BaseException) -> None:
+    for answer in answers:
+        if not answer.done():
+            answer.set_exception(exc)
+
+
 def _file_look(text: bytes) -> FileLook | None:
     """One look's answer: `INODE SIZE\\nBYTES STATUS` (no file: no stat line)."""
     body, _, status = text.rpartition(b" ")
@@ -219,7 +242,11 @@ class Transport(ABC):
 
     host: str = "local"
     link: LinkState = LinkState()
+    # Logs are followed by polling `look` on a shared tick (one command a tick for all of a host's logs), not by one
+    # streamed `tail -f` each: a transport whose commands at once are few (SSH's MaxSessions) says so.
+    polls_logs: bool = False
     _looks: list[tuple[str, int, int, asyncio.Future[FileLook | None]]] | None = None   # the looks asked this moment
+    _reads: list[tuple[list[str], asyncio.Future[list[bytes | None]]]] | None = None     # ... and the file reads
 
     @abstractmethod
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
@@ -246,20 +273,50 @@ class Transport(ABC):
     async def read_files(self, paths: Sequence[str]) -> list[bytes | None]:
         """The contents of small files (a status file, `/proc/PID/stat`) in one round trip, in order, each cut at
         SMALL_FILE_BYTES; None for a file that is missing, unreadable or not a regular file (a FIFO, a device).
-        Default: one shell command, the files told apart by a random token.
+        Default: one shell command, the files told apart by a random token; the reads asked for at the same moment
+        (the process checks of a host's runs fall on a shared tick, `until_tick`) go out together as one command.
 
         Raises TransportError if the host cannot be reached.
         """
+        loop = asyncio.get_running_loop()
+        if self._reads is None:
+            self._reads = []
+            loop.call_soon(self._send_reads)
+        answer: asyncio.Future[list[bytes | None]] = loop.create_future()
+        self._reads.append((list(paths), answer))
+        return await answer
+
+    def _send_reads(self) -> None:
+        batch, self._reads = self._reads or [], None
+        _keep(asyncio.get_running_loop().create_task(self._read_all(batch)))
+
+    async def _read_all(self, batch: list[tuple[list[str], asyncio.Future[list[bytes | None]]]]) -> None:
+        """One command for every read of `batch`."""
+        paths = [path for wanted, _ in batch for path in wanted]
+        if not paths:
+            _answer_all(batch, [])
+            return
         token, missing = (f"<<{secrets.token_hex(8)}>>" for _ in range(2))
         q = shlex.quote
-        # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
-        result = await self.run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} -- "
-                                          f"{q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
-                                          for path in paths), timeout=30)
-        parts = result.stdout.split(token.encode())[1:]
-        if len(parts) != len(paths):
-            raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
-        return [None if part.endswith(missing.encode()) else part for part in parts]
+        try:
+            # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
+            out = await self.batch_run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} "
+                                                 f"-- {q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
+                                                 for path in paths), 30)
+            parts = out.split(token.encode())[1:]
+            if len(parts) != len(paths):
+                raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
+        except BaseException as exc:
+            _fail_all([answer for _, answer in batch], exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        _answer_all(batch, [None if part.endswith(missing.encode()) else part for part in parts])
+
+    async def batch_run(self, script: str, timeout: float) -> bytes:
+        """The stdout of `script`, a batch of reads that prints what it found (`look`, `read_files`), whatever its
+        status. Default: `run`; a transport where starting a command is dear (SSH) keeps a shell for them."""
+        return (await self.run(script, timeout=timeout)).stdout
 
     async def look(self, path: str, start: int, length: int) -> FileLook | None:
         """`path`'s inode and size and its bytes [start, start+length) in one round trip; None if there is no such
@@ -292,14 +349,11 @@ class Transport(ABC):
             parts.append(f"printf %s {shlex.quote(token)}; {{ stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && "
                          f"tail -c +{start + 1} -- {q} | head -c {length}; }}; printf ' %s' $?")
         try:
-            result = await self.run("; ".join(parts), timeout=15)
-            answers = result.stdout.split(token.encode())[1:]
+            answers = (await self.batch_run("; ".join(parts), 15)).split(token.encode())[1:]
             if len(answers) != len(batch):
                 raise TransportError(f"{self.host}: {len(batch)} looks gave {len(answers)} answers")
         except BaseException as exc:
-            for *_, answer in batch:
-                if not answer.done():
-                    answer.set_exception(exc)
+            _fail_all([answer for *_, answer in batch], exc)
             if not isinstance(exc, Exception):
                 raise
             return

@@ -26,6 +26,20 @@ from specmon.sources.transport import LinkState, TransportError
 pytestmark = pytest.mark.slow
 
 
+def _count_commands(transport: SSHTransport) -> list[str]:
+    """The commands `transport` starts on the host from now on (each its own SSH session: what costs), as they are
+    started (clear() it to count from a moment on)."""
+    commands: list[str] = []
+    process = transport._process
+
+    async def counted(command: str, wait_s: float | None) -> object:
+        commands.append(command)
+        return await process(command, wait_s)
+
+    transport._process = counted   # type: ignore[method-assign,assignment]
+    return commands
+
+
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
 
@@ -299,15 +313,7 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
     logs = [tmp_path / f"server-{i}.log" for i in range(6)]
     for log in logs:
         log.write_text("ready\n")
-    commands = 0
-    run = transport.run
-
-    async def counted(command: str, **kwargs: object) -> object:
-        nonlocal commands
-        commands += 1
-        return await run(command, **kwargs)   # type: ignore[arg-type]
-
-    transport.run = counted   # type: ignore[method-assign]
+    commands = _count_commands(transport)
     got: dict[int, bytes] = {i: b"" for i in range(len(logs))}
 
     async def follow(i: int) -> None:
@@ -321,11 +327,12 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
             assert time.monotonic() < deadline, got
             await asyncio.sleep(0.1)
         await asyncio.sleep(1.0)
-        commands, started = 0, time.monotonic()
+        commands.clear()
+        started = time.monotonic()
         await asyncio.sleep(3.0)       # all quiet
         ticks = (time.monotonic() - started) / 0.5
-        assert commands <= 2 * ticks + 2, \
-            f"{commands} commands over {ticks:.0f} quiet checks of {len(logs)} logs (one command a tick expected)"
+        assert len(commands) <= 2 * ticks + 2, \
+            f"{len(commands)} commands over {ticks:.0f} quiet checks of {len(logs)} logs (one command a tick expected)"
         for log in logs:
             with open(log, "a") as fh:
                 fh.write("more\n")
@@ -337,3 +344,135 @@ async def test_quiet_logs_of_a_hosts_runs_are_checked_in_one_command_not_one_eac
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await transport.close()
+
+
+async def test_the_logs_of_more_runs_than_a_connection_has_sessions_are_all_followed(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: every run's log follower held an SSH session (`tail -f`) for good, and a connection allows only
+    MaxSessions (10; 8 used): the ninth run on a host was never followed (its lines never came; a run whose ready
+    line never arrives never turns READY). Twelve runs' logs on one host are all followed over the one
+    connection, the lines written after the followers started included, and sessions stay free for commands."""
+    from specmon.sources.tailer import LogTailer
+
+    transport = SSHTransport("gpu1", sshd.settings())
+    logs = [tmp_path / f"server-{i}.log" for i in range(12)]
+    for i, log in enumerate(logs):
+        log.write_text(f"run {i} loading\n")
+    got: dict[int, bytes] = {i: b"" for i in range(len(logs))}
+
+    async def follow(i: int) -> None:
+        async for batch in LogTailer(transport, str(logs[i])).follow():
+            got[i] += batch.data
+
+    tasks = [asyncio.create_task(follow(i)) for i in range(len(logs))]
+    try:
+        deadline = time.monotonic() + 30
+        while not all(got.values()):
+            assert time.monotonic() < deadline, f"logs never followed: {[i for i, d in got.items() if not d]}"
+            await asyncio.sleep(0.1)
+        for i, log in enumerate(logs):
+            with open(log, "a") as fh:
+                fh.write(f"run {i} ready\n")
+        while not all(data.endswith(b"ready\n") for data in got.values()):
+            assert time.monotonic() < deadline, got
+            await asyncio.sleep(0.1)
+        assert (await transport.run("echo free", timeout=10)).stdout == b"free\n"   # a command still gets a session
+        assert transport.connects == 1
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await transport.close()
+
+
+async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: each watched run checked its server's process (its /proc stat, exit code and stop file) with its
+    own SSH command every 2 s: 13 % of the idle app's CPU at 128 runs went to opening those sessions. The checks
+    of a host's runs fall on a shared tick (`until_tick`) and go out as one command; each run still gets its own
+    answer (a live process, an exit code, a stop request)."""
+    from specmon.sources.hostshell import HostOps
+    from specmon.sources.transport import until_tick
+
+    transport = SSHTransport("gpu1", sshd.settings())
+    ops = HostOps(transport)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    dirs = [tmp_path / f"run-{i}" for i in range(10)]
+    for i, run_dir in enumerate(dirs):
+        run_dir.mkdir()
+        if i % 3 == 1:
+            (run_dir / "exit_code").write_text(f"{i}\n")
+        if i % 3 == 2:
+            (run_dir / "stop_requested").write_text("")
+    commands = _count_commands(transport)
+
+    async def check(run_dir: Path) -> tuple[bool, int | None, bool]:
+        await asyncio.sleep(until_tick(0.5))   # as the watchers' process loops sleep
+        info, code, stop = await ops.run_status(str(run_dir), sleeper.pid)
+        return info is not None and info.alive, code, stop
+
+    try:
+        await transport.run("true")   # connected
+        commands.clear()
+        answers = await asyncio.gather(*(check(d) for d in dirs))
+        assert answers == [(True, i if i % 3 == 1 else None, i % 3 == 2) for i in range(len(dirs))]
+        assert len(commands) <= 1, f"{len(commands)} commands for the process checks of {len(dirs)} runs (one expected)"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+        await transport.close()
+
+
+async def test_a_batch_of_reads_that_hangs_ends_its_shell_and_the_next_batch_gets_a_new_one(sshd: Sshd) -> None:
+    """The batched reads share one shell kept running on the host: one that hangs (an NFS stall) must not hold up
+    every later read for ever, nor stay behind on the host. It ends with a TimeoutError, its shell and what that
+    shell ran are ended, and the next read starts a new shell."""
+    transport = SSHTransport("gpu1", sshd.settings())
+    mark = f"{secrets.randbelow(10**6) + 10**6}"
+    try:
+        assert await transport.batch_run("echo first", 10) == b"first\n"
+        with pytest.raises(TimeoutError):
+            await transport.batch_run(f"sleep {mark}", 1.0)
+        assert await transport.batch_run("echo next", 10) == b"next\n"
+        deadline = time.monotonic() + 10
+        while subprocess.run(["pgrep", "-f", f"[s]leep {mark}"], capture_output=True).returncode == 0:
+            assert time.monotonic() < deadline, "the hung read's command was left running on the host"
+            await asyncio.sleep(0.1)
+    finally:
+        await transport.close()
+
+
+async def test_status_checks_a_hosts_runs_in_about_one_command_each_not_four(sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: `specmon status --all` checked each run with four SSH commands (its process, the host's boot id,
+    its log's size, then its log), each a session opened and closed, four runs of a host at a time: 2.4 s at 64 runs
+    on 16 hosts. The process and boot id of a host's runs checked at once are read together (one shell kept for such
+    reads), the log's end and mtime in one command: about one command a run. Every run is still judged right."""
+    from specmon.model.config import Config
+    from specmon.model.runs.record import RunRecord
+    from specmon.orchestration.runs.manager import RunManager
+
+    sleepers = [subprocess.Popen(["sleep", "120"]) for _ in range(8)]
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    manager = RunManager(Config(source="test profiles", profiles={}, ssh=sshd.settings()))
+    for i, proc in enumerate(sleepers):
+        run_dir = tmp_path / f"run-{i}"
+        run_dir.mkdir()
+        (run_dir / "server.log").write_text("loading\nThe server is fired up and ready to roll!\n")
+        starttime = int(Path(f"/proc/{proc.pid}/stat").read_text().rpartition(")")[2].split()[19])
+        if i == 7:
+            proc.kill()
+            proc.wait()
+            (run_dir / "exit_code").write_text("0\n")
+        manager.store.save(RunRecord(
+            run_id=f"20261205-00000{i}-ab{i:04d}", profile=f"p{i}", host="gpu1", run_dir=str(run_dir), port=1,
+            url="http://127.0.0.1:1", server="sglang", health_path="/health", stall_timeout_s=30, notify_cmd=None,
+            expected_load_s=None, started_at=time.time() - 60, state="ready", pid=proc.pid, starttime=starttime,
+            boot_id=boot, ready_at=time.time() - 30))
+    try:
+        commands = _count_commands(manager.ops("gpu1").transport)   # type: ignore[arg-type]
+        views = await manager.refresh(all_configs=True)
+        assert [v.state for v in views] == ["ready"] * 7 + ["exited"], [v.state for v in views]
+        assert len(commands) <= len(views) + 2, f"{len(commands)} commands to check {len(views)} runs"
+    finally:
+        for proc in sleepers:
+            proc.kill()
+            proc.wait()
+        await manager.close()

@@ -12,7 +12,7 @@ Adding a transport means adding a fixture, nothing else:
   127.0.0.1, so the tests play the server's side, writing logs and reading pid files, with plain Python file
   calls, while specmon itself only goes through the transport).
 - `drop_link(log)`: sever every live stream following the file `log`, the way a lost network would (locally:
-  SIGKILL the `tail` processes; over SSH, a reset of the TCP connection, or the session's `tail` killed).
+  SIGKILL the `tail` processes; over SSH, a reset of the TCP connection).
 Real parts only: real /bin/sh processes, real files, and for SSH a real sshd.
 """
 
@@ -83,13 +83,19 @@ async def ssh_host(scratch: Path) -> AsyncIterator[Host]:
 
 @contextlib.asynccontextmanager
 async def ssh_jump_host(scratch: Path) -> AsyncIterator[Host]:
-    """gpu3 on the loopback sshd through `ProxyJump bastion,gpu1` (three logins); a lost link kills the
-    session's `tail` on the host."""
-    transport = SSHTransport("gpu3", shared_sshd().settings())
+    """A host on the loopback sshd through `ProxyJump bastion,gpu1` (three logins), its first jump host reached
+    through a TCP relay: a lost link is a reset of the first hop's connection, which takes the whole chain down
+    (SSH follows logs by polling: no `tail` on the host to kill)."""
+    sshd = shared_sshd()
+    relay = await Relay(sshd.port).start()
+    sshd.add_alias(f"contract-bastion-{relay.port}", relay.port)
+    sshd.add_alias(f"contract-jump-{relay.port}", sshd.port, jump=f"contract-bastion-{relay.port},gpu1")
+    transport = SSHTransport(f"contract-jump-{relay.port}", sshd.settings())
     try:
-        yield Host(transport, scratch, _kill_tails)
+        yield Host(transport, scratch, lambda log: relay.reset())
     finally:
         await transport.close()
+        await relay.close()
 
 
 HOSTS: dict[str, Callable[[Path], AbstractAsyncContextManager[Host]]] = {

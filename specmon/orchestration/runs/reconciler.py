@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import shlex
 import time
 from collections.abc import Mapping
 
@@ -27,7 +26,7 @@ from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_
 from specmon.sources.health import probe_of
 from specmon.sources.hostshell import HostOps
 from specmon.sources.slurm import SlurmHost
-from specmon.sources.tailer import read_range
+from specmon.sources.tailer import log_end
 from specmon.sources.transport import TransportError
 
 PID_WAIT_S = 10.0         # a launch's wrapper writes its pid within this (a record without one is given up at 3x)
@@ -42,14 +41,15 @@ async def replay(ops: HostOps, record: RunRecord) -> tuple[RunState, float | Non
     load nobody watched.
     """
     watch = LogWatch(None)
-    code, out, _ = await ops.sh(f"stat -c '%s %Y' -- {shlex.quote(record.log_path)} 2>/dev/null")
-    fields = out.split() if code == 0 else []
-    size, mtime = (int(fields[0]), float(fields[1])) if len(fields) == 2 else (0, None)
-    data = await read_range(ops.transport, record.log_path, max(0, size - REPLAY_LIMIT), size)
+    data, mtime = await log_end(ops.transport, record.log_path, REPLAY_LIMIT)
     with contextlib.suppress(Exception):   # a parser bug must not break `status`
         watch.feed(data, time.time())
         watch.close(time.time())
     return watch.state, mtime
+
+
+async def _nothing() -> str:
+    return ""
 
 
 class Reconciler:
@@ -72,8 +72,10 @@ class Reconciler:
             return self.index.save(record, await slurmjobs.reconcile(ops, record, job, rs))
         if record.pid is None:
             return await self._adopt_pid(record)
-        info, exit_code, stop = await ops.run_status(record.run_dir, record.pid)
-        boot_ok = not record.boot_id or record.boot_id == await ops.boot_id()
+        # Asked at once: both reads go out as one command (Transport.read_files), with the other runs' of the host.
+        (info, exit_code, stop), boot_id = await asyncio.gather(
+            ops.run_status(record.run_dir, record.pid), ops.boot_id() if record.boot_id else _nothing())
+        boot_ok = not record.boot_id or record.boot_id == boot_id
         if boot_ok and info is not None and info.alive and info.starttime == record.starttime:
             return record
         state, rs = None, None

@@ -34,12 +34,14 @@ from specmon.sources.hostshell import HostOps
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, Transport, TransportError, url_host
+from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
 READY_PROBE_PATIENCE = 25        # failed test completions after the ready signal before saying so
 NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
+LOG_POLL_S = 0.5                 # a starting run's log is polled this often (where logs are polled: SSH) ...
+LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no longer decide anything
 RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
@@ -418,7 +420,9 @@ class RunWatcher:
         pid = self.record.pid
         while True:
             ready = self.record.state == RunStatus.READY
-            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+            self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
+            # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
+            await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
                 continue
             try:
@@ -470,7 +474,7 @@ class RunWatcher:
                 self._settle()
                 self._check_stall()
             ready = self.record.state == RunStatus.READY
-            await asyncio.sleep(self.timings.process_ready_s if ready else self.timings.process_s)
+            await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
 
     async def _rank_died_alone(self) -> bool:
         """This node rank's server has ended while its multi-node job runs on: true once it has been so for
