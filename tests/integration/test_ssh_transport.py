@@ -461,7 +461,7 @@ async def test_status_checks_a_hosts_runs_in_about_one_command_each_not_four(ssh
             proc.kill()
             proc.wait()
             (run_dir / "exit_code").write_text("0\n")
-        manager.store.save(RunRecord(
+        manager.index.store.save(RunRecord(
             run_id=f"20261205-00000{i}-ab{i:04d}", profile=f"p{i}", host="gpu1", run_dir=str(run_dir), port=1,
             url="http://127.0.0.1:1", server="sglang", health_path="/health", stall_timeout_s=30, notify_cmd=None,
             expected_load_s=None, started_at=time.time() - 60, state="ready", pid=proc.pid, starttime=starttime,
