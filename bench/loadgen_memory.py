@@ -33,9 +33,9 @@ async def sweep(url: str, requests: int, concurrency: int, output_len: int, reco
     from specmon.loadgen.workload import Workload
     from specmon.model.sweeps.results import LevelResult
 
-    # Several levels, as a real sweep would have, adding up to `requests`.
+    # Several levels, as a real sweep would have (C/4, C/2, 3C/4, C: levels must increase), adding up to `requests`.
     per = requests // 4
-    wl = Workload(levels=(concurrency,) * 4, requests_per_level=per, warmup_requests=0, input_len=16,
+    wl = Workload(levels=tuple(max(1, concurrency * k // 4) for k in range(1, 5)), requests_per_level=per, warmup_requests=0, input_len=16,
                   output_len=output_len, timeout_s=60)
     t0 = time.monotonic()
 

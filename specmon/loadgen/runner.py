@@ -200,7 +200,7 @@ class SweepRunner:
         times = await self._schedule(idx, n or 0, rate) if rate is not None else tuple
         # The cyclic collector is paused during a level: its full collections stop every stream for 30 ms+
         # (measured), which would land in the ITL tail as client noise. httpx/aiohttp leave ~45 cyclic objects per
-        # request, so the level's ticker collects once every GC_EVERY_REQUESTS requests to keep memory flat.
+        # request, so the level's ticker collects once GC_PILED_UP_OBJECTS objects piled up, to keep memory flat.
         gc.unfreeze()
         gc.collect()
         gc.freeze()
