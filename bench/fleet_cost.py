@@ -52,7 +52,6 @@ import contextlib
 import json
 import os
 import random
-import re
 import shutil
 import signal
 import socket
@@ -207,13 +206,6 @@ def slurm_for(jobs: int) -> Iterator[SlurmCluster | None]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def slurm_rpcs(cluster: SlurmCluster) -> int:
-    """Requests slurmctld has answered so far (sdiag's counts by message type, less sdiag's own)."""
-    text = cluster.run("sdiag").split("by message type", 1)[1].split("by user", 1)[0]
-    return sum(int(count) for name, count in re.findall(r"(\w+)\s+\(\s*\d+\)\s+count:(\d+)", text)
-               if name != "REQUEST_STATS_INFO")
-
-
 def slurm_daemons_cpu(cluster: SlurmCluster) -> float:
     """CPU seconds so far of the cluster's daemons (slurmctld, slurmd, each job's slurmstepd, munged)."""
     tree = _children()
@@ -321,11 +313,11 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
         term.pump(10)   # toasts gone, every serving view has read /metrics
         load0 = os.getloadavg()[0]
         scraped0, reaped0 = scrapes(work), reaped_cpu(term.pid)
-        rpcs0, daemons0 = (slurm_rpcs(cluster), slurm_daemons_cpu(cluster)) if cluster else (0, 0.0)
+        rpcs0, daemons0 = (sum(cluster.rpcs().values()), slurm_daemons_cpu(cluster)) if cluster else (0, 0.0)
         cpu, _, waited = term.measure(idle_s)
         row["scrapes"] = scrapes(work) - scraped0
         row["child_cpu_pct"] = 100 * (reaped_cpu(term.pid) - reaped0) / idle_s
-        row["slurm_rpcs"] = slurm_rpcs(cluster) - rpcs0 if cluster else 0
+        row["slurm_rpcs"] = sum(cluster.rpcs().values()) - rpcs0 if cluster else 0
         row["slurm_cpu_pct"] = 100 * (slurm_daemons_cpu(cluster) - daemons0) / idle_s if cluster else 0.0
         row["cpu_ms_per_scrape"] = 10 * cpu * idle_s / max(1, row["scrapes"])
         row["idle_cpu_pct"], row["waited_pct"], row["load"] = cpu, waited, load0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,12 @@ class SlurmCluster:
     def jobs(self) -> list[str]:
         """Ids of the jobs the controller still lists (any state)."""
         return self.run("squeue", "-h", "-o", "%i").split()
+
+    def rpcs(self) -> dict[str, int]:
+        """Requests the controller has answered so far, by message type (sdiag's counts; its own not counted)."""
+        text = self.run("sdiag").split("by message type", 1)[1].split("by user", 1)[0]
+        return {name: int(count) for name, count in re.findall(r"(\w+)\s+\(\s*\d+\)\s+count:(\d+)", text)
+                if name != "REQUEST_STATS_INFO"}
 
     def fill_node(self, *options: str) -> str:
         """Submit a job that holds every CPU of the node (so the next job pends with reason Resources); its id."""
