@@ -36,8 +36,8 @@ async def test_ready_slurm_runs_on_one_host_cost_the_controller_one_job_query_a_
     try:
         for profile in profiles:
             await manager.launch(profile.name)
-        for profile in profiles:
-            await views.until(lambda v, name=profile.name: v.profile == name and v.state == "ready", timeout=120)
+        ready = [await views.until(lambda v, name=profile.name: v.profile == name and v.state == "ready", timeout=120)
+                 for profile in profiles]
         before, t0 = slurm_shared.rpcs(), time.monotonic()
         await asyncio.sleep(WINDOW_S)
         after, elapsed = slurm_shared.rpcs(), time.monotonic() - t0
@@ -46,8 +46,8 @@ async def test_ready_slurm_runs_on_one_host_cost_the_controller_one_job_query_a_
         # One query a tick for all of them (a tick or two more at the window's edges), not RUNS a tick.
         assert asked <= ticks + 2, (asked, ticks, after)
         # Still followed, each by its own job: running on the node, as Slurm says.
-        for profile in profiles:
-            view = manager.view(profile.name)
+        for run in ready:
+            view = manager.view(run.run_id)
             assert view.state == "ready" and view.job is not None and view.job.startswith("RUNNING on localhost"), view
     finally:
         await stop_everything([manager])
