@@ -63,3 +63,10 @@ async def test_jobs_asked_at_once_are_one_squeue_and_one_it_does_not_list_is_ask
     assert [job.state if job else None for job in jobs] == ["RUNNING", "PENDING", "RUNNING", "COMPLETED"]
     assert jobs[3] is not None and jobs[3].exit_code == 0   # an ended job's end is scontrol's to tell
     assert login.commands == [shlex.join(squeue_argv(["1", "2", "3"])), "scontrol show job -o 3"]
+
+
+async def test_a_job_asked_alone_is_one_scontrol_not_a_squeue_as_well() -> None:
+    login = Login()
+    job = await SlurmHost(login).polled_job("3")
+    assert job is not None and job.state == "COMPLETED"
+    assert login.commands == ["scontrol show job -o 3"]
