@@ -1,19 +1,32 @@
 """What specmon costs as the fleet grows: N ready runs, each /metrics read at 1 Hz, the GPU pane on 8 GPUs.
 
-    python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--size 160x48] [--idle-s 15] [--keys 50]
-                                [--py-spy DIR]
+    python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--slurm-runs K] [--size 160x48] [--idle-s 15]
+                                [--keys 50] [--py-spy DIR]
 
 For each N the TUI (in a real pty, as bench/tui_cost.py runs it) launches N runs of `bench/fleet_stub.py` (one
 light stdlib process per run: SGLang's ready lines, /health, /metrics, one-token completions; N real `specmon sim`
-processes would load this box more than the app does), dealt in turn over --hosts H hosts: "local" and H-1
-loopback SSH hosts h01.. (each its own real sshd, started as tests/support/sshd_support.py starts the SSH tests' one, with
-the stand-in nvidia-smi first on its PATH), `metrics_interval_s = 1`, with the stand-in
-`tests/fixtures/gpu/fake-nvidia-smi` (8 GPUs) answering the GPU pane at 1 Hz. Once every run is READY it prints
-one row per N:
+processes would load this box more than the app does), `metrics_interval_s = 1`, with the stand-in
+`tests/fixtures/gpu/fake-nvidia-smi` (8 GPUs) answering the GPU pane at 1 Hz. Where the runs are placed:
+
+- Slurm: the last K runs (--slurm-runs, default N/8, at least one; 0: none) are Slurm jobs. A real single-node
+  cluster (munged, slurmctld, slurmd) is started for each N as tests/support/slurm_support.py starts the Slurm
+  tests' one, its partitions letting K jobs share the node's two cores (OverSubscribe=FORCE:K). Each of these
+  runs is a Slurm profile on host "local" (this machine is the login node: the app runs sbatch, scontrol, squeue
+  and srun here with SLURM_CONF naming the cluster, as for any Slurm profile); its job runs the stub with the
+  run's port on the node `localhost`, and the app reaches the stub at the address Slurm gives that node.
+- the other N-K runs are dealt in turn over --hosts H hosts: "local" and H-1 loopback SSH hosts h01.. (each its
+  own real sshd, started as tests/support/sshd_support.py starts the SSH tests' one, with the stand-in
+  nvidia-smi first on its PATH).
+
+Once every run is READY it prints one row per N (every column counts all N runs, the Slurm ones included):
 
 - first frame: spawn -> the Servers pane's title on the terminal (s)
 - ready: spawn -> every run READY by `specmon status --json` (s)
-- idle CPU: the app's own CPU (schedstat, all threads) over --idle-s, % of one core
+- idle CPU: the app's own CPU (schedstat, all threads) over --idle-s, % of one core; child_cpu_pct: the CPU of
+  the processes the app ran and reaped over the same window (the Slurm clients, nvidia-smi, ...), which the app's
+  own figure leaves out; slurm_rpcs: the requests slurmctld answered over the window (sdiag's counts by message
+  type: each scontrol or squeue the app runs is one or more); slurm_cpu_pct: slurmctld's and slurmd's CPU then
+  (what watching K jobs costs the cluster's daemons)
 - key p50/p99: `j` (next card) written to the pty -> the first byte the app writes after it (ms), --keys presses
   0.5 s apart;
   a 1 Hz refresh that happens to fall in the window counts as the answer, so these are upper bounds only when the
@@ -35,9 +48,11 @@ The box is shared (two cores): read the CPU figures with the load average printe
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -45,10 +60,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
+from slurm_support import SlurmCluster, slurm_available, slurm_cluster  # noqa: E402
 from sshd_support import Sshd, sshd_available  # noqa: E402
 from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds  # noqa: E402
 
@@ -165,6 +182,7 @@ def silence(server: Sshd) -> socket.socket:
 def start_hosts(count: int, root: Path, bin_dir: Path) -> tuple[list[Sshd], Path]:
     """`count` loopback sshds, one per host alias h01.., and one ssh_config + known_hosts naming them all."""
     env = {"PATH": f"{bin_dir}:{Path(sys.executable).parent}:/usr/bin:/bin", "FAKE_SMI_GPUS": "8"}
+    root.mkdir(parents=True, exist_ok=True)   # also with no SSH host (--hosts 1)
     servers = [Sshd.start(root / f"h{i:02d}", set_env=env) for i in range(1, count + 1)]
     (root / "ssh_config").write_text("\n".join(s.alias(f"h{i:02d}") for i, s in enumerate(servers, 1)))
     (root / "known_hosts").write_text("".join(f"[127.0.0.1]:{s.port} {s.host_key_line}\n" for s in servers))
@@ -172,6 +190,47 @@ def start_hosts(count: int, root: Path, bin_dir: Path) -> tuple[list[Sshd], Path
              f"connect_timeout_s = {CONNECT_TIMEOUT_S}\nkeepalive_s = 5\n")
     (root / "ssh.toml").write_text(table)
     return servers, root / "ssh.toml"
+
+
+@contextlib.contextmanager
+def slurm_for(jobs: int) -> Iterator[SlurmCluster | None]:
+    """A test cluster whose one node runs `jobs` jobs at once (None for none), gone with every job on exit."""
+    if jobs == 0:
+        yield None
+        return
+    root = Path(tempfile.mkdtemp(prefix="fleet-slurm-"))
+    try:
+        with slurm_cluster(root, jobs_per_core=jobs) as cluster:
+            yield cluster
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def slurm_daemons_cpu(cluster: SlurmCluster) -> float:
+    """CPU seconds so far of the cluster's daemons (slurmctld, slurmd, each job's slurmstepd, munged)."""
+    tree = _children()
+    stack, total = list(tree.get(cluster.process.pid, [])), 0.0
+    while stack:
+        pid = stack.pop()
+        stack += tree.get(pid, [])
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{pid}/comm").read_text().strip() in ("slurmctld", "slurmd", "slurmstepd", "munged"):
+                total += cpu_seconds(pid)
+    return total
+
+
+def reaped_cpu(pid: int) -> float:
+    """CPU seconds of the children `pid` has run and reaped so far (cutime + cstime)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def profile_table(name: str, host: str, port: int, work: Path) -> str:
+    """The profile of one stub run on `host` ("slurm": a Slurm job submitted on this machine)."""
+    table = (f'[profiles.{name}]\nhost = "{"local" if host == "slurm" else host}"\nport = {port}\n'
+             f'metrics_interval_s = 1\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, '
+             f'"--port", "{port}", "--count-to", {json.dumps(str(work / "scrapes" / str(port)))}]\n')
+    return table + (f'\n[profiles.{name}.slurm]\ntime = "120"\n' if host == "slurm" else "")
 
 
 def stubs(work: Path) -> list[int]:
@@ -203,8 +262,14 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
         raise SystemExit(f"status --all did not print JSON: {out.stderr.strip()[-400:]}") from None
 
 
-def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int,
+def one(n: int, hosts: int, slurm_runs: int, cols: int, rows: int, idle_s: float, keys: int,
         py_spy: Path | None = None) -> dict[str, float]:
+    with slurm_for(slurm_runs) as cluster:
+        return fleet(n, hosts, cluster, slurm_runs, cols, rows, idle_s, keys, py_spy)
+
+
+def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, cols: int, rows: int, idle_s: float,
+          keys: int, py_spy: Path | None) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
     (work / "bin").mkdir()
     (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
@@ -213,20 +278,18 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int,
     sshds, ssh_table = start_hosts(hosts - 1, work / "ssh", work / "bin")
     ports = server_ports(n)
     names = ["local", *(f"h{i:02d}" for i in range(1, hosts))]
-    placed = [names[i % hosts] for i in range(n)]
-    remote_ports = {port for port, host in zip(ports, placed, strict=True) if host != "local"}
-    profiles = [ssh_table.read_text()] + [
-        f'[profiles.r{i:03d}]\nhost = "{host}"\nport = {port}\nmetrics_interval_s = 1\n'
-        f'command = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, "--port", "{port}", '
-        f'"--count-to", {json.dumps(str(work / "scrapes" / str(port)))}]\n'
-        for i, (port, host) in enumerate(zip(ports, placed, strict=True))]
+    placed = [names[i % hosts] for i in range(n - slurm_runs)] + ["slurm"] * slurm_runs
+    remote_ports = {port for port, host in zip(ports, placed, strict=True) if host not in ("local", "slurm")}
+    profiles = [ssh_table.read_text()] + [profile_table(f"r{i:03d}", host, port, work)
+                                          for i, (port, host) in enumerate(zip(ports, placed, strict=True))]
     config = work / "profiles.toml"
     config.write_text("\n".join(profiles))
     env = dict(os.environ, TERM="xterm-256color", COLORTERM="truecolor", FAKE_SMI_GPUS="8",
                XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"),
-               PATH=f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}")
+               PATH=f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}",
+               **({"SLURM_CONF": str(cluster.conf)} if cluster is not None else {}))
     term = Terminal([sys.executable, "-c", CHILD, str(config), str(work)], cols, rows, env)
-    row: dict[str, float] = {"runs": n, "hosts": hosts}
+    row: dict[str, float] = {"runs": n, "hosts": hosts, "slurm": slurm_runs}
     runs: list[dict[str, object]] = []
     holes: list[socket.socket] = []
     try:
@@ -249,9 +312,13 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int,
         row["ready_s"] = time.monotonic() - term.started
         term.pump(10)   # toasts gone, every serving view has read /metrics
         load0 = os.getloadavg()[0]
-        scraped0 = scrapes(work)
+        scraped0, reaped0 = scrapes(work), reaped_cpu(term.pid)
+        rpcs0, daemons0 = (sum(cluster.rpcs().values()), slurm_daemons_cpu(cluster)) if cluster else (0, 0.0)
         cpu, _, waited = term.measure(idle_s)
         row["scrapes"] = scrapes(work) - scraped0
+        row["child_cpu_pct"] = 100 * (reaped_cpu(term.pid) - reaped0) / idle_s
+        row["slurm_rpcs"] = sum(cluster.rpcs().values()) - rpcs0 if cluster else 0
+        row["slurm_cpu_pct"] = 100 * (slurm_daemons_cpu(cluster) - daemons0) / idle_s if cluster else 0.0
         row["cpu_ms_per_scrape"] = 10 * cpu * idle_s / max(1, row["scrapes"])
         row["idle_cpu_pct"], row["waited_pct"], row["load"] = cpu, waited, load0
         row["ssh_conns"], row["ssh_chans"] = ssh_counts(term.pid, sshds, remote_ports)
@@ -279,8 +346,8 @@ def one(n: int, hosts: int, cols: int, rows: int, idle_s: float, keys: int,
         row["metrics_all_s"] = time.monotonic() - t0
         if read.returncode != 0 or len(read.stdout.splitlines()) != n:
             raise SystemExit(f"N={n}: metrics --all (exit {read.returncode}): {read.stderr.strip()[-400:]}")
-        if placed[-1] != "local":   # the last run's host goes silent
-            holes.append(silence(sshds[names.index(placed[-1]) - 1]))
+        if remote := [host for host in placed if host not in ("local", "slurm")]:   # the last SSH run's host goes silent
+            holes.append(silence(sshds[names.index(remote[-1]) - 1]))
             row["status_down_s"], _ = status(env, config)
         else:
             row["status_down_s"] = float("nan")
@@ -318,20 +385,25 @@ def main() -> int:
     parser.add_argument("--idle-s", type=float, default=15.0)
     parser.add_argument("--keys", type=int, default=50)
     parser.add_argument("--hosts", type=int, default=16, help="'local' and HOSTS-1 loopback SSH hosts")
+    parser.add_argument("--slurm-runs", type=int, metavar="K",
+                        help="runs that are Slurm jobs on a test cluster (default N/8, at least 1; 0: none)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="after each idle window, py-spy the idle app as long again into DIR/fleet-N.txt")
     args = parser.parse_args()
     if args.hosts > 1 and (reason := sshd_available()):
         raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
+    if args.slurm_runs != 0 and (reason := slurm_available()):
+        raise SystemExit(f"Slurm runs: {reason} (--slurm-runs 0 leaves them out)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cols, rows = (int(v) for v in args.size.split("x"))
-    head = ("runs", "hosts", "first_frame_s", "ready_s", "idle_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb",
-            "sockets", "ssh_conns", "ssh_chans", "scrapes", "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s",
-            "waited_pct", "load")
-    counts = ("runs", "hosts", "sockets", "ssh_conns", "ssh_chans", "scrapes")
+    head = ("runs", "hosts", "slurm", "first_frame_s", "ready_s", "idle_cpu_pct", "child_cpu_pct", "slurm_rpcs",
+            "slurm_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb", "sockets", "ssh_conns", "ssh_chans", "scrapes",
+            "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s", "waited_pct", "load")
+    counts = ("runs", "hosts", "slurm", "slurm_rpcs", "sockets", "ssh_conns", "ssh_chans", "scrapes")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
-        row = one(n, args.hosts, cols, rows, args.idle_s, args.keys, args.py_spy)
+        k = max(1, n // 8) if args.slurm_runs is None else min(n, args.slurm_runs)
+        row = one(n, args.hosts, k, cols, rows, args.idle_s, args.keys, args.py_spy)
         print(" | ".join(f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for k in head), flush=True)
     print(f"terminal {cols}x{rows}; {os.cpu_count()} cores; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

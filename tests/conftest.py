@@ -124,13 +124,13 @@ def sshd() -> Sshd:
 
 
 def _cluster(monkeypatch: pytest.MonkeyPatch, nodes: dict[str, str] | None, unshared: Path | None = None,
-             backfill_s: int = 30, memory_limits: str | None = None) -> Iterator[SlurmCluster]:
+             backfill_s: int = 30, memory_limits: str | None = None, jobs_per_core: int = 1) -> Iterator[SlurmCluster]:
     reason = slurm_available()
     if reason is not None:
         pytest.skip(reason)
     root = Path(tempfile.mkdtemp(prefix="specmon-slurm-"))
     try:
-        with slurm_cluster(root, nodes, unshared, backfill_s, memory_limits) as cluster:
+        with slurm_cluster(root, nodes, unshared, backfill_s, memory_limits, jobs_per_core) as cluster:
             monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
             yield cluster
     finally:
@@ -156,6 +156,13 @@ def slurm_backfill(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
     """The single-node cluster of `slurm` whose backfill pass runs every second: a pending job's expected start
     is known within a second or two (not 30)."""
     yield from _cluster(monkeypatch, None, backfill_s=1)
+
+
+@pytest.fixture
+def slurm_shared(monkeypatch: pytest.MonkeyPatch) -> Iterator[SlurmCluster]:
+    """The single-node cluster of `slurm` whose node runs up to eight jobs on each of its two cores at once: a
+    fleet of light servers, one job each."""
+    yield from _cluster(monkeypatch, None, jobs_per_core=8)
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from specmon.model.machine.procfs import (
     parse_stat,
     pid_of_path,
 )
+from specmon.sources.slurm import SlurmHost
 from specmon.sources.transport import Transport, TransportError
 
 RUN_ID = re.compile(r"^[0-9A-Za-z_.-]+$")
@@ -101,6 +102,7 @@ class HostOps:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+        self.slurm = SlurmHost(transport)   # Slurm's commands here; the jobs watched on this host are polled together
         self._home: str | None = None
         self._state_base = ""
 

@@ -1,11 +1,16 @@
 """Slurm's commands on the host where jobs are submitted (this machine, or a login node over SSH), through that
 host's Transport: submit a run's job, read its state, find its nodes, cancel it. Every argument is quoted.
 
+The jobs of the runs watched on a host are polled together: the asks of one moment (the watchers wake on a shared
+tick) are one `squeue` for all of their jobs, not one `scontrol` each, so N Slurm runs cost the controller one
+request a tick, not N.
+
 `JobTransport` reaches one node of a running job through the allocation (`srun --jobid=J --overlap -w NODE`):
 what the GPU and env views run there sees the node's GPUs and the job's processes, as on the node itself."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import shlex
 
@@ -17,11 +22,14 @@ from specmon.model.runs.slurm import (
     parse_job_id,
     parse_node_addresses,
     parse_scontrol_job,
+    parse_squeue_jobs,
     sbatch_argv,
+    squeue_argv,
 )
 from specmon.sources.transport import MAX_OUTPUT_BYTES, CommandResult, OutputStream, Transport, TransportError
 
 ANSWER_BYTES = 1 << 20   # what is read of a Slurm client's answer: one job's or node list's is a few kB
+_LISTING: set[asyncio.Task[None]] = set()   # the squeue listings under way (the loop keeps only weak references)
 SUBMIT_TIMEOUT_S = 60.0
 
 
@@ -35,6 +43,7 @@ class SlurmHost:
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
+        self._asked: dict[str, list[asyncio.Future[JobInfo | None]]] | None = None   # polled jobs asked this moment
 
     async def _run(self, command: str, timeout: float = 30.0) -> CommandResult:
         try:
@@ -78,6 +87,50 @@ class SlurmHost:
             raise JobUnknown(one_line(f"{self.transport.host}: scontrol show job {job_id}: an answer that is not "
                                       f"this job's: {result.out.strip()[:120]!r}", 300))
         return job
+
+    async def polled_job(self, job_id: str) -> JobInfo | None:
+        """The job's state as `job` tells it, asked together with every job asked at the same moment on this host:
+        one `squeue` lists those still queued or running; one it does not list (ended, forgotten, or squeue
+        failed), or the only job asked, is asked alone with `job`, which tells its end. TransportError when the
+        host cannot be asked."""
+        loop = asyncio.get_running_loop()
+        if self._asked is None:
+            self._asked = {}
+            loop.call_soon(self._send_asks)
+        answer: asyncio.Future[JobInfo | None] = loop.create_future()
+        self._asked.setdefault(job_id, []).append(answer)
+        listed = await answer
+        return listed if listed is not None else await self.job(job_id)
+
+    def _send_asks(self) -> None:
+        asked, self._asked = self._asked or {}, None
+        if len(asked) == 1:   # one job: scontrol alone asks the controller less than squeue (2 requests, not 3)
+            for answer in next(iter(asked.values())):
+                if not answer.done():
+                    answer.set_result(None)
+            return
+        task = asyncio.get_running_loop().create_task(self._list(asked))
+        _LISTING.add(task)
+        task.add_done_callback(_LISTING.discard)
+
+    async def _list(self, asked: dict[str, list[asyncio.Future[JobInfo | None]]]) -> None:
+        """One squeue for every job of `asked`; each ask gets its job as listed, queued or running (None: not so
+        listed)."""
+        waiting = [(job_id, answer) for job_id, answers in asked.items() for answer in answers]
+        try:
+            result = await self._run(shlex.join(squeue_argv(list(asked))))
+            listed = parse_squeue_jobs(result.out) if result.exit_code == 0 else {}
+        except BaseException as exc:
+            for _, answer in waiting:
+                if not answer.done():
+                    answer.set_exception(exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for job_id, answer in waiting:
+            job = listed.get(job_id)
+            if not answer.done():
+                answer.set_result(job if job is not None and job.active else None)
 
     async def find(self, run_id: str) -> JobInfo | None:
         """The job specmon submitted for `run_id` (from any jump box: found by its name), while Slurm lists it."""

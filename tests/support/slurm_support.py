@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,12 @@ class SlurmCluster:
     def jobs(self) -> list[str]:
         """Ids of the jobs the controller still lists (any state)."""
         return self.run("squeue", "-h", "-o", "%i").split()
+
+    def rpcs(self) -> dict[str, int]:
+        """Requests the controller has answered so far, by message type (sdiag's counts; its own not counted)."""
+        text = self.run("sdiag").split("by message type", 1)[1].split("by user", 1)[0]
+        return {name: int(count) for name, count in re.findall(r"(\w+)\s+\(\s*\d+\)\s+count:(\d+)", text)
+                if name != "REQUEST_STATS_INFO"}
 
     def fill_node(self, *options: str) -> str:
         """Submit a job that holds every CPU of the node (so the next job pends with reason Resources); its id."""
@@ -121,8 +128,11 @@ def _memory_lines(root: Path, memory_limits: str | None) -> list[str]:
     return ["TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none"]
 
 
-def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memory_limits: str | None) -> Path:
+def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memory_limits: str | None,
+                jobs_per_core: int) -> Path:
     conf = root / "slurm.conf"
+    # Jobs that share one core (a fleet of light servers on a 2-core node): Slurm's OverSubscribe=FORCE:N.
+    shared = f" OverSubscribe=FORCE:{jobs_per_core}" if jobs_per_core > 1 else ""
     conf.write_text("\n".join([
         "ClusterName=specmontest",
         "SlurmctldHost=localhost",
@@ -156,8 +166,8 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memor
         "PreemptMode=CANCEL",
         "GresTypes=gpu",
         *_node_lines(root, nodes),
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1",
-        "PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2",
+        f"PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP PriorityTier=1{shared}",
+        f"PartitionName=urgent Nodes=ALL MaxTime=INFINITE State=UP PriorityTier=2{shared}",
         "",
     ]))
     return conf
@@ -165,20 +175,22 @@ def _write_conf(root: Path, nodes: dict[str, str] | None, backfill_s: int, memor
 
 @contextmanager
 def slurm_cluster(root: Path, nodes: dict[str, str] | None = None, unshared: Path | None = None,
-                  backfill_s: int = 30, memory_limits: str | None = None) -> Iterator[SlurmCluster]:
+                  backfill_s: int = 30, memory_limits: str | None = None,
+                  jobs_per_core: int = 1) -> Iterator[SlurmCluster]:
     """Start a cluster under `root` (a fresh directory whose parents everyone may traverse: munged insists): the
     one node `localhost`, or `nodes` (name -> address, e.g. TWO_NODES); on exit every daemon and job of it is
     gone. `unshared`: a directory the nodes do not share with this machine (inside the cluster's mount namespace
     an empty tmpfs covers it, as a login node's home that the compute nodes do not mount). `backfill_s`: how often
     the backfill pass runs (Slurm's default, 30 s; it sets a pending job's expected start). `memory_limits`: a job
-    over its --mem is killed, by slurmstepd's poll (`poll`) or in its memory cgroup (`cgroup`; see _memory_lines)."""
+    over its --mem is killed, by slurmstepd's poll (`poll`) or in its memory cgroup (`cgroup`; see _memory_lines).
+    `jobs_per_core`: how many jobs may share one core (1: a job's cores are its own, as Slurm's default)."""
     for sub in ("munge", "state", "spool", "log", "dev"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     for path in (root, root / "munge"):
         path.chmod(0o755)   # munged refuses a socket directory others cannot reach
     for i in range(2):
         subprocess.run([_sbin("mknod"), "-m", "666", str(root / "dev" / f"nvidia{i}"), "c", "1", "3"], check=True)
-    conf = _write_conf(root, nodes, backfill_s, memory_limits)
+    conf = _write_conf(root, nodes, backfill_s, memory_limits, jobs_per_core)
     subprocess.run([_sbin("mungekey"), "--create", f"--keyfile={root}/munge/munge.key"], check=True,
                    capture_output=True)
     m = f"{root}/munge"

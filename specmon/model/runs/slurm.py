@@ -1,5 +1,6 @@
 """Slurm as a host kind, the pure part: a profile's job request, the `sbatch` command line that submits a run, the
-job's state as `scontrol show job -o` prints it, and what an ended job means for the run.
+job's state as `scontrol show job -o` prints it (and as `squeue` lists many jobs at once), and what an ended job
+means for the run.
 
 A Slurm profile runs its server as a batch job: the run's launch.sh (command, env, workdir, every argument quoted)
 is the batch script, the job's output file is the run's server.log (so the log parser, readiness and failure
@@ -275,6 +276,22 @@ def parse_scontrol_job(out: str) -> JobInfo | None:
         exit_code=int(code) if code.isdigit() and state not in ACTIVE_STATES else None,
         signal=int(sig) if sig.isdigit() and state not in ACTIVE_STATES else None,
     )
+
+
+# What `squeue` prints of each job it lists, in scontrol's KEY=VALUE words (so parse_scontrol_job reads it): all
+# that tells a queued or running job's state. An ended job's exit code and signal are scontrol's alone.
+SQUEUE_FORMAT = "JobId=%i JobState=%T Reason=%r NodeList=%N StartTime=%S TimeLimit=%l RunTime=%M"
+
+
+def squeue_argv(job_ids: Sequence[str]) -> list[str]:
+    """The squeue command that lists `job_ids` (those still queued or running), one line each (SQUEUE_FORMAT)."""
+    return ["squeue", "--noheader", f"--jobs={','.join(job_ids)}", f"--format={SQUEUE_FORMAT}"]
+
+
+def parse_squeue_jobs(out: str) -> dict[str, JobInfo]:
+    """Job id -> the job, of each line squeue printed in SQUEUE_FORMAT that reads as one."""
+    jobs = (parse_scontrol_job(line) for line in out.splitlines())
+    return {job.job_id: job for job in jobs if job is not None}
 
 
 def parse_node_addresses(out: str) -> dict[str, str]:

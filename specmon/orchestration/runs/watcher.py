@@ -32,7 +32,6 @@ from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.hostshell import HostOps
 from specmon.sources.scrape import MetricsScraper
-from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
 
@@ -318,7 +317,7 @@ class RunWatcher:
     async def _find_node(self, job: JobInfo) -> None:
         """The job runs: record its node's name and address (this run's node rank's), and reach the server there."""
         with contextlib.suppress(TransportError, TimeoutError):
-            node = await SlurmHost(self.ops.transport).node(job.nodes or "", self.record.node_rank or 0)
+            node = await self.ops.slurm.node(job.nodes or "", self.record.node_rank or 0)
             if node is not None:
                 name, addr = node
                 self._update(lambda r: dataclasses.replace(r, server_addr=addr, slurm_node=name))
@@ -444,10 +443,9 @@ class RunWatcher:
         """A Slurm run: its job's state says when the server starts (the time queued is neither load time nor
         stall time) and how it ended; the job's node may be another machine, so no pid is looked at."""
         assert self.record.slurm_job is not None
-        slurm = SlurmHost(self.ops.transport)
         while True:
-            try:
-                job = await slurm.job(self.record.slurm_job)
+            try:   # asked with the other jobs watched on this host: one squeue a tick for all of them
+                job = await self.ops.slurm.polled_job(self.record.slurm_job)
             except (TransportError, TimeoutError):
                 await asyncio.sleep(self.timings.process_s)
                 continue

@@ -1,0 +1,53 @@
+"""Many Slurm runs watched at once, against a real single-node Slurm cluster whose node runs several jobs at once
+(tests/support/slurm_support.py): what watching them asks of the controller does not grow with their number."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from pathlib import Path
+
+import pytest
+from lifecycle_support import Views, config_of, sim_profile, stop_everything
+from ports import free_port
+from slurm_support import SlurmCluster
+
+from specmon.model.runs.slurm import SlurmRequest
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.watcher import WatchTimings
+
+pytestmark = pytest.mark.slow
+
+RUNS = 4
+WINDOW_S = 8.0
+# The controller's answers about jobs: one job (scontrol show job J), every job (squeue), a user's jobs.
+JOB_QUERIES = ("REQUEST_JOB_INFO_SINGLE", "REQUEST_JOB_INFO", "REQUEST_JOB_USER_INFO")
+
+
+async def test_ready_slurm_runs_on_one_host_cost_the_controller_one_job_query_a_tick_not_one_each(
+        slurm_shared: SlurmCluster, tmp_path: Path) -> None:
+    profiles = [dataclasses.replace(sim_profile(free_port(), name=f"sim{i}"), slurm=SlurmRequest(time="10"))
+                for i in range(RUNS)]
+    manager = RunManager(config_of(*profiles), state_dir=tmp_path / "state",
+                         stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    views = Views(manager)
+    try:
+        for profile in profiles:
+            await manager.launch(profile.name)
+        ready = [await views.until(lambda v, name=profile.name: v.profile == name and v.state == "ready", timeout=120)
+                 for profile in profiles]
+        before, t0 = slurm_shared.rpcs(), time.monotonic()
+        await asyncio.sleep(WINDOW_S)
+        after, elapsed = slurm_shared.rpcs(), time.monotonic() - t0
+        asked = sum(after.get(name, 0) - before.get(name, 0) for name in JOB_QUERIES)
+        ticks = elapsed / WatchTimings().process_ready_s
+        # One query a tick for all of them (a tick or two more at the window's edges), not RUNS a tick.
+        assert asked <= ticks + 2, (asked, ticks, after)
+        # Still followed, each by its own job: running on the node, as Slurm says.
+        for run in ready:
+            view = manager.view(run.run_id)
+            assert view.state == "ready" and view.job is not None and view.job.startswith("RUNNING on localhost"), view
+    finally:
+        await stop_everything([manager])
