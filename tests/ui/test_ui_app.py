@@ -238,7 +238,7 @@ async def test_a_long_failed_reason_at_80x24_is_cut_on_its_card_and_shown_whole_
         await pilot.press("m")
         await _settled(app, pilot)
         card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
-        body = str(card.query_one(".card-body", Static).render())
+        body = str(card.render()).split("\n", 1)[1]   # the lines under its head line
         assert "".join(body.replace("✗", "").replace("l tries again", "").split()) == "".join(HELD_PORT.split())
         await pilot.press("escape")
         assert "… (m: whole)" in await _settled(app, pilot)
@@ -600,7 +600,7 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         app.post_message(ServingChanged(update))
         text = await _settled(app, pilot)
         card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
-        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        body = str(card.render()).splitlines()
         # running, waiting, KV (of 100 %), tok/s: each whole (8 slices) on screen, in the Servers pane
         region = app.query_one("#servers").region
         servers = "\n".join(line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom])
@@ -608,7 +608,7 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         assert all(len(line) <= card.content_size.width for line in body), body
         await pilot.resize_terminal(80, 24)
         await _settled(app, pilot)
-        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        body = str(card.render()).splitlines()
         assert "run 162 wait 2826 KV 28% 87 tok/s" in body and "▁" not in "".join(body), body
 
 
