@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -674,3 +676,15 @@ async def test_the_experiment_dialog_title_and_steps_show_whole_at_every_width(t
             shown = " ".join(" ".join(line[title.x:title.right].split())
                              for line in text.splitlines()[title.y:title.bottom])
             assert shown.endswith("sweeps it, stops it (servers holding those ports are stopped first)"), (size, shown)
+
+
+def test_the_tui_and_its_engine_open_without_the_load_generator() -> None:
+    """Issue 37 (time to the first frame): what the app and its engine bridge import before the first frame took the
+    sweep and experiment runners with them, and through them the load generator's aiohttp (a tenth of a second and
+    more on a busy box, of a ~1 s start). Those are imported when a sweep or an experiment starts."""
+    probe = ("import sys\nimport specmon.ui.app, specmon.ui.bridge\n"
+             "print(sorted(m for m in sys.modules if m == 'aiohttp' or m.startswith(('specmon.loadgen', "
+             "'specmon.orchestration.measure'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120,
+                            cwd=REPO).stdout.strip()
+    assert loaded == "[]", loaded
