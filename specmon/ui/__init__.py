@@ -10,4 +10,4 @@
     forms     modal screens: confirm, sweep form, pickers    palette  the command palette
     footer    key hints that fit the width                   help     the help screen
     keys      the key bindings (from model.config.keymap)    themes   themes/*.toml as Textual themes
-    throttle  coalesced repaints"""
+    throttle  coalesced repaints                             heap     the garbage collector, settled after start-up"""

@@ -38,7 +38,7 @@ from specmon.model.sweeps.sweepstats import SweepProgress
 from specmon.orchestration.runs.bulk import RunOutcome
 from specmon.orchestration.runs.bulk import summary as bulk_summary
 from specmon.orchestration.runs.view import RunView
-from specmon.ui import keys, messages
+from specmon.ui import heap, keys, messages
 from specmon.ui import state as screen
 from specmon.ui.footer import KeysFooter
 from specmon.ui.format import left_running_note
@@ -195,6 +195,8 @@ class SpecmonApp(App[int]):
 
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
+        if not self.is_headless:   # a test's app (headless) shares its process with the others: left as it is
+            heap.settle()
 
     @work(group="engine", exit_on_error=False)
     async def _start_engine(self) -> None:

@@ -14,7 +14,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 from textual.message_pump import MessagePump
@@ -35,15 +35,6 @@ from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.orchestration.inspect.environment import diff_targets, env_report, gpu_transport
 from specmon.orchestration.inspect.runlog import log_state
 from specmon.orchestration.inspect.serving import ServingWatcher
-from specmon.orchestration.measure.comparison import ComparisonUpdate, SweepFinished, SweepStarted, sweep_profiles
-from specmon.orchestration.measure.experiment import (
-    ExperimentLevel,
-    ExperimentProgress,
-    ExperimentStep,
-    ExperimentUpdate,
-    run_experiment,
-)
-from specmon.orchestration.measure.sweep import SweepNotice, WorkloadOverrides, workload_from
 from specmon.orchestration.runs import bulk
 from specmon.orchestration.runs.bulk import RunOutcome
 from specmon.orchestration.runs.manager import RunManager
@@ -68,6 +59,11 @@ from specmon.ui.messages import (
     SweepStatusChanged,
 )
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow, entry_from_line, row_from_view
+
+if TYPE_CHECKING:   # imported where a sweep or an experiment starts: their load generator (aiohttp) is a tenth of a
+    # second of the start-up, before the first frame
+    from specmon.orchestration.measure.comparison import ComparisonUpdate
+    from specmon.orchestration.measure.experiment import ExperimentUpdate
 
 TICK_ACTIVE_S = 1.0   # how often time-based fields (elapsed, ETA, last log) age while a run is loading
 TICK_IDLE_S = 5.0     # ... and while every run is settled
@@ -349,6 +345,9 @@ class EngineBridge:
         self._post(SeriesChanged(name, rows, marks["throughput"], marks["goodput"]))
 
     async def sweep(self, request: SweepRequest) -> None:
+        from specmon.orchestration.measure.comparison import SweepFinished, SweepStarted, sweep_profiles
+        from specmon.orchestration.measure.sweep import SweepNotice, WorkloadOverrides, workload_from
+
         # The form showed [sweep]'s request count; an emptied field means its duration, else whole waves of C.
         defaults = dataclasses.replace(self.config.sweep, requests_per_level=None)
         workload = workload_from(defaults, WorkloadOverrides(
@@ -444,6 +443,13 @@ class EngineBridge:
 
     # ------------------------------------------------------------ experiments
     async def experiment(self, request: ExperimentRequest) -> None:
+        from specmon.orchestration.measure.experiment import (
+            ExperimentLevel,
+            ExperimentProgress,
+            ExperimentStep,
+            run_experiment,
+        )
+
         name = request.name
         steps: list[str] = []
         passes: dict[str, dict[int, list[LevelResult]]] = {}   # profile -> pass -> finished levels

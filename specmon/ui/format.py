@@ -67,6 +67,16 @@ def shard_fraction(done: int | None, total: int | None) -> float | None:
     return min(1.0, max(0.0, (done or 0) / total))
 
 
+def bar_cells(fraction: float, cells: int) -> tuple[str, str]:
+    """A thin progress bar of `cells` cells filled to `fraction` (0..1) by half cells, as Textual's ProgressBar
+    draws one: the filled part and the rest (each drawn in its own colour)."""
+    end = round(fraction * cells * 2) / 2
+    if end <= 0:
+        return "", "━" * cells
+    full, half = int(end), end > int(end)
+    return "━" * full + ("╸" if half else ""), ("" if half or full >= cells else "╺") + "━" * max(0, cells - full - 1)
+
+
 def fmt_spec(algorithm: str | None, steps: int | None, accept_len: float | None = None) -> str:
     """The speculative-decoding setup: `no spec`, `EAGLE3×3`, `EAGLE3×3 acc 2.41`."""
     if not algorithm or algorithm.lower() in ("none", "off"):

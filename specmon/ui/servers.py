@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 from rich.cells import cell_len
-from textual import events
 from textual.app import ComposeResult
-from textual.containers import Vertical, VerticalScroll
+from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.geometry import Size
 from textual.markup import escape
 from textual.message import Message
 from textual.widget import Widget
-from textual.widgets import Input, ProgressBar, Static
+from textual.widgets import Input, Static
 
 from specmon.model.machine.env import EnvReport
 from specmon.model.runs.fleet import filter_line, fleet_matches, fleet_summary, needs_attention
@@ -22,6 +23,9 @@ from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
 from specmon.ui.state import COMPARED_STATES, Grouping, card_groups
+
+if TYPE_CHECKING:
+    from textual.css.styles import RulesMap
 
 
 def _relayout(old: str, new: str, room: int) -> bool:
@@ -35,16 +39,6 @@ def _relayout(old: str, new: str, room: int) -> bool:
                for line in (*old_lines, *new_lines) if len(line) > room)   # markup is never shorter than its text
 
 
-class ShardBar(ProgressBar):
-    """A card's shard progress. Textual's ProgressBar also wakes every second, for the whole session, to update an
-    ETA estimate; this one shows none (the card's line has the ETA), so it mounts without that timer: eight cards
-    were eight wake-ups a second of the idle TUI."""
-
-    def _on_mount(self, event: events.Mount) -> None:
-        event.prevent_default()   # ProgressBar.on_mount is the 1 s interval (and an update, done here)
-        self.update()
-
-
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
 # From this many profiles on, the pane is a fleet: a summary line heads it and runs that need a look (failed, lost,
 # exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
@@ -55,8 +49,12 @@ FLEET_MIN = 9
 CARD_ROWS = 3
 
 
-class RunCard(Vertical):
-    """A profile and its run: a head line, the shard progress bar, and detail lines."""
+class RunCard(Widget):
+    """A profile and its run: a head line, the shard progress bar while it loads, and detail lines.
+
+    One widget that draws all of its lines (issue 37): a card of a head, a body and a progress bar of four widgets
+    made 64 cards some 200 widgets, all laid out again whenever the selected card grew from one line to several,
+    and restyled three at a time at each selection."""
 
     class Clicked(Message):
         """The user clicked a card (selects that profile)."""
@@ -70,33 +68,46 @@ class RunCard(Vertical):
         self.profile = profile
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
         self._stop_key = stop_key     # named on a failed run whose process still runs
-        self._shown: tuple[str, str] | None = None
+        # What the card draws: its head line, its shard progress while it loads (shards done, total), its detail
+        # lines (None on a compact card: the head line alone).
+        self._shown: tuple[str, tuple[int, int] | None, str | None] | None = None
+        self._head = Content()
+        self._bar: tuple[int, int] | None = None
+        self._body: Content | None = None
         self._drawn: tuple[object, ...] | None = None   # what `show` was last given
         self._serving_drawn: ServingUpdate | None = None
-        self._bar_shown: tuple[int | None, int] | None = None
-        # Kept rather than queried: rows arrive with every log batch and health answer.
-        self._head = Static(classes="card-head")
-        # Mounted when the card first has a load to show (see _shard_bar): a ProgressBar is four widgets, and each
-        # of a fleet's cards carrying one made every selection restyle seven widgets, and every layout walk them.
-        self._bar: ShardBar | None = None
-        self._body = Static(classes="card-body")
 
-    def compose(self) -> ComposeResult:
-        yield self._head
-        yield self._body
+    def render(self) -> Content:
+        parts = [self._head]
+        if self._bar is not None:
+            parts.append(self._bar_line(*self._bar))
+        if self._body is not None:
+            parts.append(self._body)
+        return Content("\n").join(parts)
 
-    def _shard_bar(self) -> ShardBar:
-        """The card's shard progress bar, mounted under its head line the first time it is needed. A total from the
-        start: a ProgressBar without one is indeterminate and repaints 15 times a second (hidden or not: the idle
-        TUI's largest cost)."""
-        if self._bar is None:
-            self._bar = ShardBar(total=1, show_eta=False, show_percentage=True, classes="card-bar")
-            self.mount(self._bar, after=self._head)
-        return self._bar
+    def _bar_line(self, done: int, total: int) -> Content:
+        """The shard progress bar across the card, its percentage at the right (as Textual's ProgressBar)."""
+        fraction = fmt.shard_fraction(done, total) or 0.0
+        filled, rest = fmt.bar_cells(fraction, max(0, self.content_size.width - 5))
+        colour = "$success" if fraction >= 1 else "$primary"
+        percent = f"{round(100 * fraction)}%"
+        # The room left of the percentage is blank cells of their own (no text, as the ProgressBar's was).
+        return Content.from_markup(f"[{colour}]{filled}[/][$surface]{rest}[/][not b]{' ' * (5 - len(percent))}[/]{percent}")
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        """The lines of its text at `width` cells, and the bar's line (one at any width: it is drawn to fit)."""
+        rules = cast("RulesMap", self.styles)   # what Textual hands a Visual to measure it by
+        return sum(part.get_height(rules, width) for part in (self._head, self._body) if part is not None) + \
+            int(self._bar is not None)
+
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # A card scrolls nothing: its virtual size is its size, which the layout that set it already placed. Textual
+        # asks for a second layout of the whole screen when it changes (every `j` resized two cards).
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
 
     def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False,
              room: int = 72) -> None:
-        """Draw `row` (and, while it is READY, its serving view); widgets are touched only where the text changed
+        """Draw `row` (and, while it is READY, its serving view); the card is repainted only where its text changed
         (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
         selected is its head line alone, with its output tok/s; a card that needs a look keeps every line. `room`:
         the cells a line has (ServersPane.line_room)."""
@@ -119,23 +130,15 @@ class RunCard(Vertical):
             head += f" [dim]{escape(where)}[/]"
         if row.link is not None and row.state != "idle":
             head += f" [dim]{escape(row.link)}[/]" if row.link_ok else f" [$warning b]⚡ {escape(row.link)}[/]"
-        if self._body.display == compact:   # assigned only on change: each is a relayout
-            self._body.display = not compact
         figures = serving.figures if serving is not None and serving.run_id == row.run_id else None
         if compact and figures is not None:
             head += f" {dict(figure_texts(figures))['tok/s']} tok/s"
-
-        fraction = fmt.shard_fraction(row.shards_done, row.shards_total)
-        # Only a known total gets a bar. Assign only on change: setting `display` (even to its current value) asks for a relayout.
-        # Only while loading: at 100 % it says nothing, and an 80x24 screen lacks its line (the second card's last
-        # line fell below the pane).
-        show_bar = fraction is not None and row.state in STARTING
-        bar = self._shard_bar() if show_bar else self._bar
-        if bar is not None and bar.display != show_bar:
-            bar.display = show_bar
-        if bar is not None and fraction is not None and (row.shards_total, row.shards_done or 0) != self._bar_shown:
-            self._bar_shown = (row.shards_total, row.shards_done or 0)
-            bar.update(total=row.shards_total, progress=row.shards_done or 0)
+        # Only a known total gets a bar, and only while loading: at 100 % it says nothing, and an 80x24 screen lacks
+        # its line (the second card's last line fell below the pane).
+        bar = (row.shards_done or 0, row.shards_total) if row.shards_total and row.state in STARTING else None
+        if compact:
+            self._draw(head, bar, None, room)
+            return
 
         if row.state == "idle":
             lines = ["[dim]not running · l launches[/]"]
@@ -169,17 +172,25 @@ class RunCard(Vertical):
             lines.append(f"[$warning b]process still running (pid {row.pid}) · {escape(self._stop_key)} stops it[/]")
         if row.run_id is None and row.state == RunStatus.FAILED:
             lines.append("[dim]l tries again[/]")
-        # Repaint only when the text changed: rows arrive with every log batch, the words change far less often. A
-        # compact card's hidden body is left empty: a hidden widget that changes makes Textual lay out every widget.
-        shown = (head, "" if compact else "\n".join(lines))
-        if shown != self._shown:
-            # A relayout lays out every widget and repaints the whole screen: ask for one only when a text's height
-            # can change, not when `log 2s ago` became `log 7s ago` or a read's figures changed.
-            before = self._shown or ("\n", "\n")
-            for widget, old, new in ((self._head, before[0], head), (self._body, before[1], shown[1])):
-                if old != new:
-                    widget.update(new, layout=_relayout(old, new, room))
-            self._shown = shown
+        self._draw(head, bar, "\n".join(lines), room)
+
+    def _draw(self, head: str, bar: tuple[int, int] | None, body: str | None, room: int) -> None:
+        """Repaint the card if what it shows changed (rows arrive with every log batch; the words change far less
+        often). The screen is laid out again only when the card's height can change: not when `log 2s ago` became
+        `log 7s ago`, a read's figures changed or the bar moved on."""
+        shown = (head, bar, body)
+        if shown == self._shown:
+            return
+        before, self._shown = self._shown, shown
+        self._head = Content.from_markup(head)
+        self._bar = bar
+        self._body = None if body is None else Content.from_markup(body)
+        self.refresh(layout=before is None or (bar is None) != (before[1] is None)
+                     or _relayout(self._text(*before[::2]), self._text(head, body), room))
+
+    @staticmethod
+    def _text(head: str, body: str | None) -> str:
+        return head if body is None else f"{head}\n{body}"
 
     def drawn_serving(self, update: ServingUpdate | None) -> ServingUpdate | None:
         """The serving view this card last drew (`update` when it has drawn none yet)."""

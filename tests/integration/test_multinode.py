@@ -316,7 +316,7 @@ async def test_servers_card_shows_a_line_per_node(tmp_path: Path) -> None:
         app.flush()
         await pilot.pause()
         card = next(c for c in app.query(RunCard) if c.profile == "demo-eagle3")
-        body = str(card.query_one(".card-body").render())
+        body = str(card.render())
         assert "node 0 gpu1 LOADING WEIGHTS 5/8" in body
         assert "node 1 gpu2 FAILED" in body
         assert "node 1 (gpu2): RuntimeError: boom" in body

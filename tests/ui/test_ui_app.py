@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,7 +240,7 @@ async def test_a_long_failed_reason_at_80x24_is_cut_on_its_card_and_shown_whole_
         await pilot.press("m")
         await _settled(app, pilot)
         card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
-        body = str(card.query_one(".card-body", Static).render())
+        body = str(card.render()).split("\n", 1)[1]   # the lines under its head line
         assert "".join(body.replace("✗", "").replace("l tries again", "").split()) == "".join(HELD_PORT.split())
         await pilot.press("escape")
         assert "… (m: whole)" in await _settled(app, pilot)
@@ -600,7 +602,7 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         app.post_message(ServingChanged(update))
         text = await _settled(app, pilot)
         card = next(c for c in app.query(RunCard) if c.profile == "demo-baseline")
-        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        body = str(card.render()).splitlines()
         # running, waiting, KV (of 100 %), tok/s: each whole (8 slices) on screen, in the Servers pane
         region = app.query_one("#servers").region
         servers = "\n".join(line[region.x:region.right] for line in text.splitlines()[region.y:region.bottom])
@@ -608,7 +610,7 @@ async def test_a_ready_cards_sparklines_show_at_160x48_and_each_card_line_fits(t
         assert all(len(line) <= card.content_size.width for line in body), body
         await pilot.resize_terminal(80, 24)
         await _settled(app, pilot)
-        body = str(card.query_one(".card-body", Static).render()).splitlines()
+        body = str(card.render()).splitlines()
         assert "run 162 wait 2826 KV 28% 87 tok/s" in body and "▁" not in "".join(body), body
 
 
@@ -674,3 +676,29 @@ async def test_the_experiment_dialog_title_and_steps_show_whole_at_every_width(t
             shown = " ".join(" ".join(line[title.x:title.right].split())
                              for line in text.splitlines()[title.y:title.bottom])
             assert shown.endswith("sweeps it, stops it (servers holding those ports are stopped first)"), (size, shown)
+
+
+def test_the_tui_and_its_engine_open_without_the_load_generator() -> None:
+    """Issue 37 (time to the first frame): what the app and its engine bridge import before the first frame took the
+    sweep and experiment runners with them, and through them the load generator's aiohttp (a tenth of a second and
+    more on a busy box, of a ~1 s start). Those are imported when a sweep or an experiment starts."""
+    probe = ("import sys\nimport specmon.ui.app, specmon.ui.bridge\n"
+             "print(sorted(m for m in sys.modules if m == 'aiohttp' or m.startswith(('specmon.loadgen', "
+             "'specmon.orchestration.measure'))))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120,
+                            cwd=REPO).stdout.strip()
+    assert loaded == "[]", loaded
+
+
+def test_after_start_up_a_full_collection_walks_only_the_objects_made_since() -> None:
+    """Issue 37: each full collection of a 64-run app walked ~200k objects (60-110 ms in which no key is answered,
+    every few seconds). Once the first frame is up the objects the app began with are left out of those walks; a
+    cycle made later is still collected."""
+    probe = ("import gc, weakref\nimport specmon.ui.app, specmon.ui.bridge\nfrom specmon.ui import heap\n"
+             "walked = len(gc.get_objects(generation=2))\nheap.settle()\nsettled = len(gc.get_objects(generation=2))\n"
+             "class Node: pass\na, b = Node(), Node()\na.other, b.other = b, a\nlater = weakref.ref(a)\ndel a, b\n"
+             "gc.collect()\nprint(walked, settled, later() is None)")
+    walked, settled, collected = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120, cwd=REPO).stdout.split()
+    assert int(walked) > 20_000 and int(settled) < 1_000, (walked, settled)
+    assert collected == "True"

@@ -298,11 +298,11 @@ async def test_a_read_whose_figures_change_length_repaints_the_cards_without_lay
         assert reflows == 0, f"{reflows} layouts of the screen for 4 reads that changed only the figures' lengths"
 
 
-async def test_j_restyles_only_the_two_cards_whose_selection_changed_not_their_progress_bars(
+async def test_j_restyles_only_the_two_cards_whose_selection_changed(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37: each card carried a hidden progress bar of four widgets, restyled with the card at every selection
-    change (2 cards x 7 widgets a `j`, ~1/10 of the key's time at 64 runs); a card now mounts its bar when it first
-    has a load to show."""
+    """Issue 37: a card was a head line, a body and (once loading) a progress bar of four widgets, all restyled with
+    the card at every selection change (2 cards x 3 to 7 widgets a `j`). A card is now one widget that draws its
+    lines: a `j` restyles the card it leaves and the card it selects, nothing else."""
     from textual.css.stylesheet import Stylesheet
 
     restyled: list[str] = []
@@ -320,5 +320,30 @@ async def test_j_restyles_only_the_two_cards_whose_selection_changed_not_their_p
             await pilot.press("j")
             await _settle(pilot)
         assert app.state.selected == "llama-04"
-        assert len(restyled) <= 4 * 2 * 3, f"{len(restyled)} widgets restyled for 4 j: {sorted(set(restyled))}"
-        assert "Bar" not in restyled and "PercentageStatus" not in restyled
+        assert restyled == ["RunCard"] * 4 * 2, f"{len(restyled)} widgets restyled for 4 j: {restyled}"
+
+
+async def test_j_lays_the_screen_out_once_over_a_widget_a_card(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: at 80x24 the selected card grows from its head line to all of its lines, so each `j` lays the
+    screen out again; it did so twice (Textual asks again for every widget whose size changed) over ~3 widgets a
+    card (~200 at 64 runs), ~30 ms of a key's ~50. Once now, over one widget a card."""
+    placed: list[int] = []
+    reflow = Compositor.reflow
+
+    def counted(self: Compositor, parent: Widget, size: Size) -> object:
+        result = reflow(self, parent, size)
+        placed.append(sum(any(isinstance(node, RunCard) for node in widget.ancestors_with_self) for widget in self.widgets))
+        return result
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _settle(pilot)
+        monkeypatch.setattr(Compositor, "reflow", counted)
+        for _ in range(4):   # llama-00 -> llama-04: each one line, then all of its lines while selected
+            await pilot.press("j")
+            await _settle(pilot)
+        assert app.state.selected == "llama-04"
+        assert app.query_one(ServersPane).order == [card.profile for card in app.query(RunCard)]   # shown, in order
+        assert len(placed) <= 4, f"{len(placed)} layouts of the screen for 4 j"
+        assert placed and max(placed) == len(FLEET_PROFILES), f"card widgets laid out: {placed}"

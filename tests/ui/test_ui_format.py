@@ -43,6 +43,14 @@ def test_counts_shards_and_spec() -> None:
     assert fmt.fmt_spec("EAGLE3", 3, 2.414) == "EAGLE3×3 acc 2.41"
 
 
+def test_a_shard_bar_fills_by_half_cells_as_textuals_progress_bar() -> None:
+    """A card draws its own shard bar (one widget a card, issue 37), cell for cell as the ProgressBar it replaced."""
+    assert fmt.bar_cells(0.0, 10) == ("", "━" * 10)
+    assert fmt.bar_cells(0.625, 35) == ("━" * 22, "╺" + "━" * 12)   # 21.875 cells: a whole one, the rest starts thin
+    assert fmt.bar_cells(0.5, 41) == ("━" * 20 + "╸", "━" * 20)     # 20.5 cells: the last filled cell is a half
+    assert fmt.bar_cells(1.0, 10) == ("━" * 10, "")
+
+
 def test_state_labels() -> None:
     assert fmt.state_label("loading", phase=LogPhase.LOADING_WEIGHTS) == "LOADING WEIGHTS"
     assert fmt.state_label("loading", stalled=True, phase=LogPhase.LOADING_WEIGHTS) == "STALLED"

@@ -59,13 +59,9 @@ def children() -> str:
                           check=False).stdout
 
 
-def text(widget: Static) -> str:
-    return str(widget.render())
-
-
 def card_text(app: SpecmonApp, profile: str) -> str:
     card = next(c for c in app.query(RunCard) if c.profile == profile)
-    return text(card.query_one(".card-head", Static)) + "\n" + text(card.query_one(".card-body", Static))
+    return str(card.render())
 
 
 def log_lines(app: SpecmonApp) -> list[str]:
@@ -209,7 +205,7 @@ async def test_two_ready_cards_fit_an_80x24_pane_and_no_card_line_wraps(tmp_path
                 await pilot.pause()
                 pane = app.query_one("#servers")
                 for card in app.query(RunCard):
-                    lines = str(card.query_one(".card-body", Static).render()).splitlines()
+                    lines = str(card.render()).splitlines()
                     assert all(len(line) <= card.content_size.width for line in lines), (size, lines)
                     assert card.region.bottom <= pane.content_region.bottom, (size, card.profile, card_text(app, card.profile))
         finally:
