@@ -79,13 +79,16 @@ class Wakeup:
         if self._fd < 0:
             await _coarse(due_ns)
             return
-        while (left := due_ns - time.perf_counter_ns()) > 0:
+        while due_ns > time.perf_counter_ns():
             self._waiter = self._loop.create_future()
             self._arm(due_ns)
             # The loop's own timer as well: it runs at the start of a loop pass, before the pass's socket reads,
             # where the timerfd is seen among them and its waiter runs after all of them. Whichever comes first at
-            # or after the due time wakes the waiter; the loop's timer coming early does nothing.
-            timer = self._loop.call_later(left / 1e9, self._timer_fired, due_ns)
+            # or after the due time wakes the waiter. The loop's timer is set for the first whole millisecond at or
+            # after the due time (its clock, libuv's or asyncio's, is CLOCK_MONOTONIC too): set for the due time
+            # itself, uvloop's millisecond rounding had it go off early about half the time, a wake-up of the
+            # process that did nothing but wait again for the timerfd.
+            timer = self._loop.call_at(-(-due_ns // 1_000_000) / 1000, self._timer_fired, due_ns)
             self._rang = False
             try:
                 await self._waiter

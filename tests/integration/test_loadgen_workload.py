@@ -28,6 +28,23 @@ def test_completions_api_and_free_length() -> None:
     assert "ignore_eos" not in body and "min_tokens" not in body
 
 
+def test_a_body_is_its_request_compactly_encoded_whatever_the_api_length_or_text(tmp_path: Path) -> None:
+    """Text prompts are encoded into a frame made once per output length (the open loop's hot path): the bytes are
+    still exactly the request's compact JSON, the text escaped as JSON escapes it."""
+    texts = [{"prompt": "plain"}, {"prompt": 'quote " back \\ slash \n line \u00e9 \u2603 prompt'}]
+    for api in ("chat", "completions"):
+        for fixed in (True, False):
+            wl = Workload(levels=(1,), api=api, fixed_length=fixed, output_len=9, output_range=0.5, input_len=12)
+            for dataset in (None, _jsonl(tmp_path, texts)):
+                f = RequestFactory(wl, 'm\u00e9 "prompt"', dataset)
+                for i in range(30):
+                    raw = f.body(1, i)
+                    req = json.loads(raw)
+                    assert raw == json.dumps(req, separators=(",", ":")).encode()
+                    assert list(req)[-1] == ("messages" if api == "chat" else "prompt")
+                    assert req["model"] == 'm\u00e9 "prompt"' and req.get("min_tokens", req["max_tokens"]) == req["max_tokens"]
+
+
 def test_requests_per_level_default_is_whole_waves() -> None:
     wl = Workload(levels=(1, 3, 5, 30))
     assert [wl.requests_for(c) for c in wl.levels] == [16, 18, 20, 120]

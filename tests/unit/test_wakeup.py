@@ -102,3 +102,30 @@ def test_without_a_timerfd_the_loop_timers_still_never_wake_early(monkeypatch: p
         await waits_never_end_early()
 
     on_both_loops(body)
+
+
+def test_the_loop_timer_beside_the_kernel_timer_never_goes_off_before_the_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvloop counts its timers in whole milliseconds: one set for the due time itself went off early about half the
+    time, waking the process for nothing (an open loop's CPU). Set for the first whole millisecond at or after it,
+    it never goes off early."""
+    early: list[int] = []
+    fired = Wakeup._timer_fired
+
+    def noting(self: Wakeup, due_ns: int) -> None:
+        if time.perf_counter_ns() < due_ns:
+            early.append(due_ns)
+        fired(self, due_ns)
+
+    monkeypatch.setattr(Wakeup, "_timer_fired", noting)
+
+    async def body() -> None:
+        w = Wakeup()
+        rng = random.Random(7)
+        try:
+            for _ in range(60):
+                await w.at(time.perf_counter_ns() + rng.randrange(100_000, 3_000_000))
+        finally:
+            w.close()
+
+    on_both_loops(body)
+    assert early == []
