@@ -476,3 +476,20 @@ async def test_status_checks_a_hosts_runs_in_about_one_command_each_not_four(ssh
             proc.kill()
             proc.wait()
         await manager.close()
+
+
+async def test_the_link_uses_aes_gcm_unless_the_config_names_its_ciphers(sshd: Sshd) -> None:
+    """Issue 37: asyncssh's first choice, chacha20-poly1305, costs it three cipher objects a packet (five times an
+    AES-GCM packet's CPU), and an idle TUI reading a fleet's /metrics over SSH spends most of its CPU on packets.
+    The link asks for AES-GCM first; a `Ciphers` line in the config file still decides where there is one."""
+    sshd.extra_hosts["ctr"] = sshd.alias("ctr") + "  Ciphers aes128-ctr\n"
+    sshd._write_config()
+    for alias, wanted in (("gpu1", "aes128-gcm@openssh.com"), ("ctr", "aes128-ctr")):
+        transport = SSHTransport(alias, sshd.settings())
+        try:
+            assert (await transport.run("echo up")).out == "up\n"
+            assert transport._conn is not None
+            assert (transport._conn.get_extra_info("send_cipher"), transport._conn.get_extra_info("recv_cipher")) \
+                == (wanted, wanted)
+        finally:
+            await transport.close()
