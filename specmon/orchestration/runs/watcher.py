@@ -42,6 +42,7 @@ READY_PROBE_PATIENCE = 25        # failed test completions after the ready signa
 NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
 LOG_POLL_S = 0.5                 # a starting run's log is polled this often (where logs are polled: SSH) ...
 LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no longer decide anything
+LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late)
 RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
@@ -421,6 +422,7 @@ class RunWatcher:
         while True:
             ready = self.record.state == RunStatus.READY
             self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
+            self.tailer.quiet_poll_s = LOG_QUIET_READY_S if ready else 0.0
             # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
