@@ -38,12 +38,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from specmon.model.config import SshSettings, parse_host
 from specmon.sources import timelimit
-from specmon.sources.sshhttp import TunnelHTTPTransport
 from specmon.sources.sshlib import asyncssh
 from specmon.sources.transport import (
     MAX_OUTPUT_BYTES,
@@ -55,6 +53,9 @@ from specmon.sources.transport import (
     TransportError,
     read_output,
 )
+
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -561,6 +562,8 @@ class SSHTransport(Transport):
                 raise TransportError(f"{self.host}: link lost: {exc}") from None
 
     def http_transport(self) -> httpx.AsyncBaseTransport | None:
+        from specmon.sources.sshhttp import TunnelHTTPTransport  # httpx: imported by the first HTTP probe
+
         return TunnelHTTPTransport(self)
 
     async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
