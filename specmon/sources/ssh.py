@@ -691,15 +691,17 @@ class _HelperShell:
 
     async def _answer(self, end: bytes) -> bytes:
         assert self._stream is not None
-        while (at := self._buffer.find(end)) < 0:
-            if len(self._buffer) > MAX_OUTPUT_BYTES:
+        buffer, searched = bytearray(self._buffer), 0   # grown in place and searched once: a log's 8 MiB end is
+        while (at := buffer.find(end, searched)) < 0:    # 128 chunks, not 128 copies and scans of what came
+            if len(buffer) > MAX_OUTPUT_BYTES:
                 raise OutputTooLarge(f"{self._t.host}: a batch of reads printed over {MAX_OUTPUT_BYTES:,} bytes")
             chunk = await self._stream.read_chunk()
             if not chunk:
                 raise TransportError(f"{self._t.host}: link lost while reading")
-            self._buffer += chunk
-        answer, self._buffer = self._buffer[:at], self._buffer[at + len(end):]
-        return answer
+            searched = max(0, len(buffer) - len(end) + 1)
+            buffer += chunk
+        self._buffer = bytes(buffer[at + len(end):])
+        return bytes(buffer[:at])
 
     async def close(self) -> None:
         stream, self._stream = self._stream, None

@@ -350,12 +350,12 @@ async def _range(transport: Transport, path: str, start: int, end: int) -> Comma
 
 
 async def log_end(transport: Transport, path: str, limit: int) -> tuple[bytes, float | None]:
-    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip; (b"", None) when there is no such
-    regular file."""
+    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip (a batch of reads: over SSH through
+    the host's kept shell, not a session of its own); (b"", None) when there is no such regular file."""
     q = shlex.quote(path)
-    result = await transport.run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", timeout=60)
-    head, _, data = result.stdout.partition(b"\n")
-    if not result.ok or not head.strip().isdigit():
+    out = await transport.batch_run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", 60)
+    head, _, data = out.partition(b"\n")
+    if not head.strip().isdigit():
         return b"", None
     return data, float(head)
 
