@@ -4,8 +4,7 @@ alive between reads), turned into figures, history and alerts (`specmon.model.se
 
 A front end hands `track` each RunView it sees; reading starts when a run is READY and stops when it is not. Each
 read that changes something reaches `on_update` as a ServingUpdate. An alert that appears is also passed to the
-profile's `notify_cmd` (state `alert`). A read that answers tells the run's watcher (`RunManager.answered`), which
-then skips its own health read of the server. A server whose `/metrics` answers anything but 200 before it ever answered
+profile's `notify_cmd` (state `alert`). A server whose `/metrics` answers anything but 200 before it ever answered
 (SGLang without `--enable-metrics`) says so once and is not asked again.
 
 `read_fleet` reads every READY run once (two reads, `interval` apart: rates need two), hosts at once and each host's
@@ -209,8 +208,6 @@ class ServingWatcher:
         """`read_once`, with a failure of the server's told apart from its end, and a fault of ours kept as state."""
         try:
             note = await read_once(scraper, history, at)
-            if note is None and history.failing is None and history.answered:
-                self.manager.answered(view.run_id)   # alive: its watcher's own health read can wait
             if history.failing is not None and not history.ended and history.failed_at == at \
                     and await server_ending(self.manager, view.run_id):
                 history.end()

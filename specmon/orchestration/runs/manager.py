@@ -133,12 +133,6 @@ class RunManager:
     def view(self, run_id: str) -> RunView:
         return self._watching.view(run_id)
 
-    def answered(self, run_id: str) -> None:
-        """A read of a watched run's server (its /metrics) just answered 200: see RunWatcher.answered."""
-        watcher = self._watching.watched.get(run_id)
-        if watcher is not None:
-            watcher.answered()
-
     async def attach(self, run_id: str, *, stall_timeout_s: float | None = None) -> RunView:
         return await self._watching.attach(run_id, stall_timeout_s=stall_timeout_s)
 

@@ -171,11 +171,6 @@ class NodesWatcher:
     def view(self) -> RunView:
         return compose(self.record, [node.view() for node in self.nodes])
 
-    def answered(self) -> None:
-        """The run's server (rank 0's, the one clients reach) answered another read."""
-        if self.nodes:
-            self.nodes[0].answered()
-
     def on_node_view(self, _: RunView | None) -> None:
         """A node changed: mark workers ready after rank 0, keep the run's record, publish, notify."""
         if len(self.nodes) != len(self.record.nodes):

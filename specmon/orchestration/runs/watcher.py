@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
-import math
 import os
 import shlex
 import signal
@@ -32,7 +31,7 @@ from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.hostshell import HostOps
-from specmon.sources.scrape import MetricsScraper
+from specmon.sources.scrape import MetricsScraper, answered_within
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
@@ -55,7 +54,7 @@ class WatchTimings:
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one; not read
-    # at all while another read of the server (the serving view's /metrics) answered 200 within this
+    # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_within`
     ready_retry_s: float = 0.2
 
 
@@ -104,8 +103,6 @@ class Watcher(Protocol):
 
     def commit_offset(self, end: int, node: int | None = None) -> None: ...
 
-    def answered(self) -> None: ...
-
     async def close(self) -> None: ...
 
 
@@ -146,7 +143,6 @@ class RunWatcher:
         self.probe_error: str | None = None
         self.last_bytes_at = time.time()
         self.last_health: ProbeResult | None = None
-        self._answered_at = -math.inf   # (monotonic) when another read of the server last answered 200
         self.finished = asyncio.Event()
         self._ready_trigger = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -259,12 +255,6 @@ class RunWatcher:
                     self.record.run_id, lambda r: dataclasses.replace(r, log_offset=end, log_inode=inode)) or self.record
             except StateWriteError as exc:
                 self._state_failed(exc)
-
-    def answered(self) -> None:
-        """Another read of the server (the serving view's /metrics) just answered 200: it is alive, so a READY run's
-        own health read is skipped while such answers keep coming (one fewer read a run every few seconds). When
-        they stop, the health read goes on at its own period: a server gone silent is seen as soon as before."""
-        self._answered_at = time.monotonic()
 
     def _emit(self, line: LogLine | None) -> None:
         if line is not None:
@@ -580,9 +570,12 @@ class RunWatcher:
 
         async def health() -> ProbeResult:
             assert self._health_reader is not None   # made with the probe, before _reachable is set
-            if self.record.state == RunStatus.READY and \
-                    time.monotonic() - self._answered_at < self.timings.health_ready_s:
-                return ProbeResult(200, None, 0.0)   # alive: it answered the other read (`answered`)
+            # A READY server whose /metrics answered lately is alive: one read fewer a run every few seconds. When
+            # those reads stop answering, this one goes on at its period: a silent server shows as soon as before.
+            if self.record.state == RunStatus.READY and answered_within(
+                    self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port,
+                    self.timings.health_ready_s):
+                return ProbeResult(200, None, 0.0)
             return (await self._health_reader.read())[0]
 
         await self._reachable.wait()
