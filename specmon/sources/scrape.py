@@ -5,8 +5,8 @@ httpx costs about 1.5 ms of CPU a request on a busy box; eight servers read ever
 more than its whole budget. This reader writes one fixed request and reads the status, the headers it needs
 (Content-Length or chunked), and the body: about 0.1 ms.
 
-`answered_within` says whether a server's /metrics answered 200 lately (through a transport, at an address and port):
-a run's watcher then skips its own health read of a READY server, which that answer already shows alive.
+`answered_at` says when a server's /metrics last answered 200 (through a transport, at an address and port): a run's
+watcher skips its own health read of a READY server while such an answer is recent: it already shows it alive.
 """
 
 from __future__ import annotations
@@ -30,10 +30,9 @@ _READ = 64 * 1024
 _ANSWERED: weakref.WeakKeyDictionary[Transport, dict[tuple[str, int], float]] = weakref.WeakKeyDictionary()
 
 
-def answered_within(transport: Transport, addr: str, port: int, seconds: float) -> bool:
-    """Whether `addr`:`port`/metrics, read through `transport`, answered 200 less than `seconds` ago."""
-    at = _ANSWERED.get(transport, {}).get((addr, port))
-    return at is not None and time.monotonic() - at < seconds
+def answered_at(transport: Transport, addr: str, port: int) -> float | None:
+    """When (monotonic s) `addr`:`port`/metrics, read through `transport`, last answered 200; None: never."""
+    return _ANSWERED.get(transport, {}).get((addr, port))
 
 
 class BadAnswer(Exception):
@@ -57,7 +56,7 @@ class MetricsScraper:
         self.timeout_s = timeout_s
         self._request = f"GET {path} HTTP/1.1\r\nHost: {addr}:{port}\r\nAccept: text/plain\r\n\r\n".encode()
         self._streams: tuple[Any, Any] | None = None
-        self._metrics = path == "/metrics"   # its answers are remembered for `answered_within`
+        self._metrics = path == "/metrics"   # its answers are remembered for `answered_at`
 
     async def read(self) -> tuple[ProbeResult, str | None]:
         """One GET: how it answered (as the health probes say it), and the text when that was a 200."""

@@ -31,7 +31,7 @@ from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.hostshell import HostOps
-from specmon.sources.scrape import MetricsScraper, answered_within
+from specmon.sources.scrape import MetricsScraper, answered_at
 from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
@@ -54,7 +54,7 @@ class WatchTimings:
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one; not read
-    # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_within`
+    # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_at`
     ready_retry_s: float = 0.2
 
 
@@ -565,17 +565,24 @@ class RunWatcher:
                 self._ready_trigger.set()
             return False
 
+        vouched_until: float | None = None   # (monotonic) a /metrics answer shows the server alive till then
+
         def interval() -> float:
-            return self.timings.health_ready_s if self.record.state == RunStatus.READY else self.timings.health_s
+            if self.record.state != RunStatus.READY:
+                return self.timings.health_s
+            # Skipped: read once that answer is health_ready_s old. A server gone silent just after its last answer
+            # is read then, as it was at most health_ready_s after it went silent before: seen as soon as before.
+            return self.timings.health_ready_s if vouched_until is None else max(0.05, vouched_until - time.monotonic())
 
         async def health() -> ProbeResult:
+            nonlocal vouched_until
             assert self._health_reader is not None   # made with the probe, before _reachable is set
-            # A READY server whose /metrics answered lately is alive: one read fewer a run every few seconds. When
-            # those reads stop answering, this one goes on at its period: a silent server shows as soon as before.
-            if self.record.state == RunStatus.READY and answered_within(
-                    self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port,
-                    self.timings.health_ready_s):
+            # A READY server whose /metrics answered lately is alive: one read fewer a run every few seconds.
+            answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
+            vouched_until = None if answered is None else answered + self.timings.health_ready_s
+            if self.record.state == RunStatus.READY and vouched_until is not None and time.monotonic() < vouched_until:
                 return ProbeResult(200, None, 0.0)
+            vouched_until = None
             return (await self._health_reader.read())[0]
 
         await self._reachable.wait()
