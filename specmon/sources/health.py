@@ -10,12 +10,13 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
-
-import httpx
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from specmon.model.text.textfile import loads
 from specmon.sources.transport import Transport, url_host
+
+if TYPE_CHECKING:
+    import httpx
 
 T = TypeVar("T")
 
@@ -39,6 +40,8 @@ class ServerProbe:
     def __init__(self, base_url: str, health_path: str = "/health", timeout_s: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         """`transport`: where TCP connections start (e.g. on an SSH host, see Transport.http_transport)."""
+        import httpx  # here, not at the top: `specmon status` imports this module and rarely probes (0.1 s saved)
+
         self.base_url = base_url.rstrip("/")
         self.health_path = health_path if health_path.startswith("/") else "/" + health_path
         # trust_env=False: a proxy from the environment must never sit between us and a loopback server.
@@ -50,6 +53,8 @@ class ServerProbe:
         await self._client.aclose()
 
     async def _request(self, method: str, path: str, json: Any = None) -> tuple[ProbeResult, httpx.Response | None]:
+        import httpx  # loaded by __init__ already
+
         t0 = time.monotonic()
         try:
             resp = await self._client.request(method, path, json=json)

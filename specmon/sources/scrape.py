@@ -4,12 +4,16 @@ the host's transport (a direct-tcpip channel of the host's one SSH connection wh
 httpx costs about 1.5 ms of CPU a request on a busy box; eight servers read every second would cost the idle TUI
 more than its whole budget. This reader writes one fixed request and reads the status, the headers it needs
 (Content-Length or chunked), and the body: about 0.1 ms.
+
+`answered_at` says when a server's /metrics last answered 200 (through a transport, at an address and port): a run's
+watcher skips its own health read of a READY server while such an answer is recent: it already shows it alive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from typing import Any
 
 from specmon.sources import timelimit
@@ -22,6 +26,13 @@ from specmon.sources.transport import Transport, TransportError
 # and parsing the largest answer kept stays a few tens of ms.
 MAX_BODY = 4 * 1024 * 1024
 _READ = 64 * 1024
+# When each server's /metrics last answered 200 (monotonic), by the transport it was read through.
+_ANSWERED: weakref.WeakKeyDictionary[Transport, dict[tuple[str, int], float]] = weakref.WeakKeyDictionary()
+
+
+def answered_at(transport: Transport, addr: str, port: int) -> float | None:
+    """When (monotonic s) `addr`:`port`/metrics, read through `transport`, last answered 200; None: never."""
+    return _ANSWERED.get(transport, {}).get((addr, port))
 
 
 class BadAnswer(Exception):
@@ -45,6 +56,7 @@ class MetricsScraper:
         self.timeout_s = timeout_s
         self._request = f"GET {path} HTTP/1.1\r\nHost: {addr}:{port}\r\nAccept: text/plain\r\n\r\n".encode()
         self._streams: tuple[Any, Any] | None = None
+        self._metrics = path == "/metrics"   # its answers are remembered for `answered_at`
 
     async def read(self) -> tuple[ProbeResult, str | None]:
         """One GET: how it answered (as the health probes say it), and the text when that was a 200."""
@@ -67,6 +79,8 @@ class MetricsScraper:
             await self.aclose()
             return ProbeResult(None, type(exc).__name__, time.monotonic() - t0), None
         text = body.decode("utf-8", errors="replace") if status == 200 else None
+        if status == 200 and self._metrics:
+            _ANSWERED.setdefault(self.transport, {})[(self.addr, self.port)] = time.monotonic()
         return ProbeResult(status, None, time.monotonic() - t0), text
 
     async def _exchange(self) -> tuple[int, bytes]:

@@ -12,6 +12,9 @@ How the bytes come depends on the transport (`Transport.polls_logs`):
     `Transport.look` per log reads its inode, its size and the bytes from the last ones read on; the looks of a
     host's tailers go out together as one command, so a host's logs cost one command a tick however many runs it
     has. A rotated log's old file is looked for by its inode in the log's directory and read to its end first.
+    A log that stays quiet is looked at less and less often, up to every `quiet_poll_s` (0: never less often
+    than `poll_s`); any new bytes bring it back to `poll_s` at once. The periods double from `poll_s`, so the
+    looks of a host's tailers still fall on common ticks.
 
 The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
 last bytes this tailer read before the offset) at every (re)attach, before every chunk of the stream is handed
@@ -68,6 +71,7 @@ class LogTailer:
         retry_s: float = 0.5,
         check_s: float = 1.0,
         poll_s: float = POLL_S,
+        quiet_poll_s: float = 0.0,
     ) -> None:
         self.transport = transport
         self.path = path
@@ -77,6 +81,7 @@ class LogTailer:
         self.retry_s = retry_s
         self.check_s = check_s   # a quiet stream checks the file this often (a rotation shows only at the name)
         self.poll_s = poll_s     # a polled log is read this often
+        self.quiet_poll_s = quiet_poll_s   # ... and, while it stays quiet, less often up to this (0: never less)
         self._resync = False     # after a skip: drop bytes up to the first newline
         self._partial = b""      # bytes after `offset` already handed out as `fresh`
         self._seen = b""         # the last bytes before `offset` read by this tailer (a rewrite check on re-attach)
@@ -156,6 +161,7 @@ class LogTailer:
             dropped = dropped or not link.up
 
         unwatch = self.transport.watch_link(on_link)
+        period = self.poll_s
         try:
             while True:
                 try:
@@ -173,8 +179,9 @@ class LogTailer:
                 attached = True
                 for batch in batches:
                     yield batch
+                period = self.poll_s if batches else min(2 * period, max(self.poll_s, self.quiet_poll_s))
                 if not more:
-                    await asyncio.sleep(until_tick(self.poll_s, 0.5))
+                    await asyncio.sleep(until_tick(period, 0.5))
         finally:
             unwatch()
 
@@ -343,12 +350,12 @@ async def _range(transport: Transport, path: str, start: int, end: int) -> Comma
 
 
 async def log_end(transport: Transport, path: str, limit: int) -> tuple[bytes, float | None]:
-    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip; (b"", None) when there is no such
-    regular file."""
+    """The last `limit` bytes of a log and its mtime (epoch s), in one round trip (a batch of reads: over SSH through
+    the host's kept shell, not a session of its own); (b"", None) when there is no such regular file."""
     q = shlex.quote(path)
-    result = await transport.run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", timeout=60)
-    head, _, data = result.stdout.partition(b"\n")
-    if not result.ok or not head.strip().isdigit():
+    out = await transport.batch_run(f"{_not_special(path)} && stat -c %Y -- {q} && tail -c {int(limit)} -- {q}", 60)
+    head, _, data = out.partition(b"\n")
+    if not head.strip().isdigit():
         return b"", None
     return data, float(head)
 

@@ -37,9 +37,10 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
+if TYPE_CHECKING:   # httpx is imported only where HTTP is spoken (`specmon status` speaks none)
+    import httpx
 
 
 def url_host(addr: str) -> str:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,30 @@ def test_negative_counts_and_seconds_that_are_not_positive_and_finite_are_refuse
     done = run_specmon(*args, cwd=tmp_path)
     assert (done.returncode, done.stdout) == (2, "")
     assert done.stderr.splitlines() == [f"specmon {args[0]}: error: {error}", f"hint: see `specmon {args[0]} --help`"]
+
+
+def test_status_of_runs_on_an_ssh_host_imports_no_http_client_nor_the_tui(tmp_path: Path) -> None:
+    """Issue 37: `specmon status --all` over a fleet's SSH hosts spent about 0.5 s importing before it checked a
+    run; httpx (and httpcore) came with the SSH transport and the health probes, though checking runs speaks no
+    HTTP. Only the first HTTP probe imports them now; the TUI's modules never come with a command."""
+    from specmon.model.runs.record import RunRecord
+    from specmon.orchestration.runs.store import RunStore
+
+    state = tmp_path / "state"
+    store = RunStore(state / "specmon")
+    store.save(RunRecord(
+        run_id="20261205-000000-ab0001", profile="p", host="nowhere", run_dir="/tmp/x", port=1,
+        url="http://127.0.0.1:1", server="sglang", health_path="/health", stall_timeout_s=30, notify_cmd=None,
+        expected_load_s=None, started_at=time.time() - 60, state="ready", pid=12345, starttime=1, boot_id="b",
+        ready_at=time.time() - 30))
+    config = tmp_path / "profiles.toml"
+    config.write_text(f'[ssh]\nconfig = "{tmp_path / "ssh_config"}"\nknown_hosts = "{tmp_path / "known_hosts"}"\n'
+                      'connect_timeout_s = 1\n\n[profiles.p]\nhost = "nowhere"\ncommand = ["true"]\nport = 1\n')
+    (tmp_path / "ssh_config").write_text("Host nowhere\n  HostName 127.0.0.1\n  Port 9\n")
+    probe = ("import sys\nfrom specmon.cli import main\ncode = main(sys.argv[1:])\n"
+             "print(sorted(m for m in sys.modules if m in ('asyncssh', 'httpx', 'httpcore', 'textual', 'plotext')))")
+    env = {**os.environ, "HOME": str(tmp_path), "XDG_STATE_HOME": str(state)}
+    status = subprocess.run([sys.executable, "-c", probe, "--config", str(config), "status", "--all"],
+                            capture_output=True, text=True, env=env, timeout=120)
+    assert "20261205-000000-ab0001" in status.stdout, status.stderr   # checked (the host did not answer: as recorded)
+    assert status.stdout.strip().splitlines()[-1] == "['asyncssh']", status.stdout

@@ -471,8 +471,45 @@ async def test_status_checks_a_hosts_runs_in_about_one_command_each_not_four(ssh
         views = await manager.refresh(all_configs=True)
         assert [v.state for v in views] == ["ready"] * 7 + ["exited"], [v.state for v in views]
         assert len(commands) <= len(views) + 2, f"{len(commands)} commands to check {len(views)} runs"
+        # ... and their logs' ends through the same kept shell: no session a run at all (status --all at 128 runs).
+        assert len(commands) <= 2, f"{len(commands)} commands to check {len(views)} runs: {commands}"
     finally:
         for proc in sleepers:
             proc.kill()
             proc.wait()
         await manager.close()
+
+
+async def test_the_link_uses_aes_gcm_unless_the_config_names_its_ciphers(sshd: Sshd) -> None:
+    """Issue 37: asyncssh's first choice, chacha20-poly1305, costs it three cipher objects a packet (five times an
+    AES-GCM packet's CPU), and an idle TUI reading a fleet's /metrics over SSH spends most of its CPU on packets.
+    The link asks for AES-GCM first; a `Ciphers` line in the config file still decides where there is one."""
+    sshd.extra_hosts["ctr"] = sshd.alias("ctr") + "  Ciphers aes128-ctr\n"
+    sshd._write_config()
+    for alias, wanted in (("gpu1", "aes128-gcm@openssh.com"), ("ctr", "aes128-ctr")):
+        transport = SSHTransport(alias, sshd.settings())
+        try:
+            assert (await transport.run("echo up")).out == "up\n"
+            assert transport._conn is not None
+            assert (transport._conn.get_extra_info("send_cipher"), transport._conn.get_extra_info("recv_cipher")) \
+                == (wanted, wanted)
+        finally:
+            await transport.close()
+
+
+async def test_a_long_logs_end_comes_whole_through_the_kept_shell(sshd: Sshd, tmp_path: Path) -> None:
+    """`status` reads each run's log end (up to 8 MiB) through the host's kept shell now, not a session each: a
+    long log's end comes whole, and the shell answers the next read after it."""
+    from specmon.sources.tailer import log_end
+
+    log = tmp_path / "server.log"
+    line = b"Decode batch. #running-req: 1, #token: 100, gen throughput (token/s): 50.00\n"
+    log.write_bytes(line * (6_000_000 // len(line)))
+    transport = SSHTransport("gpu1", sshd.settings())
+    try:
+        data, mtime = await log_end(transport, str(log), 8 << 20)
+        assert data == log.read_bytes() and mtime == int(log.stat().st_mtime)
+        assert await log_end(transport, str(tmp_path / "missing.log"), 100) == (b"", None)
+        assert await transport.read_files([str(log)[:-4] + ".none"]) == [None]
+    finally:
+        await transport.close()

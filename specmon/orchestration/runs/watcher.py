@@ -31,7 +31,7 @@ from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.hostshell import HostOps
-from specmon.sources.scrape import MetricsScraper
+from specmon.sources.scrape import MetricsScraper, answered_at
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
 
@@ -41,6 +41,7 @@ READY_PROBE_PATIENCE = 25        # failed test completions after the ready signa
 NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
 LOG_POLL_S = 0.5                 # a starting run's log is polled this often (where logs are polled: SSH) ...
 LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no longer decide anything
+LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late)
 RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
@@ -51,7 +52,8 @@ class WatchTimings:
     process_s: float = 0.5
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
     health_s: float = 1.0
-    health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one
+    health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one; not read
+    # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_at`
     ready_retry_s: float = 0.2
 
 
@@ -420,6 +422,7 @@ class RunWatcher:
         while True:
             ready = self.record.state == RunStatus.READY
             self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
+            self.tailer.quiet_poll_s = LOG_QUIET_READY_S if ready else 0.0
             # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
@@ -560,11 +563,24 @@ class RunWatcher:
                 self._ready_trigger.set()
             return False
 
+        vouched_until: float | None = None   # (monotonic) a /metrics answer shows the server alive till then
+
         def interval() -> float:
-            return self.timings.health_ready_s if self.record.state == RunStatus.READY else self.timings.health_s
+            if self.record.state != RunStatus.READY:
+                return self.timings.health_s
+            # Skipped: read once that answer is health_ready_s old. A server gone silent just after its last answer
+            # is read then, as it was at most health_ready_s after it went silent before: seen as soon as before.
+            return self.timings.health_ready_s if vouched_until is None else max(0.05, vouched_until - time.monotonic())
 
         async def health() -> ProbeResult:
+            nonlocal vouched_until
             assert self._health_reader is not None   # made with the probe, before _reachable is set
+            # A READY server whose /metrics answered lately is alive: one read fewer a run every few seconds.
+            answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
+            vouched_until = None if answered is None else answered + self.timings.health_ready_s
+            if self.record.state == RunStatus.READY and vouched_until is not None and time.monotonic() < vouched_until:
+                return ProbeResult(200, None, 0.0)
+            vouched_until = None
             return (await self._health_reader.read())[0]
 
         await self._reachable.wait()

@@ -1,0 +1,73 @@
+"""Issue 37: a READY run was read twice over: its /metrics every second by the serving view, and its health path
+every 5 s by its watcher (one more read a run, through the run's SSH host when remote). A /metrics read that
+answers proves the server alive, so the watcher skips its own health read while they answer; once they stop, the
+health read goes on at its own period and a server gone silent shows in the run's health as soon as before."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import signal
+import time
+
+import pytest
+from lifecycle_support import config_of, sim_profile, stop_everything
+from test_lifecycle import Recorder
+
+from specmon.model.server.serving import ServingUpdate
+from specmon.orchestration.inspect.serving import ServingWatcher
+from specmon.orchestration.runs.manager import RunManager
+from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.watcher import RunWatcher, WatchTimings
+
+pytestmark = pytest.mark.slow
+
+HEALTH_READY_S = 1.0
+
+
+@pytest.mark.timeout(120)
+async def test_a_scraped_ready_run_gets_no_health_reads_and_a_frozen_one_shows_in_its_health(free_port_factory) -> None:
+    profile = dataclasses.replace(sim_profile(free_port_factory()), metrics_interval_s=0.25)
+    manager = RunManager(config_of(profile), stop_timings=StopTimings(grace_s=3.0, port_wait_s=10),
+                         watch_timings=WatchTimings(health_ready_s=HEALTH_READY_S))
+    rec = Recorder(manager)
+    updates: list[ServingUpdate] = []
+    serving = ServingWatcher(manager, updates.append)
+    unsubscribe = manager.subscribe(serving.track)
+    view = await manager.launch("sim")
+    frozen = False
+    try:
+        await rec.until(lambda v: v.state == "ready", timeout=60)
+        await rec.until(lambda v: v.health == "200", timeout=30)
+        deadline = time.monotonic() + 30
+        while not any(u.figures is not None and u.figures.running is not None for u in updates):
+            assert time.monotonic() < deadline, updates[-3:]
+            await asyncio.sleep(0.1)
+        watcher = manager._watching.watched[view.run_id]
+        assert isinstance(watcher, RunWatcher) and watcher._health_reader is not None
+        reads: list[float] = []
+        read = watcher._health_reader.read
+
+        async def counted() -> object:
+            reads.append(time.monotonic())
+            return await read()
+
+        watcher._health_reader.read = counted   # type: ignore[method-assign,assignment]
+        await asyncio.sleep(5 * HEALTH_READY_S)
+        assert reads == [], f"{len(reads)} health reads of a server whose /metrics answered 4 times a second"
+
+        os.killpg(view.pid or 0, signal.SIGSTOP)   # its group (the server in it) frozen: nothing answers
+        frozen = True
+        stopped_at = time.monotonic()
+        # Before: a health read every HEALTH_READY_S, which times out after 5 s. Now the same, once the last
+        # /metrics answer is HEALTH_READY_S old. Margins for a busy box.
+        _, silent = await rec.until(lambda v: v.health not in (None, "200"), timeout=HEALTH_READY_S + 5 + 15)
+        assert silent.health == "timed out" and reads, silent
+        assert time.monotonic() - stopped_at >= 5.0 - 0.5   # it was read and timed out, not guessed
+    finally:
+        if frozen:
+            os.killpg(view.pid or 0, signal.SIGCONT)
+        unsubscribe()
+        await serving.close()
+        await stop_everything([manager])
