@@ -36,6 +36,7 @@ from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.ready import wait_ready
 from specmon.orchestration.runs.terminate import StopTimings
+from specmon.orchestration.runs.watcher import WatchTimings
 
 # Every test here submits a job to the cluster of slurm_support.py and waits on it (seconds each); a few wait minutes.
 pytestmark = pytest.mark.slow
@@ -50,9 +51,9 @@ def slurm_profile(port: int, name: str = "sim") -> Profile:
 async def managers(tmp_path: Path) -> AsyncIterator[Callable[[Profile], tuple[RunManager, Views]]]:
     made: list[RunManager] = []
 
-    def make(profile: Profile) -> tuple[RunManager, Views]:
+    def make(profile: Profile, watch_timings: WatchTimings = WatchTimings()) -> tuple[RunManager, Views]:
         manager = RunManager(config_of(profile), state_dir=tmp_path / "state",
-                             stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+                             stop_timings=StopTimings(grace_s=10, port_wait_s=10), watch_timings=watch_timings)
         made.append(manager)
         return manager, Views(manager)
 
@@ -95,6 +96,25 @@ async def test_a_queued_job_shows_slurms_reason_then_runs_is_ready_is_swept_and_
     assert slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in ("", "CANCELLED")
     assert not port_listening(free_port)
     assert manager.index.store.load(view.run_id).state == "stopped"
+
+
+async def test_a_job_whose_log_was_read_before_its_start_was_seen_keeps_the_loads_progress(
+        slurm: SlurmCluster, managers, free_port: int) -> None:
+    # The queue is looked at once a tick; the log is read on its own. With a slow tick the server's shard lines
+    # and its ready line are read before specmon learns that the job left the queue: learning it must not forget
+    # what the log said.
+    tick_s = 8.0
+    filler = slurm.fill_node()
+    manager, views = managers(slurm_profile(free_port), WatchTimings(process_s=tick_s))
+    view = await manager.launch("sim")
+    await views.until(lambda v: bool(v.job and v.job.startswith("PENDING")))
+    queued_until = time.time()
+    slurm.run("scancel", filler)
+    ready = await views.until(lambda v: v.state == "ready", timeout=90)
+    assert ready.shards == (4, 4), ready
+    assert ready.run_state is not None and ready.run_state.ready
+    assert ready.started_at >= queued_until - 1.5   # load time still counts from the job's start
+    assert manager.index.store.load(view.run_id).shards == (4, 4)
 
 
 async def test_a_job_cancelled_outside_specmon_is_reported_cancelled(slurm: SlurmCluster, managers,

@@ -324,6 +324,11 @@ class LogWatch:
         own = data.endswith(b"\n") and _only_own_reads(events, self.parser.line_no - first)
         return self._apply(events, now, bool(data) and not own, on_step, keep_lines=own)
 
+    def started(self, at: float) -> None:
+        """The server started at `at` (a Slurm job left the queue): load time counts from then. What was read
+        stays: a job's log can be read before its start is learned (the queue is asked once a tick)."""
+        self.state = _evolve(self.state, started_at=at)
+
     def settle(self, now: float) -> list[ev.Event]:
         """The writer has paused: take the shard progress waiting after the last `\\r` (see LogParser.settle),
         so a live reader counts what a reader of the finished file counts. Settling reads no new line, so

@@ -458,7 +458,7 @@ class RunWatcher:
             self.job = job
             if job is not None and job.running and self.record.state == RunStatus.LAUNCHING:
                 started = job.start_epoch or time.time()
-                self.watch = LogWatch(started)   # nothing was logged while queued: load time starts now
+                self.watch.started(started)   # load time starts now; what its log said already is kept
                 self.last_bytes_at = max(self.last_bytes_at, started)
                 self._update(functools.partial(RunRecord.loading_from, at=started))
             if job is not None and job.running and not self._reachable.is_set():
