@@ -51,3 +51,31 @@ async def test_ready_slurm_runs_on_one_host_cost_the_controller_one_job_query_a_
             assert view.state == "ready" and view.job is not None and view.job.startswith("RUNNING on localhost"), view
     finally:
         await stop_everything([manager])
+
+
+async def test_status_of_slurm_runs_on_one_host_asks_the_controller_once_not_twice_a_run(
+        slurm_shared: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 37: `specmon status --all` asked `scontrol show job` twice for each Slurm run nobody watches (its check,
+    then its job's line): 2 N job queries for N runs of one host. The jobs of a host's runs are now listed by one
+    squeue a status, as the watchers poll them; every run is still shown ready, with its job as Slurm says it."""
+    profiles = [dataclasses.replace(sim_profile(free_port(), name=f"sim{i}"), slurm=SlurmRequest(time="10"))
+                for i in range(RUNS)]
+    launcher = RunManager(config_of(*profiles), state_dir=tmp_path / "state",
+                          stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    status = RunManager(config_of(*profiles), state_dir=tmp_path / "state",
+                        stop_timings=StopTimings(grace_s=10, port_wait_s=10))
+    views = Views(launcher)
+    try:
+        for profile in profiles:
+            await launcher.launch(profile.name)
+        for profile in profiles:
+            await views.until(lambda v, name=profile.name: v.profile == name and v.state == "ready", timeout=120)
+        await launcher.close()   # nobody watches them now: status checks them itself
+        before = slurm_shared.rpcs()
+        checked = await status.refresh(all_configs=True)
+        after = slurm_shared.rpcs()
+        asked = sum(after.get(name, 0) - before.get(name, 0) for name in JOB_QUERIES)
+        assert asked == 1, f"{asked} job queries of the controller for the status of {RUNS} runs: {after}"
+        assert [(v.state, (v.job or "").startswith("RUNNING on localhost")) for v in checked] == [("ready", True)] * RUNS
+    finally:
+        await stop_everything([status, launcher])
