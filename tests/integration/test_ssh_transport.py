@@ -40,6 +40,14 @@ def _count_commands(transport: SSHTransport) -> list[str]:
     return commands
 
 
+def _run_dirs(tmp_path: Path, count: int) -> list[Path]:
+    """`count` empty run directories."""
+    dirs = [tmp_path / f"run-{i}" for i in range(count)]
+    for run_dir in dirs:
+        run_dir.mkdir()
+    return dirs
+
+
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
 
@@ -395,9 +403,8 @@ async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each
     transport = SSHTransport("gpu1", sshd.settings())
     ops = HostOps(transport)
     sleeper = subprocess.Popen(["sleep", "60"])
-    dirs = [tmp_path / f"run-{i}" for i in range(10)]
+    dirs = _run_dirs(tmp_path, 10)
     for i, run_dir in enumerate(dirs):
-        run_dir.mkdir()
         if i % 3 == 1:
             (run_dir / "exit_code").write_text(f"{i}\n")
         if i % 3 == 2:
@@ -585,9 +592,8 @@ async def test_the_log_looks_and_process_checks_of_one_tick_are_one_query_of_the
     transport = SSHTransport("gpu1", sshd.settings())
     ops = HostOps(transport)
     sleeper = subprocess.Popen(["sleep", "60"])
-    dirs = [tmp_path / f"run-{i}" for i in range(4)]
+    dirs = _run_dirs(tmp_path, 4)
     for i, run_dir in enumerate(dirs):
-        run_dir.mkdir()
         (run_dir / "server.log").write_text(f"run {i} ready\n")
         if i == 1:
             (run_dir / "exit_code").write_text("3\n")
