@@ -542,10 +542,11 @@ def _sends_on(transport: SSHTransport, monkeypatch: pytest.MonkeyPatch) -> list[
 
 async def test_the_metrics_requests_of_one_second_leave_a_host_link_in_one_send(
         sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37: asyncssh sent each SSH packet with its own send() call; the serving view's /metrics requests of a
-    host's runs all go out on the same second, so at 64 runs a quarter of the idle app's CPU was those system calls
-    (py-spy: _SelectorSocketTransport.write under MetricsScraper._exchange). The packets written at one moment now
-    leave in one send, and every read still gets its own whole answer, as soon as before."""
+    """Issue 37: asyncssh sent each SSH packet with its own send() call (and an MSG_IGNORE before each data packet);
+    the serving view's /metrics requests of a host's runs all go out on the same second, so at 64 runs py-spy found
+    a quarter of the idle app's samples in those system calls (_SelectorSocketTransport.write under
+    MetricsScraper._exchange). The packets written at one moment now leave in one send, and every read still gets
+    its own whole answer, as soon as before."""
     from specmon.sources.scrape import MetricsScraper
     from specmon.sources.transport import until_tick
 
