@@ -28,6 +28,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from typing import Any
 
 from specmon.model.server.acceptance import MetricsSample, parse_metrics
@@ -290,7 +291,7 @@ class ServingHistory:
 
     def add(self, sample: MetricsSample) -> ServingFigures:
         now = figures(sample, self._prev)
-        values = tuple(getattr(now, name) for name in SPARK_FIGURES)
+        values = _spark_values(now)
         if self._flat is None or values != self._flat[0] or \
                 (self.points and sample.at - self.points[-1][0] >= self.span_s / SPARK_SLICES):
             self._flat = (values, sample.at)
@@ -389,6 +390,7 @@ def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
 
 
 SPARK_FIGURES = ("running", "waiting", "kv_pct", "tok_s")
+_spark_values = attrgetter(*SPARK_FIGURES)   # a read's figures that the card's sparklines show, as one tuple
 @dataclass(frozen=True)
 class ServingUpdate:
     """One run's serving view now."""
