@@ -4,6 +4,7 @@ How a host is reached:
     transport      the Transport protocol (shell commands, streams, files)   local   this machine
     ssh            over SSH (asyncssh), one shared connection per host        sshhttp HTTP through SSH channels
     sshlib         asyncssh, imported once without cryptography's DSA warnings
+    sshwrites      an SSH link's packets of one moment sent in one write to its socket
     timelimit      time limits on awaits that never lose a cancellation
 What the run engine does on a host, through its Transport:
     hostshell      HostOps, one host's shell as the run engine uses it: run directories, the launch wrapper,

@@ -118,8 +118,7 @@ class SlurmHost:
         listed)."""
         waiting = [(job_id, answer) for job_id, answers in asked.items() for answer in answers]
         try:
-            result = await self._run(shlex.join(squeue_argv(list(asked))))
-            listed = parse_squeue_jobs(result.out) if result.exit_code == 0 else {}
+            listed = await self.listed(list(asked))
         except BaseException as exc:
             for _, answer in waiting:
                 if not answer.done():
@@ -128,9 +127,15 @@ class SlurmHost:
                 raise
             return
         for job_id, answer in waiting:
-            job = listed.get(job_id)
             if not answer.done():
-                answer.set_result(job if job is not None and job.active else None)
+                answer.set_result(listed.get(job_id))
+
+    async def listed(self, job_ids: list[str]) -> dict[str, JobInfo]:
+        """Those of `job_ids` still queued or running, by one `squeue` (a job it does not list: ended, forgotten, or
+        squeue failed; `job` tells which)."""
+        result = await self._run(shlex.join(squeue_argv(job_ids)))
+        jobs = parse_squeue_jobs(result.out) if result.exit_code == 0 else {}
+        return {job_id: job for job_id, job in jobs.items() if job.active}
 
     async def find(self, run_id: str) -> JobInfo | None:
         """The job specmon submitted for `run_id` (from any jump box: found by its name), while Slurm lists it."""

@@ -214,9 +214,22 @@ def until_tick(period: float, least: float = 0.9) -> float:
     return math.ceil((now + least * period) / period) * period - now
 
 
-def _answer_all(batch: list[tuple[list[str], asyncio.Future[list[bytes | None]]]], contents: list[bytes | None]) -> None:
-    """Each read of a batch gets its files' contents (`contents`: every file of the batch, in order)."""
-    for wanted, answer in batch:
+_Look = tuple[str, int, int, asyncio.Future[FileLook | None]]   # path, start, length, its answer
+_Read = tuple[list[str], asyncio.Future[list[bytes | None]]]     # paths, their contents
+
+
+@dataclass
+class _Asks:
+    """The reads of a host asked at one moment (the tailers' looks and the process checks fall on a shared tick),
+    answered by one command for all of them."""
+
+    looks: list[_Look]
+    reads: list[_Read]
+
+
+def _answer_reads(reads: list[_Read], contents: list[bytes | None]) -> None:
+    """Each read gets its files' contents (`contents`: every file of `reads`, in order)."""
+    for wanted, answer in reads:
         if not answer.done():
             answer.set_result(contents[:len(wanted)])
         contents = contents[len(wanted):]
@@ -246,8 +259,7 @@ class Transport(ABC):
     # Logs are followed by polling `look` on a shared tick (one command a tick for all of a host's logs), not by one
     # streamed `tail -f` each: a transport whose commands at once are few (SSH's MaxSessions) says so.
     polls_logs: bool = False
-    _looks: list[tuple[str, int, int, asyncio.Future[FileLook | None]]] | None = None   # the looks asked this moment
-    _reads: list[tuple[list[str], asyncio.Future[list[bytes | None]]]] | None = None     # ... and the file reads
+    _asks: _Asks | None = None   # the looks and file reads asked this moment (one command for all)
 
     @abstractmethod
     async def run(self, command: str, *, input: bytes | None = None, timeout: float | None = None,
@@ -275,44 +287,58 @@ class Transport(ABC):
         """The contents of small files (a status file, `/proc/PID/stat`) in one round trip, in order, each cut at
         SMALL_FILE_BYTES; None for a file that is missing, unreadable or not a regular file (a FIFO, a device).
         Default: one shell command, the files told apart by a random token; the reads asked for at the same moment
-        (the process checks of a host's runs fall on a shared tick, `until_tick`) go out together as one command.
+        (the process checks of a host's runs fall on a shared tick, `until_tick`) go out together as one command,
+        with the looks of that moment (`look`).
 
         Raises TransportError if the host cannot be reached.
         """
-        loop = asyncio.get_running_loop()
-        if self._reads is None:
-            self._reads = []
-            loop.call_soon(self._send_reads)
-        answer: asyncio.Future[list[bytes | None]] = loop.create_future()
-        self._reads.append((list(paths), answer))
+        answer: asyncio.Future[list[bytes | None]] = asyncio.get_running_loop().create_future()
+        self._asked().reads.append((list(paths), answer))
         return await answer
 
-    def _send_reads(self) -> None:
-        batch, self._reads = self._reads or [], None
-        _keep(asyncio.get_running_loop().create_task(self._read_all(batch)))
+    def _asked(self) -> _Asks:
+        """The reads asked this moment, sent together as soon as the moment's other tasks have asked theirs."""
+        if self._asks is None:
+            self._asks = _Asks([], [])
+            asyncio.get_running_loop().call_soon(self._send_asks)
+        return self._asks
 
-    async def _read_all(self, batch: list[tuple[list[str], asyncio.Future[list[bytes | None]]]]) -> None:
-        """One command for every read of `batch`."""
-        paths = [path for wanted, _ in batch for path in wanted]
-        if not paths:
-            _answer_all(batch, [])
+    def _send_asks(self) -> None:
+        asks, self._asks = self._asks, None
+        if asks is not None:
+            _keep(asyncio.get_running_loop().create_task(self._ask_all(asks)))
+
+    async def _ask_all(self, asks: _Asks) -> None:
+        """One command for every look and file read of `asks`, each answer told apart by a random token (a look's
+        ended by its status, a missing file's by a second token)."""
+        paths = [path for wanted, _ in asks.reads for path in wanted]
+        if not asks.looks and not paths:
+            _answer_reads(asks.reads, [])
             return
         token, missing = (f"<<{secrets.token_hex(8)}>>" for _ in range(2))
         q = shlex.quote
+        parts = []
+        for path, start, length, _ in asks.looks:
+            parts.append(f"printf %s {q(token)}; {{ stat -c '%i %s' -- {q(path)} 2>/dev/null && [ -f {q(path)} ] && "
+                         f"tail -c +{start + 1} -- {q(path)} | head -c {length}; }}; printf ' %s' $?")
+        # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
+        parts += [f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} -- {q(path)}; }} 2>/dev/null "
+                  f"|| printf %s {q(missing)}" for path in paths]
+        answers: list[asyncio.Future[Any]] = [answer for *_, answer in asks.looks] + [answer for _, answer in asks.reads]
         try:
-            # Regular files only (a FIFO never ends), at most SMALL_FILE_BYTES each (a 300 MB meta.json is not one).
-            out = await self.batch_run("; ".join(f"printf %s {q(token)}; {{ [ -f {q(path)} ] && head -c {SMALL_FILE_BYTES} "
-                                                 f"-- {q(path)}; }} 2>/dev/null || printf %s {q(missing)}"
-                                                 for path in paths), 30)
-            parts = out.split(token.encode())[1:]
-            if len(parts) != len(paths):
-                raise TransportError(f"{self.host}: reading {len(paths)} files gave {len(parts)} answers")
+            # A look waits 15 s at most (a tailer then resumes as after a lost link), a process check 30 s.
+            out = (await self.batch_run("; ".join(parts), 15 if asks.looks else 30)).split(token.encode())[1:]
+            if len(out) != len(parts):
+                raise TransportError(f"{self.host}: {len(parts)} reads gave {len(out)} answers")
         except BaseException as exc:
-            _fail_all([answer for _, answer in batch], exc)
+            _fail_all(answers, exc)
             if not isinstance(exc, Exception):
                 raise
             return
-        _answer_all(batch, [None if part.endswith(missing.encode()) else part for part in parts])
+        for (*_, answer), text in zip(asks.looks, out):
+            if not answer.done():
+                answer.set_result(_file_look(text))
+        _answer_reads(asks.reads, [None if part.endswith(missing.encode()) else part for part in out[len(asks.looks):]])
 
     async def batch_run(self, script: str, timeout: float) -> bytes:
         """The stdout of `script`, a batch of reads that prints what it found (`look`, `read_files`), whatever its
@@ -323,44 +349,13 @@ class Transport(ABC):
         """`path`'s inode and size and its bytes [start, start+length) in one round trip; None if there is no such
         file. Default: one shell command (a log tailer asks this for every chunk and every quiet second); the looks
         asked for at the same moment (the tailers of a host's runs check their quiet logs on a shared clock) go out
-        together as one command.
+        together as one command, with the file reads of that moment (`read_files`).
 
         Raises TransportError if the host cannot be reached, TimeoutError if it does not answer in 15 s.
         """
-        loop = asyncio.get_running_loop()
-        if self._looks is None:
-            self._looks = []
-            loop.call_soon(self._send_looks)
-        batch = self._looks
-        answer: asyncio.Future[FileLook | None] = loop.create_future()
-        batch.append((path, start, length, answer))
+        answer: asyncio.Future[FileLook | None] = asyncio.get_running_loop().create_future()
+        self._asked().looks.append((path, start, length, answer))
         return await answer
-
-    def _send_looks(self) -> None:
-        batch, self._looks = self._looks or [], None
-        _keep(asyncio.get_running_loop().create_task(self._look_all(batch)))
-
-    async def _look_all(self, batch: list[tuple[str, int, int, asyncio.Future[FileLook | None]]]) -> None:
-        """One command for every look of `batch`, each answer told apart by a random token and ended by its
-        status."""
-        token = f"<<{secrets.token_hex(8)}>>"
-        parts = []
-        for path, start, length, _ in batch:
-            q = shlex.quote(path)
-            parts.append(f"printf %s {shlex.quote(token)}; {{ stat -c '%i %s' -- {q} 2>/dev/null && [ -f {q} ] && "
-                         f"tail -c +{start + 1} -- {q} | head -c {length}; }}; printf ' %s' $?")
-        try:
-            answers = (await self.batch_run("; ".join(parts), 15)).split(token.encode())[1:]
-            if len(answers) != len(batch):
-                raise TransportError(f"{self.host}: {len(batch)} looks gave {len(answers)} answers")
-        except BaseException as exc:
-            _fail_all([answer for *_, answer in batch], exc)
-            if not isinstance(exc, Exception):
-                raise
-            return
-        for (*_, answer), text in zip(batch, answers, strict=True):
-            if not answer.done():
-                answer.set_result(_file_look(text))
 
     async def local_url(self, port: int, addr: str = "127.0.0.1") -> str:
         """A base URL, reachable from where specmon runs, for `addr`:`port` as the host reaches it (by default the

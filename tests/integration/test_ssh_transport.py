@@ -40,6 +40,14 @@ def _count_commands(transport: SSHTransport) -> list[str]:
     return commands
 
 
+def _run_dirs(tmp_path: Path, count: int) -> list[Path]:
+    """`count` empty run directories."""
+    dirs = [tmp_path / f"run-{i}" for i in range(count)]
+    for run_dir in dirs:
+        run_dir.mkdir()
+    return dirs
+
+
 def _accepted(sshd: Sshd) -> int:
     return len(re.findall(r"Accepted publickey", sshd.log.read_text(errors="replace")))
 
@@ -395,9 +403,8 @@ async def test_process_checks_of_a_hosts_runs_go_out_as_one_command_not_one_each
     transport = SSHTransport("gpu1", sshd.settings())
     ops = HostOps(transport)
     sleeper = subprocess.Popen(["sleep", "60"])
-    dirs = [tmp_path / f"run-{i}" for i in range(10)]
+    dirs = _run_dirs(tmp_path, 10)
     for i, run_dir in enumerate(dirs):
-        run_dir.mkdir()
         if i % 3 == 1:
             (run_dir / "exit_code").write_text(f"{i}\n")
         if i % 3 == 2:
@@ -512,4 +519,112 @@ async def test_a_long_logs_end_comes_whole_through_the_kept_shell(sshd: Sshd, tm
         assert await log_end(transport, str(tmp_path / "missing.log"), 100) == (b"", None)
         assert await transport.read_files([str(log)[:-4] + ".none"]) == [None]
     finally:
+        await transport.close()
+
+
+def _sends_on(transport: SSHTransport, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the send() calls made on `transport`'s socket to its host from now on (each one a system call)."""
+    import socket
+
+    assert transport._conn is not None
+    fd = transport._conn.get_extra_info("socket").fileno()
+    sizes: list[int] = []
+    send = socket.socket.send
+
+    def counted(self: socket.socket, data: bytes, *args: int) -> int:
+        if self.fileno() == fd:
+            sizes.append(len(data))
+        return send(self, data, *args)
+
+    monkeypatch.setattr(socket.socket, "send", counted)
+    return sizes
+
+
+async def test_the_metrics_requests_of_one_second_leave_a_host_link_in_one_send(
+        sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: asyncssh sent each SSH packet with its own send() call (and an MSG_IGNORE before each data packet);
+    the serving view's /metrics requests of a host's runs all go out on the same second, so at 64 runs py-spy found
+    a quarter of the idle app's samples in those system calls (_SelectorSocketTransport.write under
+    MetricsScraper._exchange). The packets written at one moment now leave in one send, and every read still gets
+    its own whole answer, as soon as before."""
+    from specmon.sources.scrape import MetricsScraper
+    from specmon.sources.transport import until_tick
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("sockname")[1]
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                body = f"sglang:num_running_reqs {port}\n".encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+    servers = [await asyncio.start_server(answer, "127.0.0.1", 0) for _ in range(4)]
+    ports = [s.sockets[0].getsockname()[1] for s in servers]
+    transport = SSHTransport("gpu1", sshd.settings())
+    scrapers = [MetricsScraper(transport, port) for port in ports]
+    try:
+        for scraper in scrapers:   # each has its channel open, as between a fleet's reads
+            assert (await scraper.read())[0].status == 200
+        sends = _sends_on(transport, monkeypatch)
+        for _ in range(3):
+            await asyncio.sleep(until_tick(0.5))   # as the serving view's readers wake on the shared clock
+            sends.clear()
+            started = time.monotonic()
+            answers = await asyncio.gather(*(scraper.read() for scraper in scrapers))
+            took = time.monotonic() - started
+            assert [text for _, text in answers] == [f"sglang:num_running_reqs {port}\n" for port in ports]
+            assert len(sends) == 1, f"{len(sends)} sends for the /metrics requests of one moment on one link: {sends}"
+            assert took < 2.0, f"four reads over the link took {took:.2f} s"
+    finally:
+        for scraper in scrapers:
+            await scraper.aclose()
+        await transport.close()
+        for server in servers:
+            server.close()
+
+
+async def test_the_log_looks_and_process_checks_of_one_tick_are_one_query_of_the_kept_shell(
+        sshd: Sshd, tmp_path: Path) -> None:
+    """Issue 37: a host's log looks (every second) and its process checks (every 2 s) each went out as one query of
+    the host's kept shell, so every other second a host was asked twice, one round trip after the other. What a
+    host's runs ask at one moment now goes out as one query, and each run still gets its own answers."""
+    from specmon.sources.hostshell import HostOps
+    from specmon.sources.transport import until_tick
+
+    transport = SSHTransport("gpu1", sshd.settings())
+    ops = HostOps(transport)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    dirs = _run_dirs(tmp_path, 4)
+    for i, run_dir in enumerate(dirs):
+        (run_dir / "server.log").write_text(f"run {i} ready\n")
+        if i == 1:
+            (run_dir / "exit_code").write_text("3\n")
+    queries: list[str] = []
+    batch_run = transport.batch_run
+
+    async def counted(script: str, timeout: float) -> bytes:
+        queries.append(script)
+        return await batch_run(script, timeout)
+
+    transport.batch_run = counted   # type: ignore[method-assign]
+
+    async def look(run_dir: Path) -> bytes | None:
+        await asyncio.sleep(until_tick(1.0))   # as the tailers and the process checks sleep
+        found = await transport.look(str(run_dir / "server.log"), 0, 100)
+        return None if found is None else found.data
+
+    async def check(run_dir: Path) -> tuple[bool, int | None]:
+        await asyncio.sleep(until_tick(1.0))
+        info, code, _ = await ops.run_status(str(run_dir), sleeper.pid)
+        return info is not None and info.alive, code
+
+    try:
+        await transport.run("true")   # connected
+        looks, checks = await asyncio.gather(asyncio.gather(*(look(d) for d in dirs)),
+                                             asyncio.gather(*(check(d) for d in dirs)))
+        assert looks == [f"run {i} ready\n".encode() for i in range(len(dirs))]
+        assert checks == [(True, 3 if i == 1 else None) for i in range(len(dirs))]
+        assert len(queries) == 1, f"{len(queries)} queries for the looks and process checks of one tick (one expected)"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
         await transport.close()

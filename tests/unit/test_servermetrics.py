@@ -9,16 +9,19 @@ import time
 import pytest
 from paths import FIXTURES
 
+from specmon.model.server import serving
 from specmon.model.server.acceptance import MetricsSample, parse_metrics
 from specmon.model.server.serving import (
     FAMILIES,
     PREEMPT_CLEAR_S,
+    SPARK_FIGURES,
     SPARK_SLICES,
     ServingHistory,
     Thresholds,
     figure_texts,
     figures,
     read_sample,
+    spark_slices,
     update_of,
 )
 from specmon.model.text.numbers import sparkline
@@ -216,3 +219,51 @@ def test_an_alert_is_said_once_until_it_clears() -> None:
     assert [a.split()[0] for a in h.alerts(21.0)] == ["preemptions"]
     h.add(sample(18.0 + PREEMPT_CLEAR_S, **{"vllm:kv_cache_usage_perc": 0.5, "vllm:num_preemptions": preempted}))
     assert h.alerts(18.0 + PREEMPT_CLEAR_S) == []
+
+
+def _read(at: float, running: float, waiting: float = 0.0) -> MetricsSample:
+    """A read of an SGLang server (no throughput gauge: that sparkline stays empty)."""
+    return MetricsSample(at, {"sglang:num_running_reqs": [running], "sglang:num_queue_reqs": [waiting],
+                              "sglang:token_usage": [0.25]})
+
+
+def test_an_idle_servers_reads_tell_its_card_unchanged_without_working_out_its_sparklines(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: the serving view tells each read's update from the last one's by what the card shows, sparklines
+    included; for an idle server (every read the same figures) only they were left to compare, so every read of
+    every idle run worked out four sparklines from two minutes of reads (170 us on the bench box: 11 ms a second at
+    64 idle runs). Where every read of the span held the same figures, they are known from its first and last read."""
+    worked = 0
+
+    def counted(*args: object, **kwargs: object) -> dict[str, tuple[float, ...]]:
+        nonlocal worked
+        worked += 1
+        return spark_slices(*args, **kwargs)   # type: ignore[arg-type]
+
+    monkeypatch.setattr(serving, "spark_slices", counted)
+    history = ServingHistory()
+    last = None
+    changed = 0
+    for second in range(300):
+        history.add(_read(float(second), 0.0))
+        update = update_of("p", "r", history, float(second))
+        if last is not None:   # as the serving view compares them (its card grows until two minutes are read)
+            changed += update.figures != last.figures or dict(update.history) != dict(last.history)
+        last = update
+    assert worked == 0, f"sparklines worked out {worked} times to compare 300 reads of an idle server"
+    assert changed == SPARK_SLICES - 1   # each new slice of its first two minutes: the line grows
+
+
+@pytest.mark.parametrize("reads", [
+    [(t, 0.0) for t in range(300)],                                      # idle from the start
+    [(t, 5.0 if t == 10 else 0.0) for t in range(300)],                  # one busy read, then idle: it scrolls out
+    [(t, 1.0) for t in range(100)] + [(t, 1.0) for t in range(140, 300)],   # 40 s without an answer, same figures
+    [(t * 0.7, 2.0) for t in range(400)] + [(280 + t * 1.3, 0.0) for t in range(150)],   # irregular reads
+    [(t, float(t % 3 == 0)) for t in range(200)],                        # busy: nothing is flat
+])
+def test_sparklines_known_at_once_are_the_ones_worked_out(reads: list[tuple[float, float]]) -> None:
+    """The sparklines an idle span gives at once are exactly those worked out from every read, at every read."""
+    history = ServingHistory()
+    for at, running in reads:
+        history.add(_read(float(at), running))
+        assert dict(history.card_sparks()) == spark_slices(tuple(history.points), history.span_s, SPARK_FIGURES), at

@@ -28,6 +28,7 @@ import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
+from operator import attrgetter
 from typing import Any
 
 from specmon.model.server.acceptance import MetricsSample, parse_metrics
@@ -197,8 +198,7 @@ def spark_slices(points: Sequence[tuple[float, ServingFigures]], span_s: float, 
     largest value (see ServingHistory.slices)."""
     if not points:
         return {name: () for name in names}
-    start, width = points[-1][0] - span_s, span_s / count
-    last = count - 1
+    start, width, last = _grid(points, span_s, count)
     slot = [min(last, int((at - start) / width)) for at, _ in points]
     out = {}
     for name in names:
@@ -214,14 +214,33 @@ def spark_slices(points: Sequence[tuple[float, ServingFigures]], span_s: float, 
     return out
 
 
+def _grid(points: Sequence[tuple[float, ServingFigures]], span_s: float, count: int) -> tuple[float, float, int]:
+    """Where the slices of `points` lie: the first's start, their width, the last's index."""
+    return points[-1][0] - span_s, span_s / count, count - 1
+
+
+def flat_slices(points: Sequence[tuple[float, ServingFigures]], span_s: float, names: tuple[str, ...],
+                values: tuple[float | None, ...], count: int = SPARK_SLICES) -> dict[str, tuple[float, ...]] | None:
+    """`spark_slices` of `points` whose figures `names` all hold `values` and no two of which are a slice's width
+    apart or more (no slice between the first and the last is empty): each figure's value in every slice from the
+    first point's on, worked out from the first and last points alone. None where that cannot be so (a point before
+    the span)."""
+    start, width, last = _grid(points, span_s, count)
+    if points[0][0] < start:
+        return None
+    filled = count - min(last, int((points[0][0] - start) / width))
+    return {name: () if value is None else (value or 0.0,) * filled for name, value in zip(names, values)}
+
+
 class Sparks(Mapping[str, tuple[float, ...]]):
     """A read's sparklines (figure -> its slices), worked out from the history as it was at that read only when
     first asked for: each read of every run makes one, and only the cards in view draw theirs."""
 
     def __init__(self, points: Sequence[tuple[float, ServingFigures]], span_s: float,
-                 names: tuple[str, ...], count: int = SPARK_SLICES) -> None:
+                 names: tuple[str, ...], count: int = SPARK_SLICES,
+                 slices: dict[str, tuple[float, ...]] | None = None) -> None:
         self._points, self._span_s, self._names, self._count = points, span_s, names, count
-        self._slices: dict[str, tuple[float, ...]] | None = None
+        self._slices = slices   # given where they were known at once (`ServingHistory.card_sparks`)
 
     def _computed(self) -> dict[str, tuple[float, ...]]:
         if self._slices is None:
@@ -266,9 +285,16 @@ class ServingHistory:
         self.broken: str | None = None   # why the last read could not be taken in (a fault of ours, not the server's)
         self._kv_high = False
         self._preempted: tuple[float, float] | None = None   # (when, rate) of the latest read with preemptions
+        # The card's sparkline figures as every read since `since` held them, no read a slice's width after the one
+        # before: (values, since). An idle server's reads all hold the same: its sparklines are known without work.
+        self._flat: tuple[tuple[float | None, ...], float] | None = None
 
     def add(self, sample: MetricsSample) -> ServingFigures:
         now = figures(sample, self._prev)
+        values = _spark_values(now)
+        if self._flat is None or values != self._flat[0] or \
+                (self.points and sample.at - self.points[-1][0] >= self.span_s / SPARK_SLICES):
+            self._flat = (values, sample.at)
         self._prev = sample
         self.latest = now
         self.answered = True
@@ -317,6 +343,17 @@ class ServingHistory:
         """`slices` of several figures."""
         return spark_slices(self.points, self.span_s, names, count)
 
+    def card_sparks(self) -> Sparks:
+        """The card's sparklines (SPARK_FIGURES) as the history is now: worked out when first drawn, or at once where
+        every read over the span held the same figures (an idle server's: then telling whether they changed since the
+        last read costs nothing, where working them out from two minutes of reads cost each read of each run)."""
+        if self._flat is not None and self.points and self._flat[1] <= self.points[0][0]:
+            ends = (self.points[0], self.points[-1])
+            slices = flat_slices(ends, self.span_s, SPARK_FIGURES, self._flat[0])
+            if slices is not None:
+                return Sparks((), self.span_s, SPARK_FIGURES, slices=slices)
+        return Sparks(tuple(self.points), self.span_s, SPARK_FIGURES)
+
     def alerts(self, now: float) -> list[str]:
         """What is wrong now, one line each."""
         out: list[str] = []
@@ -353,6 +390,7 @@ def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
 
 
 SPARK_FIGURES = ("running", "waiting", "kv_pct", "tok_s")
+_spark_values = attrgetter(*SPARK_FIGURES)   # a read's figures that the card's sparklines show, as one tuple
 @dataclass(frozen=True)
 class ServingUpdate:
     """One run's serving view now."""
@@ -382,7 +420,7 @@ class ServingUpdate:
 def update_of(profile: str, run_id: str, history: ServingHistory, now: float, raised: tuple[str, ...] = (),
               note: str | None = None) -> ServingUpdate:
     return ServingUpdate(profile, run_id, history.latest,
-                         Sparks(tuple(history.points), history.span_s, SPARK_FIGURES),
+                         history.card_sparks(),
                          tuple(history.alerts(now)), note, raised, history.ignored)
 
 

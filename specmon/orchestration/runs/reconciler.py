@@ -3,7 +3,8 @@ and how (exit code, log verdict), did an unwatched load become ready (one test c
 
 `reconcile` brings one record up to date with its host; `refresh` does it for every run of a profiles file
 (`specmon status`), naming each host that did not answer (`unanswered`) instead of failing on it. A watched run
-is not checked here: its watcher (`watched`) already knows."""
+is not checked here: its watcher (`watched`) already knows. The Slurm jobs of a host's runs are asked by one `squeue`
+a refresh (as the watchers poll them), not one `scontrol` each; a job it does not list is asked alone (its end)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import RunRecord, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState
 from specmon.model.runs.runstatus import RunStatus
+from specmon.model.runs.slurm import JobInfo
 from specmon.model.runs.verdicts import end_verdict, failure_of
 from specmon.orchestration.runs import multinode, slurmjobs
 from specmon.orchestration.runs.connections import HostPool, per_host
@@ -25,7 +27,6 @@ from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import REPLAY_LIMIT, Watcher, name_port_holder
 from specmon.sources.health import probe_of
 from specmon.sources.hostshell import HostOps
-from specmon.sources.slurm import SlurmHost
 from specmon.sources.tailer import log_end
 from specmon.sources.transport import TransportError
 
@@ -60,13 +61,33 @@ class Reconciler:
         self.hosts = hosts
         self.watched = watched                 # the runs being watched, by run id (their watchers know better)
         self.unanswered: dict[str, str] = {}   # host -> why it did not answer refresh() (its runs: as recorded)
+        self._listings: dict[str, asyncio.Task[dict[str, JobInfo]]] = {}   # in refresh(): host -> its one squeue
+
+    async def _job(self, record: RunRecord) -> JobInfo | None:
+        """A Slurm run's job now: as its host's squeue of this refresh lists it, else asked alone (`scontrol`: a job
+        no longer queued or running, or a host with one job to ask, where scontrol asks the controller less)."""
+        assert record.slurm_job is not None
+        slurm = self.hosts.ops(record.host).slurm
+        listing = self._listings.get(record.host)
+        if listing is not None and (job := (await asyncio.shield(listing)).get(record.slurm_job)) is not None:
+            return job
+        return await slurm.job(record.slurm_job)
+
+    def _list_jobs(self, records: list[RunRecord]) -> None:
+        """Start one squeue per host for the jobs of its Slurm runs that `refresh` is to check (two or more)."""
+        jobs: dict[str, set[str]] = {}
+        for record in records:
+            if record.slurm_job is not None and not record.terminal and record.run_id not in self.watched:
+                jobs.setdefault(record.host, set()).add(record.slurm_job)
+        self._listings = {host: asyncio.create_task(self.hosts.ops(host).slurm.listed(sorted(ids)))
+                          for host, ids in jobs.items() if len(ids) > 1}
 
     async def reconcile(self, record: RunRecord) -> RunRecord:
         """Check a run that is believed running: reboot (boot id), PID reuse (start time), exit code."""
         ops = self.hosts.ops(record.host)
         if record.slurm_job is not None:
             rs = None
-            job = await SlurmHost(ops.transport).job(record.slurm_job)
+            job = await self._job(record)
             if job is None or not job.active:
                 rs, _ = await replay(ops, record)
             return self.index.save(record, await slurmjobs.reconcile(ops, record, job, rs))
@@ -128,8 +149,15 @@ class Reconciler:
         def hosts_of(record: RunRecord) -> set[str]:
             return {node.host for node in nodes_of[record.run_id]} | {record.host}
 
-        return await per_host(records, hosts_of, lambda record: self._refresh_checked(
-            record, nodes_of[record.run_id], hosts_of(record)))
+        self._list_jobs([node for record in records for node in nodes_of[record.run_id] or [record]])
+        try:
+            return await per_host(records, hosts_of, lambda record: self._refresh_checked(
+                record, nodes_of[record.run_id], hosts_of(record)))
+        finally:
+            listings, self._listings = list(self._listings.values()), {}
+            for listing in listings:
+                listing.cancel()
+            await asyncio.gather(*listings, return_exceptions=True)
 
     async def _refresh_checked(self, record: RunRecord, nodes: list[RunRecord], hosts: set[str]) -> RunView:
         if hosts & self.unanswered.keys():   # asked once: each run there would wait for it again
@@ -181,7 +209,7 @@ class Reconciler:
         job = None
         if record.slurm_job is not None:
             with contextlib.suppress(TransportError, TimeoutError):
-                queued = await SlurmHost(self.hosts.ops(record.host).transport).job(record.slurm_job)
+                queued = await self._job(record)
                 job = queued.describe() if queued is not None else None
         rs, mtime = await replay(self.hosts.ops(record.host), record)
         if record.state != RunStatus.READY and rs.ready and failure_of(rs) is None:
