@@ -22,7 +22,7 @@ What it promises on top of the Transport contract:
     cipher objects made per packet: about five times the CPU of a GCM packet; an idle TUI reading a fleet's
     /metrics over SSH spends most of its CPU on packets). A config file's own `Ciphers` is used as it is.
   - The packets written at one moment (a fleet's /metrics requests on the shared second) leave in one write to the
-    socket, not one send each (`sshwrites`): at most a millisecond later than alone.
+    socket, not one send each (`sshwrites`), none later than alone.
   - Agent forwarding is off. The environment of the exec channel is never relied on (sshd drops it without
     AcceptEnv); launch scripts carry their environment.
 """
