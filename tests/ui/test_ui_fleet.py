@@ -347,3 +347,33 @@ async def test_j_lays_the_screen_out_once_over_a_widget_a_card(
         assert app.query_one(ServersPane).order == [card.profile for card in app.query(RunCard)]   # shown, in order
         assert len(placed) <= 4, f"{len(placed)} layouts of the screen for 4 j"
         assert placed and max(placed) == len(FLEET_PROFILES), f"card widgets laid out: {placed}"
+
+
+async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: where the card that `j` selects grows by more lines than the last one shrinks (or less), the
+    Servers pane's scrollable height changes, and Textual laid the whole screen out a second time for that (34
+    layouts for 30 `j` at 160x48): the layout that changed it had already placed every card."""
+    layouts = 0
+    reflow = Compositor.reflow
+
+    def counted(self: Compositor, parent: Widget, size: Size) -> object:
+        nonlocal layouts
+        layouts += 1
+        return reflow(self, parent, size)
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        monkeypatch.setattr(Compositor, "reflow", counted)
+        for _ in range(30):
+            await pilot.press("j")
+            await _settle(pilot)
+        assert app.state.selected == "llama-30"
+        assert layouts <= 30, f"{layouts} layouts of the screen for 30 j"
+        pane = app.query_one(ServersPane)
+        card = next(c for c in app.query(RunCard) if c.profile == "llama-30")
+        assert pane.scrollable_content_region.contains_region(card.region)   # still scrolled into view
+        bottom = max(c.virtual_region.bottom for c in app.query(RunCard))   # the cards' height as laid out
+        assert pane.virtual_size.height == pane.vertical_scrollbar.window_virtual_size == bottom, \
+            (pane.virtual_size, pane.vertical_scrollbar.window_virtual_size, bottom)
