@@ -21,7 +21,7 @@ from textual.app import App, ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.events import Resize
+from textual.events import Event, Key, Resize
 from textual.markup import escape
 from textual.message_pump import MessagePump
 from textual.notifications import SeverityLevel
@@ -161,6 +161,7 @@ class SpecmonApp(App[int]):
         self._state_throttle = Throttle(self, STATE_INTERVAL_S, self._paint_state)
         self._chart_throttle = Throttle(self, CHART_INTERVAL_S, self._paint_chart)
         self.first_frame_at: float | None = None
+        self._heap = heap.Heap()
         self._quitting = False
 
     # ----------------------------------------------------------------- layout
@@ -196,7 +197,13 @@ class SpecmonApp(App[int]):
     def _first_frame(self) -> None:
         self.first_frame_at = time.monotonic()
         if not self.is_headless:   # a test's app (headless) shares its process with the others: left as it is
-            heap.settle()
+            self._heap.settle()
+            self.set_interval(heap.QUIET_S, self._heap.tick)
+
+    async def on_event(self, event: Event) -> None:
+        if isinstance(event, Key):   # the collector's whole-heap walk waits for a pause in the typing
+            self._heap.typed()
+        await super().on_event(event)
 
     @work(group="engine", exit_on_error=False)
     async def _start_engine(self) -> None:

@@ -264,6 +264,12 @@ class ServersPane(VerticalScroll):
         self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
                           Mapping[str, ServingUpdate], Grouping] | None = None
 
+    def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
+        # Its virtual size is the height of the cards that the layout that set it has just placed; Textual asks for
+        # a second layout of the whole screen when it changes (a `j` whose card grows by more lines than the last
+        # one shrinks). Its scrollbars still follow (and a scrollbar shown or hidden lays the screen out itself).
+        return super()._size_updated(size, virtual_size, container_size, layout=False)
+
     def compose(self) -> ComposeResult:
         yield self._input
         yield self._summary

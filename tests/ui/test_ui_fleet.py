@@ -23,6 +23,19 @@ from specmon.ui.servers import RunCard, ServersPane
 pytestmark = pytest.mark.slow
 
 
+def _count_layouts(monkeypatch: pytest.MonkeyPatch) -> list[None]:
+    """From now on, one item in the list returned for each layout of the screen."""
+    layouts: list[None] = []
+    reflow = Compositor.reflow
+
+    def counted(self: Compositor, parent: Widget, size: Size) -> object:
+        layouts.append(None)
+        return reflow(self, parent, size)
+
+    monkeypatch.setattr(Compositor, "reflow", counted)
+    return layouts
+
+
 async def _settle(pilot: Pilot) -> None:
     for _ in range(2):
         await pilot.pause()
@@ -276,26 +289,19 @@ async def test_a_read_whose_figures_change_length_repaints_the_cards_without_lay
     1203 tok/s), and a card whose text changed length asked for a layout of every widget of the screen (at 64 runs
     ~40 ms a time, in the way of the next key). A line that still fits the card cannot change its height: it is
     repainted in place."""
-    reflows = 0
-    reflow = Compositor.reflow
-
-    def counted(self: Compositor, parent: Widget, size: Size) -> object:
-        nonlocal reflows
-        reflows += 1
-        return reflow(self, parent, size)
-
+    reflows: list[None] = []
     app = fed_fleet_app(tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         await _settle(pilot)
         for second, tok_s in enumerate((8.0, 95.0, 1203.0, 7.0, 88000.0)):
             if second == 1:   # the first read gave the cards their figures: a layout, once
-                monkeypatch.setattr(Compositor, "reflow", counted)
+                reflows = _count_layouts(monkeypatch)
             for row in FLEET_ROWS:
                 figures = ServingFigures(running=second, waiting=0, kv_pct=10.0 * second, tok_s=tok_s)
                 app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
             await _settle(pilot)
         assert "llama-01 READY gpu02:30000 88000 tok/s" in screen_text(app), screen_text(app)
-        assert reflows == 0, f"{reflows} layouts of the screen for 4 reads that changed only the figures' lengths"
+        assert len(reflows) == 0, f"{len(reflows)} layouts of the screen for 4 reads that changed only the figures' lengths"
 
 
 async def test_j_restyles_only_the_two_cards_whose_selection_changed(
@@ -347,3 +353,25 @@ async def test_j_lays_the_screen_out_once_over_a_widget_a_card(
         assert app.query_one(ServersPane).order == [card.profile for card in app.query(RunCard)]   # shown, in order
         assert len(placed) <= 4, f"{len(placed)} layouts of the screen for 4 j"
         assert placed and max(placed) == len(FLEET_PROFILES), f"card widgets laid out: {placed}"
+
+
+async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: where the card that `j` selects grows by more lines than the last one shrinks (or less), the
+    Servers pane's scrollable height changes, and Textual laid the whole screen out a second time for that (34
+    layouts for 30 `j` at 160x48): the layout that changed it had already placed every card."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        layouts = _count_layouts(monkeypatch)
+        for _ in range(30):
+            await pilot.press("j")
+            await _settle(pilot)
+        assert app.state.selected == "llama-30"
+        assert len(layouts) <= 30, f"{len(layouts)} layouts of the screen for 30 j"
+        pane = app.query_one(ServersPane)
+        card = next(c for c in app.query(RunCard) if c.profile == "llama-30")
+        assert pane.scrollable_content_region.contains_region(card.region)   # still scrolled into view
+        bottom = max(c.virtual_region.bottom for c in app.query(RunCard))   # the cards' height as laid out
+        assert pane.virtual_size.height == pane.vertical_scrollbar.window_virtual_size == bottom, \
+            (pane.virtual_size, pane.vertical_scrollbar.window_virtual_size, bottom)

@@ -22,13 +22,13 @@ import pytest
 from lifecycle_support import stall_timeout_for_this_box
 from process_support import alive
 from textual.pilot import Pilot
-from textual.widgets import Input, RichLog, Static
+from textual.widgets import Input, Static
 
 from specmon.model.config import Config, parse_config
 from specmon.ui.app import SpecmonApp
 from specmon.ui.bridge import EngineBridge
 from specmon.ui.forms import SweepFormScreen, SweepRequest
-from specmon.ui.logview import LogPane
+from specmon.ui.logview import LogLines, LogPane
 from specmon.ui.servers import RunCard
 from specmon.ui.sweep import SweepPane
 
@@ -65,7 +65,7 @@ def card_text(app: SpecmonApp, profile: str) -> str:
 
 
 def log_lines(app: SpecmonApp) -> list[str]:
-    return [strip.text for strip in app.query_one(LogPane).query_one(RichLog).lines]
+    return [text for text, _ in app.query_one(LogPane).query_one(LogLines).lines]
 
 
 async def wait_until(pilot: Pilot, check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -121,7 +121,7 @@ async def test_load_progresses_to_ready_then_filter_and_follow(tmp_path: Path, f
             assert len(log_lines(app)) >= total
 
             # Follow off: the view stays where the user put it while lines arrive (a completion makes the server log).
-            log = app.query_one(LogPane).query_one(RichLog)
+            log = app.query_one(LogPane).query_one(LogLines)
             await pilot.press("f")
             assert "paused" in app.query_one(LogPane).border_title
             log.scroll_to(y=0, animate=False)
