@@ -52,11 +52,12 @@ def free_port() -> int:
 
 
 async def shoot(out: Path, cols: int, rows: int, overrides: dict[str, str]) -> None:
-    from textual.widgets import Input, RichLog, Static
+    from textual.widgets import Input, Static
 
     from specmon.ui.app import SpecmonApp
     from specmon.ui.bridge import EngineBridge
     from specmon.ui.forms import SweepFormScreen
+    from specmon.ui.logview import LogLines
 
     config = builtin_config()
     fields, _ = form_settings(config, overrides)   # refused settings fail here, before anything starts
@@ -72,9 +73,9 @@ async def shoot(out: Path, cols: int, rows: int, overrides: dict[str, str]) -> N
     async with app.run_test(size=(cols, rows)) as pilot:
         try:
             deadline = time.monotonic() + READY_S
-            while not all(row.state == "ready" for row in app.rows.values()):
+            while not all(row.state == "ready" for row in app.state.rows.values()):
                 if time.monotonic() > deadline:
-                    states = ", ".join(f"{name} {row.state}" for name, row in app.rows.items())
+                    states = ", ".join(f"{name} {row.state}" for name, row in app.state.rows.items())
                     raise Failed(f"the demo servers were not ready in {READY_S} s ({states})")
                 await pilot.pause(0.5)
             await pilot.press("s")
@@ -89,16 +90,16 @@ async def shoot(out: Path, cols: int, rows: int, overrides: dict[str, str]) -> N
             if app.screen is form:
                 raise Failed(f"the sweep form refused {fields}: {form.query_one('#form-error', Static).content}")
             deadline = time.monotonic() + SWEEP_S
-            while app.sweeping or not app.sweep_status:
+            while app.state.sweeping or not app.state.sweep_status:
                 if time.monotonic() > deadline:
-                    raise Failed(f"the sweep did not finish in {SWEEP_S} s ({app.sweep_status})")
+                    raise Failed(f"the sweep did not finish in {SWEEP_S} s ({app.state.sweep_status})")
                 await pilot.pause(0.5)
-            if not app.sweep_status.startswith("done"):
-                raise Failed(f"the sweep ended {app.sweep_status!r}, not done")
+            if not app.state.sweep_status.startswith("done"):
+                raise Failed(f"the sweep ended {app.state.sweep_status!r}, not done")
             # Hide uvicorn's access lines (the sweep's requests) with the log filter, to show the launch log.
             await pilot.press("slash", *"!INFO:", "enter", "f")  # filter, then stop following ...
-            log = app.query_one(RichLog)                          # ... and show the end of the weight load
-            end = next((i for i, line in enumerate(log.lines) if "Load weight end" in line.text), None)
+            log = app.query_one(LogLines)                         # ... and show the end of the weight load
+            end = next((i for i, (text, _) in enumerate(log.lines) if "Load weight end" in text), None)
             if end is None:
                 raise Failed("the log shows no 'Load weight end' line to scroll to")
             log.scroll_to(y=max(0, end - log.size.height + 4), animate=False)

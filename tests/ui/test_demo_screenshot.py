@@ -44,3 +44,16 @@ def test_screenshot_script_fails_loudly_on_settings_the_form_refuses(tmp_path: P
         "below the highest level C=64: a level needs at least one full wave of C requests; raise requests to 64 or "
         f"more, or drop the higher levels; {out} not written"]
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_screenshot_script_draws_both_servers_their_sweep_and_the_launch_log(tmp_path: Path) -> None:
+    # The script drives the app through its own attributes and widgets; it once rotted silently when they moved
+    # (the app's rows into its screen state, the log pane's RichLog into LogLines) and exited with a traceback.
+    out = tmp_path / "demo.svg"
+    done = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--size", "160x48", "--levels", "1,4",
+                           "--requests", "8"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    svg = out.read_text().replace("&#160;", " ")
+    assert "demo-baseline" in svg and "demo-eagle3" in svg
+    assert "Load weight end" in svg   # the log pane scrolled to the end of the weight load
