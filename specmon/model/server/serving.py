@@ -391,6 +391,8 @@ def figure_texts(f: ServingFigures | None) -> list[tuple[str, str]]:
 
 SPARK_FIGURES = ("running", "waiting", "kv_pct", "tok_s")
 _spark_values = attrgetter(*SPARK_FIGURES)   # a read's figures that the card's sparklines show, as one tuple
+
+
 @dataclass(frozen=True)
 class ServingUpdate:
     """One run's serving view now."""
