@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
-from lifecycle_support import cmdline, marked_pids, port_listening, stop_everything
+from lifecycle_support import cmdline, marked_pids, port_listening, stop_everything, topmost_marked
 from process_support import alive
 from sshd_support import Relay, Sshd
 from test_lifecycle import Recorder
@@ -200,8 +200,9 @@ async def test_a_dropped_link_mid_load_costs_nothing(sshd: Sshd, remote, free_po
             await asyncio.sleep(0.05)
         assert len(reader.text) >= 100, f"only {len(reader.text)} log lines arrived"
         # The shell printing the numbered lines, then (exec) the sim: found by its script, not by the lowest pid
-        # (its `sleep` children are marked too, and take a lower pid once the pid counter wraps).
-        sim_pid, = [p for p in marked_pids(view.run_id) if b"specmon-seq" in cmdline(p)]
+        # (its `sleep` children are marked too, and take a lower pid once the pid counter wraps; one of them may be
+        # caught between fork and exec, still showing the shell's command line).
+        sim_pid, = topmost_marked(view.run_id, b"specmon-seq")
         t0 = time.time()
         relay.reset() if how == "reset" else relay.blackhole()
         at_down, down = await rec.until(lambda v: v.link is not None and not v.link.up, timeout=30)

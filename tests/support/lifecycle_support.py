@@ -91,6 +91,21 @@ def cmdline(pid: int) -> bytes:
         return b""
 
 
+def parent_pid(pid: int) -> int | None:
+    """A process's parent, or None once it has gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[1])
+    except OSError:
+        return None
+
+
+def topmost_marked(run_id: str, needle: bytes) -> list[int]:
+    """Marked processes whose command line holds `needle`, less those whose parent is one of them: a shell's child
+    between fork and exec carries the shell's command line for a moment."""
+    found = [p for p in marked_pids(run_id) if needle in cmdline(p)]
+    return [p for p in found if parent_pid(p) not in found]
+
+
 def tail_pids(log: Path) -> list[int]:
     """Live `tail` processes following `log` (one per follower)."""
     found = []
