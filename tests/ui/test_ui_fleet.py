@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES
 from textual._compositor import Compositor
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.pilot import Pilot
 from textual.widget import Widget
 from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, fleet_gpu_board, screen_text
@@ -375,3 +375,32 @@ async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
         bottom = max(c.virtual_region.bottom for c in app.query(RunCard))   # the cards' height as laid out
         assert pane.virtual_size.height == pane.vertical_scrollbar.window_virtual_size == bottom, \
             (pane.virtual_size, pane.vertical_scrollbar.window_virtual_size, bottom)
+
+
+async def test_a_read_that_changes_one_line_of_a_card_repaints_only_that_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each /metrics read (1 Hz, every ready run) changes a card's figures line, and the whole card (the
+    selected one: six rows and more) was repainted for it. Only the row whose line changed is repainted now, and it
+    shows the new figure."""
+    repainted: list[int] = []
+    set_dirty = Widget._set_dirty
+
+    def counted(self: Widget, *regions: Region) -> None:
+        if isinstance(self, RunCard) and self.profile == app.state.selected:
+            repainted.append(sum(r.height for r in regions) if regions else self.outer_size.height)
+        set_dirty(self, *regions)
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        card = next(c for c in app.query(RunCard) if c.profile == app.state.selected)
+        row = next(r for r in FLEET_ROWS if r.profile == card.profile)
+        for tok_s in (812.0, 1203.0):
+            if tok_s == 1203.0:   # the first read gave the card its figures' lines; the next changes one of them
+                monkeypatch.setattr(Widget, "_set_dirty", counted)
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=tok_s)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert card.outer_size.height >= 6 and sum(repainted) == 1, \
+            f"{sum(repainted)} rows of a {card.outer_size.height}-row card repainted for one changed line"
+        assert "1203 tok/s" in screen_text(app) and "812 tok/s" not in screen_text(app), screen_text(app)
