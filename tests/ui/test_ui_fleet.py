@@ -15,6 +15,7 @@ from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, fleet_gpu_board
 
 from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
+from specmon.ui import app as app_module
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import ServingChanged
@@ -404,3 +405,30 @@ async def test_a_read_that_changes_one_line_of_a_card_repaints_only_that_row(
         assert card.outer_size.height >= 6 and sum(repainted) == 1, \
             f"{sum(repainted)} rows of a {card.outer_size.height}-row card repainted for one changed line"
         assert "1203 tok/s" in screen_text(app) and "812 tok/s" not in screen_text(app), screen_text(app)
+
+
+async def test_a_burst_of_reads_of_every_ready_run_repaints_the_cards_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every ready run's /metrics is read at the same moment of a shared second and the answers come in
+    over some tens of ms. The first answer repainted the cards at once and the rest a quarter second later: two
+    repaints of 64 cards (and two frames) a second where one does. The repaint now waits a moment for the burst;
+    the cards show every run's new figures."""
+    monkeypatch.setattr(app_module, "SERVING_GATHER_S", 2.0, raising=False)   # any burst fits: no timing here
+    painted: list[None] = []
+    show = ServersPane.show
+
+    def counted(self: ServersPane, *args: object, **kwargs: object) -> None:
+        painted.append(None)
+        show(self, *args, **kwargs)   # type: ignore[arg-type]
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        await pilot.pause(0.5)   # the last repaint long past: the next may come at once
+        monkeypatch.setattr(ServersPane, "show", counted)
+        for row in FLEET_ROWS:
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=777.0)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+        await pilot.pause(2.5)
+        assert len(painted) == 1, f"{len(painted)} repaints of the cards for one read of every run"
+        assert "llama-01 READY gpu02:30000 777 tok/s" in screen_text(app), screen_text(app)
