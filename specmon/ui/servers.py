@@ -258,6 +258,7 @@ class ServersPane(VerticalScroll):
         self._header_of: dict[str, Static] = {}   # a card that comes first in its group -> its group's header
         self._layout: list[Widget] = list(self._cards)   # headers and cards as they stand, top to bottom
         self._input = Input(placeholder="state, host or name", id="fleet-filter")
+        self._arranged: tuple[object, ...] | None = None   # what the cards' order and groups were worked out from
         self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
                           Mapping[str, ServingUpdate], Grouping] | None = None
 
@@ -437,10 +438,15 @@ class ServersPane(VerticalScroll):
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
         self.grouping = grouping
-        if len(self._cards) >= FLEET_MIN:
-            self._show_fleet(by_profile)
-        self._show_filter(by_profile)
-        self._show_groups(rows)
+        # Which cards show, in what order and groups, and the summary line follow the rows, the filter, the grouping
+        # and the width alone: a repaint for /metrics reads (most of them, at 1 Hz) changes none of these.
+        arranged = (list(rows), self.pattern, grouping, self.scrollable_content_region.width)
+        if arranged != self._arranged:
+            self._arranged = arranged
+            if len(self._cards) >= FLEET_MIN:
+                self._show_fleet(by_profile)
+            self._show_filter(by_profile)
+            self._show_groups(rows)
         self._last = (rows, selected, setups, serving, grouping)
         in_view = self._in_view()
         room = self.line_room()
