@@ -12,7 +12,9 @@ from textual.content import Content
 from textual.geometry import Region, Size
 from textual.markup import escape
 from textual.message import Message
-from textual.widget import Widget
+from textual.strip import Strip
+from textual.visual import Visual
+from textual.widget import Widget, _RenderCache
 from textual.widgets import Input, Static
 
 from specmon.model.machine.env import EnvReport
@@ -69,13 +71,37 @@ class RunCard(Widget):
         self._shown: tuple[tuple[str, ...], tuple[int, int] | None] | None = None
         self._lines: tuple[Content, ...] = (Content(),)   # the head line, then the detail lines, parsed
         self._bar: tuple[int, int] | None = None
+        self._strips: dict[tuple[Content, int, object], list[Strip]] = {}   # each line as last rendered
         self._drawn: tuple[object, ...] | None = None   # what `show` was last given
         self._serving_drawn: ServingUpdate | None = None
 
     def render(self) -> Content:
+        return Content("\n").join(self._visual_lines())
+
+    def _visual_lines(self) -> tuple[Content, ...]:
         if self._bar is None:
-            return Content("\n").join(self._lines)
-        return Content("\n").join((self._lines[0], self._bar_line(*self._bar), *self._lines[1:]))
+            return self._lines
+        return (self._lines[0], self._bar_line(*self._bar), *self._lines[1:])
+
+    def _render_content(self) -> None:
+        """Textual's, line by line: a line rendered before at this width and style keeps its strips. A read
+        changes one or two of a card's lines, and the whole card's text was wrapped and styled again for each (at 8
+        runs a quarter of the frames' work)."""
+        if self.text_selection is not None:   # a selection's offsets run over the card's whole text
+            super()._render_content()
+            return
+        width, height = self.size
+        style = self.visual_style
+        kept: dict[tuple[Content, int, object], list[Strip]] = {}
+        strips: list[Strip] = []
+        for line in self._visual_lines():
+            key = (line, width, style)
+            rendered = kept.get(key) or self._strips.get(key) or Visual.to_strips(self, line, width, None, style)
+            kept[key] = rendered
+            strips += rendered
+        self._strips = kept
+        self._render_cache = _RenderCache(self.size, strips[:height])
+        self._dirty_regions.clear()
 
     def _bar_line(self, done: int, total: int) -> Content:
         """The shard progress bar across the card, its percentage at the right (as Textual's ProgressBar)."""
