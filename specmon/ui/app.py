@@ -68,6 +68,10 @@ if TYPE_CHECKING:
 MIN_WIDTH, MIN_HEIGHT = 80, 24
 STATE_INTERVAL_S = 0.25   # state panes repaint at most 4 times a second
 CHART_INTERVAL_S = 1.0    # the chart (a full plotext rebuild) at most once a second
+# Every ready run's /metrics is read at the same moment of a shared second (ServingWatcher), and the answers come in
+# over some tens of ms: a read's repaint waits this long for the others, one repaint for all of them (it was one for
+# the first answer and another for the rest, twice the cards' work and frames at 64 runs).
+SERVING_GATHER_S = 0.1
 LOG_LINES = 2000          # lines kept per run; older ones are dropped
 # The main screen's actions (from the key table) that a dialog on top blocks; quitting stays possible.
 _SCREEN_ACTIONS = frozenset(spec.action.split("(")[0] for spec in KEYS) - {"quit", "command_palette"}
@@ -310,7 +314,7 @@ class SpecmonApp(App[int]):
     @on(messages.ServingChanged)
     def _serving_changed(self, message: messages.ServingChanged) -> None:
         self._say(screen.serving_changed(self.state, message.update))
-        self._state_throttle.request()
+        self._state_throttle.request(gather=SERVING_GATHER_S)
 
     @on(messages.LogAdded)
     def _log_added(self, message: messages.LogAdded) -> None:

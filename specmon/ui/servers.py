@@ -9,10 +9,12 @@ from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.content import Content
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.markup import escape
 from textual.message import Message
-from textual.widget import Widget
+from textual.strip import Strip
+from textual.visual import Visual
+from textual.widget import Widget, _RenderCache
 from textual.widgets import Input, Static
 
 from specmon.model.machine.env import EnvReport
@@ -28,15 +30,11 @@ if TYPE_CHECKING:
     from textual.css.styles import RulesMap
 
 
-def _relayout(old: str, new: str, room: int) -> bool:
-    """Whether a card's text going from `old` to `new` (markup) can change its height: its line count changed, or a
-    line of either is too long for `room` cells (it wraps, or did). A line of another length that fits does not:
-    the figures of a /metrics read and `log 2s ago` -> `log 7s ago` repaint without a layout of every widget."""
-    old_lines, new_lines = old.split("\n"), new.split("\n")
-    if len(old_lines) != len(new_lines):
-        return True
-    return any(Content.from_markup(line).cell_length > room
-               for line in (*old_lines, *new_lines) if len(line) > room)   # markup is never shorter than its text
+def _relayout(old: Sequence[Content], new: Sequence[Content], room: int) -> bool:
+    """Whether a card's lines going from `old` to `new` can change its height: their count changed, or a line of
+    either is too long for `room` cells (it wraps, or did). A line of another length that fits does not: the figures
+    of a /metrics read and `log 2s ago` -> `log 7s ago` repaint without a layout of every widget."""
+    return len(old) != len(new) or any(line.cell_length > room for line in (*old, *new))
 
 
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
@@ -68,22 +66,42 @@ class RunCard(Widget):
         self.profile = profile
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
         self._stop_key = stop_key     # named on a failed run whose process still runs
-        # What the card draws: its head line, its shard progress while it loads (shards done, total), its detail
-        # lines (None on a compact card: the head line alone).
-        self._shown: tuple[str, tuple[int, int] | None, str | None] | None = None
-        self._head = Content()
+        # What the card draws: its lines' markup (its head line, then its detail lines; a compact card has its head
+        # line alone) and its shard progress while it loads (shards done, total).
+        self._shown: tuple[tuple[str, ...], tuple[int, int] | None] | None = None
+        self._lines: tuple[Content, ...] = (Content(),)   # the head line, then the detail lines, parsed
         self._bar: tuple[int, int] | None = None
-        self._body: Content | None = None
+        self._strips: dict[tuple[Content, int, object], list[Strip]] = {}   # each line as last rendered
         self._drawn: tuple[object, ...] | None = None   # what `show` was last given
         self._serving_drawn: ServingUpdate | None = None
 
     def render(self) -> Content:
-        parts = [self._head]
-        if self._bar is not None:
-            parts.append(self._bar_line(*self._bar))
-        if self._body is not None:
-            parts.append(self._body)
-        return Content("\n").join(parts)
+        return Content("\n").join(self._visual_lines())
+
+    def _visual_lines(self) -> tuple[Content, ...]:
+        if self._bar is None:
+            return self._lines
+        return (self._lines[0], self._bar_line(*self._bar), *self._lines[1:])
+
+    def _render_content(self) -> None:
+        """Textual's, line by line: a line rendered before at this width and style keeps its strips. A read
+        changes one or two of a card's lines, and the whole card's text was wrapped and styled again for each (at 8
+        runs a quarter of the frames' work)."""
+        if self.text_selection is not None:   # a selection's offsets run over the card's whole text
+            super()._render_content()
+            return
+        width, height = self.size
+        style = self.visual_style
+        kept: dict[tuple[Content, int, object], list[Strip]] = {}
+        strips: list[Strip] = []
+        for line in self._visual_lines():
+            key = (line, width, style)
+            rendered = kept.get(key) or self._strips.get(key) or Visual.to_strips(self, line, width, None, style)
+            kept[key] = rendered
+            strips += rendered
+        self._strips = kept
+        self._render_cache = _RenderCache(self.size, strips[:height])
+        self._dirty_regions.clear()
 
     def _bar_line(self, done: int, total: int) -> Content:
         """The shard progress bar across the card, its percentage at the right (as Textual's ProgressBar)."""
@@ -97,8 +115,7 @@ class RunCard(Widget):
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         """The lines of its text at `width` cells, and the bar's line (one at any width: it is drawn to fit)."""
         rules = cast("RulesMap", self.styles)   # what Textual hands a Visual to measure it by
-        return sum(part.get_height(rules, width) for part in (self._head, self._body) if part is not None) + \
-            int(self._bar is not None)
+        return sum(line.get_height(rules, width) for line in self._lines) + int(self._bar is not None)
 
     def _size_updated(self, size: Size, virtual_size: Size, container_size: Size, layout: bool = True) -> bool:
         # A card scrolls nothing: its virtual size is its size, which the layout that set it already placed. Textual
@@ -176,21 +193,26 @@ class RunCard(Widget):
 
     def _draw(self, head: str, bar: tuple[int, int] | None, body: str | None, room: int) -> None:
         """Repaint the card if what it shows changed (rows arrive with every log batch; the words change far less
-        often). The screen is laid out again only when the card's height can change: not when `log 2s ago` became
-        `log 7s ago`, a read's figures changed or the bar moved on."""
-        shown = (head, bar, body)
+        often), each line parsed only when it changed. The screen is laid out again only when the card's height
+        can change: not when `log 2s ago` became `log 7s ago`, a read's figures changed or the bar moved on. Then
+        only the rows whose line changed are repainted (a read changes the figures' line, not the card's others)."""
+        markup = (head, *(() if body is None else body.split("\n")))
+        shown = (markup, bar)
         if shown == self._shown:
             return
         before, self._shown = self._shown, shown
-        self._head = Content.from_markup(head)
+        old_markup = () if before is None else before[0]
+        parsed = dict(zip(old_markup, self._lines))
+        old_lines, old_bar = self._lines, self._bar
+        self._lines = tuple(parsed[line] if line in parsed else Content.from_markup(line) for line in markup)
         self._bar = bar
-        self._body = None if body is None else Content.from_markup(body)
-        self.refresh(layout=before is None or (bar is None) != (before[1] is None)
-                     or _relayout(self._text(*before[::2]), self._text(head, body), room))
-
-    @staticmethod
-    def _text(head: str, body: str | None) -> str:
-        return head if body is None else f"{head}\n{body}"
+        if before is None or (bar is None) != (old_bar is None) or _relayout(old_lines, self._lines, room):
+            self.refresh(layout=True)
+            return
+        rows = [y + (bar is not None and y > 0) for y, (old, new) in enumerate(zip(old_markup, markup)) if old != new]
+        if bar != old_bar:
+            rows.append(1)
+        self.refresh(*(Region(0, y, self.size.width, 1) for y in rows))
 
     def drawn_serving(self, update: ServingUpdate | None) -> ServingUpdate | None:
         """The serving view this card last drew (`update` when it has drawn none yet)."""
@@ -247,6 +269,7 @@ class ServersPane(VerticalScroll):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._warning = ""
         self._cards = [RunCard(name, whole_key, stop_key) for name in profiles]
+        self._idle = {name: ServerRow(profile=name) for name in profiles}   # a card's row before its first run
         self._compared: tuple[tuple[str, float | None, int | None, int], ...] = ()
         self._warnings: list[str] = []
         self._summary = Static(id="fleet-summary")
@@ -261,6 +284,7 @@ class ServersPane(VerticalScroll):
         self._header_of: dict[str, Static] = {}   # a card that comes first in its group -> its group's header
         self._layout: list[Widget] = list(self._cards)   # headers and cards as they stand, top to bottom
         self._input = Input(placeholder="state, host or name", id="fleet-filter")
+        self._arranged: tuple[object, ...] | None = None   # what the cards' order and groups were worked out from
         self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
                           Mapping[str, ServingUpdate], Grouping] | None = None
 
@@ -371,7 +395,7 @@ class ServersPane(VerticalScroll):
 
     def _show_fleet(self, by_profile: Mapping[str, ServerRow]) -> None:
         """The cards that need a look moved first (stable: the file's order otherwise)."""
-        rows = [by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards]
+        rows = [by_profile.get(card.profile, self._idle[card.profile]) for card in self._cards]
         first = [card for card, row in zip(self._cards, rows) if needs_attention(row.state, row.stalled)]
         self._sorted = [card.profile for card in first] + [c.profile for c in self._cards if c not in first]
 
@@ -413,7 +437,7 @@ class ServersPane(VerticalScroll):
     def _show_filter(self, by_profile: Mapping[str, ServerRow]) -> None:
         """The cards the filter matches shown (the rest hidden), and the summary line: the whole fleet's counts (a
         filter never hides that a run failed), then how many cards the filter shows."""
-        rows = {card.profile: by_profile.get(card.profile, ServerRow(profile=card.profile)) for card in self._cards}
+        rows = {card.profile: by_profile.get(card.profile, self._idle[card.profile]) for card in self._cards}
         order = [p for p in self._sorted if fleet_matches(self.pattern, p, (rows[p].host,
                       *(node.host for node in rows[p].nodes)), rows[p].state, rows[p].stalled)]
         shown = set(order)
@@ -440,10 +464,15 @@ class ServersPane(VerticalScroll):
         by_profile = {row.profile: row for row in rows}
         serving = serving or {}
         self.grouping = grouping
-        if len(self._cards) >= FLEET_MIN:
-            self._show_fleet(by_profile)
-        self._show_filter(by_profile)
-        self._show_groups(rows)
+        # Which cards show, in what order and groups, and the summary line follow the rows, the filter, the grouping
+        # and the width alone: a repaint for /metrics reads (most of them, at 1 Hz) changes none of these.
+        arranged = (list(rows), self.pattern, grouping, self.scrollable_content_region.width)
+        if arranged != self._arranged:
+            self._arranged = arranged
+            if len(self._cards) >= FLEET_MIN:
+                self._show_fleet(by_profile)
+            self._show_filter(by_profile)
+            self._show_groups(rows)
         self._last = (rows, selected, setups, serving, grouping)
         in_view = self._in_view()
         room = self.line_room()
@@ -457,7 +486,7 @@ class ServersPane(VerticalScroll):
             # read changed every ready card's figures, and one off-screen widget changed makes Textual lay the
             # whole screen out again (all 64 cards' widgets) at its next frame. Scrolling brings them up to date.
             update = serving.get(card.profile)
-            card.show(by_profile.get(card.profile, ServerRow(profile=card.profile)), card.profile == selected,
+            card.show(by_profile.get(card.profile, self._idle[card.profile]), card.profile == selected,
                       update if card in in_view else card.drawn_serving(update), compact, room)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]

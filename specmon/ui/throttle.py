@@ -23,11 +23,12 @@ class Throttle:
         self._last = float("-inf")
         self._timer: Timer | None = None
 
-    def request(self) -> None:
-        """Ask for a call; it happens now or when the interval has passed since the previous one."""
+    def request(self, gather: float = 0.0) -> None:
+        """Ask for a call; it happens now or when the interval has passed since the previous one, and not sooner
+        than `gather` seconds from now: the requests of a burst that come meanwhile ride on that one call."""
         if self._timer is not None:
             return
-        wait = self._last + self.interval - time.monotonic()
+        wait = max(self._last + self.interval - time.monotonic(), gather)
         if wait <= 0:
             self._fire()
         else:

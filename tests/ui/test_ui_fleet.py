@@ -8,13 +8,16 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES
 from textual._compositor import Compositor
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.pilot import Pilot
+from textual.strip import Strip
+from textual.visual import Visual
 from textual.widget import Widget
 from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, fleet_gpu_board, screen_text
 
 from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
+from specmon.ui import app as app_module
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpusUpdated
 from specmon.ui.messages import ServingChanged
@@ -375,3 +378,69 @@ async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
         bottom = max(c.virtual_region.bottom for c in app.query(RunCard))   # the cards' height as laid out
         assert pane.virtual_size.height == pane.vertical_scrollbar.window_virtual_size == bottom, \
             (pane.virtual_size, pane.vertical_scrollbar.window_virtual_size, bottom)
+
+
+async def test_a_read_that_changes_one_line_of_a_card_repaints_only_that_row(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each /metrics read (1 Hz, every ready run) changes a card's figures line, and the whole card (the
+    selected one: six rows and more) was repainted for it, its whole text wrapped and styled again. Only the row
+    whose line changed is repainted and rendered now, and it shows the new figure."""
+    repainted: list[int] = []
+    rendered: list[int] = []
+    set_dirty = Widget._set_dirty
+    to_strips = Visual.to_strips.__func__   # type: ignore[attr-defined]
+
+    def counted(self: Widget, *regions: Region) -> None:
+        if isinstance(self, RunCard) and self.profile == app.state.selected:
+            repainted.append(sum(r.height for r in regions) if regions else self.outer_size.height)
+        set_dirty(self, *regions)
+
+    def counted_strips(cls: type[Visual], widget: Widget, *args: object, **kwargs: object) -> list[Strip]:
+        strips: list[Strip] = to_strips(cls, widget, *args, **kwargs)
+        if isinstance(widget, RunCard) and widget.profile == app.state.selected:
+            rendered.append(len(strips))
+        return strips
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        card = next(c for c in app.query(RunCard) if c.profile == app.state.selected)
+        row = next(r for r in FLEET_ROWS if r.profile == card.profile)
+        for tok_s in (812.0, 1203.0):
+            if tok_s == 1203.0:   # the first read gave the card its figures' lines; the next changes one of them
+                monkeypatch.setattr(Widget, "_set_dirty", counted)
+                monkeypatch.setattr(Visual, "to_strips", classmethod(counted_strips))
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=tok_s)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await _settle(pilot)
+        assert card.outer_size.height >= 6 and sum(repainted) == 1, \
+            f"{sum(repainted)} rows of a {card.outer_size.height}-row card repainted for one changed line"
+        assert sum(rendered) == 1, f"{sum(rendered)} rows of the card rendered for one changed line"
+        assert "1203 tok/s" in screen_text(app) and "812 tok/s" not in screen_text(app), screen_text(app)
+
+
+async def test_a_burst_of_reads_of_every_ready_run_repaints_the_cards_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: every ready run's /metrics is read at the same moment of a shared second and the answers come in
+    over some tens of ms. The first answer repainted the cards at once and the rest a quarter second later: two
+    repaints of 64 cards (and two frames) a second where one does. The repaint now waits a moment for the burst;
+    the cards show every run's new figures."""
+    monkeypatch.setattr(app_module, "SERVING_GATHER_S", 2.0, raising=False)   # any burst fits: no timing here
+    painted: list[None] = []
+    show = ServersPane.show
+
+    def counted(self: ServersPane, *args: object, **kwargs: object) -> None:
+        painted.append(None)
+        show(self, *args, **kwargs)   # type: ignore[arg-type]
+
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        await pilot.pause(0.5)   # the last repaint long past: the next may come at once
+        monkeypatch.setattr(ServersPane, "show", counted)
+        for row in FLEET_ROWS:
+            figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=777.0)
+            app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+        await pilot.pause(2.5)
+        assert len(painted) == 1, f"{len(painted)} repaints of the cards for one read of every run"
+        assert "llama-01 READY gpu02:30000 777 tok/s" in screen_text(app), screen_text(app)

@@ -101,10 +101,18 @@ class MetricsSample:
         return math.fsum(values) / len(values) if values else None
 
     def first_total(self, names: Iterable[str]) -> float | None:
-        return next((v for v in (self.total(n) for n in names) if v is not None), None)
+        """The total of the first of `names` that this read has (see `total`)."""
+        for name in names:
+            if values := self.values.get(name):
+                return math.fsum(values)
+        return None
 
     def first_mean(self, names: Iterable[str]) -> float | None:
-        return next((v for v in (self.mean(n) for n in names) if v is not None), None)
+        """The mean of the first of `names` that this read has (see `mean`)."""
+        for name in names:
+            if values := self.values.get(name):
+                return math.fsum(values) / len(values)
+        return None
 
 
 @dataclass(frozen=True)

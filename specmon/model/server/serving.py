@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
@@ -146,13 +146,17 @@ def figures(cur: MetricsSample, prev: MetricsSample | None = None) -> ServingFig
     if tok_s is None:
         tok_s = cur.first_mean(GEN_GAUGE)
     preempt = _first_total(cur, PREEMPTIONS)
-    found = ServingFigures(
-        running=cur.first_total(RUNNING), waiting=cur.first_total(WAITING),
-        kv_pct=None if kv is None else kv * 100.0, tok_s=tok_s, prefix_hit_pct=_prefix_hit(cur, prev),
-        preemptions=None if preempt is None else preempt[1], preempt_per_s=_rate(prev, cur, PREEMPTIONS),
-        **_acceptance(cur, prev))
-    return replace(found, **{f.name: None for f in fields(found)
-                             if (v := getattr(found, f.name)) is not None and not math.isfinite(v)})
+    accept_len, accept_rate = _acceptance(cur, prev)
+    return ServingFigures(
+        running=_finite(cur.first_total(RUNNING)), waiting=_finite(cur.first_total(WAITING)),
+        kv_pct=None if kv is None else _finite(kv * 100.0), tok_s=_finite(tok_s),
+        prefix_hit_pct=_finite(_prefix_hit(cur, prev)), preemptions=None if preempt is None else _finite(preempt[1]),
+        preempt_per_s=_finite(_rate(prev, cur, PREEMPTIONS)), accept_len=_finite(accept_len),
+        accept_rate=_finite(accept_rate))
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is None or math.isfinite(value) else None
 
 
 def _prefix_hit(cur: MetricsSample, prev: MetricsSample | None) -> float | None:
@@ -172,16 +176,16 @@ def _pct(fraction: float | None) -> float | None:
     return None if fraction is None else fraction * 100.0
 
 
-def _acceptance(cur: MetricsSample, prev: MetricsSample | None) -> dict[str, float | None]:
+def _acceptance(cur: MetricsSample, prev: MetricsSample | None) -> tuple[float | None, float | None]:
+    """(acceptance length, acceptance rate)."""
     if cur.total(VLLM_DRAFTS) is not None or cur.total(VLLM_DRAFT_TOKENS) is not None:
         drafts, accepted, tokens = (_delta(prev, cur, n) for n in (VLLM_DRAFTS, VLLM_ACCEPTED, VLLM_DRAFT_TOKENS))
         if not drafts:   # no drafts in the interval (or a single read): the cumulative figures
             drafts, accepted, tokens = (cur.total(n) for n in (VLLM_DRAFTS, VLLM_ACCEPTED, VLLM_DRAFT_TOKENS))
         length = _ratio(accepted, drafts)
-        return {"accept_len": None if length is None else 1.0 + length, "accept_rate": _ratio(accepted, tokens)}
+        return None if length is None else 1.0 + length, _ratio(accepted, tokens)
     # SGLang's gauges read 0 before the first speculative batch: that is no figure yet.
-    return {"accept_len": cur.first_mean(ACCEPT_LEN_GAUGE) or None,
-            "accept_rate": cur.first_mean(ACCEPT_RATE_GAUGE) or None}
+    return cur.first_mean(ACCEPT_LEN_GAUGE) or None, cur.first_mean(ACCEPT_RATE_GAUGE) or None
 
 
 @dataclass(frozen=True)
