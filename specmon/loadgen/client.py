@@ -66,11 +66,13 @@ LOOK_NS = 50_000          # the most often ArrivalWatch asks the kernel which so
 PEEK_AFTER_NS = 200_000   # a look this long after the last one takes the kernel's receive times (a syscall a socket)
 PEEK_BYTES = 64 << 10     # a peek copies up to this much of a socket's unread bytes (its stamp is of the last)
 
-# A chunk carries generated text when one of these keys holds a non-empty string.
+# A chunk carries generated text when one of these keys holds a non-empty string (the pattern), which a chunk as
+# servers write it shows as the plain key and quote (the first test: a bytes search, ~0.25 us less a chunk).
 _TEXT = {
-    "chat": re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"[^"]'),
-    "completions": re.compile(rb'"text"\s*:\s*"[^"]'),
+    "chat": (b'"content":"', re.compile(rb'"(?:content|reasoning_content|reasoning)"\s*:\s*"[^"]')),
+    "completions": (b'"text":"', re.compile(rb'"text"\s*:\s*"[^"]')),
 }
+_QUOTE = ord('"')
 
 
 class Stream:
@@ -113,7 +115,8 @@ class StreamClient:
         self._silence_s = timeout_s
         self.deadline_s = deadline_s if deadline_s is not None else DEADLINE_FACTOR * timeout_s
         self.url = base_url.rstrip("/") + ("/v1/chat/completions" if api == "chat" else "/v1/completions")
-        self._text = _TEXT[api]
+        self._plain, self._text = _TEXT[api]
+        self._plain_len = len(self._plain)
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
@@ -273,10 +276,13 @@ class StreamClient:
                 return False   # a comment (keep-alive) or another field
             payload = data
         s.last = payload
-        # Fast path: a text chunk that is a JSON object. Only its arrival time matters.
-        if payload[:1] == b"{" and payload[-1:] == b"}" and self._text.search(payload) is not None:
+        # Fast path: a text chunk that is a JSON object. Only its arrival time matters. (The plain key, found, is
+        # followed by a byte: the payload ends with "}".)
+        if payload[:1] == b"{" and payload[-1:] == b"}" and (
+                (at := payload.find(self._plain)) >= 0 and payload[at + self._plain_len] != _QUOTE
+                or self._text.search(payload) is not None):
             s.times.append(t)
-            if b'"usage":{' in payload or b'"usage": {' in payload:
+            if b'"usage":' in payload and (b'"usage":{' in payload or b'"usage": {' in payload):
                 self._other_event(payload, s)  # servers that put usage in every chunk
             return False
         if payload == b"[DONE]":
@@ -513,6 +519,8 @@ class ArrivalWatch:
         sightings = self._seen.pop(fd, None)
         if not sightings:
             return [(now, length)]
+        if len(sightings) == 1 and sightings[0][1] == length:   # the usual: one look found just what was read
+            return sightings
         pieces: list[tuple[int, int]] = []
         end = 0
         for i, (t, unread) in enumerate(sightings):

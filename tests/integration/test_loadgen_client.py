@@ -131,6 +131,37 @@ def _event(content: str) -> bytes:
 
 
 @pytest.mark.slow
+async def test_text_chunks_are_those_with_a_non_empty_text_field_however_written() -> None:
+    """A chunk is a text chunk (it gets a time) when content, reasoning_content or reasoning (chat) or text
+    (completions) holds a non-empty string, compact or spaced, whichever of them comes first."""
+    chat = {
+        b'{"choices":[{"delta":{"content":"a"}}]}': True,
+        b'{"choices": [{"delta": {"content" : "a"}}]}': True,
+        b'{"choices":[{"delta":{"content":"\\"q"}}]}': True,
+        b'{"choices":[{"delta":{"content":"","reasoning_content":"think"}}]}': True,
+        b'{"choices":[{"delta":{"content":null,"reasoning":"r"}}]}': True,
+        b'{"choices":[{"delta":{"content":""}}],"x":{"content": "late"}}': True,
+        b'{"choices":[{"delta":{"content":""}}]}': False,
+        b'{"choices":[{"delta":{"content":null}}]}': False,
+        b'{"choices":[{"delta":{"role":"assistant"}}]}': False,
+        b'{"choices":[{"text":"a"}]}': False,
+    }
+    completions = {b'{"choices":[{"text":"a"}]}': True, b'{"choices":[{"text": " a"}]}': True,
+                   b'{"choices":[{"text":""}]}': False, b'{"choices":[{"delta":{"content":"a"}}]}': False}
+    for api, cases in (("chat", chat), ("completions", completions)):
+        client = StreamClient("http://127.0.0.1:9", api, max_connections=1, timeout_s=1.0)
+        try:
+            counted = {}
+            for payload in cases:
+                s = Stream()
+                client._event(b"data: " + payload, s, 7)
+                counted[payload] = s.times == [7]
+        finally:
+            await client.aclose()
+        assert counted == cases, api
+
+
+@pytest.mark.slow
 async def test_huge_events_split_reads_and_crlf() -> None:
     """A 300 KB event (over aiohttp's 128 KB line limit), events cut at odd byte boundaries, CRLF framing,
     a keep-alive comment and a usage chunk with spaces after colons all parse."""
