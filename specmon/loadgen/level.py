@@ -300,7 +300,7 @@ def _record(c: int, i: int, s: Stream, t0_ns: int, warmup: bool, category: str |
             extra: dict[str, Any]) -> RequestRecord:
     times, start_ns = s.times, s.sent_at
     ok = s.error is None
-    gaps = tuple((b - a) // 1000 for a, b in zip(times, times[1:])) if ok else ()
+    gaps = tuple([(b - a) // 1000 for a, b in zip(times, times[1:])]) if ok else ()
     return RequestRecord(
         concurrency=c, index=i, start_s=(start_ns - t0_ns) / 1e9, end_s=(s.end_ns - t0_ns) / 1e9, ok=ok,
         error=s.error, detail=s.detail, status=s.status,

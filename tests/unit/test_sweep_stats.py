@@ -195,3 +195,14 @@ def test_category_tables_in_sweep_compare_and_report() -> None:
     assert summary_to_dict(summary)["profiles"][0]["levels"][0]["categories"]["code"]["tokens_per_chunk"] == 4.0
     md = summary_to_markdown(summary)
     assert "## Acceptance by prompt category" in md and "| eagle | 1 | 1.00 | 4.00 |" in md
+
+
+def test_log_histogram_add_all_counts_as_adding_one_by_one() -> None:
+    one, batch = LogHistogram(), LogHistogram()
+    gaps = (10001, 9998, 0, 1, 250_000, 7, 10001)   # us; 0 falls below the floor (1 us) and counts as a zero
+    for gap in gaps:
+        one.add(gap / 1000.0)
+    batch.add_all(gaps, 1000.0)
+    batch.add_all((), 1000.0)
+    assert (batch.count, batch.total, batch.stats()) == (one.count, one.total, one.stats())
+    assert batch.quantile(10) == 0.0 and batch.quantile(100) == one.quantile(100)

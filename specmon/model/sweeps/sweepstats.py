@@ -190,6 +190,21 @@ class LogHistogram:
         idx = math.floor(math.log(value) / self._LOG_RATIO)
         self._buckets[idx] = self._buckets.get(idx, 0) + 1
 
+    def add_all(self, values: Iterable[float], scale: float = 1.0) -> None:
+        """`add(v / scale)` for each of the values, in one call (a request's ITL gaps: ~15 a request)."""
+        floor, buckets, log, ratio, whole = self._floor, self._buckets, math.log, self._LOG_RATIO, math.floor
+        count, total, zeros = self.count, self.total, self._zeros
+        for v in values:
+            value = v / scale
+            count += 1
+            total += value   # (summed in order, as add does: the same total to the last bit)
+            if value < floor:
+                zeros += 1
+                continue
+            idx = whole(log(value) / ratio)
+            buckets[idx] = buckets.get(idx, 0) + 1
+        self.count, self.total, self._zeros = count, total, zeros
+
     def quantile(self, q: float) -> float | None:
         """The q-th percentile (0..100): the geometric middle of the bucket holding that rank."""
         if self.count == 0:
@@ -312,8 +327,7 @@ class LevelAccumulator:
                 counts[2] += r.chunks
         else:
             self.usage_missing += 1
-        for gap in r.itl_us:
-            self.itl.add(gap / 1000.0)
+        self.itl.add_all(r.itl_us, 1000.0)
         if r.ttft_ms is not None:
             self.ttft.append(r.ttft_ms)
             self.ttft_live.add(r.ttft_ms)
