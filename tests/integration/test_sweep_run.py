@@ -358,8 +358,10 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
     """Under uvloop a task made in one loop pass first runs in the next, after that pass's socket reads: an arrival
     that woke a dispatcher which then made the request's task went out a whole pass of reads late. Here every pass
     spends 3 ms on a read (a socket that is always readable): a send whose time comes just before a pass's timers
-    now goes out at once, so the least late tenth are under 1.5 ms late (p10 0.8 ms measured); made in the pass
-    after, even they were more than one 3 ms read late (p10 4.2-4.6 ms measured). Lateness counts to the moment the
+    now goes out at once, so the least late tenth are less late than one 3 ms read (p10 0.8 ms measured on a quiet
+    box, 1.7 ms in a CI run whose passes took longer than the read); made in the pass after, every send waits out a
+    whole read first (time.sleep sleeps at least its 3 ms), so not one of them can be under 3 ms late (p10 4.2-4.6 ms
+    measured). Lateness counts to the moment the
     request's bytes go to the socket: before Python 3.12 aiohttp's body write (a task of its own) went out a pass
     after the send (p10 3.4-4.0 ms measured) until its first step was run at once (client._StampedRequest)."""
     import socket
@@ -369,6 +371,7 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
 
     from specmon.loadgen.runner import SweepRunner
 
+    hog_read_ms = 3.0   # each loop pass's read: the least a send made a pass late can be late
     proc = subprocess.Popen([sys.executable, str(SUPPORT / "sse_server.py"), "--port", str(free_port), "--interval-s", "0.01"],
                             stdout=subprocess.PIPE, text=True)
     levels: list[LevelResult] = []
@@ -376,7 +379,7 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
     async def main() -> None:
         hog, other = socket.socketpair()
         other.send(b"x")   # never read: the reader runs in every pass
-        asyncio.get_running_loop().add_reader(hog.fileno(), time.sleep, 0.003)
+        asyncio.get_running_loop().add_reader(hog.fileno(), time.sleep, hog_read_ms / 1000)
         wl = Workload(levels=(1,), rates=(40.0,), requests_per_level=120, warmup_requests=0, output_len=2, input_len=8)
         runner = SweepRunner(f"http://127.0.0.1:{free_port}", "fixture-model", wl,
                              lambda m: levels.append(m) if isinstance(m, LevelResult) else None,
@@ -397,4 +400,4 @@ def test_an_open_loop_send_goes_out_in_the_loop_pass_its_time_comes(free_port: i
     (level,) = levels
     assert level.requests_ok == 120
     late = sorted(json.loads(line)["late_ms"] for line in (tmp_path / "records.jsonl").read_text().splitlines())
-    assert late[len(late) // 10] < 1.5, late[:: len(late) // 10]
+    assert late[len(late) // 10] < hog_read_ms, late[:: len(late) // 10]
