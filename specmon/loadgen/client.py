@@ -202,7 +202,8 @@ class StreamClient:
     async def _post(self, body: bytes) -> aiohttp.ClientResponse:
         """What `session.post(url, data=body, ...)` does for this client's requests, without the session's layers that
         do nothing for them (~20 us a request, measured): no cookies, redirects, auth, proxies, trace hooks, retries
-        (a POST is never retried) or total timeout. The same request class, connection pool and response."""
+        (a POST is never retried) or total timeout. The same request class, connection pool and response. Each request
+        is a new user's: a cookie an earlier response set (a load balancer's sticky route) is not sent back."""
         req = _StampedRequest("POST", self._url, headers=self._headers, data=body, loop=self._loop,
                               response_class=aiohttp.ClientResponse, timer=_NO_TIMER, session=self._session)
         connector = self._connector
