@@ -126,6 +126,32 @@ async def send_to(handler: web.RequestHandler) -> Stream:  # type: ignore[type-a
         await runner.cleanup()
 
 
+@pytest.mark.slow
+async def test_requests_are_independent_a_cookie_the_server_set_is_never_sent_back() -> None:
+    """Each request is a new user: a cookie from an earlier response (a load balancer's sticky route) is not sent
+    back, so it cannot pin every later request to one backend (a hostname URL: the cookie jar takes no IP's)."""
+    cookies: list[str | None] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        cookies.append(request.headers.get("Cookie"))
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        resp.set_cookie("route", "backend-3")
+        await resp.prepare(request)
+        await resp.write(_event("a") + b"\n\n" + b"data: [DONE]\n\n")
+        return resp
+
+    runner, url = await _raw_server(handler)
+    client = StreamClient(url.replace("127.0.0.1", "localhost"), "chat", max_connections=1, timeout_s=5.0)
+    try:
+        streams = [await client.send(body(i=i), Stream()) for i in range(3)]
+    finally:
+        await client.aclose()
+        await runner.cleanup()
+    assert [s.error for s in streams] == [None] * 3
+    assert cookies == [None] * 3
+
+
 def _event(content: str) -> bytes:
     return b"data: " + json.dumps({"choices": [{"index": 0, "delta": {"content": content}}]}).encode()
 
