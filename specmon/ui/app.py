@@ -313,7 +313,8 @@ class SpecmonApp(App[int]):
 
     @on(messages.ServingChanged)
     def _serving_changed(self, message: messages.ServingChanged) -> None:
-        self._say(screen.serving_changed(self.state, message.update))
+        for update in message.updates:
+            self._say(screen.serving_changed(self.state, update))
         self._state_throttle.request(gather=SERVING_GATHER_S)
 
     @on(messages.LogAdded)
