@@ -378,6 +378,7 @@ class SpecmonApp(App[int]):
                                                                                         state.serving.get(live[0])))
             if state.pending_log:
                 self.query_one(LogPane).append(screen.take_pending_log(state))
+            self.query_one(GpuEnvPane).ride_along()
 
     def _paint_chart(self) -> None:
         state = self.state
