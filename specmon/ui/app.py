@@ -313,7 +313,8 @@ class SpecmonApp(App[int]):
 
     @on(messages.ServingChanged)
     def _serving_changed(self, message: messages.ServingChanged) -> None:
-        self._say(screen.serving_changed(self.state, message.update))
+        for update in message.updates:
+            self._say(screen.serving_changed(self.state, update))
         self._state_throttle.request(gather=SERVING_GATHER_S)
 
     @on(messages.LogAdded)
@@ -377,6 +378,7 @@ class SpecmonApp(App[int]):
                                                                                         state.serving.get(live[0])))
             if state.pending_log:
                 self.query_one(LogPane).append(screen.take_pending_log(state))
+            self.query_one(GpuEnvPane).ride_along()
 
     def _paint_chart(self) -> None:
         state = self.state

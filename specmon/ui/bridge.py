@@ -28,6 +28,7 @@ from specmon.model.machine.env import Difference, EnvReport
 from specmon.model.machine.gpu import GpuBoard
 from specmon.model.runs.runstatus import BUSY, RunStatus
 from specmon.model.runs.selection import RunScope
+from specmon.model.server.serving import ServingUpdate
 from specmon.model.sweeps.compare import METRICS, find_crossover, model_warning
 from specmon.model.sweeps.formats import TOOL_NAMES
 from specmon.model.sweeps.results import LevelResult
@@ -104,11 +105,24 @@ class EngineBridge:
         self._gpus_of = ""                         # the profile whose GPUs the pane shows
         self._gpu_lock = asyncio.Lock()
         self._log_batches: dict[str, list[LogEntry]] = {}   # lines read in this loop turn, posted at its end
-        self._serving = ServingWatcher(self.manager, lambda update: self._post(ServingChanged(update)))
+        self._serving = ServingWatcher(self.manager, self._serving_read)
+        self._serving_batch: list[ServingUpdate] = []   # reads that changed a card in this loop turn, posted at its end
 
     def _post(self, message: Message) -> None:
         if self._target is not None:
             self._target.post_message(message)
+
+    def _serving_read(self, update: ServingUpdate) -> None:
+        """One message for the reads of one loop turn: those of a host's runs end together (their answers come
+        in one packet of its SSH connection), as the log lines of a burst do."""
+        if not self._serving_batch:
+            asyncio.get_running_loop().call_soon(self._post_serving)
+        self._serving_batch.append(update)
+
+    def _post_serving(self) -> None:
+        batch, self._serving_batch = self._serving_batch, []
+        if batch:
+            self._post(ServingChanged(*batch))
 
     # --------------------------------------------------------------- watching
     async def start(self, target: MessagePump) -> None:

@@ -29,6 +29,10 @@ from specmon.ui.throttle import Throttle
 VIEWS = ("gpus", "env", "diff")
 PAINT_S = 2.0   # the gpus view repaints at most this often (samples still arrive, and are kept, at 1 Hz) ...
 SPARK_S = 6.0   # ... and its sparklines move this often
+# While the cards repaint about every second (every ready run's /metrics read on a shared 1 s clock), a repaint of
+# the board rides on the cards' repaint nearest its due time, up to this much before or after it: one frame a
+# second instead of one more every other second. With no such repaints it waits no longer than PAINT_S.
+RIDE_S = 0.5
 
 
 class GpusUpdated(Message):
@@ -149,6 +153,7 @@ class GpuEnvPane(Static):
         self._rows_width = 0
         self._styles: dict[str, RichStyle] = {}      # style name -> the rich style it resolves to on this pane
         self._throttle = Throttle(self, PAINT_S, self._paint_gpus)
+        self._rides: tuple[float, float] = (float("-inf"), float("-inf"))   # the two latest `ride_along` offers
         self._env_below = ""    # the selected profile's environment (markup), shown under a board with no GPUs
         self.page = ""          # where the selected card's host is among the fleet's: "host 3 of 16 · [ ] pages"
 
@@ -197,7 +202,17 @@ class GpuEnvPane(Static):
             if repaint_now:   # the first board, or the ▶ marks moved to another run's GPUs
                 self._paint_gpus()
             else:
-                self._throttle.request()
+                self._throttle.request(late=RIDE_S if self._rides_regularly() else 0.0)
+
+    def ride_along(self) -> None:
+        """The app repaints other panes now: a repaint of the board that is due about now happens with it."""
+        self._rides = (self._rides[1], time.monotonic())
+        self._throttle.ride_along(RIDE_S)
+
+    def _rides_regularly(self) -> bool:
+        """Whether the other panes repaint about every second (so one will come near the board's due time)."""
+        first, last = self._rides
+        return time.monotonic() - first < 2 * (1 + RIDE_S) and time.monotonic() - last < 1 + RIDE_S
 
     def set_page(self, page: str) -> None:
         """Where the shown host is among the fleet's hosts (the head line says it); repainted when it changed."""

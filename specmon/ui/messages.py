@@ -41,16 +41,20 @@ class RowsChanged(Message):
 
 
 class ServingChanged(Message):
-    """A ready run's serving view (its /metrics) read again. Superseded by the next read of the same profile,
-    unless it raised an alert or carries a note (their toasts must still happen)."""
+    """Ready runs' serving views (their /metrics) read again: the reads that ended in one loop turn, in order (at 64
+    runs one message instead of one per run: each costs the app's message pump about as much as its handling).
+    Superseded by a later message that has every one of its profiles, unless one of its reads raised an alert or
+    carries a note (their toasts must still happen)."""
 
-    def __init__(self, update: ServingUpdate) -> None:
+    def __init__(self, *updates: ServingUpdate) -> None:
         super().__init__()
-        self.update = update
+        self.updates = updates
 
     def can_replace(self, message: Message) -> bool:
-        return (isinstance(message, ServingChanged) and message.update.profile == self.update.profile
-                and not message.update.raised and message.update.note is None)
+        if not isinstance(message, ServingChanged):
+            return False
+        mine = {update.profile for update in self.updates}
+        return all(u.profile in mine and not u.raised and u.note is None for u in message.updates)
 
 
 class LogAdded(Message):

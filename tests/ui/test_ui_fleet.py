@@ -19,7 +19,7 @@ from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
 from specmon.ui import app as app_module
 from specmon.ui.app import SpecmonApp
-from specmon.ui.gpuenv import GpusUpdated
+from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated
 from specmon.ui.messages import ServingChanged
 from specmon.ui.servers import RunCard, ServersPane
 
@@ -444,3 +444,43 @@ async def test_a_burst_of_reads_of_every_ready_run_repaints_the_cards_once(
         await pilot.pause(2.5)
         assert len(painted) == 1, f"{len(painted)} repaints of the cards for one read of every run"
         assert "llama-01 READY gpu02:30000 777 tok/s" in screen_text(app), screen_text(app)
+
+
+async def test_while_the_cards_repaint_every_second_the_gpu_board_repaints_with_them(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: the GPU board repainted every 2 s on its own timer, at its own moment of the second, while every
+    ready run's /metrics is read on a shared second and the cards repaint then: a frame a second for the cards and
+    one more every other second for the board. The board now repaints along with the cards, still about every 2 s.
+    Here the reads come on the second and the GPU samples half a second later, for 8 s."""
+    gpu_paints: list[bool] = []   # one for each repaint of the board: whether the cards were repainting then
+    cards_painting = [False]
+    paint_state, paint_gpus = SpecmonApp._paint_state, GpuEnvPane._paint_gpus
+
+    def state(self: SpecmonApp) -> None:
+        cards_painting[0] = True
+        try:
+            paint_state(self)
+        finally:
+            cards_painting[0] = False
+
+    def gpus(self: GpuEnvPane, full: bool = False) -> None:
+        gpu_paints.append(cards_painting[0])
+        paint_gpus(self, full)
+
+    monkeypatch.setattr(SpecmonApp, "_paint_state", state)   # before the app and its panes take them
+    monkeypatch.setattr(GpuEnvPane, "_paint_gpus", gpus)
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        board, known = fleet_gpu_board("gpu01")
+        for second in range(8):
+            if second == 2:   # from here on the cards' repaints have come every second
+                gpu_paints.clear()
+            for row in FLEET_ROWS:
+                figures = ServingFigures(running=2, waiting=0, kv_pct=30.0, tok_s=700.0 + second)
+                app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
+            await pilot.pause(0.5)
+            app.post_message(GpusUpdated("gpu01", board, known))
+            await pilot.pause(0.5)
+        assert gpu_paints and all(gpu_paints), f"repaints of the board (True: with the cards): {gpu_paints}"
+        assert 2 <= len(gpu_paints) <= 4, f"{len(gpu_paints)} repaints of the board in 6 s"
