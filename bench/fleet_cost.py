@@ -34,7 +34,7 @@ Once every run is READY it prints one row per N (every column counts all N runs,
 - RSS of the app (MB), sockets it holds open (HTTP keep-alive to the servers, SSH connections on remote hosts)
 - ssh_conns: the app's TCP connections to the sshds (the target: one per SSH host); ssh_chans: SSH channels open
   on them, counted on the sshd side: forwarded TCP connections from the sshds to the servers (direct-tcpip) plus
-  processes running under the sshds' sessions (session channels: log tails, GPU pane, ...)
+  processes running under the sshds' sessions (session channels: log tails, GPU pane, the metrics relay, ...)
 - scrapes: /metrics reads the servers answered over the idle window; cpu_ms_per_scrape: the app's CPU over that
   window divided by them (everything the app did while idle, charged to the reads that drive it)
 - status --all: wall time of `specmon status --all` against the same state (s); status_down_s: the same once one
@@ -149,9 +149,9 @@ def ssh_counts(app: int, sshds: list[Sshd], remote_ports: set[int]) -> tuple[int
     sshd_ports = {s.port for s in sshds}
     tcp = _established()
     conns = sum(remote in sshd_ports and inode in mine for _, remote, inode in tcp)
-    forwarded = sum(remote in remote_ports and inode not in mine for _, remote, inode in tcp)
     tree = _children()
     sessions = 0
+    forwarding: set[str] = set()   # the sshds' own sockets: a direct-tcpip channel's connection is one of them
     for server in sshds:   # listener -> one sshd per connection -> (privsep child) -> one process per session
         if server.proc is None:
             continue
@@ -164,8 +164,11 @@ def ssh_counts(app: int, sshds: list[Sshd], remote_ports: set[int]) -> tuple[int
                 continue
             if comm.startswith("sshd"):
                 stack += tree.get(pid, [])
+                forwarding |= _socket_inodes(pid)
             else:
                 sessions += 1
+    # A server's connection from a session's process (the metrics relay's) is no channel: its session is counted.
+    forwarded = sum(remote in remote_ports and inode in forwarding for _, remote, inode in tcp)
     return conns, forwarded + sessions
 
 
