@@ -168,8 +168,8 @@ class RelayedScraper(MetricsScraper):
     """A MetricsScraper whose reads go through its host's relay while the host runs one (else directly): the same
     answers and the same failures ("connection refused", "timed out", "link down", a BadAnswer's text)."""
 
-    def __init__(self, relay: MetricsRelay, port: int, timeout_s: float, addr: str) -> None:
-        super().__init__(relay.transport, port, timeout_s, addr=addr)
+    def __init__(self, relay: MetricsRelay, port: int, timeout_s: float, addr: str, path: str) -> None:
+        super().__init__(relay.transport, port, timeout_s, path, addr)
         self.relay = relay
         self._relayed = bool(_ADDR.fullmatch(addr) and _PATH.fullmatch(self.path)) and 0 < port < 65536
 
@@ -191,11 +191,13 @@ class RelayedScraper(MetricsScraper):
         return await super()._exchange()
 
 
-def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str) -> MetricsScraper:
-    """The reader of a server's /metrics as its host reaches it: through the host's relay over SSH, else directly."""
+def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str,
+                    path: str = "/metrics") -> MetricsScraper:
+    """The reader of a server's /metrics (or its health `path`) as its host reaches it: through the host's relay over
+    SSH, else directly."""
     if not isinstance(transport, SSHTransport):
-        return MetricsScraper(transport, port, timeout_s=timeout_s, addr=addr)
+        return MetricsScraper(transport, port, timeout_s, path, addr)
     relay = _RELAYS.get(transport)
     if relay is None:
         relay = _RELAYS[transport] = MetricsRelay(transport)
-    return RelayedScraper(relay, port, timeout_s, addr)
+    return RelayedScraper(relay, port, timeout_s, addr, path)
