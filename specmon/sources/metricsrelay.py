@@ -29,6 +29,7 @@ import time
 HELLO = b"specmon-relay 1\n"
 MAX_BODY = int(sys.argv[1]) if len(sys.argv) > 1 else 4 << 20
 LINGER_S = 0.02   # how long a ready answer waits for the others of its batch: one write for a whole host's second
+IDLE_S = 60.0     # a server not asked for this long (its run ended) gives up its thread and connection
 
 
 class Answers:
@@ -74,15 +75,23 @@ def frame(ask_id: int, kind: str, status: int = 0, body: bytes = b"") -> bytes:
 class Target(threading.Thread):
     """One server (ADDR PORT): its asks in turn, over one kept-alive connection."""
 
-    def __init__(self, addr: str, port: int, answers: Answers) -> None:
+    def __init__(self, addr: str, port: int, answers: Answers, targets: "Targets") -> None:
         super().__init__(daemon=True)
+        self.key = (addr, port)
         self.asks = queue.Queue()  # type: queue.Queue[tuple[int, float, str]]
         self.conn = http.client.HTTPConnection(addr, port)
         self.answers = answers
+        self.targets = targets
 
     def run(self) -> None:
         while True:
-            ask_id, timeout, path = self.asks.get()
+            try:
+                ask_id, timeout, path = self.asks.get(timeout=IDLE_S)
+            except queue.Empty:
+                if self.targets.retire(self):
+                    self.conn.close()
+                    return
+                continue
             self.answers.ready.put(self.answer(ask_id, timeout, path))
 
     def answer(self, ask_id: int, timeout: float, path: str) -> bytes:
@@ -124,20 +133,41 @@ class Target(threading.Thread):
         return frame(ask_id, "ok", response.status, body)
 
 
+class Targets:
+    """The servers asked about, each with its thread; one idle for IDLE_S leaves (asks for it later start another)."""
+
+    def __init__(self, answers: Answers) -> None:
+        self.answers = answers
+        self.lock = threading.Lock()
+        self.running = {}  # type: dict[tuple[str, int], Target]
+
+    def ask(self, ask_id: int, addr: str, port: int, timeout: float, path: str) -> None:
+        with self.lock:
+            target = self.running.get((addr, port))
+            if target is None:
+                target = self.running[(addr, port)] = Target(addr, port, self.answers, self)
+                target.start()
+            self.answers.asked()
+            target.asks.put((ask_id, timeout, path))
+
+    def retire(self, target: Target) -> bool:
+        """Whether `target` may end: nothing was asked of it meanwhile (else it serves that first)."""
+        with self.lock:
+            if not target.asks.empty():
+                return False
+            del self.running[target.key]
+            return True
+
+
 def main() -> None:
     answers = Answers()
-    targets = {}  # type: dict[tuple[str, int], Target]
+    targets = Targets(answers)
     threading.Thread(target=answers.write_forever, daemon=True).start()
     sys.stdout.buffer.write(HELLO)
     sys.stdout.buffer.flush()
     for line in sys.stdin.buffer:
         ask_id, addr, port, timeout_ms, path = line.decode("ascii").split(" ", 4)
-        key = (addr, int(port))
-        if key not in targets:
-            targets[key] = Target(addr, int(port), answers)
-            targets[key].start()
-        answers.asked()
-        targets[key].asks.put((int(ask_id), int(timeout_ms) / 1000, path.strip()))
+        targets.ask(int(ask_id), addr, int(port), int(timeout_ms) / 1000, path.strip())
     os._exit(0)   # stdin ended: the app is gone; a thread stuck on a hung server must not keep this alive
 
 

@@ -8,7 +8,8 @@ together, and the answers that are ready together come back together.
 
 A host that cannot run the relay (no python3, or one older than 3.6: the program ends before its first line) is
 read directly, as before, until its link is made again. A relay that ends (its link died, it crashed) fails the
-reads it had been asked ("link down"); the next read starts another.
+reads it had been asked ("link down"), and one that said nothing past its own time limit for a read is ended; the
+next read starts another.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import asyncio
 import itertools
 import re
 import shlex
+import time
 import weakref
 from pathlib import Path
+from typing import NamedTuple
 
 from specmon.sources import timelimit
 from specmon.sources.scrape import MAX_BODY, BadAnswer, MetricsScraper, too_large
@@ -34,6 +37,13 @@ _ADDR = re.compile(r"[A-Za-z0-9._:-]{1,253}")
 _PATH = re.compile(r"/[!-~]{0,2000}")
 
 Answer = tuple[str, int, bytes]   # the relay's kind ("ok", "refused", ...), status, body
+RELAY_SHARE = 0.9                 # of a read's time limit, the relay's own: its "timeout" comes before the caller's
+
+
+class _Sent(NamedTuple):
+    answer: asyncio.Future[Answer]
+    at: float              # when it was sent (monotonic)
+    session: _SshStream    # the relay it was sent to
 
 
 class RelayMissing(Exception):
@@ -47,7 +57,8 @@ class MetricsRelay:
         self._transport = weakref.ref(transport)   # not a strong one: the relays are kept by their transport, weakly
         self._ids = itertools.count(1)
         self._asks: list[tuple[int, bytes, asyncio.Future[Answer]]] = []   # this loop turn's, not yet sent
-        self._waiting: dict[int, asyncio.Future[Answer]] = {}              # sent to the running relay
+        self._waiting: dict[int, _Sent] = {}                               # sent to the running relay
+        self._heard_at = 0.0   # when the running relay last said something (monotonic)
         self._session: _SshStream | None = None
         self._starting = asyncio.Lock()
         self._missing_at: int | None = None   # the transport's connect count when the host could not run it
@@ -72,11 +83,26 @@ class MetricsRelay:
         ask_id = next(self._ids)
         if not self._asks:
             loop.call_soon(self._send_asks)
-        self._asks.append((ask_id, f"{ask_id} {addr} {port} {int(timeout_s * 900)} {path}\n".encode(), answer))
+        self._asks.append((ask_id, f"{ask_id} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} {path}\n".encode(),
+                           answer))
         try:
             return await answer
+        except asyncio.CancelledError:   # the caller's time ran out (or it stopped reading)
+            sent = self._waiting.get(ask_id)
+            if sent is not None and self._heard_at < sent.at and time.monotonic() > sent.at + timeout_s * RELAY_SHARE:
+                self._end_silent()
+            raise
         finally:
             self._waiting.pop(ask_id, None)
+
+    def _end_silent(self) -> None:
+        """The relay said nothing past its own time limit for a read (a host stalled, a relay stuck): end it, and let
+        the next read start another."""
+        session, self._session = self._session, None
+        if session is not None:
+            task = asyncio.get_running_loop().create_task(session.aclose())
+            task.add_done_callback(_RUNNING.discard)
+            _RUNNING.add(task)
 
     def _send_asks(self) -> None:
         asks, self._asks = self._asks, []
@@ -93,7 +119,8 @@ class MetricsRelay:
                 if not answer.done():
                     answer.set_exception(exc)
             return
-        self._waiting.update((ask_id, answer) for ask_id, _, answer in asks if not answer.done())
+        now = time.monotonic()
+        self._waiting.update((ask_id, _Sent(answer, now, session)) for ask_id, _, answer in asks if not answer.done())
 
     async def _started(self) -> _SshStream:
         async with self._starting:
@@ -134,6 +161,7 @@ class MetricsRelay:
         try:
             self._answer(buffer)
             while chunk := await session.read_chunk():
+                self._heard_at = time.monotonic()
                 buffer += chunk
                 self._answer(buffer)
         except ValueError:   # not a frame: a relay that does not speak its protocol is ended
@@ -143,10 +171,11 @@ class MetricsRelay:
                 self._session = None
             await session.aclose()
             gone = TransportError(f"{self.transport.host}: the metrics relay ended")
-            for answer in self._waiting.values():
-                if not answer.done():
-                    answer.set_exception(gone)
-            self._waiting.clear()
+            for ask_id, sent in list(self._waiting.items()):
+                if sent.session is session:
+                    del self._waiting[ask_id]
+                    if not sent.answer.done():
+                        sent.answer.set_exception(gone)
 
     def _answer(self, buffer: bytearray) -> None:
         while (end := buffer.find(b"\n")) >= 0:
@@ -154,9 +183,9 @@ class MetricsRelay:
             size = end + 1 + int(length)
             if len(buffer) < size:
                 return
-            answer = self._waiting.pop(int(ask_id), None)
-            if answer is not None and not answer.done():
-                answer.set_result((kind.decode("ascii"), int(status), bytes(buffer[end + 1:size])))
+            sent = self._waiting.pop(int(ask_id), None)
+            if sent is not None and not sent.answer.done():
+                sent.answer.set_result((kind.decode("ascii"), int(status), bytes(buffer[end + 1:size])))
             del buffer[:size]
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import glob
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from sshd_support import Sshd, established
+from sshd_support import Relay, Sshd, established
 
 from specmon.sources import relayread
 from specmon.sources.health import ProbeResult
@@ -182,6 +183,28 @@ async def test_the_relay_ends_on_the_host_when_the_app_closes_its_link(sshd: Ssh
         assert await _until(lambda: not Path(f"/proc/{relays[0]}").exists(), 5.0), "the relay outlived the link"
 
 
+async def test_the_relay_ends_on_the_host_when_its_link_is_cut_and_reading_resumes_after(sshd: Sshd) -> None:
+    """The link reset under the app (a network drop): the relay ends on the host, and once the link is back a new
+    relay reads on."""
+    cut = await Relay(sshd.port).start()
+    sshd.add_alias("relay-cut", cut.port)
+    async with _servers(_answer) as ports:
+        transport = SSHTransport("relay-cut", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0), backoff_cap_s=2.0)
+        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
+        try:
+            assert (await scraper.read())[1] == _text(ports[0])
+            first = _relays(sshd)
+            assert len(first) == 1
+            cut.reset()
+            assert await _until(lambda: not Path(f"/proc/{first[0]}").exists(), 10.0), "the relay outlived its link"
+            texts = [(await _on_the_second([scraper]))[0][1] for _ in range(6)]
+            assert texts[-1] == _text(ports[0]), texts
+            assert len(_relays(sshd)) == 1
+        finally:
+            await _close(transport, [scraper])
+            await cut.close()
+
+
 async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> None:
     """Killed on the host (an OOM killer, a user): the reads it had been asked fail, no read hangs past its limit,
     and a later second starts another relay that reads on."""
@@ -203,6 +226,44 @@ async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> No
             assert _relays(sshd) and _relays(sshd) != first
         finally:
             await _close(transport, [scraper])
+
+
+async def test_a_relay_that_stops_answering_is_replaced(sshd: Sshd) -> None:
+    """A relay that hangs (here: stopped) costs one read its time limit ("timed out"); it is ended on the host and a
+    later second reads through a new one."""
+    async with _servers(_answer) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
+        try:
+            assert (await scraper.read())[1] == _text(ports[0])
+            first = _relays(sshd)
+            await (await asyncio.create_subprocess_exec("kill", "-STOP", str(first[0]))).wait()
+            said = [(await _on_the_second([scraper]))[0] for _ in range(3)]
+            assert said[0][0].error == "timed out", said
+            assert said[-1][1] == _text(ports[0]), said
+            assert await _until(lambda: not Path(f"/proc/{first[0]}").exists(), 5.0), "the stopped relay was left"
+        finally:
+            await _close(transport, [scraper])
+
+
+OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3") + glob.glob("/usr/bin/python3.6"))
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.6 on this machine")
+async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_port: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU hosts run old distributions: the relay is plain Python 3.6."""
+    monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
+    async with _servers(_answer) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [ports[0], free_port]]
+        try:
+            answers = await _on_the_second(scrapers)
+            assert [(r.status, r.error, text) for r, text in answers] == \
+                [(200, None, _text(ports[0])), (None, "connection refused", None)]
+            assert len(_relays(sshd)) == 1 and _channels_to(sshd, ports) == 0
+        finally:
+            await _close(transport, scrapers)
 
 
 async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
