@@ -20,8 +20,9 @@ import re
 import shlex
 import time
 import weakref
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from specmon.sources import timelimit
 from specmon.sources.scrape import MAX_BODY, BadAnswer, MetricsScraper, too_large
@@ -55,6 +56,7 @@ class MetricsRelay:
 
     def __init__(self, transport: SSHTransport) -> None:
         self._transport = weakref.ref(transport)   # not a strong one: the relays are kept by their transport, weakly
+        self.host = transport.host
         self._ids = itertools.count(1)
         self._asks: list[tuple[int, bytes, asyncio.Future[Answer]]] = []   # this loop turn's, not yet sent
         self._waiting: dict[int, _Sent] = {}                               # sent to the running relay
@@ -100,15 +102,11 @@ class MetricsRelay:
         the next read start another."""
         session, self._session = self._session, None
         if session is not None:
-            task = asyncio.get_running_loop().create_task(session.aclose())
-            task.add_done_callback(_RUNNING.discard)
-            _RUNNING.add(task)
+            _spawn(session.aclose())
 
     def _send_asks(self) -> None:
         asks, self._asks = self._asks, []
-        task = asyncio.get_running_loop().create_task(self._deliver(asks))
-        task.add_done_callback(_RUNNING.discard)
-        _RUNNING.add(task)
+        _spawn(self._deliver(asks))
 
     async def _deliver(self, asks: list[tuple[int, bytes, asyncio.Future[Answer]]]) -> None:
         try:
@@ -125,7 +123,7 @@ class MetricsRelay:
     async def _started(self) -> _SshStream:
         async with self._starting:
             if not self.usable:
-                raise RelayMissing(self.transport.host)
+                raise RelayMissing(self.host)
             if self._session is None:
                 session = self.transport.session(f"exec {RELAY_PYTHON} -I -c {shlex.quote(PROGRAM)} {MAX_BODY}", START_S)
                 try:
@@ -136,9 +134,7 @@ class MetricsRelay:
                     await session.aclose()
                     raise
                 self._session = session
-                task = asyncio.get_running_loop().create_task(self._read(session, bytearray(rest)))
-                task.add_done_callback(_RUNNING.discard)
-                _RUNNING.add(task)
+                _spawn(self._read(session, bytearray(rest)))
             return self._session
 
     async def _hello(self, session: _SshStream) -> bytes:
@@ -148,12 +144,12 @@ class MetricsRelay:
             chunk = await session.read_chunk()
             if not chunk:
                 if session.exit_code is None:
-                    raise TransportError(f"{self.transport.host}: link lost while the metrics relay started")
+                    raise TransportError(f"{self.host}: link lost while the metrics relay started")
                 break
             said += chunk
         if not said.startswith(HELLO):
             self._missing_at = self.transport.connects
-            raise RelayMissing(self.transport.host)
+            raise RelayMissing(self.host)
         return said[len(HELLO):]
 
     async def _read(self, session: _SshStream, buffer: bytearray) -> None:
@@ -170,7 +166,7 @@ class MetricsRelay:
             if self._session is session:
                 self._session = None
             await session.aclose()
-            gone = TransportError(f"{self.transport.host}: the metrics relay ended")
+            gone = TransportError(f"{self.host}: the metrics relay ended")
             for ask_id, sent in list(self._waiting.items()):
                 if sent.session is session:
                     del self._waiting[ask_id]
@@ -189,7 +185,14 @@ class MetricsRelay:
             del buffer[:size]
 
 
-_RUNNING: set[asyncio.Task[None]] = set()   # the relays' deliveries and readers, held until done
+_RUNNING: set[asyncio.Task[None]] = set()   # the relays' deliveries, readers and ends, held until done
+
+
+def _spawn(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` as a task held until it is done (the loop keeps only weak references to its tasks)."""
+    task = asyncio.get_running_loop().create_task(work)
+    task.add_done_callback(_RUNNING.discard)
+    _RUNNING.add(task)
 _RELAYS: weakref.WeakKeyDictionary[SSHTransport, MetricsRelay] = weakref.WeakKeyDictionary()
 
 

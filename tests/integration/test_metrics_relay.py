@@ -27,7 +27,8 @@ pytestmark = pytest.mark.slow   # real servers and a real sshd
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def answer_port(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers each GET with a /metrics line that names the server's port."""
     port = writer.get_extra_info("sockname")[1]
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
         while await reader.readuntil(b"\r\n\r\n"):
@@ -111,6 +112,19 @@ async def _on_the_second(scrapers: list[MetricsScraper]) -> list[tuple[ProbeResu
     return await asyncio.gather(*(scraper.read() for scraper in scrapers))
 
 
+async def _first_relay(sshd: Sshd, transport: SSHTransport, port: int) -> tuple[MetricsScraper, int]:
+    """A reader of `port` on the sshd's host, read once (through the relay it started), and that relay's pid."""
+    scraper = metrics_scraper(transport, port, 2.0, "127.0.0.1")
+    assert (await scraper.read())[1] == _text(port)
+    relays = _relays(sshd)
+    assert len(relays) == 1
+    return scraper, relays[0]
+
+
+def _gone(pid: int) -> Callable[[], bool]:
+    return lambda: not Path(f"/proc/{pid}").exists()
+
+
 async def _close(transport: SSHTransport, scrapers: list[MetricsScraper]) -> None:
     for scraper in scrapers:
         await scraper.aclose()
@@ -120,7 +134,7 @@ async def _close(transport: SSHTransport, scrapers: list[MetricsScraper]) -> Non
 async def test_a_hosts_runs_are_read_through_one_relay_not_a_channel_each(sshd: Sshd) -> None:
     """Four runs on one host: one relay on it reads them all, each over its own kept-alive connection; the sshd
     forwards no connection to any of them (before: a direct-tcpip channel per run, each read its own packets)."""
-    async with _servers(_answer, _answer, _answer, _answer) as ports:
+    async with _servers(answer_port, answer_port, answer_port, answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
         scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in ports]
         try:
@@ -138,7 +152,7 @@ async def test_a_server_that_never_answers_times_out_while_the_hosts_others_answ
     """On one host: a server that accepts and never answers reads "timed out" (within its time limit), a port where
     nothing listens "connection refused", an answer over MAX_BODY its reason, while the host's healthy servers
     answer every second, each within a few tens of ms of the second."""
-    async with _servers(_answer, _answer, _never_answer, _too_large) as ports:
+    async with _servers(answer_port, answer_port, _never_answer, _too_large) as ports:
         good, hung, large = ports[:2], ports[2], ports[3]
         transport = SSHTransport("gpu1", sshd.settings())
         scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [*ports, free_port]]
@@ -171,16 +185,11 @@ async def test_a_server_that_never_answers_times_out_while_the_hosts_others_answ
 
 
 async def test_the_relay_ends_on_the_host_when_the_app_closes_its_link(sshd: Sshd) -> None:
-    async with _servers(_answer) as ports:
+    async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
-        try:
-            assert (await scraper.read())[1] == _text(ports[0])
-            relays = _relays(sshd)
-            assert len(relays) == 1
-        finally:
-            await _close(transport, [scraper])
-        assert await _until(lambda: not Path(f"/proc/{relays[0]}").exists(), 5.0), "the relay outlived the link"
+        scraper, relay = await _first_relay(sshd, transport, ports[0])
+        await _close(transport, [scraper])
+        assert await _until(_gone(relay), 5.0), "the relay outlived the link"
 
 
 async def test_the_relay_ends_on_the_host_when_its_link_is_cut_and_reading_resumes_after(sshd: Sshd) -> None:
@@ -188,15 +197,12 @@ async def test_the_relay_ends_on_the_host_when_its_link_is_cut_and_reading_resum
     relay reads on."""
     cut = await Relay(sshd.port).start()
     sshd.add_alias("relay-cut", cut.port)
-    async with _servers(_answer) as ports:
+    async with _servers(answer_port) as ports:
         transport = SSHTransport("relay-cut", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0), backoff_cap_s=2.0)
-        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
+        scraper, first = await _first_relay(sshd, transport, ports[0])
         try:
-            assert (await scraper.read())[1] == _text(ports[0])
-            first = _relays(sshd)
-            assert len(first) == 1
             cut.reset()
-            assert await _until(lambda: not Path(f"/proc/{first[0]}").exists(), 10.0), "the relay outlived its link"
+            assert await _until(_gone(first), 10.0), "the relay outlived its link"
             texts = [(await _on_the_second([scraper]))[0][1] for _ in range(6)]
             assert texts[-1] == _text(ports[0]), texts
             assert len(_relays(sshd)) == 1
@@ -208,14 +214,11 @@ async def test_the_relay_ends_on_the_host_when_its_link_is_cut_and_reading_resum
 async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> None:
     """Killed on the host (an OOM killer, a user): the reads it had been asked fail, no read hangs past its limit,
     and a later second starts another relay that reads on."""
-    async with _servers(_answer) as ports:
+    async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
+        scraper, first = await _first_relay(sshd, transport, ports[0])
         try:
-            assert (await scraper.read())[1] == _text(ports[0])
-            first = _relays(sshd)
-            assert len(first) == 1
-            await (await asyncio.create_subprocess_exec("kill", "-KILL", str(first[0]))).wait()
+            await (await asyncio.create_subprocess_exec("kill", "-KILL", str(first))).wait()
             texts = []
             for _ in range(3):
                 started = time.monotonic()
@@ -223,7 +226,7 @@ async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> No
                 assert time.monotonic() - started < 3.1
                 texts.append(text)
             assert texts[-1] == _text(ports[0]), texts
-            assert _relays(sshd) and _relays(sshd) != first
+            assert _relays(sshd) and _relays(sshd) != [first]
         finally:
             await _close(transport, [scraper])
 
@@ -231,17 +234,15 @@ async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> No
 async def test_a_relay_that_stops_answering_is_replaced(sshd: Sshd) -> None:
     """A relay that hangs (here: stopped) costs one read its time limit ("timed out"); it is ended on the host and a
     later second reads through a new one."""
-    async with _servers(_answer) as ports:
+    async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1")
+        scraper, first = await _first_relay(sshd, transport, ports[0])
         try:
-            assert (await scraper.read())[1] == _text(ports[0])
-            first = _relays(sshd)
-            await (await asyncio.create_subprocess_exec("kill", "-STOP", str(first[0]))).wait()
+            await (await asyncio.create_subprocess_exec("kill", "-STOP", str(first))).wait()
             said = [(await _on_the_second([scraper]))[0] for _ in range(3)]
             assert said[0][0].error == "timed out", said
             assert said[-1][1] == _text(ports[0]), said
-            assert await _until(lambda: not Path(f"/proc/{first[0]}").exists(), 5.0), "the stopped relay was left"
+            assert await _until(_gone(first), 5.0), "the stopped relay was left"
         finally:
             await _close(transport, [scraper])
 
@@ -254,7 +255,7 @@ async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_po
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """GPU hosts run old distributions: the relay is plain Python 3.6."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
-    async with _servers(_answer) as ports:
+    async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
         scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [ports[0], free_port]]
         try:
@@ -271,7 +272,7 @@ async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
     """A host whose PATH has no such interpreter (here: a name no host has): its runs are read as before, each over
     a channel of its own, and the relay is not tried again on every second."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", "python3-not-on-this-host")
-    async with _servers(_answer, _answer) as ports:
+    async with _servers(answer_port, answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
         scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in ports]
         started: list[str] = []
