@@ -34,7 +34,7 @@ Once every run is READY it prints one row per N (every column counts all N runs,
 - RSS of the app (MB), sockets it holds open (HTTP keep-alive to the servers, SSH connections on remote hosts)
 - ssh_conns: the app's TCP connections to the sshds (the target: one per SSH host); ssh_chans: SSH channels open
   on them, counted on the sshd side: forwarded TCP connections from the sshds to the servers (direct-tcpip) plus
-  processes running under the sshds' sessions (session channels: log tails, GPU pane, ...)
+  processes running under the sshds' sessions (session channels: log tails, GPU pane, the metrics relay, ...)
 - scrapes: /metrics reads the servers answered over the idle window; cpu_ms_per_scrape: the app's CPU over that
   window divided by them (everything the app did while idle, charged to the reads that drive it)
 - status --all: wall time of `specmon status --all` against the same state (s); status_down_s: the same once one
@@ -66,7 +66,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))
 from slurm_support import SlurmCluster, slurm_available, slurm_cluster  # noqa: E402
-from sshd_support import Sshd, sshd_available  # noqa: E402
+from sshd_support import Sshd, established, process_tree, socket_inodes, sshd_available  # noqa: E402
 from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds  # noqa: E402
 
 STUB = Path(__file__).resolve().parent / "fleet_stub.py"
@@ -109,63 +109,21 @@ def sockets(pid: int) -> int:
     return count
 
 
-def _socket_inodes(pid: int) -> set[str]:
-    inodes = set()
-    for fd in Path(f"/proc/{pid}/fd").iterdir():
-        try:
-            link = os.readlink(fd)
-        except OSError:
-            continue
-        if link.startswith("socket:["):
-            inodes.add(link[8:-1])
-    return inodes
-
-
-def _established() -> list[tuple[int, int, str]]:
-    """(local port, remote port, inode) of every established TCP connection on loopback (IPv4)."""
-    rows = []
-    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
-        fields = line.split()
-        if fields[3] == "01":
-            rows.append((int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16), fields[9]))
-    return rows
-
-
-def _children() -> dict[int, list[int]]:
-    tree: dict[int, list[int]] = {}
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            tree.setdefault(ppid, []).append(int(proc.name))
-    return tree
-
-
 def ssh_counts(app: int, sshds: list[Sshd], remote_ports: set[int]) -> tuple[int, int]:
     """(the app's connections to the sshds, SSH channels open on them), see the module's docstring."""
-    mine = _socket_inodes(app)
+    mine = socket_inodes(app)
     sshd_ports = {s.port for s in sshds}
-    tcp = _established()
+    tcp = established()
     conns = sum(remote in sshd_ports and inode in mine for _, remote, inode in tcp)
-    forwarded = sum(remote in remote_ports and inode not in mine for _, remote, inode in tcp)
-    tree = _children()
+    tree = process_tree()
     sessions = 0
-    for server in sshds:   # listener -> one sshd per connection -> (privsep child) -> one process per session
-        if server.proc is None:
-            continue
-        stack = list(tree.get(server.proc.pid, []))
-        while stack:
-            pid = stack.pop()
-            try:
-                comm = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:
-                continue
-            if comm.startswith("sshd"):
-                stack += tree.get(pid, [])
-            else:
-                sessions += 1
+    forwarding: set[str] = set()
+    for server in sshds:
+        processes, sockets = server.sessions(tree)
+        sessions += len(processes)
+        forwarding |= sockets
+    # A server's connection from a session's process (the metrics relay's) is no channel: its session is counted.
+    forwarded = sum(remote in remote_ports and inode in forwarding for _, remote, inode in tcp)
     return conns, forwarded + sessions
 
 
@@ -208,7 +166,7 @@ def slurm_for(jobs: int) -> Iterator[SlurmCluster | None]:
 
 def slurm_daemons_cpu(cluster: SlurmCluster) -> float:
     """CPU seconds so far of the cluster's daemons (slurmctld, slurmd, each job's slurmstepd, munged)."""
-    tree = _children()
+    tree = process_tree()
     stack, total = list(tree.get(cluster.process.pid, [])), 0.0
     while stack:
         pid = stack.pop()

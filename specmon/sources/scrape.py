@@ -39,7 +39,7 @@ class BadAnswer(Exception):
     """The peer did not answer in HTTP/1.1 as expected; the message says how."""
 
 
-def _too_large(size: int | None = None) -> BadAnswer:
+def too_large(size: int | None = None) -> BadAnswer:
     told = "" if size is None else f" ({size:,} bytes)"
     return BadAnswer(f"answer over {MAX_BODY >> 20} MiB{told}, not read")
 
@@ -54,6 +54,7 @@ class MetricsScraper:
         self.port = port
         self.addr = addr
         self.timeout_s = timeout_s
+        self.path = path
         self._request = f"GET {path} HTTP/1.1\r\nHost: {addr}:{port}\r\nAccept: text/plain\r\n\r\n".encode()
         self._streams: tuple[Any, Any] | None = None
         self._metrics = path == "/metrics"   # its answers are remembered for `answered_at`
@@ -106,7 +107,7 @@ class MetricsScraper:
         elif "content-length" in headers:
             length = int(headers["content-length"])
             if length > MAX_BODY:
-                raise _too_large(length)
+                raise too_large(length)
             if length < 0:
                 raise BadAnswer(f"Content-Length {length}")
             body = await reader.readexactly(length) if length else b""
@@ -144,7 +145,7 @@ async def _chunked(reader: Any) -> bytes:
             await reader.readuntil(b"\r\n")   # the empty trailer
             return bytes(body)
         if len(body) + size > MAX_BODY:
-            raise _too_large()
+            raise too_large()
         body += await reader.readexactly(size)
         await reader.readexactly(2)
 
@@ -154,5 +155,5 @@ async def _to_end(reader: Any) -> bytes:
     while block := await reader.read(_READ):
         body += block
         if len(body) > MAX_BODY:
-            raise _too_large()
+            raise too_large()
     return bytes(body)

@@ -544,6 +544,11 @@ class SSHTransport(Transport):
     def stream(self, command: str) -> OutputStream:
         return _SshStream(self, command)
 
+    def session(self, command: str, wait_s: float | None = None) -> _SshStream:
+        """A not-yet-started stream of `command` whose stdin stays open for `send` (a program kept running on the
+        host, as the metrics relay); its start waits up to `wait_s` (None: LINK_WAIT_S) for a link that is down."""
+        return _SshStream(self, command, keep_stdin=True, wait_s=wait_s)
+
     async def batch_run(self, script: str, timeout: float) -> bytes:
         """Through the host's helper shell (one session held for them: see `_HelperShell`), not a session each."""
         if self._helper is None:
@@ -606,10 +611,12 @@ class SSHTransport(Transport):
 class _SshStream(OutputStream):
     """`command`'s stdout over one exec session, held for the stream's life."""
 
-    def __init__(self, transport: SSHTransport, command: str, keep_stdin: bool = False) -> None:
+    def __init__(self, transport: SSHTransport, command: str, keep_stdin: bool = False,
+                 wait_s: float | None = None) -> None:
         self._t = transport
         self._command = command
         self._keep_stdin = keep_stdin   # the command reads what `send` writes (else its stdin ends at once)
+        self._wait_s = wait_s
         self._proc: asyncssh.SSHClientProcess[bytes] | None = None
         self._pgid = 0
         self._holding = False
@@ -618,7 +625,7 @@ class _SshStream(OutputStream):
         await self._t._sessions.acquire()
         self._holding = True
         try:
-            self._proc, self._pgid, _ = await self._t._process(self._command, None)
+            self._proc, self._pgid, _ = await self._t._process(self._command, self._wait_s)
             if not self._keep_stdin:
                 self._proc.stdin.write_eof()
         except BaseException:
@@ -681,7 +688,7 @@ class _HelperShell:
             try:
                 async with timelimit.timeout(timeout):
                     if self._stream is None:
-                        stream = _SshStream(self._t, "exec /bin/sh", keep_stdin=True)
+                        stream = self._t.session("exec /bin/sh")
                         await stream.start()
                         self._stream, self._buffer = stream, b""
                     # Its input is never the script's: a command that reads stdin would eat the next ones.

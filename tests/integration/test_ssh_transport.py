@@ -547,17 +547,12 @@ async def test_the_metrics_requests_of_one_second_leave_a_host_link_in_one_send(
     a quarter of the idle app's samples in those system calls (_SelectorSocketTransport.write under
     MetricsScraper._exchange). The packets written at one moment now leave in one send, and every read still gets
     its own whole answer, as soon as before."""
+    from test_metrics_relay import answer_port
+
     from specmon.sources.scrape import MetricsScraper
     from specmon.sources.transport import until_tick
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        port = writer.get_extra_info("sockname")[1]
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while await reader.readuntil(b"\r\n\r\n"):
-                body = f"sglang:num_running_reqs {port}\n".encode()
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
-
-    servers = [await asyncio.start_server(answer, "127.0.0.1", 0) for _ in range(4)]
+    servers = [await asyncio.start_server(answer_port, "127.0.0.1", 0) for _ in range(4)]
     ports = [s.sockets[0].getsockname()[1] for s in servers]
     transport = SSHTransport("gpu1", sshd.settings())
     scrapers = [MetricsScraper(transport, port) for port in ports]

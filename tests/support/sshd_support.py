@@ -48,6 +48,43 @@ def _keygen(path: Path) -> None:
                    check=True, stdin=subprocess.DEVNULL)
 
 
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process `pid` holds (empty when it is gone)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                link = os.readlink(fd)
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    return inodes
+
+
+def established() -> list[tuple[int, int, str]]:
+    """(local port, remote port, inode) of every established TCP connection on loopback (IPv4)."""
+    rows = []
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "01":
+            rows.append((int(fields[1].split(":")[1], 16), int(fields[2].split(":")[1], 16), fields[9]))
+    return rows
+
+
+def process_tree() -> dict[int, list[int]]:
+    """Every process's children, by parent pid."""
+    tree: dict[int, list[int]] = {}
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            tree.setdefault(ppid, []).append(int(proc.name))
+    return tree
+
+
 @dataclass
 class Sshd:
     dir: Path
@@ -158,6 +195,29 @@ class Sshd:
         if trust_port:
             with open(self.known_hosts, "a") as fh:
                 fh.write(f"[127.0.0.1]:{port} {self.host_key_line}\n")
+
+    def sessions(self, tree: dict[int, list[int]] | None = None) -> tuple[list[int], set[str]]:
+        """What this sshd serves now: the processes its sessions run (a command, a kept shell, the metrics relay;
+        sshd's own processes left out), and the sockets sshd's own processes hold (a direct-tcpip channel's
+        connection to a server is one of them)."""
+        tree = process_tree() if tree is None else tree
+        processes: list[int] = []
+        sockets: set[str] = set()
+        if self.proc is None:
+            return processes, sockets
+        stack = list(tree.get(self.proc.pid, []))   # listener -> one sshd per connection -> (privsep child) -> sessions
+        while stack:
+            pid = stack.pop()
+            try:
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm.startswith("sshd"):
+                stack += tree.get(pid, [])
+                sockets |= socket_inodes(pid)
+            else:
+                processes.append(pid)
+        return processes, sockets
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

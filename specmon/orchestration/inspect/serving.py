@@ -40,6 +40,7 @@ from specmon.orchestration.runs.reconciler import process_ended
 from specmon.orchestration.runs.view import RunView
 from specmon.orchestration.runs.watcher import run_notify
 from specmon.sources import timelimit
+from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
 
@@ -65,8 +66,8 @@ async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float)
 
 def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsScraper:
     """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node)."""
-    return MetricsScraper(manager.ops(view.host).transport, view.port, timeout_s=max(2.0, interval * 2),
-                          addr=view.server_addr or "127.0.0.1")
+    return metrics_scraper(manager.ops(view.host).transport, view.port, max(2.0, interval * 2),
+                           view.server_addr or "127.0.0.1")
 
 
 async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDING_GRACE_S) -> bool:

@@ -31,6 +31,7 @@ from specmon.orchestration.runs.view import LogLine, RunView
 from specmon.sources import timelimit
 from specmon.sources.health import ProbeResult, ServerProbe, poll, probe_of
 from specmon.sources.hostshell import HostOps
+from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MetricsScraper, answered_at
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
 from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
@@ -307,11 +308,11 @@ class RunWatcher:
         if old is not None:
             await old.aclose()
         # The health path is read every few seconds for as long as the run lives: by the lean kept-alive reader
-        # (httpx costs about ten times its CPU a request, and eight ready runs are read at once).
+        # (httpx costs about ten times its CPU a request, and eight ready runs are read at once); over SSH through the
+        # host's metrics relay, as the serving view's reads, not over a channel of its own.
         path = self.record.health_path
-        old_reader, self._health_reader = self._health_reader, MetricsScraper(
-            self.ops.transport, self.record.port, timeout_s=5.0, path=path if path.startswith("/") else "/" + path,
-            addr=addr or "127.0.0.1")
+        old_reader, self._health_reader = self._health_reader, metrics_scraper(
+            self.ops.transport, self.record.port, 5.0, addr or "127.0.0.1", path if path.startswith("/") else "/" + path)
         if old_reader is not None:
             await old_reader.aclose()
         self._reachable.set()

@@ -1,0 +1,293 @@
+"""Issue 37: the /metrics of an SSH host's runs are read through one relay kept running on that host (a python3
+program on one session of the host's connection), all of a second's reads in one batch, instead of one direct-tcpip
+channel per run. Against the real loopback sshd and real HTTP servers: what a user sees of each read must not change
+(200 and its text, "timed out", "connection refused", an answer too large), a hung server must not hold up the
+others, nothing of the relay may stay on the host, and a host without python3 is still read."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import glob
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+
+import pytest
+from sshd_support import Relay, Sshd, established
+
+from specmon.sources import relayread
+from specmon.sources.health import ProbeResult
+from specmon.sources.relayread import metrics_scraper
+from specmon.sources.scrape import MAX_BODY, MetricsScraper
+from specmon.sources.ssh import SSHTransport
+
+pytestmark = pytest.mark.slow   # real servers and a real sshd
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def answer_port(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answers each GET with a /metrics line that names the server's port."""
+    port = writer.get_extra_info("sockname")[1]
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        while await reader.readuntil(b"\r\n\r\n"):
+            body = f"sglang:num_running_reqs {port}\n".encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.read()   # accepts, reads the request, says nothing
+
+
+async def _too_large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
+        await reader.read()
+
+
+@contextlib.asynccontextmanager
+async def _servers(*handlers: Handler) -> AsyncIterator[list[int]]:
+    """Servers on loopback ports; on leaving, their connections are given a few seconds to end (a relay ends a moment
+    after its link) and then cut."""
+    live: set[asyncio.Future[None]] = set()
+
+    def served(handler: Handler) -> Handler:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.ensure_future(handler(reader, writer))
+            live.add(task)
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            live.discard(task)
+            writer.close()
+        return serve
+
+    servers = [await asyncio.start_server(served(handler), "127.0.0.1", 0) for handler in handlers]
+    try:
+        yield [s.sockets[0].getsockname()[1] for s in servers]
+    finally:
+        for server in servers:
+            server.close()
+        if live:
+            await asyncio.wait(live, timeout=5.0)
+        for task in live:
+            task.cancel()
+
+
+def _text(port: int) -> str:
+    return f"sglang:num_running_reqs {port}\n"
+
+
+def _relays(sshd: Sshd) -> list[int]:
+    """The metrics relays running under the sshd (its sessions' processes that run the relay's program)."""
+    return [pid for pid in sshd.sessions()[0] if b"specmon-relay" in _cmdline(pid)]
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _channels_to(sshd: Sshd, ports: list[int]) -> int:
+    """Connections to these servers that the sshd itself holds: one per direct-tcpip channel."""
+    sockets = sshd.sessions()[1]
+    return sum(remote in ports and inode in sockets for _, remote, inode in established())
+
+
+async def _until(check: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.1)
+    return True
+
+
+async def _on_the_second(scrapers: list[MetricsScraper]) -> list[tuple[ProbeResult, str | None]]:
+    """Every scraper's read, begun together on the shared second as the serving view's readers are."""
+    await asyncio.sleep(1.0 - time.monotonic() % 1.0)
+    return await asyncio.gather(*(scraper.read() for scraper in scrapers))
+
+
+async def _first_relay(sshd: Sshd, transport: SSHTransport, port: int) -> tuple[MetricsScraper, int]:
+    """A reader of `port` on the sshd's host, read once (through the relay it started), and that relay's pid."""
+    scraper = metrics_scraper(transport, port, 2.0, "127.0.0.1")
+    assert (await scraper.read())[1] == _text(port)
+    relays = _relays(sshd)
+    assert len(relays) == 1
+    return scraper, relays[0]
+
+
+def _gone(pid: int) -> Callable[[], bool]:
+    return lambda: not Path(f"/proc/{pid}").exists()
+
+
+async def _close(transport: SSHTransport, scrapers: list[MetricsScraper]) -> None:
+    for scraper in scrapers:
+        await scraper.aclose()
+    await transport.close()
+
+
+async def test_a_hosts_runs_are_read_through_one_relay_not_a_channel_each(sshd: Sshd) -> None:
+    """Four runs on one host: one relay on it reads them all, each over its own kept-alive connection; the sshd
+    forwards no connection to any of them (before: a direct-tcpip channel per run, each read its own packets)."""
+    async with _servers(answer_port, answer_port, answer_port, answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in ports]
+        try:
+            for _ in range(3):
+                answers = await _on_the_second(scrapers)
+                assert [(r.status, text) for r, text in answers] == [(200, _text(port)) for port in ports]
+            assert len(_relays(sshd)) == 1, "one relay reads the host's servers"
+            assert _channels_to(sshd, ports) == 0, "the sshd forwards a channel per run"
+        finally:
+            await _close(transport, scrapers)
+
+
+async def test_a_server_that_never_answers_times_out_while_the_hosts_others_answer_every_second(
+        sshd: Sshd, free_port: int) -> None:
+    """On one host: a server that accepts and never answers reads "timed out" (within its time limit), a port where
+    nothing listens "connection refused", an answer over MAX_BODY its reason, while the host's healthy servers
+    answer every second, each within a few tens of ms of the second."""
+    async with _servers(answer_port, answer_port, _never_answer, _too_large) as ports:
+        good, hung, large = ports[:2], ports[2], ports[3]
+        transport = SSHTransport("gpu1", sshd.settings())
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [*ports, free_port]]
+        late: list[float] = []
+        said: dict[int, list[str | None]] = {}
+
+        async def reader(scraper: MetricsScraper) -> None:
+            while True:
+                await asyncio.sleep(1.0 - time.monotonic() % 1.0)
+                result, text = await scraper.read()
+                said.setdefault(scraper.port, []).append(text if result.status == 200 else result.error)
+                if scraper.port in good:
+                    late.append(time.monotonic() % 1.0)
+
+        try:
+            assert (await scrapers[0].read())[0].status == 200   # the relay has started
+            readers = [asyncio.create_task(reader(scraper)) for scraper in scrapers]
+            await asyncio.sleep(4.5)
+            for task in readers:
+                task.cancel()
+            await asyncio.gather(*readers, return_exceptions=True)
+        finally:
+            await _close(transport, scrapers)
+        for port in good:
+            assert said[port][:4] == [_text(port)] * 4, said[port]
+        assert said[hung] and set(said[hung]) == {"timed out"}, said[hung]
+        assert said[free_port][:4] == ["connection refused"] * 4, said[free_port]
+        assert said[large][0] == f"answer over {MAX_BODY >> 20} MiB ({MAX_BODY + 1:,} bytes), not read", said[large]
+        assert max(late) < 0.25, f"a healthy server's answer came {max(late):.3f} s after its second"
+
+
+async def test_the_relay_ends_on_the_host_when_the_app_closes_its_link(sshd: Sshd) -> None:
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper, relay = await _first_relay(sshd, transport, ports[0])
+        await _close(transport, [scraper])
+        assert await _until(_gone(relay), 5.0), "the relay outlived the link"
+
+
+async def test_the_relay_ends_on_the_host_when_its_link_is_cut_and_reading_resumes_after(sshd: Sshd) -> None:
+    """The link reset under the app (a network drop): the relay ends on the host, and once the link is back a new
+    relay reads on."""
+    cut = await Relay(sshd.port).start()
+    sshd.add_alias("relay-cut", cut.port)
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("relay-cut", sshd.settings(keepalive_s=1.0, connect_timeout_s=3.0), backoff_cap_s=2.0)
+        scraper, first = await _first_relay(sshd, transport, ports[0])
+        try:
+            cut.reset()
+            assert await _until(_gone(first), 10.0), "the relay outlived its link"
+            texts = [(await _on_the_second([scraper]))[0][1] for _ in range(6)]
+            assert texts[-1] == _text(ports[0]), texts
+            assert len(_relays(sshd)) == 1
+        finally:
+            await _close(transport, [scraper])
+            await cut.close()
+
+
+async def test_a_relay_that_dies_is_replaced_on_a_later_second(sshd: Sshd) -> None:
+    """Killed on the host (an OOM killer, a user): the reads it had been asked fail, no read hangs past its limit,
+    and a later second starts another relay that reads on."""
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper, first = await _first_relay(sshd, transport, ports[0])
+        try:
+            await (await asyncio.create_subprocess_exec("kill", "-KILL", str(first))).wait()
+            texts = []
+            for _ in range(3):
+                started = time.monotonic()
+                result, text = (await _on_the_second([scraper]))[0]
+                assert time.monotonic() - started < 3.1
+                texts.append(text)
+            assert texts[-1] == _text(ports[0]), texts
+            assert _relays(sshd) and _relays(sshd) != [first]
+        finally:
+            await _close(transport, [scraper])
+
+
+async def test_a_relay_that_stops_answering_is_replaced(sshd: Sshd) -> None:
+    """A relay that hangs (here: stopped) costs one read its time limit ("timed out"); it is ended on the host and a
+    later second reads through a new one."""
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper, first = await _first_relay(sshd, transport, ports[0])
+        try:
+            await (await asyncio.create_subprocess_exec("kill", "-STOP", str(first))).wait()
+            said = [(await _on_the_second([scraper]))[0] for _ in range(3)]
+            assert said[0][0].error == "timed out", said
+            assert said[-1][1] == _text(ports[0]), said
+            assert await _until(_gone(first), 5.0), "the stopped relay was left"
+        finally:
+            await _close(transport, [scraper])
+
+
+OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3") + glob.glob("/usr/bin/python3.6"))
+
+
+@pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.6 on this machine")
+async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_port: int,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPU hosts run old distributions: the relay is plain Python 3.6."""
+    monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [ports[0], free_port]]
+        try:
+            answers = await _on_the_second(scrapers)
+            assert [(r.status, r.error, text) for r, text in answers] == \
+                [(200, None, _text(ports[0])), (None, "connection refused", None)]
+            assert len(_relays(sshd)) == 1 and _channels_to(sshd, ports) == 0
+        finally:
+            await _close(transport, scrapers)
+
+
+async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
+        sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A host whose PATH has no such interpreter (here: a name no host has): its runs are read as before, each over
+    a channel of its own, and the relay is not tried again on every second."""
+    monkeypatch.setattr(relayread, "RELAY_PYTHON", "python3-not-on-this-host")
+    async with _servers(answer_port, answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in ports]
+        started: list[str] = []
+        session = transport.session
+
+        def counted(command: str, wait_s: float | None = None) -> object:
+            started.append(command)
+            return session(command, wait_s)
+
+        monkeypatch.setattr(transport, "session", counted)
+        try:
+            for _ in range(3):
+                answers = await _on_the_second(scrapers)
+                assert [(r.status, text) for r, text in answers] == [(200, _text(port)) for port in ports]
+            assert _channels_to(sshd, ports) == 2
+            assert len(started) == 1, started
+        finally:
+            await _close(transport, scrapers)
