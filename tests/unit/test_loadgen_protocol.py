@@ -3,6 +3,12 @@ and a line that is no message is refused in one line saying what is wrong with i
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import random
+import sys
+
 import pytest
 
 from specmon.loadgen.protocol import (
@@ -62,6 +68,46 @@ def test_a_level_comes_back_as_the_results_file_holds_it() -> None:
 def test_a_record_line_is_the_records_file_line() -> None:
     """Records travel from a part to its coordinator as the very line the records file holds: no "type", no copy."""
     assert b'"type"' not in encode(RECORD)
+
+
+HOSTILE = ['quote " backslash \\ slash /', "new\nline\ttab\r\x00\x1f\x7f", "\u2028\u2029 é 漢字 \U0001F600",
+           "\ud800 lone surrogate", "</script>", "", "null", "NaN"]
+ODD_FLOATS = [math.nan, math.inf, -math.inf, -0.0, 0.0, 5e-324, 1e-7, 0.1 + 0.2, 2.5e-7, 1e16, 1e22, -1e300,
+              sys.float_info.max, 123456.0000005, 0.0000005, 0.0000015]
+
+
+def _as_json_reads_it(line: bytes) -> str:
+    """What json reads from a line, written back (types kept: 1, 1.0 and true differ; NaN is NaN)."""
+    return json.dumps(json.loads(line), sort_keys=True)
+
+
+def _records() -> list[RequestRecord]:
+    """Records as the generator makes them, and records holding what json has to escape or spell out itself."""
+    usual = dataclasses.replace(RECORD, concurrency=0, status=200, rate=500.0, late_ms=0.1234567,
+                                itl_us=tuple(range(10_000, 10_015)))
+    out = [RECORD, usual, dataclasses.replace(usual, rate=None, late_ms=None), dataclasses.replace(usual, warmup=True),
+           dataclasses.replace(usual, queued_ms=3.25), dataclasses.replace(usual, status=None, output_tokens=None),
+           dataclasses.replace(usual, ok=False, error="timeout", detail="no data", ttft_ms=None, e2e_ms=None),
+           dataclasses.replace(usual, itl_us=(True, 2)), dataclasses.replace(usual, itl_us=(1.5, math.nan)),
+           dataclasses.replace(usual, itl_us=()), dataclasses.replace(usual, rate=500)]
+    out += [dataclasses.replace(usual, category=text) for text in HOSTILE]
+    out += [dataclasses.replace(usual, ok=False, error=text, detail=text) for text in HOSTILE]
+    for name in ("start_s", "end_s", "ttft_ms", "e2e_ms", "rate", "late_ms", "queued_ms"):
+        out += [dataclasses.replace(usual, **{name: x}) for x in ODD_FLOATS]
+    rng = random.Random(7)
+    for _ in range(2000):   # any float's rounding: 5 decimal orders either side of the rounded digit, and far out
+        x = rng.uniform(-1, 1) * 10 ** rng.uniform(-12, 12)
+        out.append(dataclasses.replace(usual, start_s=x, end_s=-x, ttft_ms=x, e2e_ms=x * 7, late_ms=x / 3))
+    return out
+
+
+def test_a_record_line_reads_back_as_what_json_writes_for_it() -> None:
+    """The records file holds the values json.dumps would have written: every string escaped as json does, every
+    number rounded as to_dict rounds it, non-finite floats spelled as json spells them."""
+    for r in _records():
+        line = encode(r)
+        assert line.endswith(b"\n") and line.count(b"\n") == 1
+        assert _as_json_reads_it(line) == _as_json_reads_it(json.dumps(r.to_dict()).encode()), r
 
 
 @pytest.mark.parametrize(("line", "says"), [

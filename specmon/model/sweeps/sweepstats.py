@@ -69,12 +69,15 @@ TTFT_GROWTH_BOUND = 2.0
 TTFT_GROWTH_MIN_MS = 50.0
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RequestRecord:
     """One request as the load generator saw it. Written one JSON line per request to the records file.
 
     Times are seconds since the level started (start_s, end_s) or milliseconds (ttft_ms, e2e_ms);
     itl_us are the gaps between text-carrying chunks in microseconds.
+
+    Nothing changes a record once made, but it is not a frozen dataclass: the load generator makes one a request,
+    and a frozen one's __init__ (a call to object.__setattr__ a field) took 2.5 us against 0.6 (measured).
     """
 
     concurrency: int
