@@ -22,12 +22,15 @@ import time
 import weakref
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from specmon.sources import timelimit
+from specmon.sources.local import LocalTransport
 from specmon.sources.scrape import MAX_BODY, BadAnswer, MetricsScraper, too_large
-from specmon.sources.ssh import SSHTransport, _SshStream
 from specmon.sources.transport import Transport, TransportError
+
+if TYPE_CHECKING:   # at run time imported only where a host is reached over SSH (see `_relay_of`)
+    from specmon.sources.ssh import SSHTransport, _SshStream
 
 PROGRAM = (Path(__file__).parent / "metricsrelay.py").read_text(encoding="utf-8")
 HELLO = b"specmon-relay 1\n"
@@ -227,9 +230,22 @@ def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str
                     path: str = "/metrics") -> MetricsScraper:
     """The reader of a server's /metrics (or its health `path`) as its host reaches it: through the host's relay over
     SSH, else directly."""
-    if not isinstance(transport, SSHTransport):
+    relay = _relay_of(transport)
+    if relay is None:
         return MetricsScraper(transport, port, timeout_s, path, addr)
+    return RelayedScraper(relay, port, timeout_s, addr, path)
+
+
+def _relay_of(transport: Transport) -> MetricsRelay | None:
+    """The relay of an SSH host's transport; None for any other. The SSH module (and asyncssh, a large import) is
+    loaded here, for a transport that is not local, never with this module: a command that reads no server over SSH
+    (`specmon profiles`, the TUI on local runs) must not pay for it."""
+    if isinstance(transport, LocalTransport):
+        return None
+    from specmon.sources.ssh import SSHTransport
+    if not isinstance(transport, SSHTransport):
+        return None
     relay = _RELAYS.get(transport)
     if relay is None:
         relay = _RELAYS[transport] = MetricsRelay(transport)
-    return RelayedScraper(relay, port, timeout_s, addr, path)
+    return relay
