@@ -20,14 +20,13 @@ import re
 import shlex
 import time
 import weakref
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from specmon.sources import timelimit
 from specmon.sources.local import LocalTransport
 from specmon.sources.scrape import MAX_BODY, BadAnswer, MetricsScraper, too_large
-from specmon.sources.transport import Transport, TransportError
+from specmon.sources.transport import Transport, TransportError, run_held
 
 if TYPE_CHECKING:   # at run time imported only where a host is reached over SSH (see `_relay_of`)
     from specmon.sources.ssh import SSHTransport, _SshStream
@@ -105,11 +104,11 @@ class MetricsRelay:
         the next read start another."""
         session, self._session = self._session, None
         if session is not None:
-            _spawn(session.aclose())
+            run_held(session.aclose())
 
     def _send_asks(self) -> None:
         asks, self._asks = self._asks, []
-        _spawn(self._deliver(asks))
+        run_held(self._deliver(asks))
 
     async def _deliver(self, asks: list[tuple[int, bytes, asyncio.Future[Answer]]]) -> None:
         try:
@@ -137,7 +136,7 @@ class MetricsRelay:
                     await session.aclose()
                     raise
                 self._session = session
-                _spawn(self._read(session, bytearray(rest)))
+                run_held(self._read(session, bytearray(rest)))
             return self._session
 
     async def _hello(self, session: _SshStream) -> bytes:
@@ -188,14 +187,6 @@ class MetricsRelay:
             del buffer[:size]
 
 
-_RUNNING: set[asyncio.Task[None]] = set()   # the relays' deliveries, readers and ends, held until done
-
-
-def _spawn(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` as a task held until it is done (the loop keeps only weak references to its tasks)."""
-    task = asyncio.get_running_loop().create_task(work)
-    task.add_done_callback(_RUNNING.discard)
-    _RUNNING.add(task)
 _RELAYS: weakref.WeakKeyDictionary[SSHTransport, MetricsRelay] = weakref.WeakKeyDictionary()
 
 

@@ -34,7 +34,7 @@ import secrets
 import shlex
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
@@ -200,8 +200,9 @@ class OutputStream(ABC):
 _RUNNING: set[asyncio.Task[None]] = set()
 
 
-def _keep(task: asyncio.Task[None]) -> None:
-    """Hold a task until it is done (the loop keeps only weak references)."""
+def run_held(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` as a task held until it is done (the loop keeps only weak references to its tasks)."""
+    task = asyncio.get_running_loop().create_task(work)
     _RUNNING.add(task)
     task.add_done_callback(_RUNNING.discard)
 
@@ -306,7 +307,7 @@ class Transport(ABC):
     def _send_asks(self) -> None:
         asks, self._asks = self._asks, None
         if asks is not None:
-            _keep(asyncio.get_running_loop().create_task(self._ask_all(asks)))
+            run_held(self._ask_all(asks))
 
     async def _ask_all(self, asks: _Asks) -> None:
         """One command for every look and file read of `asks`, each answer told apart by a random token (a look's
