@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from pathlib import Path
 
 import pytest
@@ -88,9 +89,15 @@ async def test_the_reads_of_one_loop_turn_reach_the_app_as_one_message_and_every
         await asyncio.sleep(0)
         await pilot.pause(0.5)
         assert len(posted) == 1, f"{len(posted)} messages for the reads of one loop turn"
+        # The selected card grows by a line for its figures, drawn in a later frame: on a loaded box (CI beside other
+        # work) that frame came after the 0.5 s above. Wait for it, with a guard, not for a fixed time.
+        shown = [f"1{i:03d} tok/s" for i in range(3)]
+        deadline = time.monotonic() + 30.0
+        while not all(s in screen_text(app) for s in shown) and time.monotonic() < deadline:
+            await pilot.pause(0.05)
         text = screen_text(app)
-        for i in range(3):
-            assert f"1{i:03d} tok/s" in text, text
+        for s in shown:
+            assert s in text, text
         assert "llama-02: waiting 31 s" in [str(n.message) for n in app._notifications]
 
 
