@@ -12,8 +12,8 @@ and, before the asks that name it, a set of line starts, once for this relay:
 
     keep KEEP NAME...
 
-An ok body asked with KEEP is cut to its lines (split at "\n") that start with one of the set's NAMEs, joined by
-"\n": the app parses only those (`parse_metrics`: the lines found after a newline), and a real server's answer is
+An ok body asked with KEEP is cut to its lines (split at "\n") that start with one of the set's NAMEs, each ended
+by "\n": the app parses only those (`parse_metrics`: the lines found after a newline), and a real server's answer is
 tens of kB of histogram buckets and help lines that would cross the link every second to be thrown away. The
 size limit (MAX_BODY, "large") is the whole answer's. A KEEP this relay was not told of (it restarted) keeps all.
 
@@ -86,7 +86,7 @@ def lines_starting(names: "list[str]") -> "re.Pattern[bytes]":
 
 
 def kept_lines(body: bytes, keep: "re.Pattern[bytes]") -> bytes:
-    return b"\n".join(keep.findall(b"\n" + body))
+    return b"".join(line + b"\n" for line in keep.findall(b"\n" + body))
 
 
 def frame(ask_id: int, kind: str, status: int = 0, body: bytes = b"") -> bytes:

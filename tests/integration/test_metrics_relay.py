@@ -280,11 +280,11 @@ OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3") + glob.
 @pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.6 on this machine")
 async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_port: int,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """GPU hosts run old distributions: the relay is plain Python 3.6."""
+    """GPU hosts run old distributions: the relay is plain Python 3.6 (the serving view's cut answers too)."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
     async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [ports[0], free_port]]
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1", keep=FAMILIES) for port in [ports[0], free_port]]
         try:
             answers = await _on_the_second(scrapers)
             assert [(r.status, r.error, text) for r, text in answers] == \
