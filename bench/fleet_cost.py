@@ -1,11 +1,13 @@
 """What specmon costs as the fleet grows: N ready runs, each /metrics read at 1 Hz, the GPU pane on 8 GPUs.
 
     python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--slurm-runs K] [--size 160x48] [--idle-s 15]
-                                [--keys 50] [--py-spy DIR]
+                                [--keys 50] [--py-spy DIR] [--real-body]
 
 For each N the TUI (in a real pty, as bench/tui_cost.py runs it) launches N runs of `bench/fleet_stub.py` (one
 light stdlib process per run: SGLang's ready lines, /health, /metrics, one-token completions; N real `specmon sim`
-processes would load this box more than the app does), `metrics_interval_s = 1`, with the stand-in
+processes would load this box more than the app does; with --real-body each stub's /metrics also carries the rest
+of a real SGLang capture, REAL_BODY: 10 kB of histograms and help lines, as a real server's answer is tens of kB,
+where the stub's own is 1.5 kB), `metrics_interval_s = 1`, with the stand-in
 `tests/fixtures/gpu/fake-nvidia-smi` (8 GPUs) answering the GPU pane at 1 Hz. Where the runs are placed:
 
 - Slurm: the last K runs (--slurm-runs, default N/8, at least one; 0: none) are Slurm jobs. A real single-node
@@ -70,6 +72,7 @@ from sshd_support import Sshd, established, process_tree, socket_inodes, sshd_av
 from tui_cost import CHILD, FAKE_SMI, Terminal, answers, cpu_seconds  # noqa: E402
 
 STUB = Path(__file__).resolve().parent / "fleet_stub.py"
+REAL_BODY = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "metrics" / "sglang-llama31-8b-production-metrics.prom"
 CONNECT_TIMEOUT_S = 3
 
 
@@ -183,11 +186,12 @@ def reaped_cpu(pid: int) -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def profile_table(name: str, host: str, port: int, work: Path) -> str:
+def profile_table(name: str, host: str, port: int, work: Path, stub_args: tuple[str, ...]) -> str:
     """The profile of one stub run on `host` ("slurm": a Slurm job submitted on this machine)."""
+    extra = "".join(f", {json.dumps(arg)}" for arg in stub_args)
     table = (f'[profiles.{name}]\nhost = "{"local" if host == "slurm" else host}"\nport = {port}\n'
              f'metrics_interval_s = 1\ncommand = [{json.dumps(sys.executable)}, {json.dumps(str(STUB))}, '
-             f'"--port", "{port}", "--count-to", {json.dumps(str(work / "scrapes" / str(port)))}]\n')
+             f'"--port", "{port}", "--count-to", {json.dumps(str(work / "scrapes" / str(port)))}{extra}]\n')
     return table + (f'\n[profiles.{name}.slurm]\ntime = "120"\n' if host == "slurm" else "")
 
 
@@ -221,13 +225,13 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
 
 
 def one(n: int, hosts: int, slurm_runs: int, cols: int, rows: int, idle_s: float, keys: int,
-        py_spy: Path | None = None) -> dict[str, float]:
+        py_spy: Path | None = None, stub_args: tuple[str, ...] = ()) -> dict[str, float]:
     with slurm_for(slurm_runs) as cluster:
-        return fleet(n, hosts, cluster, slurm_runs, cols, rows, idle_s, keys, py_spy)
+        return fleet(n, hosts, cluster, slurm_runs, cols, rows, idle_s, keys, py_spy, stub_args)
 
 
 def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, cols: int, rows: int, idle_s: float,
-          keys: int, py_spy: Path | None) -> dict[str, float]:
+          keys: int, py_spy: Path | None, stub_args: tuple[str, ...]) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
     (work / "bin").mkdir()
     (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
@@ -238,7 +242,7 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
     names = ["local", *(f"h{i:02d}" for i in range(1, hosts))]
     placed = [names[i % hosts] for i in range(n - slurm_runs)] + ["slurm"] * slurm_runs
     remote_ports = {port for port, host in zip(ports, placed, strict=True) if host not in ("local", "slurm")}
-    profiles = [ssh_table.read_text()] + [profile_table(f"r{i:03d}", host, port, work)
+    profiles = [ssh_table.read_text()] + [profile_table(f"r{i:03d}", host, port, work, stub_args)
                                           for i, (port, host) in enumerate(zip(ports, placed, strict=True))]
     config = work / "profiles.toml"
     config.write_text("\n".join(profiles))
@@ -347,6 +351,8 @@ def main() -> int:
                         help="runs that are Slurm jobs on a test cluster (default N/8, at least 1; 0: none)")
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="after each idle window, py-spy the idle app as long again into DIR/fleet-N.txt")
+    parser.add_argument("--real-body", action="store_true",
+                        help="each stub's /metrics goes on with the rest of a real SGLang capture (tens of kB as real)")
     args = parser.parse_args()
     if args.hosts > 1 and (reason := sshd_available()):
         raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
@@ -361,7 +367,8 @@ def main() -> int:
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
         k = max(1, n // 8) if args.slurm_runs is None else min(n, args.slurm_runs)
-        row = one(n, args.hosts, k, cols, rows, args.idle_s, args.keys, args.py_spy)
+        row = one(n, args.hosts, k, cols, rows, args.idle_s, args.keys, args.py_spy,
+                  ("--real-body", str(REAL_BODY)) if args.real_body else ())
         print(" | ".join(f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for k in head), flush=True)
     print(f"terminal {cols}x{rows}; {os.cpu_count()} cores; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -1,11 +1,13 @@
 """A light stand-in for one ready SGLang server, for bench/fleet_cost.py (stdlib only, about 10 MB and no CPU idle).
 
-    python3 bench/fleet_stub.py --port PORT [--count-to FILE]
+    python3 bench/fleet_stub.py --port PORT [--count-to FILE] [--real-body CAPTURE]
 
 Prints SGLang's ready lines, then answers /health, /v1/models, /get_model_info, /server_info, /metrics (SGLang's
 gauge and counter names, values that move with the clock) and one-token /v1/completions. A fleet of 128 real
 `specmon sim` processes would cost the benchmark's 2-core box more than the app being measured. With --count-to,
-FILE always holds how many /metrics reads it has answered.
+FILE always holds how many /metrics reads it has answered. With --real-body, its /metrics answer goes on with the rest
+of a real server's capture (its histograms, help and type lines, less the families the stub answers itself, so no
+series is doubled): a real answer's size and shape, where the stub's own is 1.5 kB.
 """
 
 from __future__ import annotations
@@ -16,6 +18,11 @@ import sys
 import time
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
+
+
+OWN = ("sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:gen_throughput",
+       "sglang:max_total_num_tokens", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+       "sglang:num_requests_total")
 
 
 def metrics() -> bytes:
@@ -29,9 +36,19 @@ def metrics() -> bytes:
     out = []
     for name, kind, value in rows:
         out += [f"# HELP {name} {name}", f"# TYPE {name} {kind}", f"{name}{{{labels}}} {float(value)!r}"]
-    return ("\n".join(out) + "\n").encode()
+    return ("\n".join(out) + "\n").encode() + REST[0]
 
 
+def rest_of(capture: str) -> bytes:
+    """The lines of a real capture whose family the stub does not answer itself (samples, and help and type lines)."""
+    def family(line: str) -> str:
+        words = line.split()
+        return words[2] if line.startswith("#") and len(words) > 2 else line.split("{", 1)[0].split(" ", 1)[0]
+    with open(capture) as fh:
+        return "".join(line for line in fh if family(line) not in OWN).encode()
+
+
+REST = [b""]
 COUNT_TO: list[str] = []
 SCRAPES = [0]
 
@@ -92,6 +109,8 @@ async def main(port: int) -> None:
 if __name__ == "__main__":
     if "--count-to" in sys.argv:
         COUNT_TO.append(sys.argv[sys.argv.index("--count-to") + 1])
+    if "--real-body" in sys.argv:
+        REST[0] = rest_of(sys.argv[sys.argv.index("--real-body") + 1])
     try:
         asyncio.run(main(int(sys.argv[sys.argv.index("--port") + 1])))
     except KeyboardInterrupt:

@@ -6,12 +6,21 @@ sent (`relayread`).
 
 It reads asks on stdin, one line each, several in one write:
 
-    ID ADDR PORT TIMEOUT_MS PATH
+    ID ADDR PORT TIMEOUT_MS PATH [KEEP]
 
-and answers each on stdout as a line `ID KIND STATUS LENGTH` followed by LENGTH bytes, KIND being one of:
+and, before the asks that name it, a set of line starts, once for this relay:
+
+    keep KEEP NAME...
+
+An ok body asked with KEEP is cut to its lines (split at "\n") that start with one of the set's NAMEs, each ended
+by "\n": the app parses only those (`parse_metrics`: the lines found after a newline), and a real server's answer is
+tens of kB of histogram buckets and help lines that would cross the link every second to be thrown away. The
+size limit (MAX_BODY, "large") is the whole answer's. A KEEP this relay was not told of (it restarted) keeps all.
+
+It answers each on stdout as a line `ID KIND STATUS LENGTH` followed by LENGTH bytes, KIND being one of:
 ok (STATUS and the body), refused, timeout, large (STATUS: the announced size, or -1 when it had none), bad (the body
 says how the answer was not HTTP/1.x) or error (the body: the exception's type name). Its first line is
-`specmon-relay 1`: it started.
+`specmon-relay 2`: it started.
 
 Each ADDR PORT has its own thread and its own kept-alive connection: a server that accepts and never answers holds
 up only its own reads. Answers that are ready together leave in one write; the first one waits for the others at
@@ -21,13 +30,15 @@ most LINGER_S. It ends when its stdin ends (the app left, or its link died): not
 import http.client
 import os
 import queue
+import re
 import socket
 import sys
 import threading
 import time
 
-HELLO = b"specmon-relay 1\n"
-MAX_BODY = int(sys.argv[1]) if len(sys.argv) > 1 else 4 << 20
+HELLO = b"specmon-relay 2\n"
+# Read only when run as the relay (`-c`): tests import this file for `lines_starting` and `kept_lines`.
+MAX_BODY = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 4 << 20
 LINGER_S = 0.02   # how long a ready answer waits for the others of its batch: one write for a whole host's second
 IDLE_S = 60.0     # a server not asked for this long (its run ended) gives up its thread and connection
 
@@ -68,6 +79,16 @@ class Answers:
                 os._exit(0)
 
 
+def lines_starting(names: "list[str]") -> "re.Pattern[bytes]":
+    """The lines that start with one of `names`, found as the app finds them (`_lines_starting`) in a body with a
+    newline put before it: a CRLF line's carriage return stays on it, a line that starts with a space is not one."""
+    return re.compile(b"\n((?:" + b"|".join(re.escape(name.encode("ascii")) for name in sorted(names)) + b")[^\n]*)")
+
+
+def kept_lines(body: bytes, keep: "re.Pattern[bytes]") -> bytes:
+    return b"".join(line + b"\n" for line in keep.findall(b"\n" + body))
+
+
 def frame(ask_id: int, kind: str, status: int = 0, body: bytes = b"") -> bytes:
     return b"%d %s %d %d\n" % (ask_id, kind.encode(), status, len(body)) + body
 
@@ -78,7 +99,7 @@ class Target(threading.Thread):
     def __init__(self, addr: str, port: int, answers: Answers, targets: "Targets") -> None:
         super().__init__(daemon=True)
         self.key = (addr, port)
-        self.asks = queue.Queue()  # type: queue.Queue[tuple[int, float, str]]
+        self.asks = queue.Queue()  # type: queue.Queue[tuple[int, float, str, re.Pattern[bytes] | None]]
         self.conn = http.client.HTTPConnection(addr, port)
         self.answers = answers
         self.targets = targets
@@ -86,17 +107,17 @@ class Target(threading.Thread):
     def run(self) -> None:
         while True:
             try:
-                ask_id, timeout, path = self.asks.get(timeout=IDLE_S)
+                ask_id, timeout, path, keep = self.asks.get(timeout=IDLE_S)
             except queue.Empty:
                 if self.targets.retire(self):
                     self.conn.close()
                     return
                 continue
-            self.answers.ready.put(self.answer(ask_id, timeout, path))
+            self.answers.ready.put(self.answer(ask_id, timeout, path, keep))
 
-    def answer(self, ask_id: int, timeout: float, path: str) -> bytes:
+    def answer(self, ask_id: int, timeout: float, path: str, keep: "re.Pattern[bytes] | None") -> bytes:
         try:
-            return self.get(ask_id, timeout, path)
+            return self.get(ask_id, timeout, path, keep)
         except ConnectionRefusedError:
             kind, body = "refused", b""
         except socket.timeout:   # noqa: UP041 - not TimeoutError before Python 3.10, which hosts may run
@@ -108,7 +129,7 @@ class Target(threading.Thread):
         self.conn.close()
         return frame(ask_id, kind, body=body)
 
-    def get(self, ask_id: int, timeout: float, path: str) -> bytes:
+    def get(self, ask_id: int, timeout: float, path: str, keep: "re.Pattern[bytes] | None") -> bytes:
         for attempt in range(2):
             kept = self.conn.sock is not None
             self.conn.timeout = timeout
@@ -130,7 +151,7 @@ class Target(threading.Thread):
         if len(body) > MAX_BODY:
             self.conn.close()
             return frame(ask_id, "large", -1)
-        return frame(ask_id, "ok", response.status, body)
+        return frame(ask_id, "ok", response.status, body if keep is None else kept_lines(body, keep))
 
 
 class Targets:
@@ -141,14 +162,15 @@ class Targets:
         self.lock = threading.Lock()
         self.running = {}  # type: dict[tuple[str, int], Target]
 
-    def ask(self, ask_id: int, addr: str, port: int, timeout: float, path: str) -> None:
+    def ask(self, ask_id: int, addr: str, port: int, timeout: float, path: str,
+            keep: "re.Pattern[bytes] | None") -> None:
         with self.lock:
             target = self.running.get((addr, port))
             if target is None:
                 target = self.running[(addr, port)] = Target(addr, port, self.answers, self)
                 target.start()
             self.answers.asked()
-            target.asks.put((ask_id, timeout, path))
+            target.asks.put((ask_id, timeout, path, keep))
 
     def retire(self, target: Target) -> bool:
         """Whether `target` may end: nothing was asked of it meanwhile (else it serves that first)."""
@@ -165,9 +187,15 @@ def main() -> None:
     threading.Thread(target=answers.write_forever, daemon=True).start()
     sys.stdout.buffer.write(HELLO)
     sys.stdout.buffer.flush()
+    keeps = {}  # type: dict[str, re.Pattern[bytes]]
     for line in sys.stdin.buffer:
-        ask_id, addr, port, timeout_ms, path = line.decode("ascii").split(" ", 4)
-        targets.ask(int(ask_id), addr, int(port), int(timeout_ms) / 1000, path.strip())
+        fields = line.decode("ascii").split()
+        if fields[0] == "keep":
+            keeps[fields[1]] = lines_starting(fields[2:])
+            continue
+        ask_id, addr, port, timeout_ms, path = fields[:5]
+        keep = keeps.get(fields[5]) if len(fields) > 5 else None
+        targets.ask(int(ask_id), addr, int(port), int(timeout_ms) / 1000, path, keep)
     os._exit(0)   # stdin ended: the app is gone; a thread stuck on a hung server must not keep this alive
 
 

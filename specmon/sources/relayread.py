@@ -10,6 +10,10 @@ A host that cannot run the relay (no python3, or one older than 3.6: the program
 read directly, as before, until its link is made again. A relay that ends (its link died, it crashed) fails the
 reads it had been asked ("link down"), and one that said nothing past its own time limit for a read is ended; the
 next read starts another.
+
+A reader that parses only some lines (the serving view: `read_sample`'s families) names their starts: the relay sends
+only those lines of each answer (a real server's is tens of kB, a few hundred bytes of it read), so the link and the
+app's SSH decryption carry a few hundred bytes a run a second, not the whole answer.
 """
 
 from __future__ import annotations
@@ -32,15 +36,23 @@ if TYPE_CHECKING:   # at run time imported only where a host is reached over SSH
     from specmon.sources.ssh import SSHTransport, _SshStream
 
 PROGRAM = (Path(__file__).parent / "metricsrelay.py").read_text(encoding="utf-8")
-HELLO = b"specmon-relay 1\n"
+HELLO = b"specmon-relay 2\n"
 RELAY_PYTHON = "python3"   # the host's interpreter, found on its PATH
 START_S = 10.0             # a relay that has not said hello by then is taken for gone (the reads waiting time out)
 # What a relay asks for is never interpreted by a shell; still, only plain addresses and paths go into its lines.
 _ADDR = re.compile(r"[A-Za-z0-9._:-]{1,253}")
 _PATH = re.compile(r"/[!-~]{0,2000}")
+_NAME = re.compile(r"[A-Za-z_:][A-Za-z0-9_:]{0,199}")   # a metric family's name, as Prometheus allows it
 
 Answer = tuple[str, int, bytes]   # the relay's kind ("ok", "refused", ...), status, body
 RELAY_SHARE = 0.9                 # of a read's time limit, the relay's own: its "timeout" comes before the caller's
+
+
+class _Ask(NamedTuple):
+    ask_id: int
+    line: bytes
+    answer: asyncio.Future[Answer]
+    keep: frozenset[str] | None   # the starts of the only lines to send back; None: the whole answer
 
 
 class _Sent(NamedTuple):
@@ -60,8 +72,10 @@ class MetricsRelay:
         self._transport = weakref.ref(transport)   # not a strong one: the relays are kept by their transport, weakly
         self.host = transport.host
         self._ids = itertools.count(1)
-        self._asks: list[tuple[int, bytes, asyncio.Future[Answer]]] = []   # this loop turn's, not yet sent
-        self._waiting: dict[int, _Sent] = {}                               # sent to the running relay
+        self._asks: list[_Ask] = []                  # this loop turn's, not yet sent
+        self._waiting: dict[int, _Sent] = {}         # sent to the running relay
+        self._keeps: dict[frozenset[str], str] = {}   # each set of line starts asked with, by its name in the lines
+        self._told: set[str] = set()                  # the sets the running relay was told of
         self._heard_at = 0.0   # when the running relay last said something (monotonic)
         self._session: _SshStream | None = None
         self._starting = asyncio.Lock()
@@ -79,16 +93,19 @@ class MetricsRelay:
         """False while the host is known not to run the relay (found on this connection; tried again on the next)."""
         return self._missing_at != self.transport.connects
 
-    async def get(self, addr: str, port: int, path: str, timeout_s: float) -> Answer:
-        """`addr`:`port` `path` as the host reaches it, asked with the other reads of this loop turn. The relay gives
-        up a little before `timeout_s`, so that its "timeout" is what the caller sees. RelayMissing: read directly."""
+    async def get(self, addr: str, port: int, path: str, timeout_s: float,
+                  keep: frozenset[str] | None = None) -> Answer:
+        """`addr`:`port` `path` as the host reaches it, asked with the other reads of this loop turn; an ok body only
+        its lines that start with one of `keep` (names that fit _NAME). The relay gives up a little before
+        `timeout_s`, so that its "timeout" is what the caller sees. RelayMissing: read directly."""
         loop = asyncio.get_running_loop()
         answer: asyncio.Future[Answer] = loop.create_future()
         ask_id = next(self._ids)
         if not self._asks:
             loop.call_soon(self._send_asks)
-        self._asks.append((ask_id, f"{ask_id} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} {path}\n".encode(),
-                           answer))
+        named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
+        line = f"{ask_id} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} {path}{named}\n"
+        self._asks.append(_Ask(ask_id, line.encode(), answer, keep))
         try:
             return await answer
         except asyncio.CancelledError:   # the caller's time ran out (or it stopped reading)
@@ -110,17 +127,27 @@ class MetricsRelay:
         asks, self._asks = self._asks, []
         run_held(self._deliver(asks))
 
-    async def _deliver(self, asks: list[tuple[int, bytes, asyncio.Future[Answer]]]) -> None:
+    async def _deliver(self, asks: list[_Ask]) -> None:
         try:
             session = await self._started()
-            session.send(b"".join(line for _, line, _ in asks))
+            session.send(b"".join([*self._tell_keeps(asks), *(ask.line for ask in asks)]))
         except Exception as exc:   # RelayMissing or TransportError: each read says so
-            for _, _, answer in asks:
-                if not answer.done():
-                    answer.set_exception(exc)
+            for ask in asks:
+                if not ask.answer.done():
+                    ask.answer.set_exception(exc)
             return
         now = time.monotonic()
-        self._waiting.update((ask_id, _Sent(answer, now, session)) for ask_id, _, answer in asks if not answer.done())
+        self._waiting.update((ask.ask_id, _Sent(ask.answer, now, session)) for ask in asks if not ask.answer.done())
+
+    def _tell_keeps(self, asks: list[_Ask]) -> list[bytes]:
+        """The `keep` lines of the sets these asks name that the running relay was not told of yet."""
+        lines = []
+        for keep in {ask.keep for ask in asks if ask.keep is not None}:
+            name = self._keeps[keep]
+            if name not in self._told:
+                self._told.add(name)
+                lines.append(f"keep {name} {' '.join(sorted(keep))}\n".encode())
+        return lines
 
     async def _started(self) -> _SshStream:
         async with self._starting:
@@ -135,7 +162,7 @@ class MetricsRelay:
                 except BaseException:
                     await session.aclose()
                     raise
-                self._session = session
+                self._session, self._told = session, set()
                 run_held(self._read(session, bytearray(rest)))
             return self._session
 
@@ -194,15 +221,17 @@ class RelayedScraper(MetricsScraper):
     """A MetricsScraper whose reads go through its host's relay while the host runs one (else directly): the same
     answers and the same failures ("connection refused", "timed out", "link down", a BadAnswer's text)."""
 
-    def __init__(self, relay: MetricsRelay, port: int, timeout_s: float, addr: str, path: str) -> None:
+    def __init__(self, relay: MetricsRelay, port: int, timeout_s: float, addr: str, path: str,
+                 keep: frozenset[str] | None) -> None:
         super().__init__(relay.transport, port, timeout_s, path, addr)
         self.relay = relay
         self._relayed = bool(_ADDR.fullmatch(addr) and _PATH.fullmatch(self.path)) and 0 < port < 65536
+        self._keep = keep if keep and all(_NAME.fullmatch(name) for name in keep) else None
 
     async def _exchange(self) -> tuple[int, bytes]:
         if self._relayed and self.relay.usable:
             try:
-                kind, status, body = await self.relay.get(self.addr, self.port, self.path, self.timeout_s)
+                kind, status, body = await self.relay.get(self.addr, self.port, self.path, self.timeout_s, self._keep)
             except RelayMissing:
                 return await super()._exchange()
             if kind == "ok":
@@ -217,14 +246,15 @@ class RelayedScraper(MetricsScraper):
         return await super()._exchange()
 
 
-def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str,
-                    path: str = "/metrics") -> MetricsScraper:
+def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str, path: str = "/metrics",
+                    keep: frozenset[str] | None = None) -> MetricsScraper:
     """The reader of a server's /metrics (or its health `path`) as its host reaches it: through the host's relay over
-    SSH, else directly."""
+    SSH, else directly. `keep`: the starts of the only lines its reader parses (`parse_metrics`' `only`); through the
+    relay an answer's text is cut to those lines on the host, read directly it is whole."""
     relay = _relay_of(transport)
     if relay is None:
         return MetricsScraper(transport, port, timeout_s, path, addr)
-    return RelayedScraper(relay, port, timeout_s, addr, path)
+    return RelayedScraper(relay, port, timeout_s, addr, path, keep)
 
 
 def _relay_of(transport: Transport) -> MetricsRelay | None:

@@ -2,22 +2,27 @@
 program on one session of the host's connection), all of a second's reads in one batch, instead of one direct-tcpip
 channel per run. Against the real loopback sshd and real HTTP servers: what a user sees of each read must not change
 (200 and its text, "timed out", "connection refused", an answer too large), a hung server must not hold up the
-others, nothing of the relay may stay on the host, and a host without python3 is still read."""
+others, nothing of the relay may stay on the host, and a host without python3 is still read. The serving view's
+reads of a real server's answer show the figures read directly, while only the lines it parses cross the link."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import glob
+import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from paths import FIXTURES
 from sshd_support import Relay, Sshd, established
 
+from specmon.model.server.serving import FAMILIES, figures, read_sample
 from specmon.sources import relayread
 from specmon.sources.health import ProbeResult
+from specmon.sources.local import LocalTransport
 from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MAX_BODY, MetricsScraper
 from specmon.sources.ssh import SSHTransport
@@ -45,6 +50,15 @@ async def _too_large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter)
         await reader.readuntil(b"\r\n\r\n")
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY + 1))
         await reader.read()
+
+
+def answer_capture(body: bytes) -> Handler:
+    """A server that answers each GET with a real server's /metrics capture."""
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    return answer
 
 
 @contextlib.asynccontextmanager
@@ -95,6 +109,19 @@ def _channels_to(sshd: Sshd, ports: list[int]) -> int:
     """Connections to these servers that the sshd itself holds: one per direct-tcpip channel."""
     sockets = sshd.sessions()[1]
     return sum(remote in ports and inode in sockets for _, remote, inode in established())
+
+
+def _received_from(sshd: Sshd) -> int:
+    """The bytes this machine's connections to the sshd have received (the kernel's count, `ss`): what came over the
+    SSH link, encrypted."""
+    ours = {local for local, remote, _ in established() if remote == sshd.port}
+    info = subprocess.run(["ss", "-tinH", "state", "established", f"( dport = :{sshd.port} )"],
+                          capture_output=True, text=True, check=True).stdout
+    received = 0
+    for row, details in zip(info.splitlines()[::2], info.splitlines()[1::2]):
+        if int(row.split()[2].rsplit(":", 1)[1]) in ours:
+            received += sum(int(f.split(":")[1]) for f in details.split() if f.startswith("bytes_received:"))
+    return received
 
 
 async def _until(check: Callable[[], bool], seconds: float) -> bool:
@@ -253,11 +280,11 @@ OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3") + glob.
 @pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.6 on this machine")
 async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_port: int,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """GPU hosts run old distributions: the relay is plain Python 3.6."""
+    """GPU hosts run old distributions: the relay is plain Python 3.6 (the serving view's cut answers too)."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
     async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in [ports[0], free_port]]
+        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1", keep=FAMILIES) for port in [ports[0], free_port]]
         try:
             answers = await _on_the_second(scrapers)
             assert [(r.status, r.error, text) for r, text in answers] == \
@@ -291,3 +318,63 @@ async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
             assert len(started) == 1, started
         finally:
             await _close(transport, scrapers)
+
+
+CAPTURES = sorted((FIXTURES / "metrics").glob("*.prom"))
+READS = 5
+
+
+async def _serving_reads(sshd: Sshd, scraper: MetricsScraper) -> tuple[list[object], int]:
+    """READS reads in a row of the serving view's scraper: the figures of each, and the bytes the link brought."""
+    before = _received_from(sshd)
+    shown = []
+    for _ in range(READS):
+        result, text = await scraper.read()
+        assert result.status == 200 and text is not None, result
+        shown.append(figures(read_sample(text, 0.0)))
+    return shown, _received_from(sshd) - before
+
+
+@pytest.mark.parametrize("capture", CAPTURES, ids=lambda p: p.stem)
+async def test_a_real_servers_figures_read_through_the_relay_are_those_read_directly_and_cost_the_link_little(
+        sshd: Sshd, capture: Path) -> None:
+    """SGLang's and vLLM's real answers: the serving view's figures through the relay equal those read directly, and
+    only the lines it parses cross the SSH link (before: the whole answer, histogram buckets and help lines, every
+    second for every run)."""
+    body = capture.read_bytes()
+    async with _servers(answer_capture(body)) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        relayed = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1", keep=FAMILIES)
+        direct = MetricsScraper(LocalTransport(), ports[0], 2.0)
+        try:
+            assert (await relayed.read())[0].status == 200   # the relay has started
+            shown, received = await _serving_reads(sshd, relayed)
+            text = (await direct.read())[1]
+            assert text is not None
+            assert shown == [figures(read_sample(text, 0.0))] * READS
+            if len(body) > 4096:   # the captures with their histograms (the others are excerpts of a few lines)
+                assert received < READS * len(body) / 4, f"{received} bytes came for {READS} reads of {len(body)}"
+        finally:
+            await direct.aclose()
+            await _close(transport, [relayed])
+
+
+async def test_a_relay_started_again_is_told_which_lines_to_send(sshd: Sshd) -> None:
+    """A relay killed on the host is replaced; the new one too sends only the lines the serving view parses."""
+    body = (FIXTURES / "metrics" / "sglang-llama31-8b-production-metrics.prom").read_bytes()
+    async with _servers(answer_capture(body)) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper = metrics_scraper(transport, ports[0], 2.0, "127.0.0.1", keep=FAMILIES)
+        try:
+            assert (await scraper.read())[0].status == 200
+            first = _relays(sshd)[0]
+            await (await asyncio.create_subprocess_exec("kill", "-KILL", str(first))).wait()
+            for _ in range(3):   # the read the killed relay was asked fails; a later one starts another
+                if (await _on_the_second([scraper]))[0][0].status == 200:
+                    break
+            assert _relays(sshd) and _relays(sshd) != [first]
+            shown, received = await _serving_reads(sshd, scraper)
+            assert shown[0] == figures(read_sample(body.decode(), 0.0))
+            assert received < READS * len(body) / 4, f"{received} bytes came for {READS} reads of {len(body)}"
+        finally:
+            await _close(transport, [scraper])

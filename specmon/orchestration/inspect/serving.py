@@ -27,6 +27,7 @@ from specmon.model.config import Profile
 from specmon.model.logs.clean import one_line
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import (
+    FAMILIES,
     ServingFigures,
     ServingHistory,
     ServingUpdate,
@@ -65,9 +66,10 @@ async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float)
 
 
 def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsScraper:
-    """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node)."""
+    """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node): only
+    the lines `read_sample` parses are sent over an SSH host's link."""
     return metrics_scraper(manager.ops(view.host).transport, view.port, max(2.0, interval * 2),
-                           view.server_addr or "127.0.0.1")
+                           view.server_addr or "127.0.0.1", keep=FAMILIES)
 
 
 async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDING_GRACE_S) -> bool:
