@@ -352,7 +352,7 @@ def main() -> int:
     parser.add_argument("--py-spy", type=Path, metavar="DIR",
                         help="after each idle window, py-spy the idle app as long again into DIR/fleet-N.txt")
     parser.add_argument("--real-body", action="store_true",
-                        help="each stub's /metrics goes on with the rest of a real SGLang capture (tens of kB as real)")
+                        help="each stub's /metrics goes on with the rest of a real SGLang capture (11 kB in all, as real servers answer)")
     args = parser.parse_args()
     if args.hosts > 1 and (reason := sshd_available()):
         raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
