@@ -1,7 +1,7 @@
 """What specmon costs as the fleet grows: N ready runs, each /metrics read at 1 Hz, the GPU pane on 8 GPUs.
 
     python3 bench/fleet_cost.py [--runs 8,32,64,128] [--hosts 16] [--slurm-runs K] [--size 160x48] [--idle-s 15]
-                                [--keys 50] [--py-spy DIR] [--real-body]
+                                [--keys 50] [--py-spy DIR] [--real-body] [--apart]
 
 For each N the TUI (in a real pty, as bench/tui_cost.py runs it) launches N runs of `bench/fleet_stub.py` (one
 light stdlib process per run: SGLang's ready lines, /health, /metrics, one-token completions; N real `specmon sim`
@@ -29,6 +29,10 @@ Once every run is READY it prints one row per N (every column counts all N runs,
   own figure leaves out; slurm_rpcs: the requests slurmctld answered over the window (sdiag's counts by message
   type: each scontrol or squeue the app runs is one or more); slurm_cpu_pct: slurmctld's and slurmd's CPU then
   (what watching K jobs costs the cluster's daemons)
+- apart (--apart): the app, and what it runs, on the box's last CPU, every stand-in (the sshds and what runs under
+  them, the stubs, the Slurm daemons and jobs, this bench) on the others. Real hosts are other machines; sharing
+  two cores with 16 sshds and N stubs, which all answer in the same instant every second, the app waits for a CPU
+  longer than it runs (waited_pct), and a key press that lands then waits too. Without --apart all share every CPU.
 - key p50/p99: `j` (next card) written to the pty -> the first byte the app writes after it (ms), --keys presses
   0.5 s apart;
   a 1 Hz refresh that happens to fall in the window counts as the answer, so these are upper bounds only when the
@@ -225,13 +229,13 @@ def status(env: dict[str, str], config: Path) -> tuple[float, list[dict[str, obj
 
 
 def one(n: int, hosts: int, slurm_runs: int, cols: int, rows: int, idle_s: float, keys: int,
-        py_spy: Path | None = None, stub_args: tuple[str, ...] = ()) -> dict[str, float]:
+        py_spy: Path | None = None, stub_args: tuple[str, ...] = (), app_cpus: set[int] | None = None) -> dict[str, float]:
     with slurm_for(slurm_runs) as cluster:
-        return fleet(n, hosts, cluster, slurm_runs, cols, rows, idle_s, keys, py_spy, stub_args)
+        return fleet(n, hosts, cluster, slurm_runs, cols, rows, idle_s, keys, py_spy, stub_args, app_cpus)
 
 
 def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, cols: int, rows: int, idle_s: float,
-          keys: int, py_spy: Path | None, stub_args: tuple[str, ...]) -> dict[str, float]:
+          keys: int, py_spy: Path | None, stub_args: tuple[str, ...], app_cpus: set[int] | None) -> dict[str, float]:
     work = Path(tempfile.mkdtemp(prefix=f"fleet-{n}-"))
     (work / "bin").mkdir()
     (work / "bin" / "nvidia-smi").write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FAKE_SMI}" "$@"\n')
@@ -250,7 +254,7 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
                XDG_STATE_HOME=str(work / "state"), XDG_CONFIG_HOME=str(work / "config"),
                PATH=f"{work / 'bin'}{os.pathsep}{os.environ['PATH']}",
                **({"SLURM_CONF": str(cluster.conf)} if cluster is not None else {}))
-    term = Terminal([sys.executable, "-c", CHILD, str(config), str(work)], cols, rows, env)
+    term = Terminal([sys.executable, "-c", CHILD, str(config), str(work)], cols, rows, env, app_cpus)
     row: dict[str, float] = {"runs": n, "hosts": hosts, "slurm": slurm_runs}
     runs: list[dict[str, object]] = []
     holes: list[socket.socket] = []
@@ -272,6 +276,10 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
                                  f"profiles and state in {work}")
             term.pump(1.0)
         row["ready_s"] = time.monotonic() - term.started
+        if app_cpus is not None:   # the stubs the app started on host "local" are stand-ins too
+            for pid in stubs(work):
+                with contextlib.suppress(OSError):
+                    os.sched_setaffinity(pid, os.sched_getaffinity(0))
         term.pump(10)   # toasts gone, every serving view has read /metrics
         load0 = os.getloadavg()[0]
         scraped0, reaped0 = scrapes(work), reaped_cpu(term.pid)
@@ -353,7 +361,16 @@ def main() -> int:
                         help="after each idle window, py-spy the idle app as long again into DIR/fleet-N.txt")
     parser.add_argument("--real-body", action="store_true",
                         help="each stub's /metrics goes on with the rest of a real SGLang capture (11 kB in all, as real servers answer)")
+    parser.add_argument("--apart", action="store_true",
+                        help="the app on the last CPU, the stand-in hosts, servers and cluster on the others")
     args = parser.parse_args()
+    app_cpus = None
+    if args.apart:
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < 2:
+            raise SystemExit("--apart needs two CPUs or more")
+        app_cpus = {cpus[-1]}
+        os.sched_setaffinity(0, cpus[:-1])   # what this bench starts (sshds, Slurm, ...) stays off the app's CPU
     if args.hosts > 1 and (reason := sshd_available()):
         raise SystemExit(f"--hosts {args.hosts}: {reason} (--hosts 1 runs everything on this host)")
     if args.slurm_runs != 0 and (reason := slurm_available()):
@@ -368,9 +385,10 @@ def main() -> int:
     for n in (int(v) for v in args.runs.split(",")):
         k = max(1, n // 8) if args.slurm_runs is None else min(n, args.slurm_runs)
         row = one(n, args.hosts, k, cols, rows, args.idle_s, args.keys, args.py_spy,
-                  ("--real-body", str(REAL_BODY)) if args.real_body else ())
+                  ("--real-body", str(REAL_BODY)) if args.real_body else (), app_cpus)
         print(" | ".join(f"{row[k]:.0f}" if k in counts else f"{row[k]:.2f}" for k in head), flush=True)
-    print(f"terminal {cols}x{rows}; {os.cpu_count()} cores; load average now "
+    where = f"the app on CPU {min(app_cpus)}, the rest on the others" if app_cpus else "all on every CPU"
+    print(f"terminal {cols}x{rows}; {os.cpu_count()} cores ({where}); load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 

@@ -119,10 +119,13 @@ def _ticks(pid: int) -> float:
 class Terminal:
     """The app in a pty: counts what it writes, can type into it."""
 
-    def __init__(self, argv: list[str], cols: int, rows: int, env: dict[str, str]) -> None:
+    def __init__(self, argv: list[str], cols: int, rows: int, env: dict[str, str], cpus: set[int] | None = None) -> None:
+        """`cpus`: the CPUs the app (and what it runs) may use; None: the bench's own."""
         self.started = time.monotonic()
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
             os.execvpe(argv[0], argv, env)
         fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         self.total = 0
