@@ -255,6 +255,18 @@ class SelectedRun(RunLines):
 
     FIXED_HEIGHT = True
 
+    def __init__(self, whole_key: str = "m", stop_key: str = "S", **kwargs: str) -> None:
+        super().__init__(whole_key, stop_key, **kwargs)
+        self._title = ""
+
+    def _draw(self, head: str, bar: tuple[int, int] | None, body: str | None, room: int) -> None:
+        # Its head line is the title of its top border: a rule between it and the cards above, where the selected
+        # card's head line would otherwise show twice in a row.
+        if head != self._title:
+            self._title = self.border_title = head
+        first, _, rest = (body or "").partition("\n")
+        super()._draw(first, bar, rest or None, room)
+
     def rows_for(self, pane_height: int) -> None:
         """Its height in a pane `pane_height` rows tall: a quarter of it, and a READY run's head, two detail lines
         and two lines of figures at the least; set only when that changes (each set lays the screen out)."""
