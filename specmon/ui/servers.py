@@ -59,8 +59,9 @@ class RunLines(Widget):
     # A widget of a fixed height: its lines changing in number repaint it, and never lay the screen out.
     FIXED_HEIGHT = False
 
-    def __init__(self, whole_key: str = "m", stop_key: str = "S", **kwargs: str) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, whole_key: str = "m", stop_key: str = "S", *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
         self._stop_key = stop_key     # named on a failed run whose process still runs
         # What the card draws: its lines' markup (its head line, then its detail lines; a compact card has its head
@@ -255,8 +256,8 @@ class SelectedRun(RunLines):
 
     FIXED_HEIGHT = True
 
-    def __init__(self, whole_key: str = "m", stop_key: str = "S", **kwargs: str) -> None:
-        super().__init__(whole_key, stop_key, **kwargs)
+    def __init__(self, whole_key: str = "m", stop_key: str = "S", *, id: str | None = None) -> None:
+        super().__init__(whole_key, stop_key, id=id)
         self._title = ""
 
     def _draw(self, head: str, bar: tuple[int, int] | None, body: str | None, room: int) -> None:
