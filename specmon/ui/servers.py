@@ -229,7 +229,6 @@ class RunLines(Widget):
         return {"good": "$success", "busy": "$primary", "bad": "$error", "warn": "$warning"}.get(style, "$foreground-muted")
 
 
-
 class RunCard(RunLines):
     """A profile's card in the Servers pane: its run in lines; a click selects it."""
 
@@ -252,7 +251,8 @@ class SelectedRun(RunLines):
     """The selected run in full at the foot of a compact fleet's pane, where every healthy READY card, the selected
     one too, is its head line (issue 37): moving the selection then changes no widget's height, and a `j` repaints
     two cards' head lines and this, where it laid out every card of the screen (25-40 ms at 64 runs). Its height
-    is the pane's, not the run's: lines beyond it are cut (a run that needs a look shows every line on its card)."""
+    follows the pane's, not the run's: lines beyond it are cut (a run that needs a look shows every line on its
+    card)."""
 
     FIXED_HEIGHT = True
 
