@@ -43,27 +43,25 @@ SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the s
 # and keep the order of the profiles file.
 FLEET_MIN = 9
 # A fleet's card in full takes this many rows or more (head and two detail lines). Where the cards shown would not
-# fit the pane at that, READY cards other than the selected one shrink to their head line (see RunCard.show).
+# fit the pane at that, healthy READY cards shrink to their head line (see RunCard.show), and the selected run shows
+# in full at the pane's foot (SelectedRun).
 CARD_ROWS = 3
+SELECTED_ROWS = 5   # the least a compact fleet's selected run has at the pane's foot (SelectedRun)
 
 
-class RunCard(Widget):
-    """A profile and its run: a head line, the shard progress bar while it loads, and detail lines.
+class RunLines(Widget):
+    """A run drawn in lines: a head line, the shard progress bar while it loads, and detail lines.
 
     One widget that draws all of its lines (issue 37): a card of a head, a body and a progress bar of four widgets
     made 64 cards some 200 widgets, all laid out again whenever the selected card grew from one line to several,
     and restyled three at a time at each selection."""
 
-    class Clicked(Message):
-        """The user clicked a card (selects that profile)."""
+    # A widget of a fixed height: its lines changing in number repaint it, and never lay the screen out.
+    FIXED_HEIGHT = False
 
-        def __init__(self, profile: str) -> None:
-            super().__init__()
-            self.profile = profile
-
-    def __init__(self, profile: str, whole_key: str = "m", stop_key: str = "S") -> None:
-        super().__init__(classes="run-card")
-        self.profile = profile
+    def __init__(self, whole_key: str = "m", stop_key: str = "S", *, id: str | None = None,
+                 classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self._whole_key = whole_key   # the key that maximises the pane, where a cut failure reason shows whole
         self._stop_key = stop_key     # named on a failed run whose process still runs
         # What the card draws: its lines' markup (its head line, then its detail lines; a compact card has its head
@@ -125,13 +123,13 @@ class RunCard(Widget):
     def show(self, row: ServerRow, selected: bool, serving: ServingUpdate | None = None, compact: bool = False,
              room: int = 72) -> None:
         """Draw `row` (and, while it is READY, its serving view); the card is repainted only where its text changed
-        (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card that is not
-        selected is its head line alone, with its output tok/s; a card that needs a look keeps every line. `room`:
-        the cells a line has (ServersPane.line_room)."""
+        (every repaint costs terminal bytes). `compact` (a fleet that does not fit): a healthy READY card, selected or
+        not, is its head line alone, with its output tok/s (the selected run shows in full in SelectedRun); a card
+        that needs a look keeps every line. `room`: the cells a line has (ServersPane.line_room)."""
         whole = bool(row.failure) and isinstance(self.screen.maximized, ServersPane)
         # Every card is shown at each repaint, which one run's log line or /metrics read asks for: a card whose
         # row, serving view and room did not change has nothing new to draw.
-        compact = compact and not selected and row.state == RunStatus.READY and not (row.failure or row.still_running)
+        compact = compact and row.state == RunStatus.READY and not (row.failure or row.still_running)
         drawn = (row, selected, serving, room, whole, self.app.size.height >= SPARKS_MIN_HEIGHT, compact)
         if drawn == self._drawn:
             return
@@ -207,7 +205,7 @@ class RunCard(Widget):
         self._lines = tuple(parsed[line] if line in parsed else Content.from_markup(line) for line in markup)
         self._bar = bar
         if before is None or (bar is None) != (old_bar is None) or _relayout(old_lines, self._lines, room):
-            self.refresh(layout=True)
+            self.refresh(layout=not self.FIXED_HEIGHT)
             return
         rows = [y + (bar is not None and y > 0) for y, (old, new) in enumerate(zip(old_markup, markup)) if old != new]
         if bar != old_bar:
@@ -230,8 +228,52 @@ class RunCard(Widget):
     def _style_var(style: str) -> str:
         return {"good": "$success", "busy": "$primary", "bad": "$error", "warn": "$warning"}.get(style, "$foreground-muted")
 
+
+class RunCard(RunLines):
+    """A profile's card in the Servers pane: its run in lines; a click selects it."""
+
+    class Clicked(Message):
+        """The user clicked a card (selects that profile)."""
+
+        def __init__(self, profile: str) -> None:
+            super().__init__()
+            self.profile = profile
+
+    def __init__(self, profile: str, whole_key: str = "m", stop_key: str = "S") -> None:
+        super().__init__(whole_key, stop_key, classes="run-card")
+        self.profile = profile
+
     def on_click(self) -> None:
         self.post_message(self.Clicked(self.profile))
+
+
+class SelectedRun(RunLines):
+    """The selected run in full at the foot of a compact fleet's pane, where every healthy READY card, the selected
+    one too, is its head line (issue 37): moving the selection then changes no widget's height, and a `j` repaints
+    two cards' head lines and this, where it laid out every card of the screen (25-40 ms at 64 runs). Its height
+    follows the pane's, not the run's: lines beyond it are cut (a run that needs a look shows every line on its
+    card)."""
+
+    FIXED_HEIGHT = True
+
+    def __init__(self, whole_key: str = "m", stop_key: str = "S", *, id: str | None = None) -> None:
+        super().__init__(whole_key, stop_key, id=id)
+        self._title = ""
+
+    def _draw(self, head: str, bar: tuple[int, int] | None, body: str | None, room: int) -> None:
+        # Its head line is the title of its top border: a rule between it and the cards above, where the selected
+        # card's head line would otherwise show twice in a row.
+        if head != self._title:
+            self._title = self.border_title = head
+        first, _, rest = (body or "").partition("\n")
+        super()._draw(first, bar, rest or None, room)
+
+    def rows_for(self, pane_height: int) -> None:
+        """Its height in a pane `pane_height` rows tall: a quarter of it, and a READY run's head, two detail lines
+        and two lines of figures at the least; set only when that changes (each set lays the screen out)."""
+        rows = max(SELECTED_ROWS, pane_height // 4)
+        if self.styles.height is None or self.styles.height.value != rows:
+            self.styles.height = rows
 
 
 def serving_lines(update: ServingUpdate, room: int, tall: bool = True) -> list[str]:
@@ -284,6 +326,7 @@ class ServersPane(VerticalScroll):
         self._header_of: dict[str, Static] = {}   # a card that comes first in its group -> its group's header
         self._layout: list[Widget] = list(self._cards)   # headers and cards as they stand, top to bottom
         self._input = Input(placeholder="state, host or name", id="fleet-filter")
+        self._selected_run = SelectedRun(whole_key, stop_key, id="selected-run")
         self._arranged: tuple[object, ...] | None = None   # what the cards' order and groups were worked out from
         self._last: tuple[Sequence[ServerRow], str | None, Mapping[str, EnvReport] | None,
                           Mapping[str, ServingUpdate], Grouping] | None = None
@@ -298,10 +341,12 @@ class ServersPane(VerticalScroll):
         yield self._input
         yield self._summary
         yield Static(id="confound", classes="warning-banner")
+        yield self._selected_run
         yield from self._cards
 
     def on_mount(self) -> None:
         self.query_one("#confound").display = False
+        self._selected_run.display = False
         self._summary.display = len(self._cards) >= FLEET_MIN
         self._input.display = False
 
@@ -455,6 +500,18 @@ class ServersPane(VerticalScroll):
             self._summary.update(escape(text))
             self._summary.display = bool(text)
 
+    def _show_selected(self, by_profile: Mapping[str, ServerRow], selected: str | None,
+                       serving: Mapping[str, ServingUpdate], compact: bool, room: int) -> None:
+        """A compact fleet's selected run in full at the pane's foot (shown or hidden only when `compact` changes:
+        each is a layout)."""
+        shown = compact and selected in self._idle
+        if self._selected_run.display != shown:
+            self._selected_run.display = shown
+        if shown and selected is not None:
+            self._selected_run.rows_for(self.outer_size.height)
+            self._selected_run.show(by_profile.get(selected, self._idle[selected]), True, serving.get(selected),
+                                    room=room)
+
     def show(self, rows: Sequence[ServerRow], selected: str | None,
              setups: Mapping[str, EnvReport] | None = None, serving: Mapping[str, ServingUpdate] | None = None,
              grouping: Grouping = Grouping.NONE) -> None:
@@ -488,6 +545,7 @@ class ServersPane(VerticalScroll):
             update = serving.get(card.profile)
             card.show(by_profile.get(card.profile, self._idle[card.profile]), card.profile == selected,
                       update if card in in_view else card.drawn_serving(update), compact, room)
+        self._show_selected(by_profile, selected, serving, compact, room)
         setups = setups or {}
         compared = [r for r in rows if r.state in COMPARED_STATES]
         # Rows arrive with every log batch: the set-up diff is redone only when what it compares changed.

@@ -21,7 +21,7 @@ from specmon.ui import app as app_module
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import GpuEnvPane, GpusUpdated
 from specmon.ui.messages import ServingChanged
-from specmon.ui.servers import RunCard, ServersPane
+from specmon.ui.servers import RunCard, SelectedRun, ServersPane
 
 pytestmark = pytest.mark.slow
 
@@ -137,10 +137,20 @@ async def test_filtering_64_runs_by_a_host_shows_only_its_cards_and_the_keys_wal
         assert "shown" not in screen_text(app)
 
 
-async def test_at_80x24_ready_cards_shrink_to_one_line_while_the_selected_and_failed_keep_theirs(tmp_path: Path) -> None:
-    """Issue 37: at 64 runs on 80x24 each card took 3 rows and more, so the pane showed two or three of them. Where
-    the fleet does not fit, a READY card that is not selected is its head line with its tok/s; the selected card and
-    those that need a look (failed, stalled, loading) keep every line."""
+def _pane_rows(app: SpecmonApp) -> list[str]:
+    """The Servers pane's rows as the terminal shows them, inside its border."""
+    region = app.query_one(ServersPane).region
+    lines = screen_text(app).splitlines()[region.y + 1:region.bottom - 1]
+    return [line[region.x + 1:region.right - 1].rstrip(" │") for line in lines]
+
+
+async def test_at_80x24_j_moves_the_highlight_over_one_line_cards_and_the_pane_foot_shows_that_run_in_full(
+        tmp_path: Path) -> None:
+    """Issue 37: at 64 runs on 80x24 each card took 3 rows and more, so the pane showed two or three of them; READY
+    cards shrank to their head line, but the selected one grew to all of its lines, so each `j` changed two cards'
+    heights and laid out every card of the screen (25-40 ms at 64 runs, 200 ms key p99). Every healthy READY card
+    is now its head line with its tok/s, the selected one highlighted; the selected run shows in full at the foot
+    of the pane; those that need a look (failed, stalled, loading) keep every line. A `j` changes no card's height."""
     app = fed_fleet_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot)
@@ -150,15 +160,21 @@ async def test_at_80x24_ready_cards_shrink_to_one_line_while_the_selected_and_fa
         await pilot.press(*"jjjjjjjjjjjj", *"kkkk")   # llama-00 -> llama-12 -> llama-08, at the top of the pane
         await _settle(pilot)
         cards = {card.profile: card for card in app.query(RunCard)}
-        assert app.state.selected == "llama-08" and cards["llama-08"].outer_size.height >= 3
-        assert cards["llama-37"].outer_size.height >= 5 and cards["llama-41"].outer_size.height >= 3   # all lines
-        text = screen_text(app)
-        ready_shown = [p for p in FLEET_PROFILES if f"{p} READY" in text]
-        assert len(ready_shown) >= 6, text
-        assert cards["llama-09"].outer_size.height == 1 and "llama-09 READY gpu10:30000 812 tok/s" in text, text
-        await pilot.press("j")   # selected, llama-09 shows all its lines again
-        await _settle(pilot)
-        assert cards["llama-09"].outer_size.height >= 3 and cards["llama-08"].outer_size.height == 1
+        heights = {profile: card.outer_size.height for profile, card in cards.items()}
+        assert heights["llama-37"] >= 5 and heights["llama-41"] >= 3   # failed, stalled: all their lines
+        rows = _pane_rows(app)
+        ready_shown = [p for p in FLEET_PROFILES if any(f"{p} READY" in row for row in rows)]
+        assert len(ready_shown) >= 5, rows
+        for selected, after in (("llama-08", "llama-09"), ("llama-09", "llama-10")):
+            assert app.state.selected == selected and cards[selected].has_class("-selected")
+            assert f"{selected} READY gpu{int(selected[-2:]) + 1:02d}:30000 812 tok/s" in "\n".join(rows), rows
+            assert f"─{selected} READY gpu{int(selected[-2:]) + 1:02d}:30000─" in rows[-5], rows   # the foot's rule
+            assert rows[-4].endswith("8/8 load 0:41 log <10s ago") and rows[-2].endswith("run 2 wait 0 KV 30% 812 tok/s"), rows
+            await pilot.press("j")
+            await _settle(pilot)
+            assert app.state.selected == after and not cards[selected].has_class("-selected")
+            assert {p: card.outer_size.height for p, card in cards.items()} == heights
+            rows = _pane_rows(app)
 
 
 async def test_sparklines_are_worked_out_only_for_the_cards_on_screen(tmp_path: Path,
@@ -332,30 +348,22 @@ async def test_j_restyles_only_the_two_cards_whose_selection_changed(
         assert restyled == ["RunCard"] * 4 * 2, f"{len(restyled)} widgets restyled for 4 j: {restyled}"
 
 
-async def test_j_lays_the_screen_out_once_over_a_widget_a_card(
+async def test_j_lays_nothing_out_in_a_fleet_that_does_not_fit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37: at 80x24 the selected card grows from its head line to all of its lines, so each `j` lays the
-    screen out again; it did so twice (Textual asks again for every widget whose size changed) over ~3 widgets a
-    card (~200 at 64 runs), ~30 ms of a key's ~50. Once now, over one widget a card."""
-    placed: list[int] = []
-    reflow = Compositor.reflow
-
-    def counted(self: Compositor, parent: Widget, size: Size) -> object:
-        result = reflow(self, parent, size)
-        placed.append(sum(any(isinstance(node, RunCard) for node in widget.ancestors_with_self) for widget in self.widgets))
-        return result
-
+    """Issue 37: at 80x24 the selected card grew from its head line to all of its lines, so each `j` laid the
+    screen out again over every card (~25-40 ms of a key at 64 runs, more when it met a /metrics repaint). The
+    selected card is one line now and its run shows in full at the pane's foot: a `j` changes no widget's height
+    and lays nothing out."""
     app = fed_fleet_app(tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
         await _settle(pilot)
-        monkeypatch.setattr(Compositor, "reflow", counted)
-        for _ in range(4):   # llama-00 -> llama-04: each one line, then all of its lines while selected
+        layouts = _count_layouts(monkeypatch)
+        for _ in range(4):   # llama-00 -> llama-04
             await pilot.press("j")
             await _settle(pilot)
-        assert app.state.selected == "llama-04"
+        assert app.state.selected == "llama-04" and "llama-04 READY" in _pane_rows(app)[-5]
         assert app.query_one(ServersPane).order == [card.profile for card in app.query(RunCard)]   # shown, in order
-        assert len(placed) <= 4, f"{len(placed)} layouts of the screen for 4 j"
-        assert placed and max(placed) == len(FLEET_PROFILES), f"card widgets laid out: {placed}"
+        assert len(layouts) == 0, f"{len(layouts)} layouts of the screen for 4 j"
 
 
 async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
@@ -375,37 +383,38 @@ async def test_j_after_j_down_the_fleet_lays_the_screen_out_once_each(
         pane = app.query_one(ServersPane)
         card = next(c for c in app.query(RunCard) if c.profile == "llama-30")
         assert pane.scrollable_content_region.contains_region(card.region)   # still scrolled into view
-        bottom = max(c.virtual_region.bottom for c in app.query(RunCard))   # the cards' height as laid out
+        # The cards' height as laid out, and the room of the selected run in full docked at the pane's foot.
+        bottom = max(c.virtual_region.bottom for c in app.query(RunCard)) + app.query_one(SelectedRun).outer_size.height
         assert pane.virtual_size.height == pane.vertical_scrollbar.window_virtual_size == bottom, \
             (pane.virtual_size, pane.vertical_scrollbar.window_virtual_size, bottom)
 
 
 async def test_a_read_that_changes_one_line_of_a_card_repaints_only_that_row(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 37: each /metrics read (1 Hz, every ready run) changes a card's figures line, and the whole card (the
-    selected one: six rows and more) was repainted for it, its whole text wrapped and styled again. Only the row
-    whose line changed is repainted and rendered now, and it shows the new figure."""
+    """Issue 37: each /metrics read (1 Hz, every ready run) changes a run's figures line, and the whole of the
+    selected run's lines (six rows and more) were repainted for it, its whole text wrapped and styled again. Only
+    the row whose line changed is repainted and rendered now, and it shows the new figure."""
     repainted: list[int] = []
     rendered: list[int] = []
     set_dirty = Widget._set_dirty
     to_strips = Visual.to_strips.__func__   # type: ignore[attr-defined]
 
     def counted(self: Widget, *regions: Region) -> None:
-        if isinstance(self, RunCard) and self.profile == app.state.selected:
+        if isinstance(self, SelectedRun):
             repainted.append(sum(r.height for r in regions) if regions else self.outer_size.height)
         set_dirty(self, *regions)
 
     def counted_strips(cls: type[Visual], widget: Widget, *args: object, **kwargs: object) -> list[Strip]:
         strips: list[Strip] = to_strips(cls, widget, *args, **kwargs)
-        if isinstance(widget, RunCard) and widget.profile == app.state.selected:
+        if isinstance(widget, SelectedRun):
             rendered.append(len(strips))
         return strips
 
     app = fed_fleet_app(tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         await _settle(pilot)
-        card = next(c for c in app.query(RunCard) if c.profile == app.state.selected)
-        row = next(r for r in FLEET_ROWS if r.profile == card.profile)
+        card = app.query_one(SelectedRun)   # the selected run in full, at the foot of the pane
+        row = next(r for r in FLEET_ROWS if r.profile == app.state.selected)
         for tok_s in (812.0, 1203.0):
             if tok_s == 1203.0:   # the first read gave the card its figures' lines; the next changes one of them
                 monkeypatch.setattr(Widget, "_set_dirty", counted)
