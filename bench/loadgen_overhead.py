@@ -308,12 +308,13 @@ def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> 
     process's from the first arrival to the last response)."""
     print(f"open loop vs bench/openloop_reference.py: 16 tokens a request, 10 ms apart; {seconds:g} s of schedule a run;"
           f" lateness p50/p99 in ms, CPU in us a request")
-    print("(coord: the coordinator's CPU in us a request, beside its parts' (not in us/req); server: the busiest server "
+    print("(coord: the coordinator's CPU in us a request, beside its parts' (not in us/req); wait: ms a second the "
+          "generator processes were ready to run and had no CPU, summed; server: the busiest server "
           "process's CPU over the run's sending time, specmon's/the reference's: near 100 % the server is the limit;\n"
           " srv late99: how late the server's own paced writes were, ms p99; opened: connections a request opened "
           "during the run, not opened before its clock started)")
     print(f"{'rate':>6} {'run':>3} | {'specmon sent':>12} {'late p50':>8} {'p99':>8} {'us/req':>7} {'procs':>5} "
-          f"{'coord':>5} | {'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9} {'server':>9} "
+          f"{'coord':>5} {'wait':>5} | {'ref sent':>9} {'late p50':>8} {'p99':>8} {'us/req':>7} | {'CPU ratio':>9} {'server':>9} "
           f"{'srv late99':>13} {'opened':>11} load")
     server = Server(0.010, server_cpus)
     try:
@@ -331,8 +332,10 @@ def vs_reference(rates: list[float], seconds: float, server_cpus: list[int]) -> 
                 ref_opened = server.opened_by_post
                 sm_us, ref_us = sm["cpu_s"] * 1e6 / sm["requests"], ref["cpu_s"] * 1e6 / ref["requests"]
                 coord_us = sm["coordinator_cpu_s"] * 1e6 / sm["requests"]
+                waited = sm.get("cpu_wait_s")   # the generator processes', summed: ms a second of the level
+                wait_ms = "-" if waited is None else f"{1000 * waited / sm['wall_s']:.0f}"
                 print(f"{rate:>6g} {run:>3} | {sm['achieved_rate']:>12.1f} {sm['late_p50_ms']:>8.2f} "
-                      f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} {coord_us:>5.0f} | "
+                      f"{sm['late_p99_ms']:>8.2f} {sm_us:>7.0f} {sm['processes']:>5} {coord_us:>5.0f} {wait_ms:>5} | "
                       f"{ref['achieved_rate']:>9.1f} {ref['late_p50_ms']:>8.2f} {ref['late_p99_ms']:>8.2f} {ref_us:>7.0f} | "
                       f"{sm_us / ref_us:>9.2f} {sm_busy:>4.0%}/{ref_busy:<4.0%} {sm_late99 or 0:>6.1f}/{ref_late99 or 0:<6.1f} "
                       f"{sm_opened:>5}/{ref_opened:<5} {os.getloadavg()[0]:.2f}", flush=True)
