@@ -121,11 +121,11 @@ async def _sweep(spec: ChildSpec, part: tuple[int, int] | None, starts: asyncio.
     await runner.run()
 
 
-# A part's records go to the coordinator through its stdout pipe in one write a progress summary (0.25 s): 1,000
-# req/s a part is 250 records of ~290 bytes, 73 kB, more than a pipe holds by default (64 KiB), and a write to a
-# full pipe stops the part's whole event loop until the coordinator reads again (its own loop parses another
-# part's lines meanwhile), and the sends due then go out late; a coordinator that stalls stalls them all
-# (tests/integration/test_loadgen_part_pipe.py). 1 MiB (Linux's limit for any user by default) holds 3,600.
+# A part's records go to the coordinator through its stdout pipe, one write a progress summary (every ~0.21-0.25 s),
+# ~290 bytes a record: 62 kB at 1,000 req/s a part (measured), more than a pipe holds by default (64 KiB) above
+# ~1,050. A write to a full pipe stops the part's whole event loop until the coordinator reads again (its own loop
+# parses another part's lines meanwhile), and the sends due then go out late; a coordinator that stalls stalls them
+# all (tests/integration/test_loadgen_part_pipe.py). 1 MiB (Linux's limit for any user by default) holds 3,600.
 PIPE_BYTES = 1 << 20
 
 

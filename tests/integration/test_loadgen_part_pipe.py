@@ -2,9 +2,9 @@
 is slow to read its records: its sends never wait on the pipe to the coordinator.
 
 The test plays the coordinator of a real part process against a real streaming server on loopback
-(tests/support/sse_server.py) and reads nothing from the part for the whole level: at 1,000 req/s a part writes
-~73 kB of records a progress summary, more than a pipe holds by default (64 KiB), and a part that blocks on that
-write stops sending until the coordinator reads again.
+(tests/support/sse_server.py) and reads nothing from the part for the whole level (~170 kB of records, more than
+a pipe holds by default: 64 KiB). A part that blocks on a write to its full pipe stops sending until the
+coordinator reads again.
 """
 
 from __future__ import annotations
