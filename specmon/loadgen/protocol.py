@@ -12,7 +12,9 @@ One JSON object per line, UTF-8, each a message below; `encode` writes any of th
 - Between a coordinator and its parts (specmon.loadgen.shards, `--part k/N`): a part gets the same `ChildSpec`,
   says `Ready` ({"type": "ready", "level"}) before each level, and takes `Start` ({"type": "start", "level",
   "at_ns"}) on stdin; it writes its request records on stdout as `RequestRecord` lines, which carry no "type" (the
-  very line the records file holds, so the hot path writes each record once).
+  very line the records file holds, so the hot path writes each record once). After a level (not the warm-up) a
+  part writes its `Tally` ({"type": "tally", "acc", "first_error"}: its LevelAccumulator, in pieces for a long
+  level) and then its `LevelResult`: the coordinator merges the tallies and only copies the record lines.
 
 A line that is not one of these raises ProtocolError, whose text says in one line what was wrong with it.
 """
@@ -28,7 +30,7 @@ from typing import Any, cast
 
 from specmon.loadgen.workload import Workload, compact_json
 from specmon.model.sweeps.results import LevelResult
-from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
+from specmon.model.sweeps.sweepstats import LevelAccumulator, RequestRecord, SweepProgress
 
 
 class ProtocolError(ValueError):
@@ -66,6 +68,15 @@ class Start:
 
 
 @dataclass(frozen=True)
+class Tally:
+    """A part's share of a level (or a piece of it): its requests folded into a LevelAccumulator, and the first
+    failed request's error."""
+
+    acc: LevelAccumulator
+    first_error: str | None = None
+
+
+@dataclass(frozen=True)
 class Warn:
     """A warning for the user; the sweep goes on."""
 
@@ -89,7 +100,8 @@ class Fatal:
     message: str
 
 
-Message = ChildSpec | Ready | Start | SweepProgress | LevelResult | RequestRecord | Warn | Done | Stopped | Fatal
+Message = (ChildSpec | Ready | Start | SweepProgress | LevelResult | RequestRecord | Tally | Warn | Done | Stopped
+           | Fatal)
 Emit = Callable[[Message], None]
 
 
@@ -104,6 +116,8 @@ def encode(msg: Message) -> bytes:
         d = {"type": "level", "level": msg.to_dict()}
     elif isinstance(msg, (Warn, Fatal)):
         d = {"type": "warning" if isinstance(msg, Warn) else "fatal", "message": msg.message}
+    elif isinstance(msg, Tally):
+        d = {"type": "tally", "acc": msg.acc.to_dict(), "first_error": msg.first_error}
     elif isinstance(msg, Ready):
         d = {"type": "ready", "level": msg.level}
     elif isinstance(msg, Start):
@@ -211,10 +225,18 @@ def _level(d: Mapping[str, Any]) -> LevelResult:
     return LevelResult.from_dict(level)
 
 
+def _tally(d: Mapping[str, Any]) -> Tally:
+    acc, first_error = d["acc"], d.get("first_error")
+    if not isinstance(acc, Mapping):
+        raise ValueError("acc must be an object")
+    return Tally(LevelAccumulator.from_dict(acc), None if first_error is None else _text(first_error, "first_error"))
+
+
 _READERS: dict[str | None, Callable[[Mapping[str, Any]], Message]] = {
     None: RequestRecord.from_dict,
     "progress": _progress,
     "level": _level,
+    "tally": _tally,
     "warning": lambda d: Warn(_text(d["message"], "message")),
     "ready": lambda d: Ready(_whole(d["level"], "level")),
     "start": lambda d: Start(_whole(d["level"], "level"), _whole(d["at_ns"], "at_ns")),

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from specmon.loadgen.client import WATCH, StreamClient
 from specmon.loadgen.level import ClosedLoop, Level, LevelSetup, OpenLoop
 from specmon.loadgen.lines import append_whole
-from specmon.loadgen.protocol import Emit, Warn, encode
+from specmon.loadgen.protocol import Emit, Tally, Warn, encode
 from specmon.loadgen.wakeup import Wakeup
 from specmon.loadgen.workload import RequestFactory, Workload
 from specmon.model.sweeps.results import LevelResult
@@ -34,6 +34,7 @@ from specmon.model.workload.datasets import Dataset
 LAG_TICK_S = 0.01
 PRECONNECT_OPEN_LOOP = 64   # open loop: the fewest keep-alive connections opened before a level
 PRECONNECT_MOST = 4096      # and the most (file descriptors)
+TALLY_MOST = 50_000         # a part's tally of a level goes in pieces of this many values a series (~9 MB a line)
 
 class LoopLagMonitor:
     """Sleeps LAG_TICK_S in a loop and records how late it wakes: the event loop's own queueing delay."""
@@ -234,8 +235,12 @@ class SweepRunner:
         first, last = acc.first_start_s, acc.last_end_s
         duration = (last - first) if first is not None and last is not None else 0.0
         waited = None if wait0 is None or wait1 is None else wait1 - wait0
-        return acc.result(duration, cpu_s, self.lag.p99(), level.started_at, cpu_wait_s=waited,
-                          handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest)
+        result = acc.result(duration, cpu_s, self.lag.p99(), level.started_at, cpu_wait_s=waited,
+                            handling_ms_p99=level.handled.quantile(99), burst_max=WATCH.largest)
+        if self.part is not None and not warmup:   # the coordinator merges these, then takes the result's health
+            for k, piece in enumerate(acc.pieces(TALLY_MOST)):
+                self.emit(Tally(piece, level.first_error if k == 0 else None))
+        return result
 
     async def _start_together(self, level: Level) -> None:
         """A shard's level starts when the coordinator says, at the time it gives (every shard's). Levels are

@@ -15,10 +15,15 @@ generator, one records file and one result per level.
   levels from 1, the warm-up included), and once every part is ready the coordinator sends each `Start(m, t0_ns)`
   on its stdin: one time on the machine's monotonic clock, shared by all processes, so every record's times count
   from the same instant (the messages: specmon.loadgen.protocol).
-- Each part writes its request records on its stdout (`RequestRecord` lines) before its level message; the
-  coordinator folds them into one accumulator and one records file (each line as its part wrote it), and when
-  every part has sent its level message it emits the level: CPU time and CPU wait summed over the parts, loop lag, handling delay and burst the
-  worst part's, and "client bound" judged per process.
+- Each part writes its request records on its stdout (`RequestRecord` lines), then after a level its `Tally` (the
+  level's accumulator of its requests) and its level message. The coordinator copies the record lines into one
+  records file as they came, without reading them (decoding and folding a record cost it 20-25 us, a tenth of a
+  core at 4,000 req/s, taken from the CPUs its parts send from: they then waited 55-83 ms a second for a CPU);
+  it merges the tallies into the level's figures, and when every part has sent its level message it emits the
+  level: CPU time and CPU wait summed over the parts, loop lag, handling delay and burst the worst part's, and
+  "client bound" judged per process. Its progress summaries sum the parts' counts and take their live TTFT p50 and
+  tokens per chunk as the mean weighted by successful requests (the parts send interleaved shares of one
+  schedule, so each part's figure estimates the level's).
 - The coordinator stops the sweep where one process would (no request succeeded at a level), says a part's fatal
   error as its own, and treats a part that exits before "done" as fatal. Stopping it (SIGTERM, stdin closed)
   closes every part's stdin; a part that has not exited EXIT_GRACE_S later is killed.
@@ -36,7 +41,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from specmon.errors import UserError
-from specmon.loadgen.protocol import ChildSpec, Done, Emit, Fatal, ProtocolError, Ready, Start, Stopped, Warn, decode, encode
+from specmon.loadgen.protocol import ChildSpec, Done, Emit, Fatal, ProtocolError, Ready, Start, Stopped, Tally, Warn, decode, encode
 from specmon.loadgen.runner import RecordsWriter, no_success_warning
 from specmon.model.config.types import MAX_PROCESSES
 from specmon.model.sweeps.results import ClientHealth, LevelResult
@@ -53,6 +58,8 @@ START_AHEAD_NS = 20_000_000   # a level starts this long after the last part is 
 EXIT_GRACE_S = 3.0
 PROGRESS_EVERY_S = 0.25
 LINE_MAX = 64 << 20           # one line from a part (a record of a long stream's gaps is the longest)
+READ_BYTES = 1 << 20          # a read from a part's stdout takes what is there, up to this (its pipe holds 1 MiB)
+RECORD_START = b'{"concurrency":'   # a request record's line (protocol.record_line), copied to the file unread
 
 
 class ShardedSweep:
@@ -130,27 +137,46 @@ class ShardedSweep:
                 self._finished.set_exception(UserError(error))
 
     async def _read(self, k: int, proc: asyncio.subprocess.Process) -> None:
+        """Part k's lines, read as whole reads (a read a line cost as much as the rest of a record's handling)."""
         assert proc.stdout is not None
-        try:
-            async for line in proc.stdout:
+        pending = bytearray()
+        while chunk := await proc.stdout.read(READ_BYTES):
+            pending += chunk
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                if len(pending) > LINE_MAX:
+                    self._end(f"{self._part(k)} wrote a line longer than {LINE_MAX >> 20} MiB")
+                    return
+                continue
+            end += len(pending) - len(chunk)
+            lines = bytes(pending[:end]).split(b"\n")
+            del pending[:end + 1]
+            for line in lines:
                 self._line(k, line)
                 if self._finished.done():
                     return
-        except ValueError:   # a line past LINE_MAX
-            self._end(f"{self._part(k)} wrote a line longer than {LINE_MAX >> 20} MiB")
-            return
-        if k not in self._done:
+        if pending:
+            self._line(k, bytes(pending))
+        if k not in self._done and not self._finished.done():
             code = await proc.wait()
             self._end(f"{self._part(k)} exited (code {code}) before its sweep was done")
 
     def _line(self, k: int, line: bytes) -> None:
+        if line.startswith(RECORD_START):
+            self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
+            return
         try:
             msg = decode(line)
         except ProtocolError as exc:
             self._end(f"{self._part(k)} wrote {exc}")
             return
-        if isinstance(msg, RequestRecord):
-            self._record(msg, line)
+        if isinstance(msg, RequestRecord):   # a record written some other way (its fields in another order)
+            self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
+        elif isinstance(msg, Tally):
+            if self._acc is not None:
+                self._acc.merge(msg.acc)
+            if self._first_error is None:
+                self._first_error = msg.first_error
         elif isinstance(msg, Ready):
             self._on_ready(k, msg.level)
         elif isinstance(msg, SweepProgress):
@@ -194,15 +220,6 @@ class ShardedSweep:
             assert proc.stdin is not None
             proc.stdin.write(line)
 
-    def _record(self, r: RequestRecord, line: bytes) -> None:
-        # The part's line as it wrote it (a record line is the records file's line): re-encoding it cost the
-        # coordinator ~20 us a record, a fifth of a core at 4,000 req/s, on the CPUs its parts send from.
-        self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
-        if self._acc is not None:
-            self._acc.add(r)
-        if r.detail is not None and self._first_error is None:
-            self._first_error = f"{r.error}: {r.detail}"
-
     def _emit_progress(self) -> None:
         now = time.monotonic()
         if now - self._progress_at < PROGRESS_EVERY_S or self._acc is None:
@@ -225,8 +242,10 @@ class ShardedSweep:
             requests_done=sum(p.requests_done for p in parts), requests_failed=sum(p.requests_failed for p in parts),
             requests_target=count if first.requests_target is not None else None,
             duration_target_s=first.duration_target_s, in_flight=sum(p.in_flight for p in parts),
-            output_tok_s=round(sum(p.output_tok_s for p in parts), 2), ttft_p50_ms=self._acc.ttft_live.quantile(50),
-            tokens_per_chunk=self._acc.tokens_per_chunk, loop_lag_ms=max(lags) if lags else None,
+            output_tok_s=round(sum(p.output_tok_s for p in parts), 2),
+            ttft_p50_ms=weighted_mean((p.ttft_p50_ms, p.requests_done - p.requests_failed) for p in parts),
+            tokens_per_chunk=weighted_mean((p.tokens_per_chunk, p.requests_done - p.requests_failed) for p in parts),
+            loop_lag_ms=max(lags) if lags else None,
             cpu_fraction=max(fractions) if fractions else None, rate=first.rate,
             sent=total([p.sent for p in parts]), backlog=total([p.backlog for p in parts]),
             backlog_late_ms=max(lates) if lates else None,
@@ -260,6 +279,13 @@ class ShardedSweep:
         if level.requests_ok == 0:
             self._emit(no_success_warning(level, c, rate, self._first_error))
             self._end()
+
+
+def weighted_mean(pairs: Iterable[tuple[float | None, int]]) -> float | None:
+    """The mean of the values weighted by their counts, those without a value (or count) left out; None if none."""
+    known = [(value, n) for value, n in pairs if value is not None and n > 0]
+    total = sum(n for _, n in known)
+    return sum(value * n for value, n in known) / total if total else None
 
 
 def auto_processes(rates: Iterable[float] = ()) -> int:

@@ -24,7 +24,7 @@ from specmon.errors import UserError
 from specmon.loadgen.shards import OPEN_LOOP_RATE_PER_PROCESS
 from specmon.loadgen.workload import Workload
 from specmon.model.config import SweepDefaults, load_config
-from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress
+from specmon.model.sweeps.sweepstats import RequestRecord, SweepProgress, level_from_records
 from specmon.model.workload.arrivals import arrival_times
 from specmon.orchestration.measure.sweep import SweepSpec, SweepUpdate, WorkloadOverrides, run_sweep, workload_from
 from specmon.sources.resultfiles import read_results
@@ -119,6 +119,12 @@ async def test_a_sweep_sent_by_three_processes_is_the_same_sweep(server: tuple[S
         # sends before it). How soon after it the first send goes depends on the box (0.4 s with two suites at once).
         assert most_in_flight(level) == c, c
         assert min(r.start_s for r in level) >= 0
+        # The level's figures, which the parts tallied, are those its records make (to the records' rounding).
+        (figures,) = [lv for lv in three.levels if lv.concurrency == c]
+        again = level_from_records(level)
+        for got, want in ((figures.ttft_ms, again.ttft_ms), (figures.e2e_ms, again.e2e_ms),
+                          (figures.itl_ms, again.itl_ms)):
+            assert got.p50 == pytest.approx(want.p50, abs=1e-3) and got.p99 == pytest.approx(want.p99, abs=1e-3)
 
 
 async def test_an_open_loop_sent_by_three_processes_keeps_its_one_schedule(server: tuple[ServerState, str],

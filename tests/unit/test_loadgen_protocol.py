@@ -21,6 +21,7 @@ from specmon.loadgen.protocol import (
     Ready,
     Start,
     Stopped,
+    Tally,
     Warn,
     decode,
     encode,
@@ -127,6 +128,8 @@ def test_a_record_line_reads_back_as_what_json_writes_for_it() -> None:
     (b'{"type": "start", "level": 2}\n', "a 'start' message without its field 'at_ns'"),
     (b'{"type": "warning", "message": null}\n', "a 'warning' message with a bad field (message must be a string"),
     (b'{"type": "spec", "url": "u", "model": "m", "workload": 5}\n', "a 'spec' message with a bad field"),
+    (b'{"type": "tally", "acc": []}\n', "a 'tally' message with a bad field (acc must be an object)"),
+    (b'{"type": "tally", "acc": {"concurrency": 1}}\n', "a 'tally' message without its field 'rate'"),
     (b'{"concurrency": 1}\n', "a request record without its field 'i'"),
     (b'{"concurrency": "four", "i": 1, "start_s": 0, "end_s": 1, "ok": true}\n', "a request record with a bad field"),
 ])
@@ -136,6 +139,15 @@ def test_a_broken_line_is_refused_in_one_line_saying_what_is_wrong(line: bytes, 
     text = str(caught.value)
     assert says in text and "\n" not in text, text
     assert isinstance(caught.value, NotJson) == line.startswith(b"Loading")
+
+
+def test_a_parts_tally_comes_back_with_the_figures_it_went_with() -> None:
+    acc = LevelAccumulator(4, rate=8.0)
+    for i in range(5):
+        acc.add(dataclasses.replace(RECORD, index=i, ttft_ms=12.5 + i, late_ms=0.25 * i))
+    back = decode(encode(Tally(acc, "http: 502 Bad Gateway")))
+    assert isinstance(back, Tally) and back.first_error == "http: 502 Bad Gateway"
+    assert back.acc.result(1.25, 0.5, 3.0) == acc.result(1.25, 0.5, 3.0)
 
 
 def test_a_long_broken_line_is_shown_cut() -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from specmon.model.sweeps.sweepstats import (
@@ -206,3 +208,43 @@ def test_log_histogram_add_all_counts_as_adding_one_by_one() -> None:
     batch.add_all((), 1000.0)
     assert (batch.count, batch.total, batch.stats()) == (one.count, one.total, one.stats())
     assert batch.quantile(10) == 0.0 and batch.quantile(100) == one.quantile(100)
+
+
+def test_a_level_sent_by_three_processes_merges_into_the_figures_of_one() -> None:
+    # A sharded sweep's parts each fold their share of a level and the coordinator merges the three, here through
+    # the pieces and the JSON a part sends them as: the level's figures are those of one accumulator given every
+    # record (times on a binary-exact grid, so every sum is exact and equality is exact).
+    slo = {"ttft": 130.0}
+    recs = [RequestRecord(concurrency=4, index=i, start_s=i * 0.25, end_s=i * 0.25 + 1.5 + (i % 5) * 0.125,
+                          ok=i % 7 != 3, error=None if i % 7 != 3 else "http", detail=None if i % 7 != 3 else "502",
+                          ttft_ms=100.0 + i % 40 if i % 7 != 3 else None, e2e_ms=900.0 + 4 * i if i % 7 != 3 else None,
+                          chunks=5 + i % 3, output_tokens=None if i % 11 == 0 else 10 + i % 4, prompt_tokens=16,
+                          itl_us=tuple(20_000 + 1000 * (i % 9) + k for k in range(0, 4000, 1000)), rate=8.0,
+                          late_ms=(i % 6) * 0.5, category="math" if i % 2 else "code")
+            for i in range(60)]
+    whole = LevelAccumulator(4, rate=8.0, slo=slo)
+    shares = [LevelAccumulator(4, rate=8.0, slo=slo) for _ in range(3)]
+    for r in recs:
+        whole.add(r)
+        shares[r.index % 3].add(r)
+    merged = LevelAccumulator(4, rate=8.0, slo=slo)
+    for share in shares:
+        pieces = share.pieces(7)
+        assert len(pieces) == 3   # 20 requests a share, 7 values a series a piece
+        for piece in pieces:
+            merged.merge(LevelAccumulator.from_dict(json.loads(json.dumps(piece.to_dict())), slo))
+    one = whole.result(16.0, 1.0, 2.0)
+    assert merged.result(16.0, 1.0, 2.0) == one
+    assert one.requests_failed == 9 and one.usage_missing > 0 and one.goodput and one.backlog_max is not None
+    assert set(one.categories) == {"math", "code"}
+
+
+def test_a_log_histogram_merged_counts_as_one_given_every_value() -> None:
+    values = [0.0005, 0.5, 3.0, 3.01, 250.0, 9000.0]
+    a, b, both = LogHistogram(), LogHistogram(), LogHistogram()
+    for k, v in enumerate(values):
+        (a if k % 2 else b).add(v)
+        both.add(v)
+    a.merge(LogHistogram.from_dict(json.loads(json.dumps(b.to_dict()))))
+    assert (a.count, a.total, a.stats()) == (both.count, both.total, both.stats())
+    assert [a.quantile(q) for q in range(0, 101, 10)] == [both.quantile(q) for q in range(0, 101, 10)]

@@ -48,6 +48,7 @@ Open loop (a level at an offered request rate R, its requests sent on a schedule
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from array import array
@@ -227,6 +228,25 @@ class LogHistogram:
             return Stats()
         return Stats(self.total / self.count, self.quantile(50), self.quantile(90), self.quantile(99))
 
+    def merge(self, other: LogHistogram) -> None:
+        """Count `other`'s values too (the same floor): as if each had been added here."""
+        for idx, n in other._buckets.items():
+            self._buckets[idx] = self._buckets.get(idx, 0) + n
+        self._zeros += other._zeros
+        self.count += other.count
+        self.total += other.total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"floor": self._floor, "zeros": self._zeros, "count": self.count, "total": self.total,
+                "buckets": sorted(self._buckets.items())}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> LogHistogram:
+        h = cls(float(d["floor"]))
+        h._zeros, h.count, h.total = int(d["zeros"]), int(d["count"]), float(d["total"])
+        h._buckets = {int(idx): int(n) for idx, n in d["buckets"]}
+        return h
+
 
 def client_skewed(handling_ms_p99: float | None, itl_p50_ms: float | None) -> bool:
     """True when chunks waited for their stream's code (after their arrival was stamped) long enough, against the
@@ -348,6 +368,63 @@ class LevelAccumulator:
     def tokens_per_chunk(self) -> float | None:
         return self.usage_tokens / self.usage_chunks if self.usage_chunks else None
 
+    def merge(self, other: LevelAccumulator) -> None:
+        """Fold in another accumulator of the same level (another process's share of its requests): the totals are
+        those of one accumulator that had been given both's records."""
+        for name in _COUNTS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for name in _SERIES:
+            getattr(self, name).extend(getattr(other, name))
+        for kind, n in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + n
+        for name, counts in other.categories.items():
+            mine = self.categories.setdefault(name, [0, 0, 0])
+            for k, n in enumerate(counts):
+                mine[k] += n
+        self.itl.merge(other.itl)
+        self.ttft_live.merge(other.ttft_live)
+        self.first_start_s = _least(self.first_start_s, other.first_start_s)
+        self.last_end_s = _most(self.last_end_s, other.last_end_s)
+        self.last_send_s = _most(self.last_send_s, other.last_send_s)
+
+    def pieces(self, most: int) -> list[LevelAccumulator]:
+        """This accumulator as pieces that merge back into it, none holding more than `most` values of a series
+        (a level's per-request times): the first has the totals and the first `most` of each series, the others
+        only their series' next `most`."""
+        longest = max(len(getattr(self, name)) for name in _SERIES)
+        pieces = [dataclasses.replace(self, **_slices(self, 0, most))]
+        for start in range(most, longest, most):
+            pieces.append(LevelAccumulator(self.concurrency, self.rate, self.slo, **_slices(self, start, most)))
+        return pieces
+
+    def to_dict(self) -> dict[str, Any]:
+        """The totals and series (the SLO targets stay with whoever reads it: `from_dict` takes them)."""
+        d: dict[str, Any] = {"concurrency": self.concurrency, "rate": self.rate}
+        d.update({name: getattr(self, name) for name in _COUNTS})
+        d.update({name: list(getattr(self, name)) for name in _SERIES})
+        d.update(errors=self.errors, categories=self.categories, itl=self.itl.to_dict(),
+                 ttft_live=self.ttft_live.to_dict(), first_start_s=self.first_start_s, last_end_s=self.last_end_s,
+                 last_send_s=self.last_send_s)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any], slo: Mapping[str, float] | None = None) -> LevelAccumulator:
+        rate, first, last, last_send = d["rate"], d["first_start_s"], d["last_end_s"], d["last_send_s"]
+        acc = cls(
+            int(d["concurrency"]), None if rate is None else float(rate), dict(slo or {}),
+            errors={str(k): int(n) for k, n in d["errors"].items()},
+            categories={str(k): [int(n) for n in counts] for k, counts in d["categories"].items()},
+            itl=LogHistogram.from_dict(d["itl"]), ttft_live=LogHistogram.from_dict(d["ttft_live"]),
+            first_start_s=None if first is None else float(first), last_end_s=None if last is None else float(last),
+            last_send_s=None if last_send is None else float(last_send),
+            ttft_by_index=[(int(i), float(t)) for i, t in d["ttft_by_index"]],
+        )
+        for name in _SERIES[:-1]:   # (all but ttft_by_index)
+            setattr(acc, name, array("d", d[name]))
+        for name in _COUNTS:
+            setattr(acc, name, type(getattr(acc, name))(d[name]))
+        return acc
+
     def result(
         self, duration_s: float, cpu_s: float, loop_lag_ms_p99: float | None, started_at: str | None = None,
         cpu_wait_s: float | None = None, handling_ms_p99: float | None = None, burst_max: int | None = None,
@@ -432,6 +509,23 @@ class LevelAccumulator:
                                                and not behind),
             "ttft_growth": growth,
         }
+
+
+_COUNTS = ("requests_ok", "requests_failed", "output_tokens", "input_tokens", "usage_missing", "chunks_total",
+           "usage_tokens", "usage_chunks", "busy_s", "good")
+_SERIES = ("ttft", "e2e", "tpot", "decode", "late", "due", "sent", "ok_ends", "ttft_by_index")
+
+
+def _slices(acc: LevelAccumulator, start: int, most: int) -> dict[str, Any]:
+    return {name: getattr(acc, name)[start:start + most] for name in _SERIES}
+
+
+def _least(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _most(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def most_waiting(due: Sequence[float], sent: Sequence[float]) -> int:
