@@ -67,17 +67,25 @@ def arrival_times(n: int, rate: float, burstiness: float = 1.0, seed: int = 0) -
     return list(schedule.times(math.fsum(schedule.gap_sums())))
 
 
+# How much longer than the requests timed so far (the warm-up's, against an idle server) a level's requests may take
+# under the level's own load. Measured (bench/loadgen_overhead.py --vs-reference, H100 host, 16 tokens a request):
+# at 2,000-4,000 req/s the server's busiest core at 50-87 %, in flight up to 1.7 times the warm-up's figure; every
+# connection opened during the level then (34-320 a run) cost sends their turn: lateness p99 40-125 ms, against
+# 0.4-6 ms in the runs that opened none.
+LOAD_STRETCH = 2.0
+
+
 def connections_needed(rate: float, request_s: float | None, n: int, cap: int | None, floor: int, most: int) -> int:
     """How many connections an open loop at `rate` should open before it starts, so that its sends do not open them.
 
     By Little's law `rate * request_s` requests are in flight on average (request_s: how long a request has taken
-    so far, None when nothing is known yet); Poisson arrivals put that many plus a few standard deviations in flight
-    at the busiest moment. Never fewer than `floor`, never more than `n` (the level's requests), the level's
-    concurrency cap (0 or None: none) or `most`.
+    so far, None when nothing is known yet), and more once the level's own load slows the server (LOAD_STRETCH);
+    Poisson arrivals put that many plus a few standard deviations in flight at the busiest moment. Never fewer than
+    `floor`, never more than `n` (the level's requests), the level's concurrency cap (0 or None: none) or `most`.
     """
     want = floor
     if request_s is not None and request_s > 0:
-        mean = rate * request_s
+        mean = rate * request_s * LOAD_STRETCH
         want = max(floor, math.ceil(mean + 4.0 * math.sqrt(mean)))
     return max(1, min(want, n, cap or most, most))
 
