@@ -5,7 +5,6 @@ reads a record (20-25 us a record, a tenth of a core at 4,000 req/s, on the CPUs
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from pathlib import Path
 
 from specmon.loadgen.protocol import ChildSpec, Message, Ready, Tally, Warn, encode
@@ -34,17 +33,10 @@ def test_a_parts_record_line_goes_to_the_records_file_as_written(tmp_path: Path)
     assert seen == []   # records are no message of their own
 
 
-def test_the_coordinator_gives_a_level_the_figures_its_parts_tallied(tmp_path: Path) -> None:
-    # Two parts' shares of one level, told as the parts tell them (their tallies, in pieces, then their level
-    # messages) and no record lines at all: the coordinator's level is the one its requests make together, with
-    # the parts' CPU summed, and the first failure says why in the sweep's stop warning.
-    recs = [RequestRecord(concurrency=4, index=i, start_s=i * 0.25, end_s=i * 0.25 + 2.0, ok=i != 3,
-                          error=None if i != 3 else "http", detail=None if i != 3 else "502 Bad Gateway",
-                          ttft_ms=None if i == 3 else 40.0 + 10 * i, e2e_ms=None if i == 3 else 2000.0,
-                          chunks=8, output_tokens=None if i == 3 else 16, prompt_tokens=32, itl_us=(25_000,) * 7)
-            for i in range(10)]
-    spec = ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(4,), warmup_requests=0, processes=2),
-                     str(tmp_path / "records.jsonl"))
+def one_level_told_by_two_parts(spec: ChildSpec, recs: list[RequestRecord], first_error: str) -> list[Message]:
+    """What the coordinator emits for a first level whose records part k (of two) holds every other of, told as
+    the parts tell it: ready, then each part's tally in pieces of two values a series (part 1's first piece saying
+    `first_error`) and its level message; no record lines at all."""
     seen: list[Message] = []
 
     async def main() -> None:
@@ -52,15 +44,28 @@ def test_the_coordinator_gives_a_level_the_figures_its_parts_tallied(tmp_path: P
         for k in (0, 1):
             sweep._line(k, encode(Ready(1)))
         for k in (0, 1):
-            share = LevelAccumulator(4)
+            share = LevelAccumulator(recs[0].concurrency)
             for r in recs[k::2]:
                 share.add(r)
             for n, piece in enumerate(share.pieces(2)):
-                sweep._line(k, encode(Tally(piece, "http: 502 Bad Gateway" if k == 1 and n == 0 else None)))
+                sweep._line(k, encode(Tally(piece, first_error if k == 1 and n == 0 else None)))
             sweep._line(k, encode(share.result(4.25, 0.5, 1.0)))
         sweep._records.close()
 
     asyncio.run(main())
+    return seen
+
+
+def test_the_coordinator_gives_a_level_the_figures_its_parts_tallied(tmp_path: Path) -> None:
+    # The coordinator's level is the one its parts' requests make together, with the parts' CPU summed.
+    recs = [RequestRecord(concurrency=4, index=i, start_s=i * 0.25, end_s=i * 0.25 + 2.0, ok=i != 3,
+                          error=None if i != 3 else "http", detail=None if i != 3 else "502 Bad Gateway",
+                          ttft_ms=None if i == 3 else 40.0 + 10 * i, e2e_ms=None if i == 3 else 2000.0,
+                          chunks=8, output_tokens=None if i == 3 else 16, prompt_tokens=32, itl_us=(25_000,) * 7)
+            for i in range(10)]
+    spec = ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(4,), warmup_requests=0, processes=2),
+                     str(tmp_path / "records.jsonl"))
+    seen = one_level_told_by_two_parts(spec, recs, "http: 502 Bad Gateway")
     (level,) = [m for m in seen if isinstance(m, LevelResult)]
     one = level_from_records(recs)
     assert (level.requests_ok, level.requests_failed, level.output_tokens) == (9, 1, 144)
@@ -69,24 +74,11 @@ def test_the_coordinator_gives_a_level_the_figures_its_parts_tallied(tmp_path: P
     assert not (tmp_path / "records.jsonl").read_bytes()   # no record lines came: none were made up
 
 
-def test_a_level_where_every_part_failed_stops_the_sweep_with_a_parts_first_error(tmp_path: Path) -> None:
+def test_a_level_where_every_part_failed_stops_the_sweep_with_a_parts_first_error() -> None:
     spec = ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(2, 4), warmup_requests=0, processes=2), None)
-    seen: list[Message] = []
-    failed = RequestRecord(concurrency=2, index=0, start_s=0.0, end_s=0.01, ok=False, error="http",
-                           detail="401 Unauthorized")
-
-    async def main() -> None:
-        sweep = ShardedSweep(spec, seen.append)
-        for k in (0, 1):
-            sweep._line(k, encode(Ready(1)))
-        for k in (0, 1):
-            share = LevelAccumulator(2)
-            share.add(dataclasses.replace(failed, index=k))
-            sweep._line(k, encode(Tally(share, "http: 401 Unauthorized")))
-            sweep._line(k, encode(share.result(0.01, 0.0, None)))
-        assert sweep._finished.done()
-
-    asyncio.run(main())
+    recs = [RequestRecord(concurrency=2, index=i, start_s=0.0, end_s=0.01, ok=False, error="http",
+                          detail="401 Unauthorized") for i in range(2)]
+    seen = one_level_told_by_two_parts(spec, recs, "http: 401 Unauthorized")
     warning = seen[-1]
     assert isinstance(warning, Warn) and "no request succeeded at C=2 (http 2; first: http: 401 Unauthorized)" in \
         warning.message
