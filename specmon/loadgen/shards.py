@@ -155,14 +155,16 @@ class ShardedSweep:
                 self._line(k, line)
                 if self._finished.done():
                     return
-        if pending:
-            self._line(k, bytes(pending))
+        if pending:   # a last line without its newline, as a part killed in mid-write leaves: read, not copied
+            self._line(k, bytes(pending), copy_records=False)
         if k not in self._done and not self._finished.done():
             code = await proc.wait()
             self._end(f"{self._part(k)} exited (code {code}) before its sweep was done")
 
-    def _line(self, k: int, line: bytes) -> None:
-        if line.startswith(RECORD_START):
+    def _line(self, k: int, line: bytes, copy_records: bool = True) -> None:
+        """One line of part k: a record line is copied to the records file unread (with `copy_records`), any
+        other line is read as its message."""
+        if copy_records and line.startswith(RECORD_START):
             self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
             return
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from specmon.errors import UserError
 from specmon.loadgen.protocol import ChildSpec, Message, Ready, Tally, Warn, encode
 from specmon.loadgen.shards import ShardedSweep
 from specmon.loadgen.workload import Workload
@@ -82,3 +83,34 @@ def test_a_level_where_every_part_failed_stops_the_sweep_with_a_parts_first_erro
     warning = seen[-1]
     assert isinstance(warning, Warn) and "no request succeeded at C=2 (http 2; first: http: 401 Unauthorized)" in \
         warning.message
+
+
+def test_a_record_cut_off_by_a_part_that_died_stays_out_of_the_records_file(tmp_path: Path) -> None:
+    # A part killed in the middle of writing its records leaves a last line without its newline: the records file
+    # keeps its whole lines only, and the sweep ends saying which part broke off.
+    whole = b'{"concurrency":4,"i":1,"start_s":0.25,"end_s":1.5,"ok":true,"chunks":3,"output_tokens":9,"itl_us":[]}'
+    records = tmp_path / "records.jsonl"
+    spec = ChildSpec("http://127.0.0.1:1", "m", Workload(levels=(4,), processes=2), str(records))
+
+    class Killed:
+        def __init__(self) -> None:
+            self.stdout = asyncio.StreamReader()
+            self.stdout.feed_data(whole + b"\n" + whole[:40])
+            self.stdout.feed_eof()
+
+        async def wait(self) -> int:
+            return -9
+
+    async def main() -> str:
+        sweep = ShardedSweep(spec, lambda message: None)
+        await sweep._read(1, Killed())  # type: ignore[arg-type]
+        sweep._records.close()
+        try:
+            await sweep._finished
+        except UserError as exc:
+            return str(exc)
+        return "no error"
+
+    said = asyncio.run(main())
+    assert records.read_bytes() == whole + b"\n"
+    assert said.startswith("load generator part 2 of 2 wrote a line that is not JSON: "), said
