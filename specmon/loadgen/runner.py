@@ -100,9 +100,9 @@ class RecordsWriter:
             self._pending.append(encode(r))
 
     def write_line(self, line: bytes) -> None:
-        """A record already encoded (a part's line, newline included)."""
+        """A record already encoded (a part's line; its newline is added where it has none)."""
         if self._fd is not None:
-            self._pending.append(line)
+            self._pending.append(line if line.endswith(b"\n") else line + b"\n")
 
     def flush(self) -> None:
         if self._fd is None or not self._pending:

@@ -165,7 +165,7 @@ class ShardedSweep:
         """One line of part k: a record line is copied to the records file unread (with `copy_records`), any
         other line is read as its message."""
         if copy_records and line.startswith(RECORD_START):
-            self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
+            self._records.write_line(line)
             return
         try:
             msg = decode(line)
@@ -173,7 +173,7 @@ class ShardedSweep:
             self._end(f"{self._part(k)} wrote {exc}")
             return
         if isinstance(msg, RequestRecord):   # a record written some other way (its fields in another order)
-            self._records.write_line(line if line.endswith(b"\n") else line + b"\n")
+            self._records.write_line(line)
         elif isinstance(msg, Tally):
             if self._acc is not None:
                 self._acc.merge(msg.acc)

@@ -419,7 +419,7 @@ class LevelAccumulator:
             last_send_s=None if last_send is None else float(last_send),
             ttft_by_index=[(int(i), float(t)) for i, t in d["ttft_by_index"]],
         )
-        for name in _SERIES[:-1]:   # (all but ttft_by_index)
+        for name in _TIMES:
             setattr(acc, name, array("d", d[name]))
         for name in _COUNTS:
             setattr(acc, name, type(getattr(acc, name))(d[name]))
@@ -513,7 +513,8 @@ class LevelAccumulator:
 
 _COUNTS = ("requests_ok", "requests_failed", "output_tokens", "input_tokens", "usage_missing", "chunks_total",
            "usage_tokens", "usage_chunks", "busy_s", "good")
-_SERIES = ("ttft", "e2e", "tpot", "decode", "late", "due", "sent", "ok_ends", "ttft_by_index")
+_TIMES = ("ttft", "e2e", "tpot", "decode", "late", "due", "sent", "ok_ends")   # arrays of floats
+_SERIES = (*_TIMES, "ttft_by_index")
 
 
 def _slices(acc: LevelAccumulator, start: int, most: int) -> dict[str, Any]:
