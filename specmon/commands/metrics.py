@@ -75,7 +75,7 @@ async def show(manager: RunManager, args: argparse.Namespace) -> int:
         reads = 0
         while True:
             started = time.monotonic()
-            note = await read_once(scraper, history, started)
+            note, _ = await read_once(scraper, history)
             reads += 1
             if note is not None:
                 print(f"specmon: {view.profile}: {note}", flush=True)

@@ -12,6 +12,15 @@ and, before the asks that name it, a set of line starts, once for this relay:
 
     keep KEEP NAME...
 
+A standing ask is read at once and then again at every multiple of PERIOD_MS on this host's clock, until stopped:
+
+    every ID PERIOD_MS ADDR PORT TIMEOUT_MS PATH [KEEP]
+    stop ID
+
+so an app that reads a server every second writes nothing to the link after asking once: the answers come on the
+host's clock (the hosts of a fleet keep one time, so theirs reach the app in the same moment). A standing ask whose
+last read is still unanswered (a hung server) is not asked again until it is: a host's reads never pile up.
+
 An ok body asked with KEEP is cut to its lines (split at "\n") that start with one of the set's NAMEs, each ended
 by "\n": the app parses only those (`parse_metrics`: the lines found after a newline), and a real server's answer is
 tens of kB of histogram buckets and help lines that would cross the link every second to be thrown away. The
@@ -20,7 +29,7 @@ size limit (MAX_BODY, "large") is the whole answer's. A KEEP this relay was not 
 It answers each on stdout as a line `ID KIND STATUS LENGTH` followed by LENGTH bytes, KIND being one of:
 ok (STATUS and the body), refused, timeout, large (STATUS: the announced size, or -1 when it had none), bad (the body
 says how the answer was not HTTP/1.x) or error (the body: the exception's type name). Its first line is
-`specmon-relay 2`: it started.
+`specmon-relay 3`: it started.
 
 Each ADDR PORT has its own thread and its own kept-alive connection: a server that accepts and never answers holds
 up only its own reads. Answers that are ready together leave in one write; the first one waits for the others at
@@ -36,7 +45,7 @@ import sys
 import threading
 import time
 
-HELLO = b"specmon-relay 2\n"
+HELLO = b"specmon-relay 3\n"
 # Read only when run as the relay (`-c`): tests import this file for `lines_starting` and `kept_lines`.
 MAX_BODY = int(sys.argv[1]) if __name__ == "__main__" and len(sys.argv) > 1 else 4 << 20
 LINGER_S = 0.02   # how long a ready answer waits for the others of its batch: one write for a whole host's second
@@ -114,6 +123,7 @@ class Target(threading.Thread):
                     return
                 continue
             self.answers.ready.put(self.answer(ask_id, timeout, path, keep))
+            self.targets.answered(ask_id)
 
     def answer(self, ask_id: int, timeout: float, path: str, keep: "re.Pattern[bytes] | None") -> bytes:
         try:
@@ -161,6 +171,7 @@ class Targets:
         self.answers = answers
         self.lock = threading.Lock()
         self.running = {}  # type: dict[tuple[str, int], Target]
+        self.unanswered = set()  # type: set[int]
 
     def ask(self, ask_id: int, addr: str, port: int, timeout: float, path: str,
             keep: "re.Pattern[bytes] | None") -> None:
@@ -170,7 +181,16 @@ class Targets:
                 target = self.running[(addr, port)] = Target(addr, port, self.answers, self)
                 target.start()
             self.answers.asked()
+            self.unanswered.add(ask_id)
             target.asks.put((ask_id, timeout, path, keep))
+
+    def answered(self, ask_id: int) -> None:
+        with self.lock:
+            self.unanswered.discard(ask_id)
+
+    def waiting(self, ask_id: int) -> bool:
+        with self.lock:
+            return ask_id in self.unanswered
 
     def retire(self, target: Target) -> bool:
         """Whether `target` may end: nothing was asked of it meanwhile (else it serves that first)."""
@@ -181,10 +201,55 @@ class Targets:
             return True
 
 
+class Standing(threading.Thread):
+    """The standing asks (`every`), each asked again at the multiples of its period on this host's clock."""
+
+    def __init__(self, targets: Targets) -> None:
+        super().__init__(daemon=True)
+        self.targets = targets
+        self.wake = threading.Condition()
+        self.asks = {}  # type: dict[int, tuple[float, tuple[str, int, float, str, re.Pattern[bytes] | None]]]
+        self.due = {}   # type: dict[int, float]
+
+    def add(self, ask_id: int, period: float, ask: "tuple[str, int, float, str, re.Pattern[bytes] | None]") -> None:
+        self.targets.ask(ask_id, *ask)   # the first answer at once, not on the next multiple
+        with self.wake:
+            self.asks[ask_id] = (period, ask)
+            self.due[ask_id] = next_multiple(time.time(), period)
+            self.wake.notify()
+
+    def stop(self, ask_id: int) -> None:
+        with self.wake:
+            self.asks.pop(ask_id, None)
+            self.due.pop(ask_id, None)
+
+    def run(self) -> None:
+        while True:
+            with self.wake:
+                now = time.time()
+                ripe = [ask_id for ask_id, at in self.due.items() if at <= now]
+                for ask_id in ripe:
+                    period, ask = self.asks[ask_id]
+                    self.due[ask_id] = next_multiple(now, period)
+                    if not self.targets.waiting(ask_id):
+                        self.targets.ask(ask_id, *ask)
+                # A clock set back (NTP) must not stall the reads: no ask waits longer than its period.
+                for ask_id, at in self.due.items():
+                    if at - now > self.asks[ask_id][0]:
+                        self.due[ask_id] = next_multiple(now, self.asks[ask_id][0])
+                self.wake.wait(min(self.due.values(), default=now + IDLE_S) - now)
+
+
+def next_multiple(now: float, period: float) -> float:
+    return (now // period + 1) * period
+
+
 def main() -> None:
     answers = Answers()
     targets = Targets(answers)
+    standing = Standing(targets)
     threading.Thread(target=answers.write_forever, daemon=True).start()
+    standing.start()
     sys.stdout.buffer.write(HELLO)
     sys.stdout.buffer.flush()
     keeps = {}  # type: dict[str, re.Pattern[bytes]]
@@ -193,9 +258,18 @@ def main() -> None:
         if fields[0] == "keep":
             keeps[fields[1]] = lines_starting(fields[2:])
             continue
+        if fields[0] == "stop":
+            standing.stop(int(fields[1]))
+            continue
+        every = fields[0] == "every"
+        if every:
+            period_ms, fields = int(fields[2]), fields[1:2] + fields[3:]
         ask_id, addr, port, timeout_ms, path = fields[:5]
-        keep = keeps.get(fields[5]) if len(fields) > 5 else None
-        targets.ask(int(ask_id), addr, int(port), int(timeout_ms) / 1000, path, keep)
+        ask = (addr, int(port), int(timeout_ms) / 1000, path, keeps.get(fields[5]) if len(fields) > 5 else None)
+        if every:
+            standing.add(int(ask_id), period_ms / 1000, ask)
+        else:
+            targets.ask(int(ask_id), *ask)
     os._exit(0)   # stdin ended: the app is gone; a thread stuck on a hung server must not keep this alive
 
 

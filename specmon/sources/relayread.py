@@ -14,6 +14,11 @@ next read starts another.
 A reader that parses only some lines (the serving view: `read_sample`'s families) names their starts: the relay sends
 only those lines of each answer (a real server's is tens of kB, a few hundred bytes of it read), so the link and the
 app's SSH decryption carry a few hundred bytes a run a second, not the whole answer.
+
+A reader that reads on a period (the serving view's) asks once, a standing ask: the relay reads on its host's clock and
+sends each answer as it comes, so an idle app writes nothing to the host (py-spy at 64 runs: the socket writes of the
+asks were a sixth of its CPU, a loopback write doing the receiving end's work too), and its readers wake when the
+answers come rather than on a clock of their own (`MetricsScraper.paced`).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ if TYPE_CHECKING:   # at run time imported only where a host is reached over SSH
     from specmon.sources.ssh import SSHTransport, _SshStream
 
 PROGRAM = (Path(__file__).parent / "metricsrelay.py").read_text(encoding="utf-8")
-HELLO = b"specmon-relay 2\n"
+HELLO = b"specmon-relay 3\n"
 RELAY_PYTHON = "python3"   # the host's interpreter, found on its PATH
 START_S = 10.0             # a relay that has not said hello by then is taken for gone (the reads waiting time out)
 # What a relay asks for is never interpreted by a shell; still, only plain addresses and paths go into its lines.
@@ -61,6 +66,39 @@ class _Sent(NamedTuple):
     session: _SshStream    # the relay it was sent to
 
 
+class Standing:
+    """A standing ask's answers as they come: the latest one not yet taken, or why none will come (its relay ended)."""
+
+    def __init__(self, ask_id: int, session: _SshStream) -> None:
+        self.ask_id = ask_id
+        self.session = session
+        self._latest: Answer | None = None
+        self._ended: Exception | None = None
+        self._arrived = asyncio.Event()
+
+    def put(self, answer: Answer) -> None:
+        self._latest = answer
+        self._arrived.set()
+
+    def end(self, why: Exception) -> None:
+        self._ended = why
+        self._arrived.set()
+
+    @property
+    def ended(self) -> bool:
+        return self._ended is not None
+
+    async def next(self) -> Answer:
+        """The answer that came since the last one taken; waits for it."""
+        await self._arrived.wait()
+        if self._latest is None:
+            assert self._ended is not None
+            raise self._ended
+        answer, self._latest = self._latest, None
+        self._arrived.clear()
+        return answer
+
+
 class RelayMissing(Exception):
     """The host cannot run the relay: its reads go directly."""
 
@@ -74,6 +112,7 @@ class MetricsRelay:
         self._ids = itertools.count(1)
         self._asks: list[_Ask] = []                  # this loop turn's, not yet sent
         self._waiting: dict[int, _Sent] = {}         # sent to the running relay
+        self._standing: dict[int, Standing] = {}     # standing asks of the running relay
         self._keeps: dict[frozenset[str], str] = {}   # each set of line starts asked with, by its name in the lines
         self._told: set[str] = set()                  # the sets the running relay was told of
         self._heard_at = 0.0   # when the running relay last said something (monotonic)
@@ -110,11 +149,35 @@ class MetricsRelay:
             return await answer
         except asyncio.CancelledError:   # the caller's time ran out (or it stopped reading)
             sent = self._waiting.get(ask_id)
-            if sent is not None and self._heard_at < sent.at and time.monotonic() > sent.at + timeout_s * RELAY_SHARE:
-                self._end_silent()
+            if sent is not None:
+                self.watch_silence(sent.at, timeout_s)
             raise
         finally:
             self._waiting.pop(ask_id, None)
+
+    async def stand(self, addr: str, port: int, path: str, timeout_s: float, period_s: float,
+                    keep: frozenset[str] | None = None) -> Standing:
+        """A standing ask: `get`'s read, done now and then at every multiple of `period_s` on the host's clock until
+        `sit`. RelayMissing: read directly."""
+        session = await self._started()
+        ask_id = next(self._ids)
+        named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
+        line = (f"every {ask_id} {int(period_s * 1000)} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} "
+                f"{path}{named}\n")
+        standing = self._standing[ask_id] = Standing(ask_id, session)
+        session.send(b"".join([*self._tell_keeps([keep]), line.encode()]))
+        return standing
+
+    def sit(self, standing: Standing) -> None:
+        """The standing ask is over: the relay reads for it no more."""
+        if self._standing.pop(standing.ask_id, None) is not None and self._session is standing.session:
+            standing.session.send(b"stop %d\n" % standing.ask_id)
+
+    def watch_silence(self, since: float, timeout_s: float) -> None:
+        """A read waited from `since` and its time ran out: the relay is ended if it said nothing meanwhile, past its
+        own time limit for the read."""
+        if self._heard_at < since and time.monotonic() > since + timeout_s * RELAY_SHARE:
+            self._end_silent()
 
     def _end_silent(self) -> None:
         """The relay said nothing past its own time limit for a read (a host stalled, a relay stuck): end it, and let
@@ -130,7 +193,7 @@ class MetricsRelay:
     async def _deliver(self, asks: list[_Ask]) -> None:
         try:
             session = await self._started()
-            session.send(b"".join([*self._tell_keeps(asks), *(ask.line for ask in asks)]))
+            session.send(b"".join([*self._tell_keeps([ask.keep for ask in asks]), *(ask.line for ask in asks)]))
         except Exception as exc:   # RelayMissing or TransportError: each read says so
             for ask in asks:
                 if not ask.answer.done():
@@ -139,10 +202,10 @@ class MetricsRelay:
         now = time.monotonic()
         self._waiting.update((ask.ask_id, _Sent(ask.answer, now, session)) for ask in asks if not ask.answer.done())
 
-    def _tell_keeps(self, asks: list[_Ask]) -> list[bytes]:
-        """The `keep` lines of the sets these asks name that the running relay was not told of yet."""
+    def _tell_keeps(self, keeps: list[frozenset[str] | None]) -> list[bytes]:
+        """The `keep` lines of these sets that the running relay was not told of yet."""
         lines = []
-        for keep in {ask.keep for ask in asks if ask.keep is not None}:
+        for keep in {keep for keep in keeps if keep is not None}:
             name = self._keeps[keep]
             if name not in self._told:
                 self._told.add(name)
@@ -201,6 +264,10 @@ class MetricsRelay:
                     del self._waiting[ask_id]
                     if not sent.answer.done():
                         sent.answer.set_exception(gone)
+            for ask_id, standing in list(self._standing.items()):
+                if standing.session is session:
+                    del self._standing[ask_id]
+                    standing.end(gone)
 
     def _answer(self, buffer: bytearray) -> None:
         while (end := buffer.find(b"\n")) >= 0:
@@ -208,9 +275,14 @@ class MetricsRelay:
             size = end + 1 + int(length)
             if len(buffer) < size:
                 return
-            sent = self._waiting.pop(int(ask_id), None)
-            if sent is not None and not sent.answer.done():
-                sent.answer.set_result((kind.decode("ascii"), int(status), bytes(buffer[end + 1:size])))
+            answer = (kind.decode("ascii"), int(status), bytes(buffer[end + 1:size]))
+            standing = self._standing.get(int(ask_id))
+            if standing is not None:
+                standing.put(answer)
+            else:
+                sent = self._waiting.pop(int(ask_id), None)
+                if sent is not None and not sent.answer.done():
+                    sent.answer.set_result(answer)
             del buffer[:size]
 
 
@@ -219,42 +291,73 @@ _RELAYS: weakref.WeakKeyDictionary[SSHTransport, MetricsRelay] = weakref.WeakKey
 
 class RelayedScraper(MetricsScraper):
     """A MetricsScraper whose reads go through its host's relay while the host runs one (else directly): the same
-    answers and the same failures ("connection refused", "timed out", "link down", a BadAnswer's text)."""
+    answers and the same failures ("connection refused", "timed out", "link down", a BadAnswer's text). With a
+    `period_s` its reads are a standing ask's answers: each read waits for the next one (`paced`)."""
 
     def __init__(self, relay: MetricsRelay, port: int, timeout_s: float, addr: str, path: str,
-                 keep: frozenset[str] | None) -> None:
+                 keep: frozenset[str] | None, period_s: float | None = None) -> None:
         super().__init__(relay.transport, port, timeout_s, path, addr)
         self.relay = relay
         self._relayed = bool(_ADDR.fullmatch(addr) and _PATH.fullmatch(self.path)) and 0 < port < 65536
         self._keep = keep if keep and all(_NAME.fullmatch(name) for name in keep) else None
+        self._period_s = period_s
+        self._standing: Standing | None = None
+
+    @property
+    def paced(self) -> bool:
+        return self._period_s is not None and self._relayed and self.relay.usable
 
     async def _exchange(self) -> tuple[int, bytes]:
-        if self._relayed and self.relay.usable:
-            try:
-                kind, status, body = await self.relay.get(self.addr, self.port, self.path, self.timeout_s, self._keep)
-            except RelayMissing:
-                return await super()._exchange()
-            if kind == "ok":
-                return status, body
-            if kind == "refused":
-                raise ConnectionRefusedError(f"{self.addr}:{self.port}")
-            if kind == "timeout":
-                raise asyncio.TimeoutError
-            if kind == "large":
-                raise too_large(status if status >= 0 else None)
-            raise BadAnswer(body.decode("utf-8", errors="replace"))
-        return await super()._exchange()
+        if not (self._relayed and self.relay.usable):
+            return await super()._exchange()
+        try:
+            if self._period_s is None:
+                return self._taken(await self.relay.get(self.addr, self.port, self.path, self.timeout_s, self._keep))
+            return self._taken(await self._next())
+        except RelayMissing:
+            return await super()._exchange()
+
+    async def _next(self) -> Answer:
+        assert self._period_s is not None
+        if self._standing is None or self._standing.ended:
+            self._standing = await self.relay.stand(self.addr, self.port, self.path, self.timeout_s, self._period_s,
+                                                    self._keep)
+        since = time.monotonic()
+        try:
+            return await self._standing.next()
+        except asyncio.CancelledError:   # the read's time ran out: a relay silent all along is ended
+            self.relay.watch_silence(since, self.timeout_s)
+            raise
+
+    def _taken(self, answer: Answer) -> tuple[int, bytes]:
+        kind, status, body = answer
+        if kind == "ok":
+            return status, body
+        if kind == "refused":
+            raise ConnectionRefusedError(f"{self.addr}:{self.port}")
+        if kind == "timeout":
+            raise asyncio.TimeoutError
+        if kind == "large":
+            raise too_large(status if status >= 0 else None)
+        raise BadAnswer(body.decode("utf-8", errors="replace"))
+
+    async def aclose(self) -> None:
+        if self._standing is not None:
+            self.relay.sit(self._standing)
+            self._standing = None
+        await super().aclose()
 
 
 def metrics_scraper(transport: Transport, port: int, timeout_s: float, addr: str, path: str = "/metrics",
-                    keep: frozenset[str] | None = None) -> MetricsScraper:
+                    keep: frozenset[str] | None = None, period_s: float | None = None) -> MetricsScraper:
     """The reader of a server's /metrics (or its health `path`) as its host reaches it: through the host's relay over
     SSH, else directly. `keep`: the starts of the only lines its reader parses (`parse_metrics`' `only`); through the
-    relay an answer's text is cut to those lines on the host, read directly it is whole."""
+    relay an answer's text is cut to those lines on the host, read directly it is whole. `period_s`: it is read every
+    so often (the serving view): through the relay each read waits for the host's next answer (`paced`)."""
     relay = _relay_of(transport)
     if relay is None:
         return MetricsScraper(transport, port, timeout_s, path, addr)
-    return RelayedScraper(relay, port, timeout_s, addr, path, keep)
+    return RelayedScraper(relay, port, timeout_s, addr, path, keep, period_s)
 
 
 def _relay_of(transport: Transport) -> MetricsRelay | None:

@@ -59,6 +59,12 @@ class MetricsScraper:
         self._streams: tuple[Any, Any] | None = None
         self._metrics = path == "/metrics"   # its answers are remembered for `answered_at`
 
+    @property
+    def paced(self) -> bool:
+        """Whether each read waits for its period's next answer (a standing ask's, `relayread`): its caller then reads
+        again at once instead of keeping a clock of its own."""
+        return False
+
     async def read(self) -> tuple[ProbeResult, str | None]:
         """One GET: how it answered (as the health probes say it), and the text when that was a 200."""
         t0 = time.monotonic()

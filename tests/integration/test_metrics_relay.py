@@ -45,6 +45,19 @@ async def _never_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
     await reader.read()   # accepts, reads the request, says nothing
 
 
+def noting(asked: list[float], answer: bool = True) -> Handler:
+    """A server that notes when each request came, and answers it as `answer_port` does (or never: a hung server)."""
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("sockname")[1]
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                asked.append(time.monotonic())
+                if answer:
+                    body = _text(port).encode()
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    return serve
+
+
 async def _too_large(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
         await reader.readuntil(b"\r\n\r\n")
@@ -111,17 +124,21 @@ def _channels_to(sshd: Sshd, ports: list[int]) -> int:
     return sum(remote in ports and inode in sockets for _, remote, inode in established())
 
 
-def _received_from(sshd: Sshd) -> int:
-    """The bytes this machine's connections to the sshd have received (the kernel's count, `ss`): what came over the
-    SSH link, encrypted."""
+def _link_bytes(sshd: Sshd, counter: str) -> int:
+    """A count of this machine's connections to the sshd (the kernel's, `ss`): "bytes_received" (what came over the
+    SSH link, encrypted) or "bytes_sent"."""
     ours = {local for local, remote, _ in established() if remote == sshd.port}
     info = subprocess.run(["ss", "-tinH", "state", "established", f"( dport = :{sshd.port} )"],
                           capture_output=True, text=True, check=True).stdout
-    received = 0
+    total = 0
     for row, details in zip(info.splitlines()[::2], info.splitlines()[1::2]):
         if int(row.split()[2].rsplit(":", 1)[1]) in ours:
-            received += sum(int(f.split(":")[1]) for f in details.split() if f.startswith("bytes_received:"))
-    return received
+            total += sum(int(f.split(":")[1]) for f in details.split() if f.startswith(f"{counter}:"))
+    return total
+
+
+def _received_from(sshd: Sshd) -> int:
+    return _link_bytes(sshd, "bytes_received")
 
 
 async def _until(check: Callable[[], bool], seconds: float) -> bool:
@@ -378,3 +395,137 @@ async def test_a_relay_started_again_is_told_which_lines_to_send(sshd: Sshd) -> 
             assert received < READS * len(body) / 4, f"{received} bytes came for {READS} reads of {len(body)}"
         finally:
             await _close(transport, [scraper])
+
+
+def _standing(transport: SSHTransport, port: int) -> MetricsScraper:
+    """A reader of `port` as the serving view reads it: every second, through a standing ask."""
+    return metrics_scraper(transport, port, 2.0, "127.0.0.1", period_s=1.0)
+
+
+async def test_a_reader_of_every_second_gets_each_answer_on_the_hosts_second_while_the_app_writes_nothing(
+        sshd: Sshd) -> None:
+    """The serving view's reads: asked once, then answered every second on the host's clock without the app writing
+    a byte to the host (before: one write of asks a second, a sixth of the idle app's CPU at 64 runs); the host's
+    answers of a second come together, on its second (this host's clock is ours)."""
+    async with _servers(answer_port, answer_port, answer_port, answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings(keepalive_s=60.0))
+        scrapers = [_standing(transport, port) for port in ports]
+        try:
+            assert all(scraper.paced for scraper in scrapers)
+            first = await asyncio.gather(*(scraper.read() for scraper in scrapers))
+            assert [text for _, text in first] == [_text(port) for port in ports]
+            sent = _link_bytes(sshd, "bytes_sent")
+            came: list[float] = []
+            for _ in range(3):
+                answers = await asyncio.gather(*(scraper.read() for scraper in scrapers))
+                came.append(time.time())
+                assert [text for _, text in answers] == [_text(port) for port in ports]
+            assert _link_bytes(sshd, "bytes_sent") == sent, "the app wrote to the host while it was only reading"
+            assert [round(b - a) for a, b in zip(came, came[1:])] == [1, 1], came
+            assert max(at % 1.0 for at in came) < 0.3, f"answers came {[round(at % 1.0, 3) for at in came]} s past the second"
+            assert len(_relays(sshd)) == 1 and _channels_to(sshd, ports) == 0
+        finally:
+            await _close(transport, scrapers)
+
+
+async def test_a_standing_read_ends_on_the_host_when_its_reader_closes(sshd: Sshd) -> None:
+    """A run no longer READY (its reader closed): the relay stops asking its server, and reads the others on."""
+    asked: list[float] = []
+    async with _servers(noting(asked), answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        gone, kept = _standing(transport, ports[0]), _standing(transport, ports[1])
+        try:
+            for _ in range(2):
+                assert (await gone.read())[1] == _text(ports[0])
+            await gone.aclose()
+            closed_at = time.monotonic()
+            for _ in range(3):
+                assert (await kept.read())[1] == _text(ports[1])
+            assert [round(at - closed_at, 3) for at in asked if at > closed_at + 0.5] == [], \
+                "the closed reader's server was still asked"
+        finally:
+            await _close(transport, [gone, kept])
+
+
+async def test_a_hung_servers_standing_reads_do_not_pile_up_while_its_hosts_others_answer(sshd: Sshd) -> None:
+    """A server that accepts and never answers: each read says "timed out" within its limit, the server is asked no
+    more often than its reads end, and the host's healthy server answers every second meanwhile."""
+    asked: list[float] = []
+    async with _servers(noting(asked, answer=False), answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        hung, good = _standing(transport, ports[0]), _standing(transport, ports[1])
+        healthy: list[str | None] = []
+
+        async def read_good() -> None:
+            while True:
+                healthy.append((await good.read())[1])
+
+        reading = asyncio.create_task(read_good())
+        try:
+            started = time.monotonic()
+            said = []
+            for _ in range(3):
+                began = time.monotonic()
+                result, _ = await hung.read()
+                said.append(result.error)
+                assert time.monotonic() - began < 2.5, "a read of the hung server ran past its limit"
+            spent = time.monotonic() - started
+        finally:
+            reading.cancel()
+            await asyncio.gather(reading, return_exceptions=True)
+            await _close(transport, [hung, good])
+        assert said == ["timed out"] * 3, said
+        assert len(asked) <= 4, f"the hung server was asked {len(asked)} times in {spent:.1f} s of 3 reads"
+        assert len(healthy) >= int(spent) - 1 and set(healthy) == {_text(ports[1])}, (spent, healthy)
+
+
+async def test_standing_reads_go_on_through_a_new_relay_after_the_relay_is_killed(sshd: Sshd) -> None:
+    """The relay killed on the host: the read waiting on it fails ("link down") without waiting out its limit, and
+    the reads after it come again every second through a new relay."""
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper = _standing(transport, ports[0])
+        try:
+            assert (await scraper.read())[1] == _text(ports[0])
+            first = _relays(sshd)[0]
+            await (await asyncio.create_subprocess_exec("kill", "-KILL", str(first))).wait()
+            result, _ = await scraper.read()
+            assert result.error == "link down" and result.elapsed_s < 1.5, result
+            texts = [(await scraper.read())[1] for _ in range(3)]
+            assert texts == [_text(ports[0])] * 3, texts
+            assert _relays(sshd) and _relays(sshd) != [first]
+        finally:
+            await _close(transport, [scraper])
+
+
+async def test_a_server_slow_for_seconds_is_not_asked_in_a_burst_of_the_seconds_it_missed() -> None:
+    """The relay program alone (as a host runs it, no SSH): a standing ask whose server took 3.5 s to answer is not
+    asked again while that read waits, so once the server is back its reads go on one a second, not in a burst of the
+    seconds it missed (each a stale figure, and load on a server just recovering)."""
+    asked: list[float] = []
+
+    async def slow_first(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                asked.append(time.monotonic())
+                if len(asked) == 1:
+                    await asyncio.sleep(3.5)
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    async with _servers(slow_first) as ports:
+        relay = await asyncio.create_subprocess_exec(
+            "python3", "-I", "-c", relayread.PROGRAM, str(MAX_BODY), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert relay.stdin is not None and relay.stdout is not None
+        try:
+            assert await relay.stdout.readline() == relayread.HELLO
+            relay.stdin.write(f"every 1 1000 127.0.0.1 {ports[0]} 5000 /metrics\n".encode())
+            answers = []
+            for _ in range(4):
+                head = (await asyncio.wait_for(relay.stdout.readline(), 10.0)).split()
+                answers.append((head[1], await relay.stdout.readexactly(int(head[3]))))
+        finally:
+            relay.stdin.close()
+            await relay.wait()
+    assert answers == [(b"ok", b"ok")] * 4, answers
+    gaps = [round(b - a, 3) for a, b in zip(asked, asked[1:])]
+    assert min(gaps) > 0.5, f"asked {gaps} s apart"

@@ -53,23 +53,26 @@ def no_metrics_note(status: int) -> str:
     return f"no /metrics (HTTP {status}); SGLang serves it only with --enable-metrics"
 
 
-async def read_once(scraper: MetricsScraper, history: ServingHistory, at: float) -> str | None:
-    """One read into `history`; returns the note when /metrics is not served at all (before any answer)."""
+async def read_once(scraper: MetricsScraper, history: ServingHistory) -> tuple[str | None, float]:
+    """One read into `history`, as of when it was answered; returns the note when /metrics is not served at all (before
+    any answer), and that time."""
     result, text = await scraper.read()
+    at = time.monotonic()
     if text is not None:
         history.add(read_sample(text, at) if len(text) < PARSE_APART else await asyncio.to_thread(read_sample, text, at))
-        return None
+        return None, at
     if result.status is not None and not history.answered:
-        return no_metrics_note(result.status)
+        return no_metrics_note(result.status), at
     history.failed(at, result.error or f"HTTP {result.status}")
-    return None
+    return None, at
 
 
-def scraper_of(manager: RunManager, view: RunView, interval: float) -> MetricsScraper:
+def scraper_of(manager: RunManager, view: RunView, interval: float, standing: bool = False) -> MetricsScraper:
     """The reader of a run's /metrics where its host reaches the server (its loopback, or a Slurm job's node): only
-    the lines `read_sample` parses are sent over an SSH host's link."""
+    the lines `read_sample` parses are sent over an SSH host's link. `standing`: read every `interval` from now on
+    (over SSH the host's relay then reads on its own clock, `relayread`)."""
     return metrics_scraper(manager.ops(view.host).transport, view.port, max(2.0, interval * 2),
-                           view.server_addr or "127.0.0.1", keep=FAMILIES)
+                           view.server_addr or "127.0.0.1", keep=FAMILIES, period_s=interval if standing else None)
 
 
 async def server_ending(manager: RunManager, run_id: str, grace_s: float = ENDING_GRACE_S) -> bool:
@@ -125,10 +128,9 @@ async def read_fleet(manager: RunManager, interval: float) -> list[FleetReading]
             return
         if run_id in first:   # the second read: `interval` after this run's first
             await asyncio.sleep(max(0.0, first[run_id] + interval - time.monotonic()))
-        at = time.monotonic()
-        first.setdefault(run_id, at)
+        first.setdefault(run_id, time.monotonic())
         try:
-            note = await read_once(scrapers[run_id], histories[run_id], at)
+            note, _ = await read_once(scrapers[run_id], histories[run_id])
         except Exception as exc:   # this run's reason; the others are read on
             note = f"{type(exc).__name__}: {exc}"
         failing = histories[run_id].failing
@@ -183,13 +185,12 @@ class ServingWatcher:
         profile = self._profile(view.profile)
         interval = profile.metrics_interval_s if profile else 1.0
         history = history_for(profile)
-        scraper = scraper_of(self.manager, view, interval)
+        scraper = scraper_of(self.manager, view, interval, standing=True)
         shown: set[str] = set()
         last: ServingUpdate | None = None
         try:
             while True:
-                now = time.monotonic()
-                note = await self._read_one(view, scraper, history, now)
+                note = await self._read_one(view, scraper, history)
                 alerts = history.alerts(time.monotonic())
                 raised = tuple(a for a in alerts if _kind(a) not in shown)
                 shown = {_kind(a) for a in alerts}
@@ -202,15 +203,17 @@ class ServingWatcher:
                 if note is not None:
                     return
                 # On a shared clock: every run's read (and the access-log line it causes) lands in the same moment,
-                # so the app repaints the cards once for all of them instead of once for each.
-                await asyncio.sleep(interval - time.monotonic() % interval)
+                # so the app repaints the cards once for all of them instead of once for each. A paced reader's
+                # next read waits for its host's clock, which the hosts share.
+                if not scraper.paced:
+                    await asyncio.sleep(interval - time.monotonic() % interval)
         finally:
             await scraper.aclose()
 
-    async def _read_one(self, view: RunView, scraper: MetricsScraper, history: ServingHistory, at: float) -> str | None:
+    async def _read_one(self, view: RunView, scraper: MetricsScraper, history: ServingHistory) -> str | None:
         """`read_once`, with a failure of the server's told apart from its end, and a fault of ours kept as state."""
         try:
-            note = await read_once(scraper, history, at)
+            note, at = await read_once(scraper, history)
             if history.failing is not None and not history.ended and history.failed_at == at \
                     and await server_ending(self.manager, view.run_id):
                 history.end()
