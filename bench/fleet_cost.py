@@ -347,9 +347,11 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
 
 
 def profile(term: Terminal, out: Path, seconds: float) -> None:
-    """py-spy's samples of the idle app over `seconds` (raw: one line per stack, with its count) into `out`."""
+    """py-spy's samples of the idle app over `seconds` (raw: one line per stack, with its count) into `out`. At 1,000
+    a second: the app idles at ~3 % of a core, so a slower rate leaves a few samples a second to read it by."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    spy = subprocess.Popen(["py-spy", "record", "-p", str(term.pid), "-d", str(int(seconds)), "-r", "50", "--nonblocking",
+    spy = subprocess.Popen(["py-spy", "record", "-p", str(term.pid), "-d", str(int(seconds)), "-r", "1000",
+                            "--nonblocking",
                             "--format", "raw", "-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     while spy.poll() is None:
         term.pump(0.5)

@@ -162,8 +162,8 @@ class MetricsRelay:
         session = await self._started()
         ask_id = next(self._ids)
         named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
-        line = (f"every {ask_id} {int(period_s * 1000)} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} "
-                f"{path}{named}\n")
+        line = (f"every {ask_id} {max(1, round(period_s * 1000))} {addr} {port} "
+                f"{int(timeout_s * RELAY_SHARE * 1000)} {path}{named}\n")
         standing = self._standing[ask_id] = Standing(ask_id, session)
         session.send(b"".join([*self._tell_keeps([keep]), line.encode()]))
         return standing

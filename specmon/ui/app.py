@@ -149,6 +149,8 @@ class SpecmonApp(App[int]):
         self.demo = demo
         self.state = screen.initial_state(list(config.profiles), preselect, log_lines)
         self.keymap = keys.validate_keymap(config.keys, lambda binding_id: config.where("keys", binding_id))
+        # The GPU view's paging hint, on its head line with each board (every host's, every second).
+        self._page_keys = f"{keys.key_of(self.keymap, 'prev_host')} {keys.key_of(self.keymap, 'next_host')} pages"
         self._env_below_of: tuple[str | None, str | None, str | None] | None = None   # what the pane's env is of
         self._gpus_of: tuple[str | None, str | None, str | None] | None = None   # what the GPU probe was asked for
         # Compared runs' set-ups are read in workers (the start-up probe takes seconds): the run ids being read.
@@ -418,8 +420,7 @@ class SpecmonApp(App[int]):
     def _show_host_page(self) -> None:
         """The GPU view's head line: which of the fleet's hosts it shows, and the keys that page."""
         page = screen.host_page(self.state, self.query_one(ServersPane).order)
-        keys_hint = f"{keys.key_of(self.keymap, 'prev_host')} {keys.key_of(self.keymap, 'next_host')} pages"
-        self.query_one(GpuEnvPane).set_page(f"{page} · {keys_hint}" if page else "")
+        self.query_one(GpuEnvPane).set_page(f"{page} · {self._page_keys}" if page else "")
 
     def select_profile(self, profile: str) -> None:
         """Make `profile` the selected one: its card highlighted, its log shown."""

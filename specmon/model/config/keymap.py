@@ -169,7 +169,10 @@ def effective_keys(remaps: Mapping[str, str]) -> dict[str, str]:
     return {spec.id: remaps.get(spec.id, spec.keys) for spec in KEYS}
 
 
+# Each punctuation key's character by its name: "question_mark" -> "?" (made once: hints are drawn every second).
+_CHARACTERS = {character_key(c): c for c in map(chr, range(33, 127)) if not c.isalnum()}
+
+
 def display_key(keys: str) -> str:
     """Keys as the help screen shows them: "question_mark,f1" -> "?,f1"."""
-    names = {character_key(c): c for c in map(chr, range(33, 127)) if not c.isalnum()}
-    return ",".join("+".join(names.get(p, p) for p in key.split("+")) for key in keys.split(","))
+    return ",".join("+".join(_CHARACTERS.get(p, p) for p in key.split("+")) for key in keys.split(","))
