@@ -314,11 +314,12 @@ async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_po
 async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
         sshd: Sshd, monkeypatch: pytest.MonkeyPatch) -> None:
     """A host whose PATH has no such interpreter (here: a name no host has): its runs are read as before, each over
-    a channel of its own, and the relay is not tried again on every second."""
+    a channel of its own, and the relay is not tried again on every second. A reader of every second (the serving
+    view's) is read so too, on the app's clock (`paced` no more)."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", "python3-not-on-this-host")
     async with _servers(answer_port, answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
-        scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1") for port in ports]
+        scrapers = [metrics_scraper(transport, ports[0], 2.0, "127.0.0.1"), _standing(transport, ports[1])]
         started: list[str] = []
         session = transport.session
 
@@ -333,6 +334,7 @@ async def test_a_host_without_python3_is_read_directly_and_not_asked_again(
                 assert [(r.status, text) for r, text in answers] == [(200, _text(port)) for port in ports]
             assert _channels_to(sshd, ports) == 2
             assert len(started) == 1, started
+            assert not scrapers[1].paced
         finally:
             await _close(transport, scrapers)
 
