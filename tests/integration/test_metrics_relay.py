@@ -297,15 +297,18 @@ OLD_PYTHONS = sorted(glob.glob("/root/.pyenv/versions/3.6*/bin/python3") + glob.
 @pytest.mark.skipif(not OLD_PYTHONS, reason="no Python 3.6 on this machine")
 async def test_the_relay_runs_on_a_host_whose_python3_is_3_6(sshd: Sshd, free_port: int,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """GPU hosts run old distributions: the relay is plain Python 3.6 (the serving view's cut answers too)."""
+    """GPU hosts run old distributions: the relay is plain Python 3.6 (the serving view's cut answers and standing
+    reads too)."""
     monkeypatch.setattr(relayread, "RELAY_PYTHON", OLD_PYTHONS[0])
     async with _servers(answer_port) as ports:
         transport = SSHTransport("gpu1", sshd.settings())
         scrapers = [metrics_scraper(transport, port, 2.0, "127.0.0.1", keep=FAMILIES) for port in [ports[0], free_port]]
+        scrapers.append(metrics_scraper(transport, ports[0], 2.0, "127.0.0.1", keep=FAMILIES, period_s=1.0))
         try:
-            answers = await _on_the_second(scrapers)
-            assert [(r.status, r.error, text) for r, text in answers] == \
-                [(200, None, _text(ports[0])), (None, "connection refused", None)]
+            for _ in range(2):
+                answers = await _on_the_second(scrapers)
+                assert [(r.status, r.error, text) for r, text in answers] == \
+                    [(200, None, _text(ports[0])), (None, "connection refused", None), (200, None, _text(ports[0]))]
             assert len(_relays(sshd)) == 1 and _channels_to(sshd, ports) == 0
         finally:
             await _close(transport, scrapers)
