@@ -14,7 +14,7 @@ What the run engine does on a host, through its Transport:
     env, startup_probe   a server's environment        gpu   the GPU probe (nvidia-smi)
 What a server answers, and files on disk:
     health         HTTP probes (/health, a test completion, server info)   scrape  /metrics, kept alive
-    relayread      an SSH host's /metrics reads of one moment in one batch, through the program `metricsrelay`
-                   kept running on the host (its text: a stdlib-only python3 script)
+    relayread      an SSH host's /metrics reads of one moment in one batch, and the serving view's standing
+                   reads, through the program `metricsrelay` kept running on the host (a stdlib-only python3 script)
     resultfiles    result files and folders (specmon's and other load generators'), one read-error rule
     experimentfiles  an experiment's directory: its state, passes, done levels, acceptance"""
