@@ -302,12 +302,15 @@ class RelayedScraper(MetricsScraper):
         self._keep = keep if keep and all(_NAME.fullmatch(name) for name in keep) else None
         self._period_s = period_s
         self._standing: Standing | None = None
+        self._answered = False   # the last read was its standing ask's answer
 
     @property
     def paced(self) -> bool:
-        return self._period_s is not None and self._relayed and self.relay.usable
+        """Only after a standing ask's answer: after a failure (a link down fails at once) the caller waits."""
+        return self._answered
 
     async def _exchange(self) -> tuple[int, bytes]:
+        self._answered = False
         if not (self._relayed and self.relay.usable):
             return await super()._exchange()
         try:
@@ -324,10 +327,12 @@ class RelayedScraper(MetricsScraper):
                                                     self._keep)
         since = time.monotonic()
         try:
-            return await self._standing.next()
+            answer = await self._standing.next()
         except asyncio.CancelledError:   # the read's time ran out: a relay silent all along is ended
             self.relay.watch_silence(since, self.timeout_s)
             raise
+        self._answered = True
+        return answer
 
     def _taken(self, answer: Answer) -> tuple[int, bytes]:
         kind, status, body = answer
@@ -342,6 +347,7 @@ class RelayedScraper(MetricsScraper):
         raise BadAnswer(body.decode("utf-8", errors="replace"))
 
     async def aclose(self) -> None:
+        self._answered = False
         if self._standing is not None:
             self.relay.sit(self._standing)
             self._standing = None

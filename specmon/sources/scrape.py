@@ -61,8 +61,9 @@ class MetricsScraper:
 
     @property
     def paced(self) -> bool:
-        """Whether each read waits for its period's next answer (a standing ask's, `relayread`): its caller then reads
-        again at once instead of keeping a clock of its own."""
+        """Whether the next read waits for its period's next answer (the last one was a standing ask's, `relayread`):
+        its caller then reads again at once instead of keeping a clock of its own. Never after a failed read, which
+        may fail again at once."""
         return False
 
     async def read(self) -> tuple[ProbeResult, str | None]:

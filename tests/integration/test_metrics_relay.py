@@ -416,9 +416,9 @@ async def test_a_reader_of_every_second_gets_each_answer_on_the_hosts_second_whi
         transport = SSHTransport("gpu1", sshd.settings(keepalive_s=60.0))
         scrapers = [_standing(transport, port) for port in ports]
         try:
-            assert all(scraper.paced for scraper in scrapers)
             first = await asyncio.gather(*(scraper.read() for scraper in scrapers))
             assert [text for _, text in first] == [_text(port) for port in ports]
+            assert all(scraper.paced for scraper in scrapers)
             sent = _link_bytes(sshd, "bytes_sent")
             came: list[float] = []
             for _ in range(3):
@@ -499,6 +499,23 @@ async def test_standing_reads_go_on_through_a_new_relay_after_the_relay_is_kille
             assert set(errors) <= {None, "link down"} and errors.count("link down") <= 1, said
             assert [text for _, text in said[-3:]] == [_text(ports[0])] * 3, said
             assert _relays(sshd) and _relays(sshd) != [first]
+        finally:
+            await _close(transport, [scraper])
+
+
+async def test_a_standing_reader_whose_link_is_gone_is_not_paced_so_its_caller_waits_for_its_clock(
+        sshd: Sshd) -> None:
+    """A read through a link that is gone fails at once ("link down"); a reader paced after it would be asked again at
+    once by the serving view, in a loop with no wait: it is paced only after an answer."""
+    async with _servers(answer_port) as ports:
+        transport = SSHTransport("gpu1", sshd.settings())
+        scraper = _standing(transport, ports[0])
+        try:
+            assert (await scraper.read())[1] == _text(ports[0]) and scraper.paced
+            await transport.close()
+            result, _ = await scraper.read()
+            assert result.error == "link down" and result.elapsed_s < 1.0, result
+            assert not scraper.paced
         finally:
             await _close(transport, [scraper])
 

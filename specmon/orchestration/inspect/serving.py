@@ -204,7 +204,7 @@ class ServingWatcher:
                     return
                 # On a shared clock: every run's read (and the access-log line it causes) lands in the same moment,
                 # so the app repaints the cards once for all of them instead of once for each. A paced reader's
-                # next read waits for its host's clock, which the hosts share.
+                # next read waits for its host's clock, which the hosts share (after a failed read it is not paced).
                 if not scraper.paced:
                     await asyncio.sleep(interval - time.monotonic() % interval)
         finally:
