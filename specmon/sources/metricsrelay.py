@@ -14,7 +14,7 @@ and, before the asks that name it, a set of line starts, once for this relay:
 
 A standing ask is read at once and then again at every multiple of PERIOD_MS on this host's clock, until stopped:
 
-    every ID PERIOD_MS ADDR PORT TIMEOUT_MS PATH [KEEP]
+    every PERIOD_MS ID ADDR PORT TIMEOUT_MS PATH [KEEP]
     stop ID
 
 so an app that reads a server every second writes nothing to the link after asking once: the answers come on the
@@ -263,7 +263,7 @@ def main() -> None:
             continue
         every = fields[0] == "every"
         if every:
-            period_ms, fields = int(fields[2]), fields[1:2] + fields[3:]
+            period_ms, fields = int(fields[1]), fields[2:]
         ask_id, addr, port, timeout_ms, path = fields[:5]
         ask = (addr, int(port), int(timeout_ms) / 1000, path, keeps.get(fields[5]) if len(fields) > 5 else None)
         if every:

@@ -142,9 +142,7 @@ class MetricsRelay:
         ask_id = next(self._ids)
         if not self._asks:
             loop.call_soon(self._send_asks)
-        named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
-        line = f"{ask_id} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} {path}{named}\n"
-        self._asks.append(_Ask(ask_id, line.encode(), answer, keep))
+        self._asks.append(_Ask(ask_id, self._line(ask_id, addr, port, path, timeout_s, keep), answer, keep))
         try:
             return await answer
         except asyncio.CancelledError:   # the caller's time ran out (or it stopped reading)
@@ -161,12 +159,16 @@ class MetricsRelay:
         `sit`. RelayMissing: read directly."""
         session = await self._started()
         ask_id = next(self._ids)
-        named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
-        line = (f"every {ask_id} {max(1, round(period_s * 1000))} {addr} {port} "
-                f"{int(timeout_s * RELAY_SHARE * 1000)} {path}{named}\n")
+        line = b"every %d " % max(1, round(period_s * 1000)) + self._line(ask_id, addr, port, path, timeout_s, keep)
         standing = self._standing[ask_id] = Standing(ask_id, session)
-        session.send(b"".join([*self._tell_keeps([keep]), line.encode()]))
+        session.send(b"".join([*self._tell_keeps([keep]), line]))
         return standing
+
+    def _line(self, ask_id: int, addr: str, port: int, path: str, timeout_s: float, keep: frozenset[str] | None
+              ) -> bytes:
+        """An ask's line: `ID ADDR PORT TIMEOUT_MS PATH [KEEP]` (the relay gives up a little before `timeout_s`)."""
+        named = "" if keep is None else " " + self._keeps.setdefault(keep, f"k{len(self._keeps) + 1}")
+        return f"{ask_id} {addr} {port} {int(timeout_s * RELAY_SHARE * 1000)} {path}{named}\n".encode()
 
     def sit(self, standing: Standing) -> None:
         """The standing ask is over: the relay reads for it no more."""

@@ -540,7 +540,7 @@ async def test_a_server_slow_for_seconds_is_not_asked_in_a_burst_of_the_seconds_
         assert relay.stdin is not None and relay.stdout is not None
         try:
             assert await relay.stdout.readline() == relayread.HELLO
-            relay.stdin.write(f"every 1 1000 127.0.0.1 {ports[0]} 5000 /metrics\n".encode())
+            relay.stdin.write(f"every 1000 1 127.0.0.1 {ports[0]} 5000 /metrics\n".encode())
             answers = []
             for _ in range(4):
                 head = (await asyncio.wait_for(relay.stdout.readline(), 10.0)).split()
