@@ -215,6 +215,12 @@ def until_tick(period: float, least: float = 0.9) -> float:
     return math.ceil((now + least * period) / period) * period - now
 
 
+def on_tick(period: float, step: float) -> bool:
+    """Whether a poller that woke on a tick of `step` (`until_tick`) woke on a tick of the slower clock `period` (a
+    multiple of `step`) too: the pollers that ask only every `period` agree on when, and still ask together."""
+    return asyncio.get_running_loop().time() % period < step / 2
+
+
 _Look = tuple[str, int, int, asyncio.Future[FileLook | None]]   # path, start, length, its answer
 _Read = tuple[list[str], asyncio.Future[list[bytes | None]]]     # paths, their contents
 

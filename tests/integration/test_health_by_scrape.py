@@ -71,3 +71,53 @@ async def test_a_scraped_ready_run_gets_no_health_reads_and_a_frozen_one_shows_i
         unsubscribe()
         await serving.close()
         await stop_everything([manager])
+
+
+PROCESS_READY_S = 1.0
+
+
+@pytest.mark.timeout(120)
+async def test_a_scraped_ready_run_gets_no_process_checks_and_a_killed_one_is_still_seen_ended(free_port_factory) -> None:
+    """The same for the process check: a READY run's was a read of its host every tick (over SSH one command a host
+    every 2 s, with three files a run in it). While its /metrics answers, its host is not asked; once it is killed,
+    the check finds it gone and the run ends."""
+    profile = dataclasses.replace(sim_profile(free_port_factory()), metrics_interval_s=0.25)
+    manager = RunManager(config_of(profile), stop_timings=StopTimings(grace_s=3.0, port_wait_s=10),
+                         watch_timings=WatchTimings(process_ready_s=PROCESS_READY_S))
+    rec = Recorder(manager)
+    updates: list[ServingUpdate] = []
+    serving = ServingWatcher(manager, updates.append)
+    unsubscribe = manager.subscribe(serving.track)
+    view = await manager.launch("sim")
+    killed = False
+    try:
+        await rec.until(lambda v: v.state == "ready", timeout=60)
+        deadline = time.monotonic() + 30
+        while not any(u.figures is not None for u in updates):
+            assert time.monotonic() < deadline, updates[-3:]
+            await asyncio.sleep(0.1)
+        watcher = manager._watching.watched[view.run_id]
+        assert isinstance(watcher, RunWatcher)
+        checks: list[float] = []
+        run_status = watcher.ops.run_status
+
+        async def counted(run_dir: str, pid: int) -> object:
+            checks.append(time.monotonic())
+            return await run_status(run_dir, pid)
+
+        watcher.ops.run_status = counted   # type: ignore[method-assign,assignment]
+        await asyncio.sleep(5 * PROCESS_READY_S)
+        assert checks == [], f"{len(checks)} process checks of a server whose /metrics answered 4 times a second"
+
+        os.killpg(view.pid or 0, signal.SIGKILL)
+        killed = True
+        # Seen by a check, at most two ticks after its last answer (before: one); margins for a busy box.
+        _, ended = await rec.until(lambda v: v.state != "ready", timeout=2 * PROCESS_READY_S + 20)
+        assert checks, ended
+        assert ended.state in ("exited", "failed", "lost"), ended
+    finally:
+        if not killed:
+            os.killpg(view.pid or 0, signal.SIGKILL)
+        unsubscribe()
+        await serving.close()
+        await stop_everything([manager])

@@ -15,10 +15,11 @@ from slurm_support import SlurmCluster
 
 from specmon.model.config import Profile
 from specmon.model.runs.slurm import SlurmRequest
+from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
-from specmon.orchestration.runs.watcher import WatchTimings
+from specmon.orchestration.runs.watcher import JOB_VOUCHED_S, WatchTimings
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +67,41 @@ async def test_ready_slurm_runs_on_one_host_cost_the_controller_one_job_query_a_
             view = manager.view(run.run_id)
             assert view.state == "ready" and view.job is not None and view.job.startswith("RUNNING on localhost"), view
     finally:
+        await stop_everything([manager])
+
+
+async def test_ready_slurm_runs_whose_metrics_answer_are_asked_of_their_jobs_on_a_slower_clock_and_one_cancelled_ends(
+        slurm_shared: SlurmCluster, tmp_path: Path) -> None:
+    """Issue 37: with the serving view reading their /metrics, ready Slurm runs need no squeue every tick (a process
+    the app starts each time): their servers answering shows their jobs running. Their jobs are asked together every
+    JOB_VOUCHED_S; a job cancelled is still seen ended, its server having stopped answering."""
+    profiles = [dataclasses.replace(p, metrics_interval_s=0.25) for p in slurm_profiles()]
+    manager = manager_of(profiles, tmp_path)
+    serving = ServingWatcher(manager, lambda _update: None)
+    unsubscribe = manager.subscribe(serving.track)
+    try:
+        ready = await launch_ready(manager, profiles)
+        await asyncio.sleep(2 * WatchTimings().process_ready_s)   # every run's /metrics answered
+        window = JOB_VOUCHED_S + WINDOW_S
+        before = slurm_shared.rpcs()
+        await asyncio.sleep(window)
+        after = slurm_shared.rpcs()
+        asked = sum(after.get(name, 0) - before.get(name, 0) for name in JOB_QUERIES)
+        # One squeue for all of them on each tick of the slower clock in the window (two at most); every tick
+        # (window / process_ready_s, 9) before.
+        assert 1 <= asked <= window // JOB_VOUCHED_S + 1, (asked, after)
+
+        cancelled = ready[0]
+        job = manager.view(cancelled.run_id).slurm_job
+        assert job is not None
+        slurm_shared.run("scancel", job)
+        views = Views(manager)
+        ended = await views.until(lambda v: v.run_id == cancelled.run_id and v.state != "ready", timeout=60)
+        assert ended.state in ("exited", "failed", "stopped", "lost"), ended
+        assert all(manager.view(r.run_id).state == "ready" for r in ready[1:])
+    finally:
+        unsubscribe()
+        await serving.close()
         await stop_everything([manager])
 
 

@@ -34,7 +34,7 @@ from specmon.sources.hostshell import HostOps
 from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MetricsScraper, answered_at
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, Transport, TransportError, until_tick, url_host
+from specmon.sources.transport import LinkState, Transport, TransportError, on_tick, until_tick, url_host
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -43,6 +43,9 @@ NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with it
 LOG_POLL_S = 0.5                 # a starting run's log is polled this often (where logs are polled: SSH) ...
 LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no longer decide anything
 LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late)
+# A READY Slurm run whose /metrics answers has its job asked this often (each tick once its time limit is near, or
+# once /metrics stops answering): one squeue a host every 2 s was the idle app's one process started a second.
+JOB_VOUCHED_S = 10.0
 RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
@@ -51,7 +54,8 @@ class WatchTimings:
     """Poll periods (seconds). Health polls re-arm after each answer; the process check is one round trip."""
 
     process_s: float = 0.5
-    process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours
+    process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours;
+    # not at all while its /metrics answered 200 within this (a Slurm run's job: every JOB_VOUCHED_S then)
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one; not read
     # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_at`
@@ -428,6 +432,13 @@ class RunWatcher:
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
                 continue
+            if self._vouched_for(self.timings.process_ready_s):
+                # Its /metrics answered within a tick: its process runs, and its host is not asked (one command fewer
+                # a host every tick, issue 37). A server that dies is checked at the first tick after its last answer
+                # is a tick old: at most one tick later than before (its serving view says at once that /metrics
+                # stopped answering).
+                self._settle()
+                continue
             try:
                 info, exit_code, stop = await self.ops.run_status(self.record.run_dir, pid)
             except (TransportError, TimeoutError):
@@ -448,6 +459,13 @@ class RunWatcher:
         stall time) and how it ended; the job's node may be another machine, so no pid is looked at."""
         assert self.record.slurm_job is not None
         while True:
+            if self._vouched_for(self.timings.process_ready_s) and not on_tick(JOB_VOUCHED_S, self.timings.process_ready_s) \
+                    and not (self.job is not None and self.job.near_time_limit):
+                # Its server answers: its job runs, and only its time left changes (issue 37: an squeue, a process
+                # started here, every tick per host). Asked on the ticks of a slower clock, as the host's other runs.
+                self._settle()
+                await asyncio.sleep(until_tick(self.timings.process_ready_s))
+                continue
             try:   # asked with the other jobs watched on this host: one squeue a tick for all of them
                 job = await self.ops.slurm.polled_job(self.record.slurm_job)
             except (TransportError, TimeoutError):
@@ -553,6 +571,16 @@ class RunWatcher:
             if task is not current:
                 task.cancel()
 
+    def _answered_at(self) -> float:
+        """When (monotonic) the serving view's /metrics read of this server last answered 200 (-inf: never)."""
+        answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
+        return float("-inf") if answered is None else answered
+
+    def _vouched_for(self, seconds: float) -> bool:
+        """Whether this READY server's /metrics answered 200 within `seconds`: it is alive, a check of its own would
+        tell nothing new."""
+        return self.record.state == RunStatus.READY and time.monotonic() - self._answered_at() < seconds
+
     async def _health_loop(self) -> None:
         def on_health(result: ProbeResult) -> bool:
             changed = self.last_health is None or (result.status, result.error) != (
@@ -577,9 +605,8 @@ class RunWatcher:
             nonlocal vouched_until
             assert self._health_reader is not None   # made with the probe, before _reachable is set
             # A READY server whose /metrics answered lately is alive: one read fewer a run every few seconds.
-            answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
-            vouched_until = None if answered is None else answered + self.timings.health_ready_s
-            if self.record.state == RunStatus.READY and vouched_until is not None and time.monotonic() < vouched_until:
+            if self._vouched_for(self.timings.health_ready_s):
+                vouched_until = self._answered_at() + self.timings.health_ready_s
                 return ProbeResult(200, None, 0.0)
             vouched_until = None
             return (await self._health_reader.read())[0]
