@@ -3,7 +3,9 @@
     python3 bench/fleet_stub.py --port PORT [--count-to FILE] [--real-body CAPTURE]
 
 Prints SGLang's ready lines, then answers /health, /v1/models, /get_model_info, /server_info, /metrics (SGLang's
-gauge and counter names, values that move with the clock) and one-token /v1/completions. A fleet of 128 real
+gauge and counter names, values that move with the clock) and one-token /v1/completions, each request logged as
+SGLang's and vLLM's uvicorn log it (`INFO:     127.0.0.1:PORT - "GET /metrics HTTP/1.1" 200 OK`): a server read
+every second has a log that grows every second, as a real one has. A fleet of 128 real
 `specmon sim` processes would cost the benchmark's 2-core box more than the app being measured. With --count-to,
 FILE always holds how many /metrics reads it has answered. With --real-body, its /metrics answer goes on with the rest
 of a real server's capture (its histograms, help and type lines, less the families the stub answers itself, so no
@@ -88,6 +90,9 @@ async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             if length:
                 await reader.readexactly(length)
             status, body, kind = body_for(method, path)
+            peer = writer.get_extra_info("peername") or ("?", 0)
+            print(f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] INFO:     {peer[0]}:{peer[1]} - \"{method} {path} HTTP/1.1\" "
+                  f"{status}", flush=True)
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
                          + body)
             await writer.drain()

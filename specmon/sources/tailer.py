@@ -13,7 +13,8 @@ How the bytes come depends on the transport (`Transport.polls_logs`):
     host's tailers go out together as one command, so a host's logs cost one command a tick however many runs it
     has. A rotated log's old file is looked for by its inode in the log's directory and read to its end first.
     A log that stays quiet is looked at less and less often, up to every `quiet_poll_s` (0: never less often
-    than `poll_s`); any new bytes bring it back to `poll_s` at once. The periods double from `poll_s`, so the
+    than `poll_s`); any new bytes bring it back to `poll_s` at once, except whole lines that `idle_lines` calls idle
+    (a ready server's access lines of the reads that watch it: its log grows by one every second it is read). The periods double from `poll_s`, so the
     looks of a host's tailers still fall on common ticks.
 
 The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
@@ -30,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 
 from specmon.sources.follow import REPLACED, TAIL_CHECK_BYTES, restart_reason
@@ -72,6 +73,7 @@ class LogTailer:
         check_s: float = 1.0,
         poll_s: float = POLL_S,
         quiet_poll_s: float = 0.0,
+        idle_lines: Callable[[bytes], bool] | None = None,
     ) -> None:
         self.transport = transport
         self.path = path
@@ -82,6 +84,7 @@ class LogTailer:
         self.check_s = check_s   # a quiet stream checks the file this often (a rotation shows only at the name)
         self.poll_s = poll_s     # a polled log is read this often
         self.quiet_poll_s = quiet_poll_s   # ... and, while it stays quiet, less often up to this (0: never less)
+        self.idle_lines = idle_lines   # whole lines that leave a log quiet (None: none)
         self._resync = False     # after a skip: drop bytes up to the first newline
         self._partial = b""      # bytes after `offset` already handed out as `fresh`
         self._seen = b""         # the last bytes before `offset` read by this tailer (a rewrite check on re-attach)
@@ -179,11 +182,17 @@ class LogTailer:
                 attached = True
                 for batch in batches:
                     yield batch
-                period = self.poll_s if batches else min(2 * period, max(self.poll_s, self.quiet_poll_s))
+                busy = any(not self._idle(batch) for batch in batches)
+                period = self.poll_s if busy else min(2 * period, max(self.poll_s, self.quiet_poll_s))
                 if not more:
                     await asyncio.sleep(until_tick(period, 0.5))
         finally:
             unwatch()
+
+    def _idle(self, batch: TailBatch) -> bool:
+        """Whether `batch` leaves the log quiet: no note, and whole lines that `idle_lines` calls idle."""
+        return (batch.note is None and self.idle_lines is not None and batch.fresh.endswith(b"\n")
+                and self.idle_lines(batch.fresh))
 
     async def _poll_once(self, attached: bool) -> tuple[list[TailBatch], bool]:
         """One look at the log: the batches it gives, and whether to look again at once (more bytes are waiting, or

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from specmon.model.logs.signals import watch_reads_only
 from specmon.sources.local import LocalTransport
 from specmon.sources.tailer import LogTailer
 from specmon.sources.transport import FileLook
@@ -73,4 +74,58 @@ async def test_a_quiet_log_is_looked_at_less_often_and_a_new_line_still_comes(tm
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
+        await transport.close()
+
+
+async def test_a_log_that_grows_only_by_the_access_lines_of_its_watchers_reads_is_quiet(tmp_path: Path) -> None:
+    """A real ready server's log is never silent: SGLang and vLLM log every request, specmon's own /metrics read every
+    second among them, so the back-off above never began for a watched server. Those lines (every one still read)
+    leave the log quiet; any other line brings it back to its fast pace."""
+    log = tmp_path / "server.log"
+    log.write_text("The server is fired up and ready to roll!\n")
+    transport = CountedPolling()
+    got: list[bytes] = []
+    scrape = b'[2026-12-07 18:00:00] INFO:     127.0.0.1:41234 - "GET /metrics HTTP/1.1" 200 OK\n'
+    written = 0
+
+    async def follow() -> None:
+        tailer = LogTailer(transport, str(log), poll_s=FAST_S, quiet_poll_s=QUIET_S, idle_lines=watch_reads_only)
+        async for batch in tailer.follow():
+            got.append(batch.data)
+
+    async def scraped() -> None:
+        nonlocal written
+        while True:
+            with open(log, "ab") as fh:
+                fh.write(scrape)
+            written += 1
+            await asyncio.sleep(0.25)
+
+    task, scraper = asyncio.create_task(follow()), asyncio.create_task(scraped())
+    try:
+        await _until(got, scrape, 30)
+        await asyncio.sleep(2 * QUIET_S)   # backed off by now
+        since = len(transport.looks)
+        await asyncio.sleep(4 * QUIET_S)
+        quiet = len(transport.looks) - since
+        # At its fast pace that is 64 looks (without `idle_lines` too: new bytes at every look); backed off, 4.
+        assert quiet <= 4 * QUIET_S / QUIET_S + 2, f"{quiet} looks at a log that grew by its /metrics reads alone"
+        scraper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await scraper
+        started = time.monotonic()   # every access line is read all the same, at the next look
+        while b"".join(got).count(scrape) != written:
+            assert time.monotonic() - started < 1.5 * QUIET_S + 5, (b"".join(got).count(scrape), written)
+            await asyncio.sleep(0.02)
+        with open(log, "a") as fh:
+            fh.write("Traceback (most recent call last):\n")
+        await _until(got, b"last):\n", 1.5 * QUIET_S + 5)
+        since = len(transport.looks)
+        await asyncio.sleep(1.0)
+        assert len(transport.looks) - since >= 3, "a line of its own did not bring the log back to its fast pace"
+    finally:
+        for running in (task, scraper):
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
         await transport.close()

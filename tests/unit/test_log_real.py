@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from paths import FIXTURES
 
+from specmon.model.logs.signals import watch_reads_only
 from specmon.model.runs.runstate import LogWatch, RunState, summary
 
 LOGS = sorted((FIXTURES / "real-logs").glob("*.log"))
@@ -63,3 +64,19 @@ def test_failure_context_ends_with_the_fatal_line() -> None:
     # The context runs back through the traceback to the uvicorn lines before it.
     assert any("Initialization failed. warmup error" in line for line in state.last_lines)
     assert any("Uvicorn running on" in line for line in state.last_lines)
+
+
+def test_the_access_lines_of_reads_that_watch_a_server_are_the_real_logs_health_checks_and_no_other_line() -> None:
+    """A ready log that grows by these alone stays quiet (issue 37). In the real logs they are a load balancer's
+    health checks (`sglang-full-startup-tp4-ready-health-llms-in-clouds.log`, 7 lines, counted with grep); their
+    completions, model-info reads, tracebacks and every other line are not, nor are several lines with one of
+    another kind among them."""
+    watching = [line for log in LOGS for line in log.read_bytes().splitlines(keepends=True)
+                if watch_reads_only(line if line.endswith(b"\n") else line + b"\n")]
+    assert len(watching) == 7
+    assert all(b'"GET /health HTTP/1.1" 200 OK' in line for line in watching)
+    completion = b'[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
+    assert watch_reads_only(b"".join(watching))
+    assert not watch_reads_only(b"".join(watching[:3]) + completion + b"".join(watching[3:]))
+    assert not watch_reads_only(watching[0].replace(b"200 OK", b"503 Service Unavailable"))
+    assert not watch_reads_only(watching[0].rstrip(b"\n"))   # a line not ended yet: not known to be one

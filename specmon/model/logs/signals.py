@@ -226,6 +226,24 @@ def _decode_fields(body: str, line_no: int) -> DecodeStats:
     )
 
 
+# An access line of a read that watches a server and tells nothing of its work: /metrics, its health, its model list
+# (specmon's own every second, a Prometheus scrape), answered 2xx. Uvicorn's words, as _ACCESS_RE reads them.
+_WATCH_ACCESS_RE = re.compile(
+    rb'[^\n]*\d:\d+ - "GET /(?:metrics|health|health_generate|v1/models)(?:\?[^ "\n]*)? HTTP/[\d.]+" 2\d\d[^\n]*\n')
+
+
+def watch_reads_only(data: bytes) -> bool:
+    """Whether every line of `data` (whole lines, each ending in a newline) is the access line of a read that watches
+    the server (`_WATCH_ACCESS_RE`): a ready server's log that grows by these alone is quiet."""
+    pos = 0
+    while pos < len(data):
+        m = _WATCH_ACCESS_RE.match(data, pos)
+        if m is None:
+            return False
+        pos = m.end()
+    return bool(data)
+
+
 def message_events(msg: str, rank: int | None, line_no: int) -> list[Event]:
     """Every non-failure event the message carries (usually none or one)."""
     out: list[Event] = []

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from specmon.model.logs.events import LogSignature, highlights
+from specmon.model.logs.signals import watch_reads_only
 from specmon.model.runs.failure import Failure
 from specmon.model.runs.record import Edit, RunRecord, host_url, progress_of
 from specmon.model.runs.runstate import LogWatch, RunState, eta_seconds, typical_load_s
@@ -42,7 +43,9 @@ READY_PROBE_PATIENCE = 25        # failed test completions after the ready signa
 NOTIFY_TIMEOUT_S = 30.0          # a notify_cmd running longer is killed with its whole process group
 LOG_POLL_S = 0.5                 # a starting run's log is polled this often (where logs are polled: SSH) ...
 LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no longer decide anything
-LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late)
+LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late);
+# quiet: no line but the access lines of the reads that watch it (signals.watch_reads_only: the serving view's own
+# /metrics read every second is one such line a second in SGLang's and vLLM's logs)
 # A READY Slurm run whose /metrics answers has its job asked this often (each tick once its time limit is near, or
 # once /metrics stops answering): one squeue a host every 2 s was the idle app's one process started a second.
 JOB_VOUCHED_S = 10.0
@@ -428,6 +431,7 @@ class RunWatcher:
             ready = self.record.state == RunStatus.READY
             self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
             self.tailer.quiet_poll_s = LOG_QUIET_READY_S if ready else 0.0
+            self.tailer.idle_lines = watch_reads_only if ready else None
             # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
