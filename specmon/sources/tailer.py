@@ -14,8 +14,8 @@ How the bytes come depends on the transport (`Transport.polls_logs`):
     has. A rotated log's old file is looked for by its inode in the log's directory and read to its end first.
     A log that stays quiet is looked at less and less often, up to every `quiet_poll_s` (0: never less often
     than `poll_s`); any new bytes bring it back to `poll_s` at once, except whole lines that `idle_lines` calls idle
-    (a ready server's access lines of the reads that watch it: its log grows by one every second it is read). The periods double from `poll_s`, so the
-    looks of a host's tailers still fall on common ticks.
+    (a ready server's access lines of the reads that watch it: its log grows by one every second it is read). The
+    periods double from `poll_s`, so the looks of a host's tailers still fall on common ticks.
 
 The file is checked by the one rule of specmon.sources.follow (its inode, its size, and the
 last bytes this tailer read before the offset) at every (re)attach, before every chunk of the stream is handed
