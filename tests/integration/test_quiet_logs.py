@@ -44,6 +44,21 @@ async def _until(got: list[bytes], text: bytes, within_s: float) -> float:
     return time.monotonic() - started
 
 
+async def _looks_in(transport: CountedPolling, seconds: float) -> int:
+    since = len(transport.looks)
+    await asyncio.sleep(seconds)
+    return len(transport.looks) - since
+
+
+async def _back_to_fast_pace(transport: CountedPolling, got: list[bytes], log: Path, line: bytes) -> None:
+    """`line` written to `log` is read at the next look (at most 1.5 quiet periods away, on the shared tick, plus a
+    busy box's slack), and the looks after it are at the fast pace again."""
+    with open(log, "ab") as fh:
+        fh.write(line)
+    await _until(got, line, 1.5 * QUIET_S + 5)
+    assert await _looks_in(transport, 1.0) >= 3, f"{line!r} did not bring the log back to its fast pace"
+
+
 async def test_a_quiet_log_is_looked_at_less_often_and_a_new_line_still_comes(tmp_path: Path) -> None:
     log = tmp_path / "server.log"
     log.write_text("The server is fired up and ready to roll!\n")
@@ -58,18 +73,10 @@ async def test_a_quiet_log_is_looked_at_less_often_and_a_new_line_still_comes(tm
     try:
         await _until(got, b"roll!\n", 30)
         await asyncio.sleep(2 * QUIET_S)   # backed off by now
-        since = len(transport.looks)
-        await asyncio.sleep(4 * QUIET_S)
-        quiet = len(transport.looks) - since
+        quiet = await _looks_in(transport, 4 * QUIET_S)
         # At its fast pace that is 64 looks; backed off, 4.
         assert quiet <= 4 * QUIET_S / QUIET_S + 2, f"{quiet} looks at a quiet log in {4 * QUIET_S:.1f} s"
-        with open(log, "a") as fh:
-            fh.write("GET /v1/completions 200\n")
-        # The next look is at most 1.5 periods away (the shared tick), plus a busy box's slack.
-        await _until(got, b"200\n", 1.5 * QUIET_S + 5)
-        since = len(transport.looks)
-        await asyncio.sleep(1.0)
-        assert len(transport.looks) - since >= 3, "new bytes did not bring the log back to its fast pace"
+        await _back_to_fast_pace(transport, got, log, b"GET /v1/completions 200\n")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -105,9 +112,7 @@ async def test_a_log_that_grows_only_by_the_access_lines_of_its_watchers_reads_i
     try:
         await _until(got, scrape, 30)
         await asyncio.sleep(2 * QUIET_S)   # backed off by now
-        since = len(transport.looks)
-        await asyncio.sleep(4 * QUIET_S)
-        quiet = len(transport.looks) - since
+        quiet = await _looks_in(transport, 4 * QUIET_S)
         # At its fast pace that is 64 looks (without `idle_lines` too: new bytes at every look); backed off, 4.
         assert quiet <= 4 * QUIET_S / QUIET_S + 2, f"{quiet} looks at a log that grew by its /metrics reads alone"
         scraper.cancel()
@@ -117,12 +122,7 @@ async def test_a_log_that_grows_only_by_the_access_lines_of_its_watchers_reads_i
         while b"".join(got).count(scrape) != written:
             assert time.monotonic() - started < 1.5 * QUIET_S + 5, (b"".join(got).count(scrape), written)
             await asyncio.sleep(0.02)
-        with open(log, "a") as fh:
-            fh.write("Traceback (most recent call last):\n")
-        await _until(got, b"last):\n", 1.5 * QUIET_S + 5)
-        since = len(transport.looks)
-        await asyncio.sleep(1.0)
-        assert len(transport.looks) - since >= 3, "a line of its own did not bring the log back to its fast pace"
+        await _back_to_fast_pace(transport, got, log, b"Traceback (most recent call last):\n")
     finally:
         for running in (task, scraper):
             running.cancel()

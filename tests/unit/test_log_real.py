@@ -67,8 +67,8 @@ def test_failure_context_ends_with_the_fatal_line() -> None:
 
 
 def test_the_access_lines_of_reads_that_watch_a_server_are_the_real_logs_health_checks_and_no_other_line() -> None:
-    """A ready log that grows by these alone stays quiet (issue 37). In the real logs they are a load balancer's
-    health checks (`sglang-full-startup-tp4-ready-health-llms-in-clouds.log`, 7 lines, counted with grep); their
+    """A ready log that grows by these alone stays quiet, and its run's state unchanged (issue 37). In the real logs
+    they are a load balancer's health checks (`sglang-full-startup-tp4-ready-health-llms-in-clouds.log`, 7 lines, counted with grep); their
     completions, model-info reads, tracebacks and every other line are not, nor are several lines with one of
     another kind among them."""
     watching = [line for log in LOGS for line in log.read_bytes().splitlines(keepends=True)
@@ -78,5 +78,9 @@ def test_the_access_lines_of_reads_that_watch_a_server_are_the_real_logs_health_
     completion = b'[2026-04-05 20:02:51] INFO:     127.0.0.1:40052 - "POST /v1/chat/completions HTTP/1.1" 200 OK\n'
     assert watch_reads_only(b"".join(watching))
     assert not watch_reads_only(b"".join(watching[:3]) + completion + b"".join(watching[3:]))
-    assert not watch_reads_only(watching[0].replace(b"200 OK", b"503 Service Unavailable"))
+    assert watch_reads_only(watching[0].replace(b"200 OK", b"503 Service Unavailable"))   # whatever the answer
+    assert not watch_reads_only(watching[0].replace(b"/health", b"/healthz"))
     assert not watch_reads_only(watching[0].rstrip(b"\n"))   # a line not ended yet: not known to be one
+    # Uvicorn's colours (a server started with them forced): the level, the request line and the status.
+    coloured = b'\x1b[32mINFO\x1b[0m:     127.0.0.1:51234 - "\x1b[1mGET /metrics HTTP/1.1\x1b[0m" \x1b[32m200 OK\x1b[0m\n'
+    assert watch_reads_only(coloured)

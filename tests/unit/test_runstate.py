@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import pytest
+from paths import FIXTURES
 
 from specmon.model.logs import events as ev
 from specmon.model.runs.runstate import (
@@ -238,3 +239,47 @@ def test_settling_after_specmons_own_reads_changes_nothing() -> None:
     watch.feed(b'INFO:     127.0.0.1:50112 - "GET /metrics HTTP/1.1" 200 OK\n', 5.0)
     assert watch.settle(6.0) == []
     assert watch.state == before and watch.state.last_lines[-1].endswith("ready to roll!")
+
+
+def test_a_ready_servers_watch_reads_are_passed_over_unparsed_and_what_follows_reads_as_if_they_were_parsed() -> None:
+    """Issue 37: a ready server's log grows by one access line a second (the serving view's /metrics read), and each
+    was cleaned and matched against every signal. Once it is ready they are passed over, only counted: a real
+    SGLang start, 200 reads in 50 feeds, then a real NCCL watchdog failure reads the same (its line number and kind)
+    as when every line is parsed, and its context is the server's own lines, not the reads."""
+    start = (FIXTURES / "real-logs" / "sglang-full-startup-tp4-ready-health-llms-in-clouds.log").read_bytes()
+    crash = (FIXTURES / "real-logs" / "sglang-dsv3-shards-then-nccl-watchdog-3368.log").read_bytes().splitlines(True)[-3:]
+    reads = [b"".join(b'[2026-01-01 10:00:%02d] INFO:     127.0.0.1:%d - "GET /metrics HTTP/1.1" 200 OK\n' % (s, 40000 + s)
+                      for s in range(4)) for _ in range(50)]
+
+    def fed(passing_over: bool) -> tuple[LogWatch, int]:
+        watch, passed = LogWatch(started_at=0.0), 0
+        pass_over = watch.parser.pass_over
+
+        def counted(lines: int) -> bool:
+            nonlocal passed
+            done = passing_over and pass_over(lines)
+            passed += lines if done else 0
+            return done
+
+        watch.parser.pass_over = counted   # type: ignore[method-assign]
+        watch.feed(start, 1.0)
+        assert watch.state.ready
+        for i, data in enumerate(reads):
+            watch.feed(data, 2.0 + i)
+        for line in crash:
+            watch.feed(line, 60.0)
+        watch.close(61.0)
+        return watch, passed
+
+    parsed, none = fed(False)
+    passed_over, passed = fed(True)
+    assert (none, passed) == (0, 200)
+    assert passed_over.parser.line_no == parsed.parser.line_no == start.count(b"\n") + 200 + len(crash) + 1
+    failure = passed_over.state.failure
+    assert failure is not None and failure.kind == "nccl" and "Watchdog caught collective" in failure.message
+    assert failure == parsed.state.failure
+    # The context kept for the failure is the server's own lines (parsed, the reads had pushed them out).
+    context = passed_over.state.last_lines
+    assert not any("GET /metrics" in line for line in context) and "ProcessGroupNCCL" in "".join(context)
+    assert "max_total_num_tokens=" in "".join(context)
+    assert sum("GET /metrics" in line for line in parsed.state.last_lines) > len(parsed.state.last_lines) // 2

@@ -157,6 +157,17 @@ class LogParser:
                 found += [e for e in signals.message_events(c.msg, c.rank, self._line_no) if isinstance(e, ShardProgress)]
         return found
 
+    def pass_over(self, lines: int) -> bool:
+        """Count the next `lines` whole lines as read without reading them: lines that can tell the parser nothing (a
+        ready server's access lines of the reads that watch it, one a second). False, and nothing done, where it is
+        not between lines, still at the top of the file, or in something that spans lines (it must read them).
+        They are not in `tail` either: a failure's context is the lines of its own."""
+        if self._pending or self._decoder.getstate()[0] or self._at_top or self.lines or self._scanning() \
+                or self._args_text is not None:
+            return False
+        self._line_no += lines
+        return True
+
     @property
     def line_no(self) -> int:
         """Number of the line being read (lines completed so far + 1)."""

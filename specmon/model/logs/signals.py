@@ -226,18 +226,20 @@ def _decode_fields(body: str, line_no: int) -> DecodeStats:
     )
 
 
-# An access line of a read that watches a server and tells nothing of its work: /metrics, its health, its model list
-# (specmon's own every second, a Prometheus scrape), answered 2xx. Uvicorn's words, as _ACCESS_RE reads them.
-_WATCH_ACCESS_RE = re.compile(
-    rb'[^\n]*\d:\d+ - "GET /(?:metrics|health|health_generate|v1/models)(?:\?[^ "\n]*)? HTTP/[\d.]+" 2\d\d[^\n]*\n')
+# The access line of a read that watches a server and tells nothing of its work: its /metrics or health read by
+# specmon (the serving view's every second, a health check) or by another monitor (a Prometheus scrape, a load
+# balancer), whatever the answer. Uvicorn's words, its colours allowed (as _ACCESS_RE reads the cleaned line).
+_COLOUR = rb"(?:\x1b\[[\d;]*m)?"
+_WATCH_READ_RE = re.compile(rb'[^\n]*\d:\d+ - "' + _COLOUR + rb"GET /(?:metrics|health|health_generate)(?:\?[^ \"\n]*)? "
+                            rb'HTTP/[\d.]+' + _COLOUR + rb'"[^\n]*\n')
 
 
 def watch_reads_only(data: bytes) -> bool:
-    """Whether every line of `data` (whole lines, each ending in a newline) is the access line of a read that watches
-    the server (`_WATCH_ACCESS_RE`): a ready server's log that grows by these alone is quiet."""
+    """Whether `data` is whole lines (each ending in a newline), every one the access line of a read that watches the
+    server: no sign of its life or work. A ready server's log grows by one such line every second it is read."""
     pos = 0
     while pos < len(data):
-        m = _WATCH_ACCESS_RE.match(data, pos)
+        m = _WATCH_READ_RE.match(data, pos)
         if m is None:
             return False
         pos = m.end()

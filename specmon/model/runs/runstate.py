@@ -35,6 +35,7 @@ from typing import Any
 
 from specmon.model.logs import events as ev
 from specmon.model.logs.logparse import LogParser
+from specmon.model.logs.signals import watch_reads_only
 
 
 class LogPhase(str, enum.Enum):
@@ -288,15 +289,6 @@ def eta_seconds(state: RunState, now: float, past_load_seconds: Sequence[float] 
     return shards if shards is not None else history
 
 
-OWN_READS = ("/metrics", "/health")   # the paths specmon itself reads on a ready server, again and again
-
-
-def _only_own_reads(events: list[ev.Event], lines: int) -> bool:
-    """Whether `lines` whole lines were all access lines of GETs of OWN_READS (one event each)."""
-    return lines > 0 and len(events) == lines and all(
-        type(e) is ev.HttpRequest and e.method == "GET" and e.path in OWN_READS for e in events)
-
-
 class LogWatch:
     """A parser and the reducer together: feed bytes with the time they arrived, read `state`.
 
@@ -315,13 +307,15 @@ class LogWatch:
         `on_step(before, after)`, when given, is called after each event with the states around it, so a
         front end can report every step even when one read holds several (`logscan --follow`).
 
-        Data that is nothing but access lines of specmon's own reads (`GET /metrics`, `GET /health`: the serving
-        view reads every ready server each second) is no sign of the server's life: it leaves `last_activity` and
-        `last_lines` as they were, so the state does not change with every read.
+        Data that is nothing but access lines of the reads that watch the server (`signals.watch_reads_only`: the
+        serving view reads every ready server each second) is no sign of the server's life: it leaves
+        `last_activity` and `last_lines` as they were, so the state does not change with every read. Once the
+        server is ready they are not even parsed (`LogParser.pass_over`): they can change nothing then.
         """
-        first = self.parser.line_no
+        own = watch_reads_only(data)
+        if own and self.state.ready and self.parser.pass_over(data.count(b"\n")):
+            return []
         events = self.parser.feed(data)
-        own = data.endswith(b"\n") and _only_own_reads(events, self.parser.line_no - first)
         return self._apply(events, now, bool(data) and not own, on_step, keep_lines=own)
 
     def started(self, at: float) -> None:

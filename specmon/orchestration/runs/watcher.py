@@ -397,6 +397,7 @@ class RunWatcher:
             return
         now = time.time()
         self.last_bytes_at = now
+        before, was_stalled = self.watch.state, self.stalled
         self.stalled = False
         marks = self._feed(batch.fresh, now, batch.start)
         for line in self._lines(batch.data, batch.start, marks):
@@ -411,7 +412,9 @@ class RunWatcher:
             elif self._naming_holder is None:   # the verdict waits for one look at who holds the port
                 self._naming_holder = asyncio.create_task(self._fail_naming_holder(failure, rs))
                 self._tasks.append(self._naming_holder)
-        self._publish()
+        if rs is not before or was_stalled or self.record.state != RunStatus.READY:
+            self._publish()   # (a READY run's view is made and compared only when its log changed its state: the
+            # access line of its /metrics read every second does not)
 
     def _fail(self, failure: Failure, rs: RunState) -> None:
         self._process_alive = False   # "still running" only once a check after the verdict finds it so
