@@ -1,7 +1,7 @@
 """Issue 37: a READY run was read twice over: its /metrics every second by the serving view, and its health path
 every 5 s by its watcher (one more read a run, through the run's SSH host when remote), and its process was checked
 every 2 s besides. A /metrics read that answers proves the server alive, so the watcher skips its own health read
-and its process check while they answer; once they stop, both go on at their own period and a server gone silent
+and most of its process checks while they answer; once they stop, both go on at their own period and a server gone silent
 or dead shows as it did before (the process check: at most one tick later)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
-from specmon.orchestration.runs.watcher import RunWatcher, WatchTimings
+from specmon.orchestration.runs.watcher import VOUCHED_CHECK_S, RunWatcher, WatchTimings
 
 pytestmark = pytest.mark.slow
 
@@ -88,8 +88,8 @@ async def test_a_scraped_ready_run_gets_no_health_reads_and_a_frozen_one_shows_i
 @pytest.mark.timeout(120)
 async def test_a_scraped_ready_run_gets_no_process_checks_and_a_killed_one_is_still_seen_ended(free_port_factory) -> None:
     """Its process check was a read of its host every tick (over SSH one command a host every 2 s, with three files a
-    run in it). While its /metrics answers, its host is not asked; once it is killed, the check finds it gone and
-    the run ends."""
+    run in it). While its /metrics answers, its host is asked only every VOUCHED_CHECK_S (is the server at its port
+    still this run's?); once it is killed, the next tick's check finds it gone and the run ends."""
     async with scraped_sim(free_port_factory(), WatchTimings(process_ready_s=PROCESS_READY_S)) as (rec, view, watcher):
         checks: list[float] = []
         run_status = watcher.ops.run_status
@@ -99,8 +99,11 @@ async def test_a_scraped_ready_run_gets_no_process_checks_and_a_killed_one_is_st
             return await run_status(run_dir, pid)
 
         watcher.ops.run_status = counted   # type: ignore[method-assign,assignment]
-        await asyncio.sleep(5 * PROCESS_READY_S)
-        assert checks == [], f"{len(checks)} process checks of a server whose /metrics answered 4 times a second"
+        window = VOUCHED_CHECK_S + 2 * PROCESS_READY_S
+        await asyncio.sleep(window)
+        # Once or twice (each tick of the slower clock in the window), not every tick (12 times).
+        assert 1 <= len(checks) <= window // VOUCHED_CHECK_S + 1, \
+            f"{len(checks)} process checks in {window:.0f} s of a server whose /metrics answered 4 times a second"
 
         os.killpg(view.pid or 0, signal.SIGKILL)
         # Seen by a check, at most two ticks after its last answer (before: one); margins for a busy box.

@@ -19,7 +19,7 @@ from specmon.orchestration.inspect.serving import ServingWatcher
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.terminate import StopTimings
 from specmon.orchestration.runs.view import RunView
-from specmon.orchestration.runs.watcher import JOB_VOUCHED_S, WatchTimings
+from specmon.orchestration.runs.watcher import VOUCHED_CHECK_S, WatchTimings
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ async def test_ready_slurm_runs_whose_metrics_answer_are_asked_of_their_jobs_on_
         slurm_shared: SlurmCluster, tmp_path: Path) -> None:
     """Issue 37: with the serving view reading their /metrics, ready Slurm runs need no squeue every tick (a process
     the app starts each time): their servers answering shows their jobs running. Their jobs are asked together every
-    JOB_VOUCHED_S; a job cancelled is still seen ended, its server having stopped answering."""
+    VOUCHED_CHECK_S; a job cancelled is still seen ended, its server having stopped answering."""
     profiles = [dataclasses.replace(p, metrics_interval_s=0.25) for p in slurm_profiles()]
     manager = manager_of(profiles, tmp_path)
     serving = ServingWatcher(manager, lambda _update: None)
@@ -82,14 +82,14 @@ async def test_ready_slurm_runs_whose_metrics_answer_are_asked_of_their_jobs_on_
     try:
         ready = await launch_ready(manager, profiles)
         await asyncio.sleep(2 * WatchTimings().process_ready_s)   # every run's /metrics answered
-        window = JOB_VOUCHED_S + WINDOW_S
+        window = VOUCHED_CHECK_S + WINDOW_S
         before = slurm_shared.rpcs()
         await asyncio.sleep(window)
         after = slurm_shared.rpcs()
         asked = sum(after.get(name, 0) - before.get(name, 0) for name in JOB_QUERIES)
         # One squeue for all of them on each tick of the slower clock in the window (two at most); every tick
         # (window / process_ready_s, 9) before.
-        assert 1 <= asked <= window // JOB_VOUCHED_S + 1, (asked, after)
+        assert 1 <= asked <= window // VOUCHED_CHECK_S + 1, (asked, after)
 
         cancelled = ready[0]
         job = manager.view(cancelled.run_id).slurm_job

@@ -46,9 +46,13 @@ LOG_POLL_READY_S = 1.0           # ... a ready one's less often: its lines no lo
 LOG_QUIET_READY_S = 4.0          # ... and a ready one's quiet log down to this (a new line: at most ~1.5x this late);
 # quiet: no line but the access lines of the reads that watch it (signals.watch_reads_only: the serving view's own
 # /metrics read every second is one such line a second in SGLang's and vLLM's logs)
-# A READY Slurm run whose /metrics answers has its job asked this often (each tick once its time limit is near, or
-# once /metrics stops answering): one squeue a host every 2 s was the idle app's one process started a second.
-JOB_VOUCHED_S = 10.0
+
+# A READY run whose /metrics answers is checked this often, not every tick (each tick again once it stops answering):
+# the answers show a server alive at its port, the check that it is still this run's (its process; a Slurm run's job,
+# each tick once its time limit is near). One squeue a host every 2 s was the idle app's one process started a
+# second, and the process checks most of what it wrote to its hosts.
+VOUCHED_CHECK_S = 10.0
+
 RANK_EXIT_GRACE_S = 3.0          # a multi-node Slurm job's rank ended alone this long: it died (not the job's end)
 
 
@@ -58,7 +62,7 @@ class WatchTimings:
 
     process_s: float = 0.5
     process_ready_s: float = 2.0   # a ready server is checked less often: idle cost of a monitor left open for hours;
-    # not at all while its /metrics answered 200 within this (a Slurm run's job: every JOB_VOUCHED_S then)
+    # only every VOUCHED_CHECK_S while its /metrics answered 200 within this
     health_s: float = 1.0
     health_ready_s: float = 5.0    # ... and its health too: the process check already notices a dead one; not read
     # at all while its /metrics (the serving view's reads) answered 200 within this: `scrape.answered_at`
@@ -439,11 +443,7 @@ class RunWatcher:
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
                 continue
-            if self._vouched_for(self.timings.process_ready_s):
-                # Its /metrics answered within a tick: its process runs, and its host is not asked (one command fewer
-                # a host every tick, issue 37). A server that dies is checked at the first tick after its last answer
-                # is a tick old: at most one tick later than before (its serving view says at once that /metrics
-                # stopped answering).
+            if self._check_can_wait():
                 self._settle()
                 continue
             try:
@@ -466,11 +466,8 @@ class RunWatcher:
         stall time) and how it ended; the job's node may be another machine, so no pid is looked at."""
         assert self.record.slurm_job is not None
         while True:
-            if self._vouched_for(self.timings.process_ready_s) and not on_tick(JOB_VOUCHED_S, self.timings.process_ready_s) \
-                    and not (self.job is not None and self.job.near_time_limit):
-                # Its server answers: its job runs, and only its time left changes (issue 37: an squeue, a process
-                # started here, every tick per host). Asked on the ticks of a slower clock, as the host's other runs.
-                self._settle()
+            if self._check_can_wait() and not (self.job is not None and self.job.near_time_limit):
+                self._settle()   # (only its time left changes while its server answers)
                 await asyncio.sleep(until_tick(self.timings.process_ready_s))
                 continue
             try:   # asked with the other jobs watched on this host: one squeue a tick for all of them
@@ -582,6 +579,13 @@ class RunWatcher:
         """When (monotonic) the serving view's /metrics read of this server last answered 200 (-inf: never)."""
         answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
         return float("-inf") if answered is None else answered
+
+    def _check_can_wait(self) -> bool:
+        """Whether this tick's check of the process (a Slurm run's job) can wait (issue 37): its /metrics answered within
+        a tick, and this is not a tick of the VOUCHED_CHECK_S clock, on which the host's runs all check, together. A
+        server that dies is checked at the first tick after its last answer is a tick old: at most one tick later than
+        every tick (its serving view says at once that /metrics stopped answering)."""
+        return self._vouched_for(self.timings.process_ready_s) and not on_tick(VOUCHED_CHECK_S, self.timings.process_ready_s)
 
     def _vouched_for(self, seconds: float) -> bool:
         """Whether this READY server's /metrics answered 200 within `seconds`: it is alive, a check of its own would
