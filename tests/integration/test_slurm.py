@@ -36,7 +36,7 @@ from specmon.orchestration.measure.sweep import SweepSpec, run_sweep
 from specmon.orchestration.runs.manager import RunManager
 from specmon.orchestration.runs.ready import wait_ready
 from specmon.orchestration.runs.terminate import StopTimings
-from specmon.orchestration.runs.watcher import WatchTimings
+from specmon.orchestration.runs.watcher import LOG_QUIET_READY_S, WatchTimings
 
 # Every test here submits a job to the cluster of slurm_support.py and waits on it (seconds each); a few wait minutes.
 pytestmark = pytest.mark.slow
@@ -223,6 +223,21 @@ async def test_a_login_node_reached_over_ssh_submits_follows_and_cancels_the_job
         ready = await views.until(lambda v: v.state == "ready", timeout=90)
         assert ready.host == "gpu1" and ready.job is not None and ready.job.startswith("RUNNING on localhost")
         assert "ready to roll" in Path(ready.log_path).read_text()
+        # Its log over SSH is polled as any ready run's: less often while it says nothing new (it was polled every
+        # 0.5 s for as long as the job ran: the ready pace was set only for runs that are not Slurm jobs).
+        tailer = manager._watching.watched[view.run_id].tailer
+        looks: list[float] = []
+        look = tailer.transport.look
+
+        async def counted(path: str, start: int, length: int) -> object:
+            looks.append(time.monotonic())
+            return await look(path, start, length)
+
+        tailer.transport.look = counted   # type: ignore[method-assign,assignment]
+        await asyncio.sleep(2 * LOG_QUIET_READY_S)   # backed off by now
+        looks.clear()
+        await asyncio.sleep(2 * LOG_QUIET_READY_S)
+        assert len(looks) <= 2 + 2, f"{len(looks)} looks at a quiet ready log in {2 * LOG_QUIET_READY_S:.0f} s"
         report = await manager.stop("sim")
         job = manager.index.store.load(view.run_id).slurm_job
         assert report.clean and slurm.run("squeue", "-h", "-j", job, "-o", "%T", check=False).strip() in (

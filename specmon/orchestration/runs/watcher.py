@@ -435,10 +435,7 @@ class RunWatcher:
     async def _process_loop(self) -> None:
         pid = self.record.pid
         while True:
-            ready = self.record.state == RunStatus.READY
-            self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
-            self.tailer.quiet_poll_s = LOG_QUIET_READY_S if ready else 0.0
-            self.tailer.idle_lines = watch_reads_only if ready else None
+            ready = self._pace_log()
             # On the shared tick: the checks of a host's runs go out as one command (Transport.read_files).
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
@@ -466,6 +463,7 @@ class RunWatcher:
         stall time) and how it ended; the job's node may be another machine, so no pid is looked at."""
         assert self.record.slurm_job is not None
         while True:
+            self._pace_log()
             if self._check_can_wait() and not (self.job is not None and self.job.near_time_limit):
                 self._settle()   # (only its time left changes while its server answers)
                 await asyncio.sleep(until_tick(self.timings.process_ready_s))
@@ -579,6 +577,14 @@ class RunWatcher:
         """When (monotonic) the serving view's /metrics read of this server last answered 200 (-inf: never)."""
         answered = answered_at(self.ops.transport, self.record.server_addr or "127.0.0.1", self.record.port)
         return float("-inf") if answered is None else answered
+
+    def _pace_log(self) -> bool:
+        """Poll the log (where logs are polled) at the pace of the run's state; whether it is READY."""
+        ready = self.record.state == RunStatus.READY
+        self.tailer.poll_s = LOG_POLL_READY_S if ready else LOG_POLL_S
+        self.tailer.quiet_poll_s = LOG_QUIET_READY_S if ready else 0.0
+        self.tailer.idle_lines = watch_reads_only if ready else None
+        return ready
 
     def _check_can_wait(self) -> bool:
         """Whether this tick's check of the process (a Slurm run's job) can wait (issue 37): its /metrics answered within
