@@ -215,10 +215,12 @@ def until_tick(period: float, least: float = 0.9) -> float:
     return math.ceil((now + least * period) / period) * period - now
 
 
-def on_tick(period: float, step: float) -> bool:
-    """Whether a poller that woke on a tick of `step` (`until_tick`) woke on a tick of the slower clock `period` (a
-    multiple of `step`) too: the pollers that ask only every `period` agree on when, and still ask together."""
-    return asyncio.get_running_loop().time() % period < step / 2
+def tick_passed(period: float, since: float) -> bool:
+    """Whether a tick of the clock `period` (the loop's clock, as `until_tick`'s) has passed since `since` (loop time,
+    -inf: never). Pollers that ask only every `period` and wake together ask together, on the first wake after each
+    tick; one that wakes late asks late, and misses none."""
+    now = asyncio.get_running_loop().time()
+    return since < math.floor(now / period) * period
 
 
 _Look = tuple[str, int, int, asyncio.Future[FileLook | None]]   # path, start, length, its answer

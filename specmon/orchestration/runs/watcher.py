@@ -35,7 +35,7 @@ from specmon.sources.hostshell import HostOps
 from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MetricsScraper, answered_at
 from specmon.sources.tailer import LogTailer, TailBatch, read_range
-from specmon.sources.transport import LinkState, Transport, TransportError, on_tick, until_tick, url_host
+from specmon.sources.transport import LinkState, Transport, TransportError, tick_passed, until_tick, url_host
 
 REPLAY_LIMIT = 8 * 1024 * 1024   # on reattach, rebuild the run state from at most this much of the log
 BACKLOG_LINES = 5000             # lines kept for readers that subscribe late
@@ -166,6 +166,7 @@ class RunWatcher:
         self._unwatch_link: Callable[[], None] | None = None
         self._link_down_since: float | None = None
         self._process_alive = False   # the last process check found the server's process running
+        self._checked_at = float("-inf")   # (loop time) the last check of its process or job (`_check_due`)
         self.job: JobInfo | None = None   # a Slurm run: its job as last read
         self._exit_seen_at: float | None = None   # a multi-node job's rank: when its server's end was first seen
         # Set once the server's address is known (a Slurm run: when its job runs on a node); probes wait for it.
@@ -440,7 +441,7 @@ class RunWatcher:
             await asyncio.sleep(until_tick(self.timings.process_ready_s if ready else self.timings.process_s))
             if pid is None:
                 continue
-            if self._check_can_wait():
+            if not self._check_due():
                 self._settle()
                 continue
             try:
@@ -464,7 +465,7 @@ class RunWatcher:
         assert self.record.slurm_job is not None
         while True:
             self._pace_log()
-            if self._check_can_wait() and not (self.job is not None and self.job.near_time_limit):
+            if not (self.job is not None and self.job.near_time_limit) and not self._check_due():
                 self._settle()   # (only its time left changes while its server answers)
                 await asyncio.sleep(until_tick(self.timings.process_ready_s))
                 continue
@@ -586,12 +587,16 @@ class RunWatcher:
         self.tailer.idle_lines = watch_reads_only if ready else None
         return ready
 
-    def _check_can_wait(self) -> bool:
-        """Whether this tick's check of the process (a Slurm run's job) can wait (issue 37): its /metrics answered within
-        a tick, and this is not a tick of the VOUCHED_CHECK_S clock, on which the host's runs all check, together. A
-        server that dies is checked at the first tick after its last answer is a tick old: at most one tick later than
-        every tick (its serving view says at once that /metrics stopped answering)."""
-        return self._vouched_for(self.timings.process_ready_s) and not on_tick(VOUCHED_CHECK_S, self.timings.process_ready_s)
+    def _check_due(self) -> bool:
+        """Whether the process (a Slurm run's job) is to be checked at this tick, which then counts as its last check.
+        Not while its /metrics answered within a tick (issue 37), but for once a tick of the VOUCHED_CHECK_S clock has
+        passed (the host's runs wake together, and check together). A server that dies is checked at the first tick
+        after its last answer is a tick old: at most one tick later than if it were checked every tick (its serving
+        view says at once that /metrics stopped answering)."""
+        if self._vouched_for(self.timings.process_ready_s) and not tick_passed(VOUCHED_CHECK_S, self._checked_at):
+            return False
+        self._checked_at = asyncio.get_running_loop().time()
+        return True
 
     def _vouched_for(self, seconds: float) -> bool:
         """Whether this READY server's /metrics answered 200 within `seconds`: it is alive, a check of its own would
