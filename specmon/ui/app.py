@@ -52,7 +52,7 @@ from specmon.ui.forms import (
     SweepFormScreen,
     SweepRequest,
 )
-from specmon.ui.gpuenv import VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
+from specmon.ui.gpuenv import RIDE_S, VIEWS, GpuEnvPane, GpusUpdated, render_diff, render_env
 from specmon.ui.help import HelpScreen
 from specmon.ui.logview import LogPane
 from specmon.ui.palette import SpecmonCommands
@@ -315,9 +315,12 @@ class SpecmonApp(App[int]):
 
     @on(messages.ServingChanged)
     def _serving_changed(self, message: messages.ServingChanged) -> None:
+        shown_now = False
         for update in message.updates:
             self._say(screen.serving_changed(self.state, update))
-        self._state_throttle.request(gather=SERVING_GATHER_S)
+            shown_now |= update.profile not in self.state.held
+        due = screen.release_held(self.state, time.monotonic()) if not shown_now else None
+        self._state_throttle.request(gather=SERVING_GATHER_S if due is None else due)
 
     @on(messages.LogAdded)
     def _log_added(self, message: messages.LogAdded) -> None:
@@ -365,13 +368,18 @@ class SpecmonApp(App[int]):
 
     # ---------------------------------------------------------------- painting
     def flush(self) -> None:
-        """Paint everything pending now, throttles aside (screenshots and tests want the latest state)."""
+        """Paint everything pending now, throttles aside (screenshots and tests want the latest state); a fleet's
+        figures show at their own pace still."""
         self._paint_state()
         self._paint_chart()
 
     def _paint_state(self) -> None:
         # A throttled repaint can fire while the app shuts down, after the panes are gone: nothing to paint then.
         state = self.state
+        # A fleet's held figures go with this frame if they are due, or nearly (one frame, not two close together).
+        due = screen.release_held(state, time.monotonic(), early=RIDE_S)
+        if due is not None:
+            self._state_throttle.request(gather=due)
         with contextlib.suppress(NoMatches):
             self.query_one(ServersPane).show(screen.shown_rows(state), state.selected, screen.shown_setups(state),
                                              state.serving, state.grouping)

@@ -24,7 +24,7 @@ from specmon.model.server.serving import ServingUpdate, card_figure_lines, figur
 from specmon.model.sweeps.compare import ComparedRun, confound_warnings
 from specmon.ui import format as fmt
 from specmon.ui.rows import NodeRow, ServerRow
-from specmon.ui.state import COMPARED_STATES, Grouping, card_groups
+from specmon.ui.state import COMPARED_STATES, FLEET_MIN, Grouping, card_groups
 
 if TYPE_CHECKING:
     from textual.css.styles import RulesMap
@@ -38,10 +38,6 @@ def _relayout(old: Sequence[Content], new: Sequence[Content], room: int) -> bool
 
 
 SPARKS_MIN_HEIGHT = 40   # a terminal this tall has room for the card line the sparklines add (80x24, 100x30 do not)
-# From this many profiles on, the pane is a fleet: a summary line heads it and runs that need a look (failed, lost,
-# exited, stalled) are moved to the top, where scrolling is not needed to find them. Fewer cards all fit on screen,
-# and keep the order of the profiles file.
-FLEET_MIN = 9
 # A fleet's card in full takes this many rows or more (head and two detail lines). Where the cards shown would not
 # fit the pane at that, healthy READY cards shrink to their head line (see RunCard.show), and the selected run shows
 # in full at the pane's foot (SelectedRun).

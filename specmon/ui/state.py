@@ -26,6 +26,11 @@ from specmon.ui.format import transitions
 from specmon.ui.rows import CrossoverMark, LogEntry, ServerRow
 
 COMPARED_STATES = (RunStatus.LOADING, RunStatus.READY)   # runs in these states are the ones being compared
+# From this many profiles on, the screen shows a fleet: a summary line heads the Servers pane, runs that need a look
+# come first, and the runs' /metrics figures are shown every FLEET_FIGURES_S, as the GPU view's are (see
+# `serving_changed`). Fewer cards all fit on screen, keep the order of the profiles file, and show each read.
+FLEET_MIN = 9
+FLEET_FIGURES_S = 2.0
 
 Severity = Literal["information", "warning", "error"]
 
@@ -78,6 +83,8 @@ class ScreenState:
     sweep_live: tuple[str, SweepProgress] | None = None   # during a level: the swept profile and the client's view
     experiment_steps: list[str] = field(default_factory=list)
     serving: dict[str, ServingUpdate] = field(default_factory=dict)   # profile -> its ready run's /metrics view
+    held: dict[str, ServingUpdate] = field(default_factory=dict)   # a fleet's newer views, not shown yet
+    figures_at: float = float("-inf")   # when the held views were last shown (the app's clock)
     # Each compared run's set-up for the confound banner: profile -> (run id, report).
     setups: dict[str, tuple[str, EnvReport]] = field(default_factory=dict)
 
@@ -157,12 +164,36 @@ def sweep_status_changed(state: ScreenState, status: str, running: bool,
     state.sweep_status = status
     state.sweeping = running
     state.sweep_live = live
+    if live is not None and live[0] in state.held:   # the swept run's figures are current, beside the level's
+        state.serving[live[0]] = state.held.pop(live[0])
 
 
 def serving_changed(state: ScreenState, update: ServingUpdate) -> list[Toast]:
-    """A ready run's new /metrics view; each alert it raised rings once."""
-    state.serving[update.profile] = update
+    """A ready run's new /metrics view; each alert it raised rings once.
+
+    In a fleet, a view that only brings newer figures is held (`held`) until `release_held`: each read (every run,
+    every second) changed the cards in view, and a frame a second was half of the idle app's drawing at 64 runs. The
+    swept run's view, a run's first view or a new run's, and a view with an alert or a note are shown at once."""
+    shown = state.serving.get(update.profile)
+    swept = state.sweep_live is not None and state.sweep_live[0] == update.profile
+    if (len(state.profiles) >= FLEET_MIN and shown is not None and shown.run_id == update.run_id and not swept
+            and not update.raised and update.note is None and update.alerts == shown.alerts):
+        state.held[update.profile] = update
+    else:
+        state.serving[update.profile] = update
+        state.held.pop(update.profile, None)
     return [Toast(f"{update.profile}: {alert}", "warning", timeout=10, bell=True) for alert in update.raised]
+
+
+def release_held(state: ScreenState, now: float, early: float = 0.0) -> float | None:
+    """Show the held views if FLEET_FIGURES_S has passed since they were last shown, or will within `early` seconds
+    (a repaint now takes them along, instead of another frame soon). The seconds until the views then held are due;
+    None when none are."""
+    if state.held and now >= state.figures_at + FLEET_FIGURES_S - early:
+        state.serving.update(state.held)
+        state.held.clear()
+        state.figures_at = now
+    return max(0.0, state.figures_at + FLEET_FIGURES_S - now) if state.held else None
 
 
 def setups_to_read(state: ScreenState, reading: set[str]) -> list[tuple[str, str]]:
@@ -218,6 +249,8 @@ def select(state: ScreenState, profile: str) -> bool:
         return False
     state.previous, state.selected = state.selected, profile
     state.pending_log.clear()
+    if profile in state.held:   # the run just selected shows its latest figures
+        state.serving[profile] = state.held.pop(profile)
     return True
 
 

@@ -19,6 +19,7 @@ from ui_states import FLEET_PROFILES, FLEET_ROWS, fed_fleet_app, fleet_gpu_board
 from specmon.model.server import serving
 from specmon.model.server.serving import ServingFigures, ServingUpdate
 from specmon.ui import app as app_module
+from specmon.ui import state as screen
 from specmon.ui.app import SpecmonApp
 from specmon.ui.gpuenv import PAINT_S, RIDE_S, GpuEnvPane, GpusUpdated
 from specmon.ui.messages import ServingChanged
@@ -91,6 +92,7 @@ async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_
         full_layouts += not visible_only
         return arrange(self, root, size, visible_only=visible_only)
 
+    monkeypatch.setattr(screen, "FLEET_FIGURES_S", 0.0)   # each read's figures shown with it (not what this tests)
     app = fed_fleet_app(tmp_path)
     ready = [row for row in FLEET_ROWS if row.state == "ready"]
     async with app.run_test(size=(160, 48)) as pilot:
@@ -103,12 +105,66 @@ async def test_serving_figures_redraw_only_the_cards_in_view_and_the_rest_catch_
                 app.post_message(ServingChanged(ServingUpdate(row.profile, str(row.run_id), figures)))
             await _settle(pilot)
         assert full_layouts == 0, f"{full_layouts} layouts of every widget for the last 3 reads"
-        assert "400 tok/s" in screen_text(app)   # the cards in view are current
+        assert screen_text(app).count("400 tok/s") > 1   # the cards in view are current, not only the selected one
         for _ in range(2):   # the cards scrolled to grow by their figures' lines: the end moves once
             app.query_one(ServersPane).scroll_end(animate=False, immediate=True)
             await _settle(pilot)
         text = screen_text(app)
         assert "llama-63 READY" in text and "400 tok/s" in text and "100 tok/s" not in text, text
+
+
+def _reads(tok_s: float, alerted: str | None = None) -> ServingChanged:
+    """One /metrics read of every ready run of the fleet, the run `alerted` raising an alert with it."""
+    figures = ServingFigures(running=1, waiting=0, kv_pct=10.0, tok_s=tok_s)
+    alert = ("KV cache 97% full",)
+    return ServingChanged(*(ServingUpdate(row.profile, str(row.run_id), figures, alerts=alert, raised=alert)
+                            if row.profile == alerted else ServingUpdate(row.profile, str(row.run_id), figures)
+                            for row in FLEET_ROWS if row.state == "ready"))
+
+
+def _card_text(app: SpecmonApp, profile: str) -> str:
+    return next(card for card in app.query(RunCard) if card.profile == profile).render().plain
+
+
+async def test_a_fleets_cards_hold_new_figures_but_an_alert_and_a_card_just_selected_show_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 37: each /metrics read (every run, every second) changed the cards in view, and a frame every second was
+    half of the idle app's drawing at 64 runs. A fleet's cards now show newer figures every FLEET_FIGURES_S (here a
+    minute, so a slow box cannot reach it), as its GPU view does; a read that raised an alert shows at once, and
+    a card just selected shows its latest figures."""
+    monkeypatch.setattr(screen, "FLEET_FIGURES_S", 60.0)
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        app.post_message(_reads(111))   # the first figures: shown at once
+        await _settle(pilot)
+        app.post_message(_reads(222))   # newer figures, the first since the app started: shown at once
+        await _settle(pilot)
+        app.post_message(_reads(333))   # within the minute: held
+        await _settle(pilot)
+        assert app.state.selected == "llama-00"
+        assert "222 tok/s" in _card_text(app, "llama-00") and "222 tok/s" in _card_text(app, "llama-02")
+        app.post_message(_reads(444, alerted="llama-01"))   # an alert is shown at once, with its run's figures
+        await _settle(pilot)
+        assert "444 tok/s" in _card_text(app, "llama-01") and "222 tok/s" in _card_text(app, "llama-02")
+        await pilot.press("j", "j")   # llama-02 selected: its latest figures
+        await _settle(pilot)
+        assert app.state.selected == "llama-02" and "444 tok/s" in _card_text(app, "llama-02")
+        assert "222 tok/s" in _card_text(app, "llama-03"), _card_text(app, "llama-03")
+
+
+async def test_a_fleets_held_figures_are_shown_when_their_interval_has_passed(tmp_path: Path) -> None:
+    """The held figures need no further read to be shown: the release comes FLEET_FIGURES_S after the last one."""
+    app = fed_fleet_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await _settle(pilot)
+        for tok_s in (111, 222, 333):
+            app.post_message(_reads(tok_s))
+            await _settle(pilot)
+        deadline = time.monotonic() + 10 * screen.FLEET_FIGURES_S
+        while "333 tok/s" not in _card_text(app, "llama-02") and time.monotonic() < deadline:
+            await pilot.pause(0.1)
+        assert "333 tok/s" in _card_text(app, "llama-02"), _card_text(app, "llama-02")
 
 
 async def test_filtering_64_runs_by_a_host_shows_only_its_cards_and_the_keys_walk_only_those(tmp_path: Path) -> None:
@@ -311,6 +367,7 @@ async def test_a_read_whose_figures_change_length_repaints_the_cards_without_lay
     ~40 ms a time, in the way of the next key). A line that still fits the card cannot change its height: it is
     repainted in place."""
     reflows: list[None] = []
+    monkeypatch.setattr(screen, "FLEET_FIGURES_S", 0.0)   # each read's figures shown with it (not what this tests)
     app = fed_fleet_app(tmp_path)
     async with app.run_test(size=(160, 48)) as pilot:
         await _settle(pilot)
@@ -457,11 +514,11 @@ async def test_a_burst_of_reads_of_every_ready_run_repaints_the_cards_once(
         assert "llama-01 READY gpu02:30000 777 tok/s" in screen_text(app), screen_text(app)
 
 
-async def test_while_the_cards_repaint_every_second_the_gpu_board_repaints_with_them(
+async def test_while_the_cards_repaint_regularly_the_gpu_board_repaints_with_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 37: the GPU board repainted every 2 s on its own timer, at its own moment of the second, while every
-    ready run's /metrics is read on a shared second and the cards repaint then: a frame a second for the cards and
-    one more every other second for the board. The board now repaints along with the cards, still about every 2 s.
+    ready run's /metrics is read on a shared second and the cards repaint then (a fleet's, every 2 s): a frame for
+    the cards and one more for the board. The board now repaints along with the cards, still about every 2 s.
     Here the reads come on the second and the GPU samples half a second later, for 8 s.
 
     The rule, as the pane keeps it: a repaint of the board put off (it is due PAINT_S after the last) happens with

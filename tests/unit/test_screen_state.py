@@ -7,6 +7,7 @@ from specmon.model.charts.levelrow import LevelRow
 from specmon.model.machine.env import EnvReport
 from specmon.model.runs.runstatus import RunStatus
 from specmon.model.server.serving import ServingUpdate
+from specmon.model.sweeps.sweepstats import ProgressPhase, SweepProgress
 from specmon.ui import state as screen
 from specmon.ui.rows import LogEntry, ServerRow
 
@@ -115,6 +116,34 @@ def test_a_serving_alert_rings_once_per_read_that_raised_it() -> None:
                                                                   bell=True)]
     assert screen.serving_changed(state, ServingUpdate("base", "r1", alerts=("KV cache 97% full",))) == []
     assert state.serving["base"].alerts == ("KV cache 97% full",)
+
+
+def test_a_fleets_newer_figures_wait_for_their_release_but_a_new_run_or_the_swept_run_do_not() -> None:
+    fleet = [f"llama-{i:02d}" for i in range(screen.FLEET_MIN)]
+    state = screen.initial_state(fleet, "llama-00", log_lines=5)
+    for name in fleet:
+        screen.serving_changed(state, ServingUpdate(name, "r1"))
+    assert not state.held   # each run's first view is shown at once
+    newer = ServingUpdate("llama-03", "r1", history={"tok_s": (1.0,)})
+    screen.serving_changed(state, newer)
+    assert state.held == {"llama-03": newer} and state.serving["llama-03"] is not newer
+    assert screen.release_held(state, now=100.0) is None and state.serving["llama-03"] is newer   # the first release
+    screen.serving_changed(state, ServingUpdate("llama-05", "r1", history={"tok_s": (2.0,)}))
+    assert screen.release_held(state, now=101.0) == screen.FLEET_FIGURES_S - 1   # not due yet: when it will be
+    assert screen.release_held(state, now=101.6, early=0.5) is None   # due within `early`: shown now
+    assert state.serving["llama-05"].history == {"tok_s": (2.0,)}
+    restarted = ServingUpdate("llama-04", "r2")   # a new run's view is never the old run's figures
+    screen.serving_changed(state, restarted)
+    assert state.serving["llama-04"] is restarted
+    swept = ServingUpdate("llama-06", "r1", history={"tok_s": (3.0,)})
+    screen.serving_changed(state, swept)
+    level = SweepProgress(8, 0, 1, ProgressPhase.MEASURING, 1.5, 10, 0, 40, None, 8, 123.4, 50.0, 2.5, 0.2, 0.3)
+    screen.sweep_status_changed(state, "C=8", True, ("llama-06", level))
+    assert state.serving["llama-06"] is swept and not state.held   # the swept run's figures beside its level's
+    two = two_runs()   # two servers are not a fleet: every read is shown
+    screen.serving_changed(two, ServingUpdate("eagle", "r1"))
+    screen.serving_changed(two, ServingUpdate("eagle", "r1", history={"tok_s": (3.0,)}))
+    assert not two.held and two.serving["eagle"].history == {"tok_s": (3.0,)}
 
 
 def fleet_rows() -> list[ServerRow]:
