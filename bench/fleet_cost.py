@@ -28,7 +28,8 @@ Once every run is READY it prints one row per N (every column counts all N runs,
   the processes the app ran and reaped over the same window (the Slurm clients, nvidia-smi, ...), which the app's
   own figure leaves out; slurm_rpcs: the requests slurmctld answered over the window (sdiag's counts by message
   type: each scontrol or squeue the app runs is one or more); slurm_cpu_pct: slurmctld's and slurmd's CPU then
-  (what watching K jobs costs the cluster's daemons)
+  (what watching K jobs costs the cluster's daemons); idle_out_b_s: the bytes the app wrote to its terminal per
+  second over the window (what it drew while nothing was asked of it: its frames)
 - apart (--apart): the app, and what it runs, on the box's last CPU, every stand-in (the sshds and what runs under
   them, the stubs, the Slurm daemons and jobs, this bench) on the others. Real hosts are other machines; sharing
   two cores with 16 sshds and N stubs, which all answer in the same instant every second, the app waits for a CPU
@@ -285,13 +286,13 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
         load0 = os.getloadavg()[0]
         scraped0, reaped0 = scrapes(work), reaped_cpu(term.pid)
         rpcs0, daemons0 = (sum(cluster.rpcs().values()), slurm_daemons_cpu(cluster)) if cluster else (0, 0.0)
-        cpu, _, waited = term.measure(idle_s)
+        cpu, out_b_s, waited = term.measure(idle_s)
         row["scrapes"] = scrapes(work) - scraped0
         row["child_cpu_pct"] = 100 * (reaped_cpu(term.pid) - reaped0) / idle_s
         row["slurm_rpcs"] = sum(cluster.rpcs().values()) - rpcs0 if cluster else 0
         row["slurm_cpu_pct"] = 100 * (slurm_daemons_cpu(cluster) - daemons0) / idle_s if cluster else 0.0
         row["cpu_ms_per_scrape"] = 10 * cpu * idle_s / max(1, row["scrapes"])
-        row["idle_cpu_pct"], row["waited_pct"], row["load"] = cpu, waited, load0
+        row["idle_cpu_pct"], row["idle_out_b_s"], row["waited_pct"], row["load"] = cpu, out_b_s, waited, load0
         row["ssh_conns"], row["ssh_chans"] = ssh_counts(term.pid, sshds, remote_ports)
         if py_spy is not None:   # after the measured window: the sampler's own cost is not in it
             profile(term, py_spy / f"fleet-{n}.txt", idle_s)
@@ -386,10 +387,10 @@ def main() -> int:
         raise SystemExit(f"Slurm runs: {reason} (--slurm-runs 0 leaves them out)")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     cols, rows = (int(v) for v in args.size.split("x"))
-    head = ("runs", "hosts", "slurm", "first_frame_s", "ready_s", "idle_cpu_pct", "child_cpu_pct", "slurm_rpcs",
+    head = ("runs", "hosts", "slurm", "first_frame_s", "ready_s", "idle_cpu_pct", "idle_out_b_s", "child_cpu_pct", "slurm_rpcs",
             "slurm_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb", "sockets", "ssh_conns", "ssh_chans", "scrapes",
             "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s", "metrics_failed", "waited_pct", "load")
-    counts = ("runs", "hosts", "slurm", "slurm_rpcs", "sockets", "ssh_conns", "ssh_chans", "scrapes", "metrics_failed")
+    counts = ("runs", "hosts", "slurm", "idle_out_b_s", "slurm_rpcs", "sockets", "ssh_conns", "ssh_chans", "scrapes", "metrics_failed")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
         k = max(1, n // 8) if args.slurm_runs is None else min(n, args.slurm_runs)
