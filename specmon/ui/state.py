@@ -173,7 +173,8 @@ def serving_changed(state: ScreenState, update: ServingUpdate) -> list[Toast]:
 
     In a fleet, a view that only brings newer figures is held (`held`) until `release_held`: each read (every run,
     every second) changed the cards in view, and drawing a frame of them every second was a fifth of the idle app's
-    CPU at 64 runs. The swept run's view, a run's first view or a new run's, and a view with an alert or a note are shown at once."""
+    CPU at 64 runs. The swept run's view, a run's first view or a new run's, and a view with an alert or a note are
+    shown at once."""
     shown = state.serving.get(update.profile)
     swept = state.sweep_live is not None and state.sweep_live[0] == update.profile
     if (len(state.profiles) >= FLEET_MIN and shown is not None and shown.run_id == update.run_id and not swept
