@@ -91,19 +91,22 @@ async def test_a_scraped_ready_run_gets_no_process_checks_and_a_killed_one_is_st
     run in it). While its /metrics answers, its host is asked only every VOUCHED_CHECK_S (is the server at its port
     still this run's?); once it is killed, the next tick's check finds it gone and the run ends."""
     async with scraped_sim(free_port_factory(), WatchTimings(process_ready_s=PROCESS_READY_S)) as (rec, view, watcher):
-        checks: list[float] = []
+        checks: list[tuple[float, float]] = []   # each check: when, and how long since /metrics last answered
         run_status = watcher.ops.run_status
 
         async def counted(run_dir: str, pid: int) -> object:
-            checks.append(time.monotonic())
+            checks.append((time.monotonic(), time.monotonic() - watcher._answered_at()))
             return await run_status(run_dir, pid)
 
         watcher.ops.run_status = counted   # type: ignore[method-assign,assignment]
         window = VOUCHED_CHECK_S + 2 * PROCESS_READY_S
         await asyncio.sleep(window)
-        # Once or twice (each tick of the slower clock in the window), not every tick (12 times).
-        assert 1 <= len(checks) <= window // VOUCHED_CHECK_S + 1, \
-            f"{len(checks)} process checks in {window:.0f} s of a server whose /metrics answered 4 times a second"
+        # While /metrics had answered within a tick: once or twice (each tick of the slower clock in the window), not
+        # every tick (12 times). A check after a longer silence is due (a busy box can hold the reads back for a
+        # second: seen in CI, one such check besides the two on the clock).
+        vouched = [at for at, silent_s in checks if silent_s < PROCESS_READY_S]
+        assert checks and len(vouched) <= window // VOUCHED_CHECK_S + 1, \
+            f"{len(vouched)} process checks in {window:.0f} s while the server's /metrics answered (4 times a second)"
 
         os.killpg(view.pid or 0, signal.SIGKILL)
         # Seen by a check, at most two ticks after its last answer (before: one); margins for a busy box.
