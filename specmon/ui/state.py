@@ -164,8 +164,8 @@ def sweep_status_changed(state: ScreenState, status: str, running: bool,
     state.sweep_status = status
     state.sweeping = running
     state.sweep_live = live
-    if live is not None and live[0] in state.held:   # the swept run's figures are current, beside the level's
-        state.serving[live[0]] = state.held.pop(live[0])
+    if live is not None:   # the swept run's figures are current, beside the level's
+        _show_latest(state, live[0])
 
 
 def serving_changed(state: ScreenState, update: ServingUpdate) -> list[Toast]:
@@ -184,6 +184,12 @@ def serving_changed(state: ScreenState, update: ServingUpdate) -> list[Toast]:
         state.serving[update.profile] = update
         state.held.pop(update.profile, None)
     return [Toast(f"{update.profile}: {alert}", "warning", timeout=10, bell=True) for alert in update.raised]
+
+
+def _show_latest(state: ScreenState, profile: str) -> None:
+    """`profile`'s held view, if any, shown now."""
+    if profile in state.held:
+        state.serving[profile] = state.held.pop(profile)
 
 
 def release_held(state: ScreenState, now: float, early: float = 0.0) -> float | None:
@@ -250,8 +256,7 @@ def select(state: ScreenState, profile: str) -> bool:
         return False
     state.previous, state.selected = state.selected, profile
     state.pending_log.clear()
-    if profile in state.held:   # the run just selected shows its latest figures
-        state.serving[profile] = state.held.pop(profile)
+    _show_latest(state, profile)   # the run just selected shows its latest figures
     return True
 
 
