@@ -208,19 +208,20 @@ def run_held(work: Coroutine[Any, Any, None]) -> None:
 
 
 def until_tick(period: float, least: float = 0.9) -> float:
-    """Seconds to the next tick of a clock shared by every poller in this process (a multiple of `period` on the
-    loop's clock) at least `least` times `period` away. Pollers of the same host that sleep so wake together, so
-    what they ask (`look`, `read_files`) goes out as one command instead of one each."""
-    now = asyncio.get_running_loop().time()
-    return math.ceil((now + least * period) / period) * period - now
+    """Seconds to the next tick of a clock shared by every poller (a multiple of `period` on the wall clock) at least
+    `least` times `period` away. Pollers of the same host that sleep so wake together, so what they ask (`look`,
+    `read_files`) goes out as one command instead of one each; and on the wall clock, which the hosts keep too, they
+    wake with the metrics relays that read on it there (`metricsrelay`): the app's whole second is one moment."""
+    wall = time.time()
+    return math.ceil((wall + least * period) / period) * period - wall
 
 
 def tick_passed(period: float, since: float) -> bool:
-    """Whether a tick of the clock `period` (the loop's clock, as `until_tick`'s) has passed since `since` (loop time,
-    -inf: never). Pollers that ask only every `period` and wake together ask together, on the first wake after each
-    tick; one that wakes late asks late, and misses none."""
-    now = asyncio.get_running_loop().time()
-    return since < math.floor(now / period) * period
+    """Whether a tick of the clock `period` (as `until_tick`'s) has passed since `since` (loop time, -inf: never).
+    Pollers that ask only every `period` and wake together ask together, on the first wake after each tick; one
+    that wakes late asks late, and misses none."""
+    now, wall = asyncio.get_running_loop().time(), time.time()
+    return since < now - (wall - math.floor(wall / period) * period)
 
 
 _Look = tuple[str, int, int, asyncio.Future[FileLook | None]]   # path, start, length, its answer

@@ -32,10 +32,11 @@ PROCESS_READY_S = 1.0
 
 
 @contextlib.asynccontextmanager
-async def scraped_sim(port: int, timings: WatchTimings) -> AsyncIterator[tuple[Recorder, RunView, RunWatcher]]:
-    """A sim run READY whose /metrics the serving view reads 4 times a second, once they have answered; stopped at
-    the end (its process group let go first, if a test froze it)."""
-    profile = dataclasses.replace(sim_profile(port), metrics_interval_s=0.25)
+async def scraped_sim(port: int, timings: WatchTimings, metrics_interval_s: float = 0.25,
+                      ) -> AsyncIterator[tuple[Recorder, RunView, RunWatcher]]:
+    """A sim run READY whose /metrics the serving view reads every `metrics_interval_s` (4 times a second), once they
+    have answered; stopped at the end (its process group let go first, if a test froze it)."""
+    profile = dataclasses.replace(sim_profile(port), metrics_interval_s=metrics_interval_s)
     manager = RunManager(config_of(profile), stop_timings=StopTimings(grace_s=3.0, port_wait_s=10),
                          watch_timings=timings)
     rec = Recorder(manager)

@@ -44,6 +44,7 @@ from specmon.sources import timelimit
 from specmon.sources.relayread import metrics_scraper
 from specmon.sources.scrape import MetricsScraper
 from specmon.sources.slurm import SlurmHost
+from specmon.sources.transport import until_tick
 
 PARSE_APART = 256 * 1024   # an answer this large (ten times a real one) is parsed in a worker thread, off the UI's loop
 ENDING_GRACE_S = 3.0       # a process whose /metrics went quiet and that ends within this is ending, not stuck
@@ -204,9 +205,10 @@ class ServingWatcher:
                     return
                 # On a shared clock: every run's read (and the access-log line it causes) lands in the same moment,
                 # so the app repaints the cards once for all of them instead of once for each. A paced reader's
-                # next read waits for its host's clock, which the hosts share (after a failed read it is not paced).
+                # next read waits for its host's clock (after a failed read it is not paced); the others wait for
+                # the same tick of the wall clock here (`until_tick`), which the hosts share.
                 if not scraper.paced:
-                    await asyncio.sleep(interval - time.monotonic() % interval)
+                    await asyncio.sleep(until_tick(interval, 0.1))
         finally:
             await scraper.aclose()
 
