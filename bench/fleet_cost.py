@@ -34,6 +34,9 @@ Once every run is READY it prints one row per N (every column counts all N runs,
   them, the stubs, the Slurm daemons and jobs, this bench) on the others. Real hosts are other machines; sharing
   two cores with 16 sshds and N stubs, which all answer in the same instant every second, the app waits for a CPU
   longer than it runs (waited_pct), and a key press that lands then waits too. Without --apart all share every CPU.
+- gc_pct: the part of the idle CPU that went to the app's garbage collections (its collecting thread's CPU in them),
+  % of one core. The whole heap is walked only every few minutes (`specmon.ui.heap`): a window that holds one of
+  those walks shows it (150-250 ms at 64 runs), one that does not leaves it out
 - key p50/p99: `j` (next card) written to the pty -> the first byte the app writes after it (ms), --keys presses
   0.5 s apart;
   a 1 Hz refresh that happens to fall in the window counts as the answer, so these are upper bounds only when the
@@ -286,7 +289,9 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
         load0 = os.getloadavg()[0]
         scraped0, reaped0 = scrapes(work), reaped_cpu(term.pid)
         rpcs0, daemons0 = (sum(cluster.rpcs().values()), slurm_daemons_cpu(cluster)) if cluster else (0, 0.0)
+        gc0 = collector_seconds(term, work)
         cpu, out_b_s, waited = term.measure(idle_s)
+        row["gc_pct"] = 100 * (collector_seconds(term, work) - gc0) / idle_s
         row["scrapes"] = scrapes(work) - scraped0
         row["child_cpu_pct"] = 100 * (reaped_cpu(term.pid) - reaped0) / idle_s
         row["slurm_rpcs"] = sum(cluster.rpcs().values()) - rpcs0 if cluster else 0
@@ -347,6 +352,19 @@ def fleet(n: int, hosts: int, cluster: SlurmCluster | None, slurm_runs: int, col
     return row
 
 
+def collector_seconds(term: Terminal, work: Path) -> float:
+    """The CPU the app's garbage collections took so far (s), as it tells it on SIGUSR1 (tui_cost's CHILD)."""
+    told = work / "gc_s"
+    told.unlink(missing_ok=True)
+    os.kill(term.pid, signal.SIGUSR1)
+    deadline = time.monotonic() + 10
+    while not told.exists():
+        if time.monotonic() > deadline:
+            raise SystemExit("the app did not tell its collections' CPU within 10 s")
+        term.pump(0.01)
+    return float(told.read_text())
+
+
 def profile(term: Terminal, out: Path, seconds: float) -> None:
     """py-spy's samples of the idle app over `seconds` (raw: one line per stack, with its count) into `out`. At 1,000
     a second: the app idles at ~3 % of a core, so a slower rate leaves a few samples a second to read it by."""
@@ -389,7 +407,7 @@ def main() -> int:
     cols, rows = (int(v) for v in args.size.split("x"))
     head = ("runs", "hosts", "slurm", "first_frame_s", "ready_s", "idle_cpu_pct", "idle_out_b_s", "child_cpu_pct", "slurm_rpcs",
             "slurm_cpu_pct", "key_p50_ms", "key_p99_ms", "rss_mb", "sockets", "ssh_conns", "ssh_chans", "scrapes",
-            "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s", "metrics_failed", "waited_pct", "load")
+            "cpu_ms_per_scrape", "status_all_s", "status_down_s", "metrics_all_s", "metrics_failed", "waited_pct", "gc_pct", "load")
     counts = ("runs", "hosts", "slurm", "idle_out_b_s", "slurm_rpcs", "sockets", "ssh_conns", "ssh_chans", "scrapes", "metrics_failed")
     print(" | ".join(head))
     for n in (int(v) for v in args.runs.split(",")):
