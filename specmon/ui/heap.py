@@ -1,5 +1,5 @@
 """The TUI's garbage collector: full collections walk only what is new, the whole heap now and then while no one types,
-and the young generations are collected a third as often (issue 37).
+and the youngest generation is collected a third as often (issue 37).
 
 A fleet's app holds ~250k objects, and Python's collector walked all of them in each full collection: 80-110 ms in
 which no key is answered, every ~5 s at 64 runs (the repaints' strips and caches churn through the oldest
@@ -15,7 +15,7 @@ as long again. An idle 64-run app strands ~1k objects in two minutes: walked eve
 cost 0.16-0.2 % of a core; every ten, 0.03-0.04 %.
 
 The youngest generation is collected after YOUNG new objects instead of Python's 700, and the middle one after
-MIDDLE of those collections instead of 10 (so it is as large as before when collected). Most of what a young
+MIDDLE of those collections instead of 10 (so it is about as large as before when collected). Most of what a young
 collection walks is what is waiting right then (every poller's coroutine and future, every strip's caches); walked a
 third as often it costs about half: 64 runs idle, 90 s, young and middle collections 130 ms instead of 194 ms.
 """
